@@ -1,0 +1,17 @@
+//! Basalt's scheduling engine: a pure function from a cluster [`Snapshot`] and a configured
+//! [`Framework`] to a [`Plan`].
+//!
+//! Nothing here reads a clock, a random source, the network or a file: time and seeds arrive as
+//! arguments, so the same input always gives the same plan. This crate depends on no other Basalt
+//! crate and knows nothing of Kubernetes; policies live in `basalt-plugins`, Kubernetes types in
+//! `basalt-crds`.
+
+pub mod resources;
+pub mod model;
+pub mod snapshot;
+pub mod plan;
+
+pub use model::*;
+pub use plan::*;
+pub use resources::*;
+pub use snapshot::*;

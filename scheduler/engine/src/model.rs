@@ -1,0 +1,257 @@
+//! The scheduling model: nodes with their GPUs, tasks (pods), jobs (gangs) and queues.
+//!
+//! These are the resolved, id-based forms held by a [`crate::Snapshot`]. Callers describe a
+//! cluster with the name-based specs of [`crate::snapshot`] and let the snapshot resolve them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::resources::Resources;
+
+macro_rules! typed_id {
+    ($($(#[$m:meta])* $name:ident),*) => {$(
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub u32);
+        impl $name {
+            pub fn index(self) -> usize { self.0 as usize }
+        }
+    )*};
+}
+
+typed_id!(
+    /// A node's position in the snapshot (nodes are sorted by name).
+    NodeId,
+    /// A task's position in the snapshot (tasks are sorted by `namespace/name`).
+    TaskId,
+    /// A job's position in the snapshot (jobs are sorted by `namespace/name`).
+    JobId,
+    /// A queue's position in the snapshot (queues are sorted by name).
+    QueueId
+);
+
+/// One physical GPU of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// GPUs with the same value share an NVLink / NVSwitch island inside the node.
+    #[serde(default)]
+    pub nvlink_domain: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum TolerationOperator {
+    Equal,
+    Exists,
+}
+
+/// A pod toleration. An empty key with `Exists` tolerates every taint; a missing effect
+/// matches every effect.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Toleration {
+    #[serde(default)]
+    pub key: String,
+    pub operator: TolerationOperator,
+    #[serde(default)]
+    pub value: String,
+    #[serde(default)]
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if let Some(effect) = self.effect {
+            if effect != taint.effect {
+                return false;
+            }
+        }
+        if self.key.is_empty() {
+            return self.operator == TolerationOperator::Exists;
+        }
+        if self.key != taint.key {
+            return false;
+        }
+        match self.operator {
+            TolerationOperator::Exists => true,
+            TolerationOperator::Equal => self.value == taint.value,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+/// One `matchExpressions` / `matchFields` entry of a node selector term.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SelectorRequirement {
+    pub key: String,
+    pub operator: SelectorOperator,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// A node selector term: all of its requirements must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeSelectorTerm {
+    #[serde(default)]
+    pub match_expressions: Vec<SelectorRequirement>,
+    /// Only `metadata.name` is a supported field, as in Kubernetes.
+    #[serde(default)]
+    pub match_fields: Vec<SelectorRequirement>,
+}
+
+/// `requiredDuringSchedulingIgnoredDuringExecution`: the terms are ORed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequiredNodeAffinity {
+    pub terms: Vec<NodeSelectorTerm>,
+}
+
+/// The part of a pod that decides, without looking at free capacity, which nodes it may use.
+/// Pods with equal placement rules share feasibility results within a session.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PlacementRules {
+    pub node_selector: BTreeMap<String, String>,
+    pub affinity: Option<RequiredNodeAffinity>,
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Index into [`crate::Snapshot::rules`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RulesId(pub u32);
+
+/// Index into [`crate::Snapshot::shapes`]: equal rules and equal request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShapeId(pub u32);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub id: NodeId,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub allocatable: Resources,
+    /// The node's GPUs by index; its length equals the `nvidia.com/gpu` allocatable.
+    pub gpus: Vec<Gpu>,
+}
+
+/// Where a task stands when the snapshot is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Waiting for a node.
+    Pending,
+    /// Bound to a node (running or about to run).
+    Bound(NodeId),
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    pub id: TaskId,
+    /// `namespace/name`.
+    pub name: String,
+    pub job: JobId,
+    /// The pod's role inside its gang, for per-role minimums.
+    pub role: Option<String>,
+    pub request: Resources,
+    pub rules: RulesId,
+    pub shape: ShapeId,
+    pub priority: i32,
+    pub state: TaskState,
+    /// GPU indices held on the node when bound.
+    pub gpu_ids: Vec<u32>,
+    pub preemptable: bool,
+}
+
+/// A PodGroup's phase, as Volcano and Basalt write it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobPhase {
+    Pending,
+    Inqueue,
+    Running,
+    Unknown,
+    Completed,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Pending => "Pending",
+            JobPhase::Inqueue => "Inqueue",
+            JobPhase::Running => "Running",
+            JobPhase::Unknown => "Unknown",
+            JobPhase::Completed => "Completed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    /// `namespace/name` of the PodGroup (or of the pod, for a pod without a group).
+    pub name: String,
+    pub queue: QueueId,
+    pub min_member: u32,
+    pub min_task_member: BTreeMap<String, u32>,
+    pub min_resources: Option<Resources>,
+    pub priority: i32,
+    /// Creation time in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// The phase recorded in the PodGroup's status before this cycle.
+    pub phase: JobPhase,
+    /// Tasks of the job, sorted by name.
+    pub tasks: Vec<TaskId>,
+    /// True for a pod without a PodGroup (a group of one).
+    pub implicit: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum QueueState {
+    Open,
+    Closing,
+    Closed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Queue {
+    pub id: QueueId,
+    pub name: String,
+    pub parent: Option<QueueId>,
+    pub weight: u32,
+    pub capability: Option<Resources>,
+    pub guarantee: Option<Resources>,
+    pub deserved: Option<Resources>,
+    pub reclaimable: bool,
+    pub priority: i32,
+    pub state: QueueState,
+}

@@ -1,0 +1,208 @@
+//! Interned resource names and integer resource vectors.
+//!
+//! Every quantity is an integer in the resource's base unit: milli-CPU for `cpu`, bytes for
+//! `memory`, and plain counts for `pods`, `nvidia.com/gpu` and every other extended resource.
+//! No floats take part in capacity accounting.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Index of an interned resource name inside one [`ResourceNames`] table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceId(pub u16);
+
+/// Milli-CPU.
+pub const CPU: ResourceId = ResourceId(0);
+/// Bytes.
+pub const MEMORY: ResourceId = ResourceId(1);
+/// Pod slots (every task requests one).
+pub const PODS: ResourceId = ResourceId(2);
+/// Whole NVIDIA GPUs (`nvidia.com/gpu`), accounted per device as well.
+pub const GPU: ResourceId = ResourceId(3);
+
+pub const CPU_NAME: &str = "cpu";
+pub const MEMORY_NAME: &str = "memory";
+pub const PODS_NAME: &str = "pods";
+pub const GPU_NAME: &str = "nvidia.com/gpu";
+
+/// A list of resources by name, as Kubernetes writes them (already converted to base units).
+pub type ResourceList = BTreeMap<String, i64>;
+
+/// The resource names known to a snapshot. The four well-known names come first with fixed ids;
+/// the others follow in sorted order so that ids do not depend on input order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceNames {
+    names: Vec<String>,
+}
+
+impl ResourceNames {
+    /// A table holding the well-known names and `extra` (sorted, de-duplicated).
+    pub fn new<'a>(extra: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut names: Vec<String> = [CPU_NAME, MEMORY_NAME, PODS_NAME, GPU_NAME]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut rest: Vec<&str> = extra
+            .into_iter()
+            .filter(|n| !names.iter().any(|k| k == n))
+            .collect();
+        rest.sort_unstable();
+        rest.dedup();
+        names.extend(rest.into_iter().map(str::to_string));
+        ResourceNames { names }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn id(&self, name: &str) -> Option<ResourceId> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| ResourceId(i as u16))
+    }
+
+    pub fn name(&self, id: ResourceId) -> &str {
+        &self.names[id.0 as usize]
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = ResourceId> {
+        (0..self.names.len() as u16).map(ResourceId)
+    }
+
+    /// Converts a named list; every name must already be in the table.
+    pub fn resources(&self, list: &ResourceList) -> Resources {
+        let mut r = Resources::zero(self.len());
+        for (name, &v) in list {
+            let id = self
+                .id(name)
+                .expect("resource names are collected before conversion");
+            r.set(id, v);
+        }
+        r
+    }
+
+    /// Back to a named list, leaving out zeros.
+    pub fn list(&self, r: &Resources) -> ResourceList {
+        self.ids()
+            .filter(|&id| r.get(id) != 0)
+            .map(|id| (self.name(id).to_string(), r.get(id)))
+            .collect()
+    }
+}
+
+/// A dense vector of quantities indexed by [`ResourceId`]. Missing trailing entries read as zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Resources(Vec<i64>);
+
+impl Resources {
+    pub fn zero(len: usize) -> Self {
+        Resources(vec![0; len])
+    }
+
+    pub fn get(&self, id: ResourceId) -> i64 {
+        self.0.get(id.0 as usize).copied().unwrap_or(0)
+    }
+
+    pub fn set(&mut self, id: ResourceId, v: i64) {
+        let i = id.0 as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = v;
+    }
+
+    /// Non-zero entries.
+    pub fn iter(&self) -> impl Iterator<Item = (ResourceId, i64)> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| v != 0)
+            .map(|(i, &v)| (ResourceId(i as u16), v))
+    }
+
+    pub fn add(&mut self, other: &Resources) {
+        if other.0.len() > self.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a += b;
+        }
+    }
+
+    pub fn sub(&mut self, other: &Resources) {
+        if other.0.len() > self.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a -= b;
+        }
+    }
+
+    /// Whether `self` fits into `free` in every dimension it requests.
+    pub fn fits_in(&self, free: &Resources) -> bool {
+        self.iter().all(|(id, v)| v <= free.get(id))
+    }
+
+    /// The dimensions where `self` exceeds `free`.
+    pub fn shortfall<'a>(&'a self, free: &'a Resources) -> impl Iterator<Item = ResourceId> + 'a {
+        self.iter()
+            .filter(move |&(id, v)| v > free.get(id))
+            .map(|(id, _)| id)
+    }
+
+    /// Scales every entry by `num / den`, rounding down.
+    pub fn scaled(&self, num: i64, den: i64) -> Resources {
+        Resources(
+            self.0
+                .iter()
+                .map(|&v| ((v as i128 * num as i128) / den as i128) as i64)
+                .collect(),
+        )
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&v| v == 0)
+    }
+}
+
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.iter().map(|(id, v)| format!("{}={v}", id.0)).collect();
+        write!(f, "[{}]", parts.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_do_not_depend_on_input_order() {
+        let a = ResourceNames::new(["b.io/x", "a.io/y", "cpu"]);
+        let b = ResourceNames::new(["a.io/y", "b.io/x"]);
+        assert_eq!(a, b);
+        assert_eq!(a.id("cpu"), Some(CPU));
+        assert_eq!(a.id("nvidia.com/gpu"), Some(GPU));
+        assert_eq!(a.name(ResourceId(4)), "a.io/y");
+    }
+
+    #[test]
+    fn fit_and_shortfall() {
+        let mut req = Resources::zero(4);
+        req.set(CPU, 500);
+        req.set(GPU, 2);
+        let mut free = Resources::zero(4);
+        free.set(CPU, 1000);
+        free.set(GPU, 1);
+        assert!(!req.fits_in(&free));
+        assert_eq!(req.shortfall(&free).collect::<Vec<_>>(), vec![GPU]);
+        free.set(GPU, 2);
+        assert!(req.fits_in(&free));
+    }
+}

@@ -1,0 +1,543 @@
+//! Building a [`Snapshot`] from name-based specs.
+//!
+//! Readers (Kubernetes manifests, the daemon's watch caches, trace files) describe the cluster
+//! with the specs below; [`Snapshot::build`] validates references, interns resource names,
+//! places running pods on their nodes and sorts everything by name, so the same cluster gives
+//! the same snapshot whatever order the objects came in.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use thiserror::Error;
+
+use crate::model::*;
+use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
+
+/// Kubelet's default pod limit, used when a node does not state its own.
+pub const DEFAULT_MAX_PODS: i64 = 110;
+/// GPUs are tracked per device in a 64-bit mask.
+pub const MAX_GPUS_PER_NODE: usize = 64;
+/// The queue that jobs without a queue go to; created when not declared.
+pub const DEFAULT_QUEUE: &str = "default";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub allocatable: ResourceList,
+    /// Per-GPU detail (from NodeTopology). When absent, GPUs `0..n` are assumed in one island.
+    pub gpus: Option<Vec<Gpu>>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSpec {
+    pub namespace: String,
+    pub name: String,
+    /// Scheduled by this scheduler (its `schedulerName` is one of ours).
+    pub ours: bool,
+    /// The PodGroup it belongs to (same namespace), if any.
+    pub group: Option<String>,
+    pub role: Option<String>,
+    /// Sum of container requests (max with init containers), without the pod slot.
+    pub request: ResourceList,
+    pub rules: PlacementRules,
+    pub priority: i32,
+    pub created_ms: i64,
+    pub phase: PodPhase,
+    pub node: Option<String>,
+    pub gpu_ids: Vec<u32>,
+    pub preemptable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupSpec {
+    pub namespace: String,
+    pub name: String,
+    pub queue: Option<String>,
+    pub min_member: i64,
+    pub min_task_member: BTreeMap<String, i64>,
+    pub min_resources: Option<ResourceList>,
+    /// From the group's PriorityClass; when absent the highest priority of its pods is used.
+    pub priority: Option<i32>,
+    pub created_ms: i64,
+    pub phase: JobPhase,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub name: String,
+    pub parent: Option<String>,
+    pub weight: u32,
+    pub capability: Option<ResourceList>,
+    pub guarantee: Option<ResourceList>,
+    pub deserved: Option<ResourceList>,
+    pub reclaimable: bool,
+    pub priority: i32,
+    pub state: QueueState,
+}
+
+impl QueueSpec {
+    pub fn new(name: impl Into<String>) -> Self {
+        QueueSpec {
+            name: name.into(),
+            parent: None,
+            weight: 1,
+            capability: None,
+            guarantee: None,
+            deserved: None,
+            reclaimable: true,
+            priority: 0,
+            state: QueueState::Open,
+        }
+    }
+}
+
+/// Everything a snapshot is built from.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterSpec {
+    pub nodes: Vec<NodeSpec>,
+    pub pods: Vec<PodSpec>,
+    pub groups: Vec<GroupSpec>,
+    pub queues: Vec<QueueSpec>,
+}
+
+/// A problem with one object of the input, naming the object and the field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{kind} {object}: {field}: {message}")]
+pub struct SnapshotError {
+    pub kind: &'static str,
+    pub object: String,
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn err(kind: &'static str, object: &str, field: &'static str, message: String) -> SnapshotError {
+    SnapshotError {
+        kind,
+        object: object.to_string(),
+        field,
+        message,
+    }
+}
+
+/// An immutable, validated picture of the cluster at one instant.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub resources: ResourceNames,
+    pub nodes: Vec<Node>,
+    pub tasks: Vec<Task>,
+    pub jobs: Vec<Job>,
+    pub queues: Vec<Queue>,
+    pub rules: Vec<PlacementRules>,
+    /// Per shape: its placement rules and request (pod slot included).
+    pub shapes: Vec<(RulesId, Resources)>,
+    /// Resources in use on each node when the snapshot was taken (every bound pod, ours or not).
+    pub node_used: Vec<Resources>,
+    /// GPUs in use on each node, one bit per GPU index.
+    pub node_gpus_used: Vec<u64>,
+    /// Bound pods of other schedulers, counted on their nodes and never moved.
+    pub foreign_pods: usize,
+}
+
+impl Snapshot {
+    pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
+        let ClusterSpec {
+            mut nodes,
+            mut pods,
+            mut groups,
+            mut queues,
+        } = spec;
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        groups.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+
+        let names = collect_resource_names(&nodes, &pods, &groups, &queues);
+        let queues = build_queues(&names, &mut queues, &groups, &pods)?;
+        let queue_ids: HashMap<&str, QueueId> =
+            queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+
+        // Nodes.
+        let mut node_ids: HashMap<&str, NodeId> = HashMap::new();
+        let mut built_nodes = Vec::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            if node_ids.insert(n.name.as_str(), id).is_some() {
+                return Err(err("Node", &n.name, "metadata.name", "duplicate node".into()));
+            }
+            let mut allocatable = names.resources(&n.allocatable);
+            if !n.allocatable.contains_key(crate::resources::PODS_NAME) {
+                allocatable.set(PODS, DEFAULT_MAX_PODS);
+            }
+            let count = allocatable.get(GPU).max(0) as usize;
+            if count > MAX_GPUS_PER_NODE {
+                return Err(err(
+                    "Node",
+                    &n.name,
+                    "status.allocatable[nvidia.com/gpu]",
+                    format!("{count} GPUs; at most {MAX_GPUS_PER_NODE} per node are supported"),
+                ));
+            }
+            let gpus = match &n.gpus {
+                Some(g) if g.len() == count => {
+                    let mut g = g.clone();
+                    g.sort_by_key(|g| g.index);
+                    g
+                }
+                _ => (0..count as u32)
+                    .map(|index| Gpu {
+                        index,
+                        uuid: None,
+                        model: None,
+                        memory_mib: None,
+                        nvlink_domain: 0,
+                    })
+                    .collect(),
+            };
+            built_nodes.push(Node {
+                id,
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                taints: n.taints.clone(),
+                unschedulable: n.unschedulable,
+                allocatable,
+                gpus,
+            });
+        }
+
+        // Jobs from PodGroups, then implicit groups of one.
+        let mut job_keys: BTreeMap<String, usize> = BTreeMap::new();
+        struct Draft {
+            spec: GroupSpec,
+            implicit: bool,
+        }
+        let mut drafts: Vec<Draft> = Vec::new();
+        for g in &groups {
+            let key = format!("{}/{}", g.namespace, g.name);
+            if g.min_member < 1 {
+                return Err(err(
+                    "PodGroup",
+                    &key,
+                    "spec.minMember",
+                    format!("must be at least 1, got {}", g.min_member),
+                ));
+            }
+            if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
+                return Err(err(
+                    "PodGroup",
+                    &key,
+                    "spec.minTaskMember",
+                    format!("role {role:?}: must not be negative, got {v}"),
+                ));
+            }
+            if job_keys.insert(key.clone(), drafts.len()).is_some() {
+                return Err(err("PodGroup", &key, "metadata.name", "duplicate PodGroup".into()));
+            }
+            drafts.push(Draft {
+                spec: g.clone(),
+                implicit: false,
+            });
+        }
+        let mut seen_pods = BTreeSet::new();
+        for p in pods.iter().filter(|p| p.ours) {
+            let key = format!("{}/{}", p.namespace, p.name);
+            if !seen_pods.insert(key.clone()) {
+                return Err(err("Pod", &key, "metadata.name", "duplicate pod".into()));
+            }
+            match &p.group {
+                Some(g) => {
+                    let gk = format!("{}/{g}", p.namespace);
+                    if !job_keys.contains_key(&gk) {
+                        return Err(err(
+                            "Pod",
+                            &key,
+                            "metadata.annotations[scheduling.basalt.dev/pod-group]",
+                            format!("names PodGroup {gk}, which does not exist"),
+                        ));
+                    }
+                }
+                None => {
+                    if job_keys.contains_key(&key) {
+                        return Err(err(
+                            "Pod",
+                            &key,
+                            "metadata.name",
+                            format!("has no PodGroup but a PodGroup named {key} exists; name the group explicitly"),
+                        ));
+                    }
+                    job_keys.insert(key.clone(), drafts.len());
+                    drafts.push(Draft {
+                        spec: GroupSpec {
+                            namespace: p.namespace.clone(),
+                            name: p.name.clone(),
+                            queue: None,
+                            min_member: 1,
+                            min_task_member: BTreeMap::new(),
+                            min_resources: None,
+                            priority: Some(p.priority),
+                            created_ms: p.created_ms,
+                            phase: JobPhase::Pending,
+                        },
+                        implicit: true,
+                    });
+                }
+            }
+        }
+        // Jobs sorted by name: `job_keys` is a BTreeMap.
+        let order: Vec<usize> = job_keys.values().copied().collect();
+        let mut job_index: HashMap<usize, JobId> = HashMap::new();
+        for (pos, &d) in order.iter().enumerate() {
+            job_index.insert(d, JobId(pos as u32));
+        }
+
+        // Tasks and node usage.
+        let mut rules_ids: HashMap<PlacementRules, RulesId> = HashMap::new();
+        let mut rules: Vec<PlacementRules> = Vec::new();
+        let mut shape_ids: HashMap<(RulesId, Resources), ShapeId> = HashMap::new();
+        let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
+        let mut node_used: Vec<Resources> = vec![Resources::zero(names.len()); built_nodes.len()];
+        let mut node_gpus_used: Vec<u64> = vec![0; built_nodes.len()];
+        let mut tasks: Vec<Task> = Vec::new();
+        let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
+        let mut foreign_pods = 0;
+        for p in &pods {
+            let key = format!("{}/{}", p.namespace, p.name);
+            let mut request = names.resources(&p.request);
+            request.set(PODS, 1);
+            let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+            let node = match (&p.node, live) {
+                (Some(n), true) => Some(*node_ids.get(n.as_str()).ok_or_else(|| {
+                    err("Pod", &key, "spec.nodeName", format!("names node {n}, which does not exist"))
+                })?),
+                _ => None,
+            };
+            let mut gpu_ids = Vec::new();
+            if let Some(nid) = node {
+                node_used[nid.index()].add(&request);
+                let want = request.get(GPU).max(0) as usize;
+                gpu_ids = claim_gpus(
+                    &mut node_gpus_used[nid.index()],
+                    built_nodes[nid.index()].gpus.len(),
+                    &p.gpu_ids,
+                    want,
+                );
+            }
+            if !p.ours {
+                if node.is_some() {
+                    foreign_pods += 1;
+                }
+                continue;
+            }
+            let job_key = match &p.group {
+                Some(g) => format!("{}/{g}", p.namespace),
+                None => key.clone(),
+            };
+            let job = job_index[&job_keys[&job_key]];
+            let rid = *rules_ids.entry(p.rules.clone()).or_insert_with(|| {
+                rules.push(p.rules.clone());
+                RulesId(rules.len() as u32 - 1)
+            });
+            let shape = *shape_ids.entry((rid, request.clone())).or_insert_with(|| {
+                shapes.push((rid, request.clone()));
+                ShapeId(shapes.len() as u32 - 1)
+            });
+            let state = match (p.phase, node) {
+                (PodPhase::Succeeded, _) => TaskState::Succeeded,
+                (PodPhase::Failed, _) => TaskState::Failed,
+                (_, Some(n)) => TaskState::Bound(n),
+                (_, None) => TaskState::Pending,
+            };
+            let id = TaskId(tasks.len() as u32);
+            job_tasks[job.index()].push(id);
+            tasks.push(Task {
+                id,
+                name: key,
+                job,
+                role: p.role.clone(),
+                request,
+                rules: rid,
+                shape,
+                priority: p.priority,
+                state,
+                gpu_ids,
+                preemptable: p.preemptable,
+            });
+        }
+
+        let mut jobs = Vec::with_capacity(order.len());
+        for (pos, &d) in order.iter().enumerate() {
+            let Draft { spec: g, implicit } = &drafts[d];
+            let name = format!("{}/{}", g.namespace, g.name);
+            let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+            let queue = *queue_ids.get(queue_name).ok_or_else(|| {
+                err("PodGroup", &name, "spec.queue", format!("names queue {queue_name}, which does not exist"))
+            })?;
+            let task_ids = std::mem::take(&mut job_tasks[pos]);
+            let priority = g.priority.unwrap_or_else(|| {
+                task_ids.iter().map(|t| tasks[t.index()].priority).max().unwrap_or(0)
+            });
+            jobs.push(Job {
+                id: JobId(pos as u32),
+                name,
+                queue,
+                min_member: g.min_member as u32,
+                min_task_member: g
+                    .min_task_member
+                    .iter()
+                    .map(|(k, &v)| (k.clone(), v as u32))
+                    .collect(),
+                min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
+                priority,
+                created_ms: g.created_ms,
+                phase: g.phase,
+                tasks: task_ids,
+                implicit: *implicit,
+            });
+        }
+
+        Ok(Snapshot {
+            resources: names,
+            nodes: built_nodes,
+            tasks,
+            jobs,
+            queues,
+            rules,
+            shapes,
+            node_used,
+            node_gpus_used,
+            foreign_pods,
+        })
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn task(&self, id: TaskId) -> &Task {
+        &self.tasks[id.index()]
+    }
+
+    pub fn job(&self, id: JobId) -> &Job {
+        &self.jobs[id.index()]
+    }
+
+    pub fn queue(&self, id: QueueId) -> &Queue {
+        &self.queues[id.index()]
+    }
+}
+
+/// Marks the GPUs a bound pod holds: the ids it names when they are valid and free, otherwise
+/// the lowest free ones.
+fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> Vec<u32> {
+    let valid = named.len() == want
+        && named
+            .iter()
+            .all(|&i| (i as usize) < count && *used & (1u64 << i) == 0);
+    let ids: Vec<u32> = if valid {
+        named.to_vec()
+    } else {
+        (0..count as u32)
+            .filter(|&i| *used & (1u64 << i) == 0)
+            .take(want)
+            .collect()
+    };
+    for &i in &ids {
+        *used |= 1u64 << i;
+    }
+    ids
+}
+
+fn collect_resource_names(
+    nodes: &[NodeSpec],
+    pods: &[PodSpec],
+    groups: &[GroupSpec],
+    queues: &[QueueSpec],
+) -> ResourceNames {
+    let mut all: BTreeSet<&str> = BTreeSet::new();
+    all.extend(nodes.iter().flat_map(|n| n.allocatable.keys().map(String::as_str)));
+    all.extend(pods.iter().flat_map(|p| p.request.keys().map(String::as_str)));
+    all.extend(
+        groups
+            .iter()
+            .flat_map(|g| g.min_resources.iter().flat_map(|r| r.keys().map(String::as_str))),
+    );
+    for q in queues {
+        for list in [&q.capability, &q.guarantee, &q.deserved].into_iter().flatten() {
+            all.extend(list.keys().map(String::as_str));
+        }
+    }
+    ResourceNames::new(all)
+}
+
+/// Resolves queues: adds `default` when a job needs it and none is declared, checks parents and
+/// rejects cycles.
+fn build_queues(
+    names: &ResourceNames,
+    specs: &mut Vec<QueueSpec>,
+    groups: &[GroupSpec],
+    pods: &[PodSpec],
+) -> Result<Vec<Queue>, SnapshotError> {
+    let needs_default = groups.iter().any(|g| g.queue.is_none())
+        || pods.iter().any(|p| p.ours && p.group.is_none());
+    if needs_default && !specs.iter().any(|q| q.name == DEFAULT_QUEUE) {
+        specs.push(QueueSpec::new(DEFAULT_QUEUE));
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    let mut ids: HashMap<&str, QueueId> = HashMap::new();
+    for (i, q) in specs.iter().enumerate() {
+        if ids.insert(q.name.as_str(), QueueId(i as u32)).is_some() {
+            return Err(err("Queue", &q.name, "metadata.name", "duplicate queue".into()));
+        }
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, q) in specs.iter().enumerate() {
+        let parent = match q.parent.as_deref() {
+            None | Some("root") | Some("") => None,
+            Some(p) => Some(*ids.get(p).ok_or_else(|| {
+                err("Queue", &q.name, "spec.parent", format!("names queue {p}, which does not exist"))
+            })?),
+        };
+        if q.weight == 0 {
+            return Err(err("Queue", &q.name, "spec.weight", "must be at least 1".into()));
+        }
+        out.push(Queue {
+            id: QueueId(i as u32),
+            name: q.name.clone(),
+            parent,
+            weight: q.weight,
+            capability: q.capability.as_ref().map(|r| names.resources(r)),
+            guarantee: q.guarantee.as_ref().map(|r| names.resources(r)),
+            deserved: q.deserved.as_ref().map(|r| names.resources(r)),
+            reclaimable: q.reclaimable,
+            priority: q.priority,
+            state: q.state,
+        });
+    }
+    for q in &out {
+        let mut seen = 0;
+        let mut cur = q.parent;
+        while let Some(p) = cur {
+            seen += 1;
+            if p == q.id || seen > out.len() {
+                return Err(err(
+                    "Queue",
+                    &q.name,
+                    "spec.parent",
+                    "parent chain forms a cycle".into(),
+                ));
+            }
+            cur = out[p.index()].parent;
+        }
+    }
+    Ok(out)
+}
