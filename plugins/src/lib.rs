@@ -1,1 +1,49 @@
-//! placeholder
+//! Basalt's scheduling policies and the configuration that picks them.
+//!
+//! - `gang`: all-or-nothing admission by minMember / minTaskMember;
+//! - `priority`: job order by PriorityClass value, then age;
+//! - `predicates`: cordons, taints, node selectors and required node affinity;
+//! - `nodeorder`: `binpack` (default) or `spread` scoring;
+//! - `admission`: `overcommit` enqueue admission and queue `capability`.
+//!
+//! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
+//! cycle. Depends on `basalt-engine` and `basalt-queue` only: no Kubernetes, no I/O.
+
+pub mod admission;
+pub mod config;
+pub mod gang;
+pub mod nodeorder;
+pub mod predicates;
+pub mod priority;
+
+use basalt_engine::{Framework, Plan, ResourceNames, Snapshot};
+
+pub use config::{Config, ConfigError};
+
+/// The framework a config describes, for a cluster with these resource names.
+pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
+    let actions = config.actions.iter().map(|&a| a.into()).collect();
+    let mut fw = Framework::new(
+        actions,
+        Box::new(nodeorder::Utilisation::new(&config.node_order, names)),
+    );
+    if config.priority.enabled {
+        fw.job_order.push(Box::new(priority::Priority));
+    }
+    if config.gang.enabled {
+        fw.job_valid.push(Box::new(gang::Gang));
+        fw.job_ready.push(Box::new(gang::Gang));
+    }
+    fw.admit.push(Box::new(admission::Overcommit {
+        factor_milli: (config.enqueue.overcommit_factor * 1000.0).round() as i64,
+    }));
+    fw.admit.push(Box::new(admission::Capability));
+    fw.task_admit.push(Box::new(admission::Capability));
+    fw.filters.push(Box::new(predicates::Predicates));
+    fw
+}
+
+/// One scheduling cycle of `snapshot` under `config`.
+pub fn schedule(snapshot: &Snapshot, config: &Config) -> Plan {
+    basalt_engine::schedule(snapshot, &framework(config, &snapshot.resources))
+}

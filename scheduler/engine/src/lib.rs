@@ -6,12 +6,18 @@
 //! crate and knows nothing of Kubernetes; policies live in `basalt-plugins`, Kubernetes types in
 //! `basalt-crds`.
 
-pub mod resources;
+pub mod actions;
+pub mod framework;
 pub mod model;
-pub mod snapshot;
 pub mod plan;
+pub mod resources;
+pub mod session;
+pub mod snapshot;
 
+pub use actions::schedule;
+pub use framework::*;
 pub use model::*;
 pub use plan::*;
 pub use resources::*;
+pub use session::*;
 pub use snapshot::*;

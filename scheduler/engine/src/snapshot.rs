@@ -173,7 +173,12 @@ impl Snapshot {
         for (i, n) in nodes.iter().enumerate() {
             let id = NodeId(i as u32);
             if node_ids.insert(n.name.as_str(), id).is_some() {
-                return Err(err("Node", &n.name, "metadata.name", "duplicate node".into()));
+                return Err(err(
+                    "Node",
+                    &n.name,
+                    "metadata.name",
+                    "duplicate node".into(),
+                ));
             }
             let mut allocatable = names.resources(&n.allocatable);
             if !n.allocatable.contains_key(crate::resources::PODS_NAME) {
@@ -241,7 +246,12 @@ impl Snapshot {
                 ));
             }
             if job_keys.insert(key.clone(), drafts.len()).is_some() {
-                return Err(err("PodGroup", &key, "metadata.name", "duplicate PodGroup".into()));
+                return Err(err(
+                    "PodGroup",
+                    &key,
+                    "metadata.name",
+                    "duplicate PodGroup".into(),
+                ));
             }
             drafts.push(Draft {
                 spec: g.clone(),
@@ -317,7 +327,12 @@ impl Snapshot {
             let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
             let node = match (&p.node, live) {
                 (Some(n), true) => Some(*node_ids.get(n.as_str()).ok_or_else(|| {
-                    err("Pod", &key, "spec.nodeName", format!("names node {n}, which does not exist"))
+                    err(
+                        "Pod",
+                        &key,
+                        "spec.nodeName",
+                        format!("names node {n}, which does not exist"),
+                    )
                 })?),
                 _ => None,
             };
@@ -380,11 +395,20 @@ impl Snapshot {
             let name = format!("{}/{}", g.namespace, g.name);
             let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
             let queue = *queue_ids.get(queue_name).ok_or_else(|| {
-                err("PodGroup", &name, "spec.queue", format!("names queue {queue_name}, which does not exist"))
+                err(
+                    "PodGroup",
+                    &name,
+                    "spec.queue",
+                    format!("names queue {queue_name}, which does not exist"),
+                )
             })?;
             let task_ids = std::mem::take(&mut job_tasks[pos]);
             let priority = g.priority.unwrap_or_else(|| {
-                task_ids.iter().map(|t| tasks[t.index()].priority).max().unwrap_or(0)
+                task_ids
+                    .iter()
+                    .map(|t| tasks[t.index()].priority)
+                    .max()
+                    .unwrap_or(0)
             });
             jobs.push(Job {
                 id: JobId(pos as u32),
@@ -464,15 +488,25 @@ fn collect_resource_names(
     queues: &[QueueSpec],
 ) -> ResourceNames {
     let mut all: BTreeSet<&str> = BTreeSet::new();
-    all.extend(nodes.iter().flat_map(|n| n.allocatable.keys().map(String::as_str)));
-    all.extend(pods.iter().flat_map(|p| p.request.keys().map(String::as_str)));
     all.extend(
-        groups
+        nodes
             .iter()
-            .flat_map(|g| g.min_resources.iter().flat_map(|r| r.keys().map(String::as_str))),
+            .flat_map(|n| n.allocatable.keys().map(String::as_str)),
     );
+    all.extend(
+        pods.iter()
+            .flat_map(|p| p.request.keys().map(String::as_str)),
+    );
+    all.extend(groups.iter().flat_map(|g| {
+        g.min_resources
+            .iter()
+            .flat_map(|r| r.keys().map(String::as_str))
+    }));
     for q in queues {
-        for list in [&q.capability, &q.guarantee, &q.deserved].into_iter().flatten() {
+        for list in [&q.capability, &q.guarantee, &q.deserved]
+            .into_iter()
+            .flatten()
+        {
             all.extend(list.keys().map(String::as_str));
         }
     }
@@ -496,7 +530,12 @@ fn build_queues(
     let mut ids: HashMap<&str, QueueId> = HashMap::new();
     for (i, q) in specs.iter().enumerate() {
         if ids.insert(q.name.as_str(), QueueId(i as u32)).is_some() {
-            return Err(err("Queue", &q.name, "metadata.name", "duplicate queue".into()));
+            return Err(err(
+                "Queue",
+                &q.name,
+                "metadata.name",
+                "duplicate queue".into(),
+            ));
         }
     }
     let mut out = Vec::with_capacity(specs.len());
@@ -504,11 +543,21 @@ fn build_queues(
         let parent = match q.parent.as_deref() {
             None | Some("root") | Some("") => None,
             Some(p) => Some(*ids.get(p).ok_or_else(|| {
-                err("Queue", &q.name, "spec.parent", format!("names queue {p}, which does not exist"))
+                err(
+                    "Queue",
+                    &q.name,
+                    "spec.parent",
+                    format!("names queue {p}, which does not exist"),
+                )
             })?),
         };
         if q.weight == 0 {
-            return Err(err("Queue", &q.name, "spec.weight", "must be at least 1".into()));
+            return Err(err(
+                "Queue",
+                &q.name,
+                "spec.weight",
+                "must be at least 1".into(),
+            ));
         }
         out.push(Queue {
             id: QueueId(i as u32),

@@ -1,0 +1,74 @@
+//! Admission: `overcommit` (enqueue a job while its minResources fit what the cluster can still
+//! take) and `capability` (a queue, and each of its ancestors, never holds more than its
+//! capability).
+
+use basalt_engine::actions::{NOT_ENOUGH_RESOURCES, UNSCHEDULABLE};
+use basalt_engine::{Admit, Condition, JobId, Reason, Resources, Session, TaskAdmit, TaskId};
+
+/// Factor as a fraction over 1000, so admission arithmetic stays in integers.
+pub struct Overcommit {
+    pub factor_milli: i64,
+}
+
+impl Admit for Overcommit {
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+        let snap = session.snapshot;
+        let Some(min) = &snap.job(job).min_resources else {
+            return Ok(());
+        };
+        // allocatable × factor − used − reserved by admitted jobs that hold nothing yet.
+        let mut room = session
+            .cluster_allocatable()
+            .scaled(self.factor_milli, 1000);
+        room.sub(&session.cluster_used());
+        room.sub(session.inqueue_reserved());
+        let short: Vec<String> = min
+            .shortfall(&room)
+            .map(|id| {
+                format!(
+                    "{} needs {}, {} left",
+                    snap.resources.name(id),
+                    min.get(id),
+                    room.get(id).max(0)
+                )
+            })
+            .collect();
+        if short.is_empty() {
+            return Ok(());
+        }
+        Err(Condition {
+            kind: UNSCHEDULABLE.to_string(),
+            reason: NOT_ENOUGH_RESOURCES.to_string(),
+            message: format!(
+                "minResources cannot be admitted ({}; room is allocatable × {:.2} less usage and earlier admissions)",
+                short.join(", "),
+                self.factor_milli as f64 / 1000.0
+            ),
+        })
+    }
+}
+
+pub struct Capability;
+
+impl Admit for Capability {
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+        let snap = session.snapshot;
+        let j = snap.job(job);
+        let Some(min) = &j.min_resources else {
+            return Ok(());
+        };
+        basalt_queue::check_capability(session, j.queue, min).map_err(|e| Condition {
+            kind: UNSCHEDULABLE.to_string(),
+            reason: NOT_ENOUGH_RESOURCES.to_string(),
+            message: format!("minResources: {}", e.describe(snap)),
+        })
+    }
+}
+
+impl TaskAdmit for Capability {
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
+        let snap = session.snapshot;
+        let queue = snap.job(snap.task(task).job).queue;
+        basalt_queue::check_capability(session, queue, request).map_err(|e| e.describe(snap).into())
+    }
+}

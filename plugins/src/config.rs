@@ -1,0 +1,154 @@
+//! The scheduler configuration file. Absent fields take defaults; unknown fields are errors that
+//! name the field (`deny_unknown_fields` everywhere).
+
+use std::collections::BTreeMap;
+
+use basalt_engine::Action;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// Actions of a cycle, run in this order.
+    pub actions: Vec<ActionName>,
+    /// Pods whose `spec.schedulerName` is one of these are Basalt's.
+    pub scheduler_names: Vec<String>,
+    pub gang: GangArgs,
+    pub priority: PriorityArgs,
+    pub enqueue: EnqueueArgs,
+    pub node_order: NodeOrderArgs,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            actions: vec![ActionName::Enqueue, ActionName::Allocate],
+            scheduler_names: vec!["basalt".to_string()],
+            gang: GangArgs::default(),
+            priority: PriorityArgs::default(),
+            enqueue: EnqueueArgs::default(),
+            node_order: NodeOrderArgs::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionName {
+    Enqueue,
+    Allocate,
+}
+
+impl From<ActionName> for Action {
+    fn from(a: ActionName) -> Action {
+        match a {
+            ActionName::Enqueue => Action::Enqueue,
+            ActionName::Allocate => Action::Allocate,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GangArgs {
+    /// All-or-nothing admission of minMember (and minTaskMember) members.
+    pub enabled: bool,
+}
+
+impl Default for GangArgs {
+    fn default() -> Self {
+        GangArgs { enabled: true }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct PriorityArgs {
+    /// Order jobs by PriorityClass value, then creation time (then name).
+    pub enabled: bool,
+}
+
+impl Default for PriorityArgs {
+    fn default() -> Self {
+        PriorityArgs { enabled: true }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct EnqueueArgs {
+    /// A job is admitted while its minResources fit in allocatable × this factor, less what is
+    /// in use and what earlier admitted jobs reserved.
+    pub overcommit_factor: f64,
+}
+
+impl Default for EnqueueArgs {
+    fn default() -> Self {
+        EnqueueArgs {
+            overcommit_factor: 1.2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeOrderPolicy {
+    /// Most-allocated first: fill nodes up and keep whole nodes free for big gangs.
+    Binpack,
+    /// Least-allocated first.
+    Spread,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct NodeOrderArgs {
+    pub policy: NodeOrderPolicy,
+    /// Weight of each resource in the utilisation score; resources not listed do not count.
+    pub weights: BTreeMap<String, u32>,
+}
+
+impl Default for NodeOrderArgs {
+    fn default() -> Self {
+        NodeOrderArgs {
+            policy: NodeOrderPolicy::Binpack,
+            weights: [("cpu", 1), ("memory", 1), ("nvidia.com/gpu", 10)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("enqueue.overcommitFactor: must be a finite number of at least 1.0, got {0}")]
+    Overcommit(f64),
+    #[error("actions: must not be empty")]
+    NoActions,
+    #[error("actions: {0:?} is listed twice")]
+    DuplicateAction(ActionName),
+    #[error("schedulerNames: must name at least one scheduler")]
+    NoSchedulerNames,
+}
+
+impl Config {
+    /// Checks what the types alone cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let f = self.enqueue.overcommit_factor;
+        if !f.is_finite() || f < 1.0 {
+            return Err(ConfigError::Overcommit(f));
+        }
+        if self.actions.is_empty() {
+            return Err(ConfigError::NoActions);
+        }
+        for (i, a) in self.actions.iter().enumerate() {
+            if self.actions[..i].contains(a) {
+                return Err(ConfigError::DuplicateAction(*a));
+            }
+        }
+        if self.scheduler_names.is_empty() {
+            return Err(ConfigError::NoSchedulerNames);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! Node scoring as a weighted utilisation of the node's capacity: `binpack` prefers the most
+//! allocated node (GPUs weighted highest by default, so GPU nodes fill up and whole nodes stay
+//! free for big gangs); `spread` prefers the least allocated.
+
+use basalt_engine::{NodeOrder, ResourceNames, Resources};
+
+use crate::config::{NodeOrderArgs, NodeOrderPolicy};
+
+/// Utilisation in millionths per unit of weight.
+const SCALE: u128 = 1_000_000;
+
+pub struct Utilisation {
+    policy: NodeOrderPolicy,
+    /// Weight by resource id; resources without a weight do not count.
+    weights: Vec<u32>,
+}
+
+impl Utilisation {
+    pub fn new(args: &NodeOrderArgs, names: &ResourceNames) -> Self {
+        let weights = names
+            .ids()
+            .map(|id| args.weights.get(names.name(id)).copied().unwrap_or(0))
+            .collect();
+        Utilisation {
+            policy: args.policy,
+            weights,
+        }
+    }
+
+    /// Weighted mean utilisation over the weighted resources the node has, in millionths.
+    pub fn utilisation(&self, allocatable: &Resources, used: &Resources) -> u64 {
+        let (mut sum, mut weight) = (0u128, 0u128);
+        for (id, alloc) in allocatable.iter() {
+            let w = self.weights.get(id.0 as usize).copied().unwrap_or(0) as u128;
+            if w == 0 || alloc <= 0 {
+                continue;
+            }
+            let u = used.get(id).clamp(0, alloc) as u128;
+            sum += w * u * SCALE / alloc as u128;
+            weight += w;
+        }
+        sum.checked_div(weight).unwrap_or(0) as u64
+    }
+}
+
+impl NodeOrder for Utilisation {
+    fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
+        let u = self.utilisation(allocatable, used);
+        match self.policy {
+            NodeOrderPolicy::Binpack => SCALE as u64 - u,
+            NodeOrderPolicy::Spread => u,
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Static node filters: `spec.unschedulable`, taints and tolerations (NoSchedule, NoExecute),
+//! `nodeSelector` and required node affinity with every operator. Resource fit (CPU, memory,
+//! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
+
+use basalt_engine::{
+    Node, NodeFilter, NodeSelectorTerm, PlacementRules, Reason, SelectorOperator,
+    SelectorRequirement, Taint, TaintEffect, Toleration,
+};
+
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+pub struct Predicates;
+
+impl NodeFilter for Predicates {
+    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason> {
+        // kube-scheduler lets pods that tolerate the unschedulable taint onto cordoned nodes.
+        if node.unschedulable && !tolerated(&rules.tolerations, &unschedulable_taint()) {
+            return Err("were unschedulable".into());
+        }
+        if let Some(t) = node
+            .taints
+            .iter()
+            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+            .find(|t| !tolerated(&rules.tolerations, t))
+        {
+            return Err(format!("had untolerated taint {{{}: {}}}", t.key, t.value).into());
+        }
+        if !rules
+            .node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+        {
+            return Err("didn't match node selector".into());
+        }
+        if let Some(affinity) = &rules.affinity {
+            if !affinity.terms.iter().any(|term| term_matches(term, node)) {
+                return Err("didn't match node affinity".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unschedulable_taint() -> Taint {
+    Taint {
+        key: UNSCHEDULABLE_TAINT.to_string(),
+        value: String::new(),
+        effect: TaintEffect::NoSchedule,
+    }
+}
+
+fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| t.tolerates(taint))
+}
+
+/// A term with no requirements matches nothing, as in Kubernetes.
+fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
+        return false;
+    }
+    term.match_expressions
+        .iter()
+        .all(|r| requirement_matches(r, node.labels.get(&r.key).map(String::as_str)))
+        && term.match_fields.iter().all(|r| {
+            // `metadata.name` is the only node field Kubernetes supports here.
+            r.key == "metadata.name" && requirement_matches(r, Some(node.name.as_str()))
+        })
+}
+
+fn requirement_matches(r: &SelectorRequirement, value: Option<&str>) -> bool {
+    match r.operator {
+        SelectorOperator::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
+        SelectorOperator::NotIn => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
+        SelectorOperator::Exists => value.is_some(),
+        SelectorOperator::DoesNotExist => value.is_none(),
+        SelectorOperator::Gt | SelectorOperator::Lt => {
+            let (Some(v), [bound]) = (value, r.values.as_slice()) else {
+                return false;
+            };
+            match (v.parse::<i64>(), bound.parse::<i64>()) {
+                (Ok(v), Ok(b)) if r.operator == SelectorOperator::Gt => v > b,
+                (Ok(v), Ok(b)) => v < b,
+                _ => false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_engine::{NodeId, RequiredNodeAffinity, Resources, TolerationOperator};
+    use std::collections::BTreeMap;
+
+    fn node(labels: &[(&str, &str)]) -> Node {
+        Node {
+            id: NodeId(0),
+            name: "n1".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            taints: vec![],
+            unschedulable: false,
+            allocatable: Resources::default(),
+            gpus: vec![],
+        }
+    }
+
+    fn req(key: &str, op: SelectorOperator, values: &[&str]) -> SelectorRequirement {
+        SelectorRequirement {
+            key: key.into(),
+            operator: op,
+            values: values.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn affinity(reqs: Vec<SelectorRequirement>) -> PlacementRules {
+        PlacementRules {
+            affinity: Some(RequiredNodeAffinity {
+                terms: vec![NodeSelectorTerm {
+                    match_expressions: reqs,
+                    match_fields: vec![],
+                }],
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_operator() {
+        use SelectorOperator::*;
+        let n = node(&[("zone", "a"), ("gen", "9")]);
+        let ok = |r| Predicates.filter(&affinity(vec![r]), &n).is_ok();
+        assert!(ok(req("zone", In, &["a", "b"])));
+        assert!(!ok(req("zone", In, &["b"])));
+        assert!(ok(req("zone", NotIn, &["b"])));
+        assert!(ok(req("missing", NotIn, &["b"])));
+        assert!(!ok(req("zone", NotIn, &["a"])));
+        assert!(ok(req("zone", Exists, &[])));
+        assert!(!ok(req("missing", Exists, &[])));
+        assert!(ok(req("missing", DoesNotExist, &[])));
+        assert!(!ok(req("zone", DoesNotExist, &[])));
+        assert!(ok(req("gen", Gt, &["8"])));
+        assert!(!ok(req("gen", Gt, &["9"])));
+        assert!(ok(req("gen", Lt, &["10"])));
+        assert!(
+            !ok(req("zone", Lt, &["10"])),
+            "non-numeric label never matches Gt/Lt"
+        );
+    }
+
+    #[test]
+    fn match_fields_on_node_name_and_terms_are_ored() {
+        let n = node(&[]);
+        let rules = PlacementRules {
+            affinity: Some(RequiredNodeAffinity {
+                terms: vec![
+                    NodeSelectorTerm {
+                        match_expressions: vec![req("zone", SelectorOperator::Exists, &[])],
+                        match_fields: vec![],
+                    },
+                    NodeSelectorTerm {
+                        match_expressions: vec![],
+                        match_fields: vec![req("metadata.name", SelectorOperator::In, &["n1"])],
+                    },
+                ],
+            }),
+            ..Default::default()
+        };
+        assert!(Predicates.filter(&rules, &n).is_ok());
+        let empty = PlacementRules {
+            affinity: Some(RequiredNodeAffinity {
+                terms: vec![NodeSelectorTerm::default()],
+            }),
+            ..Default::default()
+        };
+        assert!(Predicates.filter(&empty, &n).is_err());
+    }
+
+    #[test]
+    fn taints_and_cordons() {
+        let mut n = node(&[]);
+        n.taints = vec![
+            Taint {
+                key: "gpu".into(),
+                value: "h100".into(),
+                effect: TaintEffect::NoSchedule,
+            },
+            Taint {
+                key: "soft".into(),
+                value: String::new(),
+                effect: TaintEffect::PreferNoSchedule,
+            },
+        ];
+        let none = PlacementRules::default();
+        assert_eq!(
+            Predicates.filter(&none, &n).unwrap_err(),
+            "had untolerated taint {gpu: h100}"
+        );
+        let tolerate = PlacementRules {
+            tolerations: vec![Toleration {
+                key: "gpu".into(),
+                operator: TolerationOperator::Equal,
+                value: "h100".into(),
+                effect: Some(TaintEffect::NoSchedule),
+            }],
+            ..Default::default()
+        };
+        assert!(Predicates.filter(&tolerate, &n).is_ok());
+        n.unschedulable = true;
+        assert_eq!(
+            Predicates.filter(&tolerate, &n).unwrap_err(),
+            "were unschedulable"
+        );
+        let everything = PlacementRules {
+            tolerations: vec![Toleration {
+                key: String::new(),
+                operator: TolerationOperator::Exists,
+                value: String::new(),
+                effect: None,
+            }],
+            node_selector: BTreeMap::new(),
+            affinity: None,
+        };
+        assert!(Predicates.filter(&everything, &n).is_ok());
+    }
+}

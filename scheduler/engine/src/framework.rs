@@ -1,0 +1,141 @@
+//! Extension points. Each is one small trait; a [`Framework`] is a plain value holding the
+//! configured plugins (no global registration), built by `basalt-plugins` from the config.
+
+use std::cmp::Ordering;
+
+use crate::model::{Job, JobId, Node, PlacementRules, TaskId};
+use crate::plan::Condition;
+use crate::resources::Resources;
+use crate::session::Session;
+
+/// A reason a node cannot take a pod, aggregated per job the way kube-scheduler does
+/// ("300 didn't match node selector").
+pub type Reason = std::borrow::Cow<'static, str>;
+
+/// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
+pub trait JobOrder: Send + Sync {
+    fn compare(&self, a: &Job, b: &Job) -> Ordering;
+}
+
+/// Whether a job may be scheduled at all this cycle (e.g. it has fewer pods than its minimum).
+pub trait JobValid: Send + Sync {
+    fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition>;
+}
+
+/// Whether the members a job holds (bound, running, succeeded or placed in the open statement)
+/// are enough to let it start.
+pub trait JobReady: Send + Sync {
+    fn ready(&self, session: &Session, job: JobId) -> bool;
+}
+
+/// Admission of a pending job into the schedulable set (the `enqueue` action).
+pub trait Admit: Send + Sync {
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition>;
+}
+
+/// A per-task check on the job's side of a placement (e.g. its queue's capability), evaluated
+/// before any node is searched. `request` is what the task would add.
+pub trait TaskAdmit: Send + Sync {
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason>;
+}
+
+/// A static node filter: its answer may depend only on the pod's placement rules and the node's
+/// labels, taints and schedulability, never on free capacity. That is what lets a session
+/// evaluate it once per distinct set of rules instead of once per pod. Capacity fit (every
+/// resource, and whole GPUs per device) is the engine's own check.
+pub trait NodeFilter: Send + Sync {
+    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason>;
+}
+
+/// Node preference as a function of the node's capacity and usage alone; lower keys are better.
+/// Because nodes with equal allocatable order the same way for any request, the session keeps
+/// them in sorted buckets and never scores every node for every pod.
+pub trait NodeOrder: Send + Sync {
+    fn key(&self, allocatable: &Resources, used: &Resources) -> u64;
+}
+
+/// The actions a cycle runs, in the configured order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Enqueue,
+    Allocate,
+}
+
+/// The configured plugins and actions of one scheduler.
+pub struct Framework {
+    pub actions: Vec<Action>,
+    pub job_order: Vec<Box<dyn JobOrder>>,
+    pub job_valid: Vec<Box<dyn JobValid>>,
+    pub job_ready: Vec<Box<dyn JobReady>>,
+    pub admit: Vec<Box<dyn Admit>>,
+    pub task_admit: Vec<Box<dyn TaskAdmit>>,
+    pub filters: Vec<Box<dyn NodeFilter>>,
+    pub node_order: Box<dyn NodeOrder>,
+}
+
+impl Framework {
+    /// A framework with the given actions and node order and no other plugins.
+    pub fn new(actions: Vec<Action>, node_order: Box<dyn NodeOrder>) -> Self {
+        Framework {
+            actions,
+            job_order: Vec::new(),
+            job_valid: Vec::new(),
+            job_ready: Vec::new(),
+            admit: Vec::new(),
+            task_admit: Vec::new(),
+            filters: Vec::new(),
+            node_order,
+        }
+    }
+
+    pub fn compare_jobs(&self, a: &Job, b: &Job) -> Ordering {
+        self.job_order
+            .iter()
+            .map(|o| o.compare(a, b))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| a.name.cmp(&b.name))
+    }
+
+    pub fn validate_job(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+        self.job_valid
+            .iter()
+            .try_for_each(|p| p.validate(session, job))
+    }
+
+    /// With no readiness plugin every placed member is enough (no gang semantics).
+    pub fn job_ready(&self, session: &Session, job: JobId) -> bool {
+        self.job_ready.iter().all(|p| p.ready(session, job))
+    }
+
+    pub fn admit_job(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+        self.admit.iter().try_for_each(|p| p.admit(session, job))
+    }
+
+    pub fn admit_task(
+        &self,
+        session: &Session,
+        task: TaskId,
+        request: &Resources,
+    ) -> Result<(), Reason> {
+        self.task_admit
+            .iter()
+            .try_for_each(|p| p.admit(session, task, request))
+    }
+
+    pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason> {
+        self.filters.iter().try_for_each(|f| f.filter(rules, node))
+    }
+}
+
+/// Least-allocated order with equal weights, the neutral default.
+pub struct LeastAllocated;
+
+impl NodeOrder for LeastAllocated {
+    fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
+        allocatable
+            .iter()
+            .filter(|&(_, a)| a > 0)
+            .map(|(id, a)| (used.get(id).clamp(0, a) as u128 * 1_000_000 / a as u128) as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,89 @@
+//! `basalt-sim bench`: how fast the engine places a synthetic backlog, so a user can size the
+//! scheduler for their cluster.
+
+use std::time::Instant;
+
+use basalt_engine::Snapshot;
+use basalt_plugins::Config;
+use serde::Serialize;
+
+use crate::synthetic::Synthetic;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BenchReport {
+    pub nodes: usize,
+    pub pods: usize,
+    pub gang_size: usize,
+    pub gpus_per_node: u32,
+    pub gpus_per_pod: u32,
+    pub pods_placed: usize,
+    pub gangs_running: usize,
+    /// Building the snapshot from specs (sorting, interning, validation).
+    pub snapshot_ms: f64,
+    /// One scheduling cycle (the engine only), best of `runs`.
+    pub cycle_ms: f64,
+    pub pods_per_second: f64,
+    pub runs: usize,
+}
+
+pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<BenchReport> {
+    let spec = setup.cluster();
+    let start = Instant::now();
+    let snapshot = Snapshot::build(spec)?;
+    let snapshot_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut best = f64::INFINITY;
+    let mut plan = None;
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        let p = basalt_plugins::schedule(&snapshot, config);
+        best = best.min(start.elapsed().as_secs_f64());
+        plan = Some(p);
+    }
+    let plan = plan.expect("at least one run");
+    let placed = plan.bindings.len();
+    Ok(BenchReport {
+        nodes: setup.nodes,
+        pods: setup.pods,
+        gang_size: setup.gang_size,
+        gpus_per_node: setup.gpus_per_node,
+        gpus_per_pod: setup.gpus_per_pod,
+        pods_placed: placed,
+        gangs_running: plan
+            .pod_groups
+            .iter()
+            .filter(|g| g.phase == basalt_engine::JobPhase::Running)
+            .count(),
+        snapshot_ms,
+        cycle_ms: best * 1e3,
+        pods_per_second: if best > 0.0 {
+            placed as f64 / best
+        } else {
+            0.0
+        },
+        runs: runs.max(1),
+    })
+}
+
+impl BenchReport {
+    pub fn text(&self) -> String {
+        format!(
+            "cluster: {} nodes × {} GPUs; backlog: {} pods in gangs of {} ({} GPU each)\n\
+             placed: {} pods, {} gangs running\n\
+             snapshot build: {:.1} ms\n\
+             cycle: {:.1} ms (best of {})\n\
+             throughput: {:.0} pods/s\n",
+            self.nodes,
+            self.gpus_per_node,
+            self.pods,
+            self.gang_size,
+            self.gpus_per_pod,
+            self.pods_placed,
+            self.gangs_running,
+            self.snapshot_ms,
+            self.cycle_ms,
+            self.runs,
+            self.pods_per_second
+        )
+    }
+}
