@@ -4,8 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-mod bench;
-mod synthetic;
+use basalt_sim::{bench, synthetic};
 
 #[derive(Parser)]
 #[command(

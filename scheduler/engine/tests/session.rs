@@ -1,0 +1,133 @@
+//! Session and statement behaviour without any policy plugin.
+
+use std::collections::BTreeMap;
+
+use basalt_engine::*;
+
+fn list(items: &[(&str, i64)]) -> ResourceList {
+    items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
+    ClusterSpec {
+        nodes: (0..nodes)
+            .map(|i| NodeSpec {
+                name: format!("n{i}"),
+                allocatable: list(&[("cpu", 8000), ("nvidia.com/gpu", gpus)]),
+                ..Default::default()
+            })
+            .collect(),
+        pods: (0..pods)
+            .map(|i| PodSpec {
+                namespace: "ns".into(),
+                name: format!("p{i}"),
+                ours: true,
+                group: Some("g".into()),
+                request: list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]),
+                ..Default::default()
+            })
+            .collect(),
+        groups: vec![GroupSpec {
+            namespace: "ns".into(),
+            name: "g".into(),
+            queue: None,
+            min_member: pods as i64,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            priority: None,
+            created_ms: 0,
+            phase: JobPhase::Inqueue,
+        }],
+        queues: vec![],
+    }
+}
+
+#[test]
+fn discard_restores_capacity_and_gpus() {
+    let snap = Snapshot::build(spec(1, 4, 3)).unwrap();
+    let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    let mut s = Session::new(&snap, &fw);
+    let mut stmt = s.statement();
+    let n0 = s.find_node(TaskId(0)).unwrap();
+    s.allocate(&mut stmt, TaskId(0), n0);
+    let n1 = s.find_node(TaskId(1)).unwrap();
+    s.allocate(&mut stmt, TaskId(1), n1);
+    assert!(
+        s.find_node(TaskId(2)).is_err(),
+        "4 GPUs hold two 2-GPU pods"
+    );
+    assert_eq!(s.used(NodeId(0)).get(GPU), 4);
+    s.discard(stmt);
+    assert_eq!(s.used(NodeId(0)).get(GPU), 0);
+    assert_eq!(*s.task_status(TaskId(0)), TaskStatus::Pending);
+    // Capacity came back, so the shape that failed may be tried again.
+    assert!(s.find_node(TaskId(2)).is_ok());
+    assert!(s.into_plan().bindings.is_empty());
+}
+
+#[test]
+fn committed_gpus_are_distinct_and_reported() {
+    let snap = Snapshot::build(spec(1, 4, 2)).unwrap();
+    let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    let plan = schedule(&snap, &fw);
+    assert_eq!(plan.bindings.len(), 2);
+    assert_eq!(plan.bindings[0].gpus, vec![0, 1]);
+    assert_eq!(plan.bindings[1].gpus, vec![2, 3]);
+    assert_eq!(plan.pod_groups[0].phase, JobPhase::Running);
+}
+
+#[test]
+fn failure_message_aggregates_reasons() {
+    let snap = Snapshot::build(spec(3, 1, 1)).unwrap();
+    let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    let plan = schedule(&snap, &fw);
+    assert!(plan.bindings.is_empty());
+    let c = &plan.pod_groups[0].conditions[0];
+    assert_eq!(c.reason, "NotEnoughResources");
+    assert!(
+        c.message
+            .ends_with("0/3 nodes are available: 3 insufficient nvidia.com/gpu."),
+        "{}",
+        c.message
+    );
+}
+
+#[test]
+fn snapshot_errors_name_object_and_field() {
+    let mut s = spec(1, 4, 1);
+    s.groups[0].min_member = 0;
+    let e = Snapshot::build(s).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "PodGroup ns/g: spec.minMember: must be at least 1, got 0"
+    );
+
+    let mut s = spec(1, 4, 1);
+    s.pods[0].group = Some("missing".into());
+    let e = Snapshot::build(s).unwrap_err();
+    assert!(e.to_string().starts_with("Pod ns/p0: "), "{e}");
+    assert!(e.to_string().contains("ns/missing"), "{e}");
+
+    let mut s = spec(1, 4, 1);
+    s.queues.push(QueueSpec {
+        parent: Some("nowhere".into()),
+        ..QueueSpec::new("team")
+    });
+    let e = Snapshot::build(s).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Queue team: spec.parent: names queue nowhere, which does not exist"
+    );
+
+    let mut s = spec(1, 4, 1);
+    s.queues.push(QueueSpec {
+        parent: Some("b".into()),
+        ..QueueSpec::new("a")
+    });
+    s.queues.push(QueueSpec {
+        parent: Some("a".into()),
+        ..QueueSpec::new("b")
+    });
+    let e = Snapshot::build(s).unwrap_err();
+    assert!(e.to_string().contains("cycle"), "{e}");
+}

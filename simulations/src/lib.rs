@@ -1,0 +1,5 @@
+//! `basalt-sim` as a library: synthetic clusters, the benchmark, and the `plan` command's
+//! rendering, shared by the binary, the tests and `cargo bench`.
+
+pub mod bench;
+pub mod synthetic;
