@@ -1,1 +1,66 @@
-//! placeholder
+//! Basalt's Kubernetes surface: the `scheduling.basalt.dev/v1alpha1` custom resources
+//! (PodGroup, Queue, NodeTopology), readers for manifest files (Basalt's and Volcano's objects,
+//! Nodes, Pods and PriorityClasses) and their conversion into the engine's model.
+//!
+//! Dependency rule: this crate knows Kubernetes types (k8s-openapi, kube's derive) but talks to
+//! no cluster: no kube client, no async runtime. Of Basalt's crates it depends on the engine
+//! only. Bad input gives an error naming the file, the object and the field; it never panics.
+
+pub mod convert;
+pub mod crdgen;
+pub mod quantity;
+pub mod read;
+pub mod types;
+
+use std::path::{Path, PathBuf};
+
+use basalt_engine::Snapshot;
+use thiserror::Error;
+
+pub use convert::{build_snapshot, cluster_spec, ConvertError, ConvertOptions};
+pub use quantity::QuantityError;
+pub use read::{read_objects, Loaded, Object, ReadError};
+pub use types::{
+    NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec, PodGroupStatus, Queue, QueueSpec,
+    QueueStatus,
+};
+
+/// Anything [`load_files`] can fail with.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
+}
+
+/// Reads every file (labelled by its path as given) and builds one snapshot from all their
+/// objects. Returns the snapshot and the warnings about skipped documents.
+pub fn load_files(
+    paths: &[PathBuf],
+    options: &ConvertOptions,
+) -> Result<(Snapshot, Vec<String>), Error> {
+    let mut objects = Vec::new();
+    let mut warnings = Vec::new();
+    for path in paths {
+        let loaded = read_file(path)?;
+        objects.extend(loaded.objects);
+        warnings.extend(loaded.warnings);
+    }
+    let snapshot = build_snapshot(&objects, options)?;
+    Ok((snapshot, warnings))
+}
+
+/// Reads one manifest file, labelled by its path as given.
+pub fn read_file(path: &Path) -> Result<Loaded, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(read_objects(&path.display().to_string(), &text)?)
+}

@@ -2,4 +2,5 @@
 //! rendering, shared by the binary, the tests and `cargo bench`.
 
 pub mod bench;
+pub mod plan;
 pub mod synthetic;

@@ -1,10 +1,11 @@
 //! `basalt-sim`: what Basalt would do on a cluster, without a cluster.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use basalt_sim::{bench, synthetic};
+use basalt_sim::{bench, plan, synthetic};
 
 #[derive(Parser)]
 #[command(
@@ -23,8 +24,31 @@ enum Output {
     Json,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum PlanOutput {
+    Text,
+    Json,
+    Yaml,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run one scheduling cycle over cluster dumps and print the plan (what Basalt would do).
+    /// Without --snapshot, plans the built-in example cluster.
+    Plan {
+        /// Manifest files: multi-document YAML, JSON, or `kind: List` as `kubectl get -o yaml`
+        /// prints them (Nodes, Pods, PriorityClasses, PodGroups, Queues, NodeTopologies).
+        #[arg(long = "snapshot", value_name = "FILE")]
+        snapshots: Vec<PathBuf>,
+        /// Scheduler config (YAML); defaults apply to absent fields.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Pods with this schedulerName are Basalt's (repeatable; overrides the config).
+        #[arg(long = "scheduler-name", value_name = "NAME")]
+        scheduler_names: Vec<String>,
+        #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
+        output: PlanOutput,
+    },
     /// Place a synthetic backlog of gangs and report pods placed per second and cycle time.
     Bench {
         #[arg(long, default_value_t = 5000)]
@@ -62,6 +86,42 @@ fn main() -> ExitCode {
 /// Builds the whole output before printing, so a failure never leaves half a result on stdout.
 fn run(cli: Cli) -> anyhow::Result<String> {
     match cli.command {
+        Command::Plan {
+            snapshots,
+            config,
+            scheduler_names,
+            output,
+        } => {
+            let mut config = plan::load_config(config.as_deref())?;
+            if !scheduler_names.is_empty() {
+                config.scheduler_names = scheduler_names;
+            }
+            let options = basalt_crds::ConvertOptions {
+                scheduler_names: config.scheduler_names.clone(),
+            };
+            let (snapshot, warnings) = if snapshots.is_empty() {
+                eprintln!(
+                    "basalt-sim: no --snapshot given; planning {}",
+                    plan::EXAMPLE_LABEL
+                );
+                let loaded = basalt_crds::read_objects(plan::EXAMPLE_LABEL, plan::EXAMPLE_CLUSTER)?;
+                (
+                    basalt_crds::build_snapshot(&loaded.objects, &options)?,
+                    loaded.warnings,
+                )
+            } else {
+                basalt_crds::load_files(&snapshots, &options)?
+            };
+            for w in warnings {
+                eprintln!("basalt-sim: warning: {w}");
+            }
+            let result = basalt_plugins::schedule(&snapshot, &config);
+            Ok(match output {
+                PlanOutput::Text => plan::render_text(&snapshot, &result),
+                PlanOutput::Json => serde_json::to_string_pretty(&result)? + "\n",
+                PlanOutput::Yaml => serde_yaml::to_string(&result)?,
+            })
+        }
         Command::Bench {
             nodes,
             pods,

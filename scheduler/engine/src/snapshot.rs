@@ -271,7 +271,7 @@ impl Snapshot {
                         return Err(err(
                             "Pod",
                             &key,
-                            "metadata.annotations[scheduling.basalt.dev/pod-group]",
+                            "metadata.labels/annotations (pod group)",
                             format!("names PodGroup {gk}, which does not exist"),
                         ));
                     }

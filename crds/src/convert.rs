@@ -1,0 +1,729 @@
+//! Kubernetes objects to the engine's name-based specs ([`ClusterSpec`]), and on to a
+//! [`Snapshot`].
+//!
+//! The rules follow Kubernetes where it has one (pod requests, limits standing in for missing
+//! requests, init containers, priority classes) and Volcano where Basalt reads its objects.
+//! Every error names the source (file and document), the object and the field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use basalt_engine::{
+    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
+    PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,
+    Snapshot, SnapshotError, Taint, TaintEffect, Toleration, TolerationOperator, MAX_GPUS_PER_NODE,
+};
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use thiserror::Error;
+
+use crate::quantity;
+use crate::read::Object;
+use crate::types::{NodeTopology, PodGroup, Queue};
+
+/// Label or annotation naming a pod's PodGroup (same namespace).
+pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";
+/// Volcano's annotation naming a pod's PodGroup.
+pub const VOLCANO_GROUP_NAME: &str = "scheduling.k8s.io/group-name";
+/// scheduler-plugins' (coscheduling) label naming a pod's PodGroup.
+pub const SCHEDULER_PLUGINS_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+/// Label or annotation naming a pod's role inside its gang.
+pub const ROLE: &str = "scheduling.basalt.dev/role";
+/// Volcano's label / annotation naming a pod's task inside its job.
+pub const VOLCANO_TASK_SPEC: &str = "volcano.sh/task-spec";
+/// Annotation listing the GPU indices a bound pod holds (`0,1,2,3`).
+pub const GPU_IDS: &str = "scheduling.basalt.dev/gpu-ids";
+/// Label or annotation; `"false"` protects a pod from preemption and reclaim.
+pub const PREEMPTABLE: &str = "scheduling.basalt.dev/preemptable";
+/// Volcano's spelling of [`PREEMPTABLE`].
+pub const VOLCANO_PREEMPTABLE: &str = "volcano.sh/preemptable";
+
+/// Kubernetes' built-in priority classes, which exist in every cluster without a manifest.
+const BUILTIN_PRIORITY_CLASSES: [(&str, i32); 2] = [
+    ("system-cluster-critical", 2_000_000_000),
+    ("system-node-critical", 2_000_001_000),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvertOptions {
+    /// `spec.schedulerName` values that mean "scheduled by Basalt".
+    pub scheduler_names: Vec<String>,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            scheduler_names: vec!["basalt".to_string()],
+        }
+    }
+}
+
+/// An object that cannot be converted or that the engine rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub struct ConvertError {
+    /// Where the object came from (`cluster.yaml: document 3`); unknown for objects the engine
+    /// made itself, such as the implicit `default` queue.
+    pub origin: Option<String>,
+    pub kind: String,
+    /// `namespace/name` or `name`.
+    pub object: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(o) = &self.origin {
+            write!(f, "{o}: ")?;
+        }
+        write!(
+            f,
+            "{} {}: {}: {}",
+            self.kind, self.object, self.field, self.message
+        )
+    }
+}
+
+/// Builds the engine's cluster description. `objects` pairs each object with its source label.
+pub fn cluster_spec(
+    objects: &[(String, Object)],
+    options: &ConvertOptions,
+) -> Result<ClusterSpec, ConvertError> {
+    let priorities = Priorities::collect(objects)?;
+    let topologies = collect_topologies(objects)?;
+    let mut spec = ClusterSpec::default();
+    for (origin, object) in objects {
+        let cx = Cx {
+            origin,
+            kind: object.kind(),
+            object: object.key(),
+        };
+        match object {
+            Object::Node(n) => spec.nodes.push(node(&cx, n, &topologies)?),
+            Object::Pod(p) => spec.pods.push(pod(&cx, p, &priorities, options)?),
+            Object::PodGroup(g) => spec.groups.push(group(&cx, g, &priorities)?),
+            Object::Queue(q) => spec.queues.push(queue(&cx, q)?),
+            Object::PriorityClass(_) | Object::NodeTopology(_) => {}
+        }
+    }
+    Ok(spec)
+}
+
+/// [`cluster_spec`] then [`Snapshot::build`]; the engine's errors gain the source of the
+/// object they name.
+pub fn build_snapshot(
+    objects: &[(String, Object)],
+    options: &ConvertOptions,
+) -> Result<Snapshot, ConvertError> {
+    let spec = cluster_spec(objects, options)?;
+    Snapshot::build(spec).map_err(|e| locate(objects, e))
+}
+
+fn locate(objects: &[(String, Object)], e: SnapshotError) -> ConvertError {
+    // Later objects win, so a duplicate is reported where the second copy is.
+    let origins: HashMap<(&str, String), &str> = objects
+        .iter()
+        .map(|(origin, o)| ((o.kind(), o.key()), origin.as_str()))
+        .collect();
+    let find = |kind: &'static str| origins.get(&(kind, e.object.clone())).copied();
+    // The engine reports a pod without a PodGroup under its implicit group's name.
+    let origin = find(e.kind).or_else(|| (e.kind == "PodGroup").then(|| find("Pod")).flatten());
+    ConvertError {
+        origin: origin.map(str::to_string),
+        kind: e.kind.to_string(),
+        object: e.object,
+        field: e.field.to_string(),
+        message: e.message,
+    }
+}
+
+/// The object being converted, for errors.
+struct Cx<'a> {
+    origin: &'a str,
+    kind: &'static str,
+    object: String,
+}
+
+impl Cx<'_> {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> ConvertError {
+        ConvertError {
+            origin: Some(self.origin.to_string()),
+            kind: self.kind.to_string(),
+            object: self.object.clone(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Parses a resource list found at `field` (`status.allocatable`).
+    fn resources(
+        &self,
+        field: &str,
+        list: &BTreeMap<String, Quantity>,
+    ) -> Result<ResourceList, ConvertError> {
+        quantity::parse_list(list)
+            .map_err(|(name, e)| self.err(format!("{field}[{name}]"), e.to_string()))
+    }
+
+    fn name<'m>(&self, meta: &'m ObjectMeta) -> Result<&'m str, ConvertError> {
+        match meta.name.as_deref() {
+            Some(n) if !n.is_empty() => Ok(n),
+            _ => Err(self.err("metadata.name", "missing")),
+        }
+    }
+}
+
+fn created_ms(meta: &ObjectMeta) -> i64 {
+    meta.creation_timestamp
+        .as_ref()
+        .map_or(0, |Time(t)| t.as_millisecond())
+}
+
+fn namespace(meta: &ObjectMeta) -> String {
+    meta.namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// A label, else an annotation, of that name.
+fn label_or_annotation<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
+    let get = |m: &'m Option<BTreeMap<String, String>>| m.as_ref()?.get(key).map(String::as_str);
+    get(&meta.labels).or_else(|| get(&meta.annotations))
+}
+
+fn annotation<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Priority classes
+// ---------------------------------------------------------------------------------------------
+
+struct Priorities {
+    classes: HashMap<String, i32>,
+    /// The `globalDefault` class's value. With several, Kubernetes uses the lowest value.
+    global_default: Option<i32>,
+}
+
+impl Priorities {
+    fn collect(objects: &[(String, Object)]) -> Result<Priorities, ConvertError> {
+        let mut classes = HashMap::new();
+        let mut global_default: Option<i32> = None;
+        for (origin, object) in objects {
+            let Object::PriorityClass(pc) = object else {
+                continue;
+            };
+            let cx = Cx {
+                origin,
+                kind: "PriorityClass",
+                object: object.key(),
+            };
+            let name = cx.name(&pc.metadata)?;
+            if classes.insert(name.to_string(), pc.value).is_some() {
+                return Err(cx.err("metadata.name", "duplicate PriorityClass"));
+            }
+            if pc.global_default == Some(true) {
+                global_default = Some(global_default.map_or(pc.value, |v| v.min(pc.value)));
+            }
+        }
+        Ok(Priorities {
+            classes,
+            global_default,
+        })
+    }
+
+    /// The value of a named class, or an error at `field` when it does not exist.
+    fn lookup(&self, cx: &Cx, field: &str, name: &str) -> Result<i32, ConvertError> {
+        self.classes
+            .get(name)
+            .copied()
+            .or_else(|| {
+                BUILTIN_PRIORITY_CLASSES
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|&(_, v)| v)
+            })
+            .ok_or_else(|| {
+                cx.err(
+                    field,
+                    format!("names PriorityClass {name}, which does not exist"),
+                )
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nodes
+// ---------------------------------------------------------------------------------------------
+
+fn collect_topologies(
+    objects: &[(String, Object)],
+) -> Result<HashMap<String, Vec<Gpu>>, ConvertError> {
+    let mut out = HashMap::new();
+    for (origin, object) in objects {
+        let Object::NodeTopology(t) = object else {
+            continue;
+        };
+        let cx = Cx {
+            origin,
+            kind: "NodeTopology",
+            object: object.key(),
+        };
+        let name = cx.name(&t.metadata)?.to_string();
+        let gpus = topology_gpus(&cx, t)?;
+        if out.insert(name, gpus).is_some() {
+            return Err(cx.err("metadata.name", "duplicate NodeTopology"));
+        }
+    }
+    Ok(out)
+}
+
+/// The per-GPU detail of a NodeTopology. A GPU's NVLink domain is the index of the island that
+/// holds it; GPUs outside every island get domains of their own after the islands'; with no
+/// islands at all, every GPU is in domain 0.
+fn topology_gpus(cx: &Cx, t: &NodeTopology) -> Result<Vec<Gpu>, ConvertError> {
+    let n = t.spec.gpus.len();
+    if n > MAX_GPUS_PER_NODE {
+        return Err(cx.err(
+            "spec.gpus",
+            format!("{n} GPUs; at most {MAX_GPUS_PER_NODE} per node are supported"),
+        ));
+    }
+    // Indices must be 0..n: the engine tracks GPUs by index in a bit mask of that size.
+    let mut by_index: Vec<Option<usize>> = vec![None; n];
+    for (pos, g) in t.spec.gpus.iter().enumerate() {
+        let field = format!("spec.gpus[{pos}].index");
+        let slot = by_index.get_mut(g.index as usize).ok_or_else(|| {
+            cx.err(
+                &field,
+                format!("GPU index {} out of range: indices must be 0..{n}", g.index),
+            )
+        })?;
+        if slot.replace(pos).is_some() {
+            return Err(cx.err(&field, format!("duplicate GPU index {}", g.index)));
+        }
+    }
+    let mut domain: Vec<Option<u32>> = vec![None; n];
+    for (i, island) in t.spec.islands.iter().enumerate() {
+        for (j, &index) in island.iter().enumerate() {
+            let field = format!("spec.islands[{i}][{j}]");
+            let slot = domain
+                .get_mut(index as usize)
+                .ok_or_else(|| cx.err(&field, format!("GPU index {index} is not in spec.gpus")))?;
+            if let Some(other) = slot.replace(i as u32) {
+                return Err(cx.err(&field, format!("GPU {index} is already in island {other}")));
+            }
+        }
+    }
+    let mut next_lonely = t.spec.islands.len() as u32;
+    let mut gpus = Vec::with_capacity(n);
+    for (index, pos) in by_index.into_iter().enumerate() {
+        let g = &t.spec.gpus[pos.expect("every index 0..n is filled: n distinct in-range indices")];
+        let nvlink_domain = match domain[index] {
+            Some(d) => d,
+            None if t.spec.islands.is_empty() => 0,
+            None => {
+                next_lonely += 1;
+                next_lonely - 1
+            }
+        };
+        gpus.push(Gpu {
+            index: index as u32,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_mib: g.memory_mib,
+            nvlink_domain,
+        });
+    }
+    Ok(gpus)
+}
+
+fn node(
+    cx: &Cx,
+    n: &Node,
+    topologies: &HashMap<String, Vec<Gpu>>,
+) -> Result<NodeSpec, ConvertError> {
+    let name = cx.name(&n.metadata)?.to_string();
+    let spec = n.spec.as_ref();
+    let mut taints = Vec::new();
+    for (i, t) in spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        taints.push(Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: taint_effect(&t.effect).ok_or_else(|| {
+                cx.err(
+                    format!("spec.taints[{i}].effect"),
+                    format!("unknown effect {:?}", t.effect),
+                )
+            })?,
+        });
+    }
+    let status = n.status.as_ref();
+    let allocatable = match (
+        status.and_then(|s| s.allocatable.as_ref()),
+        status.and_then(|s| s.capacity.as_ref()),
+    ) {
+        (Some(a), _) => cx.resources("status.allocatable", a)?,
+        (None, Some(c)) => cx.resources("status.capacity", c)?,
+        (None, None) => ResourceList::new(),
+    };
+    Ok(NodeSpec {
+        gpus: topologies.get(&name).cloned(),
+        name,
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        taints,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        allocatable,
+    })
+}
+
+fn taint_effect(s: &str) -> Option<TaintEffect> {
+    match s {
+        "NoSchedule" => Some(TaintEffect::NoSchedule),
+        "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+        "NoExecute" => Some(TaintEffect::NoExecute),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods
+// ---------------------------------------------------------------------------------------------
+
+fn pod(
+    cx: &Cx,
+    p: &Pod,
+    priorities: &Priorities,
+    options: &ConvertOptions,
+) -> Result<PodSpec, ConvertError> {
+    let meta = &p.metadata;
+    let name = cx.name(meta)?.to_string();
+    let Some(spec) = p.spec.as_ref() else {
+        return Err(cx.err("spec", "missing"));
+    };
+    let scheduler = spec
+        .scheduler_name
+        .as_deref()
+        .unwrap_or("default-scheduler");
+    let ours = options.scheduler_names.iter().any(|s| s == scheduler);
+
+    let priority = match (spec.priority, spec.priority_class_name.as_deref()) {
+        (Some(v), _) => v,
+        (None, Some(class)) if !class.is_empty() => {
+            priorities.lookup(cx, "spec.priorityClassName", class)?
+        }
+        _ => priorities.global_default.unwrap_or(0),
+    };
+
+    let node = spec.node_name.clone().filter(|n| !n.is_empty());
+    let phase = match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        None | Some("Pending") => PodPhase::Pending,
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        // The kubelet lost touch; a bound pod still holds its node's resources.
+        Some("Unknown") if node.is_some() => PodPhase::Running,
+        Some("Unknown") => PodPhase::Pending,
+        Some(other) => return Err(cx.err("status.phase", format!("unknown phase {other:?}"))),
+    };
+
+    let group = label_or_annotation(meta, POD_GROUP)
+        .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
+        .or_else(|| {
+            meta.labels
+                .as_ref()?
+                .get(SCHEDULER_PLUGINS_POD_GROUP)
+                .map(String::as_str)
+        })
+        .filter(|g| !g.is_empty())
+        .map(str::to_string);
+    let role = label_or_annotation(meta, ROLE)
+        .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
+        .map(str::to_string);
+    let preemptable = ![PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
+        let get = |m: &Option<BTreeMap<String, String>>| {
+            m.as_ref()
+                .and_then(|m| m.get(*key))
+                .is_some_and(|v| v == "false")
+        };
+        get(&meta.labels) || get(&meta.annotations)
+    });
+    let gpu_ids = match annotation(meta, GPU_IDS) {
+        None => Vec::new(),
+        Some(s) => parse_gpu_ids(s).ok_or_else(|| {
+            cx.err(
+                format!("metadata.annotations[{GPU_IDS}]"),
+                format!("expected comma-separated GPU indices, got {s:?}"),
+            )
+        })?,
+    };
+
+    Ok(PodSpec {
+        namespace: namespace(meta),
+        name,
+        ours,
+        group,
+        role,
+        request: pod_request(cx, spec)?,
+        rules: placement_rules(cx, spec)?,
+        priority,
+        created_ms: created_ms(meta),
+        phase,
+        node,
+        gpu_ids,
+        preemptable,
+    })
+}
+
+fn parse_gpu_ids(s: &str) -> Option<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    s.split(',').map(|x| x.trim().parse().ok()).collect()
+}
+
+/// A container's requests, with limits standing in for requests it does not state (the API
+/// server defaults them so).
+fn container_request(cx: &Cx, field: &str, c: &Container) -> Result<ResourceList, ConvertError> {
+    let Some(res) = c.resources.as_ref() else {
+        return Ok(ResourceList::new());
+    };
+    let mut out = match &res.requests {
+        Some(r) => cx.resources(&format!("{field}.resources.requests"), r)?,
+        None => ResourceList::new(),
+    };
+    if let Some(limits) = &res.limits {
+        let limits = cx.resources(&format!("{field}.resources.limits"), limits)?;
+        for (name, v) in limits {
+            out.entry(name).or_insert(v);
+        }
+    }
+    Ok(out)
+}
+
+fn add(into: &mut ResourceList, other: &ResourceList) {
+    for (k, v) in other {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+fn max_into(into: &mut ResourceList, other: &ResourceList) {
+    for (k, &v) in other {
+        let e = into.entry(k.clone()).or_insert(0);
+        *e = (*e).max(v);
+    }
+}
+
+/// The pod's effective request, as Kubernetes computes it: the sum of its containers and
+/// sidecars (init containers with `restartPolicy: Always`), at least each ordinary init
+/// container plus the sidecars started before it, plus the pod overhead.
+fn pod_request(
+    cx: &Cx,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<ResourceList, ConvertError> {
+    let mut total = ResourceList::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        add(
+            &mut total,
+            &container_request(cx, &format!("spec.containers[{i}]"), c)?,
+        );
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init_peak = ResourceList::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let req = container_request(cx, &format!("spec.initContainers[{i}]"), c)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            add(&mut total, &req);
+            add(&mut sidecars, &req);
+            max_into(&mut init_peak, &sidecars);
+        } else {
+            let mut running = req;
+            add(&mut running, &sidecars);
+            max_into(&mut init_peak, &running);
+        }
+    }
+    max_into(&mut total, &init_peak);
+    if let Some(overhead) = &spec.overhead {
+        add(&mut total, &cx.resources("spec.overhead", overhead)?);
+    }
+    Ok(total)
+}
+
+fn placement_rules(
+    cx: &Cx,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<PlacementRules, ConvertError> {
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        let operator = match t.operator.as_deref() {
+            None | Some("") | Some("Equal") => TolerationOperator::Equal,
+            Some("Exists") => TolerationOperator::Exists,
+            Some(other) => {
+                return Err(cx.err(
+                    format!("spec.tolerations[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ))
+            }
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(taint_effect(e).ok_or_else(|| {
+                cx.err(
+                    format!("spec.tolerations[{i}].effect"),
+                    format!("unknown effect {e:?}"),
+                )
+            })?),
+        };
+        tolerations.push(Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+
+    const REQUIRED: &str =
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let affinity = match required {
+        None => None,
+        Some(sel) => {
+            let mut terms = Vec::with_capacity(sel.node_selector_terms.len());
+            for (i, term) in sel.node_selector_terms.iter().enumerate() {
+                let base = format!("{REQUIRED}.nodeSelectorTerms[{i}]");
+                terms.push(NodeSelectorTerm {
+                    match_expressions: requirements(
+                        cx,
+                        &format!("{base}.matchExpressions"),
+                        term.match_expressions.as_deref(),
+                    )?,
+                    match_fields: requirements(
+                        cx,
+                        &format!("{base}.matchFields"),
+                        term.match_fields.as_deref(),
+                    )?,
+                });
+            }
+            Some(RequiredNodeAffinity { terms })
+        }
+    };
+
+    Ok(PlacementRules {
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity,
+        tolerations,
+    })
+}
+
+fn requirements(
+    cx: &Cx,
+    field: &str,
+    reqs: Option<&[NodeSelectorRequirement]>,
+) -> Result<Vec<SelectorRequirement>, ConvertError> {
+    let mut out = Vec::new();
+    for (i, r) in reqs.unwrap_or_default().iter().enumerate() {
+        let operator = match r.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            "Gt" => SelectorOperator::Gt,
+            "Lt" => SelectorOperator::Lt,
+            other => {
+                return Err(cx.err(
+                    format!("{field}[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ))
+            }
+        };
+        out.push(SelectorRequirement {
+            key: r.key.clone(),
+            operator,
+            values: r.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// PodGroups and queues
+// ---------------------------------------------------------------------------------------------
+
+fn group(cx: &Cx, g: &PodGroup, priorities: &Priorities) -> Result<GroupSpec, ConvertError> {
+    let name = cx.name(&g.metadata)?.to_string();
+    let s = &g.spec;
+    let min_resources = match s.min_resources.is_empty() {
+        true => None,
+        false => Some(cx.resources("spec.minResources", &s.min_resources)?),
+    };
+    // No class means no group priority: the engine then takes the highest of its pods.
+    let priority = match s.priority_class_name.as_deref() {
+        Some(class) if !class.is_empty() => {
+            Some(priorities.lookup(cx, "spec.priorityClassName", class)?)
+        }
+        _ => None,
+    };
+    Ok(GroupSpec {
+        namespace: namespace(&g.metadata),
+        name,
+        queue: s.queue.clone().filter(|q| !q.is_empty()),
+        // Widened as is: the engine rejects minMember < 1 with its own message.
+        min_member: i64::from(s.min_member),
+        min_task_member: s
+            .min_task_member
+            .iter()
+            .map(|(k, &v)| (k.clone(), i64::from(v)))
+            .collect(),
+        min_resources,
+        priority,
+        created_ms: created_ms(&g.metadata),
+        phase: g
+            .status
+            .as_ref()
+            .map_or(JobPhase::Pending, |st| st.phase.into()),
+    })
+}
+
+fn queue(cx: &Cx, q: &Queue) -> Result<QueueSpec, ConvertError> {
+    let name = cx.name(&q.metadata)?.to_string();
+    let s = &q.spec;
+    let list = |field: &str,
+                l: &BTreeMap<String, Quantity>|
+     -> Result<Option<ResourceList>, ConvertError> {
+        if l.is_empty() {
+            Ok(None)
+        } else {
+            cx.resources(field, l).map(Some)
+        }
+    };
+    Ok(QueueSpec {
+        name,
+        parent: s.parent.clone(),
+        weight: s.weight,
+        capability: list("spec.capability", &s.capability)?,
+        guarantee: list("spec.guarantee", &s.guarantee)?,
+        deserved: list("spec.deserved", &s.deserved)?,
+        reclaimable: s.reclaimable,
+        priority: s.priority,
+        // The administrator's spec.state wins over the state the scheduler last reported.
+        state: s
+            .state
+            .or_else(|| q.status.as_ref().map(|st| st.state))
+            .unwrap_or_default()
+            .into(),
+    })
+}

@@ -1,0 +1,370 @@
+//! Reading Kubernetes objects from manifest text: multi-document YAML or JSON, with `List`
+//! documents (`kubectl get -o yaml`) expanded.
+//!
+//! Each document is first read as an untyped value to learn its `apiVersion` and `kind`, then
+//! deserialized into its typed form. Kinds Basalt does not read are skipped with a warning.
+//! Errors name the file, the document, the object when its name is known, and the field.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::types::{self, NodeTopology, PodGroup, Queue};
+
+/// One Kubernetes object Basalt understands. Volcano's PodGroup and Queue are converted to
+/// Basalt's on read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    Node(Box<Node>),
+    Pod(Box<Pod>),
+    PriorityClass(Box<PriorityClass>),
+    PodGroup(Box<PodGroup>),
+    Queue(Box<Queue>),
+    NodeTopology(Box<NodeTopology>),
+}
+
+impl Object {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Object::Node(_) => "Node",
+            Object::Pod(_) => "Pod",
+            Object::PriorityClass(_) => "PriorityClass",
+            Object::PodGroup(_) => "PodGroup",
+            Object::Queue(_) => "Queue",
+            Object::NodeTopology(_) => "NodeTopology",
+        }
+    }
+
+    /// `namespace/name` for namespaced kinds (namespace `default` when absent), else `name`;
+    /// `<unnamed>` stands for a missing name.
+    pub fn key(&self) -> String {
+        let (meta, namespaced) = match self {
+            Object::Node(o) => (&o.metadata, false),
+            Object::Pod(o) => (&o.metadata, true),
+            Object::PriorityClass(o) => (&o.metadata, false),
+            Object::PodGroup(o) => (&o.metadata, true),
+            Object::Queue(o) => (&o.metadata, false),
+            Object::NodeTopology(o) => (&o.metadata, false),
+        };
+        let name = meta
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("<unnamed>");
+        if namespaced {
+            format!("{}/{name}", meta.namespace.as_deref().unwrap_or("default"))
+        } else {
+            name.to_string()
+        }
+    }
+}
+
+/// What one file held: its objects, each with a source label (`FILE: document N`, plus
+/// `: items[I]` inside a list), and warnings about skipped documents.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Loaded {
+    pub objects: Vec<(String, Object)>,
+    pub warnings: Vec<String>,
+}
+
+/// A document that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub struct ReadError {
+    pub file: String,
+    /// 1-based document number in the file.
+    pub document: usize,
+    /// Index inside a `List` document's `items`.
+    pub item: Option<usize>,
+    /// `Kind namespace/name`, when known.
+    pub object: Option<String>,
+    /// The field path, when known (`spec.containers[0].resources`).
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file, self.document)?;
+        if let Some(i) = self.item {
+            write!(f, ": items[{i}]")?;
+        }
+        if let Some(o) = &self.object {
+            write!(f, ": {o}")?;
+        }
+        if let Some(p) = &self.field {
+            write!(f, ": {p}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Where in the file a value came from, for labels and errors.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    file: &'a str,
+    document: usize,
+    item: Option<usize>,
+}
+
+impl Place<'_> {
+    fn label(&self) -> String {
+        match self.item {
+            Some(i) => format!("{}: document {}: items[{i}]", self.file, self.document),
+            None => format!("{}: document {}", self.file, self.document),
+        }
+    }
+
+    fn error(&self, object: Option<String>, field: Option<String>, message: String) -> ReadError {
+        ReadError {
+            file: self.file.to_string(),
+            document: self.document,
+            item: self.item,
+            object,
+            field,
+            message,
+        }
+    }
+}
+
+/// Reads every object of a manifest file. `file_label` names the file in labels and errors.
+pub fn read_objects(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
+    let mut loaded = Loaded::default();
+    let trimmed = text.trim_start();
+    // JSON is read with serde_json (YAML parsers reject some valid JSON, such as tab indents);
+    // `kubectl get -o json` prints one value, but a stream of values is accepted too.
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        for (i, doc) in stream.enumerate() {
+            let place = Place {
+                file: file_label,
+                document: i + 1,
+                item: None,
+            };
+            let value = doc.map_err(|e| place.error(None, None, format!("invalid JSON: {e}")))?;
+            read_document(place, value, &mut loaded)?;
+        }
+    } else {
+        for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let place = Place {
+                file: file_label,
+                document: i + 1,
+                item: None,
+            };
+            let value = Value::deserialize(doc).map_err(|e| {
+                let message = match e.location() {
+                    Some(l) => {
+                        // The parser repeats the position inside its message; say it once.
+                        let at = format!(" at line {} column {}", l.line(), l.column());
+                        let text = e.to_string().replacen(&at, "", 1);
+                        format!("invalid YAML{at}: {text}")
+                    }
+                    None => format!("invalid YAML: {e}"),
+                };
+                place.error(None, None, message)
+            })?;
+            read_document(place, value, &mut loaded)?;
+        }
+    }
+    Ok(loaded)
+}
+
+/// A top-level document: empty (skipped), a JSON array of objects, or one object.
+fn read_document(place: Place, value: Value, out: &mut Loaded) -> Result<(), ReadError> {
+    match value {
+        Value::Null => Ok(()),
+        Value::Array(items) => read_items(place, items, None, out),
+        v => read_value(place, v, None, out),
+    }
+}
+
+fn read_items(
+    place: Place,
+    items: Vec<Value>,
+    inherited: Option<(&str, &str)>,
+    out: &mut Loaded,
+) -> Result<(), ReadError> {
+    for (i, item) in items.into_iter().enumerate() {
+        let place = Place {
+            item: Some(i),
+            ..place
+        };
+        if !item.is_null() {
+            read_value(place, item, inherited, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// One object, or a `List` / `*List` whose items are read in turn. `inherited` is the
+/// `(apiVersion, kind)` a typed list (`PodList`) gives items that omit their own, as the API
+/// server's list responses do.
+fn read_value(
+    place: Place,
+    mut value: Value,
+    inherited: Option<(&str, &str)>,
+    out: &mut Loaded,
+) -> Result<(), ReadError> {
+    let Some(map) = value.as_object_mut() else {
+        return Err(place.error(
+            None,
+            None,
+            "expected a Kubernetes object (a mapping with apiVersion and kind)".into(),
+        ));
+    };
+    if let Some((api, kind)) = inherited {
+        map.entry("apiVersion").or_insert_with(|| api.into());
+        map.entry("kind").or_insert_with(|| kind.into());
+    }
+    let kind = string_field(map, "kind");
+    let api_version = string_field(map, "apiVersion");
+    let (Some(kind), Some(api_version)) = (kind, api_version) else {
+        return Err(place.error(None, None, "missing apiVersion or kind".into()));
+    };
+
+    if let Some(item_kind) = kind.strip_suffix("List") {
+        if let Some(items) = map.get_mut("items") {
+            let items = match items.take() {
+                Value::Array(items) => items,
+                Value::Null => Vec::new(),
+                _ => {
+                    return Err(place.error(
+                        Some(kind.clone()),
+                        Some("items".into()),
+                        "expected a list".into(),
+                    ))
+                }
+            };
+            let inherit = (!item_kind.is_empty()).then_some((api_version.as_str(), item_kind));
+            return read_items(place, items, inherit, out);
+        }
+    }
+
+    let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup");
+    let object_name = describe(&kind, map, namespaced);
+    let parse = |value: Value| -> Result<Option<Object>, ReadError> {
+        let object = match (api_version.as_str(), kind.as_str()) {
+            ("v1", "Node") => Object::Node(typed(place, &object_name, value)?),
+            ("v1", "Pod") => Object::Pod(typed(place, &object_name, value)?),
+            ("scheduling.k8s.io/v1", "PriorityClass") => {
+                Object::PriorityClass(typed(place, &object_name, value)?)
+            }
+            (types::API_VERSION | types::volcano::API_VERSION, "PodGroup") => {
+                // Volcano's PodGroup fields are Basalt's; only the apiVersion differs.
+                Object::PodGroup(typed(place, &object_name, with_spec(value))?)
+            }
+            (types::API_VERSION, "Queue") => {
+                Object::Queue(typed(place, &object_name, with_spec(value))?)
+            }
+            (types::volcano::API_VERSION, "Queue") => {
+                let q: Box<types::volcano::Queue> = typed(place, &object_name, value)?;
+                let q = q.into_basalt().map_err(|(field, message)| {
+                    place.error(Some(object_name.clone()), Some(field.into()), message)
+                })?;
+                Object::Queue(Box::new(q))
+            }
+            (types::API_VERSION, "NodeTopology") => {
+                Object::NodeTopology(typed(place, &object_name, with_spec(value))?)
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(object))
+    };
+    match parse(value)? {
+        Some(object) => out.objects.push((place.label(), object)),
+        None => out.warnings.push(format!(
+            "{}: skipped {api_version} {object_name}: not a kind Basalt reads",
+            place.label()
+        )),
+    }
+    Ok(())
+}
+
+fn string_field(map: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    map.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// `Kind namespace/name` from the untyped object, for messages about it.
+fn describe(kind: &str, map: &serde_json::Map<String, Value>, namespaced: bool) -> String {
+    let meta = map.get("metadata");
+    let get = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
+    let name = get("name").unwrap_or("<unnamed>");
+    if namespaced {
+        format!("{kind} {}/{name}", get("namespace").unwrap_or("default"))
+    } else {
+        format!("{kind} {name}")
+    }
+}
+
+/// kube's derived resources require `spec`; a Queue written with metadata alone is valid.
+fn with_spec(mut value: Value) -> Value {
+    if let Some(map) = value.as_object_mut() {
+        let spec = map.entry("spec").or_insert(Value::Null);
+        if spec.is_null() {
+            *spec = Value::Object(Default::default());
+        }
+    }
+    value
+}
+
+fn typed<T: DeserializeOwned>(
+    place: Place,
+    object: &str,
+    value: Value,
+) -> Result<Box<T>, ReadError> {
+    serde_path_to_error::deserialize(value)
+        .map(Box::new)
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let field = (path != ".").then_some(path);
+            place.error(Some(object.to_string()), field, e.into_inner().to_string())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_comment_documents_are_skipped() {
+        let loaded = read_objects("f.yaml", "---\n# nothing\n---\n\n").unwrap();
+        assert!(loaded.objects.is_empty());
+        assert!(loaded.warnings.is_empty());
+        assert!(read_objects("f.yaml", "").unwrap().objects.is_empty());
+    }
+
+    #[test]
+    fn typed_list_items_inherit_kind() {
+        let text = r#"{"apiVersion":"v1","kind":"NodeList","items":[{"metadata":{"name":"n1"}}]}"#;
+        let loaded = read_objects("nodes.json", text).unwrap();
+        assert_eq!(loaded.objects.len(), 1);
+        assert_eq!(loaded.objects[0].0, "nodes.json: document 1: items[0]");
+        assert_eq!(loaded.objects[0].1.key(), "n1");
+    }
+
+    #[test]
+    fn scalar_document_is_an_error() {
+        let err = read_objects("f.yaml", "just a string\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "f.yaml: document 1: expected a Kubernetes object (a mapping with apiVersion and kind)"
+        );
+    }
+
+    #[test]
+    fn type_error_names_the_path() {
+        let text = "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: g, namespace: ml}\nspec: {minMember: lots}\n";
+        let err = read_objects("g.yaml", text).unwrap_err();
+        assert_eq!(err.object.as_deref(), Some("PodGroup ml/g"));
+        assert_eq!(err.field.as_deref(), Some("spec.minMember"));
+        assert!(
+            err.to_string()
+                .starts_with("g.yaml: document 1: PodGroup ml/g: spec.minMember: invalid type"),
+            "{err}"
+        );
+    }
+}

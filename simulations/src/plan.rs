@@ -1,0 +1,126 @@
+//! `basalt-sim plan`: one cycle over a cluster dump, rendered for a person (text) or a program
+//! (JSON, YAML).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use basalt_engine::{Plan, Snapshot};
+use basalt_plugins::Config;
+
+/// The example cluster shipped in `examples/cluster.yaml`, planned when no snapshot is given.
+pub const EXAMPLE_CLUSTER: &str = include_str!("../../examples/cluster.yaml");
+pub const EXAMPLE_LABEL: &str = "examples/cluster.yaml (built in)";
+
+/// Reads and validates a scheduler config; errors name the file and the field.
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    let Some(path) = path else {
+        return Ok(Config::default());
+    };
+    let label = path.display();
+    let text = std::fs::read_to_string(path).with_context(|| format!("{label}: cannot read"))?;
+    parse_config(&label.to_string(), &text)
+}
+
+pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
+    // An empty file is the default config.
+    if text.trim().is_empty() {
+        return Ok(Config::default());
+    }
+    let config: Config = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+    Ok(config)
+}
+
+/// A plain-text table: bindings, evictions, then every PodGroup with its phase and, while pods
+/// wait, the aggregated reason.
+pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
+    let mut out = String::new();
+    let pending = snapshot
+        .tasks
+        .iter()
+        .filter(|t| t.state == basalt_engine::TaskState::Pending)
+        .count();
+    let _ = writeln!(
+        out,
+        "Cluster: {} nodes, {} Basalt pods ({} pending), {} pods of other schedulers, {} PodGroups\n",
+        snapshot.nodes.len(),
+        snapshot.tasks.len(),
+        pending,
+        snapshot.foreign_pods,
+        snapshot.jobs.len()
+    );
+    let _ = writeln!(out, "BINDINGS ({})", plan.bindings.len());
+    if !plan.bindings.is_empty() {
+        let rows: Vec<[String; 3]> = plan
+            .bindings
+            .iter()
+            .map(|b| {
+                let gpus: Vec<String> = b.gpus.iter().map(u32::to_string).collect();
+                [b.pod.clone(), b.node.clone(), gpus.join(",")]
+            })
+            .collect();
+        table(&mut out, ["POD", "NODE", "GPUS"], &rows);
+    }
+    let _ = writeln!(out, "\nEVICTIONS ({})", plan.evictions.len());
+    if !plan.evictions.is_empty() {
+        let rows: Vec<[String; 3]> = plan
+            .evictions
+            .iter()
+            .map(|e| [e.pod.clone(), e.reason.clone(), e.for_group.clone()])
+            .collect();
+        table(&mut out, ["POD", "REASON", "FOR"], &rows);
+    }
+    let _ = writeln!(out, "\nPODGROUPS ({})", plan.pod_groups.len());
+    let rows: Vec<[String; 5]> = plan
+        .pod_groups
+        .iter()
+        .map(|g| {
+            let reason = g
+                .conditions
+                .iter()
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            [
+                g.name.clone(),
+                g.phase.as_str().to_string(),
+                format!("{}/{}", g.running + g.succeeded, g.min_member),
+                g.pending.to_string(),
+                reason,
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        ["NAME", "PHASE", "READY/MIN", "PENDING", "REASON"],
+        &rows,
+    );
+    out
+}
+
+fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N]]) {
+    let mut width = header.map(str::len);
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: [&str; N]| {
+        let mut s = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                s.push_str(cell);
+            } else {
+                let _ = write!(s, "{cell:<w$}  ", w = width[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", s.trim_end());
+    };
+    line(out, header);
+    for row in rows {
+        line(out, std::array::from_fn(|i| row[i].as_str()));
+    }
+}

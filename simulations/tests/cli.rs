@@ -1,0 +1,178 @@
+//! The `basalt-sim` binary on bad input: a message naming the file, the object and the field,
+//! exit code 2, and nothing on stdout.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bad(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/bad")
+        .join(name)
+}
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_basalt-sim"))
+        .args(args)
+        .output()
+        .expect("basalt-sim runs")
+}
+
+fn plan(file: &Path) -> Output {
+    sim(&[
+        "plan",
+        "--output",
+        "json",
+        "--snapshot",
+        file.to_str().unwrap(),
+    ])
+}
+
+/// Exit 2, empty stdout, and stderr containing every fragment.
+fn assert_rejected(out: &Output, fragments: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "stdout not empty: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for f in fragments {
+        assert!(stderr.contains(f), "stderr lacks {f:?}: {stderr}");
+    }
+}
+
+#[test]
+fn broken_yaml_names_file_and_position() {
+    assert_rejected(
+        &plan(&bad("broken-yaml.yaml")),
+        &["broken-yaml.yaml", "line"],
+    );
+}
+
+#[test]
+fn min_member_below_one() {
+    assert_rejected(
+        &plan(&bad("min-member-zero.yaml")),
+        &[
+            "min-member-zero.yaml",
+            "PodGroup team/broken",
+            "spec.minMember",
+        ],
+    );
+}
+
+#[test]
+fn pod_naming_missing_podgroup() {
+    assert_rejected(
+        &plan(&bad("missing-podgroup.yaml")),
+        &[
+            "missing-podgroup.yaml",
+            "Pod team/lost",
+            "pod group",
+            "team/nowhere",
+        ],
+    );
+}
+
+#[test]
+fn queue_with_missing_parent() {
+    assert_rejected(
+        &plan(&bad("queue-missing-parent.yaml")),
+        &[
+            "queue-missing-parent.yaml",
+            "Queue team-a",
+            "spec.parent",
+            "org",
+        ],
+    );
+}
+
+#[test]
+fn unparsable_quantity() {
+    assert_rejected(
+        &plan(&bad("bad-quantity.yaml")),
+        &[
+            "bad-quantity.yaml",
+            "Pod team/greedy",
+            "requests",
+            "cpu",
+            "lots",
+        ],
+    );
+}
+
+#[test]
+fn missing_file() {
+    assert_rejected(&plan(&bad("does-not-exist.yaml")), &["does-not-exist.yaml"]);
+}
+
+#[test]
+fn config_unknown_field_is_named() {
+    let config = bad("unknown-config-field.config.yaml");
+    let out = sim(&[
+        "plan",
+        "--config",
+        config.to_str().unwrap(),
+        "--snapshot",
+        bad("min-member-zero.yaml").to_str().unwrap(),
+    ]);
+    assert_rejected(&out, &["unknown-config-field.config.yaml", "weigths"]);
+}
+
+#[test]
+fn allocate_only_config_is_valid() {
+    let config = bad("allocate-only.config.yaml");
+    let out = sim(&["plan", "--config", config.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn default_run_plans_the_builtin_example() {
+    let out = sim(&["plan"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("research/llama-pretrain  Running"), "{text}");
+    assert!(text.contains("0/6 nodes are available"), "{text}");
+}
+
+#[test]
+fn same_input_gives_identical_json() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cluster.yaml");
+    let a = plan(&example);
+    let b = plan(&example);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn bench_reports_json() {
+    let out = sim(&[
+        "bench",
+        "--nodes",
+        "50",
+        "--pods",
+        "80",
+        "--gang-size",
+        "8",
+        "--runs",
+        "1",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["podsPlaced"], 80);
+    assert_eq!(v["gangsRunning"], 10);
+}
