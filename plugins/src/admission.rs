@@ -25,11 +25,12 @@ impl Admit for Overcommit {
         let short: Vec<String> = min
             .shortfall(&room)
             .map(|id| {
+                let names = &snap.resources;
                 format!(
                     "{} needs {}, {} left",
-                    snap.resources.name(id),
-                    min.get(id),
-                    room.get(id).max(0)
+                    names.name(id),
+                    names.format(id, min.get(id)),
+                    names.format(id, room.get(id).max(0))
                 )
             })
             .collect();

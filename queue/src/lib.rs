@@ -42,12 +42,13 @@ pub struct CapabilityExceeded {
 
 impl CapabilityExceeded {
     pub fn describe(&self, snapshot: &Snapshot) -> String {
+        let names = &snapshot.resources;
         format!(
             "queue {} would hold {} {} over its capability of {}",
             snapshot.queue(self.queue).name,
-            self.would_hold,
-            snapshot.resources.name(self.resource),
-            self.capability
+            names.format(self.resource, self.would_hold),
+            names.name(self.resource),
+            names.format(self.resource, self.capability)
         )
     }
 }

@@ -37,15 +37,11 @@ fn has_pending(session: &Session, job: &Job) -> bool {
         .any(|&t| *session.task_status(t) == TaskStatus::Pending)
 }
 
-/// Jobs with pending members that pass `keep`, in the configured job order.
+/// Jobs that pass `keep`, in the configured job order.
 fn ordered_jobs<'s>(session: &Session<'s>, keep: impl Fn(&Job) -> bool) -> Vec<&'s Job> {
     let snap = session.snapshot;
     let fw = session.framework();
-    let mut jobs: Vec<&Job> = snap
-        .jobs
-        .iter()
-        .filter(|j| keep(j) && has_pending(session, j))
-        .collect();
+    let mut jobs: Vec<&Job> = snap.jobs.iter().filter(|j| keep(j)).collect();
     jobs.sort_by(|a, b| fw.compare_jobs(a, b));
     jobs
 }
@@ -64,7 +60,8 @@ fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
     })
 }
 
-/// Moves pending jobs to Inqueue when every admission plugin agrees.
+/// Moves pending jobs to Inqueue when every admission plugin agrees. A PodGroup may be admitted
+/// before its pods exist: job controllers that wait for Inqueue before creating pods rely on it.
 pub fn enqueue(session: &mut Session) {
     let fw = session.framework();
     for job in ordered_jobs(session, |j| j.phase == JobPhase::Pending) {

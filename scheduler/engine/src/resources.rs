@@ -87,12 +87,42 @@ impl ResourceNames {
         r
     }
 
+    /// A quantity as a person reads it: cores for `cpu` ("1.5", "250m"), binary units for
+    /// `memory` ("64Gi"), plain counts for everything else.
+    pub fn format(&self, id: ResourceId, v: i64) -> String {
+        format_quantity(self.name(id), v)
+    }
+
     /// Back to a named list, leaving out zeros.
     pub fn list(&self, r: &Resources) -> ResourceList {
         self.ids()
             .filter(|&id| r.get(id) != 0)
             .map(|id| (self.name(id).to_string(), r.get(id)))
             .collect()
+    }
+}
+
+/// See [`ResourceNames::format`].
+pub fn format_quantity(name: &str, v: i64) -> String {
+    match name {
+        CPU_NAME if v % 1000 == 0 => (v / 1000).to_string(),
+        CPU_NAME => format!("{v}m"),
+        MEMORY_NAME => {
+            let units = [
+                ("Ti", 1i64 << 40),
+                ("Gi", 1 << 30),
+                ("Mi", 1 << 20),
+                ("Ki", 1 << 10),
+            ];
+            units
+                .iter()
+                .find(|(_, size)| v != 0 && v % size == 0)
+                .map_or_else(
+                    || v.to_string(),
+                    |(unit, size)| format!("{}{unit}", v / size),
+                )
+        }
+        _ => v.to_string(),
     }
 }
 
@@ -190,6 +220,15 @@ mod tests {
         assert_eq!(a.id("cpu"), Some(CPU));
         assert_eq!(a.id("nvidia.com/gpu"), Some(GPU));
         assert_eq!(a.name(ResourceId(4)), "a.io/y");
+    }
+
+    #[test]
+    fn quantities_read_like_kubernetes() {
+        assert_eq!(format_quantity("cpu", 6000), "6");
+        assert_eq!(format_quantity("cpu", 1500), "1500m");
+        assert_eq!(format_quantity("memory", 64 << 30), "64Gi");
+        assert_eq!(format_quantity("memory", 1000), "1000");
+        assert_eq!(format_quantity("nvidia.com/gpu", 8), "8");
     }
 
     #[test]

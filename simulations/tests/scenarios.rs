@@ -1,0 +1,209 @@
+//! Scenario tables: each `tests/scenarios/NAME.yaml` holds cluster manifests, and
+//! `NAME.expected.yaml` the plan `basalt-sim plan` must print for them (an optional
+//! `NAME.config.yaml` is passed as `--config`). Every scenario runs the real binary, end to end
+//! through its public interface.
+//!
+//! Expected file format:
+//!
+//! ```yaml
+//! bindings:                 # the exact set of bindings (order does not matter)
+//! - {pod: ns/a, node: n1}   # `gpus: [0, 1]` checks the GPU indices too
+//! evictions: []             # optional; exact set when given
+//! podGroups:                # each listed group must match; unlisted groups are not checked
+//! - name: ns/pg
+//!   phase: Running
+//!   reason: NotEnoughResources     # optional: a condition with this reason must be present
+//!   message: "0/2 nodes"           # optional: ... whose message contains this text
+//!   noConditions: true             # optional: the group must have no condition
+//! ```
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Expected {
+    bindings: Vec<ExpectedBinding>,
+    evictions: Option<Vec<ExpectedEviction>>,
+    #[serde(default)]
+    pod_groups: Vec<ExpectedGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedBinding {
+    pod: String,
+    node: String,
+    gpus: Option<Vec<u32>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedEviction {
+    pod: String,
+    #[serde(rename = "for")]
+    for_group: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExpectedGroup {
+    name: String,
+    phase: String,
+    reason: Option<String>,
+    message: Option<String>,
+    #[serde(default)]
+    no_conditions: bool,
+}
+
+fn scenario_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
+}
+
+fn run_plan(manifest: &Path, config: Option<&Path>) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-sim"));
+    cmd.args(["plan", "--output", "json", "--snapshot"])
+        .arg(manifest);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let out = cmd.output().expect("basalt-sim runs");
+    assert!(
+        out.status.success(),
+        "{}: basalt-sim plan failed: {}",
+        manifest.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan JSON")
+}
+
+fn check(name: &str, plan: &serde_json::Value, expected: &Expected) -> Vec<String> {
+    let mut problems = Vec::new();
+    let got: BTreeSet<(String, String)> = plan["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["pod"].as_str().unwrap().into(),
+                b["node"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(String, String)> = expected
+        .bindings
+        .iter()
+        .map(|b| (b.pod.clone(), b.node.clone()))
+        .collect();
+    if got != want {
+        problems.push(format!(
+            "{name}: bindings differ\n  expected: {want:?}\n  got:      {got:?}"
+        ));
+    }
+    for b in &expected.bindings {
+        let Some(gpus) = &b.gpus else { continue };
+        let actual = plan["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["pod"] == b.pod.as_str())
+            .map(|x| x.get("gpus").cloned().unwrap_or(serde_json::json!([])));
+        if actual != Some(serde_json::json!(gpus)) {
+            problems.push(format!(
+                "{name}: {} gpus: expected {gpus:?}, got {actual:?}",
+                b.pod
+            ));
+        }
+    }
+    if let Some(evictions) = &expected.evictions {
+        let got: BTreeSet<(String, String)> = plan["evictions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["pod"].as_str().unwrap().into(),
+                    e["for"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let want: BTreeSet<(String, String)> = evictions
+            .iter()
+            .map(|e| (e.pod.clone(), e.for_group.clone()))
+            .collect();
+        if got != want {
+            problems.push(format!("{name}: evictions: expected {want:?}, got {got:?}"));
+        }
+    }
+    for g in &expected.pod_groups {
+        let Some(actual) = plan["podGroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == g.name.as_str())
+        else {
+            problems.push(format!("{name}: PodGroup {} missing from the plan", g.name));
+            continue;
+        };
+        if actual["phase"] != g.phase.as_str() {
+            problems.push(format!(
+                "{name}: {} phase: expected {}, got {}",
+                g.name, g.phase, actual["phase"]
+            ));
+        }
+        let conditions = actual
+            .get("conditions")
+            .and_then(|c| c.as_array())
+            .cloned()
+            .unwrap_or_default();
+        if g.no_conditions && !conditions.is_empty() {
+            problems.push(format!("{name}: {} has conditions {conditions:?}", g.name));
+        }
+        if g.reason.is_some() || g.message.is_some() {
+            let hit = conditions.iter().any(|c| {
+                g.reason.as_ref().is_none_or(|r| c["reason"] == r.as_str())
+                    && g.message
+                        .as_ref()
+                        .is_none_or(|m| c["message"].as_str().unwrap_or("").contains(m.as_str()))
+            });
+            if !hit {
+                problems.push(format!(
+                    "{name}: {}: no condition with reason {:?} and message containing {:?}; got {conditions:?}",
+                    g.name, g.reason, g.message
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn scenarios() {
+    let dir = scenario_dir();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let stem = name.strip_suffix(".yaml")?;
+            (!stem.contains('.')).then(|| stem.to_string())
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 20, "only {} scenarios", names.len());
+    let mut problems = Vec::new();
+    for name in &names {
+        let manifest = dir.join(format!("{name}.yaml"));
+        let expected_path = dir.join(format!("{name}.expected.yaml"));
+        let config = dir.join(format!("{name}.config.yaml"));
+        let text = std::fs::read_to_string(&expected_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
+        let expected: Expected = serde_yaml::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
+        let plan = run_plan(&manifest, config.exists().then_some(config.as_path()));
+        problems.extend(check(name, &plan, &expected));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
