@@ -117,7 +117,7 @@ pub fn allocate(session: &mut Session) {
     let fw = session.framework();
     let gated = fw.actions.contains(&Action::Enqueue);
     let jobs = ordered_jobs(session, |j| {
-        !gated || session.phase(j.id) != JobPhase::Pending
+        (!gated || session.phase(j.id) != JobPhase::Pending) && has_pending(session, j)
     });
     for job in jobs {
         if session.counts(job.id).running == 0 {
