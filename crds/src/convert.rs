@@ -50,12 +50,15 @@ const BUILTIN_PRIORITY_CLASSES: [(&str, i32); 2] = [
 pub struct ConvertOptions {
     /// `spec.schedulerName` values that mean "scheduled by Basalt".
     pub scheduler_names: Vec<String>,
+    /// The snapshot's instant (milliseconds since the Unix epoch): time is an argument.
+    pub now_ms: i64,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
             scheduler_names: vec!["basalt".to_string()],
+            now_ms: 0,
         }
     }
 }
@@ -93,7 +96,10 @@ pub fn cluster_spec(
 ) -> Result<ClusterSpec, ConvertError> {
     let priorities = Priorities::collect(objects)?;
     let topologies = collect_topologies(objects)?;
-    let mut spec = ClusterSpec::default();
+    let mut spec = ClusterSpec {
+        now_ms: options.now_ms,
+        ..ClusterSpec::default()
+    };
     for (origin, object) in objects {
         let cx = Cx {
             origin,
@@ -203,6 +209,8 @@ fn annotation<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
 
 struct Priorities {
     classes: HashMap<String, i32>,
+    /// Classes with `preemptionPolicy: Never`.
+    never: std::collections::HashSet<String>,
     /// The `globalDefault` class's value. With several, Kubernetes uses the lowest value.
     global_default: Option<i32>,
 }
@@ -210,6 +218,7 @@ struct Priorities {
 impl Priorities {
     fn collect(objects: &[(String, Object)]) -> Result<Priorities, ConvertError> {
         let mut classes = HashMap::new();
+        let mut never = std::collections::HashSet::new();
         let mut global_default: Option<i32> = None;
         for (origin, object) in objects {
             let Object::PriorityClass(pc) = object else {
@@ -224,14 +233,22 @@ impl Priorities {
             if classes.insert(name.to_string(), pc.value).is_some() {
                 return Err(cx.err("metadata.name", "duplicate PriorityClass"));
             }
+            if pc.preemption_policy.as_deref() == Some("Never") {
+                never.insert(name.to_string());
+            }
             if pc.global_default == Some(true) {
                 global_default = Some(global_default.map_or(pc.value, |v| v.min(pc.value)));
             }
         }
         Ok(Priorities {
             classes,
+            never,
             global_default,
         })
+    }
+
+    fn never_preempts(&self, name: &str) -> bool {
+        self.never.contains(name)
     }
 
     /// The value of a named class, or an error at `field` when it does not exist.
@@ -422,6 +439,13 @@ fn pod(
         _ => priorities.global_default.unwrap_or(0),
     };
 
+    let preemption_never = match spec.preemption_policy.as_deref() {
+        Some(policy) => policy == "Never",
+        None => spec
+            .priority_class_name
+            .as_deref()
+            .is_some_and(|c| priorities.never_preempts(c)),
+    };
     let node = spec.node_name.clone().filter(|n| !n.is_empty());
     let phase = match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
         None | Some("Pending") => PodPhase::Pending,
@@ -447,7 +471,7 @@ fn pod(
     let role = label_or_annotation(meta, ROLE)
         .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
         .map(str::to_string);
-    let preemptable = ![PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
+    let non_preemptable = [PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
         let get = |m: &Option<BTreeMap<String, String>>| {
             m.as_ref()
                 .and_then(|m| m.get(*key))
@@ -478,7 +502,14 @@ fn pod(
         phase,
         node,
         gpu_ids,
-        preemptable,
+        non_preemptable,
+        preemption_never,
+        started_ms: p
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|Time(t)| t.as_millisecond()),
+        active_deadline_s: spec.active_deadline_seconds,
     })
 }
 

@@ -70,7 +70,7 @@ fn pods_requests_rules_and_metadata() {
     assert_eq!(w0.phase, PodPhase::Running);
     assert_eq!(w0.node.as_deref(), Some("gpu-a"));
     assert_eq!(w0.gpu_ids, [0, 1, 2, 3]);
-    assert!(w0.preemptable);
+    assert!(!w0.non_preemptable);
 
     let rules = &w0.rules;
     assert_eq!(rules.node_selector["nvidia.com/gpu.product"], "H100");
@@ -103,7 +103,7 @@ fn pods_requests_rules_and_metadata() {
         w1.request,
         list(&[("cpu", 8_000), ("memory", 64 * GI), ("nvidia.com/gpu", 4)])
     );
-    assert!(!w1.preemptable);
+    assert!(w1.non_preemptable);
     assert_eq!(w1.phase, PodPhase::Pending);
     assert_eq!(w1.created_ms, 0);
     assert_eq!(w1.priority, 10, "the globalDefault class");
@@ -195,7 +195,7 @@ fn volcano_manifests_convert() {
     assert!(p.ours);
     assert_eq!(p.group.as_deref(), Some("job-1"));
     assert_eq!(p.role.as_deref(), Some("worker"));
-    assert!(!p.preemptable);
+    assert!(p.non_preemptable);
 
     // With the default options the Volcano pod is not ours.
     let spec = cluster_spec(&data("volcano.yaml").objects, &ConvertOptions::default()).unwrap();

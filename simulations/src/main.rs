@@ -48,6 +48,10 @@ enum Command {
         scheduler_names: Vec<String>,
         #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
         output: PlanOutput,
+        /// The instant to plan at (RFC 3339, e.g. 2026-11-29T12:00:00Z); defaults to now. Waiting
+        /// times (backfill reservations) are measured against it.
+        #[arg(long, value_name = "TIME")]
+        now: Option<jiff::Timestamp>,
     },
     /// Place a synthetic backlog of gangs and report pods placed per second and cycle time.
     Bench {
@@ -91,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             config,
             scheduler_names,
             output,
+            now,
         } => {
             let mut config = plan::load_config(config.as_deref())?;
             if !scheduler_names.is_empty() {
@@ -98,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             }
             let options = basalt_crds::ConvertOptions {
                 scheduler_names: config.scheduler_names.clone(),
+                now_ms: now.unwrap_or_else(jiff::Timestamp::now).as_millisecond(),
             };
             let (snapshot, warnings) = if snapshots.is_empty() {
                 eprintln!(

@@ -77,6 +77,7 @@ impl Synthetic {
             }
         }
         ClusterSpec {
+            now_ms: gangs as i64 * 1000,
             nodes,
             pods,
             groups,

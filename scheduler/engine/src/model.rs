@@ -190,7 +190,22 @@ pub struct Task {
     pub state: TaskState,
     /// GPU indices held on the node when bound.
     pub gpu_ids: Vec<u32>,
-    pub preemptable: bool,
+    /// Annotated `preemptable: "false"`: never evicted by preempt or reclaim.
+    pub non_preemptable: bool,
+    /// Its PriorityClass (or the pod) says `preemptionPolicy: Never`: it never evicts others.
+    pub preemption_never: bool,
+    pub created_ms: i64,
+    /// When a bound pod started (`status.startTime`).
+    pub started_ms: Option<i64>,
+    /// `activeDeadlineSeconds`: the pod ends at most this long after it starts.
+    pub active_deadline_s: Option<i64>,
+}
+
+impl Task {
+    /// The latest time a bound task can still be running, when its deadline says so.
+    pub fn ends_by_ms(&self) -> Option<i64> {
+        Some(self.started_ms? + self.active_deadline_s? * 1000)
+    }
 }
 
 /// A PodGroup's phase, as Volcano and Basalt write it.

@@ -56,7 +56,12 @@ pub struct PodSpec {
     pub phase: PodPhase,
     pub node: Option<String>,
     pub gpu_ids: Vec<u32>,
-    pub preemptable: bool,
+    /// Annotated `preemptable: "false"`.
+    pub non_preemptable: bool,
+    /// `preemptionPolicy: Never` (pod or PriorityClass).
+    pub preemption_never: bool,
+    pub started_ms: Option<i64>,
+    pub active_deadline_s: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +110,8 @@ impl QueueSpec {
 /// Everything a snapshot is built from.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterSpec {
+    /// The instant of the snapshot, in milliseconds since the Unix epoch (time is an argument).
+    pub now_ms: i64,
     pub nodes: Vec<NodeSpec>,
     pub pods: Vec<PodSpec>,
     pub groups: Vec<GroupSpec>,
@@ -133,6 +140,7 @@ fn err(kind: &'static str, object: &str, field: &'static str, message: String) -
 /// An immutable, validated picture of the cluster at one instant.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    pub now_ms: i64,
     pub resources: ResourceNames,
     pub nodes: Vec<Node>,
     pub tasks: Vec<Task>,
@@ -152,6 +160,7 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
         let ClusterSpec {
+            now_ms,
             mut nodes,
             mut pods,
             mut groups,
@@ -385,7 +394,11 @@ impl Snapshot {
                 priority: p.priority,
                 state,
                 gpu_ids,
-                preemptable: p.preemptable,
+                non_preemptable: p.non_preemptable,
+                preemption_never: p.preemption_never,
+                created_ms: p.created_ms,
+                started_ms: p.started_ms,
+                active_deadline_s: p.active_deadline_s,
             });
         }
 
@@ -430,6 +443,7 @@ impl Snapshot {
         }
 
         Ok(Snapshot {
+            now_ms,
             resources: names,
             nodes: built_nodes,
             tasks,
