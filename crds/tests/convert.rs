@@ -160,6 +160,7 @@ fn snapshot_of_the_sample_cluster() {
 fn volcano_manifests_convert() {
     let options = ConvertOptions {
         scheduler_names: vec!["volcano".into(), "basalt".into()],
+        ..ConvertOptions::default()
     };
     let spec = cluster_spec(&data("volcano.yaml").objects, &options).unwrap();
     let q = &spec.queues[0];
