@@ -58,7 +58,7 @@ impl Admit for Capability {
         let Some(min) = &j.min_resources else {
             return Ok(());
         };
-        basalt_queue::check_capability(session, j.queue, min).map_err(|e| Condition {
+        basalt_queue::check_capability(session, j.queue, min, true).map_err(|e| Condition {
             kind: UNSCHEDULABLE.to_string(),
             reason: NOT_ENOUGH_RESOURCES.to_string(),
             message: format!("minResources: {}", e.describe(snap)),
@@ -70,6 +70,7 @@ impl TaskAdmit for Capability {
     fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
         let snap = session.snapshot;
         let queue = snap.job(snap.task(task).job).queue;
-        basalt_queue::check_capability(session, queue, request).map_err(|e| e.describe(snap).into())
+        basalt_queue::check_capability(session, queue, request, false)
+            .map_err(|e| e.describe(snap).into())
     }
 }

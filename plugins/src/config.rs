@@ -17,17 +17,26 @@ pub struct Config {
     pub priority: PriorityArgs,
     pub enqueue: EnqueueArgs,
     pub node_order: NodeOrderArgs,
+    pub fair_share: FairShareArgs,
+    pub backfill: BackfillArgs,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            actions: vec![ActionName::Enqueue, ActionName::Allocate],
+            actions: vec![
+                ActionName::Enqueue,
+                ActionName::Allocate,
+                ActionName::Reclaim,
+                ActionName::Preempt,
+            ],
             scheduler_names: vec!["basalt".to_string()],
             gang: GangArgs::default(),
             priority: PriorityArgs::default(),
             enqueue: EnqueueArgs::default(),
             node_order: NodeOrderArgs::default(),
+            fair_share: FairShareArgs::default(),
+            backfill: BackfillArgs::default(),
         }
     }
 }
@@ -37,6 +46,8 @@ impl Default for Config {
 pub enum ActionName {
     Enqueue,
     Allocate,
+    Reclaim,
+    Preempt,
 }
 
 impl From<ActionName> for Action {
@@ -44,6 +55,8 @@ impl From<ActionName> for Action {
         match a {
             ActionName::Enqueue => Action::Enqueue,
             ActionName::Allocate => Action::Allocate,
+            ActionName::Reclaim => Action::Reclaim,
+            ActionName::Preempt => Action::Preempt,
         }
     }
 }
@@ -86,6 +99,37 @@ impl Default for EnqueueArgs {
     fn default() -> Self {
         EnqueueArgs {
             overcommit_factor: 1.2,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct FairShareArgs {
+    /// Deserved shares by weighted water-filling down the queue tree. Without it every queue
+    /// deserves the whole cluster (queues are still ordered by share, capped by capability).
+    pub enabled: bool,
+}
+
+impl Default for FairShareArgs {
+    fn default() -> Self {
+        FairShareArgs { enabled: true }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct BackfillArgs {
+    /// A gang that has waited this long reserves the nodes it will start on; smaller or
+    /// lower-priority work may use them only if it ends (`activeDeadlineSeconds`) before the
+    /// gang could start. `null` turns reservations off.
+    pub reserve_after_seconds: Option<u64>,
+}
+
+impl Default for BackfillArgs {
+    fn default() -> Self {
+        BackfillArgs {
+            reserve_after_seconds: Some(600),
         }
     }
 }

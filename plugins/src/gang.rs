@@ -53,7 +53,7 @@ impl JobReady for Gang {
     fn ready(&self, session: &Session, job: JobId) -> bool {
         let j = session.snapshot.job(job);
         let c = session.counts(job);
-        c.running + c.succeeded >= j.min_member
+        c.running + c.pipelined + c.succeeded >= j.min_member
             && j.min_task_member
                 .iter()
                 .all(|(role, &min)| c.by_role.get(role).copied().unwrap_or(0) >= min)

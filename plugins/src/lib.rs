@@ -40,6 +40,13 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw.admit.push(Box::new(admission::Capability));
     fw.task_admit.push(Box::new(admission::Capability));
     fw.filters.push(Box::new(predicates::Predicates));
+    if config.fair_share.enabled {
+        fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
+    }
+    fw.reserve_after_ms = config
+        .backfill
+        .reserve_after_seconds
+        .map(|s| s.saturating_mul(1000).min(i64::MAX as u64) as i64);
     fw
 }
 

@@ -1,33 +1,12 @@
-//! Basalt's queue tree: hierarchy walks and the capability ceiling that a queue and every one of
-//! its ancestors impose on the work below them. Fair-share math (weighted water-filling,
-//! guarantees, borrowing and reclaim) builds on this module.
+//! Basalt's queue tree: fair shares (weighted water-filling down the tree, see [`fairshare`]),
+//! and the capability ceiling that a queue and every one of its ancestors impose on the work
+//! below them.
 //!
 //! Depends only on `basalt-engine`; knows nothing of Kubernetes.
 
-use basalt_engine::{QueueId, ResourceId, Resources, Session, Snapshot};
+pub mod fairshare;
 
-/// The queue itself, then its parent, up to the top of the tree (the implicit root is not a
-/// queue). The snapshot has already rejected cycles.
-pub fn ancestors(snapshot: &Snapshot, queue: QueueId) -> impl Iterator<Item = QueueId> + '_ {
-    std::iter::successors(Some(queue), move |q| snapshot.queue(*q).parent)
-}
-
-/// Whether `queue` lies in the subtree rooted at `top` (a queue is in its own subtree).
-pub fn in_subtree(snapshot: &Snapshot, queue: QueueId, top: QueueId) -> bool {
-    ancestors(snapshot, queue).any(|q| q == top)
-}
-
-/// What the subtree rooted at `top` holds now.
-pub fn subtree_allocated(session: &Session, top: QueueId) -> Resources {
-    let snap = session.snapshot;
-    let mut total = Resources::zero(snap.resources.len());
-    for q in &snap.queues {
-        if in_subtree(snap, q.id, top) {
-            total.add(session.queue_allocated(q.id));
-        }
-    }
-    total
-}
+use basalt_engine::{ancestors, FairShare, QueueId, ResourceId, Resources, Session, Snapshot};
 
 /// A capability that `extra` more work in a queue would break.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,19 +32,25 @@ impl CapabilityExceeded {
     }
 }
 
-/// Checks `extra` against the capability of `queue` and of each ancestor. Only the resources a
-/// capability names are capped.
+/// Checks `extra` on top of what each queue on the path to the root holds (plus `reserved`,
+/// when admission reservations count) against its capability. Only the resources a capability
+/// names are capped, and only those `extra` asks for.
 pub fn check_capability(
     session: &Session,
     queue: QueueId,
     extra: &Resources,
+    with_reservations: bool,
 ) -> Result<(), CapabilityExceeded> {
     let snap = session.snapshot;
     for q in ancestors(snap, queue) {
-        let Some(cap) = &snap.queue(q).capability else {
+        let cap = &snap.queue(q).capability;
+        if cap.is_empty() {
             continue;
-        };
-        let mut held = subtree_allocated(session, q);
+        }
+        let mut held = session.queue_allocated(q).clone();
+        if with_reservations {
+            held.add(session.queue_reserved(q));
+        }
         held.add(extra);
         for (resource, capability) in cap.iter() {
             if extra.get(resource) > 0 && held.get(resource) > capability {
@@ -79,4 +64,35 @@ pub fn check_capability(
         }
     }
     Ok(())
+}
+
+/// The fair-share policy: deserved shares by weighted water-filling over what the queues share
+/// (the cluster less what other schedulers' pods use), with each leaf's demand.
+pub struct WaterFilling;
+
+impl FairShare for WaterFilling {
+    fn deserved(&self, session: &Session) -> Vec<Resources> {
+        let snap = session.snapshot;
+        let has_children: Vec<bool> = {
+            let mut v = vec![false; snap.queues.len()];
+            for q in &snap.queues {
+                if let Some(p) = q.parent {
+                    v[p.index()] = true;
+                }
+            }
+            v
+        };
+        let leaf_demand: Vec<Resources> = snap
+            .queues
+            .iter()
+            .map(|q| {
+                if has_children[q.id.index()] {
+                    Resources::zero(snap.resources.len())
+                } else {
+                    session.queue_demand(q.id)
+                }
+            })
+            .collect();
+        fairshare::deserved(snap, &session.queue_capacity(), &leaf_demand)
+    }
 }

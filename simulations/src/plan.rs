@@ -73,6 +73,15 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
             .collect();
         table(&mut out, ["POD", "REASON", "FOR"], &rows);
     }
+    let _ = writeln!(out, "\nNOMINATIONS ({})", plan.nominations.len());
+    if !plan.nominations.is_empty() {
+        let rows: Vec<[String; 2]> = plan
+            .nominations
+            .iter()
+            .map(|n| [n.pod.clone(), n.node.clone()])
+            .collect();
+        table(&mut out, ["POD", "NODE"], &rows);
+    }
     let _ = writeln!(out, "\nPODGROUPS ({})", plan.pod_groups.len());
     let rows: Vec<[String; 5]> = plan
         .pod_groups
@@ -96,6 +105,32 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
     table(
         &mut out,
         ["NAME", "PHASE", "READY/MIN", "PENDING", "REASON"],
+        &rows,
+    );
+    let _ = writeln!(out, "\nQUEUES ({})", plan.queues.len());
+    let list = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let rows: Vec<[String; 6]> = plan
+        .queues
+        .iter()
+        .map(|q| {
+            [
+                q.name.clone(),
+                q.parent.clone().unwrap_or_else(|| "root".into()),
+                format!("{:?}", q.state),
+                format!("{:.2}", q.share),
+                list(&q.allocated),
+                list(&q.deserved),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        ["NAME", "PARENT", "STATE", "SHARE", "ALLOCATED", "DESERVED"],
         &rows,
     );
     out

@@ -54,11 +54,18 @@ pub trait NodeOrder: Send + Sync {
     fn key(&self, allocatable: &Resources, used: &Resources) -> u64;
 }
 
+/// Computes every queue's deserved share when a session opens.
+pub trait FairShare: Send + Sync {
+    fn deserved(&self, session: &Session) -> Vec<Resources>;
+}
+
 /// The actions a cycle runs, in the configured order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Enqueue,
     Allocate,
+    Reclaim,
+    Preempt,
 }
 
 /// The configured plugins and actions of one scheduler.
@@ -71,6 +78,9 @@ pub struct Framework {
     pub task_admit: Vec<Box<dyn TaskAdmit>>,
     pub filters: Vec<Box<dyn NodeFilter>>,
     pub node_order: Box<dyn NodeOrder>,
+    pub fair_share: Option<Box<dyn FairShare>>,
+    /// A gang that has waited this long (milliseconds) reserves the nodes it will start on.
+    pub reserve_after_ms: Option<i64>,
 }
 
 impl Framework {
@@ -85,6 +95,8 @@ impl Framework {
             task_admit: Vec::new(),
             filters: Vec::new(),
             node_order,
+            fair_share: None,
+            reserve_after_ms: None,
         }
     }
 

@@ -10,8 +10,10 @@ pub mod actions;
 pub mod framework;
 pub mod model;
 pub mod plan;
+mod queue_order;
 pub mod resources;
 pub mod session;
+pub mod share;
 pub mod snapshot;
 
 pub use actions::schedule;
@@ -20,4 +22,5 @@ pub use model::*;
 pub use plan::*;
 pub use resources::*;
 pub use session::*;
+pub use share::Share;
 pub use snapshot::*;

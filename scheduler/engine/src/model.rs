@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resources::Resources;
+use crate::resources::{Limits, Resources};
 
 macro_rules! typed_id {
     ($($(#[$m:meta])* $name:ident),*) => {$(
@@ -263,9 +263,12 @@ pub struct Queue {
     pub name: String,
     pub parent: Option<QueueId>,
     pub weight: u32,
-    pub capability: Option<Resources>,
-    pub guarantee: Option<Resources>,
-    pub deserved: Option<Resources>,
+    /// Hard ceiling per named resource.
+    pub capability: Limits,
+    /// Reserved per named resource: never lent out, never reclaimed below.
+    pub guarantee: Limits,
+    /// Explicit entitlement per named resource; the others are computed.
+    pub deserved: Limits,
     pub reclaimable: bool,
     pub priority: i32,
     pub state: QueueState,

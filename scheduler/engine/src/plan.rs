@@ -3,14 +3,39 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::JobPhase;
+use std::collections::BTreeMap;
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+use crate::model::{JobPhase, QueueState};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub bindings: Vec<Binding>,
     pub evictions: Vec<Eviction>,
     pub pod_groups: Vec<PodGroupStatus>,
+    /// Pods placed on capacity that this plan's evictions free, or on nodes reserved for them:
+    /// they bind in a later cycle.
+    pub nominations: Vec<Nomination>,
+    pub queues: Vec<QueueStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nomination {
+    pub pod: String,
+    pub node: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Quantities as Kubernetes writes them ("8", "64Gi").
+    pub deserved: BTreeMap<String, String>,
+    pub allocated: BTreeMap<String, String>,
+    /// Dominant share: allocated / deserved in the dimension where it is largest.
+    pub share: f64,
+    pub state: QueueState,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

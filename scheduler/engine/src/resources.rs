@@ -93,12 +93,54 @@ impl ResourceNames {
         format_quantity(self.name(id), v)
     }
 
+    /// Converts a named list whose names matter even when zero; every name must be in the table.
+    pub fn limits(&self, list: &ResourceList) -> Limits {
+        let mut v = vec![None; self.len()];
+        for (name, &q) in list {
+            let id = self
+                .id(name)
+                .expect("resource names are collected before conversion");
+            v[id.0 as usize] = Some(q);
+        }
+        Limits(v)
+    }
+
+    /// Non-zero entries as Kubernetes quantity strings ("6", "64Gi"), by name.
+    pub fn quantities(&self, r: &Resources) -> BTreeMap<String, String> {
+        r.iter()
+            .map(|(id, v)| (self.name(id).to_string(), self.format(id, v)))
+            .collect()
+    }
+
     /// Back to a named list, leaving out zeros.
     pub fn list(&self, r: &Resources) -> ResourceList {
         self.ids()
             .filter(|&id| r.get(id) != 0)
             .map(|id| (self.name(id).to_string(), r.get(id)))
             .collect()
+    }
+}
+
+/// A resource list in which only the named dimensions mean something: a capability of
+/// `nvidia.com/gpu: 0` caps GPUs at zero and leaves every other resource unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Limits(Vec<Option<i64>>);
+
+impl Limits {
+    pub fn get(&self, id: ResourceId) -> Option<i64> {
+        self.0.get(id.0 as usize).copied().flatten()
+    }
+
+    /// The named entries.
+    pub fn iter(&self) -> impl Iterator<Item = (ResourceId, i64)> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (ResourceId(i as u16), v)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
     }
 }
 

@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::framework::{Framework, Reason};
 use crate::model::*;
-use crate::plan::{Binding, Condition, Eviction, Plan, PodGroupStatus};
+use crate::plan::{Binding, Condition, Eviction, Nomination, Plan, PodGroupStatus, QueueStatus};
 use crate::resources::{Resources, GPU};
-use crate::snapshot::Snapshot;
+use crate::share::Share;
+use crate::snapshot::{ancestors, Snapshot};
 
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +19,12 @@ pub enum TaskStatus {
     Bound(NodeId),
     /// Placed by this cycle.
     Allocated {
+        node: NodeId,
+        gpus: u64,
+    },
+    /// Placed by this cycle on capacity that evictions are freeing: reported as a nomination
+    /// and bound in a later cycle, once the victims are gone.
+    Pipelined {
         node: NodeId,
         gpus: u64,
     },
@@ -31,7 +38,9 @@ impl TaskStatus {
     /// Holds capacity on a node (bound before or placed now).
     pub fn node(&self) -> Option<NodeId> {
         match *self {
-            TaskStatus::Bound(n) | TaskStatus::Allocated { node: n, .. } => Some(n),
+            TaskStatus::Bound(n)
+            | TaskStatus::Allocated { node: n, .. }
+            | TaskStatus::Pipelined { node: n, .. } => Some(n),
             _ => None,
         }
     }
@@ -43,6 +52,7 @@ enum Op {
         task: TaskId,
         node: NodeId,
         gpus: u64,
+        pipelined: bool,
     },
     Evict {
         task: TaskId,
@@ -78,7 +88,9 @@ pub struct MemberCounts {
     pub succeeded: u32,
     pub failed: u32,
     pub pending: u32,
-    /// Per role: running + succeeded.
+    /// Placed on capacity that evictions are freeing (nominated, not bound).
+    pub pipelined: u32,
+    /// Per role: running + pipelined + succeeded.
     pub by_role: BTreeMap<String, u32>,
 }
 
@@ -93,6 +105,15 @@ struct Statics {
     ok: Vec<bool>,
     /// Nodes that pass, when they are few enough that scanning them beats the buckets.
     few: Option<Vec<NodeId>>,
+}
+
+/// Who may use nodes reserved by a starving gang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReservedNodes {
+    /// Keep off nodes reserved for other jobs (a job may use its own).
+    Avoid(JobId),
+    /// Work that ends before the reserving gang could start anyway may use them.
+    Use,
 }
 
 /// Nodes bucketed by (capacity class, free whole GPUs), each bucket sorted by node-order key.
@@ -111,24 +132,38 @@ pub struct Session<'a> {
     gpus_used: Vec<u64>,
     status: Vec<TaskStatus>,
     phase: Vec<JobPhase>,
-    /// Per job: members holding capacity (bound before the cycle or placed by it).
+    /// Per job: members holding capacity (bound, placed or pipelined).
     holding: Vec<u32>,
     conditions: Vec<Vec<Condition>>,
+    /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
     queue_allocated: Vec<Resources>,
-    /// minResources of admitted jobs that hold no member yet (reserved by admission).
+    /// Per queue: what its subtree's pending pods asked for when the session opened.
+    queue_pending: Vec<Resources>,
+    /// Per queue: its fair share (see [`crate::FairShare`]).
+    deserved: Vec<Resources>,
+    /// minResources of admitted jobs that hold nothing yet, in all and per queue subtree.
     inqueue_reserved: Resources,
+    queue_reserved: Vec<Resources>,
     cluster_allocatable: Resources,
+    /// Bound tasks per node when the session opened: the candidates for eviction.
+    node_tasks: Vec<Vec<TaskId>>,
+    /// Per node: the starving job that reserved it.
+    reserved_for: Vec<Option<JobId>>,
+    /// Members of reserving jobs and the nodes kept for them.
+    reservations: Vec<(TaskId, NodeId)>,
+    any_reserved: bool,
     index: FreeIndex,
     statics: HashMap<RulesId, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
-    failures: HashMap<ShapeId, (u64, FitFailure)>,
+    failures: HashMap<(ShapeId, ReservedNodes), (u64, FitFailure)>,
     committed: Vec<Op>,
 }
 
 impl<'a> Session<'a> {
     pub fn new(snapshot: &'a Snapshot, fw: &'a Framework) -> Self {
         let n = snapshot.nodes.len();
+        let dims = snapshot.resources.len();
         let mut classes: HashMap<&Resources, u32> = HashMap::new();
         let class: Vec<u32> = snapshot
             .nodes
@@ -138,32 +173,36 @@ impl<'a> Session<'a> {
                 *classes.entry(&node.allocatable).or_insert(next)
             })
             .collect();
-        let mut cluster_allocatable = Resources::zero(snapshot.resources.len());
+        let mut cluster_allocatable = Resources::zero(dims);
         for node in &snapshot.nodes {
             cluster_allocatable.add(&node.allocatable);
         }
-        let status: Vec<TaskStatus> = snapshot
-            .tasks
-            .iter()
-            .map(|t| match t.state {
-                TaskState::Pending => TaskStatus::Pending,
-                TaskState::Bound(n) => TaskStatus::Bound(n),
+        let zeros = vec![Resources::zero(dims); snapshot.queues.len()];
+        let mut queue_allocated = zeros.clone();
+        let mut queue_pending = zeros.clone();
+        let mut holding = vec![0u32; snapshot.jobs.len()];
+        let mut node_tasks = vec![Vec::new(); n];
+        let mut status = Vec::with_capacity(snapshot.tasks.len());
+        for t in &snapshot.tasks {
+            let queue = snapshot.job(t.job).queue;
+            status.push(match t.state {
+                TaskState::Pending => {
+                    for q in ancestors(snapshot, queue) {
+                        queue_pending[q.index()].add(&t.request);
+                    }
+                    TaskStatus::Pending
+                }
+                TaskState::Bound(node) => {
+                    for q in ancestors(snapshot, queue) {
+                        queue_allocated[q.index()].add(&t.request);
+                    }
+                    holding[t.job.index()] += 1;
+                    node_tasks[node.index()].push(t.id);
+                    TaskStatus::Bound(node)
+                }
                 TaskState::Succeeded => TaskStatus::Succeeded,
                 TaskState::Failed => TaskStatus::Failed,
-            })
-            .collect();
-        let mut queue_allocated =
-            vec![Resources::zero(snapshot.resources.len()); snapshot.queues.len()];
-        for t in &snapshot.tasks {
-            if let TaskState::Bound(_) = t.state {
-                queue_allocated[snapshot.job(t.job).queue.index()].add(&t.request);
-            }
-        }
-        let mut holding = vec![0u32; snapshot.jobs.len()];
-        for t in &snapshot.tasks {
-            if let TaskState::Bound(_) = t.state {
-                holding[t.job.index()] += 1;
-            }
+            });
         }
         let mut session = Session {
             snapshot,
@@ -175,8 +214,15 @@ impl<'a> Session<'a> {
             holding,
             conditions: vec![Vec::new(); snapshot.jobs.len()],
             queue_allocated,
-            inqueue_reserved: Resources::zero(snapshot.resources.len()),
+            queue_pending,
+            deserved: Vec::new(),
+            inqueue_reserved: Resources::zero(dims),
+            queue_reserved: zeros,
             cluster_allocatable,
+            node_tasks,
+            reserved_for: vec![None; n],
+            reservations: Vec::new(),
+            any_reserved: false,
             index: FreeIndex {
                 class,
                 key: vec![(0, 0); n],
@@ -192,11 +238,14 @@ impl<'a> Session<'a> {
         }
         for job in &snapshot.jobs {
             if job.phase == JobPhase::Inqueue && session.holding[job.id.index()] == 0 {
-                if let Some(min) = &job.min_resources {
-                    session.inqueue_reserved.add(min);
-                }
+                session.reserve_admission(job.id, true);
             }
         }
+        session.deserved = match &fw.fair_share {
+            Some(policy) => policy.deserved(&session),
+            // Without a fair-share policy every queue may use the whole cluster.
+            None => vec![session.queue_capacity(); snapshot.queues.len()],
+        };
         session
     }
 
@@ -218,6 +267,18 @@ impl<'a> Session<'a> {
         &self.used[node.index()]
     }
 
+    /// What a node has left.
+    pub fn free(&self, node: NodeId) -> Resources {
+        let mut free = self.snapshot.node(node).allocatable.clone();
+        free.sub(&self.used[node.index()]);
+        free
+    }
+
+    pub fn free_gpus(&self, node: NodeId) -> u32 {
+        let count = self.snapshot.node(node).gpus.len() as u32;
+        count - self.gpus_used[node.index()].count_ones().min(count)
+    }
+
     pub fn cluster_allocatable(&self) -> &Resources {
         &self.cluster_allocatable
     }
@@ -235,9 +296,61 @@ impl<'a> Session<'a> {
         &self.inqueue_reserved
     }
 
-    /// What the queue's jobs hold (bound before the cycle or placed by it).
+    /// minResources reserved by admitted jobs of the queue's subtree that hold nothing yet.
+    pub fn queue_reserved(&self, queue: QueueId) -> &Resources {
+        &self.queue_reserved[queue.index()]
+    }
+
+    /// What the queue's subtree holds (bound before the cycle, placed or pipelined by it).
     pub fn queue_allocated(&self, queue: QueueId) -> &Resources {
         &self.queue_allocated[queue.index()]
+    }
+
+    /// What the queue's subtree asks for: what it holds plus what its pending pods asked for
+    /// when the session opened.
+    pub fn queue_demand(&self, queue: QueueId) -> Resources {
+        let mut demand = self.queue_pending[queue.index()].clone();
+        demand.add(&self.queue_allocated[queue.index()]);
+        demand
+    }
+
+    /// The queue's fair share.
+    pub fn deserved(&self, queue: QueueId) -> &Resources {
+        &self.deserved[queue.index()]
+    }
+
+    /// What the queues share: the cluster's allocatable less what pods of other schedulers use.
+    pub fn queue_capacity(&self) -> Resources {
+        let snap = self.snapshot;
+        let mut foreign = Resources::zero(snap.resources.len());
+        for u in &snap.node_used {
+            foreign.add(u);
+        }
+        for t in &snap.tasks {
+            if let TaskState::Bound(_) = t.state {
+                foreign.sub(&t.request);
+            }
+        }
+        let mut capacity = self.cluster_allocatable.clone();
+        capacity.sub(&foreign);
+        capacity
+    }
+
+    /// Dominant share: the largest allocated / deserved over the resources the queue holds.
+    pub fn share(&self, queue: QueueId) -> Share {
+        Share::dominant(
+            &self.queue_allocated[queue.index()],
+            &self.deserved[queue.index()],
+        )
+    }
+
+    /// Bound tasks on a node when the session opened, in name order.
+    pub fn node_tasks(&self, node: NodeId) -> &[TaskId] {
+        &self.node_tasks[node.index()]
+    }
+
+    pub fn holding(&self, job: JobId) -> u32 {
+        self.holding[job.index()]
     }
 
     pub fn counts(&self, job: JobId) -> MemberCounts {
@@ -250,6 +363,10 @@ impl<'a> Session<'a> {
                 }
                 TaskStatus::Bound(_) | TaskStatus::Allocated { .. } => {
                     c.running += 1;
+                    true
+                }
+                TaskStatus::Pipelined { .. } => {
+                    c.pipelined += 1;
                     true
                 }
                 TaskStatus::Succeeded => {
@@ -270,7 +387,7 @@ impl<'a> Session<'a> {
         c
     }
 
-    // ----- job phase and conditions -----
+    // ----- job phase, conditions, reservations -----
 
     /// Moves a job into the schedulable set, reserving its minResources until it holds members.
     pub fn admit(&mut self, job: JobId) {
@@ -278,8 +395,29 @@ impl<'a> Session<'a> {
             return;
         }
         self.phase[job.index()] = JobPhase::Inqueue;
-        if let Some(min) = &self.snapshot.job(job).min_resources {
+        self.reserve_admission(job, true);
+    }
+
+    /// Adds (or gives back) an admitted job's minResources to the admission reservations.
+    fn reserve_admission(&mut self, job: JobId, add: bool) {
+        let snap = self.snapshot;
+        if self.phase[job.index()] != JobPhase::Inqueue {
+            return;
+        }
+        let Some(min) = &snap.job(job).min_resources else {
+            return;
+        };
+        for q in ancestors(snap, snap.job(job).queue) {
+            if add {
+                self.queue_reserved[q.index()].add(min);
+            } else {
+                self.queue_reserved[q.index()].sub(min);
+            }
+        }
+        if add {
             self.inqueue_reserved.add(min);
+        } else {
+            self.inqueue_reserved.sub(min);
         }
     }
 
@@ -290,13 +428,34 @@ impl<'a> Session<'a> {
         }
     }
 
+    pub fn reserved_for(&self, node: NodeId) -> Option<JobId> {
+        self.reserved_for[node.index()]
+    }
+
+    /// Keeps a node for a starving job: other work may use it only with `ReservedNodes::Use`.
+    pub fn reserve_node(&mut self, node: NodeId, job: JobId) {
+        self.reserved_for[node.index()] = Some(job);
+        self.any_reserved = true;
+        // Cached failures assumed no reservations; they are stale now.
+        self.released += 1;
+    }
+
+    pub fn has_reservations(&self) -> bool {
+        self.any_reserved
+    }
+
+    /// Records that a member of a reserving job waits for this node; reported as a nomination
+    /// unless the member is placed in the same cycle.
+    pub fn nominate(&mut self, task: TaskId, node: NodeId) {
+        self.reservations.push((task, node));
+    }
+
     // ----- node search -----
 
     fn index_insert(&mut self, node: NodeId) {
         let i = node.index();
         let snap_node = &self.snapshot.nodes[i];
-        let free_gpus = snap_node.gpus.len() as u32
-            - (self.gpus_used[i].count_ones()).min(snap_node.gpus.len() as u32);
+        let free_gpus = self.free_gpus(node);
         let key = self
             .fw
             .node_order
@@ -344,7 +503,28 @@ impl<'a> Session<'a> {
         self.statics.insert(rules, Statics { ok, few });
     }
 
-    fn fits(&self, node: NodeId, request: &Resources) -> bool {
+    /// Whether the node passes the static filters for the task's placement rules.
+    pub fn passes_filters(&mut self, task: TaskId, node: NodeId) -> bool {
+        let rules = self.snapshot.task(task).rules;
+        self.ensure_statics(rules);
+        self.statics[&rules].ok[node.index()]
+    }
+
+    /// Nodes that pass the static filters for the task's placement rules, in name order.
+    pub fn feasible_nodes(&mut self, task: TaskId) -> Vec<NodeId> {
+        let rules = self.snapshot.task(task).rules;
+        self.ensure_statics(rules);
+        let s = &self.statics[&rules];
+        match &s.few {
+            Some(few) => few.clone(),
+            None => (0..s.ok.len() as u32)
+                .map(NodeId)
+                .filter(|n| s.ok[n.index()])
+                .collect(),
+        }
+    }
+
+    pub fn fits(&self, node: NodeId, request: &Resources) -> bool {
         let alloc = &self.snapshot.nodes[node.index()].allocatable;
         let used = &self.used[node.index()];
         request
@@ -360,13 +540,39 @@ impl<'a> Session<'a> {
             .key(&self.snapshot.nodes[node.index()].allocatable, &after)
     }
 
+    fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
+        match (access, self.reserved_for[node.index()]) {
+            (_, None) | (ReservedNodes::Use, _) => true,
+            // Work ahead of the reserving job in job order may still use its nodes.
+            (ReservedNodes::Avoid(job), Some(owner)) => {
+                let snap = self.snapshot;
+                job == owner || self.fw.compare_jobs(snap.job(job), snap.job(owner)).is_lt()
+            }
+        }
+    }
+
     /// The best node for a task, or why there is none. Shapes that failed since capacity was
     /// last given back fail at once, so a long backlog of identical pods costs one search.
     pub fn find_node(&mut self, task: TaskId) -> Result<NodeId, FitFailure> {
+        let job = self.snapshot.task(task).job;
+        self.find_node_with(task, ReservedNodes::Avoid(job))
+    }
+
+    pub fn find_node_with(
+        &mut self,
+        task: TaskId,
+        access: ReservedNodes,
+    ) -> Result<NodeId, FitFailure> {
         let snap = self.snapshot;
         let t = snap.task(task);
         let (shape, rules) = (t.shape, t.rules);
-        if let Some((epoch, f)) = self.failures.get(&shape) {
+        // Without reservations every access sees the same nodes: share one cache entry.
+        let access = if self.any_reserved {
+            access
+        } else {
+            ReservedNodes::Use
+        };
+        if let Some((epoch, f)) = self.failures.get(&(shape, access)) {
             if *epoch == self.released {
                 return Err(f.clone());
             }
@@ -374,39 +580,37 @@ impl<'a> Session<'a> {
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
         let statics = &self.statics[&rules];
+        let usable =
+            |n: NodeId| statics.ok[n.index()] && self.fits(n, request) && self.may_use(n, access);
         let mut best: Option<(u64, NodeId)> = None;
-        let consider = |node: NodeId, best: &mut Option<(u64, NodeId)>| {
+        let mut consider = |node: NodeId| {
             let cand = (self.key_with(node, request), node);
             if best.is_none_or(|b| cand < b) {
-                *best = Some(cand);
+                best = Some(cand);
             }
         };
         if let Some(few) = &statics.few {
-            for &node in few {
-                if self.fits(node, request) {
-                    consider(node, &mut best);
-                }
-            }
+            few.iter()
+                .copied()
+                .filter(|&n| usable(n))
+                .for_each(&mut consider);
         } else {
             let want_gpus = request.get(GPU).max(0) as u32;
             for (&(_, free_gpus), set) in &self.index.buckets {
                 if free_gpus < want_gpus {
                     continue;
                 }
-                if let Some(&(_, node)) = set
-                    .iter()
-                    .find(|&&(_, n)| statics.ok[n.index()] && self.fits(n, request))
-                {
-                    consider(node, &mut best);
+                if let Some(&(_, node)) = set.iter().find(|&&(_, n)| usable(n)) {
+                    consider(node);
                 }
             }
         }
         match best {
             Some((_, node)) => Ok(node),
             None => {
-                let failure = self.explain(rules, request);
+                let failure = self.explain(rules, request, access);
                 self.failures
-                    .insert(shape, (self.released, failure.clone()));
+                    .insert((shape, access), (self.released, failure.clone()));
                 Err(failure)
             }
         }
@@ -414,24 +618,30 @@ impl<'a> Session<'a> {
 
     /// The aggregated reason no node fits: "0/3 nodes are available: 2 insufficient nvidia.com/gpu,
     /// 1 didn't match node selector." Most frequent reasons first.
-    fn explain(&self, rules: RulesId, request: &Resources) -> FitFailure {
+    fn explain(&self, rules: RulesId, request: &Resources, access: ReservedNodes) -> FitFailure {
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
         for node in &self.snapshot.nodes {
-            match self.fw.filter_node(r, node) {
-                Err(reason) => *counts.entry(reason).or_default() += 1,
-                Ok(()) => {
-                    let alloc = &node.allocatable;
-                    let used = &self.used[node.id.index()];
-                    for (id, v) in request.iter() {
-                        if used.get(id) + v > alloc.get(id) {
-                            let name = self.snapshot.resources.name(id);
-                            *counts
-                                .entry(format!("insufficient {name}").into())
-                                .or_default() += 1;
-                        }
-                    }
+            if let Err(reason) = self.fw.filter_node(r, node) {
+                *counts.entry(reason).or_default() += 1;
+                continue;
+            }
+            let alloc = &node.allocatable;
+            let used = &self.used[node.id.index()];
+            let mut short = false;
+            for (id, v) in request.iter() {
+                if used.get(id) + v > alloc.get(id) {
+                    let name = self.snapshot.resources.name(id);
+                    *counts
+                        .entry(format!("insufficient {name}").into())
+                        .or_default() += 1;
+                    short = true;
                 }
+            }
+            if !short && !self.may_use(node.id, access) {
+                *counts
+                    .entry("were reserved for a starving gang".into())
+                    .or_default() += 1;
             }
         }
         let mut list: Vec<(Reason, usize)> = counts.into_iter().collect();
@@ -480,48 +690,79 @@ impl<'a> Session<'a> {
         Statement::default()
     }
 
-    fn apply_usage(&mut self, node: NodeId, request: &Resources, gpus: u64, add: bool) {
+    /// Moves a task's request on or off a node and its queues.
+    fn charge(&mut self, task: TaskId, node: NodeId, gpus: u64, add: bool) {
+        let snap = self.snapshot;
+        let t = snap.task(task);
         self.index_remove(node);
         let i = node.index();
         if add {
-            self.used[i].add(request);
+            self.used[i].add(&t.request);
             self.gpus_used[i] |= gpus;
+            self.holding[t.job.index()] += 1;
         } else {
-            self.used[i].sub(request);
+            self.used[i].sub(&t.request);
             self.gpus_used[i] &= !gpus;
+            self.holding[t.job.index()] -= 1;
         }
         self.index_insert(node);
+        for q in ancestors(snap, snap.job(t.job).queue) {
+            if add {
+                self.queue_allocated[q.index()].add(&t.request);
+            } else {
+                self.queue_allocated[q.index()].sub(&t.request);
+            }
+        }
+        // An admitted job's minResources stay reserved until it holds its first member.
+        let holding = self.holding[t.job.index()];
+        if add && holding == 1 {
+            self.reserve_admission(t.job, false);
+        } else if !add && holding == 0 {
+            self.reserve_admission(t.job, true);
+        }
     }
 
     /// Places a pending task on a node inside the statement.
     pub fn allocate(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId) {
-        let t = self.snapshot.task(task);
+        self.place(stmt, task, node, false);
+    }
+
+    /// Places a pending task on capacity that the statement's evictions free: it is nominated
+    /// to the node and bound in a later cycle.
+    pub fn pipeline(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId) {
+        self.place(stmt, task, node, true);
+    }
+
+    fn place(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId, pipelined: bool) {
         debug_assert_eq!(self.status[task.index()], TaskStatus::Pending);
-        let gpus = self.pick_gpus(node, t.request.get(GPU).max(0) as u32);
-        let (job, request) = (t.job, &t.request);
-        self.apply_usage(node, request, gpus, true);
-        self.holding[job.index()] += 1;
-        let queue = self.snapshot.job(job).queue;
-        self.queue_allocated[queue.index()].add(request);
-        self.status[task.index()] = TaskStatus::Allocated { node, gpus };
-        if self.holding[job.index()] == 1 {
-            self.release_reservation(job, true);
-        }
-        stmt.ops.push(Op::Allocate { task, node, gpus });
+        let count = self.snapshot.task(task).request.get(GPU).max(0) as u32;
+        let gpus = self.pick_gpus(node, count);
+        self.charge(task, node, gpus, true);
+        self.status[task.index()] = if pipelined {
+            TaskStatus::Pipelined { node, gpus }
+        } else {
+            TaskStatus::Allocated { node, gpus }
+        };
+        stmt.ops.push(Op::Allocate {
+            task,
+            node,
+            gpus,
+            pipelined,
+        });
     }
 
     /// Evicts a bound task inside the statement; its capacity is free for the rest of the cycle.
     pub fn evict(&mut self, stmt: &mut Statement, task: TaskId, reason: &str, for_job: JobId) {
-        let t = self.snapshot.task(task);
         let TaskStatus::Bound(node) = self.status[task.index()] else {
             return;
         };
-        let gpus = t.gpu_ids.iter().fold(0u64, |m, &g| m | (1u64 << g));
-        let (job, request) = (t.job, &t.request);
-        self.apply_usage(node, request, gpus, false);
-        self.holding[job.index()] -= 1;
-        let queue = self.snapshot.job(job).queue;
-        self.queue_allocated[queue.index()].sub(request);
+        let gpus = self
+            .snapshot
+            .task(task)
+            .gpu_ids
+            .iter()
+            .fold(0u64, |m, &g| m | (1u64 << g));
+        self.charge(task, node, gpus, false);
         self.status[task.index()] = TaskStatus::Evicted(node);
         self.released += 1;
         stmt.ops.push(Op::Evict {
@@ -533,21 +774,6 @@ impl<'a> Session<'a> {
         });
     }
 
-    /// An admitted job's minResources stay reserved until it holds its first member.
-    fn release_reservation(&mut self, job: JobId, release: bool) {
-        let j = self.snapshot.job(job);
-        if self.phase[job.index()] != JobPhase::Inqueue {
-            return;
-        }
-        if let Some(min) = &j.min_resources {
-            if release {
-                self.inqueue_reserved.sub(min);
-            } else {
-                self.inqueue_reserved.add(min);
-            }
-        }
-    }
-
     pub fn commit(&mut self, stmt: Statement) {
         self.committed.extend(stmt.ops);
     }
@@ -556,27 +782,17 @@ impl<'a> Session<'a> {
     pub fn discard(&mut self, stmt: Statement) {
         for op in stmt.ops.into_iter().rev() {
             match op {
-                Op::Allocate { task, node, gpus } => {
-                    let t = self.snapshot.task(task);
-                    let job = t.job;
-                    self.apply_usage(node, &t.request, gpus, false);
-                    let queue = self.snapshot.job(job).queue;
-                    self.queue_allocated[queue.index()].sub(&t.request);
+                Op::Allocate {
+                    task, node, gpus, ..
+                } => {
+                    self.charge(task, node, gpus, false);
                     self.status[task.index()] = TaskStatus::Pending;
-                    self.holding[job.index()] -= 1;
-                    if self.holding[job.index()] == 0 {
-                        self.release_reservation(job, false);
-                    }
                     self.released += 1;
                 }
                 Op::Evict {
                     task, node, gpus, ..
                 } => {
-                    let t = self.snapshot.task(task);
-                    self.apply_usage(node, &t.request, gpus, true);
-                    self.holding[t.job.index()] += 1;
-                    let queue = self.snapshot.job(t.job).queue;
-                    self.queue_allocated[queue.index()].add(&t.request);
+                    self.charge(task, node, gpus, true);
                     self.status[task.index()] = TaskStatus::Bound(node);
                 }
             }
@@ -585,24 +801,39 @@ impl<'a> Session<'a> {
 
     // ----- the result -----
 
-    /// The plan: committed bindings and evictions in the order they were decided, and every
-    /// job's status after the cycle, sorted by name.
+    /// The plan: committed bindings, nominations and evictions in the order they were decided,
+    /// every job's status after the cycle and every queue's share, sorted by name.
     pub fn into_plan(self) -> Plan {
         let snap = self.snapshot;
         let mut plan = Plan::default();
+        let gpu_indices = |node: NodeId, gpus: u64| -> Vec<u32> {
+            let n = snap.node(node);
+            (0..n.gpus.len())
+                .filter(|p| gpus & (1u64 << p) != 0)
+                .map(|p| n.gpus[p].index)
+                .collect()
+        };
         for op in &self.committed {
             match op {
-                Op::Allocate { task, node, gpus } => {
-                    let n = snap.node(*node);
-                    plan.bindings.push(Binding {
-                        pod: snap.task(*task).name.clone(),
-                        node: n.name.clone(),
-                        gpus: (0..n.gpus.len())
-                            .filter(|p| gpus & (1u64 << p) != 0)
-                            .map(|p| n.gpus[p].index)
-                            .collect(),
-                    });
-                }
+                Op::Allocate {
+                    task,
+                    node,
+                    gpus,
+                    pipelined: false,
+                } => plan.bindings.push(Binding {
+                    pod: snap.task(*task).name.clone(),
+                    node: snap.node(*node).name.clone(),
+                    gpus: gpu_indices(*node, *gpus),
+                }),
+                Op::Allocate {
+                    task,
+                    node,
+                    pipelined: true,
+                    ..
+                } => plan.nominations.push(Nomination {
+                    pod: snap.task(*task).name.clone(),
+                    node: snap.node(*node).name.clone(),
+                }),
                 Op::Evict {
                     task,
                     reason,
@@ -615,10 +846,18 @@ impl<'a> Session<'a> {
                 }),
             }
         }
+        for &(task, node) in &self.reservations {
+            if self.status[task.index()] == TaskStatus::Pending {
+                plan.nominations.push(Nomination {
+                    pod: snap.task(task).name.clone(),
+                    node: snap.node(node).name.clone(),
+                });
+            }
+        }
         for job in &snap.jobs {
             let c = self.counts(job.id);
             let phase = if c.running + c.succeeded >= job.min_member {
-                if c.running == 0 && c.pending == 0 {
+                if c.running == 0 && c.pending == 0 && c.pipelined == 0 {
                     JobPhase::Completed
                 } else {
                     JobPhase::Running
@@ -630,7 +869,7 @@ impl<'a> Session<'a> {
             } else {
                 JobPhase::Inqueue
             };
-            let conditions = if c.pending > 0 {
+            let conditions = if c.pending + c.pipelined > 0 {
                 self.conditions[job.id.index()].clone()
             } else {
                 Vec::new()
@@ -642,8 +881,19 @@ impl<'a> Session<'a> {
                 running: c.running,
                 succeeded: c.succeeded,
                 failed: c.failed,
-                pending: c.pending,
+                pending: c.pending + c.pipelined,
                 min_member: job.min_member,
+            });
+        }
+        let names = &snap.resources;
+        for q in &snap.queues {
+            plan.queues.push(QueueStatus {
+                name: q.name.clone(),
+                parent: q.parent.map(|p| snap.queue(p).name.clone()),
+                deserved: names.quantities(self.deserved(q.id)),
+                allocated: names.quantities(self.queue_allocated(q.id)),
+                share: self.share(q.id).as_f64(),
+                state: q.state,
             });
         }
         plan

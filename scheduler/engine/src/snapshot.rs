@@ -474,6 +474,12 @@ impl Snapshot {
     }
 }
 
+/// The queue itself, then its parent, up to the top of the tree (the implicit root is not a
+/// queue). Snapshots have no cycles.
+pub fn ancestors(snapshot: &Snapshot, queue: QueueId) -> impl Iterator<Item = QueueId> + '_ {
+    std::iter::successors(Some(queue), move |q| snapshot.queue(*q).parent)
+}
+
 /// Marks the GPUs a bound pod holds: the ids it names when they are valid and free, otherwise
 /// the lowest free ones.
 fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> Vec<u32> {
@@ -578,9 +584,21 @@ fn build_queues(
             name: q.name.clone(),
             parent,
             weight: q.weight,
-            capability: q.capability.as_ref().map(|r| names.resources(r)),
-            guarantee: q.guarantee.as_ref().map(|r| names.resources(r)),
-            deserved: q.deserved.as_ref().map(|r| names.resources(r)),
+            capability: q
+                .capability
+                .as_ref()
+                .map(|r| names.limits(r))
+                .unwrap_or_default(),
+            guarantee: q
+                .guarantee
+                .as_ref()
+                .map(|r| names.limits(r))
+                .unwrap_or_default(),
+            deserved: q
+                .deserved
+                .as_ref()
+                .map(|r| names.limits(r))
+                .unwrap_or_default(),
             reclaimable: q.reclaimable,
             priority: q.priority,
             state: q.state,

@@ -1,0 +1,250 @@
+//! `allocate`: gangs placed queue by queue, in fair-share order, each in its own statement; and
+//! the reservations that keep big gangs from starving behind a stream of small jobs.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::{
+    placement_order, queue_refuses, schedulable_jobs, unschedulable, NOT_ENOUGH_RESOURCES,
+};
+use crate::model::{Job, JobId, NodeId, QueueId};
+use crate::queue_order::QueueOrder;
+use crate::resources::Resources;
+use crate::session::{ReservedNodes, Session};
+
+/// Places jobs gang by gang. Queues are served by priority, then lowest dominant share (down
+/// the tree); jobs inside a queue by the configured job order. Each job is tried in its own
+/// statement, committed only when the job is ready (its minimum is met) and discarded
+/// otherwise; once the minimum is met, extra members are placed too.
+pub fn allocate(session: &mut Session) {
+    let fw = session.framework();
+    let jobs = schedulable_jobs(session);
+    let starts = reserve_for_starving(session, &jobs);
+    let mut per_queue: BTreeMap<QueueId, VecDeque<&Job>> = BTreeMap::new();
+    for job in jobs {
+        per_queue.entry(job.queue).or_default().push_back(job);
+    }
+    let mut order = QueueOrder::new(session, per_queue.keys().copied());
+    while let Some(queue) = order.next() {
+        let jobs = per_queue.get_mut(&queue).expect("ordered queues have jobs");
+        let job = jobs.pop_front().expect("ordered queues have jobs");
+        if jobs.is_empty() {
+            order.remove(session, queue);
+        }
+        if session.holding(job.id) == 0 {
+            if let Some(c) = queue_refuses(session, job) {
+                session.add_condition(job.id, c);
+                continue;
+            }
+        }
+        if let Err(c) = fw.validate_job(session, job.id) {
+            session.add_condition(job.id, c);
+            continue;
+        }
+        let access = backfill_access(session, job, &starts);
+        allocate_job(session, job.id, access);
+        order.refresh(session, queue);
+    }
+}
+
+fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes) {
+    let snap = session.snapshot;
+    let fw = session.framework();
+    let job = snap.job(job_id);
+    let order = placement_order(session, job);
+    let before = session.counts(job_id);
+    let mut holding = before.running + before.pipelined + before.succeeded;
+    let mut failure: Option<String> = None;
+    let mut stmt = session.statement();
+    for (i, &task) in order.iter().enumerate() {
+        let placed = match fw.admit_task(session, task, &snap.task(task).request) {
+            Err(reason) => Err(reason.into_owned()),
+            Ok(()) => session.find_node_with(task, access).map_err(|f| f.message),
+        };
+        match placed {
+            Ok(node) => {
+                session.allocate(&mut stmt, task, node);
+                holding += 1;
+            }
+            Err(message) => {
+                failure.get_or_insert(message);
+                // Give up early once the members left cannot reach the minimum.
+                let left = (order.len() - i - 1) as u32;
+                if holding + left < job.min_member {
+                    break;
+                }
+            }
+        }
+    }
+    let placed = stmt.len() as u32;
+    let ready = fw.job_ready(session, job_id);
+    if ready && placed > 0 {
+        session.commit(stmt);
+    } else {
+        session.discard(stmt);
+    }
+    let message = if ready {
+        // The gang runs; only extra members are left waiting.
+        failure
+    } else {
+        let why = failure.unwrap_or_else(|| "per-role minimums (minTaskMember) are not met".into());
+        Some(format!(
+            "{holding}/{} members of the gang could be placed: {why}",
+            job.min_member
+        ))
+    };
+    if let Some(message) = message {
+        session.add_condition(job_id, unschedulable(NOT_ENOUGH_RESOURCES, message));
+    }
+}
+
+/// When each reserving job expects to start (milliseconds; `i64::MAX` when the running pods on
+/// its nodes state no deadline).
+type Starts = HashMap<JobId, i64>;
+
+/// Work may use nodes reserved for a starving gang when it is sure to be gone before that gang
+/// could start: every pending member states an `activeDeadlineSeconds` that ends in time.
+fn backfill_access(session: &Session, job: &Job, starts: &Starts) -> ReservedNodes {
+    if starts.is_empty() {
+        return ReservedNodes::Avoid(job.id);
+    }
+    let snap = session.snapshot;
+    let earliest = starts
+        .iter()
+        .filter(|(&j, _)| j != job.id)
+        .map(|(_, &s)| s)
+        .min()
+        .unwrap_or(i64::MAX);
+    let ends = placement_order(session, job)
+        .iter()
+        .map(|&t| {
+            snap.task(t)
+                .active_deadline_s
+                .map(|d| snap.now_ms + d * 1000)
+        })
+        .try_fold(i64::MIN, |acc, end| end.map(|e| acc.max(e)));
+    match ends {
+        Some(end) if end <= earliest => ReservedNodes::Use,
+        _ => ReservedNodes::Avoid(job.id),
+    }
+}
+
+/// Starvation-free backfill: every job that has waited longer than the configured threshold
+/// and cannot start now reserves the nodes it will start on, the ones whose running pods free
+/// enough room soonest. Reservations are disjoint; the reserving jobs' members are nominated
+/// to those nodes.
+fn reserve_for_starving(session: &mut Session, jobs: &[&Job]) -> Starts {
+    let mut starts = Starts::new();
+    let Some(threshold) = session.framework().reserve_after_ms else {
+        return starts;
+    };
+    let snap = session.snapshot;
+    for job in jobs {
+        // A job without a creation time (0) has no known wait.
+        let waited = job.created_ms > 0 && snap.now_ms - job.created_ms >= threshold;
+        if !waited
+            || session.holding(job.id) >= job.min_member
+            || queue_refuses(session, job).is_some()
+            || session.framework().validate_job(session, job.id).is_err()
+        {
+            continue;
+        }
+        if let Some((nodes, start)) = plan_reservation(session, job) {
+            for (task, node) in nodes {
+                session.reserve_node(node, job.id);
+                session.nominate(task, node);
+            }
+            starts.insert(job.id, start);
+        }
+    }
+    starts
+}
+
+/// Picks, for each member the gang still needs, the node where it could run soonest once the
+/// pods there end (by their deadlines; never, without one). Returns the assignments and the
+/// time the last of them frees up, or `None` when some member has no node at all.
+fn plan_reservation(
+    session: &mut Session,
+    job: &Job,
+) -> Option<(Vec<(crate::model::TaskId, NodeId)>, i64)> {
+    let snap = session.snapshot;
+    let need = job.min_member.saturating_sub(session.holding(job.id)) as usize;
+    let order = placement_order(session, job);
+    // A gang held back by its quota, not by node capacity, has nothing to reserve.
+    let mut total = Resources::zero(snap.resources.len());
+    for &t in order.iter().take(need) {
+        total.add(&snap.task(t).request);
+    }
+    let first = *order.first()?;
+    if session
+        .framework()
+        .admit_task(session, first, &total)
+        .is_err()
+    {
+        return None;
+    }
+    // Room each node will have once its pods end, minus what this reservation already took.
+    let mut claimed: HashMap<NodeId, Resources> = HashMap::new();
+    let mut picks = Vec::new();
+    let mut start = snap.now_ms;
+    for &task in order.iter().take(need) {
+        let request = &snap.task(task).request;
+        let mut best: Option<(i64, u64, NodeId)> = None;
+        for node in session.feasible_nodes(task) {
+            if session.reserved_for(node).is_some_and(|o| o != job.id) {
+                continue;
+            }
+            let alloc = &snap.node(node).allocatable;
+            let mut extra = request.clone();
+            if let Some(c) = claimed.get(&node) {
+                extra.add(c);
+            }
+            if !extra.fits_in(alloc) {
+                continue;
+            }
+            let Some(at) = free_at(session, node, &extra, job.id) else {
+                continue;
+            };
+            let tie = session
+                .used(node)
+                .iter()
+                .map(|(_, v)| v as u64)
+                .sum::<u64>();
+            let cand = (at, tie, node);
+            if best.is_none_or(|b| cand < b) {
+                best = Some(cand);
+            }
+        }
+        let (at, _, node) = best?;
+        start = start.max(at);
+        claimed.entry(node).or_default().add(request);
+        picks.push((task, node));
+    }
+    Some((picks, start))
+}
+
+/// When `request` fits on the node if the other jobs' bound pods leave at their deadlines
+/// (`i64::MAX` when one that must leave has none), or `None` when they never free enough.
+fn free_at(session: &Session, node: NodeId, request: &Resources, job: JobId) -> Option<i64> {
+    let snap = session.snapshot;
+    let mut free = session.free(node);
+    if request.fits_in(&free) {
+        return Some(snap.now_ms);
+    }
+    let mut leaving: Vec<(i64, &Resources)> = session
+        .node_tasks(node)
+        .iter()
+        .filter(|&&t| snap.task(t).job != job && session.task_status(t).node() == Some(node))
+        .map(|&t| {
+            let task = snap.task(t);
+            (task.ends_by_ms().unwrap_or(i64::MAX), &task.request)
+        })
+        .collect();
+    leaving.sort_by_key(|&(at, _)| at);
+    for (at, r) in leaving {
+        free.add(r);
+        if request.fits_in(&free) {
+            return Some(at);
+        }
+    }
+    None
+}

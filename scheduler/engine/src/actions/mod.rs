@@ -1,0 +1,114 @@
+//! The actions of a cycle, each a plain function over the session, and [`schedule`], the one
+//! function the daemon, the simulator and the `plan` command all call.
+
+mod allocate;
+mod enqueue;
+mod evict;
+
+pub use allocate::allocate;
+pub use enqueue::enqueue;
+pub use evict::{preempt, reclaim};
+
+use crate::framework::{Action, Framework};
+use crate::model::{Job, JobPhase, QueueState, TaskId};
+use crate::plan::{Condition, Plan};
+use crate::session::{Session, TaskStatus};
+use crate::snapshot::Snapshot;
+
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
+pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
+
+/// One scheduling cycle: `(Snapshot, Framework) -> Plan`.
+pub fn schedule(snapshot: &Snapshot, fw: &Framework) -> Plan {
+    let mut session = Session::new(snapshot, fw);
+    for action in &fw.actions {
+        match action {
+            Action::Enqueue => enqueue(&mut session),
+            Action::Allocate => allocate(&mut session),
+            Action::Reclaim => reclaim(&mut session),
+            Action::Preempt => preempt(&mut session),
+        }
+    }
+    session.into_plan()
+}
+
+pub(crate) fn unschedulable(reason: &str, message: String) -> Condition {
+    Condition {
+        kind: UNSCHEDULABLE.to_string(),
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+pub(crate) fn has_pending(session: &Session, job: &Job) -> bool {
+    job.tasks
+        .iter()
+        .any(|&t| *session.task_status(t) == TaskStatus::Pending)
+}
+
+/// Jobs that pass `keep`, in the configured job order.
+pub(crate) fn ordered_jobs<'s>(session: &Session<'s>, keep: impl Fn(&Job) -> bool) -> Vec<&'s Job> {
+    let snap = session.snapshot;
+    let fw = session.framework();
+    let mut jobs: Vec<&Job> = snap.jobs.iter().filter(|j| keep(j)).collect();
+    jobs.sort_by(|a, b| fw.compare_jobs(a, b));
+    jobs
+}
+
+/// Jobs that may be scheduled now: admitted (or any, when `enqueue` is not configured), with
+/// pending members.
+pub(crate) fn schedulable_jobs<'s>(session: &Session<'s>) -> Vec<&'s Job> {
+    let gated = session.framework().actions.contains(&Action::Enqueue);
+    ordered_jobs(session, |j| {
+        (!gated || session.phase(j.id) != JobPhase::Pending) && has_pending(session, j)
+    })
+}
+
+/// A job whose queue is Closed or Closing may not start; work already running is untouched.
+pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
+    let queue = session.snapshot.queue(job.queue);
+    (queue.state != QueueState::Open).then(|| {
+        unschedulable(
+            QUEUE_NOT_OPEN,
+            format!(
+                "queue {} is {:?} and admits no new jobs",
+                queue.name, queue.state
+            ),
+        )
+    })
+}
+
+/// Pending members in placement order: members that a role still needs for its minimum first
+/// (so optional pods never take the capacity a required role needs), then by name.
+pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
+    let snap = session.snapshot;
+    let mut need = job.min_task_member.clone();
+    for (role, have) in session.counts(job.id).by_role {
+        if let Some(n) = need.get_mut(&role) {
+            *n = n.saturating_sub(have);
+        }
+    }
+    let mut required = Vec::new();
+    let mut optional = Vec::new();
+    for &t in &job.tasks {
+        if *session.task_status(t) != TaskStatus::Pending {
+            continue;
+        }
+        let slot = snap
+            .task(t)
+            .role
+            .as_ref()
+            .and_then(|r| need.get_mut(r))
+            .filter(|n| **n > 0);
+        match slot {
+            Some(n) => {
+                *n -= 1;
+                required.push(t);
+            }
+            None => optional.push(t),
+        }
+    }
+    required.extend(optional);
+    required
+}
