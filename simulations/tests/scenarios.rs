@@ -9,6 +9,9 @@
 //! bindings:                 # the exact set of bindings (order does not matter)
 //! - {pod: ns/a, node: n1}   # `gpus: [0, 1]` checks the GPU indices too
 //! evictions: []             # optional; exact set when given
+//! nominations: []           # optional; exact set of {pod, node} when given
+//! queues:                   # optional; each listed queue must match in the fields given
+//! - {name: q, state: Open, share: 0.5, deserved: {nvidia.com/gpu: "8"}, allocated: {cpu: "4"}}
 //! podGroups:                # each listed group must match; unlisted groups are not checked
 //! - name: ns/pg
 //!   phase: Running
@@ -28,8 +31,30 @@ use serde::Deserialize;
 struct Expected {
     bindings: Vec<ExpectedBinding>,
     evictions: Option<Vec<ExpectedEviction>>,
+    nominations: Option<Vec<ExpectedNomination>>,
+    #[serde(default)]
+    queues: Vec<ExpectedQueue>,
     #[serde(default)]
     pod_groups: Vec<ExpectedGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedNomination {
+    pod: String,
+    node: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedQueue {
+    name: String,
+    state: Option<String>,
+    /// Compared to two decimals.
+    share: Option<f64>,
+    /// Listed resources must match exactly (Kubernetes quantity strings as the plan prints them).
+    deserved: Option<std::collections::BTreeMap<String, String>>,
+    allocated: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +161,71 @@ fn check(name: &str, plan: &serde_json::Value, expected: &Expected) -> Vec<Strin
             .collect();
         if got != want {
             problems.push(format!("{name}: evictions: expected {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(nominations) = &expected.nominations {
+        let got: BTreeSet<(String, String)> = plan["nominations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["pod"].as_str().unwrap().into(),
+                    n["node"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        let want: BTreeSet<(String, String)> = nominations
+            .iter()
+            .map(|n| (n.pod.clone(), n.node.clone()))
+            .collect();
+        if got != want {
+            problems.push(format!(
+                "{name}: nominations: expected {want:?}, got {got:?}"
+            ));
+        }
+    }
+    for q in &expected.queues {
+        let Some(actual) = plan["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == q.name.as_str())
+        else {
+            problems.push(format!("{name}: queue {} missing from the plan", q.name));
+            continue;
+        };
+        if let Some(state) = &q.state {
+            if actual["state"] != state.as_str() {
+                problems.push(format!(
+                    "{name}: queue {} state: expected {state}, got {}",
+                    q.name, actual["state"]
+                ));
+            }
+        }
+        if let Some(share) = q.share {
+            let got = actual["share"].as_f64().unwrap_or(f64::NAN);
+            if (got - share).abs() > 0.005 {
+                problems.push(format!(
+                    "{name}: queue {} share: expected {share}, got {got}",
+                    q.name
+                ));
+            }
+        }
+        for (field, want) in [("deserved", &q.deserved), ("allocated", &q.allocated)] {
+            let Some(want) = want else { continue };
+            for (resource, quantity) in want {
+                let got = actual[field]
+                    .get(resource)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("0");
+                if got != quantity {
+                    problems.push(format!(
+                        "{name}: queue {} {field}[{resource}]: expected {quantity}, got {got}",
+                        q.name
+                    ));
+                }
+            }
         }
     }
     for g in &expected.pod_groups {
