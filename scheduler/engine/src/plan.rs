@@ -23,6 +23,16 @@ pub struct Plan {
 pub struct Nomination {
     pub pod: String,
     pub node: String,
+    /// `evictions`: the node's capacity is being freed by this plan's evictions (it holds the
+    /// pod's request); `reservation`: a starving gang waits for the node to drain.
+    pub reason: NominationReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NominationReason {
+    Evictions,
+    Reservation,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

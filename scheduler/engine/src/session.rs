@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::framework::{Framework, Reason};
 use crate::model::*;
-use crate::plan::{Binding, Condition, Eviction, Nomination, Plan, PodGroupStatus, QueueStatus};
+use crate::plan::{
+    Binding, Condition, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
+};
 use crate::resources::{Resources, GPU};
 use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
@@ -450,6 +452,12 @@ impl<'a> Session<'a> {
         self.reservations.push((task, node));
     }
 
+    /// Forgets the nominations of a job's reservation.
+    pub fn drop_nominations(&mut self, job: JobId) {
+        let snap = self.snapshot;
+        self.reservations.retain(|&(t, _)| snap.task(t).job != job);
+    }
+
     // ----- node search -----
 
     fn index_insert(&mut self, node: NodeId) {
@@ -540,7 +548,7 @@ impl<'a> Session<'a> {
             .key(&self.snapshot.nodes[node.index()].allocatable, &after)
     }
 
-    fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
+    pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
         match (access, self.reserved_for[node.index()]) {
             (_, None) | (ReservedNodes::Use, _) => true,
             // Work ahead of the reserving job in job order may still use its nodes.
@@ -833,6 +841,7 @@ impl<'a> Session<'a> {
                 } => plan.nominations.push(Nomination {
                     pod: snap.task(*task).name.clone(),
                     node: snap.node(*node).name.clone(),
+                    reason: NominationReason::Evictions,
                 }),
                 Op::Evict {
                     task,
@@ -851,6 +860,7 @@ impl<'a> Session<'a> {
                 plan.nominations.push(Nomination {
                     pod: snap.task(task).name.clone(),
                     node: snap.node(node).name.clone(),
+                    reason: NominationReason::Reservation,
                 });
             }
         }

@@ -44,6 +44,34 @@ pub fn allocate(session: &mut Session) {
         allocate_job(session, job.id, access);
         order.refresh(session, queue);
     }
+    // A reservation whose gang the quota no longer admits (work ahead of it in its queue took
+    // the room) nominates nothing: its members would not start there.
+    for &job in starts.keys() {
+        if !quota_admits(session, snap_job(session, job)) {
+            session.drop_nominations(job);
+        }
+    }
+}
+
+fn snap_job<'s>(session: &Session<'s>, job: JobId) -> &'s Job {
+    session.snapshot.job(job)
+}
+
+/// Whether the job's queue (and its ancestors) would take the members it still needs.
+fn quota_admits(session: &Session, job: &Job) -> bool {
+    let snap = session.snapshot;
+    let need = job.min_member.saturating_sub(session.holding(job.id)) as usize;
+    let order = placement_order(session, job);
+    let mut total = Resources::zero(snap.resources.len());
+    for &t in order.iter().take(need) {
+        total.add(&snap.task(t).request);
+    }
+    order.first().is_some_and(|&first| {
+        session
+            .framework()
+            .admit_task(session, first, &total)
+            .is_ok()
+    })
 }
 
 fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes) {
@@ -170,16 +198,7 @@ fn plan_reservation(
     let need = job.min_member.saturating_sub(session.holding(job.id)) as usize;
     let order = placement_order(session, job);
     // A gang held back by its quota, not by node capacity, has nothing to reserve.
-    let mut total = Resources::zero(snap.resources.len());
-    for &t in order.iter().take(need) {
-        total.add(&snap.task(t).request);
-    }
-    let first = *order.first()?;
-    if session
-        .framework()
-        .admit_task(session, first, &total)
-        .is_err()
-    {
+    if !quota_admits(session, job) {
         return None;
     }
     // Room each node will have once its pods end, minus what this reservation already took.

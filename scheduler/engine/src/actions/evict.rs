@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::{placement_order, schedulable_jobs};
 use crate::model::{Job, JobId, NodeId, TaskId};
 use crate::resources::{ResourceId, Resources, GPU};
-use crate::session::{Session, TaskStatus};
+use crate::session::{ReservedNodes, Session, TaskStatus};
 
 pub const PREEMPT: &str = "preempt";
 pub const RECLAIM: &str = "reclaim";
@@ -104,8 +104,8 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode) {
         };
         for v in victims {
             session.evict(&mut stmt, v, reason, job.id);
+            evicted_any = true;
         }
-        evicted_any = true;
         if session.fits(node, request) {
             session.pipeline(&mut stmt, task, node);
         }
@@ -141,7 +141,8 @@ fn best_victims(
     let request = snap.task(task).request.clone();
     let mut best: Option<(Cost, NodeId, Vec<TaskId>)> = None;
     for node in session.feasible_nodes(task) {
-        if !request.fits_in(&snap.node(node).allocatable) {
+        let usable = session.may_use(node, ReservedNodes::Avoid(job.id));
+        if !usable || !request.fits_in(&snap.node(node).allocatable) {
             continue;
         }
         let free = session.free(node);
@@ -163,7 +164,9 @@ fn best_victims(
                 v,
             )
         });
-        let Some(victims) = enough(session, node, &request, &candidates) else {
+        // A node with room needs no victims; `find_node` already turned it down.
+        let Some(victims) = enough(session, node, &request, &candidates).filter(|v| !v.is_empty())
+        else {
             continue;
         };
         let Some(victims) = with_gangs(session, job, victims, mode) else {

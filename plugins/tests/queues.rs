@@ -1,0 +1,287 @@
+//! Queue invariants on random clusters with a queue tree, running and pending gangs, under the
+//! default actions (enqueue, allocate, reclaim, preempt).
+
+use std::collections::{BTreeMap, HashMap};
+
+use basalt_engine::{
+    ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, QueueSpec, ResourceList,
+    Session, Snapshot,
+};
+use basalt_plugins::{framework, schedule, Config};
+use proptest::prelude::*;
+
+fn list(cpu: i64, gpu: i64) -> ResourceList {
+    let mut l = ResourceList::from([("cpu".to_string(), cpu), ("memory".to_string(), 1 << 30)]);
+    if gpu > 0 {
+        l.insert("nvidia.com/gpu".into(), gpu);
+    }
+    l
+}
+
+#[derive(Clone, Debug)]
+struct Q {
+    weight: u32,
+    parent: Option<usize>,
+    cap_gpu: Option<i64>,
+    guarantee_gpu: Option<i64>,
+    reclaimable: bool,
+}
+
+#[derive(Clone, Debug)]
+struct G {
+    queue: usize,
+    pods: usize,
+    min: usize,
+    gpu: i64,
+    priority: i32,
+    running: bool,
+    protected: bool,
+}
+
+fn queues() -> impl Strategy<Value = Vec<Q>> {
+    prop::collection::vec(
+        (
+            1..=4u32,
+            prop::option::of(0..=1usize),
+            prop::option::of(2..=16i64),
+            prop::option::of(1..=6i64),
+            any::<bool>(),
+        ),
+        2..=5,
+    )
+    .prop_map(|qs| {
+        qs.into_iter()
+            .enumerate()
+            .map(|(i, (weight, parent, cap, guarantee, reclaimable))| Q {
+                weight,
+                // Queues 0 and 1 are top level; later ones may hang below them.
+                parent: if i >= 2 { parent } else { None },
+                cap_gpu: cap,
+                guarantee_gpu: guarantee,
+                reclaimable,
+            })
+            .collect()
+    })
+}
+
+fn gangs() -> impl Strategy<Value = Vec<G>> {
+    prop::collection::vec(
+        (
+            0..5usize,
+            1..=4usize,
+            1..=4usize,
+            1..=4i64,
+            -2..=2i32,
+            any::<bool>(),
+            prop::bool::weighted(0.15),
+        ),
+        1..=8,
+    )
+    .prop_map(|gs| {
+        gs.into_iter()
+            .map(|(queue, pods, min, gpu, priority, running, protected)| G {
+                queue,
+                pods,
+                min: min.min(pods),
+                gpu,
+                priority,
+                running,
+                protected,
+            })
+            .collect()
+    })
+}
+
+/// Leaf queues: those without children.
+fn leaves(qs: &[Q]) -> Vec<usize> {
+    (0..qs.len())
+        .filter(|&i| !qs.iter().any(|q| q.parent == Some(i)))
+        .collect()
+}
+
+fn cluster(nodes: usize, qs: &[Q], gs: &[G]) -> ClusterSpec {
+    let mut spec = ClusterSpec {
+        now_ms: 10_000_000,
+        nodes: (0..nodes)
+            .map(|i| NodeSpec {
+                name: format!("n{i}"),
+                allocatable: list(32_000, 8),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    for (i, q) in qs.iter().enumerate() {
+        spec.queues.push(QueueSpec {
+            parent: q.parent.map(|p| format!("q{p}")),
+            weight: q.weight,
+            capability: q
+                .cap_gpu
+                .map(|c| ResourceList::from([("nvidia.com/gpu".to_string(), c)])),
+            guarantee: q
+                .guarantee_gpu
+                .map(|c| ResourceList::from([("nvidia.com/gpu".to_string(), c)])),
+            reclaimable: q.reclaimable,
+            ..QueueSpec::new(format!("q{i}"))
+        });
+    }
+    let leaves = leaves(qs);
+    // Running gangs are placed first-fit within node capacity and their queue's capability.
+    let mut free = vec![8i64; nodes];
+    let mut held: HashMap<usize, i64> = HashMap::new();
+    let chain = |q: usize| std::iter::successors(Some(q), |&q| qs[q].parent);
+    for (g, gang) in gs.iter().enumerate() {
+        let queue = leaves[gang.queue % leaves.len()];
+        let name = format!("g{g}");
+        spec.groups.push(GroupSpec {
+            namespace: "ns".into(),
+            name: name.clone(),
+            queue: Some(format!("q{queue}")),
+            min_member: gang.min as i64,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            priority: Some(gang.priority),
+            created_ms: 1 + g as i64,
+            phase: if gang.running {
+                JobPhase::Running
+            } else {
+                JobPhase::Inqueue
+            },
+        });
+        let mut placed: Vec<Option<usize>> = vec![None; gang.pods];
+        if gang.running {
+            let total = gang.gpu * gang.pods as i64;
+            let room = chain(queue).all(|q| {
+                qs[q]
+                    .cap_gpu
+                    .is_none_or(|c| held.get(&q).copied().unwrap_or(0) + total <= c)
+            });
+            let mut trial = free.clone();
+            let mut ok = room;
+            for slot in placed.iter_mut() {
+                match trial.iter().position(|&f| f >= gang.gpu) {
+                    Some(n) if ok => {
+                        trial[n] -= gang.gpu;
+                        *slot = Some(n);
+                    }
+                    _ => ok = false,
+                }
+            }
+            if ok {
+                free = trial;
+                for q in chain(queue) {
+                    *held.entry(q).or_default() += total;
+                }
+            } else {
+                placed = vec![None; gang.pods];
+            }
+        }
+        for (p, node) in placed.into_iter().enumerate() {
+            spec.pods.push(PodSpec {
+                namespace: "ns".into(),
+                name: format!("{name}-{p}"),
+                ours: true,
+                group: Some(name.clone()),
+                request: list(1000, gang.gpu),
+                priority: gang.priority,
+                created_ms: 1 + g as i64,
+                phase: if node.is_some() {
+                    PodPhase::Running
+                } else {
+                    PodPhase::Pending
+                },
+                node: node.map(|n| format!("n{n}")),
+                non_preemptable: gang.protected,
+                ..Default::default()
+            });
+        }
+    }
+    spec
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn queue_invariants(nodes in 1..=4usize, qs in queues(), gs in gangs()) {
+        let spec = cluster(nodes, &qs, &gs);
+        let snapshot = Snapshot::build(spec.clone()).unwrap();
+        let config = Config::default();
+        let plan = schedule(&snapshot, &config);
+        let gpu = snapshot.resources.id("nvidia.com/gpu").unwrap();
+
+        // Deserved shares never sum above what their parent (or the cluster) has.
+        let fw = framework(&config, &snapshot.resources);
+        let session = Session::new(&snapshot, &fw);
+        let capacity = session.queue_capacity();
+        for r in snapshot.resources.ids() {
+            let mut by_parent: HashMap<Option<usize>, i64> = HashMap::new();
+            for q in &snapshot.queues {
+                *by_parent.entry(q.parent.map(|p| p.index())).or_default() += session.deserved(q.id).get(r);
+            }
+            for (parent, sum) in by_parent {
+                let limit = match parent {
+                    None => capacity.get(r),
+                    Some(p) => session.deserved(basalt_engine::QueueId(p as u32)).get(r),
+                };
+                prop_assert!(sum <= limit, "children of {:?} deserve {} > {} of {}", parent, sum, limit, snapshot.resources.name(r));
+            }
+        }
+
+        // GPUs each queue subtree holds after the plan (bound, minus evicted, plus bound and
+        // nominated by the plan).
+        let pod_gpu: HashMap<String, (i64, usize)> = snapshot.tasks.iter().map(|t| {
+            (t.name.clone(), (t.request.get(gpu), snapshot.job(t.job).queue.index()))
+        }).collect();
+        let mut held_after = vec![0i64; snapshot.queues.len()];
+        let mut held_before = vec![0i64; snapshot.queues.len()];
+        let chain = |q: usize| std::iter::successors(Some(q), |&q| snapshot.queues[q].parent.map(|p| p.index()));
+        for t in &snapshot.tasks {
+            if let basalt_engine::TaskState::Bound(_) = t.state {
+                for q in chain(snapshot.job(t.job).queue.index()) {
+                    held_before[q] += t.request.get(gpu);
+                    held_after[q] += t.request.get(gpu);
+                }
+            }
+        }
+        for e in &plan.evictions {
+            let (g, q) = pod_gpu[&e.pod];
+            for q in chain(q) { held_after[q] -= g; }
+        }
+        for pod in plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().filter(|n| n.reason == basalt_engine::NominationReason::Evictions).map(|n| &n.pod)) {
+            let (g, q) = pod_gpu[pod];
+            for q in chain(q) { held_after[q] += g; }
+        }
+        for q in &snapshot.queues {
+            // No queue above its capability.
+            if let Some(cap) = q.capability.get(gpu) {
+                prop_assert!(held_after[q.id.index()] <= cap, "queue {} holds {} GPUs over capability {}", q.name, held_after[q.id.index()], cap);
+            }
+            // No guarantee reclaimed: other queues never take a queue below it (preemption
+            // inside the queue swaps the queue's own work and is not reclaim).
+            if let Some(g) = q.guarantee.get(gpu) {
+                let reclaimed: i64 = plan.evictions.iter().filter(|e| e.reason == "reclaim").map(|e| pod_gpu[&e.pod]).filter(|&(_, vq)| chain(vq).any(|x| x == q.id.index())).map(|(g, _)| g).sum();
+                prop_assert!(held_before[q.id.index()] - reclaimed >= g.min(held_before[q.id.index()]), "queue {} reclaimed below its guarantee", q.name);
+            }
+        }
+
+        // Every eviction serves a preemptor placed or nominated in the same plan, and no
+        // protected pod is evicted.
+        for e in &plan.evictions {
+            let prefix = format!("{}-", e.for_group);
+            let served = plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().map(|n| &n.pod)).any(|p| p.starts_with(&prefix));
+            prop_assert!(served, "eviction of {} serves nobody ({})", e.pod, e.for_group);
+            let victim = snapshot.tasks.iter().find(|t| t.name == e.pod).unwrap();
+            prop_assert!(!victim.non_preemptable, "non-preemptable {} evicted", e.pod);
+        }
+
+        // A running gang is never left below its minimum: it keeps minMember or goes whole.
+        for job in &snapshot.jobs {
+            let bound: Vec<&str> = job.tasks.iter().map(|&t| snapshot.task(t)).filter(|t| matches!(t.state, basalt_engine::TaskState::Bound(_))).map(|t| t.name.as_str()).collect();
+            if bound.is_empty() { continue; }
+            let evicted = bound.iter().filter(|p| plan.evictions.iter().any(|e| e.pod == **p)).count();
+            let left = bound.len() - evicted;
+            prop_assert!(left == 0 || left as u32 >= job.min_member.min(bound.len() as u32), "gang {} left with {} < {}", job.name, left, job.min_member);
+        }
+    }
+}
