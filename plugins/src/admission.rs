@@ -49,6 +49,17 @@ impl Admit for Overcommit {
     }
 }
 
+/// Unused guarantees of other queues are never lent out.
+pub struct Guarantee;
+
+impl TaskAdmit for Guarantee {
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
+        let snap = session.snapshot;
+        let queue = snap.job(snap.task(task).job).queue;
+        basalt_queue::check_guarantees(session, queue, request).map_err(Reason::from)
+    }
+}
+
 pub struct Capability;
 
 impl Admit for Capability {

@@ -39,6 +39,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     }));
     fw.admit.push(Box::new(admission::Capability));
     fw.task_admit.push(Box::new(admission::Capability));
+    fw.task_admit.push(Box::new(admission::Guarantee));
     fw.filters.push(Box::new(predicates::Predicates));
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));

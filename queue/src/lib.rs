@@ -66,6 +66,50 @@ pub fn check_capability(
     Ok(())
 }
 
+/// A guarantee is reserved: the work of other queues may not eat into what a guaranteed queue
+/// has not used yet. Checks that `extra` more work in `queue` leaves every unmet guarantee of
+/// the queues outside its path to the root still coverable. Nested guarantees count once: a
+/// guaranteed queue inside another guaranteed queue off the path is covered by its ancestor's.
+pub fn check_guarantees(
+    session: &Session,
+    queue: QueueId,
+    extra: &Resources,
+) -> Result<(), String> {
+    let snap = session.snapshot;
+    if snap.queues.iter().all(|q| q.guarantee.is_empty()) {
+        return Ok(());
+    }
+    let path: Vec<QueueId> = ancestors(snap, queue).collect();
+    let mut free = session.queue_capacity();
+    for q in snap.queues.iter().filter(|q| q.parent.is_none()) {
+        free.sub(session.queue_allocated(q.id));
+    }
+    for (r, want) in extra.iter() {
+        let unmet: i64 = snap
+            .queues
+            .iter()
+            .filter(|q| !path.contains(&q.id))
+            .filter_map(|q| q.guarantee.get(r).map(|g| (q, g)))
+            .filter(|(q, _)| {
+                // Topmost guaranteed queue off the path.
+                !ancestors(snap, q.id)
+                    .skip(1)
+                    .any(|a| !path.contains(&a) && snap.queue(a).guarantee.get(r).is_some())
+            })
+            .map(|(q, g)| (g - session.queue_allocated(q.id).get(r)).max(0))
+            .sum();
+        // Only the guarantee is judged here; plain lack of room is the node search's to report.
+        if unmet > 0 && free.get(r) - unmet < want {
+            return Err(format!(
+                "{} {} of the free capacity is guaranteed to other queues that have not used it",
+                snap.resources.format(r, unmet),
+                snap.resources.name(r)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The fair-share policy: deserved shares by weighted water-filling over what the queues share
 /// (the cluster less what other schedulers' pods use), with each leaf's demand.
 pub struct WaterFilling;

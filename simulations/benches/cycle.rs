@@ -12,11 +12,8 @@ fn main() {
 
 fn snapshot(nodes: usize, gpus_per_pod: u32) -> Snapshot {
     let setup = synthetic::Synthetic {
-        nodes,
-        pods: 10_000,
-        gang_size: 8,
-        gpus_per_node: 8,
         gpus_per_pod,
+        ..synthetic::Synthetic::new(nodes, 10_000)
     };
     Snapshot::build(setup.cluster()).expect("synthetic cluster is valid")
 }
@@ -41,14 +38,23 @@ fn cycle_oversubscribed(bencher: divan::Bencher, nodes: usize) {
 /// Building the snapshot: sorting, interning and validation.
 #[divan::bench(args = [5_000, 20_000], sample_count = 10)]
 fn snapshot_build(bencher: divan::Bencher, nodes: usize) {
-    let setup = synthetic::Synthetic {
-        nodes,
-        pods: 10_000,
-        gang_size: 8,
-        gpus_per_node: 8,
-        gpus_per_pod: 1,
-    };
+    let setup = synthetic::Synthetic::new(nodes, 10_000);
     bencher
         .with_inputs(|| setup.cluster())
         .bench_values(|spec| Snapshot::build(spec).expect("valid"));
+}
+
+/// The queues issue's target: 10,000 nodes, 200 leaf queues in a three-level tree, half the
+/// cluster running low-priority gangs and 50,000 pending pods, with enqueue, allocate, reclaim
+/// and preempt.
+#[divan::bench(sample_count = 5)]
+fn cycle_queues_10k_nodes_50k_pending(bencher: divan::Bencher) {
+    let setup = synthetic::Synthetic {
+        queues: 200,
+        running: 40_000,
+        ..synthetic::Synthetic::new(10_000, 50_000)
+    };
+    let snap = Snapshot::build(setup.cluster()).expect("synthetic cluster is valid");
+    let config = Config::default();
+    bencher.bench(|| basalt_plugins::schedule(&snap, &config));
 }

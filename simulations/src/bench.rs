@@ -19,6 +19,8 @@ pub struct BenchReport {
     pub gpus_per_pod: u32,
     pub pods_placed: usize,
     pub gangs_running: usize,
+    pub evictions: usize,
+    pub nominations: usize,
     /// Building the snapshot from specs (sorting, interning, validation).
     pub snapshot_ms: f64,
     /// One scheduling cycle (the engine only), best of `runs`.
@@ -49,6 +51,8 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         gpus_per_node: setup.gpus_per_node,
         gpus_per_pod: setup.gpus_per_pod,
         pods_placed: placed,
+        evictions: plan.evictions.len(),
+        nominations: plan.nominations.len(),
         gangs_running: plan
             .pod_groups
             .iter()
@@ -69,7 +73,7 @@ impl BenchReport {
     pub fn text(&self) -> String {
         format!(
             "cluster: {} nodes × {} GPUs; backlog: {} pods in gangs of {} ({} GPU each)\n\
-             placed: {} pods, {} gangs running\n\
+             placed: {} pods, {} gangs running; {} evictions, {} nominations\n\
              snapshot build: {:.1} ms\n\
              cycle: {:.1} ms (best of {})\n\
              throughput: {:.0} pods/s\n",
@@ -80,6 +84,8 @@ impl BenchReport {
             self.gpus_per_pod,
             self.pods_placed,
             self.gangs_running,
+            self.evictions,
+            self.nominations,
             self.snapshot_ms,
             self.cycle_ms,
             self.runs,

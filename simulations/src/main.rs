@@ -65,9 +65,19 @@ enum Command {
         gpus_per_node: u32,
         #[arg(long, default_value_t = 1)]
         gpus_per_pod: u32,
+        /// Leaf queues of a three-level queue tree (0: every job in `default`).
+        #[arg(long, default_value_t = 0)]
+        queues: usize,
+        /// Pods already running before the cycle (low-priority gangs packed onto the first
+        /// nodes), so that reclaim and preempt have work to consider.
+        #[arg(long, default_value_t = 0)]
+        running: usize,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Scheduler config (YAML); the default config when absent.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -134,7 +144,10 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             gang_size,
             gpus_per_node,
             gpus_per_pod,
+            queues,
+            running,
             runs,
+            config,
             output,
         } => {
             anyhow::ensure!(gang_size >= 1, "--gang-size: must be at least 1");
@@ -144,13 +157,15 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 basalt_engine::MAX_GPUS_PER_NODE
             );
             let setup = synthetic::Synthetic {
-                nodes,
-                pods,
                 gang_size,
                 gpus_per_node,
                 gpus_per_pod,
+                queues,
+                running,
+                ..synthetic::Synthetic::new(nodes, pods)
             };
-            let report = bench::run(&setup, &basalt_plugins::Config::default(), runs)?;
+            let config = plan::load_config(config.as_deref())?;
+            let report = bench::run(&setup, &config, runs)?;
             Ok(match output {
                 Output::Text => report.text(),
                 Output::Json => serde_json::to_string_pretty(&report)? + "\n",

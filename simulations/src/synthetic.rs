@@ -1,21 +1,46 @@
 //! Synthetic clusters and backlogs for `basalt-sim bench` and `cargo bench`: identical GPU
-//! nodes in racks of 32 and a backlog of gangs of identical pods.
+//! nodes in racks of 32, an optional three-level queue tree, some gangs already running and a
+//! backlog of pending gangs of identical pods.
 
 use std::collections::BTreeMap;
 
-use basalt_engine::{ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodSpec, ResourceList};
+use basalt_engine::{
+    ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, QueueSpec, ResourceList,
+};
 
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct Synthetic {
     pub nodes: usize,
+    /// Pending pods in the backlog.
     pub pods: usize,
     pub gang_size: usize,
     pub gpus_per_node: u32,
     pub gpus_per_pod: u32,
+    /// Leaf queues of a three-level tree (0: every job in `default`).
+    pub queues: usize,
+    /// Pods already running (in gangs of `gang_size`, packed onto the first nodes).
+    pub running: usize,
+}
+
+impl Synthetic {
+    pub fn new(nodes: usize, pods: usize) -> Self {
+        Synthetic {
+            nodes,
+            pods,
+            gang_size: 8,
+            gpus_per_node: 8,
+            gpus_per_pod: 1,
+            queues: 0,
+            running: 0,
+        }
+    }
 }
 
 const GI: i64 = 1 << 30;
+/// Every synthetic job was created this long before the snapshot (under the default
+/// reservation threshold, so the backlog is not starving).
+const NOW_MS: i64 = 1_000_000_000;
 
 fn list(items: &[(&str, i64)]) -> ResourceList {
     items.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -23,7 +48,7 @@ fn list(items: &[(&str, i64)]) -> ResourceList {
 
 impl Synthetic {
     pub fn cluster(&self) -> ClusterSpec {
-        let nodes = (0..self.nodes)
+        let nodes: Vec<NodeSpec> = (0..self.nodes)
             .map(|i| NodeSpec {
                 name: format!("node-{i:05}"),
                 labels: BTreeMap::from([
@@ -42,46 +67,107 @@ impl Synthetic {
                 ..Default::default()
             })
             .collect();
+        let (queues, leaves) = queue_tree(self.queues);
+        let mut spec = ClusterSpec {
+            now_ms: NOW_MS,
+            nodes,
+            queues,
+            ..Default::default()
+        };
+        // Running gangs first, packed onto nodes in order; then the pending backlog.
         let gang = self.gang_size.max(1);
-        let gangs = self.pods.div_ceil(gang);
-        let mut groups = Vec::with_capacity(gangs);
-        let mut pods = Vec::with_capacity(self.pods);
-        for g in 0..gangs {
-            let members = gang.min(self.pods - g * gang);
-            let name = format!("job-{g:05}");
-            groups.push(GroupSpec {
-                namespace: "bench".into(),
-                name: name.clone(),
-                queue: None,
-                min_member: members as i64,
-                min_task_member: BTreeMap::new(),
-                min_resources: None,
-                priority: None,
-                created_ms: g as i64 * 1000,
-                phase: JobPhase::Pending,
-            });
-            for m in 0..members {
-                pods.push(PodSpec {
+        let per_node = (self.gpus_per_node / self.gpus_per_pod.max(1)).max(1) as usize;
+        let mut slot = 0usize;
+        let mut job = 0usize;
+        for (count, running) in [(self.running, true), (self.pods, false)] {
+            let gangs = count.div_ceil(gang);
+            for g in 0..gangs {
+                let members = gang.min(count - g * gang);
+                let name = format!("job-{job:06}");
+                let queue = (!leaves.is_empty()).then(|| leaves[job % leaves.len()].clone());
+                // Running work is low priority; the backlog mixes three levels.
+                let priority = if running { 0 } else { (job % 3) as i32 };
+                spec.groups.push(GroupSpec {
                     namespace: "bench".into(),
-                    name: format!("{name}-{m}"),
-                    ours: true,
-                    group: Some(name.clone()),
-                    request: list(&[
-                        ("cpu", 8_000),
-                        ("memory", 64 * GI),
-                        ("nvidia.com/gpu", self.gpus_per_pod as i64),
-                    ]),
-                    created_ms: g as i64 * 1000,
-                    ..Default::default()
+                    name: name.clone(),
+                    queue,
+                    min_member: members as i64,
+                    min_task_member: BTreeMap::new(),
+                    min_resources: None,
+                    priority: Some(priority),
+                    created_ms: NOW_MS - 60_000 + job as i64,
+                    phase: if running {
+                        JobPhase::Running
+                    } else {
+                        JobPhase::Inqueue
+                    },
                 });
+                for m in 0..members {
+                    let node = running.then(|| {
+                        let n = slot / per_node;
+                        slot += 1;
+                        format!("node-{n:05}")
+                    });
+                    spec.pods.push(PodSpec {
+                        namespace: "bench".into(),
+                        name: format!("{name}-{m}"),
+                        ours: true,
+                        group: Some(name.clone()),
+                        request: list(&[
+                            ("cpu", 8_000),
+                            ("memory", 64 * GI),
+                            ("nvidia.com/gpu", self.gpus_per_pod as i64),
+                        ]),
+                        priority,
+                        created_ms: NOW_MS - 60_000 + job as i64,
+                        phase: if running {
+                            PodPhase::Running
+                        } else {
+                            PodPhase::Pending
+                        },
+                        node,
+                        ..Default::default()
+                    });
+                }
+                job += 1;
             }
         }
-        ClusterSpec {
-            now_ms: gangs as i64 * 1000,
-            nodes,
-            pods,
-            groups,
-            queues: Vec::new(),
+        spec
+    }
+}
+
+/// A three-level tree with `leaves` leaf queues: four organisations, six departments each, the
+/// teams spread over the departments. Returns the queues and the leaf names.
+fn queue_tree(leaves: usize) -> (Vec<QueueSpec>, Vec<String>) {
+    if leaves == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let mut queues = Vec::new();
+    let orgs = 4;
+    let depts = 6;
+    for o in 0..orgs {
+        queues.push(QueueSpec {
+            weight: 1 + o as u32,
+            ..QueueSpec::new(format!("org-{o}"))
+        });
+        for d in 0..depts {
+            queues.push(QueueSpec {
+                parent: Some(format!("org-{o}")),
+                weight: 1 + (d % 3) as u32,
+                ..QueueSpec::new(format!("org-{o}-dept-{d}"))
+            });
         }
     }
+    let mut names = Vec::with_capacity(leaves);
+    for t in 0..leaves {
+        let dept = t % (orgs * depts);
+        let name = format!("team-{t:03}");
+        queues.push(QueueSpec {
+            parent: Some(format!("org-{}-dept-{}", dept / depts, dept % depts)),
+            weight: 1 + (t % 4) as u32,
+            ..QueueSpec::new(name.clone())
+        });
+        names.push(name);
+    }
+    (queues, names)
 }

@@ -90,7 +90,9 @@ fn scenario_dir() -> PathBuf {
 
 fn run_plan(manifest: &Path, config: Option<&Path>) -> serde_json::Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-sim"));
-    cmd.args(["plan", "--output", "json", "--snapshot"])
+    // A fixed instant: waiting times in scenarios do not depend on the wall clock.
+    cmd.args(["plan", "--output", "json", "--now", "2026-12-01T00:00:00Z"])
+        .arg("--snapshot")
         .arg(manifest);
     if let Some(c) = config {
         cmd.arg("--config").arg(c);

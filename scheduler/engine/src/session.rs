@@ -96,12 +96,6 @@ pub struct MemberCounts {
     pub by_role: BTreeMap<String, u32>,
 }
 
-/// Why no node could take a pod of some shape: the kube-scheduler style message.
-#[derive(Clone, Debug)]
-pub struct FitFailure {
-    pub message: String,
-}
-
 /// Feasibility of a set of placement rules over all nodes, computed once per session.
 struct Statics {
     ok: Vec<bool>,
@@ -147,8 +141,12 @@ pub struct Session<'a> {
     inqueue_reserved: Resources,
     queue_reserved: Vec<Resources>,
     cluster_allocatable: Resources,
+    /// What the queues share (see [`Session::queue_capacity`]).
+    queue_capacity: Resources,
     /// Bound tasks per node when the session opened: the candidates for eviction.
     node_tasks: Vec<Vec<TaskId>>,
+    /// Per leaf queue: the nodes its bound tasks were on when the session opened.
+    queue_nodes: Vec<Vec<NodeId>>,
     /// Per node: the starving job that reserved it.
     reserved_for: Vec<Option<JobId>>,
     /// Members of reserving jobs and the nodes kept for them.
@@ -158,7 +156,9 @@ pub struct Session<'a> {
     statics: HashMap<RulesId, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
-    failures: HashMap<(ShapeId, ReservedNodes), (u64, FitFailure)>,
+    failures: HashMap<(ShapeId, ReservedNodes), u64>,
+    /// The reason message per failed shape, computed only when asked for.
+    explanations: HashMap<(ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
 }
 
@@ -206,6 +206,15 @@ impl<'a> Session<'a> {
                 TaskState::Failed => TaskStatus::Failed,
             });
         }
+        let mut queue_nodes: Vec<Vec<NodeId>> = vec![Vec::new(); snapshot.queues.len()];
+        for (node, tasks) in node_tasks.iter().enumerate() {
+            for &t in tasks {
+                let list = &mut queue_nodes[snapshot.job(snapshot.task(t).job).queue.index()];
+                if list.last() != Some(&NodeId(node as u32)) {
+                    list.push(NodeId(node as u32));
+                }
+            }
+        }
         let mut session = Session {
             snapshot,
             fw,
@@ -221,7 +230,9 @@ impl<'a> Session<'a> {
             inqueue_reserved: Resources::zero(dims),
             queue_reserved: zeros,
             cluster_allocatable,
+            queue_capacity: Resources::zero(dims),
             node_tasks,
+            queue_nodes,
             reserved_for: vec![None; n],
             reservations: Vec::new(),
             any_reserved: false,
@@ -233,6 +244,7 @@ impl<'a> Session<'a> {
             statics: HashMap::new(),
             released: 0,
             failures: HashMap::new(),
+            explanations: HashMap::new(),
             committed: Vec::new(),
         };
         for i in 0..n {
@@ -243,10 +255,24 @@ impl<'a> Session<'a> {
                 session.reserve_admission(job.id, true);
             }
         }
+        session.queue_capacity = {
+            let mut foreign = Resources::zero(dims);
+            for u in &snapshot.node_used {
+                foreign.add(u);
+            }
+            for t in &snapshot.tasks {
+                if let TaskState::Bound(_) = t.state {
+                    foreign.sub(&t.request);
+                }
+            }
+            let mut capacity = session.cluster_allocatable.clone();
+            capacity.sub(&foreign);
+            capacity
+        };
         session.deserved = match &fw.fair_share {
             Some(policy) => policy.deserved(&session),
             // Without a fair-share policy every queue may use the whole cluster.
-            None => vec![session.queue_capacity(); snapshot.queues.len()],
+            None => vec![session.queue_capacity.clone(); snapshot.queues.len()],
         };
         session
     }
@@ -323,19 +349,7 @@ impl<'a> Session<'a> {
 
     /// What the queues share: the cluster's allocatable less what pods of other schedulers use.
     pub fn queue_capacity(&self) -> Resources {
-        let snap = self.snapshot;
-        let mut foreign = Resources::zero(snap.resources.len());
-        for u in &snap.node_used {
-            foreign.add(u);
-        }
-        for t in &snap.tasks {
-            if let TaskState::Bound(_) = t.state {
-                foreign.sub(&t.request);
-            }
-        }
-        let mut capacity = self.cluster_allocatable.clone();
-        capacity.sub(&foreign);
-        capacity
+        self.queue_capacity.clone()
     }
 
     /// Dominant share: the largest allocated / deserved over the resources the queue holds.
@@ -349,6 +363,11 @@ impl<'a> Session<'a> {
     /// Bound tasks on a node when the session opened, in name order.
     pub fn node_tasks(&self, node: NodeId) -> &[TaskId] {
         &self.node_tasks[node.index()]
+    }
+
+    /// Nodes where the queue's jobs had bound pods when the session opened, in name order.
+    pub fn queue_nodes(&self, queue: QueueId) -> &[NodeId] {
+        &self.queue_nodes[queue.index()]
     }
 
     pub fn holding(&self, job: JobId) -> u32 {
@@ -559,31 +578,30 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// The best node for a task, or why there is none. Shapes that failed since capacity was
-    /// last given back fail at once, so a long backlog of identical pods costs one search.
-    pub fn find_node(&mut self, task: TaskId) -> Result<NodeId, FitFailure> {
+    /// The best node for a task, if any (see [`Session::why_no_node`] for the reason). Shapes
+    /// that failed since capacity was last given back fail at once, so a long backlog of
+    /// identical pods costs one search.
+    pub fn find_node(&mut self, task: TaskId) -> Option<NodeId> {
         let job = self.snapshot.task(task).job;
         self.find_node_with(task, ReservedNodes::Avoid(job))
     }
 
-    pub fn find_node_with(
-        &mut self,
-        task: TaskId,
-        access: ReservedNodes,
-    ) -> Result<NodeId, FitFailure> {
-        let snap = self.snapshot;
-        let t = snap.task(task);
-        let (shape, rules) = (t.shape, t.rules);
-        // Without reservations every access sees the same nodes: share one cache entry.
-        let access = if self.any_reserved {
+    /// Without reservations every access sees the same nodes: they share cache entries.
+    fn effective(&self, access: ReservedNodes) -> ReservedNodes {
+        if self.any_reserved {
             access
         } else {
             ReservedNodes::Use
-        };
-        if let Some((epoch, f)) = self.failures.get(&(shape, access)) {
-            if *epoch == self.released {
-                return Err(f.clone());
-            }
+        }
+    }
+
+    pub fn find_node_with(&mut self, task: TaskId, access: ReservedNodes) -> Option<NodeId> {
+        let snap = self.snapshot;
+        let t = snap.task(task);
+        let (shape, rules) = (t.shape, t.rules);
+        let access = self.effective(access);
+        if self.failures.get(&(shape, access)) == Some(&self.released) {
+            return None;
         }
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
@@ -613,20 +631,33 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        match best {
-            Some((_, node)) => Ok(node),
-            None => {
-                let failure = self.explain(rules, request, access);
-                self.failures
-                    .insert((shape, access), (self.released, failure.clone()));
-                Err(failure)
-            }
+        if best.is_none() {
+            self.failures.insert((shape, access), self.released);
         }
+        best.map(|(_, node)| node)
     }
 
-    /// The aggregated reason no node fits: "0/3 nodes are available: 2 insufficient nvidia.com/gpu,
-    /// 1 didn't match node selector." Most frequent reasons first.
-    fn explain(&self, rules: RulesId, request: &Resources, access: ReservedNodes) -> FitFailure {
+    /// Why no node takes the task now: "0/3 nodes are available: 2 insufficient
+    /// nvidia.com/gpu, 1 didn't match node selector." Computed once per shape until capacity
+    /// changes; a full scan, so only asked for when a reason must reach the user.
+    pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> String {
+        let t = self.snapshot.task(task);
+        let (shape, rules) = (t.shape, t.rules);
+        let access = self.effective(access);
+        if let Some((epoch, message)) = self.explanations.get(&(shape, access)) {
+            if *epoch == self.released {
+                return message.clone();
+            }
+        }
+        let request = &self.snapshot.shapes[shape.0 as usize].1;
+        let message = self.explain(rules, request, access);
+        self.explanations
+            .insert((shape, access), (self.released, message.clone()));
+        message
+    }
+
+    /// The aggregated reason no node fits, most frequent reasons first.
+    fn explain(&self, rules: RulesId, request: &Resources, access: ReservedNodes) -> String {
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
         for node in &self.snapshot.nodes {
@@ -656,12 +687,11 @@ impl<'a> Session<'a> {
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let parts: Vec<String> = list.iter().map(|(r, c)| format!("{c} {r}")).collect();
         let total = self.snapshot.nodes.len();
-        let message = if parts.is_empty() {
+        if parts.is_empty() {
             format!("0/{total} nodes are available.")
         } else {
             format!("0/{total} nodes are available: {}.", parts.join(", "))
-        };
-        FitFailure { message }
+        }
     }
 
     /// Whole GPUs for a task on a node: inside one NVLink island when one can hold them all

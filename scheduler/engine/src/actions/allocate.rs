@@ -11,16 +11,43 @@ use crate::queue_order::QueueOrder;
 use crate::resources::Resources;
 use crate::session::{ReservedNodes, Session};
 
-/// Places jobs gang by gang. Queues are served by priority, then lowest dominant share (down
-/// the tree); jobs inside a queue by the configured job order. Each job is tried in its own
-/// statement, committed only when the job is ready (its minimum is met) and discarded
-/// otherwise; once the minimum is met, extra members are placed too.
+/// Which pass of `allocate` is running.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Every queue up to its deserved share first, so one queue's long backlog cannot take
+    /// capacity that another queue deserves in the same cycle.
+    WithinDeserved,
+    /// Then idle capacity is lent to whoever still has work (work-conserving), up to
+    /// capability. Only this pass reports why pods stay pending.
+    Lend,
+}
+
+/// Places jobs gang by gang, in two passes (see [`Pass`]). Queues are served by priority, then
+/// lowest dominant share (down the tree); jobs inside a queue by the configured job order.
+/// Each job is tried in its own statement, committed only when the job is ready (its minimum
+/// is met) and discarded otherwise; once the minimum is met, extra members are placed too.
 pub fn allocate(session: &mut Session) {
-    let fw = session.framework();
     let jobs = schedulable_jobs(session);
     let starts = reserve_for_starving(session, &jobs);
+    serve(session, &jobs, &starts, Pass::WithinDeserved);
+    let left: Vec<&Job> = jobs
+        .into_iter()
+        .filter(|j| super::has_pending(session, j))
+        .collect();
+    serve(session, &left, &starts, Pass::Lend);
+    // A reservation whose gang the quota no longer admits (work ahead of it in its queue took
+    // the room) nominates nothing: its members would not start there.
+    for &job in starts.keys() {
+        if !quota_admits(session, snap_job(session, job)) {
+            session.drop_nominations(job);
+        }
+    }
+}
+
+fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass) {
+    let fw = session.framework();
     let mut per_queue: BTreeMap<QueueId, VecDeque<&Job>> = BTreeMap::new();
-    for job in jobs {
+    for &job in jobs {
         per_queue.entry(job.queue).or_default().push_back(job);
     }
     let mut order = QueueOrder::new(session, per_queue.keys().copied());
@@ -30,27 +57,32 @@ pub fn allocate(session: &mut Session) {
         if jobs.is_empty() {
             order.remove(session, queue);
         }
-        if session.holding(job.id) == 0 {
-            if let Some(c) = queue_refuses(session, job) {
+        let refused = if session.holding(job.id) == 0 {
+            queue_refuses(session, job)
+        } else {
+            None
+        };
+        if let Some(c) = refused.map_or_else(|| fw.validate_job(session, job.id).err(), Some) {
+            if pass == Pass::Lend {
                 session.add_condition(job.id, c);
-                continue;
             }
-        }
-        if let Err(c) = fw.validate_job(session, job.id) {
-            session.add_condition(job.id, c);
             continue;
         }
-        let access = backfill_access(session, job, &starts);
-        allocate_job(session, job.id, access);
+        let access = backfill_access(session, job, starts);
+        allocate_job(session, job.id, access, pass);
         order.refresh(session, queue);
     }
-    // A reservation whose gang the quota no longer admits (work ahead of it in its queue took
-    // the room) nominates nothing: its members would not start there.
-    for &job in starts.keys() {
-        if !quota_admits(session, snap_job(session, job)) {
-            session.drop_nominations(job);
-        }
-    }
+}
+
+/// Whether a queue and its ancestors stay within their deserved shares with `request` added.
+fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
+    crate::snapshot::ancestors(session.snapshot, job.queue).all(|q| {
+        let allocated = session.queue_allocated(q);
+        let deserved = session.deserved(q);
+        request
+            .iter()
+            .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
+    })
 }
 
 fn snap_job<'s>(session: &Session<'s>, job: JobId) -> &'s Job {
@@ -74,7 +106,7 @@ fn quota_admits(session: &Session, job: &Job) -> bool {
     })
 }
 
-fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes) {
+fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pass: Pass) {
     let snap = session.snapshot;
     let fw = session.framework();
     let job = snap.job(job_id);
@@ -84,9 +116,15 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes) {
     let mut failure: Option<String> = None;
     let mut stmt = session.statement();
     for (i, &task) in order.iter().enumerate() {
-        let placed = match fw.admit_task(session, task, &snap.task(task).request) {
+        let request = &snap.task(task).request;
+        let placed = match fw.admit_task(session, task, request) {
             Err(reason) => Err(reason.into_owned()),
-            Ok(()) => session.find_node_with(task, access).map_err(|f| f.message),
+            Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
+                Err(String::new())
+            }
+            Ok(()) => session
+                .find_node_with(task, access)
+                .ok_or_else(|| session.why_no_node(task, access)),
         };
         match placed {
             Ok(node) => {
@@ -120,7 +158,7 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes) {
             job.min_member
         ))
     };
-    if let Some(message) = message {
+    if let Some(message) = message.filter(|_| pass == Pass::Lend) {
         session.add_condition(job_id, unschedulable(NOT_ENOUGH_RESOURCES, message));
     }
 }

@@ -9,10 +9,10 @@
 //! left alone.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use super::{placement_order, schedulable_jobs};
-use crate::model::{Job, JobId, NodeId, TaskId};
+use crate::model::{Job, JobId, NodeId, QueueId, ShapeId, TaskId};
 use crate::resources::{ResourceId, Resources, GPU};
 use crate::session::{ReservedNodes, Session, TaskStatus};
 
@@ -37,17 +37,22 @@ pub fn preempt(session: &mut Session) {
     run(session, Mode::Preempt);
 }
 
+/// Searches that found no victims. Evictions committed later only shrink the pool (their
+/// capacity goes to their preemptor), so a failed search stays failed for the action's run.
+type Failed = HashSet<(ShapeId, QueueId, i32)>;
+
 fn run(session: &mut Session, mode: Mode) {
     let fw = session.framework();
     let starving: Vec<&Job> = schedulable_jobs(session)
         .into_iter()
         .filter(|j| !fw.job_ready(session, j.id))
         .collect();
+    let mut failed = Failed::new();
     for job in starving {
         if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
             continue;
         }
-        make_room(session, job, mode);
+        make_room(session, job, mode, &mut failed);
     }
 }
 
@@ -59,7 +64,7 @@ fn may_evict_for(session: &Session, job: &Job, mode: Mode) -> bool {
         return false;
     }
     match mode {
-        Mode::Preempt => true,
+        Mode::Preempt => !session.queue_nodes(job.queue).is_empty(),
         Mode::Reclaim => {
             let q = job.queue;
             let deserved = session.deserved(q);
@@ -75,39 +80,54 @@ fn may_evict_for(session: &Session, job: &Job, mode: Mode) -> bool {
     }
 }
 
-fn make_room(session: &mut Session, job: &Job, mode: Mode) {
+fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) {
     let fw = session.framework();
     let snap = session.snapshot;
     let reason = match mode {
         Mode::Reclaim => RECLAIM,
         Mode::Preempt => PREEMPT,
     };
+    let order = placement_order(session, job);
     let mut stmt = session.statement();
     let mut evicted_any = false;
-    for task in placement_order(session, job) {
+    let mut holding = {
+        let c = session.counts(job.id);
+        c.running + c.pipelined + c.succeeded
+    };
+    for (i, &task) in order.iter().enumerate() {
         if fw.job_ready(session, job.id) {
             break;
         }
-        let request = &snap.task(task).request;
-        if fw.admit_task(session, task, request).is_err() {
+        // Give up once the members left cannot reach the minimum.
+        if holding + ((order.len() - i) as u32) < job.min_member {
+            break;
+        }
+        let t = snap.task(task);
+        if fw.admit_task(session, task, &t.request).is_err()
+            || (mode == Mode::Reclaim && !within_deserved(session, job, &t.request))
+        {
             continue;
         }
-        if mode == Mode::Reclaim && !within_deserved(session, job, request) {
-            continue;
-        }
-        if let Ok(node) = session.find_node(task) {
+        if let Some(node) = session.find_node(task) {
             session.pipeline(&mut stmt, task, node);
+            holding += 1;
+            continue;
+        }
+        let key = (t.shape, job.queue, job.priority);
+        if failed.contains(&key) {
             continue;
         }
         let Some((node, victims)) = best_victims(session, job, task, mode) else {
+            failed.insert(key);
             continue;
         };
         for v in victims {
             session.evict(&mut stmt, v, reason, job.id);
             evicted_any = true;
         }
-        if session.fits(node, request) {
+        if session.fits(node, &t.request) {
             session.pipeline(&mut stmt, task, node);
+            holding += 1;
         }
     }
     if evicted_any && fw.job_ready(session, job.id) {
@@ -126,11 +146,34 @@ fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
         .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
 }
 
+/// Queues the job may take pods from: its own (preempt), or the reclaimable queues holding more
+/// than they deserve in some resource the task asks for (reclaim).
+fn victim_queues(session: &Session, job: &Job, request: &Resources, mode: Mode) -> Vec<QueueId> {
+    let snap = session.snapshot;
+    match mode {
+        Mode::Preempt => vec![job.queue],
+        Mode::Reclaim => snap
+            .queues
+            .iter()
+            .filter(|q| q.id != job.queue && q.reclaimable && !session.queue_nodes(q.id).is_empty())
+            .filter(|q| {
+                let allocated = session.queue_allocated(q.id);
+                let deserved = session.deserved(q.id);
+                request
+                    .iter()
+                    .any(|(r, _)| allocated.get(r) > deserved.get(r))
+            })
+            .map(|q| q.id)
+            .collect(),
+    }
+}
+
 /// Fewest victims, then the lowest highest priority among them, then the youngest.
 type Cost = (usize, i32, Reverse<i64>);
 
 /// The node needing the fewest, lowest-priority, youngest victims for `task`, and the victims
-/// (whole gangs where a single eviction would break one).
+/// (whole gangs where a single eviction would break one). Only nodes hosting pods of the
+/// victim queues are searched, not the whole cluster.
 fn best_victims(
     session: &mut Session,
     job: &Job,
@@ -139,37 +182,22 @@ fn best_victims(
 ) -> Option<(NodeId, Vec<TaskId>)> {
     let snap = session.snapshot;
     let request = snap.task(task).request.clone();
+    let queues = victim_queues(session, job, &request, mode);
+    let mut nodes: Vec<NodeId> = queues
+        .iter()
+        .flat_map(|&q| session.queue_nodes(q).iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
     let mut best: Option<(Cost, NodeId, Vec<TaskId>)> = None;
-    for node in session.feasible_nodes(task) {
-        let usable = session.may_use(node, ReservedNodes::Avoid(job.id));
-        if !usable || !request.fits_in(&snap.node(node).allocatable) {
+    for node in nodes {
+        if !session.may_use(node, ReservedNodes::Avoid(job.id))
+            || !session.passes_filters(task, node)
+            || !request.fits_in(&snap.node(node).allocatable)
+        {
             continue;
         }
-        let free = session.free(node);
-        let short: Vec<ResourceId> = request.shortfall(&free).collect();
-        let mut candidates: Vec<TaskId> = session
-            .node_tasks(node)
-            .iter()
-            .copied()
-            .filter(|&v| eligible(session, job, v, &short, mode))
-            .collect();
-        // Lowest priority (their queue's first, for reclaim), then youngest, then name.
-        candidates.sort_by_key(|&v| {
-            let t = snap.task(v);
-            let queue_priority = snap.queue(snap.job(t.job).queue).priority;
-            (
-                queue_priority,
-                snap.job(t.job).priority,
-                Reverse(t.created_ms),
-                v,
-            )
-        });
-        // A node with room needs no victims; `find_node` already turned it down.
-        let Some(victims) = enough(session, node, &request, &candidates).filter(|v| !v.is_empty())
-        else {
-            continue;
-        };
-        let Some(victims) = with_gangs(session, job, victims, mode) else {
+        let Some(victims) = victims_on(session, job, node, &request, mode) else {
             continue;
         };
         let max_priority = victims
@@ -191,82 +219,177 @@ fn best_victims(
     best.map(|(_, node, victims)| (node, victims))
 }
 
-/// Victims taken in order until the request fits on the node (whole GPUs counted per device).
-fn enough(
+/// Victims on `node`, taken in order until the request fits (whole GPUs counted per device),
+/// each with the gang mates it drags along. Every check counts what the victims already chosen
+/// take from their queues. `None` when the node cannot be freed enough; a node with room
+/// already needs no victims, and `find_node` has turned it down, so it is skipped too.
+fn victims_on(
     session: &Session,
+    job: &Job,
     node: NodeId,
     request: &Resources,
-    candidates: &[TaskId],
+    mode: Mode,
 ) -> Option<Vec<TaskId>> {
     let snap = session.snapshot;
     let mut free = session.free(node);
     let mut free_gpus = session.free_gpus(node) as i64;
     let want_gpus = request.get(GPU);
-    let mut taken = Vec::new();
-    for &v in candidates {
-        if request.fits_in(&free) && free_gpus >= want_gpus {
+    let fits = |free: &Resources, free_gpus: i64| request.fits_in(free) && free_gpus >= want_gpus;
+    if fits(&free, free_gpus) {
+        return None;
+    }
+    let short: Vec<ResourceId> = request.shortfall(&free).collect();
+    let mut candidates: Vec<TaskId> = session
+        .node_tasks(node)
+        .iter()
+        .copied()
+        // Only pods that free something the node is short of.
+        .filter(|&v| {
+            matches!(session.task_status(v), TaskStatus::Bound(_))
+                && short.iter().any(|&r| snap.task(v).request.get(r) > 0)
+        })
+        .collect();
+    // Lowest priority (their queue's first, for reclaim), then youngest, then name.
+    candidates.sort_by_key(|&v| {
+        let t = snap.task(v);
+        let vjob = snap.job(t.job);
+        (
+            snap.queue(vjob.queue).priority,
+            vjob.priority,
+            Reverse(t.created_ms),
+            v,
+        )
+    });
+    let mut tally = Tally::default();
+    let mut chosen: Vec<TaskId> = Vec::new();
+    for v in candidates {
+        if fits(&free, free_gpus) {
             break;
         }
-        let t = snap.task(v);
-        free.add(&t.request);
-        free_gpus += t.gpu_ids.len() as i64;
-        taken.push(v);
-    }
-    (request.fits_in(&free) && free_gpus >= want_gpus).then_some(taken)
-}
-
-/// A victim may go alone while its gang keeps its minMember; otherwise its whole gang goes,
-/// which every member must allow.
-fn with_gangs(
-    session: &Session,
-    job: &Job,
-    victims: Vec<TaskId>,
-    mode: Mode,
-) -> Option<Vec<TaskId>> {
-    let snap = session.snapshot;
-    let mut taken: BTreeMap<JobId, u32> = BTreeMap::new();
-    for &v in &victims {
-        *taken.entry(snap.task(v).job).or_default() += 1;
-    }
-    let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    for v in victims {
-        if seen.insert(v) {
-            out.push(v);
-        }
-        let vjob = snap.job(snap.task(v).job);
-        if session.holding(vjob.id).saturating_sub(taken[&vjob.id]) >= vjob.min_member {
+        if tally.has(v) {
             continue;
         }
-        for &m in &vjob.tasks {
-            if !matches!(session.task_status(m), TaskStatus::Bound(_)) || seen.contains(&m) {
-                continue;
+        let Some(unit) = unit_of(session, job, v, &short, mode, &tally) else {
+            continue;
+        };
+        for m in unit {
+            let t = snap.task(m);
+            if session.task_status(m).node() == Some(node) {
+                free.add(&t.request);
+                free_gpus += t.gpu_ids.len() as i64;
             }
-            if !eligible(session, job, m, &[], mode) {
-                return None;
-            }
-            seen.insert(m);
-            out.push(m);
+            tally.take(session, m);
+            chosen.push(m);
         }
     }
-    Some(out)
+    (fits(&free, free_gpus) && !chosen.is_empty()).then_some(chosen)
 }
 
-/// Whether `victim` may be evicted for `job`. `short` names the resources the node lacks for
-/// the task; empty means "any" (a gang member dragged along with its gang).
+/// What the victims chosen so far on one node take: from their (leaf) queues and their gangs.
+/// A handful of entries: plain vectors beat hashing here.
+#[derive(Default)]
+struct Tally {
+    taken: Vec<TaskId>,
+    from_queue: Vec<(QueueId, Resources)>,
+    from_job: Vec<(JobId, u32)>,
+}
+
+impl Tally {
+    fn take(&mut self, session: &Session, task: TaskId) {
+        let snap = session.snapshot;
+        let t = snap.task(task);
+        self.taken.push(task);
+        match self.from_job.iter_mut().find(|(j, _)| *j == t.job) {
+            Some((_, n)) => *n += 1,
+            None => self.from_job.push((t.job, 1)),
+        }
+        let q = snap.job(t.job).queue;
+        match self.from_queue.iter_mut().find(|(x, _)| *x == q) {
+            Some((_, r)) => r.add(&t.request),
+            None => self.from_queue.push((q, t.request.clone())),
+        }
+    }
+
+    fn has(&self, task: TaskId) -> bool {
+        self.taken.contains(&task)
+    }
+
+    fn taken_from_job(&self, job: JobId) -> u32 {
+        self.from_job
+            .iter()
+            .find(|(j, _)| *j == job)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    fn taken_from_queue(&self, queue: QueueId) -> Option<&Resources> {
+        self.from_queue
+            .iter()
+            .find(|(q, _)| *q == queue)
+            .map(|(_, r)| r)
+    }
+}
+
+/// The victim alone while its gang keeps minMember, else its whole gang (every bound member
+/// not yet taken); `None` when any of them may not be evicted.
+fn unit_of(
+    session: &Session,
+    job: &Job,
+    victim: TaskId,
+    short: &[ResourceId],
+    mode: Mode,
+    tally: &Tally,
+) -> Option<Vec<TaskId>> {
+    let snap = session.snapshot;
+    let vjob = snap.job(snap.task(victim).job);
+    let already = tally.taken_from_job(vjob.id);
+    let unit: Vec<TaskId> = if session.holding(vjob.id).saturating_sub(already + 1)
+        >= vjob.min_member
+    {
+        vec![victim]
+    } else {
+        vjob.tasks
+            .iter()
+            .copied()
+            .filter(|&m| matches!(session.task_status(m), TaskStatus::Bound(_)) && !tally.has(m))
+            .collect()
+    };
+    // Judge the unit as a whole against its queue: what was taken plus what the unit takes.
+    let mut unit_takes: Vec<(QueueId, Resources)> = Vec::new();
+    for &m in &unit {
+        let t = snap.task(m);
+        let q = snap.job(t.job).queue;
+        let before = unit_takes.iter().find(|(x, _)| *x == q).map(|(_, r)| r);
+        if !eligible(
+            session,
+            job,
+            m,
+            short,
+            mode,
+            [tally.taken_from_queue(q), before],
+        ) {
+            return None;
+        }
+        match unit_takes.iter_mut().find(|(x, _)| *x == q) {
+            Some((_, r)) => r.add(&t.request),
+            None => unit_takes.push((q, t.request.clone())),
+        }
+    }
+    Some(unit)
+}
+
+/// Whether `victim` may be evicted for `job`, given what the victims chosen before it take
+/// from its queue. `short` names the resources the node lacks for the preemptor's task.
 fn eligible(
     session: &Session,
     job: &Job,
     victim: TaskId,
     short: &[ResourceId],
     mode: Mode,
+    taken: [Option<&Resources>; 2],
 ) -> bool {
     let snap = session.snapshot;
     let v = snap.task(victim);
-    if !matches!(session.task_status(victim), TaskStatus::Bound(_))
-        || v.non_preemptable
-        || v.job == job.id
-    {
+    if v.non_preemptable || v.job == job.id {
         return false;
     }
     let vjob = snap.job(v.job);
@@ -278,26 +401,26 @@ fn eligible(
                 return false;
             }
             let allocated = session.queue_allocated(vjob.queue);
-            let deserved = session.deserved(vjob.queue);
-            // Never below a guarantee, in any resource.
+            // What the queue keeps of `r` once this victim and those before it are gone.
+            let left = |r: ResourceId| {
+                allocated.get(r)
+                    - v.request.get(r)
+                    - taken.iter().flatten().map(|t| t.get(r)).sum::<i64>()
+            };
+            // Never below a guarantee, in any resource the victim holds.
             if vq
                 .guarantee
                 .iter()
-                .any(|(r, g)| v.request.get(r) > 0 && allocated.get(r) - v.request.get(r) < g)
+                .any(|(r, g)| v.request.get(r) > 0 && left(r) < g)
             {
                 return false;
             }
-            // Only what the victim's queue borrowed, in the resources that are short.
-            let relevant: Vec<ResourceId> = if short.is_empty() {
-                v.request.iter().map(|(r, _)| r).collect()
-            } else {
-                short.to_vec()
-            };
-            relevant.iter().any(|&r| v.request.get(r) > 0)
-                && relevant
-                    .iter()
-                    .filter(|&&r| v.request.get(r) > 0)
-                    .all(|&r| allocated.get(r) - v.request.get(r) >= deserved.get(r))
+            // Only what the victim's queue borrowed, in the resources the node is short of.
+            let deserved = session.deserved(vjob.queue);
+            short
+                .iter()
+                .filter(|&&r| v.request.get(r) > 0)
+                .all(|&r| left(r) >= deserved.get(r))
         }
     }
 }
