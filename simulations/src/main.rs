@@ -232,20 +232,22 @@ fn run_fgd(
         let total: f64 = secs.iter().sum();
         let arrivals: usize = s.arrivals.iter().sum();
         eprintln!(
-            "basalt-sim: {:<10} {} seeds, {:.0} arrivals/seed, {:.3} s/seed (max {:.3} s), {:.0} arrivals/s",
+            "basalt-sim: {:<10} {} seed(s), {:.0} arrivals/seed, {:.1} ms/seed (max {:.1} ms), \
+             {:.0} arrivals/s",
             s.policy.name(),
             secs.len(),
             arrivals as f64 / secs.len() as f64,
-            total / secs.len() as f64,
-            secs.iter().cloned().fold(0.0, f64::max),
+            1000.0 * total / secs.len() as f64,
+            1000.0 * secs.iter().cloned().fold(0.0, f64::max),
             arrivals as f64 / total.max(1e-9),
         );
         if s.carried > 0 {
             eprintln!(
-                "basalt-sim: {}: {} point(s) over all seeds had no arrival in their bin and \
-                 carry the state as the load passed them (small cluster)",
+                "basalt-sim: {}: {} of {} points (all seeds) had no arrival in their bin and take \
+                 the allocation as the load passed them (few pods per percent of load)",
                 s.policy.name(),
-                s.carried
+                s.carried,
+                secs.len() * fgd::measure::POINTS.len(),
             );
         }
     }

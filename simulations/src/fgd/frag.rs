@@ -81,7 +81,7 @@ impl Fragmenter {
         }
         let mut ranked: Vec<(Shape, u64)> = counts.into_iter().collect();
         // Stable sort keeps the BTreeMap's shape order among equal counts.
-        ranked.sort_by(|a, b| b.1.cmp(&a.1));
+        ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
         let mut taken = Vec::new();
         let mut covered = 0u64;
         for (s, c) in ranked {
@@ -130,28 +130,27 @@ impl Fragmenter {
         let mut last: Option<(u32, u16)> = None;
         let (mut room, mut below) = (0u32, 0u64);
         for (s, &w) in self.shapes.iter().zip(&self.weights) {
-            let frag =
-                if s.num_gpu == 0 || cpu_free < s.cpu_milli || !s.models.allows(model) {
-                    idle
-                } else {
-                    if last != Some((s.num_gpu, s.gpu_milli)) {
-                        last = Some((s.num_gpu, s.gpu_milli));
-                        room = 0;
-                        below = 0;
-                        for &g in gpu_free {
-                            if g >= s.gpu_milli {
-                                room += 1;
-                            } else {
-                                below += g as u64;
-                            }
+            let frag = if s.num_gpu == 0 || cpu_free < s.cpu_milli || !s.models.allows(model) {
+                idle
+            } else {
+                if last != Some((s.num_gpu, s.gpu_milli)) {
+                    last = Some((s.num_gpu, s.gpu_milli));
+                    room = 0;
+                    below = 0;
+                    for &g in gpu_free {
+                        if g >= s.gpu_milli {
+                            room += 1;
+                        } else {
+                            below += g as u64;
                         }
                     }
-                    if room < s.num_gpu {
-                        idle
-                    } else {
-                        below
-                    }
-                };
+                }
+                if room < s.num_gpu {
+                    idle
+                } else {
+                    below
+                }
+            };
             f += w * frag as f64;
         }
         f

@@ -157,7 +157,11 @@ pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize)
     let mut stats = Vec::new();
     for (p, &policy) in policies.iter().enumerate() {
         let runs: Vec<&(measure::Curve, Duration)> = (0..seeds.len())
-            .map(|s| results[p * seeds.len() + s].as_ref().expect("every job ran"))
+            .map(|s| {
+                results[p * seeds.len() + s]
+                    .as_ref()
+                    .expect("every job ran")
+            })
             .collect();
         let points = measure::POINTS
             .iter()
@@ -228,7 +232,10 @@ mod tests {
         assert_eq!(parse_seeds("42,43").unwrap(), vec![42, 43]);
         assert_eq!(parse_seeds("1-2,7,2").unwrap(), vec![1, 2, 7]);
         assert!(parse_seeds("5-3").is_err());
-        assert!(parse_seeds("x").unwrap_err().to_string().contains("--seeds"));
+        assert!(parse_seeds("x")
+            .unwrap_err()
+            .to_string()
+            .contains("--seeds"));
         assert!(parse_seeds("").is_err());
     }
 
@@ -241,9 +248,8 @@ mod tests {
         let w = workload::generate(&req, exp.capacity_milli, 42);
         assert_eq!(w, workload::generate(&req, exp.capacity_milli, 42));
         // Arrived demand after each arrival is the workload's alone: identical for every policy.
-        let arrived = |p: Policy| -> Vec<u64> {
-            exp.run(&w, p, 42).samples.iter().map(|s| s.0).collect()
-        };
+        let arrived =
+            |p: Policy| -> Vec<u64> { exp.run(&w, p, 42).samples.iter().map(|s| s.0).collect() };
         let reference = arrived(Policy::Fgd);
         for p in Policy::ALL {
             assert_eq!(arrived(p), reference, "{p}");

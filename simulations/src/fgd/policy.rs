@@ -204,11 +204,7 @@ impl BasaltScore {
 
     /// `cap_*` the node's capacity, `used_*` its usage with the pod placed (CPU milli, memory MiB,
     /// GPU milli).
-    pub fn score(
-        &mut self,
-        cap: (i64, i64, i64),
-        used: (i64, i64, i64),
-    ) -> i32 {
+    pub fn score(&mut self, cap: (i64, i64, i64), used: (i64, i64, i64)) -> i32 {
         const MIB: i64 = 1 << 20;
         self.alloc.set(CPU, cap.0);
         self.alloc.set(MEMORY, cap.1 * MIB);
@@ -285,7 +281,14 @@ mod tests {
         // Whole 2-GPU pod on a partly used node: max(50 − 2, 33) = 48.
         assert_eq!(packing(2, 1000, &[1000, 1000, 0, 0]), 48);
         // 8-GPU pod on a partly used node: max(42, 33) = 42.
-        assert_eq!(packing(8, 1000, &[1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 0]), 42);
+        assert_eq!(
+            packing(
+                8,
+                1000,
+                &[1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 0]
+            ),
+            42
+        );
         // Idle 8-GPU node: max(33 − 8, 8) = 25; idle 2-GPU node: 31.
         assert_eq!(packing(1, 1000, &[1000; 8]), 25);
         assert_eq!(packing(1, 500, &[1000; 2]), 31);
@@ -304,10 +307,7 @@ mod tests {
         let mut b = BasaltScore::new();
         // Node 96 CPUs, 384 GiB, 8 GPUs; after placing: 48 CPUs, 96 GiB, 4000 milli GPU used.
         // (1·0.5 + 1·0.25 + 10·0.5) / 12 = 5.75 / 12 = 0.479166… → 47.
-        assert_eq!(
-            b.score((96000, 393216, 8000), (48000, 98304, 4000)),
-            47
-        );
+        assert_eq!(b.score((96000, 393216, 8000), (48000, 98304, 4000)), 47);
         // Full node → 100; empty node → 0.
         assert_eq!(b.score((1000, 1024, 2000), (1000, 1024, 2000)), 100);
         assert_eq!(b.score((1000, 1024, 2000), (0, 0, 0)), 0);

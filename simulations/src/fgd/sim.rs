@@ -178,6 +178,10 @@ struct FgdEntry {
     gpu: u16,
 }
 
+/// The fgd cache holds at most this many (node, pod key) entries (12 bytes each); beyond it
+/// every evaluation is computed afresh: slower, same result.
+const FGD_CACHE_MAX: usize = 1 << 22;
+
 /// No GPU chosen by the fgd evaluation (CPU-only, whole-GPU or multi-GPU pods).
 const NO_GPU: u16 = u16::MAX;
 
@@ -211,6 +215,11 @@ impl<'a> State<'a> {
             rank[node as usize] = pos as u32;
         }
         let fgd = policy == Policy::Fgd;
+        let cache = if fgd && n.saturating_mul(exp.keys) <= FGD_CACHE_MAX {
+            n * exp.keys
+        } else {
+            0
+        };
         State {
             exp,
             policy,
@@ -224,7 +233,7 @@ impl<'a> State<'a> {
             basalt: BasaltScore::new(),
             version: vec![1; n],
             f_before: vec![(0, 0.0); if fgd { n } else { 0 }],
-            fgd_cache: vec![FgdEntry::default(); if fgd { n * exp.keys } else { 0 }],
+            fgd_cache: vec![FgdEntry::default(); cache],
             feasible: Vec::with_capacity(n),
         }
     }
@@ -345,9 +354,10 @@ impl<'a> State<'a> {
     /// fgd: the score of placing the pod here, with the GPU choice that gives the best score.
     fn fgd(&mut self, n: usize, pod: &PodInfo) -> (i32, u16) {
         let slot = n * self.exp.keys + pod.key as usize;
-        let e = self.fgd_cache[slot];
-        if e.version == self.version[n] {
-            return (e.score, e.gpu);
+        if let Some(e) = self.fgd_cache.get(slot) {
+            if e.version == self.version[n] {
+                return (e.score, e.gpu);
+            }
         }
         let before = self.f_before(n);
         let node = &self.exp.nodes[n];
@@ -375,11 +385,13 @@ impl<'a> State<'a> {
             let s = fgd_score(before, frag.fragmentation(node.model, cpu_after, &after));
             (s, NO_GPU)
         };
-        self.fgd_cache[slot] = FgdEntry {
-            version: self.version[n],
-            score,
-            gpu,
-        };
+        if let Some(e) = self.fgd_cache.get_mut(slot) {
+            *e = FgdEntry {
+                version: self.version[n],
+                score,
+                gpu,
+            };
+        }
         (score, gpu)
     }
 
@@ -522,7 +534,9 @@ mod tests {
     fn ties_follow_the_seeded_ranking_and_scores_win() {
         // Three identical idle nodes: bestfit ties everywhere, so the first pod lands on the
         // node ranked first; then bestfit prefers the now fuller node.
-        let nodes: Vec<NodeSpec> = (0..3).map(|i| node(&format!("n{i}"), 64000, 8, "G2")).collect();
+        let nodes: Vec<NodeSpec> = (0..3)
+            .map(|i| node(&format!("n{i}"), 64000, 8, "G2"))
+            .collect();
         let exp = Experiment::new(&nodes, &[pod(4000, 1, 1000)]).unwrap();
         let mut s = State::new(&exp, Policy::BestFit, 9);
         let first = (0..3).min_by_key(|&n| s.rank[n]).unwrap();
@@ -576,6 +590,26 @@ mod tests {
         assert!(s.arrive(&exp.pods[10]));
         assert_eq!(s.gpus(0), &[600, 0]);
         assert_eq!(s.fgd(0, &exp.pods[9]), (44, 0));
+    }
+
+    #[test]
+    fn fgd_cache_does_not_change_decisions() {
+        use crate::fgd::{trace, workload, SAMPLE_NODES, SAMPLE_PODS};
+        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
+        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        let w = workload::generate(&exp.requests(), exp.capacity_milli, 42);
+        let replay = |cached: bool| {
+            let mut s = State::new(&exp, Policy::Fgd, 42);
+            if !cached {
+                s.fgd_cache.clear();
+            }
+            let placed: Vec<bool> = w.iter().map(|&i| s.arrive(&exp.pods[i as usize])).collect();
+            (placed, s.gpu_free.clone(), s.cpu_free.clone())
+        };
+        let cached = replay(true);
+        assert!(cached.0.iter().any(|&p| !p), "the sample fills the cluster");
+        assert_eq!(cached, replay(false));
     }
 
     #[test]

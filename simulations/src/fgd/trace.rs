@@ -88,12 +88,14 @@ impl Row<'_> {
     fn int(&self, col: usize, name: &str, max: i64) -> Result<i64, FgdError> {
         let raw = self.text(col);
         let v: i64 = raw.parse().map_err(|_| {
-            self.malformed(format!("column `{name}`: expected a whole number, got {raw:?}"))
+            self.malformed(format!(
+                "column `{name}`: expected a whole number, got {raw:?}"
+            ))
         })?;
         if !(0..=max).contains(&v) {
-            return Err(self.malformed(format!(
-                "column `{name}`: {v} is out of range (0 to {max})"
-            )));
+            return Err(
+                self.malformed(format!("column `{name}`: {v} is out of range (0 to {max})"))
+            );
         }
         Ok(v)
     }
