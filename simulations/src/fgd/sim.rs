@@ -67,9 +67,10 @@ impl Experiment {
             .collect();
         models.sort();
         models.dedup();
-        if models.len() > 64 {
+        // 63, not 64: the all-ones set is reserved for "any model".
+        if models.len() > 63 {
             return Err(FgdError::Cluster(format!(
-                "{} GPU models in the node list; at most 64 are supported",
+                "{} GPU models in the node list; at most 63 are supported",
                 models.len()
             )));
         }
