@@ -2,5 +2,6 @@
 //! rendering, shared by the binary, the tests and `cargo bench`.
 
 pub mod bench;
+pub mod fgd;
 pub mod plan;
 pub mod synthetic;

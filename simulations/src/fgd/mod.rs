@@ -1,0 +1,278 @@
+//! The fragmentation experiment of "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
+//! with Fragmentation Gradient Descent" (Weng et al., USENIX ATC'23) on the Alibaba openb lists.
+//!
+//! Per seed, one arrival sequence ([`workload`]) is replayed under each policy ([`policy`]) by
+//! its own placement loop ([`sim`]): pods arrive one at a time, are placed at once or dropped and
+//! never leave. After each arrival the arrived and allocated GPU are recorded; [`measure`] turns
+//! that into unallocated GPU % at every 5 % of arrived load, and the report takes the median over
+//! seeds. Randomness is seeded ([`rng`]) with separate streams for the workload, the tie ranking
+//! and the `random` policy, so every policy sees the same workload for a seed.
+
+pub mod frag;
+pub mod measure;
+pub mod policy;
+pub mod rng;
+pub mod sim;
+pub mod trace;
+pub mod workload;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use policy::Policy;
+pub use sim::Experiment;
+
+/// The bundled sample (see `simulations/traces/openb-sample/README.md`).
+pub const SAMPLE_NODES: &str = include_str!("../../traces/openb-sample/nodes.csv");
+pub const SAMPLE_PODS: &str = include_str!("../../traces/openb-sample/pods.csv");
+pub const SAMPLE_NODES_LABEL: &str = "simulations/traces/openb-sample/nodes.csv";
+pub const SAMPLE_PODS_LABEL: &str = "simulations/traces/openb-sample/pods.csv";
+
+#[derive(Debug, thiserror::Error)]
+pub enum FgdError {
+    #[error("{file}: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file}: missing column `{column}`")]
+    MissingColumn { file: String, column: String },
+    #[error("{file}:{line}: {message}")]
+    Malformed {
+        file: String,
+        line: u64,
+        message: String,
+    },
+    #[error("{file}: no rows")]
+    Empty { file: String },
+    #[error(
+        "unknown policy `{0}` (known: bestfit, dotprod, clustering, packing, random, fgd, basalt, all)"
+    )]
+    UnknownPolicy(String),
+    #[error("--seeds: {0}")]
+    Seeds(String),
+    #[error("{0}")]
+    Cluster(String),
+}
+
+/// Seeds as `42-51`, `42,43` or a mix (`1-3,7`); duplicates dropped, order kept.
+pub fn parse_seeds(s: &str) -> Result<Vec<u64>, FgdError> {
+    let bad = |why: String| FgdError::Seeds(why);
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| bad(format!("{t:?} is not a whole number")))
+    };
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(bad(format!("empty item in {s:?}")));
+        }
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => {
+                let v = num(part)?;
+                (v, v)
+            }
+        };
+        if lo > hi {
+            return Err(bad(format!("range {part:?} runs backwards")));
+        }
+        if hi - lo >= 10_000 {
+            return Err(bad(format!("range {part:?} has more than 10,000 seeds")));
+        }
+        for v in lo..=hi {
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One policy's curve: unallocated GPU % at each arrived-load point, median over seeds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyCurve {
+    pub policy: String,
+    pub points: Vec<Point>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Point {
+    pub arrived_gpu_pct: u32,
+    pub unallocated_gpu_pct: f64,
+}
+
+/// What one policy cost to run.
+#[derive(Clone, Debug)]
+pub struct PolicyStats {
+    pub policy: Policy,
+    /// Arrivals per seed (the same for every policy).
+    pub arrivals: Vec<usize>,
+    /// Run time of each seed (in the order of the seeds).
+    pub elapsed: Vec<Duration>,
+    /// Points filled from the previous state because no arrival fell in their bin, summed over
+    /// seeds.
+    pub carried: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub curves: Vec<PolicyCurve>,
+    pub stats: Vec<PolicyStats>,
+}
+
+/// Runs every policy on every seed (`threads` at a time) and takes the median per point.
+pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize) -> Outcome {
+    let requests = exp.requests();
+    let workloads: Vec<Vec<u32>> = seeds
+        .iter()
+        .map(|&s| workload::generate(&requests, exp.capacity_milli, s))
+        .collect();
+    let jobs: Vec<(usize, usize)> = (0..policies.len())
+        .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
+        .collect();
+    type Slot = Option<(measure::Curve, Duration)>;
+    let results: Mutex<Vec<Slot>> = Mutex::new(vec![None; jobs.len()]);
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(p, s)) = jobs.get(j) else { break };
+                let start = Instant::now();
+                let t = exp.run(&workloads[s], policies[p], seeds[s]);
+                let c = measure::curve(&t);
+                let took = start.elapsed();
+                results.lock().expect("no worker panics")[j] = Some((c, took));
+            });
+        }
+    });
+    let results = results.into_inner().expect("no worker panics");
+    let mut curves = Vec::new();
+    let mut stats = Vec::new();
+    for (p, &policy) in policies.iter().enumerate() {
+        let runs: Vec<&(measure::Curve, Duration)> = (0..seeds.len())
+            .map(|s| {
+                results[p * seeds.len() + s]
+                    .as_ref()
+                    .expect("every job ran")
+            })
+            .collect();
+        let points = measure::POINTS
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                let mut v: Vec<f64> = runs.iter().map(|(c, _)| c.unallocated_pct[i]).collect();
+                Point {
+                    arrived_gpu_pct: x,
+                    unallocated_gpu_pct: round3(measure::median(&mut v)),
+                }
+            })
+            .collect();
+        curves.push(PolicyCurve {
+            policy: policy.name().to_string(),
+            points,
+        });
+        stats.push(PolicyStats {
+            policy,
+            arrivals: workloads.iter().map(Vec::len).collect(),
+            elapsed: runs.iter().map(|(_, d)| *d).collect(),
+            carried: runs.iter().map(|(c, _)| c.carried).sum(),
+        });
+    }
+    Outcome { curves, stats }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0 + 0.0
+}
+
+/// JSON: one object for one policy, an array of them for several.
+pub fn render_json(curves: &[PolicyCurve]) -> serde_json::Result<String> {
+    let s = if curves.len() == 1 {
+        serde_json::to_string_pretty(&curves[0])?
+    } else {
+        serde_json::to_string_pretty(curves)?
+    };
+    Ok(s + "\n")
+}
+
+/// A table: arrived GPU % down, one column of unallocated GPU % per policy.
+pub fn render_text(curves: &[PolicyCurve], header: &str) -> String {
+    let mut out = String::new();
+    out.push_str(header);
+    out.push_str("\nunallocated GPU % (median over seeds) by arrived GPU load\n\n");
+    out.push_str(&format!("{:>9}", "arrived%"));
+    for c in curves {
+        out.push_str(&format!(" {:>10}", c.policy));
+    }
+    out.push('\n');
+    for (i, &x) in measure::POINTS.iter().enumerate() {
+        out.push_str(&format!("{x:>9}"));
+        for c in curves {
+            out.push_str(&format!(" {:>10.2}", c.points[i].unallocated_gpu_pct));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_ranges_lists_and_errors() {
+        assert_eq!(parse_seeds("42-45").unwrap(), vec![42, 43, 44, 45]);
+        assert_eq!(parse_seeds("42,43").unwrap(), vec![42, 43]);
+        assert_eq!(parse_seeds("1-2,7,2").unwrap(), vec![1, 2, 7]);
+        assert!(parse_seeds("5-3").is_err());
+        assert!(parse_seeds("x")
+            .unwrap_err()
+            .to_string()
+            .contains("--seeds"));
+        assert!(parse_seeds("").is_err());
+    }
+
+    #[test]
+    fn sample_parses_and_every_policy_sees_the_same_workload() {
+        let nodes = trace::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES).unwrap();
+        let pods = trace::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        let req = exp.requests();
+        let w = workload::generate(&req, exp.capacity_milli, 42);
+        assert_eq!(w, workload::generate(&req, exp.capacity_milli, 42));
+        // Arrived demand after each arrival is the workload's alone: identical for every policy.
+        let arrived =
+            |p: Policy| -> Vec<u64> { exp.run(&w, p, 42).samples.iter().map(|s| s.0).collect() };
+        let reference = arrived(Policy::Fgd);
+        for p in Policy::ALL {
+            assert_eq!(arrived(p), reference, "{p}");
+        }
+        // Same seed, same policy: the same trajectory; the run is deterministic.
+        for p in Policy::ALL {
+            assert_eq!(exp.run(&w, p, 42), exp.run(&w, p, 42), "{p}");
+        }
+    }
+
+    #[test]
+    fn run_medians_are_deterministic_across_thread_counts() {
+        let nodes = trace::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES).unwrap();
+        let pods = trace::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        let a = run(&exp, &Policy::ALL, &[1, 2, 3], 1);
+        let b = run(&exp, &Policy::ALL, &[1, 2, 3], 4);
+        assert_eq!(a.curves, b.curves);
+        for c in &a.curves {
+            assert_eq!(c.points.len(), 26);
+            for p in &c.points {
+                assert!((0.0..=100.0).contains(&p.unallocated_gpu_pct));
+            }
+        }
+    }
+}
