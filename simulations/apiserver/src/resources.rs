@@ -215,17 +215,18 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, ApiError> {
         ));
     }
     let scope = str_at("/spec/scope");
-    let namespaced =
-        match scope {
-            "Namespaced" => true,
-            "Cluster" => false,
-            other => return Err(invalid(
+    let namespaced = match scope {
+        "Namespaced" => true,
+        "Cluster" => false,
+        other => {
+            return Err(invalid(
                 "spec.scope",
                 &format!(
                     "Unsupported value: {other:?}: supported values: \"Cluster\", \"Namespaced\""
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let versions: Vec<&Value> = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
