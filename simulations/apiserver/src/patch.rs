@@ -49,7 +49,7 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// Server-side apply, simplified: like a merge patch, but `null` in the applied config is a
 /// value to keep out rather than a deletion order, and lists of keyed items merge by key.
 pub fn apply_merge(target: &mut Value, applied: &Value) {
-    strategic_merge(target, applied, "");
+    strategic_merge(target, applied);
 }
 
 /// Merge keys of the lists Kubernetes' built-in types merge by key (strategic merge patch).
@@ -88,7 +88,7 @@ fn is_set_list(field: &str) -> bool {
 /// Strategic merge patch: a merge patch in which keyed lists merge item by item and the
 /// `$patch`, `$setElementOrder`, `$retainKeys` and `$deleteFromPrimitiveList` directives are honoured
 /// (element order directives only filter, they do not reorder).
-pub fn strategic_merge(target: &mut Value, patch: &Value, field: &str) {
+pub fn strategic_merge(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;
@@ -132,7 +132,7 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, field: &str) {
                     }
                 }
             }
-            (Some(old), _) if v.is_object() => strategic_merge(old, v, k),
+            (Some(old), _) if v.is_object() => strategic_merge(old, v),
             _ => {
                 let mut clean = v.clone();
                 strip_directives(&mut clean);
@@ -140,7 +140,6 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, field: &str) {
             }
         }
     }
-    let _ = field;
 }
 
 fn merge_keyed_list(old: &mut Vec<Value>, new: &[Value], key: &str) {
@@ -155,7 +154,7 @@ fn merge_keyed_list(old: &mut Vec<Value>, new: &[Value], key: &str) {
                 old.remove(i);
             }
             (None, true) => {}
-            (Some(i), false) => strategic_merge(&mut old[i], item, ""),
+            (Some(i), false) => strategic_merge(&mut old[i], item),
             (None, false) => {
                 let mut clean = item.clone();
                 strip_directives(&mut clean);
@@ -317,7 +316,6 @@ mod tests {
             &mut t,
             &json!({"spec": {"$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
                              "containers": [{"name": "b", "image": "z"}, {"name": "a", "$patch": "delete"}]}}),
-            "",
         );
         assert_eq!(
             t,

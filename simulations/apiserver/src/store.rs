@@ -325,16 +325,14 @@ impl Store {
             }
         };
         let objects = &self.resources[res].objects;
-        let range: Box<dyn Iterator<Item = (&(String, String), &Arc<Value>)>> = match &start {
-            None => Box::new(objects.iter()),
-            Some(k) => Box::new(objects.range::<(String, String), _>((
-                std::ops::Bound::Excluded(k),
-                std::ops::Bound::Unbounded,
-            ))),
+        let lower = match &start {
+            None => std::ops::Bound::Unbounded,
+            Some(k) => std::ops::Bound::Excluded(k),
         };
+        let range = objects.range::<(String, String), _>((lower, std::ops::Bound::Unbounded));
         let mut items = Vec::new();
         let mut continue_token = None;
-        for ((ns, name), obj) in range {
+        for ((ns, _), obj) in range {
             if !filter.matches(ns, obj) {
                 continue;
             }
@@ -346,7 +344,6 @@ impl Store {
                     meta(last, "namespace"),
                     meta(last, "name")
                 ));
-                let _ = (ns, name);
                 break;
             }
             items.push(obj.clone());
@@ -480,7 +477,8 @@ impl Store {
                 "metadata.name: Required value: name or generateName is required",
             ));
         }
-        if !is_dns_name(&name) && !(info.is_core("events") || info.plural == "events") {
+        // Event names carry dots and timestamps; everything else must be a DNS subdomain.
+        if !(is_dns_name(&name) || info.plural == "events") {
             return Err(ApiError::invalid(
                 &info.kind,
                 &name,
@@ -503,7 +501,7 @@ impl Store {
         if self.resources[res].objects.contains_key(&key) {
             return Err(ApiError::already_exists(&info.group, &info.plural, &name));
         }
-        prepare_create(&info, &name, &mut obj)?;
+        prepare_create(&info, &mut obj);
         if info.is_core("pods") {
             validate_pod(&name, &obj)?;
         }
@@ -599,8 +597,7 @@ impl Store {
         let info = self.resources[res].info.clone();
         let old = match self.get(res, namespace, name) {
             Ok(o) => o,
-            Err(e) if kind == PatchKind::Apply && part == Part::Main => {
-                let _ = e;
+            Err(_) if kind == PatchKind::Apply && part == Part::Main => {
                 let mut obj = body.clone();
                 let body_name = meta(&obj, "name");
                 if !body_name.is_empty() && body_name != name {
@@ -631,7 +628,7 @@ impl Store {
                         format!("strategic merge patch is not supported for custom resource {}; use a merge patch", info.qualified()),
                     ));
                 }
-                patch::strategic_merge(&mut new, body, "")
+                patch::strategic_merge(&mut new, body)
             }
             PatchKind::Apply => {
                 check_type(&info, body)?;
@@ -1285,7 +1282,7 @@ fn check_type(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
 }
 
 /// Status and defaults the server sets on create.
-fn prepare_create(info: &ResourceInfo, name: &str, obj: &mut Value) -> Result<(), ApiError> {
+fn prepare_create(info: &ResourceInfo, obj: &mut Value) {
     if obj.get("apiVersion").and_then(Value::as_str).is_none() {
         obj["apiVersion"] = json!(info.api_version(&info.versions[0]));
     }
@@ -1301,8 +1298,6 @@ fn prepare_create(info: &ResourceInfo, name: &str, obj: &mut Value) -> Result<()
             o.remove("status");
         }
     }
-    let _ = name;
-    Ok(())
 }
 
 fn validate_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
