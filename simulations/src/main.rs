@@ -104,10 +104,42 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Serve an in-memory Kubernetes API server (for kubectl, kube-rs clients and the
+    /// scheduler) until interrupted. Nothing is persisted.
+    Apiserver {
+        /// Address to listen on; port 0 picks a free port (printed, and written to the kubeconfig).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Write a kubeconfig for this server here (current context, namespace default).
+        #[arg(long, value_name = "FILE")]
+        write_kubeconfig: Option<PathBuf>,
+        /// Fault settings to start with (JSON or YAML: latencyMs, rules, dropWatchesAfter);
+        /// change them at run time with PUT /admin/faults.
+        #[arg(long, value_name = "FILE")]
+        faults: Option<PathBuf>,
+        /// Seed of fault draws and generated names.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Changes kept for watch resumption (older resourceVersions get 410 Gone).
+        #[arg(long, default_value_t = 10_000)]
+        history: usize,
+        /// Bound pods become Running and Ready at once, as if a kubelet started them.
+        #[arg(long)]
+        run_bound_pods: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Apiserver { .. } = cli.command {
+        return match serve(cli.command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("basalt-sim apiserver: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(cli) {
         Ok(out) => {
             print!("{out}");
@@ -118,6 +150,68 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Runs the in-memory API server until Ctrl-C or SIGTERM.
+fn serve(command: Command) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Command::Apiserver {
+        listen,
+        write_kubeconfig,
+        faults,
+        seed,
+        history,
+        run_bound_pods,
+    } = command
+    else {
+        unreachable!("serve is called for the apiserver command only");
+    };
+    let faults = match faults {
+        None => basalt_apiserver::Faults::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("--faults {}: cannot read", path.display()))?;
+            serde_yaml::from_str(&text)
+                .with_context(|| format!("--faults {}: not valid fault settings", path.display()))?
+        }
+    };
+    let config = basalt_apiserver::Config {
+        listen,
+        seed,
+        faults,
+        history,
+        run_bound_pods,
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let server = basalt_apiserver::ApiServer::start(config).await?;
+        if let Some(path) = &write_kubeconfig {
+            server.write_kubeconfig(path)?;
+        }
+        println!("basalt-apiserver serving on {}", server.url());
+        if let Some(path) = &write_kubeconfig {
+            println!("kubeconfig written to {}", path.display());
+        }
+        wait_for_signal().await?;
+        eprintln!("basalt-apiserver: shutting down");
+        server.shutdown().await;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c().await?;
+    Ok(())
 }
 
 /// Builds the whole output before printing, so a failure never leaves half a result on stdout.
@@ -202,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             jobs,
             output,
         } => run_fgd(nodes, pods, &policy, &seeds, jobs, output),
+        Command::Apiserver { .. } => unreachable!("handled in main"),
     }
 }
 

@@ -1,0 +1,587 @@
+//! HTTP routing: parses Kubernetes API paths, applies faults, and calls the store.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::discovery;
+use crate::error::{json_response, success_status, ApiError};
+use crate::faults::{FaultState, Faults, Verb};
+use crate::patch::PatchKind;
+use crate::resources::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
+
+/// State shared by the handlers and the library handle.
+#[derive(Clone)]
+pub struct Shared {
+    pub store: Arc<Mutex<Store>>,
+    pub faults: Arc<Mutex<FaultState>>,
+    /// `http://127.0.0.1:PORT`, for discovery.
+    pub server: Arc<str>,
+}
+
+impl Shared {
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock is a bug; keep serving rather than poisoning every request.
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn faults(&self) -> MutexGuard<'_, FaultState> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub fn router(shared: Shared) -> Router {
+    Router::new()
+        .route(
+            "/version",
+            axum::routing::get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/readyz", axum::routing::get(|| async { "ok" }))
+        .route("/livez", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/admin/faults",
+            axum::routing::get(get_faults).put(put_faults),
+        )
+        .route("/admin/drop-watches", axum::routing::post(drop_watches))
+        .fallback(api)
+        .with_state(shared)
+}
+
+async fn get_faults(State(s): State<Shared>) -> Response {
+    let f = s.faults();
+    let mut v = serde_json::to_value(&f.faults).unwrap_or_default();
+    v["injected"] = json!(f.injected);
+    json_response(StatusCode::OK, &v)
+}
+
+async fn put_faults(State(s): State<Shared>, body: Bytes) -> Response {
+    let faults: Faults = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return ApiError::bad_request(format!("fault settings: {e}")).into_response(),
+    };
+    if let Err(e) = faults.validate() {
+        return ApiError::bad_request(format!("fault settings: {e}")).into_response();
+    }
+    s.store().set_drop_watches_after(faults.drop_watches_after);
+    s.faults().faults = faults;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn drop_watches(State(s): State<Shared>) -> Response {
+    let n = s.store().drop_watches();
+    json_response(StatusCode::OK, &json!({"dropped": n}))
+}
+
+/// The parsed path of a resource request.
+#[derive(Debug)]
+struct Target {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+enum Path {
+    CoreVersions,
+    Groups,
+    Group(String),
+    Resources(String, String),
+    Resource(Target),
+    OpenApiV3,
+    OpenApiV3Doc(String, String),
+}
+
+fn parse_path(path: &str) -> Option<Path> {
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api"] => return Some(Path::CoreVersions),
+        ["apis"] => return Some(Path::Groups),
+        ["apis", g] => return Some(Path::Group(g.to_string())),
+        ["openapi", "v3"] => return Some(Path::OpenApiV3),
+        ["openapi", "v3", "api", v] => {
+            return Some(Path::OpenApiV3Doc(String::new(), v.to_string()))
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return Some(Path::OpenApiV3Doc(g.to_string(), v.to_string()))
+        }
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let t = |plural: &str, namespace: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        Some(Path::Resource(Target {
+            group: group.to_string(),
+            version: version.to_string(),
+            plural: plural.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            sub: sub.map(str::to_string),
+        }))
+    };
+    match rest {
+        [] => Some(Path::Resources(group.to_string(), version.to_string())),
+        // The namespace object's own subresources (core only), before namespaced collections.
+        ["namespaces", ns, sub @ ("status" | "finalize")] if group.is_empty() => {
+            t("namespaces", None, Some(ns), Some(sub))
+        }
+        ["namespaces", ns, plural] => t(plural, Some(ns), None, None),
+        ["namespaces", ns, plural, name] => t(plural, Some(ns), Some(name), None),
+        ["namespaces", ns, plural, name, sub] => t(plural, Some(ns), Some(name), Some(sub)),
+        [plural] => t(plural, None, None, None),
+        [plural, name] => t(plural, None, Some(name), None),
+        [plural, name, sub] => t(plural, None, Some(name), Some(sub)),
+        _ => None,
+    }
+}
+
+type Params = HashMap<String, String>;
+
+fn flag(p: &Params, k: &str) -> bool {
+    matches!(p.get(k).map(String::as_str), Some("true" | "1"))
+}
+
+async fn api(
+    State(s): State<Shared>,
+    method: Method,
+    uri: Uri,
+    Query(params): Query<Params>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let not_found = || {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource ({method} {})",
+                uri.path()
+            ),
+        )
+        .into_response()
+    };
+    let Some(path) = parse_path(uri.path()) else {
+        return not_found();
+    };
+    let store = || s.store();
+    match path {
+        Path::CoreVersions => json_response(StatusCode::OK, &discovery::core_versions(&s.server)),
+        Path::Groups => json_response(StatusCode::OK, &discovery::groups(store().resources())),
+        Path::Group(g) => match discovery::group(&g, store().resources()) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        Path::Resources(g, v) => match discovery::resource_list(&g, &v, store().resources()) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => not_found(),
+        },
+        Path::OpenApiV3 => json_response(
+            StatusCode::OK,
+            &discovery::openapi_v3_root(store().resources()),
+        ),
+        Path::OpenApiV3Doc(g, v) => {
+            match discovery::openapi_v3_group_version(&g, &v, store().resources()) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => not_found(),
+            }
+        }
+        Path::Resource(t) => match resource_request(&s, &method, t, &params, &headers, &body).await
+        {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        },
+    }
+}
+
+fn verb_of(method: &Method, t: &Target, params: &Params) -> Result<Verb, ApiError> {
+    Ok(match (method.as_str(), &t.name) {
+        ("GET", None) if flag(params, "watch") => Verb::Watch,
+        ("GET", None) => Verb::List,
+        ("GET", Some(_)) => Verb::Get,
+        ("POST", _) => Verb::Create,
+        ("PUT", Some(_)) => Verb::Update,
+        ("PATCH", Some(_)) => Verb::Patch,
+        ("DELETE", _) => Verb::Delete,
+        (m, _) => {
+            return Err(ApiError::method_not_allowed(format!(
+                "{m} is not supported on {}",
+                t.plural
+            )))
+        }
+    })
+}
+
+fn parse_body(headers: &HeaderMap, body: &[u8], what: &str) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    if ct.contains("yaml") {
+        serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid YAML: {e}")))
+    } else if ct.contains("protobuf") {
+        Err(ApiError::unsupported_media_type(ct))
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid JSON: {e}")))
+    }
+}
+
+async fn resource_request(
+    s: &Shared,
+    method: &Method,
+    t: Target,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let verb = verb_of(method, &t, params)?;
+    let fault_resource = match &t.sub {
+        Some(sub) => format!("{}/{sub}", t.plural),
+        None => t.plural.clone(),
+    };
+    let decision = s.faults().decide(verb, &fault_resource);
+    if !decision.delay.is_zero() {
+        tokio::time::sleep(decision.delay).await;
+    }
+    if let Some(e) = decision.error {
+        return Err(e);
+    }
+    if params.get("dryRun").is_some_and(|d| !d.is_empty()) {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by basalt-apiserver",
+        ));
+    }
+    let (res, info) = {
+        let st = s.store();
+        let res = st
+            .find_version(&t.group, &t.version, &t.plural)
+            .ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "NotFound",
+                    format!(
+                        "the server could not find the requested resource ({} {}/{}/{})",
+                        method,
+                        if t.group.is_empty() { "core" } else { &t.group },
+                        t.version,
+                        t.plural
+                    ),
+                )
+            })?;
+        (res, st.info(res).clone())
+    };
+    if !info.namespaced && t.namespace.is_some() {
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "{} is cluster-scoped: it has no namespaced path",
+                info.qualified()
+            ),
+        ));
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    let part = match t.sub.as_deref() {
+        None => Part::Main,
+        Some("status") if info.status_subresource => Part::Status,
+        Some(sub @ ("binding" | "eviction")) if info.is_core("pods") && verb == Verb::Create => {
+            let name = t.name.clone().unwrap_or_default();
+            let b = parse_body(headers, body, &format!("pods/{sub} {name}"))?;
+            let mut st = s.store();
+            if sub == "binding" {
+                st.bind(&ns, &name, &b)?;
+            } else {
+                st.evict(&ns, &name, &b)?;
+            }
+            return Ok(json_response(StatusCode::CREATED, &success_status(201)));
+        }
+        Some(sub) => {
+            return Err(ApiError::new(
+                404,
+                "NotFound",
+                format!(
+                    "{}/{sub} is not a subresource the server serves (or not for {verb:?})",
+                    info.plural,
+                    verb = verb.as_str()
+                ),
+            ))
+        }
+    };
+    let render = |o: &Value| versioned(&info, &t.version, o);
+    match verb {
+        Verb::List | Verb::Watch => {
+            let filter = Filter {
+                namespace: t.namespace.clone(),
+                labels: LabelSelector::parse(
+                    params
+                        .get("labelSelector")
+                        .map(String::as_str)
+                        .unwrap_or(""),
+                )?,
+                fields: FieldSelector::parse(
+                    params
+                        .get("fieldSelector")
+                        .map(String::as_str)
+                        .unwrap_or(""),
+                )?,
+            };
+            if verb == Verb::Watch {
+                return watch(s, res, &info, &t.version, filter, params);
+            }
+            let limit =
+                match params.get("limit").filter(|l| !l.is_empty()) {
+                    Some(l) => Some(l.parse::<usize>().map_err(|_| {
+                        ApiError::bad_request(format!("limit: {l:?} is not a number"))
+                    })?),
+                    None => None,
+                };
+            let page = s.store().list(
+                res,
+                &filter,
+                limit,
+                params
+                    .get("continue")
+                    .map(String::as_str)
+                    .filter(|c| !c.is_empty()),
+            )?;
+            Ok(list_response(&info, &t.version, page))
+        }
+        Verb::Get => {
+            let name = t.name.as_deref().unwrap_or_default();
+            let obj = s.store().get(res, &ns, name)?;
+            Ok(json_response(StatusCode::OK, &render(&obj)))
+        }
+        Verb::Create => {
+            if t.name.is_some() {
+                return Err(ApiError::method_not_allowed(format!(
+                    "POST to a named {} is not supported; POST to the collection",
+                    info.plural
+                )));
+            }
+            let obj = parse_body(headers, body, &format!("create {}", info.plural))?;
+            let created = s.store().create(res, &ns, obj)?;
+            Ok(json_response(StatusCode::CREATED, &render(&created)))
+        }
+        Verb::Update => {
+            let name = t.name.as_deref().unwrap_or_default();
+            let obj = parse_body(headers, body, &format!("update {} {name}", info.plural))?;
+            let updated = s.store().update(res, &ns, name, obj, part)?;
+            Ok(json_response(StatusCode::OK, &render(&updated)))
+        }
+        Verb::Patch => {
+            let name = t.name.as_deref().unwrap_or_default();
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(ct)
+                .ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+            if kind == PatchKind::Apply && params.get("fieldManager").is_none_or(|m| m.is_empty()) {
+                return Err(ApiError::bad_request(
+                    "PATCH with application/apply-patch+yaml requires the fieldManager parameter",
+                ));
+            }
+            let patch = parse_body(headers, body, &format!("patch {} {name}", info.plural))?;
+            let (obj, created) = s.store().patch(res, &ns, name, kind, &patch, part)?;
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(json_response(code, &render(&obj)))
+        }
+        Verb::Delete => {
+            let options = parse_body(headers, body, "DeleteOptions")?;
+            match &t.name {
+                Some(name) => {
+                    let obj = s.store().delete(res, &ns, name, &options)?;
+                    Ok(json_response(StatusCode::OK, &render(&obj)))
+                }
+                None => {
+                    // deletecollection
+                    let filter = Filter {
+                        namespace: t.namespace.clone(),
+                        labels: LabelSelector::parse(
+                            params
+                                .get("labelSelector")
+                                .map(String::as_str)
+                                .unwrap_or(""),
+                        )?,
+                        fields: FieldSelector::parse(
+                            params
+                                .get("fieldSelector")
+                                .map(String::as_str)
+                                .unwrap_or(""),
+                        )?,
+                    };
+                    let mut st = s.store();
+                    let page = st.list(res, &filter, None, None)?;
+                    for o in page.items {
+                        let n = o
+                            .pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        let nsn = o
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        st.delete(res, nsn, n, &json!({}))?;
+                    }
+                    Ok(json_response(StatusCode::OK, &success_status(200)))
+                }
+            }
+        }
+    }
+}
+
+/// The object as the requested version names it (custom kinds may serve several versions).
+fn versioned(info: &ResourceInfo, version: &str, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    o["apiVersion"] = json!(info.api_version(version));
+    o
+}
+
+fn list_response(info: &ResourceInfo, version: &str, page: crate::store::ListPage) -> Response {
+    let av = info.api_version(version);
+    let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+    if let Some(c) = page.continue_token {
+        meta["continue"] = json!(c);
+    }
+    // Written by hand so that large lists are not cloned into one more tree first.
+    let mut out = Vec::with_capacity(256 + page.items.len() * 512);
+    out.extend_from_slice(
+        format!(
+            r#"{{"kind":"{}List","apiVersion":"{av}","metadata":{meta},"items":["#,
+            info.kind
+        )
+        .as_bytes(),
+    );
+    let same_version = info.versions.len() == 1;
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let written = if same_version {
+            serde_json::to_writer(&mut out, &**item)
+        } else {
+            serde_json::to_writer(&mut out, &versioned(info, version, item))
+        };
+        if let Err(e) = written {
+            return ApiError::internal(format!("encoding {} list: {e}", info.plural))
+                .into_response();
+        }
+    }
+    out.extend_from_slice(b"]}");
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        out,
+    )
+        .into_response()
+}
+
+fn watch(
+    s: &Shared,
+    res: ResId,
+    info: &ResourceInfo,
+    version: &str,
+    filter: Filter,
+    params: &Params,
+) -> Result<Response, ApiError> {
+    let rv = params
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or("");
+    let from = match rv {
+        "" | "0" => WatchFrom::Now,
+        v => WatchFrom::After(v.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: {v:?} is not a resourceVersion this server issued"
+            ))
+        })?),
+    };
+    let send_initial = flag(params, "sendInitialEvents");
+    let bookmarks = flag(params, "allowWatchBookmarks");
+    if send_initial {
+        if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+            return Err(ApiError::invalid("ListOptions", "", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+        }
+        if !bookmarks {
+            return Err(ApiError::invalid("ListOptions", "", "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
+        }
+    }
+    // With sendInitialEvents the initial state is sent whatever the version (this store
+    // always has the newest data, which satisfies NotOlderThan).
+    let from = if send_initial { WatchFrom::Now } else { from };
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(1800);
+    let rx = s.store().watch(res, filter, from, bookmarks, send_initial);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    let av = info.api_version(version);
+    let kind = info.kind.clone();
+    let multi = info.versions.len() > 1;
+    let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
+        let (av, kind) = (av.clone(), kind.clone());
+        async move {
+            if done {
+                return None;
+            }
+            let msg = tokio::time::timeout_at(deadline, rx.recv()).await.ok()??;
+            let (line, done) = match msg {
+                WatchMsg::Event(t, obj) => {
+                    let obj = if multi {
+                        let mut o = (*obj).clone();
+                        o["apiVersion"] = json!(av);
+                        o
+                    } else {
+                        (*obj).clone()
+                    };
+                    (json!({"type": t, "object": obj}), false)
+                }
+                WatchMsg::Bookmark(rv, initial_end) => {
+                    let mut meta = json!({"resourceVersion": rv.to_string()});
+                    if initial_end {
+                        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                    }
+                    (
+                        json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": av, "metadata": meta}}),
+                        false,
+                    )
+                }
+                WatchMsg::Error(status) => (json!({"type": "ERROR", "object": status}), true),
+            };
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            Some((Ok::<_, Infallible>(Bytes::from(bytes)), (rx, done)))
+        }
+    });
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
