@@ -113,6 +113,7 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
     for (a, &pos) in order.iter().enumerate() {
         let g = &raw.gpus[pos];
         let mut seen = BTreeSet::new();
+        let mut unknown_remote = 0;
         for (j, l) in g.nvlinks.iter().enumerate() {
             let field = format!("gpus[{pos}].nvlinks[{j}]");
             if !seen.insert(l.link) {
@@ -120,7 +121,7 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
             }
             active[a] += 1;
             let Some(remote) = &l.remote_pci_bus_id else {
-                warnings.push(format!("GPU {a}: NVLink {} has no remote PCI bus id", l.link));
+                unknown_remote += 1;
                 continue;
             };
             let remote = canonical_bus_id(remote).ok_or_else(|| {
@@ -151,6 +152,16 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
                     ))
                 }
                 (RemoteType::Npu, _) => {}
+            }
+        }
+        if unknown_remote > 0 {
+            // Normal for NVL72 trays, whose switches are outside the node: the fabric clique
+            // links those GPUs instead.
+            let fabric = g.fabric.as_ref().is_some_and(|f| f.state == FabricState::Completed);
+            if !fabric {
+                warnings.push(format!(
+                    "GPU {a}: {unknown_remote} NVLink(s) without a remote PCI bus id are not counted"
+                ));
             }
         }
     }

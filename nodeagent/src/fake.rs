@@ -72,13 +72,19 @@ pub fn parse_fixture(label: &str, text: &str) -> Result<RawNode, BackendError> {
         let inner = e.into_inner();
         BackendError::Fixture {
             path: label.to_string(),
-            message: if path == "." || path.is_empty() {
-                inner.to_string()
-            } else {
-                format!("{path}: {inner}")
-            },
+            message: with_path(&path, inner.to_string()),
         }
     })
+}
+
+/// `path: message`, unless the message already starts with the path (yaml_serde names it in
+/// some errors) or the error is at the top.
+pub(crate) fn with_path(path: &str, message: String) -> String {
+    if path == "." || path.is_empty() || message.starts_with(path) {
+        message
+    } else {
+        format!("{path}: {message}")
+    }
 }
 
 impl GpuBackend for FakeBackend {

@@ -107,7 +107,7 @@ pub fn parse(source_name: &str, text: &str) -> Result<MigPartedConfig, ConfigErr
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| ConfigError::Parse {
         source_name: source_name.to_string(),
-        message: format!("{}: {}", e.path(), e.inner()),
+        message: crate::fake::with_path(&e.path().to_string(), e.inner().to_string()),
     })
 }
 

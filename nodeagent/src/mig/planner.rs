@@ -98,15 +98,12 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}: {} GPU instance(s)", self.model, self.placements.len())?;
         for p in &self.placements {
-            writeln!(
-                f,
-                "  {:<12} slices {}..{} (start {}, size {})",
-                p.profile.name,
-                p.start,
-                p.end() - 1,
-                p.start,
-                p.profile.memory_slices
-            )?;
+            let slices = if p.profile.memory_slices == 1 {
+                format!("slice {}", p.start)
+            } else {
+                format!("slices {}-{}", p.start, p.end() - 1)
+            };
+            writeln!(f, "  {:<12} {slices}", p.profile.name)?;
         }
         write!(
             f,
