@@ -358,3 +358,100 @@ async fn ensure_time_slicing_config(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeBackend;
+
+    fn node(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Node {
+        let map = |p: &[(&str, &str)]| {
+            Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        };
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("gpu-7".into()),
+                uid: Some("0b7e-uid".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn clique_label_is_set_when_absent_and_marked_ours() {
+        let p = node_label_patch(&node(&[], &[]), Some("uuid.7"), &LabelChange::Leave).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {
+                "labels": {CLIQUE_LABEL: "uuid.7"},
+                "annotations": {CLIQUE_OWNER_ANNOTATION: FIELD_MANAGER}
+            }})
+        );
+    }
+
+    #[test]
+    fn operator_clique_label_is_never_touched() {
+        let n = node(&[(CLIQUE_LABEL, "operator.3")], &[]);
+        assert_eq!(node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave), None);
+        assert_eq!(node_label_patch(&n, None, &LabelChange::Leave), None);
+    }
+
+    #[test]
+    fn our_clique_label_follows_the_fabric() {
+        let n = node(
+            &[(CLIQUE_LABEL, "uuid.7")],
+            &[(CLIQUE_OWNER_ANNOTATION, FIELD_MANAGER)],
+        );
+        assert_eq!(node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave), None);
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.8"), &LabelChange::Leave).unwrap(),
+            json!({"metadata": {"labels": {CLIQUE_LABEL: "uuid.8"}}})
+        );
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Leave).unwrap(),
+            json!({"metadata": {
+                "labels": {CLIQUE_LABEL: null},
+                "annotations": {CLIQUE_OWNER_ANNOTATION: null}
+            }})
+        );
+    }
+
+    #[test]
+    fn device_plugin_label_patch() {
+        let n = node(&[], &[]);
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Set("basalt-time-slicing-4".into())).unwrap(),
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": "basalt-time-slicing-4"}}})
+        );
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Remove).unwrap(),
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": null}}})
+        );
+    }
+
+    #[test]
+    fn desired_topology_is_owned_by_the_node_and_reports_replicas() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gb200-nvl72-tray.yaml");
+        let b = FakeBackend::from_file(&path).unwrap();
+        let d = discover(&b.report().unwrap()).unwrap();
+        let t = desired_topology(&node(&[], &[]), &d, Some(4));
+        assert_eq!(t.metadata.name.as_deref(), Some("gpu-7"));
+        let owner = &t.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Node", "0b7e-uid"));
+        assert_eq!(t.spec.time_slice_replicas, Some(4));
+        assert_eq!(t.spec.islands, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(t.spec.gpus.len(), 4);
+        assert_eq!(t.spec.link_matrix[0], vec!["X", "NV18", "NV18", "NV18"]);
+    }
+
+    #[test]
+    fn config_map_refs_parse() {
+        let r: ConfigMapRef = "gpu-operator/x".parse().unwrap();
+        assert_eq!(r.to_string(), "gpu-operator/x");
+        assert!("x".parse::<ConfigMapRef>().is_err());
+        assert!("a/b/c".parse::<ConfigMapRef>().is_err());
+    }
+}

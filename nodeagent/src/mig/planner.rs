@@ -84,6 +84,7 @@ fn slice_mask(start: u32, size: u32) -> u32 {
 
 /// A valid layout for one GPU, by start slice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Plan {
     pub model: &'static str,
     pub placements: Vec<Placement>,
