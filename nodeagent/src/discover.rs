@@ -86,7 +86,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
             ));
         }
     }
-    let order: Vec<usize> = pos_of.into_iter().map(|p| p.expect("n distinct indices in 0..n")).collect();
+    let order: Vec<usize> = pos_of
+        .into_iter()
+        .map(|p| p.expect("n distinct indices in 0..n"))
+        .collect();
     let mut bus_to_index: BTreeMap<String, u32> = BTreeMap::new();
     let mut bus_ids = Vec::with_capacity(n);
     for (index, &pos) in order.iter().enumerate() {
@@ -94,7 +97,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
         let bus = canonical_bus_id(&g.pci_bus_id).ok_or_else(|| {
             err(
                 format!("gpus[{pos}].pciBusId"),
-                format!("{:?} is not a PCI bus id (domain:bus:device.function)", g.pci_bus_id),
+                format!(
+                    "{:?} is not a PCI bus id (domain:bus:device.function)",
+                    g.pci_bus_id
+                ),
             )
         })?;
         if let Some(other) = bus_to_index.insert(bus.clone(), index as u32) {
@@ -117,7 +123,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
         for (j, l) in g.nvlinks.iter().enumerate() {
             let field = format!("gpus[{pos}].nvlinks[{j}]");
             if !seen.insert(l.link) {
-                return Err(err(format!("{field}.link"), format!("link {} listed twice", l.link)));
+                return Err(err(
+                    format!("{field}.link"),
+                    format!("link {} listed twice", l.link),
+                ));
             }
             active[a] += 1;
             let Some(remote) = &l.remote_pci_bus_id else {
@@ -136,7 +145,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
                     direct[a][b as usize] += 1
                 }
                 (RemoteType::Gpu | RemoteType::Unknown, Some(_)) => {
-                    return Err(err(format!("{field}.remotePciBusId"), "an NVLink to the GPU itself"));
+                    return Err(err(
+                        format!("{field}.remotePciBusId"),
+                        "an NVLink to the GPU itself",
+                    ));
                 }
                 (RemoteType::Gpu, None) => warnings.push(format!(
                     "GPU {a}: NVLink {} goes to GPU {remote}, which is not on this node",
@@ -157,7 +169,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
         if unknown_remote > 0 {
             // Normal for NVL72 trays, whose switches are outside the node: the fabric clique
             // links those GPUs instead.
-            let fabric = g.fabric.as_ref().is_some_and(|f| f.state == FabricState::Completed);
+            let fabric = g
+                .fabric
+                .as_ref()
+                .is_some_and(|f| f.state == FabricState::Completed);
             if !fabric {
                 warnings.push(format!(
                     "GPU {a}: {unknown_remote} NVLink(s) without a remote PCI bus id are not counted"
@@ -169,18 +184,24 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
     let mut clique_of: Vec<Option<String>> = vec![None; n];
     let mut fabric_uuid = None;
     for (a, &pos) in order.iter().enumerate() {
-        let Some(f) = &raw.gpus[pos].fabric else { continue };
+        let Some(f) = &raw.gpus[pos].fabric else {
+            continue;
+        };
         match f.state {
             FabricState::Completed => {
                 if let Some(status) = f.status.as_deref().filter(|s| *s != "Success") {
-                    warnings.push(format!("GPU {a}: fabric registration finished with {status}"));
+                    warnings.push(format!(
+                        "GPU {a}: fabric registration finished with {status}"
+                    ));
                     continue;
                 }
                 clique_of[a] = Some(format!("{}.{}", f.cluster_uuid, f.clique_id));
                 fabric_uuid.get_or_insert_with(|| f.cluster_uuid.clone());
             }
             FabricState::NotSupported => {}
-            s => warnings.push(format!("GPU {a}: fabric registration not completed ({s:?})")),
+            s => warnings.push(format!(
+                "GPU {a}: fabric registration not completed ({s:?})"
+            )),
         }
     }
     let mut counts: BTreeMap<&String, usize> = BTreeMap::new();
@@ -190,7 +211,11 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
     if counts.len() > 1 {
         warnings.push(format!(
             "GPUs report different fabric cliques: {}",
-            counts.keys().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+            counts
+                .keys()
+                .map(|c| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     let clique_id = counts
@@ -205,20 +230,32 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
     }
     if !pcie.is_empty() {
         if pcie.len() != n {
-            return Err(err("pcieTopology", format!("{} rows for {n} GPUs", pcie.len())));
+            return Err(err(
+                "pcieTopology",
+                format!("{} rows for {n} GPUs", pcie.len()),
+            ));
         }
         for (a, row) in pcie.iter().enumerate() {
             if row.len() != n {
-                return Err(err(format!("pcieTopology[{a}]"), format!("{} columns for {n} GPUs", row.len())));
+                return Err(err(
+                    format!("pcieTopology[{a}]"),
+                    format!("{} columns for {n} GPUs", row.len()),
+                ));
             }
             for (b, cell) in row.iter().enumerate() {
                 match (a == b, cell) {
                     (true, Some(PcieLevel::Itself) | None) | (false, None) => {}
                     (true, Some(l)) => {
-                        return Err(err(format!("pcieTopology[{a}][{b}]"), format!("the diagonal must be self, got {l:?}")))
+                        return Err(err(
+                            format!("pcieTopology[{a}][{b}]"),
+                            format!("the diagonal must be self, got {l:?}"),
+                        ))
                     }
                     (false, Some(PcieLevel::Itself)) => {
-                        return Err(err(format!("pcieTopology[{a}][{b}]"), "self off the diagonal"))
+                        return Err(err(
+                            format!("pcieTopology[{a}][{b}]"),
+                            "self off the diagonal",
+                        ))
                     }
                     (false, Some(_)) => {}
                 }
@@ -256,7 +293,8 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
                 graph.add_edge(nodes[a], nodes[b], nv);
                 Link::NvLink(nv)
             } else {
-                let level = |x: usize, y: usize| pcie.get(x).and_then(|r| r.get(y)).copied().flatten();
+                let level =
+                    |x: usize, y: usize| pcie.get(x).and_then(|r| r.get(y)).copied().flatten();
                 match (level(a, b), level(b, a)) {
                     (Some(x), Some(y)) => {
                         if x != y {
@@ -297,7 +335,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
                 pci_bus_id: Some(bus_ids[index].clone()),
                 numa_node: g.numa_node,
                 nvlinks: (active[index] > 0).then_some(active[index]),
-                fabric_clique_id: clique_of[index].as_ref().and(g.fabric.as_ref()).map(|f| f.clique_id),
+                fabric_clique_id: clique_of[index]
+                    .as_ref()
+                    .and(g.fabric.as_ref())
+                    .map(|f| f.clique_id),
                 mig: g.mig.as_ref().map(|m| MigInfo {
                     enabled: m.enabled,
                     pending_enabled: m.pending_enabled.filter(|p| *p != m.enabled),
@@ -333,7 +374,10 @@ pub fn discover(raw: &RawNode) -> Result<Discovery, DiscoverError> {
 impl Discovery {
     /// The link matrix in `nvidia-smi topo -m` notation.
     pub fn matrix_smi(&self) -> Vec<Vec<String>> {
-        self.matrix.iter().map(|r| r.iter().map(|l| l.smi()).collect()).collect()
+        self.matrix
+            .iter()
+            .map(|r| r.iter().map(|l| l.smi()).collect())
+            .collect()
     }
 
     /// The NodeTopology object for node `name`.
@@ -348,7 +392,11 @@ impl Discovery {
                 islands: self.islands.clone(),
                 clique_id: self.clique_id.clone(),
                 time_slice_replicas,
-                link_matrix: if self.gpus.len() > 1 { self.matrix_smi() } else { Vec::new() },
+                link_matrix: if self.gpus.len() > 1 {
+                    self.matrix_smi()
+                } else {
+                    Vec::new()
+                },
                 fabric_cluster_uuid: self.fabric_cluster_uuid.clone(),
             },
         }

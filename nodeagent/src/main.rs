@@ -95,7 +95,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?}: want a duration like 30s, 5m, 500ms"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: want a duration like 30s, 5m, 500ms"))?;
     let d = match unit {
         "" | "s" => Duration::from_secs(n),
         "ms" => Duration::from_millis(n),
@@ -144,14 +146,25 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // Exit 2 means "impossible layout" for mig-plan; usage errors get 64 (EX_USAGE).
-            return if e.use_stderr() { ExitCode::from(64) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match cli.command {
-        Command::MigPlan { model, profiles, output } => mig_plan(&model, &profiles, output),
-        Command::Discover { fake, output, node_name, raw } => {
-            report_errors(discover_cmd(fake.as_deref(), output, node_name, raw))
-        }
+        Command::MigPlan {
+            model,
+            profiles,
+            output,
+        } => mig_plan(&model, &profiles, output),
+        Command::Discover {
+            fake,
+            output,
+            node_name,
+            raw,
+        } => report_errors(discover_cmd(fake.as_deref(), output, node_name, raw)),
         Command::Run {
             node_name,
             fake,
@@ -202,7 +215,8 @@ fn mig_plan(model: &str, profiles: &str, output: PlanFormat) -> ExitCode {
         }
         Err(e) => {
             if let PlanFormat::Json = output {
-                let v = serde_json::json!({ "error": e.to_string(), "impossible": e.is_impossible() });
+                let v =
+                    serde_json::json!({ "error": e.to_string(), "impossible": e.is_impossible() });
                 println!("{v}");
             }
             eprintln!("error: {e}");
@@ -215,13 +229,18 @@ fn mig_plan(model: &str, profiles: &str, output: PlanFormat) -> ExitCode {
     }
 }
 
-fn discover_cmd(fake: Option<&Path>, output: Format, node_name: Option<String>, raw: bool) -> Result<()> {
+fn discover_cmd(
+    fake: Option<&Path>,
+    output: Format,
+    node_name: Option<String>,
+    raw: bool,
+) -> Result<()> {
     let backend = backend(fake)?;
     let report = backend.report()?;
     if raw {
         return print(&report, output);
     }
-    let d = discover(&report).with_context(|| format!("{}", backend.describe()))?;
+    let d = discover(&report).with_context(|| backend.describe())?;
     for w in &d.warnings {
         eprintln!("warning: {w}");
     }
@@ -229,7 +248,13 @@ fn discover_cmd(fake: Option<&Path>, output: Format, node_name: Option<String>, 
     print(&d.node_topology(&name, None), output)
 }
 
-fn run(cfg: AgentConfig, fake: Option<PathBuf>, interval: Duration, once: bool, listen: SocketAddr) -> Result<()> {
+fn run(
+    cfg: AgentConfig,
+    fake: Option<PathBuf>,
+    interval: Duration,
+    once: bool,
+    listen: SocketAddr,
+) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -295,10 +320,11 @@ fn run(cfg: AgentConfig, fake: Option<PathBuf>, interval: Duration, once: bool, 
 async fn shutdown() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

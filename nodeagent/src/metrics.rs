@@ -50,13 +50,21 @@ impl Metrics {
         let reconciles = Family::<OutcomeLabels, Counter<u64, AtomicU64>>::default();
         let mig_steps = Family::<StepLabels, Counter<u64, AtomicU64>>::default();
         registry.register("gpus", "GPUs found on the node", gpus.clone());
-        registry.register("nvlink_islands", "NVLink islands on the node", islands.clone());
+        registry.register(
+            "nvlink_islands",
+            "NVLink islands on the node",
+            islands.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconcile rounds by outcome (success, error, partial: wanted state had errors)",
             reconciles.clone(),
         );
-        registry.register("mig_steps", "MIG applier steps by action and outcome", mig_steps.clone());
+        registry.register(
+            "mig_steps",
+            "MIG applier steps by action and outcome",
+            mig_steps.clone(),
+        );
         Metrics {
             registry,
             gpus,

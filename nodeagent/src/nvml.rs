@@ -31,13 +31,20 @@ impl NvmlBackend {
     }
 
     fn device(&self, gpu: u32) -> Result<Device<'_>, BackendError> {
-        self.nvml.device_by_index(gpu).map_err(|e| BackendError::Gpu {
-            gpu,
-            message: e.to_string(),
-        })
+        self.nvml
+            .device_by_index(gpu)
+            .map_err(|e| BackendError::Gpu {
+                gpu,
+                message: e.to_string(),
+            })
     }
 
-    fn read_gpu(&self, index: u32, d: &Device, errors: &mut Vec<String>) -> Result<RawGpu, NvmlError> {
+    fn read_gpu(
+        &self,
+        index: u32,
+        d: &Device,
+        errors: &mut Vec<String>,
+    ) -> Result<RawGpu, NvmlError> {
         let mut note = |what: &str, e: String| errors.push(format!("GPU {index}: {what}: {e}"));
         let pci = d.pci_info()?;
         let name = d.name()?;
@@ -132,20 +139,33 @@ impl NvmlBackend {
     ) -> Result<Vec<crate::raw::RawGpuInstance>, String> {
         let mut instances = sys::gpu_instances(&self.nvml, d, |profile, slices, memory_mb| {
             model
-                .and_then(|m| m.profiles.iter().find(|p| p.nvml_gpu_instance_profile == profile))
+                .and_then(|m| {
+                    m.profiles
+                        .iter()
+                        .find(|p| p.nvml_gpu_instance_profile == profile)
+                })
                 .map(|p| p.name.to_string())
                 .unwrap_or_else(|| {
                     // NVIDIA's names round the memory up to whole GB.
-                    let me = if profile == 7 || profile == 8 { "+me" } else { "" };
+                    let me = if profile == 7 || profile == 8 {
+                        "+me"
+                    } else {
+                        ""
+                    };
                     format!("{slices}g.{}gb{me}", memory_mb.div_ceil(1024))
                 })
         })?;
         // Processes run on MIG device handles (one per compute instance).
         let count = d.mig_device_count().map_err(|e| e.to_string())?;
         for j in 0..count {
-            let Ok(m) = d.mig_device_by_index(j) else { continue };
+            let Ok(m) = d.mig_device_by_index(j) else {
+                continue;
+            };
             let (gi, ci) = sys::mig_device_ids(&self.nvml, &m)?;
-            let processes = m.running_compute_processes().map(|p| p.len() as u32).map_err(|e| e.to_string())?;
+            let processes = m
+                .running_compute_processes()
+                .map(|p| p.len() as u32)
+                .map_err(|e| e.to_string())?;
             if let Some(c) = instances
                 .iter_mut()
                 .filter(|i| i.id == gi)
@@ -179,20 +199,23 @@ impl GpuBackend for NvmlBackend {
         let mut devices = Vec::new();
         for index in 0..count {
             let d = self.device(index)?;
-            let gpu = self.read_gpu(index, &d, &mut raw.errors).map_err(|e| BackendError::Gpu {
-                gpu: index,
-                message: e.to_string(),
-            })?;
+            let gpu = self
+                .read_gpu(index, &d, &mut raw.errors)
+                .map_err(|e| BackendError::Gpu {
+                    gpu: index,
+                    message: e.to_string(),
+                })?;
             raw.gpus.push(gpu);
             devices.push(d);
         }
         let n = devices.len();
         let mut matrix = vec![vec![None; n]; n];
-        for a in 0..n {
-            matrix[a][a] = Some(PcieLevel::Itself);
+        let mut pairs = Vec::new();
+        for (a, da) in devices.iter().enumerate() {
             for b in (a + 1)..n {
+                // topology_common_ancestor takes the other device by value: a fresh handle.
                 let other = self.nvml.device_by_index(b as u32);
-                let level = match other.and_then(|o| devices[a].topology_common_ancestor(o)) {
+                let level = match other.and_then(|o| da.topology_common_ancestor(o)) {
                     Ok(l) => Some(match l {
                         TopologyLevel::Internal => PcieLevel::Internal,
                         TopologyLevel::Single => PcieLevel::Single,
@@ -202,13 +225,20 @@ impl GpuBackend for NvmlBackend {
                         TopologyLevel::System => PcieLevel::System,
                     }),
                     Err(e) => {
-                        raw.errors.push(format!("GPUs {a} and {b}: PCIe common ancestor: {e}"));
+                        raw.errors
+                            .push(format!("GPUs {a} and {b}: PCIe common ancestor: {e}"));
                         None
                     }
                 };
-                matrix[a][b] = level;
-                matrix[b][a] = level;
+                pairs.push((a, b, level));
             }
+        }
+        for (a, row) in matrix.iter_mut().enumerate() {
+            row[a] = Some(PcieLevel::Itself);
+        }
+        for (a, b, level) in pairs {
+            matrix[a][b] = level;
+            matrix[b][a] = level;
         }
         if n > 0 {
             raw.pcie_topology = matrix;
@@ -216,7 +246,12 @@ impl GpuBackend for NvmlBackend {
         Ok(raw)
     }
 
-    fn create_mig_instance(&self, gpu: u32, profile: &MigProfile, start: u32) -> Result<u32, BackendError> {
+    fn create_mig_instance(
+        &self,
+        gpu: u32,
+        profile: &MigProfile,
+        start: u32,
+    ) -> Result<u32, BackendError> {
         let d = self.device(gpu)?;
         sys::create(
             &self.nvml,
@@ -231,6 +266,7 @@ impl GpuBackend for NvmlBackend {
 
     fn destroy_mig_instance(&self, gpu: u32, gpu_instance_id: u32) -> Result<(), BackendError> {
         let d = self.device(gpu)?;
-        sys::destroy(&self.nvml, &d, gpu_instance_id).map_err(|message| BackendError::Gpu { gpu, message })
+        sys::destroy(&self.nvml, &d, gpu_instance_id)
+            .map_err(|message| BackendError::Gpu { gpu, message })
     }
 }

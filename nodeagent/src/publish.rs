@@ -135,7 +135,11 @@ pub fn desired_topology(node: &Node, d: &Discovery, replicas: Option<u32>) -> No
 /// The JSON merge patch of the Node's labels and annotations, or `None` when nothing changes.
 /// The clique label is set only when absent or when this agent set it before (its annotation
 /// says so), and removed only then.
-pub fn node_label_patch(node: &Node, clique: Option<&str>, device_plugin: &LabelChange) -> Option<Value> {
+pub fn node_label_patch(
+    node: &Node,
+    clique: Option<&str>,
+    device_plugin: &LabelChange,
+) -> Option<Value> {
     let empty = BTreeMap::new();
     let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -158,7 +162,10 @@ pub fn node_label_patch(node: &Node, clique: Option<&str>, device_plugin: &Label
     }
     match device_plugin {
         LabelChange::Set(v) => {
-            l.insert(timeslice::DEVICE_PLUGIN_CONFIG_LABEL.into(), v.as_str().into());
+            l.insert(
+                timeslice::DEVICE_PLUGIN_CONFIG_LABEL.into(),
+                v.as_str().into(),
+            );
         }
         LabelChange::Remove => {
             l.insert(timeslice::DEVICE_PLUGIN_CONFIG_LABEL.into(), Value::Null);
@@ -228,7 +235,8 @@ pub async fn reconcile_once(
         Ok(w) => {
             if let timeslice::Wanted::Replicas(n) = w {
                 report.time_slice_replicas = Some(n);
-                report.time_slicing_config = Some(ensure_time_slicing_config(client, cfg, n).await?);
+                report.time_slicing_config =
+                    Some(ensure_time_slicing_config(client, cfg, n).await?);
             }
             timeslice::label_change(&labels, w)
         }
@@ -243,7 +251,11 @@ pub async fn reconcile_once(
     let topologies: Api<NodeTopology> = Api::all(client.clone());
     let what = format!("NodeTopology {}", cfg.node_name);
     report.topology = Some(
-        match topologies.get_opt(&cfg.node_name).await.map_err(kube_err(&what))? {
+        match topologies
+            .get_opt(&cfg.node_name)
+            .await
+            .map_err(kube_err(&what))?
+        {
             None if cfg.dry_run => Write::DryRun,
             None => {
                 topologies
@@ -252,7 +264,10 @@ pub async fn reconcile_once(
                     .map_err(kube_err(&what))?;
                 Write::Created
             }
-            Some(cur) if cur.spec == desired.spec && cur.metadata.owner_references == desired.metadata.owner_references => {
+            Some(cur)
+                if cur.spec == desired.spec
+                    && cur.metadata.owner_references == desired.metadata.owner_references =>
+            {
                 Write::Unchanged
             }
             Some(_) if cfg.dry_run => Write::DryRun,
@@ -271,17 +286,23 @@ pub async fn reconcile_once(
     );
 
     // Node labels.
-    report.node_labels = Some(match node_label_patch(&node, discovery.clique_id.as_deref(), &ts_change) {
-        None => Write::Unchanged,
-        Some(_) if cfg.dry_run => Write::DryRun,
-        Some(patch) => {
-            nodes
-                .patch(&cfg.node_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(kube_err(format!("labelling Node {}", cfg.node_name)))?;
-            Write::Updated
-        }
-    });
+    report.node_labels = Some(
+        match node_label_patch(&node, discovery.clique_id.as_deref(), &ts_change) {
+            None => Write::Unchanged,
+            Some(_) if cfg.dry_run => Write::DryRun,
+            Some(patch) => {
+                nodes
+                    .patch(
+                        &cfg.node_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(kube_err(format!("labelling Node {}", cfg.node_name)))?;
+                Write::Updated
+            }
+        },
+    );
 
     report.gpus = discovery.gpus.len();
     report.islands = discovery.islands.clone();
@@ -305,7 +326,9 @@ async fn mig_wants(
         .get_opt(&r.name)
         .await
         .map_err(|e| format!("reading ConfigMap {r}: {e}"))?
-        .ok_or_else(|| format!("node label {MIG_CONFIG_LABEL}={layout:?}, but ConfigMap {r} does not exist"))?;
+        .ok_or_else(|| {
+            format!("node label {MIG_CONFIG_LABEL}={layout:?}, but ConfigMap {r} does not exist")
+        })?;
     let text = cm
         .data
         .as_ref()
@@ -327,7 +350,9 @@ async fn ensure_time_slicing_config(
     let key = timeslice::config_name(replicas);
     let value = timeslice::render_config(replicas);
     match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
-        Some(cm) if cm.data.as_ref().and_then(|d| d.get(&key)) == Some(&value) => Ok(Write::Unchanged),
+        Some(cm) if cm.data.as_ref().and_then(|d| d.get(&key)) == Some(&value) => {
+            Ok(Write::Unchanged)
+        }
         _ if cfg.dry_run => Ok(Write::DryRun),
         Some(_) => {
             // Merge patch on one key: agents on other nodes write other keys concurrently.
@@ -366,7 +391,11 @@ mod tests {
 
     fn node(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Node {
         let map = |p: &[(&str, &str)]| {
-            Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            Some(
+                p.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
         };
         Node {
             metadata: kube::api::ObjectMeta {
@@ -395,7 +424,10 @@ mod tests {
     #[test]
     fn operator_clique_label_is_never_touched() {
         let n = node(&[(CLIQUE_LABEL, "operator.3")], &[]);
-        assert_eq!(node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave), None);
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave),
+            None
+        );
         assert_eq!(node_label_patch(&n, None, &LabelChange::Leave), None);
     }
 
@@ -405,7 +437,10 @@ mod tests {
             &[(CLIQUE_LABEL, "uuid.7")],
             &[(CLIQUE_OWNER_ANNOTATION, FIELD_MANAGER)],
         );
-        assert_eq!(node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave), None);
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave),
+            None
+        );
         assert_eq!(
             node_label_patch(&n, Some("uuid.8"), &LabelChange::Leave).unwrap(),
             json!({"metadata": {"labels": {CLIQUE_LABEL: "uuid.8"}}})
@@ -434,13 +469,17 @@ mod tests {
 
     #[test]
     fn desired_topology_is_owned_by_the_node_and_reports_replicas() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gb200-nvl72-tray.yaml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gb200-nvl72-tray.yaml");
         let b = FakeBackend::from_file(&path).unwrap();
         let d = discover(&b.report().unwrap()).unwrap();
         let t = desired_topology(&node(&[], &[]), &d, Some(4));
         assert_eq!(t.metadata.name.as_deref(), Some("gpu-7"));
         let owner = &t.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Node", "0b7e-uid"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Node", "0b7e-uid")
+        );
         assert_eq!(t.spec.time_slice_replicas, Some(4));
         assert_eq!(t.spec.islands, vec![vec![0, 1, 2, 3]]);
         assert_eq!(t.spec.gpus.len(), 4);

@@ -230,7 +230,10 @@ mod tests {
             canonical_bus_id("00000000:1b:00.0").as_deref(),
             Some("00000000:1b:00.0")
         );
-        assert_eq!(canonical_bus_id("1b:00.0").as_deref(), Some("00000000:1b:00.0"));
+        assert_eq!(
+            canonical_bus_id("1b:00.0").as_deref(),
+            Some("00000000:1b:00.0")
+        );
         assert_eq!(canonical_bus_id("gpu0"), None);
         assert_eq!(canonical_bus_id("0000:1b:20.0"), None);
     }

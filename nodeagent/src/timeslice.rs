@@ -88,7 +88,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -104,7 +107,10 @@ mod tests {
     #[test]
     fn reads_the_label() {
         assert_eq!(wanted(&labels(&[])), Ok(Wanted::Off));
-        assert_eq!(wanted(&labels(&[(REPLICAS_LABEL, "4")])), Ok(Wanted::Replicas(4)));
+        assert_eq!(
+            wanted(&labels(&[(REPLICAS_LABEL, "4")])),
+            Ok(Wanted::Replicas(4))
+        );
         assert_eq!(wanted(&labels(&[(REPLICAS_LABEL, "1")])), Ok(Wanted::Off));
         let e = wanted(&labels(&[(REPLICAS_LABEL, "four")])).unwrap_err();
         assert!(e.contains("time-slicing-replicas=\"four\""), "{e}");

@@ -7,7 +7,9 @@ use basalt_nodeagent::discover::{discover, Discovery};
 use basalt_nodeagent::fake::{parse_fixture, FakeBackend};
 
 fn fixture(name: &str) -> Discovery {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
     let backend = FakeBackend::from_file(&path).unwrap();
     discover(&backend.report().unwrap()).unwrap()
 }
@@ -53,7 +55,14 @@ fn a100_mig_reports_instances_and_busy_ones() {
     assert_eq!(devs, vec![("3g.20gb", 0, false), ("3g.20gb", 4, true)]);
     assert_eq!(d.gpus[1].mig.as_ref().unwrap().devices.len(), 7);
     // Sorted by placement, whatever order NVML listed them in.
-    let g2: Vec<u32> = d.gpus[2].mig.as_ref().unwrap().devices.iter().map(|x| x.start).collect();
+    let g2: Vec<u32> = d.gpus[2]
+        .mig
+        .as_ref()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|x| x.start)
+        .collect();
     assert_eq!(g2, vec![0, 4, 6]);
     assert!(d.gpus[3].mig.as_ref().unwrap().devices.is_empty());
     assert!(!d.gpus[5].mig.as_ref().unwrap().enabled);
@@ -73,8 +82,14 @@ fn dgx1_hybrid_cube_mesh_is_non_uniform() {
     let d = fixture("dgx1-v100.yaml");
     // Connected through the mesh: one island, but not all-to-all.
     assert_eq!(d.islands, vec![(0..8).collect::<Vec<u32>>()]);
-    assert_eq!(row(&d, 0), vec!["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]);
-    assert_eq!(row(&d, 5), vec!["SYS", "NV2", "SYS", "SYS", "NV1", "X", "NV2", "NV1"]);
+    assert_eq!(
+        row(&d, 0),
+        vec!["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
+    );
+    assert_eq!(
+        row(&d, 5),
+        vec!["SYS", "NV2", "SYS", "SYS", "NV1", "X", "NV2", "NV1"]
+    );
     // A pair without NVLink in the same socket falls back to its PCIe level.
     assert_eq!(row(&d, 4)[0], "NV2");
     assert_eq!(row(&d, 1)[4], "SYS");
@@ -162,23 +177,41 @@ fn bad(text: &str) -> String {
 
 #[test]
 fn malformed_fixtures_say_where() {
-    let e = bad("gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: lots, pciBusId: \"0000:01:00.0\"}\n");
+    let e =
+        bad("gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: lots, pciBusId: \"0000:01:00.0\"}\n");
     assert!(e.starts_with("bad.yaml: gpus[0].memoryMiB:"), "{e}");
     let e = bad("gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: 1, pciBusId: \"0000:01:00.0\", color: red}\n");
     assert!(e.contains("unknown field `color`"), "{e}");
     let e = bad("gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: 1, pciBusId: nowhere}\n");
-    assert_eq!(e, "gpus[0].pciBusId: \"nowhere\" is not a PCI bus id (domain:bus:device.function)");
-    let e = bad("gpus:\n- {index: 1, uuid: a, name: x, memoryMiB: 1, pciBusId: \"0000:01:00.0\"}\n");
-    assert_eq!(e, "gpus[0].index: GPU index 1 out of range: indices must be 0..1");
+    assert_eq!(
+        e,
+        "gpus[0].pciBusId: \"nowhere\" is not a PCI bus id (domain:bus:device.function)"
+    );
+    let e =
+        bad("gpus:\n- {index: 1, uuid: a, name: x, memoryMiB: 1, pciBusId: \"0000:01:00.0\"}\n");
+    assert_eq!(
+        e,
+        "gpus[0].index: GPU index 1 out of range: indices must be 0..1"
+    );
     let two = "gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: 1, pciBusId: \"0000:01:00.0\"}\n- {index: 1, uuid: b, name: x, memoryMiB: 1, pciBusId: \"0000:02:00.0\"}\n";
     let e = bad(&format!("{two}pcieTopology: [[self, node]]\n"));
     assert_eq!(e, "pcieTopology: 1 rows for 2 GPUs");
-    let e = bad(&format!("{two}pcieTopology: [[self, node], [node, sideways]]\n"));
-    assert!(e.starts_with("bad.yaml: pcieTopology[1][1]: unknown variant `sideways`"), "{e}");
-    let e = bad(&format!("{two}pcieTopology: [[node, node], [node, self]]\n"));
+    let e = bad(&format!(
+        "{two}pcieTopology: [[self, node], [node, sideways]]\n"
+    ));
+    assert!(
+        e.starts_with("bad.yaml: pcieTopology[1][1]: unknown variant `sideways`"),
+        "{e}"
+    );
+    let e = bad(&format!(
+        "{two}pcieTopology: [[node, node], [node, self]]\n"
+    ));
     assert_eq!(e, "pcieTopology[0][0]: the diagonal must be self, got Node");
     let e = bad("gpus:\n- {index: 0, uuid: a, name: x, memoryMiB: 1, pciBusId: \"0000:01:00.0\", nvlinks: [{link: 0, remotePciBusId: \"0000:01:00.0\"}]}\n");
-    assert_eq!(e, "gpus[0].nvlinks[0].remotePciBusId: an NVLink to the GPU itself");
+    assert_eq!(
+        e,
+        "gpus[0].nvlinks[0].remotePciBusId: an NVLink to the GPU itself"
+    );
     let e = bad("gpus: 3\n");
     assert!(e.starts_with("bad.yaml: gpus: invalid type"), "{e}");
     let e = bad(": : :\n");
@@ -198,6 +231,16 @@ gpus:
     .unwrap();
     let d = discover(&raw).unwrap();
     assert_eq!(d.matrix_smi()[0][1], "NV2");
-    assert!(d.warnings.iter().any(|w| w.contains("GPU 0 reports 2 NVLinks to GPU 1, GPU 1 reports 1")), "{:?}", d.warnings);
-    assert!(d.warnings.iter().any(|w| w.contains("no PCIe topology")), "{:?}", d.warnings);
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.contains("GPU 0 reports 2 NVLinks to GPU 1, GPU 1 reports 1")),
+        "{:?}",
+        d.warnings
+    );
+    assert!(
+        d.warnings.iter().any(|w| w.contains("no PCIe topology")),
+        "{:?}",
+        d.warnings
+    );
 }

@@ -49,7 +49,12 @@ fn layout(raw: &RawNode, gpu: usize) -> Vec<(String, u32, u32)> {
     raw.gpus[gpu]
         .mig
         .as_ref()
-        .map(|m| m.instances.iter().map(|i| (i.profile.clone(), i.start, i.id)).collect())
+        .map(|m| {
+            m.instances
+                .iter()
+                .map(|i| (i.profile.clone(), i.start, i.id))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -74,13 +79,24 @@ fn busy_instance_survives_a_layout_that_does_not_want_it() {
             "GPU 0: blocked: no MIG layout on A100-40GB gives 1g.5gb=7: needs 10 compute slices (including 3g.20gb at 4:4 that must stay), A100-40GB has 7; nothing changed on this GPU NotApplied".to_string(),
         ]
     );
-    assert_eq!(layout(&after, 0), vec![("3g.20gb".into(), 0, 1), ("3g.20gb".into(), 4, 2)]);
+    assert_eq!(
+        layout(&after, 0),
+        vec![("3g.20gb".into(), 0, 1), ("3g.20gb".into(), 4, 2)]
+    );
     // GPU 1 already has seven 1g.5gb: all kept.
-    assert!(on(&steps, 1).iter().all(|s| s.contains("keep")), "{:?}", on(&steps, 1));
+    assert!(
+        on(&steps, 1).iter().all(|s| s.contains("keep")),
+        "{:?}",
+        on(&steps, 1)
+    );
     // GPU 3: seven created.
     assert_eq!(layout(&after, 3).len(), 7);
     // GPU 4: MIG off; the agent does not reset GPUs.
-    assert!(on(&steps, 4)[0].contains("MIG mode is off"), "{:?}", on(&steps, 4));
+    assert!(
+        on(&steps, 4)[0].contains("MIG mode is off"),
+        "{:?}",
+        on(&steps, 4)
+    );
 }
 
 #[test]
@@ -98,34 +114,71 @@ fn reconfigures_idle_gpus_and_keeps_what_fits() {
     );
     // GPU 1: seven idle 1g.5gb destroyed, then two 3g.20gb created.
     let g1 = on(&steps, 1);
-    assert_eq!(g1.iter().filter(|s| s.contains("destroy") && s.ends_with("Done")).count(), 7);
-    assert_eq!(&g1[7..], ["GPU 1: create 3g.20gb at 0 Done", "GPU 1: create 3g.20gb at 4 Done"]);
     assert_eq!(
-        layout(&after, 1).iter().map(|(p, s, _)| (p.as_str(), *s)).collect::<Vec<_>>(),
+        g1.iter()
+            .filter(|s| s.contains("destroy") && s.ends_with("Done"))
+            .count(),
+        7
+    );
+    assert_eq!(
+        &g1[7..],
+        [
+            "GPU 1: create 3g.20gb at 0 Done",
+            "GPU 1: create 3g.20gb at 4 Done"
+        ]
+    );
+    assert_eq!(
+        layout(&after, 1)
+            .iter()
+            .map(|(p, s, _)| (p.as_str(), *s))
+            .collect::<Vec<_>>(),
         vec![("3g.20gb", 0), ("3g.20gb", 4)]
     );
     // GPU 2: the busy 2g.10gb at 4 blocks a second 3g.20gb; its other instances stay too.
     let g2 = on(&steps, 2);
-    assert!(g2.iter().any(|s| s.contains("busy") || s.contains("running process")), "{g2:?}");
+    assert!(
+        g2.iter()
+            .any(|s| s.contains("busy") || s.contains("running process")),
+        "{g2:?}"
+    );
     assert!(g2.iter().all(|s| !s.contains("destroy")), "{g2:?}");
     assert_eq!(layout(&after, 2).len(), 3);
     // Applying again changes nothing.
     let again = run(&b, "all-3g.20gb", false);
-    assert!(again.iter().all(|s| matches!(s.step, Step::Keep { .. } | Step::Blocked { .. })), "{again:?}");
+    assert!(
+        again
+            .iter()
+            .all(|s| matches!(s.step, Step::Keep { .. } | Step::Blocked { .. })),
+        "{again:?}"
+    );
 }
 
 #[test]
 fn reuses_idle_instances_where_the_layout_allows() {
     let b = a100();
     let steps = run(&b, "reuse", false);
-    let count = |gpu, kind: &str| steps.iter().filter(|s| s.step.gpu() == gpu && s.step.kind() == kind).count();
+    let count = |gpu, kind: &str| {
+        steps
+            .iter()
+            .filter(|s| s.step.gpu() == gpu && s.step.kind() == kind)
+            .count()
+    };
     // GPU 1: two 2g.10gb take four of the seven 1g.5gb slices; the other three are kept.
-    assert_eq!((count(1, "keep"), count(1, "destroy"), count(1, "create")), (3, 4, 2));
+    assert_eq!(
+        (count(1, "keep"), count(1, "destroy"), count(1, "create")),
+        (3, 4, 2)
+    );
     // GPU 2 already has exactly this.
-    assert_eq!((count(2, "keep"), count(2, "destroy"), count(2, "create")), (3, 0, 0));
+    assert_eq!(
+        (count(2, "keep"), count(2, "destroy"), count(2, "create")),
+        (3, 0, 0)
+    );
     assert!(steps.iter().all(|s| s.outcome != Outcome::Skipped));
     let after = b.report().unwrap();
-    let mut g1: Vec<_> = layout(&after, 1).into_iter().map(|(p, s, _)| (p, s)).collect();
+    let mut g1: Vec<_> = layout(&after, 1)
+        .into_iter()
+        .map(|(p, s, _)| (p, s))
+        .collect();
     g1.sort_by_key(|x| x.1);
     assert_eq!(g1.len(), 5);
     assert_eq!(g1.iter().filter(|(p, _)| p == "2g.10gb").count(), 2);
@@ -148,8 +201,13 @@ fn disabling_destroys_idle_instances_only() {
     let after = b.report().unwrap();
     assert_eq!(layout(&after, 0), vec![("3g.20gb".into(), 4, 2)]);
     assert!(layout(&after, 1).is_empty());
-    assert_eq!(layout(&after, 2).iter().map(|x| x.1).collect::<Vec<_>>(), vec![4]);
-    assert!(on(&steps, 3).iter().any(|s| s.contains("needs a GPU reset")));
+    assert_eq!(
+        layout(&after, 2).iter().map(|x| x.1).collect::<Vec<_>>(),
+        vec![4]
+    );
+    assert!(on(&steps, 3)
+        .iter()
+        .any(|s| s.contains("needs a GPU reset")));
     // MIG mode itself is never switched.
     assert!(after.gpus[1].mig.as_ref().unwrap().enabled);
 }
@@ -165,7 +223,10 @@ fn an_instance_that_turns_busy_before_destroy_survives_and_stops_the_gpu() {
     assert!(b.set_processes(1, 7, 1));
     let applied = apply(&b, &raw.gpus, steps, false);
     let g1 = on(&applied, 1);
-    assert!(g1[0].contains("destroy 1g.5gb at 0") && g1[0].contains("in use by running processes"), "{g1:?}");
+    assert!(
+        g1[0].contains("destroy 1g.5gb at 0") && g1[0].contains("in use by running processes"),
+        "{g1:?}"
+    );
     assert!(g1[1..].iter().all(|s| s.ends_with("Skipped")), "{g1:?}");
     let after = b.report().unwrap();
     assert_eq!(layout(&after, 1).len(), 7);

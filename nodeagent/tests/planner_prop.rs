@@ -12,7 +12,10 @@ fn brute_force(model: &GpuModel, items: &[&'static MigProfile]) -> bool {
             return validate(model, chosen).is_none();
         };
         for &start in first.starts {
-            chosen.push(Placement { profile: first, start });
+            chosen.push(Placement {
+                profile: first,
+                start,
+            });
             let ok = go(model, rest, chosen);
             chosen.pop();
             if ok {

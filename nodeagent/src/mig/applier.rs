@@ -69,13 +69,19 @@ impl std::fmt::Display for Step {
                 profile,
                 start,
                 gpu_instance_id,
-            } => write!(f, "GPU {gpu}: keep {profile} at {start} (GPU instance {gpu_instance_id})"),
+            } => write!(
+                f,
+                "GPU {gpu}: keep {profile} at {start} (GPU instance {gpu_instance_id})"
+            ),
             Step::Destroy {
                 gpu,
                 profile,
                 start,
                 gpu_instance_id,
-            } => write!(f, "GPU {gpu}: destroy {profile} at {start} (GPU instance {gpu_instance_id})"),
+            } => write!(
+                f,
+                "GPU {gpu}: destroy {profile} at {start} (GPU instance {gpu_instance_id})"
+            ),
             Step::Create {
                 gpu,
                 profile,

@@ -142,7 +142,10 @@ pub fn wanted_for_gpus(
                 let mut v = Vec::new();
                 for &index in list {
                     let g = gpus.iter().find(|g| g.index == index).ok_or_else(|| {
-                        err(format!("GPU {index} does not exist on this node ({} GPUs)", gpus.len()))
+                        err(format!(
+                            "GPU {index} does not exist on this node ({} GPUs)",
+                            gpus.len()
+                        ))
                     })?;
                     v.push(g);
                 }
@@ -234,8 +237,11 @@ mig-configs:
             e.to_string(),
             "cm: mig-configs.mixed[1].devices: GPU 2 does not exist on this node (2 GPUs)"
         );
-        let e = parse("cm", "mig-configs:\n  a:\n    - devices: some\n      mig-enabled: true\n")
-            .unwrap_err();
+        let e = parse(
+            "cm",
+            "mig-configs:\n  a:\n    - devices: some\n      mig-enabled: true\n",
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("cm: mig-configs.a[0]"), "{e}");
     }
 }

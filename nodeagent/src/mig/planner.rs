@@ -97,7 +97,12 @@ pub struct Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}: {} GPU instance(s)", self.model, self.placements.len())?;
+        writeln!(
+            f,
+            "{}: {} GPU instance(s)",
+            self.model,
+            self.placements.len()
+        )?;
         for p in &self.placements {
             let slices = if p.profile.memory_slices == 1 {
                 format!("slice {}", p.start)
@@ -173,11 +178,13 @@ pub fn plan_around(
 ) -> Result<Plan, PlanError> {
     let mut items: Vec<&'static MigProfile> = Vec::new();
     for (name, &count) in &wanted.0 {
-        let p = model.profile(name).ok_or_else(|| PlanError::UnknownProfile {
-            model: model.key,
-            profile: name.clone(),
-            known: model.profile_names(),
-        })?;
+        let p = model
+            .profile(name)
+            .ok_or_else(|| PlanError::UnknownProfile {
+                model: model.key,
+                profile: name.clone(),
+                known: model.profile_names(),
+            })?;
         items.extend(std::iter::repeat_n(p, count as usize));
     }
     let impossible = |reason: String| PlanError::Impossible {
@@ -188,7 +195,12 @@ pub fn plan_around(
     let fixed_names = || {
         fixed
             .iter()
-            .map(|f| format!("{} at {}:{}", f.profile.name, f.start, f.profile.memory_slices))
+            .map(|f| {
+                format!(
+                    "{} at {}:{}",
+                    f.profile.name, f.start, f.profile.memory_slices
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -359,14 +371,23 @@ pub fn validate(model: &GpuModel, placements: &[Placement]) -> Option<String> {
             return Some(format!("{} cannot start at {}", p.name, pl.start));
         }
         if pl.end() > model.memory_slices {
-            return Some(format!("{} at {} runs past the last slice", p.name, pl.start));
+            return Some(format!(
+                "{} at {} runs past the last slice",
+                p.name, pl.start
+            ));
         }
         if occupied & pl.mask() != 0 {
-            return Some(format!("{} at {} overlaps another instance", p.name, pl.start));
+            return Some(format!(
+                "{} at {} overlaps another instance",
+                p.name, pl.start
+            ));
         }
         occupied |= pl.mask();
         compute += p.compute_slices;
-        let count = placements.iter().filter(|q| q.profile.name == p.name).count() as u32;
+        let count = placements
+            .iter()
+            .filter(|q| q.profile.name == p.name)
+            .count() as u32;
         if count > p.max_instances {
             return Some(format!("more than {} {}", p.max_instances, p.name));
         }
@@ -391,7 +412,10 @@ mod tests {
     use crate::mig::profiles::{A100_40GB, A30_24GB, H100_80GB};
 
     fn starts(p: &Plan) -> Vec<(&str, u32)> {
-        p.placements.iter().map(|p| (p.profile.name, p.start)).collect()
+        p.placements
+            .iter()
+            .map(|p| (p.profile.name, p.start))
+            .collect()
     }
 
     #[test]
@@ -455,7 +479,11 @@ mod tests {
             |_, _| 0,
         )
         .unwrap_err();
-        assert!(e.to_string().contains("cannot be combined without overlap around 1g.10gb at 5:1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("cannot be combined without overlap around 1g.10gb at 5:1"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -476,7 +504,9 @@ mod tests {
             starts(&p),
             vec![("2g.12gb", 0), ("1g.6gb", 2), ("1g.6gb", 3)]
         );
-        assert!(plan_text("A30-24GB", "4g.24gb,1g.6gb").unwrap_err().is_impossible());
+        assert!(plan_text("A30-24GB", "4g.24gb,1g.6gb")
+            .unwrap_err()
+            .is_impossible());
     }
 
     #[test]

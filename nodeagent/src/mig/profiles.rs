@@ -214,9 +214,19 @@ mod tests {
             for p in m.profiles {
                 assert!(p.compute_slices <= m.compute_slices, "{} {}", m.key, p.name);
                 for s in p.starts {
-                    assert!(s + p.memory_slices <= m.memory_slices, "{} {}", m.key, p.name);
+                    assert!(
+                        s + p.memory_slices <= m.memory_slices,
+                        "{} {}",
+                        m.key,
+                        p.name
+                    );
                 }
-                assert!(p.max_instances as usize <= p.starts.len(), "{} {}", m.key, p.name);
+                assert!(
+                    p.max_instances as usize <= p.starts.len(),
+                    "{} {}",
+                    m.key,
+                    p.name
+                );
                 assert!(p.name.starts_with(&format!("{}g.", p.compute_slices)));
             }
         }

@@ -27,7 +27,10 @@ fn check(what: &str, code: b::nvmlReturn_t) -> Result<(), String> {
 macro_rules! need {
     ($lib:expr, $sym:ident) => {
         if $lib.$sym.is_err() {
-            return Err(format!("{} missing from the NVML library", stringify!($sym)));
+            return Err(format!(
+                "{} missing from the NVML library",
+                stringify!($sym)
+            ));
         }
     };
 }
@@ -42,7 +45,8 @@ fn handle(device: &Device) -> b::nvmlDevice_t {
 pub fn remote_device_type(nvml: &Nvml, device: &Device, link: u32) -> Result<RemoteType, String> {
     let lib = nvml.lib();
     need!(lib, nvmlDeviceGetNvLinkRemoteDeviceType);
-    let mut t: b::nvmlIntNvLinkDeviceType_t = b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    let mut t: b::nvmlIntNvLinkDeviceType_t =
+        b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
     // SAFETY: symbol checked above; `t` is a live local the call writes one enum into.
     let code = unsafe { lib.nvmlDeviceGetNvLinkRemoteDeviceType(handle(device), link, &mut t) };
     check("NVLink remote device type", code)?;
@@ -79,9 +83,17 @@ pub fn fabric_info(nvml: &Nvml, device: &Device) -> Result<Option<RawFabric>, St
         return Ok(None);
     }
     let u = info.clusterUuid;
-    let hex = |r: std::ops::Range<usize>| u[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let hex =
+        |r: std::ops::Range<usize>| u[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
     Ok(Some(RawFabric {
-        cluster_uuid: format!("{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16)),
+        cluster_uuid: format!(
+            "{}-{}-{}-{}-{}",
+            hex(0..4),
+            hex(4..6),
+            hex(6..8),
+            hex(8..10),
+            hex(10..16)
+        ),
         clique_id: info.cliqueId,
         state,
         status: (state == FabricState::Completed).then(|| match nvml_try(info.status) {
@@ -93,12 +105,18 @@ pub fn fabric_info(nvml: &Nvml, device: &Device) -> Result<Option<RawFabric>, St
 
 /// The NVML profile id and memory size of GPU instance profile enum `profile`, `None` where the
 /// device does not offer it.
-fn gi_profile(nvml: &Nvml, device: &Device, profile: u32) -> Result<Option<b::nvmlGpuInstanceProfileInfo_t>, String> {
+fn gi_profile(
+    nvml: &Nvml,
+    device: &Device,
+    profile: u32,
+) -> Result<Option<b::nvmlGpuInstanceProfileInfo_t>, String> {
     let lib = nvml.lib();
     need!(lib, nvmlDeviceGetGpuInstanceProfileInfo);
     let mut info = MaybeUninit::<b::nvmlGpuInstanceProfileInfo_t>::zeroed();
     // SAFETY: symbol checked above; `info` is a zeroed local of the struct the call fills.
-    let code = unsafe { lib.nvmlDeviceGetGpuInstanceProfileInfo(handle(device), profile, info.as_mut_ptr()) };
+    let code = unsafe {
+        lib.nvmlDeviceGetGpuInstanceProfileInfo(handle(device), profile, info.as_mut_ptr())
+    };
     if code == NOT_SUPPORTED || code == INVALID_ARGUMENT || code == NOT_FOUND {
         return Ok(None);
     }
@@ -108,7 +126,10 @@ fn gi_profile(nvml: &Nvml, device: &Device, profile: u32) -> Result<Option<b::nv
 }
 
 /// The compute instances of `gi`: (id, slices) for each.
-fn compute_instances(nvml: &Nvml, gi: b::nvmlGpuInstance_t) -> Result<Vec<(u32, u32, b::nvmlComputeInstance_t)>, String> {
+fn compute_instances(
+    nvml: &Nvml,
+    gi: b::nvmlGpuInstance_t,
+) -> Result<Vec<(u32, u32, b::nvmlComputeInstance_t)>, String> {
     let lib = nvml.lib();
     need!(lib, nvmlGpuInstanceGetComputeInstanceProfileInfo);
     need!(lib, nvmlGpuInstanceGetComputeInstances);
@@ -118,17 +139,25 @@ fn compute_instances(nvml: &Nvml, gi: b::nvmlGpuInstance_t) -> Result<Vec<(u32, 
         let mut info = MaybeUninit::<b::nvmlComputeInstanceProfileInfo_t>::zeroed();
         // SAFETY: symbols checked above; `gi` came from NVML for a live device; `info` is a local.
         let code = unsafe {
-            lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, b::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, info.as_mut_ptr())
+            lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi,
+                ci_profile,
+                b::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                info.as_mut_ptr(),
+            )
         };
         if code != 0 {
             continue;
         }
         // SAFETY: filled by the successful call.
         let info = unsafe { info.assume_init() };
-        let mut cis: Vec<b::nvmlComputeInstance_t> = vec![ptr::null_mut(); info.instanceCount.max(1) as usize];
+        let mut cis: Vec<b::nvmlComputeInstance_t> =
+            vec![ptr::null_mut(); info.instanceCount.max(1) as usize];
         let mut count = 0u32;
         // SAFETY: `cis` has room for `instanceCount` handles, the most NVML returns for a profile.
-        let code = unsafe { lib.nvmlGpuInstanceGetComputeInstances(gi, info.id, cis.as_mut_ptr(), &mut count) };
+        let code = unsafe {
+            lib.nvmlGpuInstanceGetComputeInstances(gi, info.id, cis.as_mut_ptr(), &mut count)
+        };
         check("compute instances", code)?;
         for &ci in cis.iter().take(count as usize) {
             let mut ci_info = MaybeUninit::<b::nvmlComputeInstanceInfo_t>::zeroed();
@@ -154,11 +183,16 @@ pub fn gpu_instances(
     need!(lib, nvmlGpuInstanceGetInfo);
     let mut out = Vec::new();
     for profile in 0..=b::NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 {
-        let Some(info) = gi_profile(nvml, device, profile)? else { continue };
-        let mut gis: Vec<b::nvmlGpuInstance_t> = vec![ptr::null_mut(); info.instanceCount.max(1) as usize];
+        let Some(info) = gi_profile(nvml, device, profile)? else {
+            continue;
+        };
+        let mut gis: Vec<b::nvmlGpuInstance_t> =
+            vec![ptr::null_mut(); info.instanceCount.max(1) as usize];
         let mut count = 0u32;
         // SAFETY: symbol checked; `gis` has room for `instanceCount` handles, NVML's maximum.
-        let code = unsafe { lib.nvmlDeviceGetGpuInstances(handle(device), info.id, gis.as_mut_ptr(), &mut count) };
+        let code = unsafe {
+            lib.nvmlDeviceGetGpuInstances(handle(device), info.id, gis.as_mut_ptr(), &mut count)
+        };
         check("GPU instances", code)?;
         for &gi in gis.iter().take(count as usize) {
             let mut gi_info = MaybeUninit::<b::nvmlGpuInstanceInfo_t>::zeroed();
@@ -174,7 +208,11 @@ pub fn gpu_instances(
                 size: gi_info.placement.size,
                 compute_instances: compute_instances(nvml, gi)?
                     .into_iter()
-                    .map(|(id, slices, _)| RawComputeInstance { id, slices, processes: 0 })
+                    .map(|(id, slices, _)| RawComputeInstance {
+                        id,
+                        slices,
+                        processes: 0,
+                    })
                     .collect(),
             });
         }
@@ -190,27 +228,41 @@ pub fn mig_device_ids(nvml: &Nvml, mig_device: &Device) -> Result<(u32, u32), St
     need!(lib, nvmlDeviceGetComputeInstanceId);
     let (mut gi, mut ci) = (0u32, 0u32);
     // SAFETY: symbols checked; the handle is a live MIG device handle; `gi` and `ci` are locals.
-    check("GPU instance id", unsafe { lib.nvmlDeviceGetGpuInstanceId(handle(mig_device), &mut gi) })?;
+    check("GPU instance id", unsafe {
+        lib.nvmlDeviceGetGpuInstanceId(handle(mig_device), &mut gi)
+    })?;
     // SAFETY: as above.
-    check("compute instance id", unsafe { lib.nvmlDeviceGetComputeInstanceId(handle(mig_device), &mut ci) })?;
+    check("compute instance id", unsafe {
+        lib.nvmlDeviceGetComputeInstanceId(handle(mig_device), &mut ci)
+    })?;
     Ok((gi, ci))
 }
 
 /// Creates a GPU instance of NVML profile enum `gi_profile` at `start`/`size` and one compute
 /// instance of `ci_profile` spanning it; on a compute instance failure the GPU instance is
 /// destroyed again. Returns the GPU instance id.
-pub fn create(nvml: &Nvml, device: &Device, gi_profile_enum: u32, ci_profile: u32, start: u32, size: u32) -> Result<u32, String> {
+pub fn create(
+    nvml: &Nvml,
+    device: &Device,
+    gi_profile_enum: u32,
+    ci_profile: u32,
+    start: u32,
+    size: u32,
+) -> Result<u32, String> {
     let lib = nvml.lib();
     need!(lib, nvmlDeviceCreateGpuInstanceWithPlacement);
     need!(lib, nvmlGpuInstanceGetComputeInstanceProfileInfo);
     need!(lib, nvmlGpuInstanceCreateComputeInstance);
     need!(lib, nvmlGpuInstanceGetInfo);
     need!(lib, nvmlGpuInstanceDestroy);
-    let info = gi_profile(nvml, device, gi_profile_enum)?.ok_or("profile not supported by this GPU")?;
+    let info =
+        gi_profile(nvml, device, gi_profile_enum)?.ok_or("profile not supported by this GPU")?;
     let placement = b::nvmlGpuInstancePlacement_t { start, size };
     let mut gi: b::nvmlGpuInstance_t = ptr::null_mut();
     // SAFETY: symbols checked; `placement` and `gi` are locals that outlive the call.
-    let code = unsafe { lib.nvmlDeviceCreateGpuInstanceWithPlacement(handle(device), info.id, &placement, &mut gi) };
+    let code = unsafe {
+        lib.nvmlDeviceCreateGpuInstanceWithPlacement(handle(device), info.id, &placement, &mut gi)
+    };
     check("create GPU instance", code)?;
     let rollback = |e: String| {
         // SAFETY: `gi` is the instance created above, with no compute instance left on it.
@@ -220,7 +272,12 @@ pub fn create(nvml: &Nvml, device: &Device, gi_profile_enum: u32, ci_profile: u3
     let mut ci_info = MaybeUninit::<b::nvmlComputeInstanceProfileInfo_t>::zeroed();
     // SAFETY: `gi` is live; `ci_info` is a local.
     let code = unsafe {
-        lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, ci_profile, b::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, ci_info.as_mut_ptr())
+        lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi,
+            ci_profile,
+            b::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            ci_info.as_mut_ptr(),
+        )
     };
     check("compute instance profile info", code).map_err(rollback)?;
     // SAFETY: filled by the successful call.
@@ -231,7 +288,9 @@ pub fn create(nvml: &Nvml, device: &Device, gi_profile_enum: u32, ci_profile: u3
     check("create compute instance", code).map_err(rollback)?;
     let mut gi_info = MaybeUninit::<b::nvmlGpuInstanceInfo_t>::zeroed();
     // SAFETY: `gi` is live; `gi_info` is a local.
-    check("GPU instance info", unsafe { lib.nvmlGpuInstanceGetInfo(gi, gi_info.as_mut_ptr()) })?;
+    check("GPU instance info", unsafe {
+        lib.nvmlGpuInstanceGetInfo(gi, gi_info.as_mut_ptr())
+    })?;
     // SAFETY: filled by the successful call.
     Ok(unsafe { gi_info.assume_init() }.id)
 }
@@ -245,11 +304,17 @@ pub fn destroy(nvml: &Nvml, device: &Device, id: u32) -> Result<(), String> {
     need!(lib, nvmlGpuInstanceDestroy);
     let mut gi: b::nvmlGpuInstance_t = ptr::null_mut();
     // SAFETY: symbol checked; `gi` is a local.
-    check("GPU instance", unsafe { lib.nvmlDeviceGetGpuInstanceById(handle(device), id, &mut gi) })?;
+    check("GPU instance", unsafe {
+        lib.nvmlDeviceGetGpuInstanceById(handle(device), id, &mut gi)
+    })?;
     for (ci_id, _, ci) in compute_instances(nvml, gi)? {
         // SAFETY: `ci` was just returned by NVML for the live `gi`.
-        check(&format!("destroy compute instance {ci_id}"), unsafe { lib.nvmlComputeInstanceDestroy(ci) })?;
+        check(&format!("destroy compute instance {ci_id}"), unsafe {
+            lib.nvmlComputeInstanceDestroy(ci)
+        })?;
     }
     // SAFETY: `gi` is live and has no compute instances left.
-    check("destroy GPU instance", unsafe { lib.nvmlGpuInstanceDestroy(gi) })
+    check("destroy GPU instance", unsafe {
+        lib.nvmlGpuInstanceDestroy(gi)
+    })
 }
