@@ -267,9 +267,10 @@ fn run(
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        // kube's errors repeat their sources in their own text: print the top one only.
         let client = kube::Client::try_default()
             .await
-            .context("no Kubernetes client (in-cluster config or KUBECONFIG)")?;
+            .map_err(|e| anyhow!("no Kubernetes client (in-cluster config or KUBECONFIG): {e}"))?;
         if once {
             let report = publish::reconcile_once(&client, backend.as_ref(), &cfg).await?;
             println!("{}", serde_json::to_string_pretty(&report)?);

@@ -139,3 +139,44 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
             }),
         )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::applier::{AppliedStep, Outcome, Step};
+
+    #[test]
+    fn records_rounds_and_steps() {
+        let m = Metrics::new();
+        let report = Report {
+            gpus: 8,
+            islands: vec![(0..8).collect()],
+            mig_steps: vec![AppliedStep {
+                step: Step::Create {
+                    gpu: 0,
+                    profile: "3g.40gb".into(),
+                    start: 0,
+                },
+                outcome: Outcome::Done,
+            }],
+            ..Default::default()
+        };
+        m.record(&Ok(report));
+        m.record(&Err("API down".into()));
+        let text = m.encode();
+        assert!(text.contains("basalt_nodeagent_gpus 8"), "{text}");
+        assert!(text.contains("basalt_nodeagent_nvlink_islands 1"), "{text}");
+        assert!(
+            text.contains("basalt_nodeagent_reconciles_total{outcome=\"success\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("basalt_nodeagent_reconciles_total{outcome=\"error\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("basalt_nodeagent_mig_steps_total{action=\"create\",outcome=\"done\"} 1"),
+            "{text}"
+        );
+    }
+}
