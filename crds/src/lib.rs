@@ -21,8 +21,8 @@ pub use convert::{build_snapshot, cluster_spec, ConvertError, ConvertOptions};
 pub use quantity::QuantityError;
 pub use read::{read_objects, Loaded, Object, ReadError};
 pub use types::{
-    NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec, PodGroupStatus, Queue, QueueSpec,
-    QueueStatus,
+    GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec,
+    PodGroupStatus, Queue, QueueSpec, QueueStatus,
 };
 
 /// Anything [`load_files`] can fail with.

@@ -302,6 +302,16 @@ pub struct NodeTopologySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i32>", range(min = 1))]
     pub time_slice_replicas: Option<u32>,
+    /// How each pair of GPUs is connected, rows and columns in `gpus` order, in `nvidia-smi topo
+    /// -m` notation: `X` (itself), `NV<n>` (n NVLinks, directly or through NVSwitches), else the
+    /// closest common PCIe ancestor: `BRD` (same board), `PIX` (one PCIe switch), `PXB` (several
+    /// switches), `PHB` (host bridge), `NODE` (same NUMA node), `SYS` (across NUMA nodes), `?`
+    /// (unknown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_matrix: Vec<Vec<String>>,
+    /// The multi-node NVLink fabric (NVL72 rack) cluster UUID the GPUs report, when they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_cluster_uuid: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -317,6 +327,59 @@ pub struct GpuInfo {
     #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i64>", range(min = 0))]
     pub memory_mib: Option<u64>,
+    /// PCI bus id as NVML writes it (`00000000:18:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// The NUMA node the GPU is attached to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i32>", range(min = 0))]
+    pub numa_node: Option<u32>,
+    /// Active NVLinks of this GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i32>", range(min = 0))]
+    pub nvlinks: Option<u32>,
+    /// The NVLink fabric clique the GPU belongs to (NVL72 racks), when its fabric is up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>", range(min = 0))]
+    pub fabric_clique_id: Option<u32>,
+    /// MIG mode and instances; absent when the GPU does not support MIG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
+}
+
+/// MIG state of one GPU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigInfo {
+    /// Whether MIG mode is on now.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Whether MIG mode is set to be on after the next GPU reset, when it differs from `enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_enabled: Option<bool>,
+    /// The GPU instances, by placement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<MigDeviceInfo>,
+}
+
+/// One MIG GPU instance.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigDeviceInfo {
+    /// Profile name as the device plugin advertises it (`3g.40gb`, `1g.10gb+me`).
+    pub profile: String,
+    /// First memory slice of the placement.
+    #[schemars(with = "i32", range(min = 0))]
+    pub start: u32,
+    /// Memory slices the placement spans.
+    #[schemars(with = "i32", range(min = 1))]
+    pub size: u32,
+    /// The GPU instance id NVML gave it.
+    #[schemars(with = "i32", range(min = 0))]
+    pub gpu_instance_id: u32,
+    /// Whether processes run on it.
+    #[serde(default)]
+    pub busy: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

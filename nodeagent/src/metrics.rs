@@ -1,0 +1,182 @@
+//! `/healthz` and `/metrics` of the `run` mode.
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::publish::Report;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub action: String,
+    pub outcome: String,
+}
+
+/// The agent's metrics.
+pub struct Metrics {
+    registry: Registry,
+    pub gpus: Gauge<i64, AtomicI64>,
+    pub islands: Gauge<i64, AtomicI64>,
+    pub reconciles: Family<OutcomeLabels, Counter<u64, AtomicU64>>,
+    pub mig_steps: Family<StepLabels, Counter<u64, AtomicU64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("basalt_nodeagent");
+        let gpus = Gauge::<i64, AtomicI64>::default();
+        let islands = Gauge::<i64, AtomicI64>::default();
+        let reconciles = Family::<OutcomeLabels, Counter<u64, AtomicU64>>::default();
+        let mig_steps = Family::<StepLabels, Counter<u64, AtomicU64>>::default();
+        registry.register("gpus", "GPUs found on the node", gpus.clone());
+        registry.register(
+            "nvlink_islands",
+            "NVLink islands on the node",
+            islands.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Reconcile rounds by outcome (success, error, partial: wanted state had errors)",
+            reconciles.clone(),
+        );
+        registry.register(
+            "mig_steps",
+            "MIG applier steps by action and outcome",
+            mig_steps.clone(),
+        );
+        Metrics {
+            registry,
+            gpus,
+            islands,
+            reconciles,
+            mig_steps,
+        }
+    }
+
+    /// Records a finished round.
+    pub fn record(&self, result: &Result<Report, String>) {
+        let outcome = match result {
+            Ok(r) => {
+                self.gpus.set(r.gpus as i64);
+                self.islands.set(r.islands.len() as i64);
+                for s in &r.mig_steps {
+                    let outcome = match &s.outcome {
+                        crate::mig::applier::Outcome::NotApplied => "not_applied",
+                        crate::mig::applier::Outcome::Done => "done",
+                        crate::mig::applier::Outcome::Failed(_) => "failed",
+                        crate::mig::applier::Outcome::Skipped => "skipped",
+                    };
+                    self.mig_steps
+                        .get_or_create(&StepLabels {
+                            action: s.step.kind().into(),
+                            outcome: outcome.into(),
+                        })
+                        .inc();
+                }
+                if r.errors.is_empty() {
+                    "success"
+                } else {
+                    "partial"
+                }
+            }
+            Err(_) => "error",
+        };
+        self.reconciles
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The router for `/healthz` and `/metrics`.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.encode(),
+                    )
+                        .into_response()
+                }
+            }),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::applier::{AppliedStep, Outcome, Step};
+
+    #[test]
+    fn records_rounds_and_steps() {
+        let m = Metrics::new();
+        let report = Report {
+            gpus: 8,
+            islands: vec![(0..8).collect()],
+            mig_steps: vec![AppliedStep {
+                step: Step::Create {
+                    gpu: 0,
+                    profile: "3g.40gb".into(),
+                    start: 0,
+                },
+                outcome: Outcome::Done,
+            }],
+            ..Default::default()
+        };
+        m.record(&Ok(report));
+        m.record(&Err("API down".into()));
+        let text = m.encode();
+        assert!(text.contains("basalt_nodeagent_gpus 8"), "{text}");
+        assert!(text.contains("basalt_nodeagent_nvlink_islands 1"), "{text}");
+        assert!(
+            text.contains("basalt_nodeagent_reconciles_total{outcome=\"success\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("basalt_nodeagent_reconciles_total{outcome=\"error\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("basalt_nodeagent_mig_steps_total{action=\"create\",outcome=\"done\"} 1"),
+            "{text}"
+        );
+    }
+}

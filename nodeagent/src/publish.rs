@@ -1,0 +1,496 @@
+//! Publishing: one reconcile round against the API server ([`reconcile_once`]) and the pure
+//! functions that decide what it writes ([`node_label_patch`], [`desired_topology`]), which the
+//! unit tests check without a server.
+
+use std::collections::BTreeMap;
+
+use basalt_crds::types::NodeTopology;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use thiserror::Error;
+
+use crate::backend::{BackendError, GpuBackend};
+use crate::discover::{discover, DiscoverError, Discovery};
+use crate::mig::applier::{self, AppliedStep, Outcome};
+use crate::mig::config::{self, MIG_CONFIG_LABEL};
+use crate::timeslice::{self, LabelChange};
+
+/// The label of NVIDIA's GPU operator that names the node's multi-node NVLink clique.
+pub const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
+/// Set on the Node when the clique label is the agent's, so it never overwrites the operator's.
+pub const CLIQUE_OWNER_ANNOTATION: &str = "scheduling.basalt.dev/clique-label-owner";
+pub const FIELD_MANAGER: &str = "basalt-nodeagent";
+
+/// `namespace/name` of a ConfigMap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigMapRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::str::FromStr for ConfigMapRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(ConfigMapRef {
+                    namespace: ns.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(format!("{s:?}: want NAMESPACE/NAME")),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigMapRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node_name: String,
+    /// Decide and report, write nothing, change no GPU.
+    pub dry_run: bool,
+    /// mig-parted config (the layouts `nvidia.com/mig.config` names).
+    pub mig_config_map: ConfigMapRef,
+    /// Key of the mig-parted config in that ConfigMap.
+    pub mig_config_key: String,
+    /// The device plugin's config ConfigMap, where time-slicing configs go.
+    pub device_plugin_config_map: ConfigMapRef,
+}
+
+/// What a write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Write {
+    Created,
+    Updated,
+    Unchanged,
+    /// Would have changed; dry run.
+    DryRun,
+}
+
+/// What one round found and did.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub node: String,
+    pub gpus: usize,
+    pub islands: Vec<Vec<u32>>,
+    pub clique_id: Option<String>,
+    pub topology: Option<Write>,
+    pub node_labels: Option<Write>,
+    pub mig_layout: Option<String>,
+    pub mig_steps: Vec<AppliedStep>,
+    pub time_slice_replicas: Option<u32>,
+    pub time_slicing_config: Option<Write>,
+    pub warnings: Vec<String>,
+    /// Problems with the wanted state (bad label, missing layout) that did not stop the round.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Error)]
+pub enum ReconcileError {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("GPU report: {0}")]
+    Discover(#[from] DiscoverError),
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let what = what.into();
+    move |source| ReconcileError::Kube { what, source }
+}
+
+/// The NodeTopology the agent wants for `node`: the discovery, owned by the Node so it goes
+/// when the Node does.
+pub fn desired_topology(node: &Node, d: &Discovery, replicas: Option<u32>) -> NodeTopology {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let mut t = d.node_topology(&name, replicas);
+    if let Some(uid) = &node.metadata.uid {
+        t.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name,
+            uid: uid.clone(),
+            ..Default::default()
+        }]);
+    }
+    t
+}
+
+/// The JSON merge patch of the Node's labels and annotations, or `None` when nothing changes.
+/// The clique label is set only when absent or when this agent set it before (its annotation
+/// says so), and removed only then.
+pub fn node_label_patch(
+    node: &Node,
+    clique: Option<&str>,
+    device_plugin: &LabelChange,
+) -> Option<Value> {
+    let empty = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let ours = annotations.get(CLIQUE_OWNER_ANNOTATION).map(String::as_str) == Some(FIELD_MANAGER);
+    let mut l = Map::new();
+    let mut a = Map::new();
+    match (labels.get(CLIQUE_LABEL), clique) {
+        (None, Some(c)) => {
+            l.insert(CLIQUE_LABEL.into(), c.into());
+            a.insert(CLIQUE_OWNER_ANNOTATION.into(), FIELD_MANAGER.into());
+        }
+        (Some(cur), Some(c)) if ours && cur != c => {
+            l.insert(CLIQUE_LABEL.into(), c.into());
+        }
+        (Some(_), None) if ours => {
+            l.insert(CLIQUE_LABEL.into(), Value::Null);
+            a.insert(CLIQUE_OWNER_ANNOTATION.into(), Value::Null);
+        }
+        _ => {}
+    }
+    match device_plugin {
+        LabelChange::Set(v) => {
+            l.insert(
+                timeslice::DEVICE_PLUGIN_CONFIG_LABEL.into(),
+                v.as_str().into(),
+            );
+        }
+        LabelChange::Remove => {
+            l.insert(timeslice::DEVICE_PLUGIN_CONFIG_LABEL.into(), Value::Null);
+        }
+        LabelChange::Leave => {}
+    }
+    if l.is_empty() && a.is_empty() {
+        return None;
+    }
+    let mut meta = Map::new();
+    if !l.is_empty() {
+        meta.insert("labels".into(), Value::Object(l));
+    }
+    if !a.is_empty() {
+        meta.insert("annotations".into(), Value::Object(a));
+    }
+    Some(json!({ "metadata": meta }))
+}
+
+/// One round: read the node and the GPUs, reconcile MIG and time-slicing with the node's labels,
+/// write the NodeTopology and the node's labels. Errors in the wanted state are reported and the
+/// rest goes on; API and backend failures end the round.
+pub async fn reconcile_once(
+    client: &Client,
+    backend: &dyn GpuBackend,
+    cfg: &AgentConfig,
+) -> Result<Report, ReconcileError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .get(&cfg.node_name)
+        .await
+        .map_err(kube_err(format!("reading Node {}", cfg.node_name)))?;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let mut report = Report {
+        node: cfg.node_name.clone(),
+        ..Default::default()
+    };
+
+    let mut raw = backend.report()?;
+    let mut discovery = discover(&raw)?;
+
+    // MIG.
+    if let Some(layout) = labels.get(MIG_CONFIG_LABEL) {
+        report.mig_layout = Some(layout.clone());
+        match mig_wants(client, cfg, layout, &raw.gpus).await {
+            Ok(wants) => {
+                let steps = applier::plan_steps(&raw.gpus, &wants);
+                let applied = applier::apply(backend, &raw.gpus, steps, cfg.dry_run);
+                let changed = applied.iter().any(|s| s.outcome == Outcome::Done);
+                for s in &applied {
+                    if let Outcome::Failed(e) = &s.outcome {
+                        report.errors.push(format!("{}: {e}", s.step));
+                    }
+                }
+                report.mig_steps = applied;
+                if changed {
+                    raw = backend.report()?;
+                    discovery = discover(&raw)?;
+                }
+            }
+            Err(e) => report.errors.push(e),
+        }
+    }
+
+    // Time-slicing.
+    let ts_change = match timeslice::wanted(&labels) {
+        Ok(w) => {
+            if let timeslice::Wanted::Replicas(n) = w {
+                report.time_slice_replicas = Some(n);
+                report.time_slicing_config =
+                    Some(ensure_time_slicing_config(client, cfg, n).await?);
+            }
+            timeslice::label_change(&labels, w)
+        }
+        Err(e) => {
+            report.errors.push(e);
+            LabelChange::Leave
+        }
+    };
+
+    // NodeTopology.
+    let desired = desired_topology(&node, &discovery, report.time_slice_replicas);
+    let topologies: Api<NodeTopology> = Api::all(client.clone());
+    let what = format!("NodeTopology {}", cfg.node_name);
+    report.topology = Some(
+        match topologies
+            .get_opt(&cfg.node_name)
+            .await
+            .map_err(kube_err(&what))?
+        {
+            None if cfg.dry_run => Write::DryRun,
+            None => {
+                topologies
+                    .create(&PostParams::default(), &desired)
+                    .await
+                    .map_err(kube_err(&what))?;
+                Write::Created
+            }
+            Some(cur)
+                if cur.spec == desired.spec
+                    && cur.metadata.owner_references == desired.metadata.owner_references =>
+            {
+                Write::Unchanged
+            }
+            Some(_) if cfg.dry_run => Write::DryRun,
+            Some(cur) => {
+                let mut next = desired.clone();
+                next.metadata.resource_version = cur.metadata.resource_version.clone();
+                next.metadata.labels = cur.metadata.labels.clone();
+                next.metadata.annotations = cur.metadata.annotations.clone();
+                topologies
+                    .replace(&cfg.node_name, &PostParams::default(), &next)
+                    .await
+                    .map_err(kube_err(&what))?;
+                Write::Updated
+            }
+        },
+    );
+
+    // Node labels.
+    report.node_labels = Some(
+        match node_label_patch(&node, discovery.clique_id.as_deref(), &ts_change) {
+            None => Write::Unchanged,
+            Some(_) if cfg.dry_run => Write::DryRun,
+            Some(patch) => {
+                nodes
+                    .patch(
+                        &cfg.node_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(kube_err(format!("labelling Node {}", cfg.node_name)))?;
+                Write::Updated
+            }
+        },
+    );
+
+    report.gpus = discovery.gpus.len();
+    report.islands = discovery.islands.clone();
+    report.clique_id = discovery.clique_id.clone();
+    report.warnings = discovery.warnings;
+    Ok(report)
+}
+
+/// Reads the mig-parted config and resolves the layout for this node's GPUs. Errors are text for
+/// the report: a missing ConfigMap or layout is the operator's to fix, not a reason to stop.
+async fn mig_wants(
+    client: &Client,
+    cfg: &AgentConfig,
+    layout: &str,
+    gpus: &[crate::raw::RawGpu],
+) -> Result<BTreeMap<u32, config::GpuWant>, String> {
+    let r = &cfg.mig_config_map;
+    let source = format!("ConfigMap {r} key {}", cfg.mig_config_key);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
+    let cm = cms
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| format!("reading ConfigMap {r}: {e}"))?
+        .ok_or_else(|| {
+            format!("node label {MIG_CONFIG_LABEL}={layout:?}, but ConfigMap {r} does not exist")
+        })?;
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&cfg.mig_config_key))
+        .ok_or_else(|| format!("{source}: no such key"))?;
+    let parsed = config::parse(&source, text).map_err(|e| e.to_string())?;
+    config::wanted_for_gpus(&source, &parsed, layout, gpus).map_err(|e| e.to_string())
+}
+
+/// Makes sure the device plugin's ConfigMap has the time-slicing config for `replicas`.
+async fn ensure_time_slicing_config(
+    client: &Client,
+    cfg: &AgentConfig,
+    replicas: u32,
+) -> Result<Write, ReconcileError> {
+    let r = &cfg.device_plugin_config_map;
+    let what = format!("ConfigMap {r}");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
+    let key = timeslice::config_name(replicas);
+    let value = timeslice::render_config(replicas);
+    match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
+        Some(cm) if cm.data.as_ref().and_then(|d| d.get(&key)) == Some(&value) => {
+            Ok(Write::Unchanged)
+        }
+        _ if cfg.dry_run => Ok(Write::DryRun),
+        Some(_) => {
+            // Merge patch on one key: agents on other nodes write other keys concurrently.
+            let patch = json!({ "data": { key: value } });
+            cms.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err(&what))?;
+            Ok(Write::Updated)
+        }
+        None => {
+            let cm = ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(r.name.clone()),
+                    namespace: Some(r.namespace.clone()),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([(key, value)])),
+                ..Default::default()
+            };
+            match cms.create(&PostParams::default(), &cm).await {
+                Ok(_) => Ok(Write::Created),
+                // Another node's agent created it first: add our key.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    Box::pin(ensure_time_slicing_config(client, cfg, replicas)).await
+                }
+                Err(e) => Err(kube_err(&what)(e)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeBackend;
+
+    fn node(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Node {
+        let map = |p: &[(&str, &str)]| {
+            Some(
+                p.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("gpu-7".into()),
+                uid: Some("0b7e-uid".into()),
+                labels: map(labels),
+                annotations: map(annotations),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn clique_label_is_set_when_absent_and_marked_ours() {
+        let p = node_label_patch(&node(&[], &[]), Some("uuid.7"), &LabelChange::Leave).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {
+                "labels": {CLIQUE_LABEL: "uuid.7"},
+                "annotations": {CLIQUE_OWNER_ANNOTATION: FIELD_MANAGER}
+            }})
+        );
+    }
+
+    #[test]
+    fn operator_clique_label_is_never_touched() {
+        let n = node(&[(CLIQUE_LABEL, "operator.3")], &[]);
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave),
+            None
+        );
+        assert_eq!(node_label_patch(&n, None, &LabelChange::Leave), None);
+    }
+
+    #[test]
+    fn our_clique_label_follows_the_fabric() {
+        let n = node(
+            &[(CLIQUE_LABEL, "uuid.7")],
+            &[(CLIQUE_OWNER_ANNOTATION, FIELD_MANAGER)],
+        );
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.7"), &LabelChange::Leave),
+            None
+        );
+        assert_eq!(
+            node_label_patch(&n, Some("uuid.8"), &LabelChange::Leave).unwrap(),
+            json!({"metadata": {"labels": {CLIQUE_LABEL: "uuid.8"}}})
+        );
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Leave).unwrap(),
+            json!({"metadata": {
+                "labels": {CLIQUE_LABEL: null},
+                "annotations": {CLIQUE_OWNER_ANNOTATION: null}
+            }})
+        );
+    }
+
+    #[test]
+    fn device_plugin_label_patch() {
+        let n = node(&[], &[]);
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Set("basalt-time-slicing-4".into())).unwrap(),
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": "basalt-time-slicing-4"}}})
+        );
+        assert_eq!(
+            node_label_patch(&n, None, &LabelChange::Remove).unwrap(),
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": null}}})
+        );
+    }
+
+    #[test]
+    fn desired_topology_is_owned_by_the_node_and_reports_replicas() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gb200-nvl72-tray.yaml");
+        let b = FakeBackend::from_file(&path).unwrap();
+        let d = discover(&b.report().unwrap()).unwrap();
+        let t = desired_topology(&node(&[], &[]), &d, Some(4));
+        assert_eq!(t.metadata.name.as_deref(), Some("gpu-7"));
+        let owner = &t.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("Node", "0b7e-uid")
+        );
+        assert_eq!(t.spec.time_slice_replicas, Some(4));
+        assert_eq!(t.spec.islands, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(t.spec.gpus.len(), 4);
+        assert_eq!(t.spec.link_matrix[0], vec!["X", "NV18", "NV18", "NV18"]);
+    }
+
+    #[test]
+    fn config_map_refs_parse() {
+        let r: ConfigMapRef = "gpu-operator/x".parse().unwrap();
+        assert_eq!(r.to_string(), "gpu-operator/x");
+        assert!("x".parse::<ConfigMapRef>().is_err());
+        assert!("a/b/c".parse::<ConfigMapRef>().is_err());
+    }
+}
