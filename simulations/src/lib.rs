@@ -4,3 +4,4 @@
 pub mod bench;
 pub mod plan;
 pub mod synthetic;
+pub mod replay;
