@@ -3,5 +3,5 @@
 
 pub mod bench;
 pub mod plan;
-pub mod synthetic;
 pub mod replay;
+pub mod synthetic;

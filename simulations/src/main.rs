@@ -143,7 +143,10 @@ fn config_label(path: &std::path::Path) -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Replay { .. } | Command::Compare { .. }) {
+    if matches!(
+        cli.command,
+        Command::Replay { .. } | Command::Compare { .. }
+    ) {
         // Without a handler Ctrl-C simply ends the process, which is still no partial report.
         let _ = ctrlc::set_handler(|| STOP.store(true, std::sync::atomic::Ordering::SeqCst));
     }
@@ -236,11 +239,18 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             out,
             output,
         } => {
-            let label = config.as_deref().map_or("default".to_string(), config_label);
+            let label = config
+                .as_deref()
+                .map_or("default".to_string(), config_label);
             let config = plan::load_config(config.as_deref())?;
             let loaded = trace.load()?;
             let (outcome, summary) = run_one(&loaded, &config, &label)?;
-            let names: Vec<String> = loaded.workload.jobs.iter().map(|j| j.name.clone()).collect();
+            let names: Vec<String> = loaded
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.name.clone())
+                .collect();
             let run = report::RunReport {
                 label: label.clone(),
                 outcome: &outcome,
@@ -284,7 +294,12 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 }
             }
             let loaded = trace.load()?;
-            let names: Vec<String> = loaded.workload.jobs.iter().map(|j| j.name.clone()).collect();
+            let names: Vec<String> = loaded
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.name.clone())
+                .collect();
             let mut results = Vec::new();
             for ((_, config), label) in parsed.iter().zip(&labels) {
                 if STOP.load(std::sync::atomic::Ordering::SeqCst) {
@@ -303,7 +318,9 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                     job_names: &names,
                 })
                 .collect();
-            report::write_atomically(&out, |dir| report::write_compare(dir, &runs, &loaded.inputs))?;
+            report::write_atomically(&out, |dir| {
+                report::write_compare(dir, &runs, &loaded.inputs)
+            })?;
             let summaries: Vec<&replay::metrics::Summary> = results.iter().map(|r| &r.2).collect();
             let shown: Vec<String> = results.iter().map(|r| r.0.clone()).collect();
             let mut text = String::new();

@@ -136,7 +136,12 @@ fn time_mean(samples: &[Sample], end: i64, f: impl Fn(&Sample) -> Option<f64>) -
 
 /// Deserved GPUs per queue: total · weight / Σ weights.
 pub fn deserved(outcome: &Outcome) -> Vec<f64> {
-    let sum: f64 = outcome.queues.iter().map(|q| q.weight as f64).sum::<f64>().max(1.0);
+    let sum: f64 = outcome
+        .queues
+        .iter()
+        .map(|q| q.weight as f64)
+        .sum::<f64>()
+        .max(1.0);
     outcome
         .queues
         .iter()

@@ -157,14 +157,19 @@ impl TraceArgs {
             self.period
         );
         let bundled = self.trace.is_none() && self.synthetic_jobs.is_none();
-        let scale = self.node_scale.unwrap_or(if bundled { DEFAULT_NODE_SCALE } else { 1.0 });
+        let scale = self
+            .node_scale
+            .unwrap_or(if bundled { DEFAULT_NODE_SCALE } else { 1.0 });
         anyhow::ensure!(
             scale.is_finite() && scale > 0.0,
             "--node-scale: must be positive, got {scale}"
         );
         let mut notes = Vec::new();
         let (mut workload, format) = if self.synthetic_jobs.is_some() {
-            anyhow::ensure!(self.trace.is_none(), "--synthetic-jobs and --trace exclude each other");
+            anyhow::ensure!(
+                self.trace.is_none(),
+                "--synthetic-jobs and --trace exclude each other"
+            );
             (Workload::default(), None)
         } else {
             let source = match &self.trace {
@@ -245,10 +250,26 @@ impl TraceArgs {
                 .iter()
                 .map(|n| n.allocatable.get("nvidia.com/gpu").copied().unwrap_or(0) as u64)
                 .sum();
-            workload = synthetic::workload(n, self.seed, self.synthetic_load, gpus, self.gpus_per_node.max(1))?;
+            workload = synthetic::workload(
+                n,
+                self.seed,
+                self.synthetic_load,
+                gpus,
+                self.gpus_per_node.max(1),
+            )?;
         }
-        anyhow::ensure!(!workload.jobs.is_empty(), "{}: the trace has no jobs", workload.source);
-        if share == GpuShare::RoundUp && workload.jobs.iter().flat_map(|j| &j.pods).any(|p| p.gpus > 0 && p.gpu_milli < 1000) {
+        anyhow::ensure!(
+            !workload.jobs.is_empty(),
+            "{}: the trace has no jobs",
+            workload.source
+        );
+        if share == GpuShare::RoundUp
+            && workload
+                .jobs
+                .iter()
+                .flat_map(|j| &j.pods)
+                .any(|p| p.gpus > 0 && p.gpu_milli < 1000)
+        {
             notes.push("fractional-GPU pods are rounded up to one whole GPU (--gpu-share round-up): GPU demand and allocation are overstated by the unused share; `mean GPU share used` counts the fractions as asked".into());
         }
         if share == GpuShare::Pool {

@@ -41,7 +41,10 @@ pub enum TraceError {
 #[derive(Clone, Debug)]
 pub enum Source {
     File(std::path::PathBuf),
-    Text { label: &'static str, text: &'static str },
+    Text {
+        label: &'static str,
+        text: &'static str,
+    },
 }
 
 impl Source {
@@ -57,9 +60,17 @@ impl Source {
         let text = match self {
             Source::File(p) => {
                 use std::io::BufRead;
-                let f = std::fs::File::open(p).map_err(|e| TraceError::Io { file: self.label(), message: e.to_string() })?;
+                let f = std::fs::File::open(p).map_err(|e| TraceError::Io {
+                    file: self.label(),
+                    message: e.to_string(),
+                })?;
                 let mut line = String::new();
-                std::io::BufReader::new(f).read_line(&mut line).map_err(|e| TraceError::Io { file: self.label(), message: e.to_string() })?;
+                std::io::BufReader::new(f)
+                    .read_line(&mut line)
+                    .map_err(|e| TraceError::Io {
+                        file: self.label(),
+                        message: e.to_string(),
+                    })?;
                 line
             }
             Source::Text { text, .. } => text.lines().next().unwrap_or("").to_string(),
@@ -79,13 +90,17 @@ impl Table {
     fn open(source: &Source, known: &[&str], required: &[&str]) -> Result<Table, TraceError> {
         let file = source.label();
         let f: Box<dyn std::io::Read> = match source {
-            Source::File(path) => Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
-                file: file.clone(),
-                message: e.to_string(),
-            })?),
+            Source::File(path) => {
+                Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
+                    file: file.clone(),
+                    message: e.to_string(),
+                })?)
+            }
             Source::Text { text, .. } => Box::new(std::io::Cursor::new(*text)),
         };
-        let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(f);
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(f);
         let headers = reader.headers().map_err(|e| TraceError::Row {
             file: file.clone(),
             line: 1,
@@ -118,10 +133,7 @@ impl Table {
     }
 
     /// Calls `row` for every record with its line number.
-    fn rows(
-        mut self,
-        mut row: impl FnMut(&Row) -> Result<(), String>,
-    ) -> Result<(), TraceError> {
+    fn rows(mut self, mut row: impl FnMut(&Row) -> Result<(), String>) -> Result<(), TraceError> {
         let mut record = csv::StringRecord::new();
         loop {
             match self.reader.read_record(&mut record) {
@@ -400,7 +412,7 @@ pub fn read_philly_vc_nodes(path: &Source) -> Result<Vec<(String, u32)>, TraceEr
     table.rows(|r| {
         let vc = r.str("vc")?.to_string();
         let n = r.int("node num")?;
-        if n < 1 || n > 1_000_000 {
+        if !(1..=1_000_000).contains(&n) {
             return Err(format!("node num: {n} is out of range (1..1000000)"));
         }
         if out.iter().any(|(v, _)| *v == vc) {
@@ -429,8 +441,12 @@ pub fn read_philly(path: &Source) -> Result<Workload, TraceError> {
     let mut jobs = Vec::new();
     let mut row = 0usize;
     table.rows(|r| {
-        let submit = parse_datetime(r.str("timestamp")?)
-            .ok_or_else(|| format!("timestamp: {:?} is not YYYY-MM-DD HH:MM:SS", r.str("timestamp").unwrap_or("")))?;
+        let submit = parse_datetime(r.str("timestamp")?).ok_or_else(|| {
+            format!(
+                "timestamp: {:?} is not YYYY-MM-DD HH:MM:SS",
+                r.str("timestamp").unwrap_or("")
+            )
+        })?;
         let duration = seconds_to_ms("duration", r.num("duration")?)?;
         let n = r.int("num_gpus")?;
         if !(1..=100_000).contains(&n) {
@@ -615,7 +631,13 @@ fn check_min_member(w: &Workload, file: &str) -> Result<(), TraceError> {
     Ok(())
 }
 
-fn native_pod(cpu: &str, memory: &str, gpus: i64, milli: i64, models: &str) -> Result<PodShape, String> {
+fn native_pod(
+    cpu: &str,
+    memory: &str,
+    gpus: i64,
+    milli: i64,
+    models: &str,
+) -> Result<PodShape, String> {
     let cpu = quantity("cpu", "cpu", cpu)?;
     let memory = quantity("memory", "memory", memory)?;
     let gpus = nonneg("gpus", gpus)?;
@@ -626,7 +648,9 @@ fn native_pod(cpu: &str, memory: &str, gpus: i64, milli: i64, models: &str) -> R
         return Err(format!("gpu_milli: {milli} is out of range (1..1000)"));
     }
     if gpus > 1 && milli != 1000 {
-        return Err(format!("gpu_milli: {milli} with gpus {gpus}; a share below 1000 needs gpus 1"));
+        return Err(format!(
+            "gpu_milli: {milli} with gpus {gpus}; a share below 1000 needs gpus 1"
+        ));
     }
     Ok(PodShape {
         cpu_milli: cpu,
@@ -719,10 +743,19 @@ pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
         let mut pods = Vec::new();
         for (k, role) in j.pods.iter().enumerate() {
             if !(1..=100_000).contains(&role.count) {
-                return Err(at(format!("pods[{k}].count: {} is out of range", role.count)));
+                return Err(at(format!(
+                    "pods[{k}].count: {} is out of range",
+                    role.count
+                )));
             }
-            let shape = native_pod(&role.cpu, &role.memory, role.gpus, role.gpu_milli, &role.gpu_models.join("|"))
-                .map_err(|m| at(format!("pods[{k}].{m}")))?;
+            let shape = native_pod(
+                &role.cpu,
+                &role.memory,
+                role.gpus,
+                role.gpu_milli,
+                &role.gpu_models.join("|"),
+            )
+            .map_err(|m| at(format!("pods[{k}].{m}")))?;
             pods.extend(std::iter::repeat_n(shape, role.count as usize));
         }
         if pods.is_empty() {
@@ -760,18 +793,32 @@ pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
 
 /// Nodes (and Queues) from Kubernetes manifests, read by `basalt-crds`; pods in the files are
 /// ignored (the workload comes from the trace).
-pub fn read_manifests(paths: &[std::path::PathBuf]) -> anyhow::Result<(Cluster, Vec<basalt_engine::QueueSpec>)> {
+pub fn read_manifests(
+    paths: &[std::path::PathBuf],
+) -> anyhow::Result<(Cluster, Vec<basalt_engine::QueueSpec>)> {
     let mut objects = Vec::new();
     for p in paths {
         objects.extend(basalt_crds::read_file(p)?.objects);
     }
     let spec = basalt_crds::cluster_spec(&objects, &basalt_crds::ConvertOptions::default())?;
-    anyhow::ensure!(!spec.nodes.is_empty(), "{}: no Node objects", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    anyhow::ensure!(
+        !spec.nodes.is_empty(),
+        "{}: no Node objects",
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok((
         Cluster {
             source: format!(
                 "manifests {}",
-                paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             nodes: spec.nodes,
         },
@@ -824,11 +871,8 @@ impl Generator {
                 if self.gpus_per_node > 0 {
                     labels.insert(GPU_MODEL_LABEL.to_string(), self.gpu_model.clone());
                 }
-                if self.clique_nodes > 0 {
-                    labels.insert(
-                        CLIQUE_LABEL.to_string(),
-                        format!("clique-{:04}", i / self.clique_nodes),
-                    );
+                if let Some(clique) = i.checked_div(self.clique_nodes) {
+                    labels.insert(CLIQUE_LABEL.to_string(), format!("clique-{clique:04}"));
                 }
                 node_spec(
                     name,
@@ -867,7 +911,10 @@ mod tests {
         assert_eq!(parse_datetime("1970-01-01 00:00:00"), Some(0));
         assert_eq!(parse_datetime("1970-01-02 00:00:01"), Some(86_401));
         // 2017-09-04 is 17,413 days after the epoch.
-        assert_eq!(parse_datetime("2017-09-04 10:30:41"), Some(17_413 * 86_400 + 37_841));
+        assert_eq!(
+            parse_datetime("2017-09-04 10:30:41"),
+            Some(17_413 * 86_400 + 37_841)
+        );
         assert_eq!(parse_datetime("2017-13-04 10:30:41"), None);
         assert_eq!(parse_datetime("yesterday"), None);
     }

@@ -235,7 +235,11 @@ impl<'a> Simulator<'a> {
         manifest_queues: &[QueueSpec],
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(opts.period_ms >= 1, "--period: must be at least 1 ms");
-        anyhow::ensure!(!cluster.nodes.is_empty(), "{}: the cluster has no nodes", cluster.source);
+        anyhow::ensure!(
+            !cluster.nodes.is_empty(),
+            "{}: the cluster has no nodes",
+            cluster.source
+        );
         let fold = opts.fold_bound.unwrap_or(!can_evict(config));
         let mut nodes = cluster.nodes.clone();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -244,13 +248,26 @@ impl<'a> Simulator<'a> {
         let mut cliques: BTreeMap<String, u32> = BTreeMap::new();
         let (mut node_gpus, mut node_rack, mut node_clique) = (vec![], vec![], vec![]);
         for (i, n) in nodes.iter_mut().enumerate() {
-            anyhow::ensure!(node_ids.insert(n.name.clone(), i as u32).is_none(), "{}: node {} is listed twice", cluster.source, n.name);
-            let g = n.allocatable.get("nvidia.com/gpu").copied().unwrap_or(0).max(0) as u32;
+            anyhow::ensure!(
+                node_ids.insert(n.name.clone(), i as u32).is_none(),
+                "{}: node {} is listed twice",
+                cluster.source,
+                n.name
+            );
+            let g = n
+                .allocatable
+                .get("nvidia.com/gpu")
+                .copied()
+                .unwrap_or(0)
+                .max(0) as u32;
             node_gpus.push(g);
             if opts.gpu_share == GpuShare::Pool {
-                n.allocatable.insert(GPU_SHARE_RESOURCE.into(), g as i64 * 1000);
+                n.allocatable
+                    .insert(GPU_SHARE_RESOURCE.into(), g as i64 * 1000);
             }
-            n.allocatable.entry("pods".into()).or_insert(basalt_engine::DEFAULT_MAX_PODS);
+            n.allocatable
+                .entry("pods".into())
+                .or_insert(basalt_engine::DEFAULT_MAX_PODS);
             let id = |map: &mut BTreeMap<String, u32>, key: &str| {
                 n.labels.get(key).map(|v| {
                     let next = map.len() as u32;
@@ -262,12 +279,22 @@ impl<'a> Simulator<'a> {
         }
         let total_gpus: u32 = node_gpus.iter().sum();
         let queues = queue_specs(workload, manifest_queues, opts.quota, total_gpus);
-        let qindex: HashMap<&str, u32> = workload.queues.iter().enumerate().map(|(i, q)| (q.name.as_str(), i as u32)).collect();
+        let qindex: HashMap<&str, u32> = workload
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.name.as_str(), i as u32))
+            .collect();
         let mut prepared = Vec::with_capacity(workload.jobs.len());
         for j in &workload.jobs {
             anyhow::ensure!(!j.pods.is_empty(), "job {}: has no pods", j.name);
-            let requests: Vec<ResourceList> = j.pods.iter().map(|p| request(p, opts.gpu_share)).collect();
-            let mut models: Vec<String> = j.pods.iter().flat_map(|p| p.gpu_models.iter().cloned()).collect();
+            let requests: Vec<ResourceList> =
+                j.pods.iter().map(|p| request(p, opts.gpu_share)).collect();
+            let mut models: Vec<String> = j
+                .pods
+                .iter()
+                .flat_map(|p| p.gpu_models.iter().cloned())
+                .collect();
             models.sort();
             models.dedup();
             let rules = if models.is_empty() {
@@ -294,7 +321,10 @@ impl<'a> Simulator<'a> {
                     *min_resources.entry(k.clone()).or_default() += v;
                 }
             }
-            let gpus: Vec<u32> = requests.iter().map(|r| r.get("nvidia.com/gpu").copied().unwrap_or(0) as u32).collect();
+            let gpus: Vec<u32> = requests
+                .iter()
+                .map(|r| r.get("nvidia.com/gpu").copied().unwrap_or(0) as u32)
+                .collect();
             prepared.push(Prepared {
                 total_gpus: gpus.iter().sum(),
                 gpus,
@@ -305,25 +335,33 @@ impl<'a> Simulator<'a> {
                 min_resources,
             });
         }
-        let state = workload.jobs.iter().map(|j| JobState {
-            phase: JobPhase::Pending,
-            pods: vec![None; j.pods.len()],
-            bound: 0,
-            epoch: 0,
-            folded: false,
-        }).collect();
-        let records = workload.jobs.iter().map(|_| JobRecord {
-            status: Status::NotArrived,
-            start_ms: None,
-            first_start_ms: None,
-            end_ms: None,
-            evictions: 0,
-            lost_gpu_ms: 0,
-            one_rack: None,
-            tp_groups: 0,
-            tp_in_node: 0,
-            tp_in_nvlink: 0,
-        }).collect();
+        let state = workload
+            .jobs
+            .iter()
+            .map(|j| JobState {
+                phase: JobPhase::Pending,
+                pods: vec![None; j.pods.len()],
+                bound: 0,
+                epoch: 0,
+                folded: false,
+            })
+            .collect();
+        let records = workload
+            .jobs
+            .iter()
+            .map(|_| JobRecord {
+                status: Status::NotArrived,
+                start_ms: None,
+                first_start_ms: None,
+                end_ms: None,
+                evictions: 0,
+                lost_gpu_ms: 0,
+                one_rack: None,
+                tp_groups: 0,
+                tp_in_node: 0,
+                tp_in_nvlink: 0,
+            })
+            .collect();
         let nq = workload.queues.len();
         let mut sim = Simulator {
             config,
@@ -374,7 +412,13 @@ impl<'a> Simulator<'a> {
 
     fn push(&mut self, time: i64, kind: Kind, job: u32, epoch: u32) {
         self.seq += 1;
-        self.heap.push(Reverse(Event { time, kind, seq: self.seq, job, epoch }));
+        self.heap.push(Reverse(Event {
+            time,
+            kind,
+            seq: self.seq,
+            job,
+            epoch,
+        }));
     }
 
     /// Queues a cycle at the next period boundary (now, when on one).
@@ -383,7 +427,11 @@ impl<'a> Simulator<'a> {
             return;
         }
         let p = self.opts.period_ms;
-        let t = if after { (self.now / p + 1) * p } else { (self.now + p - 1).div_euclid(p) * p };
+        let t = if after {
+            (self.now / p + 1) * p
+        } else {
+            (self.now + p - 1).div_euclid(p) * p
+        };
         self.cycle_queued = true;
         self.push(t, Kind::Cycle, 0, 0);
     }
@@ -422,7 +470,12 @@ impl<'a> Simulator<'a> {
             jobs: self.records,
             job_queue: self.prepared.iter().map(|p| p.queue).collect(),
             job_submit_ms: self.workload.jobs.iter().map(|j| j.submit_ms).collect(),
-            job_pods: self.workload.jobs.iter().map(|j| j.pods.len() as u32).collect(),
+            job_pods: self
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.pods.len() as u32)
+                .collect(),
             job_gpus: self.prepared.iter().map(|p| p.total_gpus).collect(),
             samples: self.samples,
             has_racks: self.node_rack.iter().any(Option::is_some),
@@ -462,7 +515,9 @@ impl<'a> Simulator<'a> {
     }
 
     fn complete(&mut self, job: u32, epoch: u32) {
-        if self.state[job as usize].epoch != epoch || self.records[job as usize].status != Status::Running {
+        if self.state[job as usize].epoch != epoch
+            || self.records[job as usize].status != Status::Running
+        {
             return; // evicted since; a later start scheduled its own completion
         }
         let p = &self.prepared[job as usize];
@@ -522,7 +577,13 @@ impl<'a> Simulator<'a> {
     fn take_gpus(&mut self, node: u32, delta: i64) {
         let n = node as usize;
         let cap = self.node_gpus[n];
-        let frag = |used: u32| if used > 0 && used < cap { cap - used } else { 0 };
+        let frag = |used: u32| {
+            if used > 0 && used < cap {
+                cap - used
+            } else {
+                0
+            }
+        };
         self.fragmented -= frag(self.node_used[n]);
         self.node_used[n] = (self.node_used[n] as i64 + delta) as u32;
         self.fragmented += frag(self.node_used[n]);
@@ -591,7 +652,11 @@ impl<'a> Simulator<'a> {
                     rules: p.rules.clone(),
                     priority: t.priority,
                     created_ms: t.submit_ms,
-                    phase: if placed.is_some() { PodPhase::Running } else { PodPhase::Pending },
+                    phase: if placed.is_some() {
+                        PodPhase::Running
+                    } else {
+                        PodPhase::Pending
+                    },
                     node: placed.map(|pl| self.nodes[pl.node as usize].name.clone()),
                     gpu_ids: placed.map(|pl| pl.gpu_ids.clone()).unwrap_or_default(),
                     preemptable: true,
@@ -636,30 +701,47 @@ impl<'a> Simulator<'a> {
             let Some((job, _)) = parse_pod(&e.pod) else {
                 anyhow::bail!("cycle at {} ms: the plan evicts {}, a folded pod; folding is only exact without evicting actions", self.now, e.pod);
             };
-            if self.records[job as usize].status == Status::Running || self.state[job as usize].bound > 0 {
+            if self.records[job as usize].status == Status::Running
+                || self.state[job as usize].bound > 0
+            {
                 self.evict(job);
                 changed = true;
             }
         }
         let mut touched = BTreeSet::new();
         for b in &plan.bindings {
-            let (job, k) = parse_pod(&b.pod).ok_or_else(|| anyhow::anyhow!("plan binds unknown pod {}", b.pod))?;
-            let node = *self.node_ids.get(&b.node).ok_or_else(|| anyhow::anyhow!("plan binds to unknown node {}", b.node))?;
+            let (job, k) = parse_pod(&b.pod)
+                .ok_or_else(|| anyhow::anyhow!("plan binds unknown pod {}", b.pod))?;
+            let node = *self
+                .node_ids
+                .get(&b.node)
+                .ok_or_else(|| anyhow::anyhow!("plan binds to unknown node {}", b.node))?;
             let j = job as usize;
-            anyhow::ensure!(self.state[j].pods[k].is_none(), "plan binds {} twice", b.pod);
+            anyhow::ensure!(
+                self.state[j].pods[k].is_none(),
+                "plan binds {} twice",
+                b.pod
+            );
             let g = self.prepared[j].gpus[k];
             self.take_gpus(node, g as i64);
             self.queue_gpus[self.prepared[j].queue as usize] += g;
             self.milli_used += self.workload.jobs[j].pods[k].gpu_demand_milli();
-            self.state[j].pods[k] = Some(Placement { node, gpu_ids: b.gpus.clone() });
+            self.state[j].pods[k] = Some(Placement {
+                node,
+                gpu_ids: b.gpus.clone(),
+            });
             self.state[j].bound += 1;
             self.bindings += 1;
             touched.insert(job);
             changed = true;
         }
         for g in &plan.pod_groups {
-            let Some(rest) = g.name.strip_prefix("sim/") else { continue };
-            let Ok(job) = rest.parse::<usize>() else { continue };
+            let Some(rest) = g.name.strip_prefix("sim/") else {
+                continue;
+            };
+            let Ok(job) = rest.parse::<usize>() else {
+                continue;
+            };
             if job < self.state.len() && self.state[job].phase != g.phase {
                 self.state[job].phase = g.phase;
                 changed = true;
@@ -687,7 +769,10 @@ impl<'a> Simulator<'a> {
                 let queue = self.prepared[j].queue;
                 for (k, pl) in self.state[j].pods.iter().enumerate() {
                     let pl = pl.as_ref().expect("all placed");
-                    let e = self.folded.entry((queue, pl.node)).or_insert_with(|| (ResourceList::new(), 0, 0));
+                    let e = self
+                        .folded
+                        .entry((queue, pl.node))
+                        .or_insert_with(|| (ResourceList::new(), 0, 0));
                     for (r, v) in &self.prepared[j].requests[k] {
                         *e.0.entry(r.clone()).or_default() += v;
                     }
@@ -715,7 +800,12 @@ impl<'a> Simulator<'a> {
         let duration = self.workload.jobs[j].duration_ms;
         if duration < FOREVER {
             let epoch = self.state[j].epoch;
-            self.push(self.now.saturating_add(duration), Kind::Completion, job, epoch);
+            self.push(
+                self.now.saturating_add(duration),
+                Kind::Completion,
+                job,
+                epoch,
+            );
         }
     }
 
@@ -726,15 +816,22 @@ impl<'a> Simulator<'a> {
             .enumerate()
             .filter_map(|(k, p)| p.as_ref().map(|p| (p.node, self.prepared[j].gpus[k])))
             .collect();
-        let one_rack = (placed.len() > 1 && self.node_rack.iter().any(Option::is_some)).then(|| {
-            let first = self.node_rack[placed[0].0 as usize];
-            first.is_some() && placed.iter().all(|&(n, _)| self.node_rack[n as usize] == first)
-        });
+        let one_rack =
+            (placed.len() > 1 && self.node_rack.iter().any(Option::is_some)).then(|| {
+                let first = self.node_rack[placed[0].0 as usize];
+                first.is_some()
+                    && placed
+                        .iter()
+                        .all(|&(n, _)| self.node_rack[n as usize] == first)
+            });
         let tp = self.workload.jobs[j].tp_size;
         let (mut groups, mut in_node, mut in_nvlink) = (0, 0, 0);
         if tp > 0 {
             // The job's GPUs in pod order, chunked into TP groups.
-            let gpus: Vec<u32> = placed.iter().flat_map(|&(n, g)| std::iter::repeat_n(n, g as usize)).collect();
+            let gpus: Vec<u32> = placed
+                .iter()
+                .flat_map(|&(n, g)| std::iter::repeat_n(n, g as usize))
+                .collect();
             for chunk in gpus.chunks(tp as usize) {
                 groups += 1;
                 if chunk.iter().all(|&n| n == chunk[0]) {
@@ -792,7 +889,12 @@ fn parse_pod(name: &str) -> Option<(u32, usize)> {
 
 /// The engine request of one pod.
 pub fn request(p: &PodShape, share: GpuShare) -> ResourceList {
-    let mut r: ResourceList = [("cpu".to_string(), p.cpu_milli), ("memory".to_string(), p.memory)].into_iter().collect();
+    let mut r: ResourceList = [
+        ("cpu".to_string(), p.cpu_milli),
+        ("memory".to_string(), p.memory),
+    ]
+    .into_iter()
+    .collect();
     if p.gpus == 0 {
         return r;
     }
@@ -815,7 +917,12 @@ pub fn request(p: &PodShape, share: GpuShare) -> ResourceList {
 /// Queues of the workload: weight from the trace; deserved = weight's share of the GPUs;
 /// capability = the same under `--quota static`. A Queue object of the cluster manifests with
 /// the same name replaces the generated one.
-pub fn queue_specs(w: &Workload, manifest: &[QueueSpec], quota: Quota, total_gpus: u32) -> Vec<QueueSpec> {
+pub fn queue_specs(
+    w: &Workload,
+    manifest: &[QueueSpec],
+    quota: Quota,
+    total_gpus: u32,
+) -> Vec<QueueSpec> {
     let sum: u64 = w.queues.iter().map(|q| q.weight as u64).sum::<u64>().max(1);
     let mut out: Vec<QueueSpec> = w
         .queues
@@ -825,7 +932,9 @@ pub fn queue_specs(w: &Workload, manifest: &[QueueSpec], quota: Quota, total_gpu
                 return m.clone();
             }
             let share = (total_gpus as u64 * q.weight as u64 / sum) as i64;
-            let gpus: ResourceList = [("nvidia.com/gpu".to_string(), share)].into_iter().collect();
+            let gpus: ResourceList = [("nvidia.com/gpu".to_string(), share)]
+                .into_iter()
+                .collect();
             let mut s = QueueSpec::new(q.name.clone());
             s.weight = q.weight;
             s.deserved = Some(gpus.clone());

@@ -40,9 +40,21 @@ const SIZES: [(u32, f64); 7] = [
 const MIN_S: f64 = 60.0;
 const MAX_S: f64 = 86_400.0;
 
-pub fn workload(jobs: usize, seed: u64, load: f64, cluster_gpus: u64, gpus_per_node: u32) -> anyhow::Result<super::workload::Workload> {
-    anyhow::ensure!(load.is_finite() && load > 0.0, "--synthetic-load: must be positive, got {load}");
-    anyhow::ensure!(cluster_gpus > 0, "the synthetic trace needs a cluster with GPUs");
+pub fn workload(
+    jobs: usize,
+    seed: u64,
+    load: f64,
+    cluster_gpus: u64,
+    gpus_per_node: u32,
+) -> anyhow::Result<super::workload::Workload> {
+    anyhow::ensure!(
+        load.is_finite() && load > 0.0,
+        "--synthetic-load: must be positive, got {load}"
+    );
+    anyhow::ensure!(
+        cluster_gpus > 0,
+        "the synthetic trace needs a cluster with GPUs"
+    );
     let mean_gpus: f64 = SIZES.iter().map(|(g, p)| *g as f64 * p).sum();
     let mean_duration = (MAX_S - MIN_S) / (MAX_S / MIN_S).ln();
     // Arrival rate that asks for `load` of the cluster's GPU-time.
@@ -91,7 +103,12 @@ pub fn workload(jobs: usize, seed: u64, load: f64, cluster_gpus: u64, gpus_per_n
     Ok(Workload {
         source: format!("synthetic ({jobs} jobs, seed {seed}, offered load {load})"),
         jobs: out,
-        queues: (1..=4).map(|w| QueueDef { name: format!("team-{w}"), weight: w }).collect(),
+        queues: (1..=4)
+            .map(|w| QueueDef {
+                name: format!("team-{w}"),
+                weight: w,
+            })
+            .collect(),
         notes: vec![],
     })
 }
