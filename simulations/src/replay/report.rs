@@ -274,8 +274,16 @@ pub fn write_csvs(dir: &Path, r: &RunReport) -> anyhow::Result<()> {
         "deserved_share",
         "demand_gpus",
     ])?;
-    for s in &o.samples {
+    // One row per queue whenever its values change (a step series), so the file stays small.
+    for (i, s) in o.samples.iter().enumerate() {
         for (q, def) in o.queues.iter().enumerate() {
+            if let Some(prev) = i.checked_sub(1).map(|p| &o.samples[p]) {
+                if prev.queue_gpus[q] == s.queue_gpus[q]
+                    && prev.queue_demand[q] == s.queue_demand[q]
+                {
+                    continue;
+                }
+            }
             w.write_record([
                 fmt_s(s.t_ms),
                 def.name.clone(),
@@ -584,7 +592,7 @@ pub fn write_replay(dir: &Path, r: &RunReport, inputs: &Inputs) -> anyhow::Resul
         );
     }
     let _ = writeln!(md, "\n## Charts\n\n![allocation](allocation.svg) ([PNG](allocation.png))\n\n![JCT CDF](jct_cdf.svg) ([PNG](jct_cdf.png))\n\n![queue share](queue_share.svg) ([PNG](queue_share.png))\n");
-    let _ = writeln!(md, "## Files\n\n- [summary.json](summary.json): every figure above\n- [timeseries.csv](timeseries.csv): allocation, demand, pending and running jobs, fragmentation at every change\n- [queue_share.csv](queue_share.csv): GPUs per queue against its deserved share\n- [jobs.csv](jobs.csv): per job submit, start, end, queueing delay, JCT, evictions");
+    let _ = writeln!(md, "## Files\n\n- [summary.json](summary.json): every figure above\n- [timeseries.csv](timeseries.csv): allocation, demand, pending and running jobs, fragmentation at every change\n- [queue_share.csv](queue_share.csv): GPUs per queue against its deserved share, a row whenever a queue's values change\n- [jobs.csv](jobs.csv): per job submit, start, end, queueing delay, JCT, evictions");
     std::fs::write(dir.join("report.md"), md)
         .with_context(|| format!("{}: cannot write report.md", dir.display()))?;
     Ok(())
