@@ -502,6 +502,11 @@ fn pod(
         phase,
         node,
         gpu_ids,
+        nominated_node: p
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty()),
         non_preemptable,
         preemption_never,
         started_ms: p

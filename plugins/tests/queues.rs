@@ -214,7 +214,8 @@ proptest! {
         let fw = framework(&config, &snapshot.resources);
         let session = Session::new(&snapshot, &fw);
         let capacity = session.queue_capacity();
-        for r in snapshot.resources.ids() {
+        // Pod slots are a per-node limit every queue may use, not a share.
+        for r in snapshot.resources.ids().filter(|&r| r != basalt_engine::PODS) {
             let mut by_parent: HashMap<Option<usize>, i64> = HashMap::new();
             for q in &snapshot.queues {
                 *by_parent.entry(q.parent.map(|p| p.index())).or_default() += session.deserved(q.id).get(r);

@@ -6,7 +6,9 @@
 
 pub mod fairshare;
 
-use basalt_engine::{ancestors, FairShare, QueueId, ResourceId, Resources, Session, Snapshot};
+use basalt_engine::{
+    ancestors, FairShare, QueueId, ResourceId, Resources, Session, Snapshot, PODS,
+};
 
 /// A capability that `extra` more work in a queue would break.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +139,12 @@ impl FairShare for WaterFilling {
                 }
             })
             .collect();
-        fairshare::deserved(snap, &session.queue_capacity(), &leaf_demand)
+        let capacity = session.queue_capacity();
+        let mut deserved = fairshare::deserved(snap, &capacity, &leaf_demand);
+        // Pod slots are a per-node limit, not a quota: every queue may use them all.
+        for d in &mut deserved {
+            d.set(PODS, capacity.get(PODS));
+        }
+        deserved
     }
 }

@@ -4,4 +4,5 @@
 pub mod bench;
 pub mod fgd;
 pub mod plan;
+pub mod replay;
 pub mod synthetic;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use basalt_sim::replay::{self, report};
 use basalt_sim::{bench, fgd, plan, synthetic};
 
 #[derive(Parser)]
@@ -127,6 +128,77 @@ enum Command {
         #[arg(long)]
         run_bound_pods: bool,
     },
+    /// Replay a workload trace through Basalt's scheduler (simulated time) and write a report:
+    /// summary.json, CSV time series, charts and report.md. Without --trace, replays the
+    /// bundled Philly sample.
+    Replay {
+        #[command(flatten)]
+        trace: replay::TraceArgs,
+        /// Scheduler config (YAML, as for `plan --config`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Report folder (replaced).
+        #[arg(long, default_value = "basalt-report")]
+        out: PathBuf,
+        /// What to print: a text table or summary.json.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Replay the same trace under several configs and print one side-by-side table; writes a
+    /// report with combined charts.
+    Compare {
+        #[command(flatten)]
+        trace: replay::TraceArgs,
+        /// Scheduler configs (repeat; each is one column). `default` names the built-in defaults.
+        #[arg(long = "config", value_name = "FILE", required = true)]
+        configs: Vec<PathBuf>,
+        #[arg(long, default_value = "basalt-compare")]
+        out: PathBuf,
+    },
+}
+
+/// Set by Ctrl-C: runs stop, print what they measured and mark their report partial.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Exit code of an interrupted run (as a shell reports SIGINT).
+const INTERRUPTED: u8 = 130;
+
+fn progress(total: u64, label: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    let target = if std::io::stdout().is_terminal() {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    };
+    let pb = indicatif::ProgressBar::with_draw_target(Some(total), target);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{prefix} [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})",
+    ) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_prefix(label.to_string());
+    pb
+}
+
+fn run_one(
+    loaded: &replay::Loaded,
+    config: &basalt_plugins::Config,
+    label: &str,
+) -> anyhow::Result<(replay::sim::Outcome, replay::metrics::Summary)> {
+    let pb = progress(2 * loaded.workload.jobs.len() as u64, label);
+    let result = replay::execute(loaded, config, label, &STOP, |n| {
+        if n % 1024 == 0 {
+            pb.set_position(n);
+        }
+    });
+    pb.finish_and_clear();
+    result
+}
+
+fn config_label(path: &std::path::Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 fn main() -> ExitCode {
@@ -140,9 +212,20 @@ fn main() -> ExitCode {
             }
         };
     }
+    if matches!(
+        cli.command,
+        Command::Replay { .. } | Command::Compare { .. }
+    ) {
+        // Without a handler Ctrl-C simply ends the process, which is still no partial report.
+        let _ = ctrlc::set_handler(|| STOP.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
     match run(cli) {
         Ok(out) => {
             print!("{out}");
+            if STOP.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("basalt-sim: interrupted; the figures above are partial");
+                return ExitCode::from(INTERRUPTED);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -297,6 +380,104 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             output,
         } => run_fgd(nodes, pods, &policy, &seeds, jobs, output),
         Command::Apiserver { .. } => unreachable!("handled in main"),
+        Command::Replay {
+            trace,
+            config,
+            out,
+            output,
+        } => {
+            let label = config
+                .as_deref()
+                .map_or("default".to_string(), config_label);
+            let config = plan::load_config(config.as_deref())?;
+            let loaded = trace.load()?;
+            let (outcome, summary) = run_one(&loaded, &config, &label)?;
+            let names: Vec<String> = loaded
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.name.clone())
+                .collect();
+            let run = report::RunReport {
+                label: label.clone(),
+                outcome: &outcome,
+                summary: &summary,
+                job_names: &names,
+            };
+            report::write_atomically(&out, |dir| report::write_replay(dir, &run, &loaded.inputs))?;
+            eprintln!("basalt-sim: {}", replay::timing_text(&outcome));
+            Ok(match output {
+                Output::Json => serde_json::to_string_pretty(&summary)? + "\n",
+                Output::Text => {
+                    let rows = report::table_rows(&[&summary]);
+                    let mut text = String::new();
+                    if !summary.complete {
+                        text.push_str("PARTIAL: interrupted before the trace ended; figures cover the simulated time reached\n");
+                    }
+                    text.push_str(&report::text_table(&[label], &rows));
+                    text.push_str(&format!("\nreport: {}\n", out.join("report.md").display()));
+                    text
+                }
+            })
+        }
+        Command::Compare {
+            trace,
+            configs,
+            out,
+        } => {
+            let mut parsed = Vec::new();
+            for path in &configs {
+                let config = if path.as_os_str() == "default" {
+                    basalt_plugins::Config::default()
+                } else {
+                    plan::load_config(Some(path))?
+                };
+                parsed.push((config_label(path), config));
+            }
+            let mut labels: Vec<String> = parsed.iter().map(|(l, _)| l.clone()).collect();
+            for i in 0..labels.len() {
+                if labels[..i].contains(&labels[i]) || labels[i + 1..].contains(&labels[i]) {
+                    labels[i] = format!("{}#{}", labels[i], i + 1);
+                }
+            }
+            let loaded = trace.load()?;
+            let names: Vec<String> = loaded
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.name.clone())
+                .collect();
+            let mut results = Vec::new();
+            for ((_, config), label) in parsed.iter().zip(&labels) {
+                if STOP.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let (o, s) = run_one(&loaded, config, label)?;
+                eprintln!("basalt-sim: {label}: {}", replay::timing_text(&o));
+                results.push((label.clone(), o, s));
+            }
+            let runs: Vec<report::RunReport> = results
+                .iter()
+                .map(|(label, o, s)| report::RunReport {
+                    label: label.clone(),
+                    outcome: o,
+                    summary: s,
+                    job_names: &names,
+                })
+                .collect();
+            report::write_atomically(&out, |dir| {
+                report::write_compare(dir, &runs, &loaded.inputs)
+            })?;
+            let summaries: Vec<&replay::metrics::Summary> = results.iter().map(|r| &r.2).collect();
+            let shown: Vec<String> = results.iter().map(|r| r.0.clone()).collect();
+            let mut text = String::new();
+            if results.len() < labels.len() || summaries.iter().any(|s| !s.complete) {
+                text.push_str("PARTIAL: interrupted; runs not shown did not run, runs marked incomplete stopped early\n");
+            }
+            text.push_str(&report::text_table(&shown, &report::table_rows(&summaries)));
+            text.push_str(&format!("\nreport: {}\n", out.join("report.md").display()));
+            Ok(text)
+        }
     }
 }
 

@@ -190,6 +190,9 @@ pub struct Task {
     pub state: TaskState,
     /// GPU indices held on the node when bound.
     pub gpu_ids: Vec<u32>,
+    /// A pending pod's `status.nominatedNodeName`: capacity freed for it by evictions, held for
+    /// it until its gang's turn comes.
+    pub nominated: Option<NodeId>,
     /// Annotated `preemptable: "false"`: never evicted by preempt or reclaim.
     pub non_preemptable: bool,
     /// Its PriorityClass (or the pod) says `preemptionPolicy: Never`: it never evicts others.

@@ -151,6 +151,10 @@ pub struct Session<'a> {
     reserved_for: Vec<Option<JobId>>,
     /// Members of reserving jobs and the nodes kept for them.
     reservations: Vec<(TaskId, NodeId)>,
+    /// Capacity held for nominated pending pods (freed by an earlier cycle's evictions), per job,
+    /// until the job's own turn releases it.
+    holds: HashMap<JobId, Vec<(TaskId, NodeId)>>,
+    released_holds: HashMap<JobId, Vec<(TaskId, NodeId)>>,
     any_reserved: bool,
     index: FreeIndex,
     statics: HashMap<RulesId, Statics>,
@@ -235,6 +239,8 @@ impl<'a> Session<'a> {
             queue_nodes,
             reserved_for: vec![None; n],
             reservations: Vec::new(),
+            holds: HashMap::new(),
+            released_holds: HashMap::new(),
             any_reserved: false,
             index: FreeIndex {
                 class,
@@ -247,6 +253,12 @@ impl<'a> Session<'a> {
             explanations: HashMap::new(),
             committed: Vec::new(),
         };
+        for t in &snapshot.tasks {
+            if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
+                session.used[node.index()].add(&t.request);
+                session.holds.entry(t.job).or_default().push((t.id, node));
+            }
+        }
         for i in 0..n {
             session.index_insert(NodeId(i as u32));
         }
@@ -446,6 +458,43 @@ impl<'a> Session<'a> {
         let list = &mut self.conditions[job.index()];
         if !list.contains(&condition) {
             list.push(condition);
+        }
+    }
+
+    /// Gives the job back the capacity held for its nominated pods, so that they (or other
+    /// members) can be placed; other jobs never see it.
+    pub fn release_holds(&mut self, job: JobId) {
+        let Some(holds) = self.holds.remove(&job) else {
+            return;
+        };
+        for &(task, node) in &holds {
+            self.index_remove(node);
+            let request = &self.snapshot.task(task).request;
+            self.used[node.index()].sub(request);
+            self.index_insert(node);
+        }
+        self.released += 1;
+        self.released_holds.insert(job, holds);
+    }
+
+    /// After a job's turn: its nominated pods still pending hold their nodes again, for the
+    /// rest of the cycle.
+    pub fn restore_holds(&mut self, job: JobId) {
+        let Some(holds) = self.released_holds.remove(&job) else {
+            return;
+        };
+        let keep: Vec<(TaskId, NodeId)> = holds
+            .into_iter()
+            .filter(|&(t, _)| self.status[t.index()] == TaskStatus::Pending)
+            .collect();
+        for &(task, node) in &keep {
+            self.index_remove(node);
+            let request = &self.snapshot.task(task).request;
+            self.used[node.index()].add(request);
+            self.index_insert(node);
+        }
+        if !keep.is_empty() {
+            self.holds.insert(job, keep);
         }
     }
 

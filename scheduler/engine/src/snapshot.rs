@@ -56,6 +56,8 @@ pub struct PodSpec {
     pub phase: PodPhase,
     pub node: Option<String>,
     pub gpu_ids: Vec<u32>,
+    /// `status.nominatedNodeName` of a pending pod.
+    pub nominated_node: Option<String>,
     /// Annotated `preemptable: "false"`.
     pub non_preemptable: bool,
     /// `preemptionPolicy: Never` (pod or PriorityClass).
@@ -394,6 +396,13 @@ impl Snapshot {
                 priority: p.priority,
                 state,
                 gpu_ids,
+                // A nomination to a node that is gone is simply dropped.
+                nominated: match (&p.nominated_node, node) {
+                    (Some(n), None) if p.phase == PodPhase::Pending => {
+                        node_ids.get(n.as_str()).copied()
+                    }
+                    _ => None,
+                },
                 non_preemptable: p.non_preemptable,
                 preemption_never: p.preemption_never,
                 created_ms: p.created_ms,

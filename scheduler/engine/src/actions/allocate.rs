@@ -69,7 +69,9 @@ fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass) {
             continue;
         }
         let access = backfill_access(session, job, starts);
+        session.release_holds(job.id);
         allocate_job(session, job.id, access, pass);
+        session.restore_holds(job.id);
         order.refresh(session, queue);
     }
 }
@@ -261,11 +263,11 @@ fn plan_reservation(
             let Some(at) = free_at(session, node, &extra, job.id) else {
                 continue;
             };
+            // Among equal times, the node the node order prefers.
             let tie = session
-                .used(node)
-                .iter()
-                .map(|(_, v)| v as u64)
-                .sum::<u64>();
+                .framework()
+                .node_order
+                .key(alloc, session.used(node));
             let cand = (at, tie, node);
             if best.is_none_or(|b| cand < b) {
                 best = Some(cand);

@@ -52,7 +52,9 @@ fn run(session: &mut Session, mode: Mode) {
         if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
             continue;
         }
+        session.release_holds(job.id);
         make_room(session, job, mode, &mut failed);
+        session.restore_holds(job.id);
     }
 }
 

@@ -1,0 +1,977 @@
+//! The discrete-event replay. Simulated time only (milliseconds); events sit in a binary heap
+//! ordered by (time, kind, sequence number), a total order, so a run is a pure function of its
+//! inputs.
+//!
+//! Each scheduling cycle builds a [`ClusterSpec`] of the simulated cluster, calls
+//! [`Snapshot::build`] and [`basalt_plugins::schedule`] — the daemon's code — and applies the
+//! plan's evictions and bindings. Two things keep cycles cheap without changing any decision:
+//!
+//! - a cycle runs only when something changed since the last one (an arrival, a completion or
+//!   eviction while jobs wait, or a previous cycle that bound, evicted or admitted something);
+//!   between such events the state is a fixed point of the scheduler;
+//! - when the config has no action that can evict (`enqueue` and `allocate` only), the pods of
+//!   fully placed jobs are folded into one bound pod per (queue, node) holding their summed
+//!   requests and GPU ids, under a Running holder PodGroup of that queue. Node usage, GPU
+//!   masks and queue allocations are the same, so every placement is the same; each node's
+//!   `pods` allocatable is lowered by the pods folded away so pod slots stay exact. Jobs that
+//!   still wait, or wait for members, are given pod by pod.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use basalt_engine::{
+    ClusterSpec, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
+    PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,
+    Snapshot,
+};
+use basalt_plugins::config::ActionName;
+use basalt_plugins::Config;
+use serde::Serialize;
+
+use super::readers::{GpuShare, FOREVER};
+use super::workload::*;
+
+const NS: &str = "sim";
+const HOLDER_NS: &str = "sim-bound";
+
+/// How queues limit what they hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quota {
+    /// Each queue's capability is its weight's share of the cluster's GPUs: no borrowing.
+    Static,
+    /// No capability: idle quota goes to whoever has demand.
+    #[default]
+    Borrow,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Scheduling period in simulated milliseconds.
+    pub period_ms: i64,
+    pub quota: Quota,
+    pub gpu_share: GpuShare,
+    /// Fold fully placed jobs into per-(queue, node) pods; `None`: whenever the config cannot evict.
+    pub fold_bound: Option<bool>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            period_ms: 1000,
+            quota: Quota::Borrow,
+            gpu_share: GpuShare::RoundUp,
+            fold_bound: None,
+        }
+    }
+}
+
+/// Whether a config has an action that can take capacity away from running pods. Exhaustive on
+/// purpose: a new action must decide here whether folding bound pods stays exact.
+pub fn can_evict(config: &Config) -> bool {
+    config.actions.iter().any(|a| match a {
+        ActionName::Enqueue | ActionName::Allocate => false,
+        ActionName::Reclaim | ActionName::Preempt => true,
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    // Order at equal times: capacity comes back first, then jobs arrive, then the cycle runs.
+    Completion,
+    Arrival,
+    Cycle,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    time: i64,
+    kind: Kind,
+    seq: u64,
+    job: u32,
+    epoch: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    NotArrived,
+    Pending,
+    Running,
+    Done,
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug)]
+pub struct JobRecord {
+    pub status: Status,
+    /// The last start (after an eviction the job starts again).
+    pub start_ms: Option<i64>,
+    pub first_start_ms: Option<i64>,
+    pub end_ms: Option<i64>,
+    pub evictions: u32,
+    /// GPU-milliseconds of work lost to evictions.
+    pub lost_gpu_ms: i64,
+    /// At the (last) start: every pod on one rack, TP groups inside one node / NVLink domain.
+    pub one_rack: Option<bool>,
+    pub tp_groups: u32,
+    pub tp_in_node: u32,
+    pub tp_in_nvlink: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Placement {
+    node: u32,
+    gpu_ids: Vec<u32>,
+}
+
+struct JobState {
+    phase: JobPhase,
+    pods: Vec<Option<Placement>>,
+    /// Nodes the plan nominated pending pods to (capacity that evictions freed for them), as a
+    /// pod's `status.nominatedNodeName` would carry it into the next cycle.
+    nominated: Vec<Option<u32>>,
+    bound: u32,
+    epoch: u32,
+    folded: bool,
+}
+
+/// A point of the cluster's state, recorded whenever it changes.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    pub t_ms: i64,
+    /// Whole GPUs held by placed pods.
+    pub gpus_allocated: u32,
+    /// GPU demand of placed pods in milli as the trace states it (fractions count as fractions).
+    pub gpu_milli_used: i64,
+    /// GPUs asked for by jobs that have arrived and not finished (placed or waiting).
+    pub gpus_demanded: u32,
+    pub pending_jobs: u32,
+    pub running_jobs: u32,
+    /// Idle GPUs on nodes that have at least one GPU in use.
+    pub fragmented_gpus: u32,
+    /// Per queue (in [`Outcome::queues`] order): GPUs held, GPUs demanded.
+    pub queue_gpus: Vec<u32>,
+    pub queue_demand: Vec<u32>,
+}
+
+/// Everything a run measured.
+pub struct Outcome {
+    pub complete: bool,
+    pub end_ms: i64,
+    pub cycles: u64,
+    pub events: u64,
+    pub bindings: u64,
+    pub total_gpus: u32,
+    pub queues: Vec<QueueDef>,
+    pub jobs: Vec<JobRecord>,
+    /// Per job, in workload order: queue index, submit time, pods, GPUs.
+    pub job_queue: Vec<u32>,
+    pub job_submit_ms: Vec<i64>,
+    pub job_pods: Vec<u32>,
+    pub job_gpus: Vec<u32>,
+    pub samples: Vec<Sample>,
+    pub has_racks: bool,
+    /// Seconds of wall time spent in the run, and in building snapshots / scheduling.
+    pub wall_s: f64,
+    pub snapshot_s: f64,
+    pub schedule_s: f64,
+}
+
+/// Per-job data prepared once.
+struct Prepared {
+    requests: Vec<ResourceList>,
+    rules: PlacementRules,
+    gpus: Vec<u32>,
+    min_member: u32,
+    queue: u32,
+    total_gpus: u32,
+    min_resources: ResourceList,
+}
+
+pub struct Simulator<'a> {
+    config: &'a Config,
+    opts: Options,
+    fold: bool,
+    workload: &'a Workload,
+    nodes: Vec<NodeSpec>,
+    node_ids: HashMap<String, u32>,
+    node_gpus: Vec<u32>,
+    node_used: Vec<u32>,
+    node_rack: Vec<Option<u32>>,
+    node_clique: Vec<Option<u32>>,
+    queues: Vec<QueueSpec>,
+    prepared: Vec<Prepared>,
+    state: Vec<JobState>,
+    records: Vec<JobRecord>,
+    /// Jobs that wait (whole or for members): given pod by pod.
+    active: BTreeSet<u32>,
+    /// Folded pods: (queue, node) → (request, GPU mask, pod count).
+    folded: BTreeMap<(u32, u32), (ResourceList, u64, i64)>,
+    heap: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    cycle_queued: bool,
+    now: i64,
+    // Running totals.
+    gpus_allocated: u32,
+    milli_used: i64,
+    demand: u32,
+    pending: u32,
+    running: u32,
+    fragmented: u32,
+    queue_gpus: Vec<u32>,
+    queue_demand: Vec<u32>,
+    samples: Vec<Sample>,
+    cycles: u64,
+    events: u64,
+    bindings: u64,
+    snapshot_s: f64,
+    schedule_s: f64,
+}
+
+impl<'a> Simulator<'a> {
+    pub fn new(
+        config: &'a Config,
+        opts: Options,
+        cluster: &Cluster,
+        workload: &'a Workload,
+        manifest_queues: &[QueueSpec],
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(opts.period_ms >= 1, "--period: must be at least 1 ms");
+        anyhow::ensure!(
+            !cluster.nodes.is_empty(),
+            "{}: the cluster has no nodes",
+            cluster.source
+        );
+        let fold = opts.fold_bound.unwrap_or(!can_evict(config));
+        let mut nodes = cluster.nodes.clone();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut node_ids = HashMap::new();
+        let mut racks: BTreeMap<String, u32> = BTreeMap::new();
+        let mut cliques: BTreeMap<String, u32> = BTreeMap::new();
+        let (mut node_gpus, mut node_rack, mut node_clique) = (vec![], vec![], vec![]);
+        for (i, n) in nodes.iter_mut().enumerate() {
+            anyhow::ensure!(
+                node_ids.insert(n.name.clone(), i as u32).is_none(),
+                "{}: node {} is listed twice",
+                cluster.source,
+                n.name
+            );
+            let g = n
+                .allocatable
+                .get("nvidia.com/gpu")
+                .copied()
+                .unwrap_or(0)
+                .max(0) as u32;
+            node_gpus.push(g);
+            if opts.gpu_share == GpuShare::Pool {
+                n.allocatable
+                    .insert(GPU_SHARE_RESOURCE.into(), g as i64 * 1000);
+            }
+            n.allocatable
+                .entry("pods".into())
+                .or_insert(basalt_engine::DEFAULT_MAX_PODS);
+            let id = |map: &mut BTreeMap<String, u32>, key: &str| {
+                n.labels.get(key).map(|v| {
+                    let next = map.len() as u32;
+                    *map.entry(v.clone()).or_insert(next)
+                })
+            };
+            node_rack.push(id(&mut racks, RACK_LABEL));
+            node_clique.push(id(&mut cliques, CLIQUE_LABEL));
+        }
+        let total_gpus: u32 = node_gpus.iter().sum();
+        let queues = queue_specs(workload, manifest_queues, opts.quota, total_gpus);
+        let qindex: HashMap<&str, u32> = workload
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.name.as_str(), i as u32))
+            .collect();
+        let mut prepared = Vec::with_capacity(workload.jobs.len());
+        for j in &workload.jobs {
+            anyhow::ensure!(!j.pods.is_empty(), "job {}: has no pods", j.name);
+            let requests: Vec<ResourceList> =
+                j.pods.iter().map(|p| request(p, opts.gpu_share)).collect();
+            let mut models: Vec<String> = j
+                .pods
+                .iter()
+                .flat_map(|p| p.gpu_models.iter().cloned())
+                .collect();
+            models.sort();
+            models.dedup();
+            let rules = if models.is_empty() {
+                PlacementRules::default()
+            } else {
+                PlacementRules {
+                    affinity: Some(RequiredNodeAffinity {
+                        terms: vec![NodeSelectorTerm {
+                            match_expressions: vec![SelectorRequirement {
+                                key: GPU_MODEL_LABEL.into(),
+                                operator: SelectorOperator::In,
+                                values: models,
+                            }],
+                            match_fields: vec![],
+                        }],
+                    }),
+                    ..Default::default()
+                }
+            };
+            let min_member = j.min_member();
+            let mut min_resources = ResourceList::new();
+            for r in requests.iter().take(min_member as usize) {
+                for (k, v) in r {
+                    *min_resources.entry(k.clone()).or_default() += v;
+                }
+            }
+            let gpus: Vec<u32> = requests
+                .iter()
+                .map(|r| r.get("nvidia.com/gpu").copied().unwrap_or(0) as u32)
+                .collect();
+            prepared.push(Prepared {
+                total_gpus: gpus.iter().sum(),
+                gpus,
+                requests,
+                rules,
+                min_member,
+                queue: qindex[j.queue.as_str()],
+                min_resources,
+            });
+        }
+        let state = workload
+            .jobs
+            .iter()
+            .map(|j| JobState {
+                phase: JobPhase::Pending,
+                pods: vec![None; j.pods.len()],
+                nominated: vec![None; j.pods.len()],
+                bound: 0,
+                epoch: 0,
+                folded: false,
+            })
+            .collect();
+        let records = workload
+            .jobs
+            .iter()
+            .map(|_| JobRecord {
+                status: Status::NotArrived,
+                start_ms: None,
+                first_start_ms: None,
+                end_ms: None,
+                evictions: 0,
+                lost_gpu_ms: 0,
+                one_rack: None,
+                tp_groups: 0,
+                tp_in_node: 0,
+                tp_in_nvlink: 0,
+            })
+            .collect();
+        let nq = workload.queues.len();
+        let mut sim = Simulator {
+            config,
+            opts,
+            fold,
+            workload,
+            node_used: vec![0; nodes.len()],
+            nodes,
+            node_ids,
+            node_gpus,
+            node_rack,
+            node_clique,
+            queues,
+            prepared,
+            state,
+            records,
+            active: BTreeSet::new(),
+            folded: BTreeMap::new(),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            cycle_queued: false,
+            now: 0,
+            gpus_allocated: 0,
+            milli_used: 0,
+            demand: 0,
+            pending: 0,
+            running: 0,
+            fragmented: 0,
+            queue_gpus: vec![0; nq],
+            queue_demand: vec![0; nq],
+            samples: Vec::new(),
+            cycles: 0,
+            events: 0,
+            bindings: 0,
+            snapshot_s: 0.0,
+            schedule_s: 0.0,
+        };
+        for (i, j) in workload.jobs.iter().enumerate() {
+            sim.push(j.submit_ms, Kind::Arrival, i as u32, 0);
+        }
+        Ok(sim)
+    }
+
+    /// Number of events a full run processes at least (arrivals and completions), for progress.
+    pub fn expected_events(&self) -> u64 {
+        2 * self.workload.jobs.len() as u64
+    }
+
+    fn push(&mut self, time: i64, kind: Kind, job: u32, epoch: u32) {
+        self.seq += 1;
+        self.heap.push(Reverse(Event {
+            time,
+            kind,
+            seq: self.seq,
+            job,
+            epoch,
+        }));
+    }
+
+    /// Queues a cycle at the next period boundary (now, when on one).
+    fn want_cycle(&mut self, after: bool) {
+        if self.cycle_queued {
+            return;
+        }
+        let p = self.opts.period_ms;
+        let t = if after {
+            (self.now / p + 1) * p
+        } else {
+            (self.now + p - 1).div_euclid(p) * p
+        };
+        self.cycle_queued = true;
+        self.push(t, Kind::Cycle, 0, 0);
+    }
+
+    /// Runs to the end or until `stop` is set; `tick` is called after every event.
+    pub fn run(mut self, stop: &AtomicBool, mut tick: impl FnMut(u64)) -> anyhow::Result<Outcome> {
+        let start = std::time::Instant::now();
+        let mut complete = true;
+        while let Some(Reverse(ev)) = self.heap.pop() {
+            if stop.load(Ordering::Relaxed) {
+                complete = false;
+                break;
+            }
+            self.now = ev.time;
+            self.events += 1;
+            match ev.kind {
+                Kind::Arrival => self.arrive(ev.job),
+                Kind::Completion => self.complete(ev.job, ev.epoch),
+                Kind::Cycle => {
+                    self.cycle_queued = false;
+                    self.cycle()?;
+                }
+            }
+            self.sample();
+            tick(self.events);
+        }
+        let end_ms = self.now;
+        Ok(Outcome {
+            complete,
+            end_ms,
+            cycles: self.cycles,
+            events: self.events,
+            bindings: self.bindings,
+            total_gpus: self.node_gpus.iter().sum(),
+            queues: self.workload.queues.clone(),
+            jobs: self.records,
+            job_queue: self.prepared.iter().map(|p| p.queue).collect(),
+            job_submit_ms: self.workload.jobs.iter().map(|j| j.submit_ms).collect(),
+            job_pods: self
+                .workload
+                .jobs
+                .iter()
+                .map(|j| j.pods.len() as u32)
+                .collect(),
+            job_gpus: self.prepared.iter().map(|p| p.total_gpus).collect(),
+            samples: self.samples,
+            has_racks: self.node_rack.iter().any(Option::is_some),
+            wall_s: start.elapsed().as_secs_f64(),
+            snapshot_s: self.snapshot_s,
+            schedule_s: self.schedule_s,
+        })
+    }
+
+    fn sample(&mut self) {
+        let s = Sample {
+            t_ms: self.now,
+            gpus_allocated: self.gpus_allocated,
+            gpu_milli_used: self.milli_used,
+            gpus_demanded: self.demand,
+            pending_jobs: self.pending,
+            running_jobs: self.running,
+            fragmented_gpus: self.fragmented,
+            queue_gpus: self.queue_gpus.clone(),
+            queue_demand: self.queue_demand.clone(),
+        };
+        match self.samples.last_mut() {
+            Some(last) if last.t_ms == s.t_ms => *last = s,
+            Some(last) if same_state(last, &s) => {}
+            _ => self.samples.push(s),
+        }
+    }
+
+    fn arrive(&mut self, job: u32) {
+        let p = &self.prepared[job as usize];
+        self.records[job as usize].status = Status::Pending;
+        self.demand += p.total_gpus;
+        self.queue_demand[p.queue as usize] += p.total_gpus;
+        self.pending += 1;
+        self.active.insert(job);
+        self.want_cycle(false);
+    }
+
+    fn complete(&mut self, job: u32, epoch: u32) {
+        if self.state[job as usize].epoch != epoch
+            || self.records[job as usize].status != Status::Running
+        {
+            return; // evicted since; a later start scheduled its own completion
+        }
+        let p = &self.prepared[job as usize];
+        let (total, queue) = (p.total_gpus, p.queue);
+        self.release(job);
+        self.active.remove(&job);
+        let r = &mut self.records[job as usize];
+        r.status = Status::Done;
+        r.end_ms = Some(self.now);
+        self.running -= 1;
+        self.demand -= total;
+        self.queue_demand[queue as usize] -= total;
+        if !self.active.is_empty() {
+            self.want_cycle(false);
+        }
+    }
+
+    /// Gives back every placed pod of a job.
+    fn release(&mut self, job: u32) {
+        let j = job as usize;
+        let folded = std::mem::replace(&mut self.state[j].folded, false);
+        let queue = self.prepared[j].queue;
+        let pods = std::mem::take(&mut self.state[j].pods);
+        for (k, pl) in pods.iter().enumerate() {
+            let Some(pl) = pl else { continue };
+            let g = self.prepared[j].gpus[k];
+            self.take_gpus(pl.node, -(g as i64));
+            self.queue_gpus[queue as usize] -= g;
+            if folded {
+                let key = (queue, pl.node);
+                let entry = self.folded.get_mut(&key).expect("folded pods are tracked");
+                for (r, v) in &self.prepared[j].requests[k] {
+                    *entry.0.get_mut(r).expect("summed before") -= v;
+                }
+                for &i in &pl.gpu_ids {
+                    entry.1 &= !(1u64 << i);
+                }
+                entry.2 -= 1;
+                if entry.2 == 0 {
+                    self.folded.remove(&key);
+                }
+            }
+        }
+        self.milli_used -= self.placed_milli(j, &pods);
+        self.state[j].pods = vec![None; pods.len()];
+        self.state[j].bound = 0;
+    }
+
+    fn placed_milli(&self, j: usize, pods: &[Option<Placement>]) -> i64 {
+        pods.iter()
+            .zip(&self.workload.jobs[j].pods)
+            .filter(|(p, _)| p.is_some())
+            .map(|(_, s)| s.gpu_demand_milli())
+            .sum()
+    }
+
+    fn take_gpus(&mut self, node: u32, delta: i64) {
+        let n = node as usize;
+        let cap = self.node_gpus[n];
+        let frag = |used: u32| {
+            if used > 0 && used < cap {
+                cap - used
+            } else {
+                0
+            }
+        };
+        self.fragmented -= frag(self.node_used[n]);
+        self.node_used[n] = (self.node_used[n] as i64 + delta) as u32;
+        self.fragmented += frag(self.node_used[n]);
+        self.gpus_allocated = (self.gpus_allocated as i64 + delta) as u32;
+    }
+
+    fn spec(&self) -> ClusterSpec {
+        let mut nodes = self.nodes.clone();
+        let mut pods = Vec::new();
+        let mut groups = Vec::new();
+        let mut holder_queues = BTreeSet::new();
+        for (&(queue, node), (req, mask, count)) in &self.folded {
+            let n = &mut nodes[node as usize];
+            if let Some(p) = n.allocatable.get_mut("pods") {
+                *p -= count - 1;
+            }
+            holder_queues.insert(queue);
+            pods.push(PodSpec {
+                namespace: HOLDER_NS.into(),
+                name: format!("q{queue}-n{node}"),
+                ours: true,
+                group: Some(format!("q{queue}")),
+                request: req.clone(),
+                phase: PodPhase::Running,
+                node: Some(n.name.clone()),
+                gpu_ids: (0..64).filter(|i| mask & (1u64 << i) != 0).collect(),
+                ..Default::default()
+            });
+        }
+        for q in holder_queues {
+            groups.push(GroupSpec {
+                namespace: HOLDER_NS.into(),
+                name: format!("q{q}"),
+                queue: Some(self.workload.queues[q as usize].name.clone()),
+                min_member: 1,
+                min_task_member: BTreeMap::new(),
+                min_resources: None,
+                priority: None,
+                created_ms: 0,
+                phase: JobPhase::Running,
+            });
+        }
+        let with_job = |j: usize, pods: &mut Vec<PodSpec>, groups: &mut Vec<GroupSpec>| {
+            let t = &self.workload.jobs[j];
+            let p = &self.prepared[j];
+            let s = &self.state[j];
+            groups.push(GroupSpec {
+                namespace: NS.into(),
+                name: format!("{j:08}"),
+                queue: Some(t.queue.clone()),
+                min_member: p.min_member as i64,
+                min_task_member: BTreeMap::new(),
+                min_resources: Some(p.min_resources.clone()),
+                priority: Some(t.priority),
+                created_ms: t.submit_ms,
+                phase: s.phase,
+            });
+            for (k, req) in p.requests.iter().enumerate() {
+                let placed = s.pods[k].as_ref();
+                pods.push(PodSpec {
+                    namespace: NS.into(),
+                    name: format!("{j:08}-{k}"),
+                    ours: true,
+                    group: Some(format!("{j:08}")),
+                    request: req.clone(),
+                    rules: p.rules.clone(),
+                    priority: t.priority,
+                    created_ms: t.submit_ms,
+                    phase: if placed.is_some() {
+                        PodPhase::Running
+                    } else {
+                        PodPhase::Pending
+                    },
+                    node: placed.map(|pl| self.nodes[pl.node as usize].name.clone()),
+                    gpu_ids: placed.map(|pl| pl.gpu_ids.clone()).unwrap_or_default(),
+                    nominated_node: s.nominated[k]
+                        .filter(|_| placed.is_none())
+                        .map(|n| self.nodes[n as usize].name.clone()),
+                    ..Default::default()
+                });
+            }
+        };
+        if self.fold {
+            for &j in &self.active {
+                with_job(j as usize, &mut pods, &mut groups);
+            }
+        } else {
+            for (j, r) in self.records.iter().enumerate() {
+                if matches!(r.status, Status::Pending | Status::Running) {
+                    with_job(j, &mut pods, &mut groups);
+                }
+            }
+        }
+        ClusterSpec {
+            now_ms: self.now,
+            nodes,
+            pods,
+            groups,
+            queues: self.queues.clone(),
+        }
+    }
+
+    fn cycle(&mut self) -> anyhow::Result<()> {
+        if self.active.is_empty() {
+            return Ok(());
+        }
+        self.cycles += 1;
+        let t0 = std::time::Instant::now();
+        let snapshot = Snapshot::build(self.spec())
+            .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
+        let t1 = std::time::Instant::now();
+        let plan = basalt_plugins::schedule(&snapshot, self.config);
+        let t2 = std::time::Instant::now();
+        self.snapshot_s += (t1 - t0).as_secs_f64();
+        self.schedule_s += (t2 - t1).as_secs_f64();
+        let mut changed = false;
+        for e in &plan.evictions {
+            let Some((job, _)) = parse_pod(&e.pod) else {
+                anyhow::bail!("cycle at {} ms: the plan evicts {}, a folded pod; folding is only exact without evicting actions", self.now, e.pod);
+            };
+            if self.records[job as usize].status == Status::Running
+                || self.state[job as usize].bound > 0
+            {
+                self.evict(job);
+                changed = true;
+            }
+        }
+        for n in &plan.nominations {
+            if n.reason != basalt_engine::NominationReason::Evictions {
+                continue;
+            }
+            let (Some((job, k)), Some(&node)) = (parse_pod(&n.pod), self.node_ids.get(&n.node))
+            else {
+                continue;
+            };
+            let slot = &mut self.state[job as usize].nominated[k];
+            if *slot != Some(node) {
+                *slot = Some(node);
+                changed = true;
+            }
+        }
+        let mut touched = BTreeSet::new();
+        for b in &plan.bindings {
+            let (job, k) = parse_pod(&b.pod)
+                .ok_or_else(|| anyhow::anyhow!("plan binds unknown pod {}", b.pod))?;
+            let node = *self
+                .node_ids
+                .get(&b.node)
+                .ok_or_else(|| anyhow::anyhow!("plan binds to unknown node {}", b.node))?;
+            let j = job as usize;
+            anyhow::ensure!(
+                self.state[j].pods[k].is_none(),
+                "plan binds {} twice",
+                b.pod
+            );
+            let g = self.prepared[j].gpus[k];
+            self.take_gpus(node, g as i64);
+            self.queue_gpus[self.prepared[j].queue as usize] += g;
+            self.milli_used += self.workload.jobs[j].pods[k].gpu_demand_milli();
+            self.state[j].pods[k] = Some(Placement {
+                node,
+                gpu_ids: b.gpus.clone(),
+            });
+            self.state[j].bound += 1;
+            self.state[j].nominated[k] = None;
+            self.bindings += 1;
+            touched.insert(job);
+            changed = true;
+        }
+        for g in &plan.pod_groups {
+            let Some(rest) = g.name.strip_prefix("sim/") else {
+                continue;
+            };
+            let Ok(job) = rest.parse::<usize>() else {
+                continue;
+            };
+            if job < self.state.len() && self.state[job].phase != g.phase {
+                self.state[job].phase = g.phase;
+                changed = true;
+            }
+        }
+        for job in touched {
+            self.settle(job);
+        }
+        if changed && !self.active.is_empty() {
+            self.want_cycle(true);
+        }
+        Ok(())
+    }
+
+    /// After bindings: start a job whose gang is complete; fold a job with every pod placed.
+    fn settle(&mut self, job: u32) {
+        let j = job as usize;
+        let bound = self.state[j].bound;
+        if self.records[j].status == Status::Pending && bound >= self.prepared[j].min_member {
+            self.start(job);
+        }
+        if bound as usize == self.state[j].pods.len() {
+            self.active.remove(&job);
+            if self.fold {
+                let queue = self.prepared[j].queue;
+                for (k, pl) in self.state[j].pods.iter().enumerate() {
+                    let pl = pl.as_ref().expect("all placed");
+                    let e = self
+                        .folded
+                        .entry((queue, pl.node))
+                        .or_insert_with(|| (ResourceList::new(), 0, 0));
+                    for (r, v) in &self.prepared[j].requests[k] {
+                        *e.0.entry(r.clone()).or_default() += v;
+                    }
+                    for &i in &pl.gpu_ids {
+                        e.1 |= 1u64 << i;
+                    }
+                    e.2 += 1;
+                }
+                self.state[j].folded = true;
+            }
+        }
+    }
+
+    fn start(&mut self, job: u32) {
+        let j = job as usize;
+        self.pending -= 1;
+        self.running += 1;
+        self.state[j].phase = JobPhase::Running;
+        let locality = self.locality(j);
+        let r = &mut self.records[j];
+        r.status = Status::Running;
+        r.start_ms = Some(self.now);
+        r.first_start_ms.get_or_insert(self.now);
+        (r.one_rack, r.tp_groups, r.tp_in_node, r.tp_in_nvlink) = locality;
+        let duration = self.workload.jobs[j].duration_ms;
+        if duration < FOREVER {
+            let epoch = self.state[j].epoch;
+            self.push(
+                self.now.saturating_add(duration),
+                Kind::Completion,
+                job,
+                epoch,
+            );
+        }
+    }
+
+    fn locality(&self, j: usize) -> (Option<bool>, u32, u32, u32) {
+        let placed: Vec<(u32, u32)> = self.state[j]
+            .pods
+            .iter()
+            .enumerate()
+            .filter_map(|(k, p)| p.as_ref().map(|p| (p.node, self.prepared[j].gpus[k])))
+            .collect();
+        let one_rack =
+            (placed.len() > 1 && self.node_rack.iter().any(Option::is_some)).then(|| {
+                let first = self.node_rack[placed[0].0 as usize];
+                first.is_some()
+                    && placed
+                        .iter()
+                        .all(|&(n, _)| self.node_rack[n as usize] == first)
+            });
+        let tp = self.workload.jobs[j].tp_size;
+        let (mut groups, mut in_node, mut in_nvlink) = (0, 0, 0);
+        if tp > 0 {
+            // The job's GPUs in pod order, chunked into TP groups.
+            let gpus: Vec<u32> = placed
+                .iter()
+                .flat_map(|&(n, g)| std::iter::repeat_n(n, g as usize))
+                .collect();
+            for chunk in gpus.chunks(tp as usize) {
+                groups += 1;
+                if chunk.iter().all(|&n| n == chunk[0]) {
+                    in_node += 1;
+                    in_nvlink += 1;
+                } else {
+                    let c = self.node_clique[chunk[0] as usize];
+                    if c.is_some() && chunk.iter().all(|&n| self.node_clique[n as usize] == c) {
+                        in_nvlink += 1;
+                    }
+                }
+            }
+        }
+        (one_rack, groups, in_node, in_nvlink)
+    }
+
+    /// An evicted job returns to pending and loses the work done since it started.
+    fn evict(&mut self, job: u32) {
+        let j = job as usize;
+        let was_running = self.records[j].status == Status::Running;
+        if was_running {
+            let started = self.records[j].start_ms.unwrap_or(self.now);
+            let r = &mut self.records[j];
+            r.evictions += 1;
+            r.lost_gpu_ms += self.prepared[j].total_gpus as i64 * (self.now - started);
+            r.status = Status::Pending;
+            r.start_ms = None;
+            self.running -= 1;
+            self.pending += 1;
+        }
+        self.release(job);
+        self.state[j].nominated.iter_mut().for_each(|n| *n = None);
+        self.state[j].epoch += 1;
+        self.state[j].phase = JobPhase::Pending;
+        self.active.insert(job);
+    }
+}
+
+fn same_state(a: &Sample, b: &Sample) -> bool {
+    a.gpus_allocated == b.gpus_allocated
+        && a.gpu_milli_used == b.gpu_milli_used
+        && a.gpus_demanded == b.gpus_demanded
+        && a.pending_jobs == b.pending_jobs
+        && a.running_jobs == b.running_jobs
+        && a.fragmented_gpus == b.fragmented_gpus
+        && a.queue_gpus == b.queue_gpus
+        && a.queue_demand == b.queue_demand
+}
+
+/// `sim/JJJJJJJJ-K` → (job, pod).
+fn parse_pod(name: &str) -> Option<(u32, usize)> {
+    let rest = name.strip_prefix("sim/")?;
+    let (j, k) = rest.split_once('-')?;
+    Some((j.parse().ok()?, k.parse().ok()?))
+}
+
+/// The engine request of one pod.
+pub fn request(p: &PodShape, share: GpuShare) -> ResourceList {
+    let mut r: ResourceList = [
+        ("cpu".to_string(), p.cpu_milli),
+        ("memory".to_string(), p.memory),
+    ]
+    .into_iter()
+    .collect();
+    if p.gpus == 0 {
+        return r;
+    }
+    let fractional = p.gpu_milli < 1000;
+    match share {
+        GpuShare::RoundUp => {
+            r.insert("nvidia.com/gpu".into(), p.gpus as i64);
+        }
+        GpuShare::Pool if fractional => {
+            r.insert(GPU_SHARE_RESOURCE.into(), p.gpu_milli as i64);
+        }
+        GpuShare::Pool => {
+            r.insert("nvidia.com/gpu".into(), p.gpus as i64);
+            r.insert(GPU_SHARE_RESOURCE.into(), p.gpus as i64 * 1000);
+        }
+    }
+    r
+}
+
+/// Queues of the workload: weight from the trace; deserved = weight's share of the GPUs;
+/// capability = the same under `--quota static`. A Queue object of the cluster manifests with
+/// the same name replaces the generated one.
+pub fn queue_specs(
+    w: &Workload,
+    manifest: &[QueueSpec],
+    quota: Quota,
+    total_gpus: u32,
+) -> Vec<QueueSpec> {
+    let sum: u64 = w.queues.iter().map(|q| q.weight as u64).sum::<u64>().max(1);
+    let mut out: Vec<QueueSpec> = w
+        .queues
+        .iter()
+        .map(|q| {
+            if let Some(m) = manifest.iter().find(|m| m.name == q.name) {
+                return m.clone();
+            }
+            let share = (total_gpus as u64 * q.weight as u64 / sum) as i64;
+            let gpus: ResourceList = [("nvidia.com/gpu".to_string(), share)]
+                .into_iter()
+                .collect();
+            let mut s = QueueSpec::new(q.name.clone());
+            s.weight = q.weight;
+            s.deserved = Some(gpus.clone());
+            if quota == Quota::Static {
+                s.capability = Some(gpus);
+            }
+            s
+        })
+        .collect();
+    for m in manifest {
+        if !out.iter().any(|q| q.name == m.name) {
+            out.push(m.clone());
+        }
+    }
+    out
+}
