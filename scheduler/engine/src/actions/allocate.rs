@@ -278,7 +278,8 @@ fn plan_reservation(
         claimed.entry(node).or_default().add(request);
         picks.push((task, node));
     }
-    Some((picks, start))
+    // A gang that can start now needs no reservation: allocate places it.
+    (start > snap.now_ms).then_some((picks, start))
 }
 
 /// When `request` fits on the node if the other jobs' bound pods leave at their deadlines
