@@ -424,6 +424,14 @@ impl Snapshot {
                     format!("names queue {queue_name}, which does not exist"),
                 )
             })?;
+            if queues.iter().any(|q| q.parent == Some(queue)) {
+                return Err(err(
+                    "PodGroup",
+                    &name,
+                    "spec.queue",
+                    format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
+                ));
+            }
             let task_ids = std::mem::take(&mut job_tasks[pos]);
             let priority = g.priority.unwrap_or_else(|| {
                 task_ids

@@ -131,4 +131,17 @@ fn snapshot_errors_name_object_and_field() {
     });
     let e = Snapshot::build(s).unwrap_err();
     assert!(e.to_string().contains("cycle"), "{e}");
+
+    let mut s = spec(1, 4, 1);
+    s.queues.push(QueueSpec::new("org"));
+    s.queues.push(QueueSpec {
+        parent: Some("org".into()),
+        ..QueueSpec::new("team")
+    });
+    s.groups[0].queue = Some("org".into());
+    let e = Snapshot::build(s).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "PodGroup ns/g: spec.queue: queue org has child queues; only leaf queues hold jobs"
+    );
 }
