@@ -242,6 +242,14 @@ async fn node_topology_is_published_and_updated_and_the_clique_label_set_when_ab
     assert_eq!(t.spec.islands, vec![vec![0, 1, 2, 3]]);
     let r = reconcile(&client, &gb200, &agent("tray-1")).await;
     assert_eq!(r.node_labels, Some(Write::Unchanged));
+    // The fabric goes away (the tray is replaced by a board without one): our label goes too.
+    let r = reconcile(&client, &h100, &agent("tray-1")).await;
+    assert_eq!((r.clique_id, r.node_labels), (None, Some(Write::Updated)));
+    let n = get_node(&client, "tray-1").await;
+    assert!(!labels(&n).contains_key(CLIQUE_LABEL), "{:?}", labels(&n));
+    assert!(!annotations(&n).contains_key(CLIQUE_OWNER_ANNOTATION));
+    assert_eq!(labels(&n).get("rack").map(String::as_str), Some("r7"));
+    reconcile(&client, &gb200, &agent("tray-1")).await;
 
     // A tray whose clique label the GPU operator set: left alone, even though it differs.
     create_node(&client, "tray-2", json!({CLIQUE_LABEL: "operator-uuid.5"})).await;
@@ -424,6 +432,14 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
     let busy = t.spec.gpus[1].mig.as_ref().unwrap();
     assert!(busy.devices.iter().any(|d| d.start == 0 && d.busy));
 
+    // The workload ends: the next round completes the layout on GPU 1.
+    assert!(a100.set_processes(1, gi, 0));
+    let r = reconcile(&client, &a100, &agent("a100-1")).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(instances(&a100, 1), all("3g.20gb", &[0, 4]));
+    assert_eq!(instances(&a100, 3), all("3g.20gb", &[0, 4]));
+    assert!(!r.mig_steps.iter().any(|s| s.step.kind() == "blocked"));
+
     // An unknown layout is reported, the rest of the round still runs.
     label_node(&client, "a100-1", json!({MIG_LABEL: "nope"})).await;
     let r = reconcile(&client, &a100, &agent("a100-1")).await;
@@ -489,6 +505,40 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
     create_node(&client, "ts-3", json!({REPLICAS_LABEL: "4"})).await;
     let r = reconcile(&client, &h100, &agent("ts-3")).await;
     assert_eq!(r.time_slicing_config, Some(Write::Unchanged));
+
+    // Agents on two nodes racing to create the ConfigMap: both keys end up in it (the loser
+    // of the create gets 409 and patches its key in).
+    Api::<ConfigMap>::namespaced(client.clone(), "gpu-operator")
+        .delete("basalt-device-plugin-config", &Default::default())
+        .await
+        .unwrap();
+    create_node(&client, "ts-6", json!({REPLICAS_LABEL: "6"})).await;
+    create_node(&client, "ts-8", json!({REPLICAS_LABEL: "8"})).await;
+    let (cfg6, cfg8) = (agent("ts-6"), agent("ts-8"));
+    let (a, b) = tokio::join!(
+        reconcile(&client, &h100, &cfg6),
+        reconcile(&client, &h100, &cfg8)
+    );
+    let writes = [a.time_slicing_config, b.time_slicing_config];
+    assert!(
+        writes.contains(&Some(Write::Created)),
+        "one of them created it: {writes:?}"
+    );
+    for n in [6, 8] {
+        assert!(
+            plugin_config(&client, &format!("basalt-time-slicing-{n}"))
+                .await
+                .is_some(),
+            "key for {n} missing"
+        );
+    }
+
+    // The ConfigMap was deleted under ts-3 too: its next round puts its key back.
+    let r = reconcile(&client, &h100, &agent("ts-3")).await;
+    assert_eq!(r.time_slicing_config, Some(Write::Updated));
+    assert!(plugin_config(&client, "basalt-time-slicing-4")
+        .await
+        .is_some());
 
     // The label goes: the node label is removed, NodeTopology drops the count.
     Api::<Node>::all(client.clone())
