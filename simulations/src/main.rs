@@ -268,6 +268,7 @@ fn serve(command: Command) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     runtime.block_on(async move {
+        let signals = Signals::listen()?;
         let server = basalt_apiserver::ApiServer::start(config).await?;
         if let Some(path) = &write_kubeconfig {
             server.write_kubeconfig(path)?;
@@ -276,25 +277,42 @@ fn serve(command: Command) -> anyhow::Result<()> {
         if let Some(path) = &write_kubeconfig {
             println!("kubeconfig written to {}", path.display());
         }
-        wait_for_signal().await?;
+        signals.wait().await?;
         eprintln!("basalt-apiserver: shutting down");
         server.shutdown().await;
         Ok(())
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Listens for Ctrl-C and SIGTERM. Made before the server says it is ready, so a signal sent
+/// right after that line is never lost to the default handler (which would kill the process).
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r?,
-            _ = term.recv() => {}
-        }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+            #[cfg(unix)]
+            int: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+
+    async fn wait(mut self) -> anyhow::Result<()> {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        tokio::signal::ctrl_c().await?;
+        Ok(())
+    }
 }
 
 /// Builds the whole output before printing, so a failure never leaves half a result on stdout.

@@ -4,28 +4,7 @@
 
 use super::readers::{PHILLY_CPU_PER_GPU, PHILLY_MEM_PER_GPU};
 use super::workload::{PodShape, QueueDef, TraceJob, Workload};
-
-/// SplitMix64: small, fast and fully determined by its seed.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use crate::fgd::rng::SplitMix64;
 
 /// Gang sizes in GPUs and their probabilities.
 const SIZES: [(u32, f64); 7] = [
@@ -59,7 +38,7 @@ pub fn workload(
     let mean_duration = (MAX_S - MIN_S) / (MAX_S / MIN_S).ln();
     // Arrival rate that asks for `load` of the cluster's GPU-time.
     let rate = load * cluster_gpus as f64 / (mean_gpus * mean_duration);
-    let mut rng = SplitMix::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut t = 0.0f64;
     let mut out = Vec::with_capacity(jobs);
     let width = jobs.saturating_sub(1).to_string().len();
