@@ -1,0 +1,384 @@
+//! End to end: the in-memory API server on loopback and the real `basalt-scheduler` binary as
+//! a child process, talking through a kubeconfig. Every wait is a bounded poll.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use basalt_apiserver::{ApiServer, Config, FaultRule, Handle, Verb};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_basalt-scheduler");
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Kills the scheduler when the test ends, however it ends.
+struct Scheduler(Child);
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Cluster {
+    server: Handle,
+    dir: tempfile::TempDir,
+}
+
+async fn cluster(server_config: Config) -> Cluster {
+    let server = ApiServer::start(server_config)
+        .await
+        .expect("server starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    server
+        .write_kubeconfig(&dir.path().join("kubeconfig"))
+        .expect("kubeconfig");
+    Cluster { server, dir }
+}
+
+impl Cluster {
+    fn start_scheduler(&self) -> Scheduler {
+        self.start_with(&[])
+    }
+
+    fn start_with(&self, extra: &[&str]) -> Scheduler {
+        let child = Command::new(BIN)
+            .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+            .args(extra)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scheduler starts");
+        Scheduler(child)
+    }
+
+    fn create(&self, obj: Value) {
+        let what = format!("{} {}", obj["kind"], obj["metadata"]["name"]);
+        self.server
+            .create(obj)
+            .unwrap_or_else(|e| panic!("create {what}: {e:?}"));
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.server
+            .get("v1", "Pod", "default", name)
+            .unwrap_or_else(|| panic!("pod {name} exists"))
+    }
+
+    fn node_of(&self, pod: &str) -> Option<String> {
+        self.pod(pod)["spec"]["nodeName"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    fn group(&self, name: &str) -> Value {
+        self.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                name,
+            )
+            .unwrap_or_else(|| panic!("PodGroup {name} exists"))
+    }
+
+    fn events(&self, reason: &str, about: &str) -> Vec<Value> {
+        self.server
+            .list("v1", "Event")
+            .into_iter()
+            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == about)
+            .collect()
+    }
+
+    /// Every node's GPUs: requested by its pods at most what it has, and no GPU id twice.
+    fn assert_no_node_over_capacity(&self) {
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        let mut ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in self.server.list("v1", "Pod") {
+            let Some(node) = p["spec"]["nodeName"].as_str() else {
+                continue;
+            };
+            let gpus: i64 = p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]
+                .as_str()
+                .map_or(0, |s| s.parse().unwrap());
+            *used.entry(node.to_string()).or_default() += gpus;
+            if let Some(a) = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"].as_str()
+            {
+                let list = ids.entry(node.to_string()).or_default();
+                for id in a.split(',') {
+                    assert!(
+                        !list.contains(&id.to_string()),
+                        "GPU {id} of {node} given twice"
+                    );
+                    list.push(id.to_string());
+                }
+                assert_eq!(
+                    a.split(',').count() as i64,
+                    gpus,
+                    "gpu-ids of {}",
+                    p["metadata"]["name"]
+                );
+            }
+        }
+        for n in self.server.list("v1", "Node") {
+            let name = n["metadata"]["name"].as_str().unwrap();
+            let cap: i64 = n["status"]["allocatable"]["nvidia.com/gpu"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let u = used.get(name).copied().unwrap_or(0);
+            assert!(u <= cap, "node {name}: {u} GPUs bound, {cap} allocatable");
+        }
+    }
+}
+
+fn node(name: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()}},
+    })
+}
+
+fn queue(name: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1},
+    })
+}
+
+fn group(name: &str, min_member: u32, queue: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": min_member, "queue": queue},
+    })
+}
+
+fn pod(name: &str, group: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"scheduling.basalt.dev/pod-group": group}},
+        "spec": {"schedulerName": "basalt", "containers": [{
+            "name": "main", "image": "trainer:1",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()},
+                          "limits": {"nvidia.com/gpu": gpus.to_string()}},
+        }]},
+    })
+}
+
+/// Polls `f` until it holds; the deadline only stops a hung test.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never happened within {DEADLINE:?}: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_fits_is_bound_whole_and_running() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    c.create(group("g1", 4, "research"));
+    for i in 0..4 {
+        c.create(pod(&format!("g1-{i}"), "g1", 4));
+    }
+    let _s = c.start_scheduler();
+
+    eventually("all four members bound", || {
+        (0..4).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+    eventually("PodGroup g1 Running with 4 running", || {
+        let g = c.group("g1");
+        g["status"]["phase"] == "Running" && g["status"]["running"] == 4
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+    for i in 0..4 {
+        let name = format!("g1-{i}");
+        let p = c.pod(&name);
+        let ids = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has GPU ids"));
+        assert_eq!(ids.split(',').count(), 4);
+        let node = c.node_of(&name).unwrap();
+        eventually("a Scheduled event", || {
+            c.events("Scheduled", &name)
+                .iter()
+                .any(|e| e["message"] == format!("Successfully assigned default/{name} to {node}"))
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_does_not_fit_waits_whole_then_starts_on_a_new_node() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    c.create(group("big", 3, "research"));
+    for i in 0..3 {
+        c.create(pod(&format!("big-{i}"), "big", 8));
+    }
+    let _s = c.start_scheduler();
+
+    eventually("an Unschedulable condition on big", || {
+        let g = c.group("big");
+        g["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|cond| {
+                cond["type"] == "Unschedulable"
+                    && cond["status"] == "True"
+                    && cond["lastTransitionTime"].is_string()
+            })
+        })
+    })
+    .await;
+    eventually("a FailedScheduling event on the PodGroup", || {
+        !c.events("FailedScheduling", "big").is_empty()
+    })
+    .await;
+    for i in 0..3 {
+        assert_eq!(
+            c.node_of(&format!("big-{i}")),
+            None,
+            "no member of big is bound"
+        );
+    }
+    assert_ne!(c.group("big")["status"]["phase"], "Running");
+
+    c.create(node("n3", 8));
+    eventually("all of big bound after a node joins", || {
+        (0..3).all(|i| c.node_of(&format!("big-{i}")).is_some())
+    })
+    .await;
+    eventually("big Running, its Unschedulable condition gone", || {
+        let g = c.group("big");
+        g["status"]["phase"] == "Running"
+            && !g["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|cond| cond["type"] == "Unschedulable"))
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_failing_with_500_are_retried_without_overcommitting() {
+    let c = cluster(Config {
+        seed: 7,
+        ..Config::default()
+    })
+    .await;
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 0.5, 500).times(8))
+        .unwrap();
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("research"));
+    // 24 GPUs asked, 24 present: a single double-booking would leave a node over capacity.
+    for g in 0..3 {
+        let name = format!("g{g}");
+        c.create(group(&name, 4, "research"));
+        for i in 0..4 {
+            c.create(pod(&format!("{name}-{i}"), &name, 2));
+        }
+    }
+    let _s = c.start_scheduler();
+
+    let all: Vec<String> = (0..3)
+        .flat_map(|g| (0..4).map(move |i| format!("g{g}-{i}")))
+        .collect();
+    eventually("every pod bound despite injected 500s", || {
+        all.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    assert!(c.server.injected_faults() > 0, "faults were injected");
+    c.assert_no_node_over_capacity();
+    for g in 0..3 {
+        eventually("every group Running", || {
+            c.group(&format!("g{g}"))["status"]["phase"] == "Running"
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_object_is_reported_and_the_rest_scheduled_then_sigterm_stops_cleanly() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let mut s = c.start_scheduler();
+    // A group naming a queue that does not exist cannot be converted: it and its pod are left
+    // out and reported, and everything else is still scheduled.
+    c.create(group("orphan", 1, "no-such-queue"));
+    c.create(pod("orphan-0", "orphan", 1));
+    c.create(group("one", 1, "research"));
+    c.create(pod("one-0", "one", 1));
+    eventually("one-0 bound", || c.node_of("one-0").is_some()).await;
+    eventually("an InvalidObject event on the bad PodGroup", || {
+        c.events("InvalidObject", "orphan").iter().any(|e| {
+            e["type"] == "Warning"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.queue") && m.contains("no-such-queue"))
+        })
+    })
+    .await;
+    assert_eq!(c.node_of("orphan-0"), None);
+    let status = Command::new("kill")
+        .args(["-TERM", &s.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(code) = s.0.try_wait().unwrap() {
+            break code;
+        }
+        assert!(start.elapsed() < DEADLINE, "the scheduler did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(code.success(), "exit status {code:?}");
+}
+
+#[test]
+fn unknown_config_field_is_named_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "schedulerNames: [basalt]\nfrobnicate: true\n").unwrap();
+    let out = run_with_config(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("frobnicate") && err.contains("config.yaml"),
+        "{err}"
+    );
+
+    std::fs::write(&path, "enqueue:\n  overcommitFactor: 0.5\n").unwrap();
+    let out = run_with_config(&path);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("overcommitFactor"));
+}
+
+fn run_with_config(path: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .expect("runs")
+}
