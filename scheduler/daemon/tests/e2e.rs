@@ -382,3 +382,85 @@ fn run_with_config(path: &Path) -> std::process::Output {
         .output()
         .expect("runs")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_and_dropped_watches_reconcile_without_overcommitting() {
+    let c = cluster(Config {
+        seed: 3,
+        ..Config::default()
+    })
+    .await;
+    // Refused binds (as if another scheduler got there first) are dropped and planned again.
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 0.5, 409).times(6))
+        .unwrap();
+    for n in 0..2 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("research"));
+    let _s = c.start_scheduler();
+    for g in 0..4 {
+        let name = format!("g{g}");
+        c.create(group(&name, 2, "research"));
+        for i in 0..2 {
+            c.create(pod(&format!("{name}-{i}"), &name, 2));
+        }
+        // Every watch is cut while the gangs arrive; the reflectors resume or re-list.
+        c.server.drop_watches();
+    }
+    let all: Vec<String> = (0..4)
+        .flat_map(|g| (0..2).map(move |i| format!("g{g}-{i}")))
+        .collect();
+    eventually("every pod bound despite 409s and dropped watches", || {
+        c.server.drop_watches();
+        all.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    assert!(c.server.injected_faults() > 0, "faults were injected");
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_in_the_middle_of_a_gang_is_replaced_and_the_gang_completes() {
+    let c = cluster(Config::default()).await;
+    // Slow binds, one at a time: the gang is bound over several seconds.
+    c.server
+        .add_fault(FaultRule {
+            verb: Some(Verb::Create),
+            resource: Some("pods/binding".into()),
+            probability: 1.0,
+            code: None,
+            delay_ms: 1000,
+            remaining: None,
+        })
+        .unwrap();
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 4, "research"));
+    for i in 0..4 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let bound = || {
+        (0..4)
+            .filter(|i| c.node_of(&format!("g-{i}")).is_some())
+            .count()
+    };
+    let mut first = c.start_with(&["--bind-concurrency", "1"]);
+    eventually("the first member bound", || bound() >= 1).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let at_kill = bound();
+    assert!(
+        at_kill < 4,
+        "the scheduler was killed in the middle of the gang"
+    );
+
+    c.server.clear_faults();
+    let _second = c.start_scheduler();
+    eventually("the gang completes under the new scheduler", || {
+        bound() == 4
+    })
+    .await;
+    eventually("g Running", || c.group("g")["status"]["phase"] == "Running").await;
+    c.assert_no_node_over_capacity();
+}
