@@ -45,6 +45,8 @@ pub struct Scheduler {
     /// Last FailedScheduling message per object, so an unchanged reason is not repeated.
     reported_unschedulable: HashMap<String, String>,
     reported_convert_errors: HashSet<String>,
+    /// This replica's name in Events.
+    identity: String,
 }
 
 enum BindResult {
@@ -69,7 +71,13 @@ fn classify(e: &kube::Error) -> (Option<u16>, String) {
 }
 
 impl Scheduler {
-    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>, concurrency: usize) -> Self {
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        concurrency: usize,
+        identity: String,
+    ) -> Self {
         Scheduler {
             client,
             config,
@@ -80,7 +88,17 @@ impl Scheduler {
             refused_evictions: HashMap::new(),
             reported_unschedulable: HashMap::new(),
             reported_convert_errors: HashSet::new(),
+            identity,
         }
+    }
+
+    /// Drops what this replica remembered from cycles it ran before another one led.
+    pub fn forget(&mut self) {
+        self.assumed.clear();
+        self.retry_streak = 0;
+        self.refused_evictions.clear();
+        self.reported_unschedulable.clear();
+        self.reported_convert_errors.clear();
     }
 
     /// Logs objects left out of the snapshot (once each while they stay bad) and reports
@@ -386,7 +404,7 @@ impl Scheduler {
                 host: None,
             }),
             reporting_component: Some(COMPONENT.into()),
-            reporting_instance: Some(COMPONENT.into()),
+            reporting_instance: Some(self.identity.clone()),
             ..Default::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);

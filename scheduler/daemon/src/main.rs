@@ -5,6 +5,7 @@
 mod apply;
 mod cycle;
 mod http;
+mod leader;
 mod stores;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,20 @@ struct Args {
     /// Bindings in flight at once.
     #[arg(long, default_value_t = 32)]
     bind_concurrency: usize,
+    /// Schedule only while holding a Lease (run two replicas for failover).
+    #[arg(long)]
+    leader_elect: bool,
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    #[arg(long, default_value = "basalt-scheduler")]
+    lease_name: String,
+    /// How long a lease holds without renewal (`15s`).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// This replica's name in the Lease and in Events; defaults to HOSTNAME (the pod name)
+    /// and the process id.
+    #[arg(long)]
+    identity: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -144,9 +159,40 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
     metrics.ready.store(true, Ordering::Relaxed);
     tracing::info!(schedulers = ?config.scheduler_names, "caches synced; scheduling");
 
-    let mut scheduler = apply::Scheduler::new(client, config, metrics, args.bind_concurrency);
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
+        format!("{host}_{}", std::process::id())
+    });
+    let (leader_tx, mut leader_rx) = watch::channel(!args.leader_elect);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let elector = args.leader_elect.then(|| {
+        let elector = leader::Elector::new(
+            client.clone(),
+            leader::LeaseConfig {
+                namespace: args.lease_namespace.clone(),
+                name: args.lease_name.clone(),
+                identity: identity.clone(),
+                duration: args.lease_duration,
+            },
+        );
+        tokio::spawn(elector.run(leader_tx.clone(), stop_rx))
+    });
+
+    let mut scheduler =
+        apply::Scheduler::new(client, config, metrics, args.bind_concurrency, identity);
     let min_gap = Duration::from_millis(50);
     loop {
+        if !*leader_rx.borrow() {
+            tracing::info!("not the leader; waiting for the lease");
+            let mut rx = shutdown_rx.clone();
+            tokio::select! {
+                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
+                _ = rx.wait_for(|s| *s) => break,
+            }
+            // The world moved on while another replica scheduled.
+            scheduler.forget();
+            tracing::info!("leading; scheduling");
+        }
         let outcome = cycle::run_cycle(&mut scheduler, &stores).await;
         if *shutdown_rx.borrow() {
             break;
@@ -165,6 +211,12 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
             _ = rx.wait_for(|s| *s) => break,
         }
     }
+    // Only now, with no bind in flight, may another replica take over.
+    let _ = stop_tx.send(true);
+    if let Some(e) = elector {
+        let _ = e.await;
+    }
+    drop(leader_tx);
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())

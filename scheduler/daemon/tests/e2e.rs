@@ -464,3 +464,83 @@ async fn a_scheduler_killed_in_the_middle_of_a_gang_is_replaced_and_the_gang_com
     eventually("g Running", || c.group("g")["status"]["phase"] == "Running").await;
     c.assert_no_node_over_capacity();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_schedules_and_the_other_replica_takes_over_when_it_dies() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    let elect = |id: &'static str| {
+        c.start_with(&["--leader-elect", "--lease-duration", "2s", "--identity", id])
+    };
+    let mut a = elect("replica-a");
+    let mut b = elect("replica-b");
+    let holder = || {
+        c.server
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "kube-system",
+                "basalt-scheduler",
+            )
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    };
+    eventually("one replica holds the lease", || holder().is_some()).await;
+    let first = holder().unwrap();
+
+    c.create(group("g1", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g1-{i}"), "g1", 4));
+    }
+    eventually("g1 bound", || {
+        (0..2).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+    for i in 0..2 {
+        let name = format!("g1-{i}");
+        eventually("a Scheduled event", || {
+            !c.events("Scheduled", &name).is_empty()
+        })
+        .await;
+        let events = c.events("Scheduled", &name);
+        assert_eq!(events.len(), 1, "bound once, by one replica");
+        assert_eq!(
+            events[0]["reportingInstance"],
+            first.as_str(),
+            "only the leader binds"
+        );
+    }
+
+    // The leader dies without releasing the lease: the other replica takes over once it expires.
+    let (dead, survivor) = if first == "replica-a" {
+        (&mut a, "replica-b")
+    } else {
+        (&mut b, "replica-a")
+    };
+    dead.0.kill().unwrap();
+    dead.0.wait().unwrap();
+    c.create(group("g2", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g2-{i}"), "g2", 4));
+    }
+    eventually("the survivor holds the lease", || {
+        holder().as_deref() == Some(survivor)
+    })
+    .await;
+    eventually("g2 bound by the survivor", || {
+        (0..2).all(|i| c.node_of(&format!("g2-{i}")).is_some())
+    })
+    .await;
+    for i in 0..2 {
+        let name = format!("g2-{i}");
+        eventually("a Scheduled event", || {
+            !c.events("Scheduled", &name).is_empty()
+        })
+        .await;
+        let events = c.events("Scheduled", &name);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["reportingInstance"], survivor);
+    }
+    c.assert_no_node_over_capacity();
+}
