@@ -11,6 +11,7 @@ use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
 use basalt_plugins::Config;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Event, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -138,6 +139,7 @@ impl Scheduler {
         let retry = self.bind_all(plan, stores).await;
         self.nominate(plan, stores).await;
         self.write_groups(plan, stores).await;
+        self.write_queues(plan, stores).await;
 
         let pending = stores
             .pods
@@ -327,6 +329,72 @@ impl Scheduler {
                 }
             }
             self.report_unschedulable(planned, &group, stores).await;
+        }
+    }
+
+    /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
+    /// PodGroup object; pods without one are not counted), written only when it changed.
+    async fn write_queues(&mut self, plan: &Plan, stores: &Stores) {
+        use basalt_crds::types::QueueState;
+        let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
+        for planned in &plan.pod_groups {
+            let (ns, name) = split_key(&planned.name);
+            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+                continue;
+            };
+            let queue = group.spec.queue.clone().unwrap_or_else(|| "default".into());
+            let c = counts.entry(queue).or_default();
+            match planned.phase {
+                basalt_engine::JobPhase::Running => c.0 += 1,
+                basalt_engine::JobPhase::Pending => c.1 += 1,
+                basalt_engine::JobPhase::Inqueue => c.2 += 1,
+                _ => {}
+            }
+        }
+        for q in &plan.queues {
+            let Some(current) = stores.queues.get(&ObjectRef::new(&q.name)) else {
+                continue;
+            };
+            let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
+            let desired = basalt_crds::QueueStatus {
+                state: match q.state {
+                    basalt_engine::QueueState::Open => QueueState::Open,
+                    basalt_engine::QueueState::Closing => QueueState::Closing,
+                    basalt_engine::QueueState::Closed => QueueState::Closed,
+                },
+                allocated: q
+                    .allocated
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+                    .collect(),
+                running: Some(running),
+                pending: Some(pending),
+                inqueue: Some(inqueue),
+            };
+            if current.status.as_ref() == Some(&desired) {
+                continue;
+            }
+            let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
+            // A merge patch keeps omitted keys: resources no longer held are written as null.
+            let mut allocated = serde_json::Map::new();
+            for (k, v) in &desired.allocated {
+                allocated.insert(k.clone(), Value::String(v.0.clone()));
+            }
+            for k in current.status.iter().flat_map(|s| s.allocated.keys()) {
+                allocated.entry(k.clone()).or_insert(Value::Null);
+            }
+            body["allocated"] = Value::Object(allocated);
+            let api: Api<basalt_crds::Queue> = Api::all(self.client.clone());
+            let result = api
+                .patch_status(
+                    &q.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "status": body })),
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(queue = %q.name, error = %classify(&e).1, "cannot write Queue status");
+            }
         }
     }
 

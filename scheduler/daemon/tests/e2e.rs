@@ -206,6 +206,16 @@ async fn a_gang_that_fits_is_bound_whole_and_running() {
     })
     .await;
     c.assert_no_node_over_capacity();
+    eventually("Queue research counts g1 running and its 16 GPUs", || {
+        let q = c
+            .server
+            .get("scheduling.basalt.dev/v1alpha1", "Queue", "", "research")
+            .expect("queue exists");
+        q["status"]["state"] == "Open"
+            && q["status"]["running"] == 1
+            && q["status"]["allocated"]["nvidia.com/gpu"] == "16"
+    })
+    .await;
     for i in 0..4 {
         let name = format!("g1-{i}");
         let p = c.pod(&name);
