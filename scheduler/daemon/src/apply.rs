@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::convert::{GPU_IDS, POD_GROUP, VOLCANO_GROUP_NAME};
+use basalt_crds::convert::{GPU_IDS, POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
 use basalt_crds::{ConvertError, PodGroup};
 use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
 use basalt_plugins::Config;
@@ -25,6 +25,8 @@ use crate::stores::Stores;
 /// How long an eviction refused by a disruption budget is not asked for again.
 const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
 const COMPONENT: &str = "basalt-scheduler";
+/// Annotation on a groupless pod naming the queue of its auto PodGroup.
+pub const AUTO_QUEUE: &str = "scheduling.basalt.dev/queue";
 
 /// A pod this scheduler bound whose binding the watch has not shown yet.
 pub struct Assumed {
@@ -48,6 +50,9 @@ pub struct Scheduler {
     reported_convert_errors: HashSet<String>,
     /// This replica's name in Events.
     identity: String,
+    /// Auto PodGroups made for groupless pods (pod key → group name) whose group the watch
+    /// may not show yet.
+    pub auto_groups: HashMap<String, String>,
 }
 
 enum BindResult {
@@ -90,6 +95,83 @@ impl Scheduler {
             reported_unschedulable: HashMap::new(),
             reported_convert_errors: HashSet::new(),
             identity,
+            auto_groups: HashMap::new(),
+        }
+    }
+
+    /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
+    /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
+    /// annotation. The group is created first, then the pod annotated to name it.
+    pub async fn auto_groups(&mut self, stores: &Stores) {
+        for p in stores.pods.state() {
+            let spec = p.spec.as_ref();
+            let ours = spec
+                .and_then(|s| s.scheduler_name.as_deref())
+                .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
+            let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
+            let pending = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_none_or(|ph| ph == "Pending");
+            let grouped = member_of(&p).is_some()
+                || p.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
+            let key = pod_key(&p);
+            if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let (ns, name) = split_key(&key);
+            let group_name = format!("{name}-pg");
+            if group_name.len() > 253 || self.auto_groups.contains_key(&key) {
+                continue;
+            }
+            let queue = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AUTO_QUEUE))
+                .cloned();
+            let group = json!({
+                "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                "metadata": {"name": group_name, "namespace": ns,
+                    "labels": {"scheduling.basalt.dev/auto": "true"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                        "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
+                "spec": {"minMember": 1, "queue": queue},
+            });
+            let group: PodGroup = match serde_json::from_value(group) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
+                    continue;
+                }
+            };
+            let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+            match groups.create(&PostParams::default(), &group).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
+                    continue;
+                }
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let patch = json!({"metadata": {"annotations": {POD_GROUP: group_name}}});
+            match pods
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
+                    self.auto_groups.insert(key, group_name);
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod")
+                }
+            }
         }
     }
 

@@ -23,6 +23,7 @@ pub struct Outcome {
 
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
+    s.auto_groups(stores).await;
     let objects = collect(s, stores);
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
@@ -63,9 +64,20 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
     for t in stores.topologies.state() {
         objects.push((src(), Object::NodeTopology(Box::new((*t).clone()))));
     }
+    let mut group_keys = HashSet::new();
     for g in stores.pod_groups.state() {
+        group_keys.insert(format!(
+            "{}/{}",
+            g.metadata.namespace.as_deref().unwrap_or("default"),
+            g.metadata.name.as_deref().unwrap_or("")
+        ));
         objects.push((src(), Object::PodGroup(Box::new((*g).clone()))));
     }
+    // An auto PodGroup the watch shows: nothing left to bridge.
+    s.auto_groups.retain(|pod, group| {
+        let (ns, _) = pod.split_once('/').unwrap_or(("default", pod));
+        !group_keys.contains(&format!("{ns}/{group}"))
+    });
     let mut seen = HashSet::new();
     for p in stores.pods.state() {
         let mut pod: Pod = (*p).clone();
@@ -90,6 +102,13 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
                             assumed.gpus.clone(),
                         );
                 }
+            }
+        }
+        // The pod may name its new auto PodGroup before the group's watch shows it: until
+        // then it stays in its implicit group of one.
+        if s.auto_groups.contains_key(&key) {
+            if let Some(a) = pod.metadata.annotations.as_mut() {
+                a.remove(basalt_crds::convert::POD_GROUP);
             }
         }
         objects.push((src(), Object::Pod(Box::new(pod))));

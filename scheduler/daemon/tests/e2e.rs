@@ -554,3 +554,47 @@ async fn only_the_leader_schedules_and_the_other_replica_takes_over_when_it_dies
     }
     c.assert_no_node_over_capacity();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_a_group_gets_a_podgroup_of_one_owned_by_it() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let mut solo = pod("solo", "unused", 2);
+    solo["metadata"].as_object_mut().unwrap().remove("labels");
+    solo["metadata"]["annotations"] = json!({"scheduling.basalt.dev/queue": "research"});
+    c.create(solo);
+    let _s = c.start_scheduler();
+
+    eventually("solo bound", || c.node_of("solo").is_some()).await;
+    eventually("solo-pg Running with one member", || {
+        c.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "solo-pg",
+            )
+            .is_some_and(|g| g["status"]["phase"] == "Running" && g["status"]["running"] == 1)
+    })
+    .await;
+    let g = c.group("solo-pg");
+    assert_eq!(g["spec"]["minMember"], 1);
+    assert_eq!(g["spec"]["queue"], "research");
+    let owner = &g["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Pod"), Some("solo"))
+    );
+    assert_eq!(owner["uid"], c.pod("solo")["metadata"]["uid"]);
+    assert_eq!(
+        c.pod("solo")["metadata"]["annotations"]["scheduling.basalt.dev/pod-group"],
+        "solo-pg"
+    );
+    // No object was ever left out on the way (the pod never named a group the cache lacked).
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+}
