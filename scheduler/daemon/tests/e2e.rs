@@ -44,8 +44,12 @@ impl Cluster {
     }
 
     fn start_with(&self, extra: &[&str]) -> Scheduler {
-        let child = Command::new(BIN)
-            .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+        let mut cmd = Command::new(BIN);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        let child = cmd
+            .args(["--period", "200ms"])
             .args(extra)
             .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
             .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
@@ -597,4 +601,54 @@ async fn a_pod_without_a_group_gets_a_podgroup_of_one_owned_by_it() {
         .list("v1", "Event")
         .iter()
         .all(|e| e["reason"] != "InvalidObject"));
+}
+
+/// A plain HTTP GET on loopback; None until something answers.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics_are_served() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _s = c.start_with(&["--listen", &addr]);
+    eventually("/healthz answers ok", || {
+        http_get(&addr, "/healthz")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200") && r.ends_with("ok"))
+    })
+    .await;
+    eventually("/readyz answers 200", || {
+        http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    eventually("/metrics counts both binds and a cycle", || {
+        http_get(&addr, "/metrics").is_some_and(|m| {
+            m.contains("application/openmetrics-text")
+                && m.contains("basalt_scheduler_binds_total 2")
+                && m.contains("basalt_scheduler_bind_errors_total 0")
+                && m.contains("basalt_scheduler_pending_pods 0")
+                && m.contains("basalt_scheduler_cycle_duration_seconds_count")
+                && m.trim_end().ends_with("# EOF")
+        })
+    })
+    .await;
 }
