@@ -218,9 +218,9 @@ impl Scheduler {
     /// Applies `plan`; returns how long to back off before the next cycle.
     pub async fn apply(&mut self, plan: &Plan, stores: &Stores) -> Duration {
         self.evict(plan, stores).await;
-        let retry = self.bind_all(plan, stores).await;
+        let (retry, failed) = self.bind_all(plan, stores).await;
         self.nominate(plan, stores).await;
-        self.write_groups(plan, stores).await;
+        self.write_groups(plan, stores, &failed).await;
         self.write_queues(plan, stores).await;
 
         let pending = stores
@@ -247,7 +247,13 @@ impl Scheduler {
         }
     }
 
-    async fn bind_all(&mut self, plan: &Plan, stores: &Stores) -> bool {
+    /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
+    /// (`ns/name`) how many of its binds failed this cycle with the last error.
+    async fn bind_all(
+        &mut self,
+        plan: &Plan,
+        stores: &Stores,
+    ) -> (bool, HashMap<String, (u32, String)>) {
         let jobs: Vec<_> = plan
             .bindings
             .iter()
@@ -281,8 +287,21 @@ impl Scheduler {
             .await;
 
         let mut retry = false;
+        let mut failed: HashMap<String, (u32, String)> = HashMap::new();
         for (key, node, gpus, uid, result) in results {
             let (ns, name) = split_key(&key);
+            if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
+            {
+                let group = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")));
+                if let Some(group) = group {
+                    let entry = failed.entry(group).or_default();
+                    entry.0 += 1;
+                    entry.1 = format!("{key} on {node}: {m}");
+                }
+            }
             match result {
                 BindResult::Bound => {
                     self.metrics.binds.inc();
@@ -315,7 +334,7 @@ impl Scheduler {
                 }
             }
         }
-        retry
+        (retry, failed)
     }
 
     async fn evict(&mut self, plan: &Plan, stores: &Stores) {
@@ -386,7 +405,12 @@ impl Scheduler {
         }
     }
 
-    async fn write_groups(&mut self, plan: &Plan, stores: &Stores) {
+    async fn write_groups(
+        &mut self,
+        plan: &Plan,
+        stores: &Stores,
+        failed: &HashMap<String, (u32, String)>,
+    ) {
         let now = jiff::Timestamp::now().to_string();
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
@@ -394,7 +418,21 @@ impl Scheduler {
             let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
                 continue;
             };
-            let desired = desired_status(planned, group.status.as_ref(), &now);
+            let mut desired = desired_status(planned, group.status.as_ref(), &now);
+            if let Some((n, last)) = failed.get(&planned.name) {
+                // The gang is partly bound: say so until a cycle binds the rest.
+                desired
+                    .conditions
+                    .push(basalt_crds::types::PodGroupCondition {
+                        type_: "BindFailed".into(),
+                        status: "True".into(),
+                        reason: Some("BindFailed".into()),
+                        message: Some(format!(
+                            "{n} bind(s) failed this cycle; retried next cycle (last: {last})"
+                        )),
+                        last_transition_time: Some(now.clone()),
+                    });
+            }
             let current = group.status.clone().unwrap_or_default();
             if !same_status(&desired, &current) {
                 let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);

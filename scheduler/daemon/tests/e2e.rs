@@ -652,3 +652,43 @@ async fn health_readiness_and_metrics_are_served() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_binds_are_reported_on_the_podgroup_until_they_succeed() {
+    let c = cluster(Config::default()).await;
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 1.0, 503))
+        .unwrap();
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let _s = c.start_scheduler();
+    let condition = |kind: &str| {
+        c.group("g")["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|cond| cond["type"] == kind).cloned())
+    };
+    eventually("a BindFailed condition on g", || {
+        condition("BindFailed").is_some_and(|cond| {
+            cond["status"] == "True"
+                && cond["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("2 bind(s) failed") && m.contains("503"))
+        })
+    })
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("g-{i}")).is_none()));
+
+    c.server.clear_faults();
+    eventually("g bound once binds succeed", || {
+        (0..2).all(|i| c.node_of(&format!("g-{i}")).is_some())
+    })
+    .await;
+    eventually("the BindFailed condition cleared", || {
+        c.group("g")["status"]["phase"] == "Running" && condition("BindFailed").is_none()
+    })
+    .await;
+}
