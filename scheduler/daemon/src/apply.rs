@@ -1,0 +1,729 @@
+//! Applying a plan through the API: binds (GPU ids first), evictions, nominated nodes,
+//! PodGroup status and Events. Every API answer is looked at; nothing here panics on one.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use basalt_crds::convert::{GPU_IDS, POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
+use basalt_crds::{ConvertError, PodGroup};
+use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
+use basalt_plugins::Config;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Event, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use crate::cycle::pod_key;
+use crate::http::Metrics;
+use crate::stores::Stores;
+
+/// How long an eviction refused by a disruption budget is not asked for again.
+const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
+const COMPONENT: &str = "basalt-scheduler";
+/// Annotation on a groupless pod naming the queue of its auto PodGroup.
+pub const AUTO_QUEUE: &str = "scheduling.basalt.dev/queue";
+
+/// A pod this scheduler bound whose binding the watch has not shown yet.
+pub struct Assumed {
+    pub node: String,
+    /// The GPU ids annotation value (`0,1`), empty when none.
+    pub gpus: String,
+    pub uid: Option<String>,
+}
+
+pub struct Scheduler {
+    pub client: Client,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    pub assumed: HashMap<String, Assumed>,
+    concurrency: usize,
+    /// Consecutive cycles whose binds failed with a retryable error.
+    retry_streak: u32,
+    refused_evictions: HashMap<String, Instant>,
+    /// Last FailedScheduling message per object, so an unchanged reason is not repeated.
+    reported_unschedulable: HashMap<String, String>,
+    reported_convert_errors: HashSet<String>,
+    /// This replica's name in Events.
+    identity: String,
+    /// Auto PodGroups made for groupless pods (pod key → group name) whose group the watch
+    /// may not show yet.
+    pub auto_groups: HashMap<String, String>,
+}
+
+enum BindResult {
+    Bound,
+    /// 409: already bound or replaced; the watch will tell.
+    Conflict(String),
+    /// Not found or refused for good this cycle; the next cycle plans again.
+    Failed(String),
+    /// 5xx, 429 or a transport error: retried with backoff.
+    Retry(String),
+}
+
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("default", key))
+}
+
+fn classify(e: &kube::Error) -> (Option<u16>, String) {
+    match e {
+        kube::Error::Api(s) => (Some(s.code), format!("{} ({})", s.message, s.code)),
+        other => (None, other.to_string()),
+    }
+}
+
+impl Scheduler {
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        concurrency: usize,
+        identity: String,
+    ) -> Self {
+        Scheduler {
+            client,
+            config,
+            metrics,
+            assumed: HashMap::new(),
+            concurrency: concurrency.max(1),
+            retry_streak: 0,
+            refused_evictions: HashMap::new(),
+            reported_unschedulable: HashMap::new(),
+            reported_convert_errors: HashSet::new(),
+            identity,
+            auto_groups: HashMap::new(),
+        }
+    }
+
+    /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
+    /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
+    /// annotation. The group is created first, then the pod annotated to name it.
+    pub async fn auto_groups(&mut self, stores: &Stores) {
+        for p in stores.pods.state() {
+            let spec = p.spec.as_ref();
+            let ours = spec
+                .and_then(|s| s.scheduler_name.as_deref())
+                .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
+            let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
+            let pending = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_none_or(|ph| ph == "Pending");
+            let grouped = member_of(&p).is_some()
+                || p.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
+            let key = pod_key(&p);
+            if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let (ns, name) = split_key(&key);
+            let group_name = format!("{name}-pg");
+            if group_name.len() > 253 || self.auto_groups.contains_key(&key) {
+                continue;
+            }
+            let queue = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AUTO_QUEUE))
+                .cloned();
+            let group = json!({
+                "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                "metadata": {"name": group_name, "namespace": ns,
+                    "labels": {"scheduling.basalt.dev/auto": "true"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                        "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
+                "spec": {"minMember": 1, "queue": queue},
+            });
+            let group: PodGroup = match serde_json::from_value(group) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
+                    continue;
+                }
+            };
+            let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+            match groups.create(&PostParams::default(), &group).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
+                    continue;
+                }
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let patch = json!({"metadata": {"annotations": {POD_GROUP: group_name}}});
+            match pods
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
+                    self.auto_groups.insert(key, group_name);
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod")
+                }
+            }
+        }
+    }
+
+    /// Drops what this replica remembered from cycles it ran before another one led.
+    pub fn forget(&mut self) {
+        self.assumed.clear();
+        self.retry_streak = 0;
+        self.refused_evictions.clear();
+        self.reported_unschedulable.clear();
+        self.reported_convert_errors.clear();
+    }
+
+    /// Logs objects left out of the snapshot (once each while they stay bad) and reports
+    /// those naming a pod or PodGroup as a Warning Event on it.
+    pub async fn report_convert_errors(&mut self, errors: &[ConvertError]) {
+        let now: HashSet<String> = errors.iter().map(|e| e.to_string()).collect();
+        for e in errors {
+            let text = e.to_string();
+            if self.reported_convert_errors.contains(&text) {
+                continue;
+            }
+            tracing::error!(error = %text, "object left out of scheduling");
+            let (ns, name) = split_key(&e.object);
+            let target = match e.kind.as_str() {
+                "Pod" => Some(("v1", "Pod")),
+                "PodGroup" => Some(("scheduling.basalt.dev/v1alpha1", "PodGroup")),
+                _ => None,
+            };
+            if let Some((api_version, kind)) = target {
+                let reference = ObjectReference {
+                    api_version: Some(api_version.into()),
+                    kind: Some(kind.into()),
+                    namespace: Some(ns.into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                };
+                self.event(reference, "Warning", "InvalidObject", &text)
+                    .await;
+            }
+        }
+        self.reported_convert_errors = now;
+    }
+
+    /// Applies `plan`; returns how long to back off before the next cycle.
+    pub async fn apply(&mut self, plan: &Plan, stores: &Stores) -> Duration {
+        self.evict(plan, stores).await;
+        let (retry, failed) = self.bind_all(plan, stores).await;
+        self.nominate(plan, stores).await;
+        self.write_groups(plan, stores, &failed).await;
+        self.write_queues(plan, stores).await;
+
+        let pending = stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| {
+                let spec = p.spec.as_ref();
+                let ours = spec
+                    .and_then(|s| s.scheduler_name.as_deref())
+                    .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
+                let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
+                ours && unbound && !self.assumed.contains_key(&pod_key(p))
+            })
+            .count();
+        self.metrics.pending_pods.set(pending as i64);
+
+        if retry {
+            self.retry_streak = (self.retry_streak + 1).min(7);
+            Duration::from_millis(100 << self.retry_streak)
+        } else {
+            self.retry_streak = 0;
+            Duration::ZERO
+        }
+    }
+
+    /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
+    /// (`ns/name`) how many of its binds failed this cycle with the last error.
+    async fn bind_all(
+        &mut self,
+        plan: &Plan,
+        stores: &Stores,
+    ) -> (bool, HashMap<String, (u32, String)>) {
+        let jobs: Vec<_> = plan
+            .bindings
+            .iter()
+            .filter(|b| !self.assumed.contains_key(&b.pod))
+            .map(|b| {
+                let (ns, name) = split_key(&b.pod);
+                let uid = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| p.metadata.uid.clone());
+                let gpus = b
+                    .gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                (b.pod.clone(), b.node.clone(), gpus, uid)
+            })
+            .collect();
+        let client = self.client.clone();
+        let results: Vec<_> = futures::stream::iter(jobs)
+            .map(|(key, node, gpus, uid)| {
+                let client = client.clone();
+                async move {
+                    let r = bind(&client, &key, &node, &gpus, uid.clone()).await;
+                    (key, node, gpus, uid, r)
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+
+        let mut retry = false;
+        let mut failed: HashMap<String, (u32, String)> = HashMap::new();
+        for (key, node, gpus, uid, result) in results {
+            let (ns, name) = split_key(&key);
+            if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
+            {
+                let group = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")));
+                if let Some(group) = group {
+                    let entry = failed.entry(group).or_default();
+                    entry.0 += 1;
+                    entry.1 = format!("{key} on {node}: {m}");
+                }
+            }
+            match result {
+                BindResult::Bound => {
+                    self.metrics.binds.inc();
+                    let reference = pod_ref(ns, name, uid.clone());
+                    self.assumed.insert(
+                        key.clone(),
+                        Assumed {
+                            node: node.clone(),
+                            gpus,
+                            uid,
+                        },
+                    );
+                    tracing::info!(pod = %key, node = %node, "bound");
+                    self.reported_unschedulable.remove(&format!("Pod/{key}"));
+                    let msg = format!("Successfully assigned {key} to {node}");
+                    self.event(reference, "Normal", "Scheduled", &msg).await;
+                }
+                BindResult::Conflict(m) => {
+                    self.metrics.bind_errors.inc();
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind conflict; waiting for the watch");
+                }
+                BindResult::Failed(m) => {
+                    self.metrics.bind_errors.inc();
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind failed");
+                }
+                BindResult::Retry(m) => {
+                    self.metrics.bind_errors.inc();
+                    retry = true;
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind failed; retrying next cycle");
+                }
+            }
+        }
+        (retry, failed)
+    }
+
+    async fn evict(&mut self, plan: &Plan, stores: &Stores) {
+        self.refused_evictions
+            .retain(|_, at| at.elapsed() < REFUSED_EVICTION_HOLD);
+        for ev in &plan.evictions {
+            if self.refused_evictions.contains_key(&ev.pod) {
+                continue;
+            }
+            let (ns, name) = split_key(&ev.pod);
+            let uid = stores
+                .pods
+                .get(&ObjectRef::new(name).within(ns))
+                .and_then(|p| p.metadata.uid.clone());
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            match api.evict(name, &EvictParams::default()).await {
+                Ok(_) => {
+                    self.metrics.evictions.inc();
+                    tracing::info!(pod = %ev.pod, r#for = %ev.for_group, reason = %ev.reason, "evicted");
+                    let msg = format!("Preempted by {}: {}", ev.for_group, ev.reason);
+                    self.event(pod_ref(ns, name, uid), "Normal", "Preempted", &msg)
+                        .await;
+                }
+                Err(e) => {
+                    let (code, msg) = classify(&e);
+                    if code == Some(404) {
+                        continue;
+                    }
+                    if code == Some(429) {
+                        self.refused_evictions
+                            .insert(ev.pod.clone(), Instant::now());
+                        tracing::warn!(pod = %ev.pod, error = %msg, "eviction refused by a disruption budget");
+                        let text = format!("Eviction for {} refused: {msg}", ev.for_group);
+                        self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text)
+                            .await;
+                    } else {
+                        tracing::warn!(pod = %ev.pod, error = %msg, "eviction failed");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn nominate(&mut self, plan: &Plan, stores: &Stores) {
+        for n in &plan.nominations {
+            if n.reason != basalt_engine::NominationReason::Evictions {
+                continue;
+            }
+            let (ns, name) = split_key(&n.pod);
+            let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
+                continue;
+            };
+            let current = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref());
+            if current == Some(n.node.as_str()) {
+                continue;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let patch = json!({"status": {"nominatedNodeName": n.node}});
+            if let Err(e) = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(pod = %n.pod, error = %classify(&e).1, "cannot set nominatedNodeName");
+            }
+        }
+    }
+
+    async fn write_groups(
+        &mut self,
+        plan: &Plan,
+        stores: &Stores,
+        failed: &HashMap<String, (u32, String)>,
+    ) {
+        let now = jiff::Timestamp::now().to_string();
+        for planned in &plan.pod_groups {
+            let (ns, name) = split_key(&planned.name);
+            // Pods without a PodGroup are planned under an implicit one with nothing to write.
+            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+                continue;
+            };
+            let mut desired = desired_status(planned, group.status.as_ref(), &now);
+            if let Some((n, last)) = failed.get(&planned.name) {
+                // The gang is partly bound: say so until a cycle binds the rest.
+                desired
+                    .conditions
+                    .push(basalt_crds::types::PodGroupCondition {
+                        type_: "BindFailed".into(),
+                        status: "True".into(),
+                        reason: Some("BindFailed".into()),
+                        message: Some(format!(
+                            "{n} bind(s) failed this cycle; retried next cycle (last: {last})"
+                        )),
+                        last_transition_time: Some(now.clone()),
+                    });
+            }
+            let current = group.status.clone().unwrap_or_default();
+            if !same_status(&desired, &current) {
+                let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+                let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
+                // A merge patch keeps an omitted list: write an empty one to clear conditions.
+                body["conditions"] = serde_json::to_value(&desired.conditions)
+                    .unwrap_or_else(|_| Value::Array(vec![]));
+                let patch = json!({ "status": body });
+                if let Err(e) = api
+                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    tracing::warn!(group = %planned.name, error = %classify(&e).1, "cannot write PodGroup status");
+                }
+            }
+            self.report_unschedulable(planned, &group, stores).await;
+        }
+    }
+
+    /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
+    /// PodGroup object; pods without one are not counted), written only when it changed.
+    async fn write_queues(&mut self, plan: &Plan, stores: &Stores) {
+        use basalt_crds::types::QueueState;
+        let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
+        for planned in &plan.pod_groups {
+            let (ns, name) = split_key(&planned.name);
+            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+                continue;
+            };
+            let queue = group.spec.queue.clone().unwrap_or_else(|| "default".into());
+            let c = counts.entry(queue).or_default();
+            match planned.phase {
+                basalt_engine::JobPhase::Running => c.0 += 1,
+                basalt_engine::JobPhase::Pending => c.1 += 1,
+                basalt_engine::JobPhase::Inqueue => c.2 += 1,
+                _ => {}
+            }
+        }
+        for q in &plan.queues {
+            let Some(current) = stores.queues.get(&ObjectRef::new(&q.name)) else {
+                continue;
+            };
+            let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
+            let desired = basalt_crds::QueueStatus {
+                state: match q.state {
+                    basalt_engine::QueueState::Open => QueueState::Open,
+                    basalt_engine::QueueState::Closing => QueueState::Closing,
+                    basalt_engine::QueueState::Closed => QueueState::Closed,
+                },
+                allocated: q
+                    .allocated
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+                    .collect(),
+                running: Some(running),
+                pending: Some(pending),
+                inqueue: Some(inqueue),
+            };
+            if current.status.as_ref() == Some(&desired) {
+                continue;
+            }
+            let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
+            // A merge patch keeps omitted keys: resources no longer held are written as null.
+            let mut allocated = serde_json::Map::new();
+            for (k, v) in &desired.allocated {
+                allocated.insert(k.clone(), Value::String(v.0.clone()));
+            }
+            for k in current.status.iter().flat_map(|s| s.allocated.keys()) {
+                allocated.entry(k.clone()).or_insert(Value::Null);
+            }
+            body["allocated"] = Value::Object(allocated);
+            let api: Api<basalt_crds::Queue> = Api::all(self.client.clone());
+            let result = api
+                .patch_status(
+                    &q.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({ "status": body })),
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(queue = %q.name, error = %classify(&e).1, "cannot write Queue status");
+            }
+        }
+    }
+
+    /// FailedScheduling Events on a group that cannot start and its waiting pods, once per
+    /// distinct reason.
+    async fn report_unschedulable(
+        &mut self,
+        planned: &PlannedGroup,
+        group: &PodGroup,
+        stores: &Stores,
+    ) {
+        let group_key = format!("PodGroup/{}", planned.name);
+        let Some(cond) = planned
+            .conditions
+            .iter()
+            .find(|c| c.kind == "Unschedulable")
+        else {
+            self.reported_unschedulable.remove(&group_key);
+            return;
+        };
+        let message = format!("{}: {}", cond.reason, cond.message);
+        let (ns, name) = split_key(&planned.name);
+        let mut targets = vec![(
+            group_key,
+            ObjectReference {
+                api_version: Some("scheduling.basalt.dev/v1alpha1".into()),
+                kind: Some("PodGroup".into()),
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: group.metadata.uid.clone(),
+                ..Default::default()
+            },
+        )];
+        for p in stores.pods.state() {
+            if p.metadata.namespace.as_deref().unwrap_or("default") != ns
+                || member_of(&p) != Some(name)
+                || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+            {
+                continue;
+            }
+            let key = pod_key(&p);
+            let (_, pname) = split_key(&key);
+            let reference = pod_ref(ns, pname, p.metadata.uid.clone());
+            targets.push((format!("Pod/{key}"), reference));
+        }
+        for (key, reference) in targets {
+            if self.reported_unschedulable.get(&key) == Some(&message) {
+                continue;
+            }
+            self.event(reference, "Warning", "FailedScheduling", &message)
+                .await;
+            self.reported_unschedulable.insert(key, message.clone());
+        }
+    }
+
+    /// Writes a core/v1 Event; a failure is logged, never fatal.
+    async fn event(&self, about: ObjectReference, type_: &str, reason: &str, message: &str) {
+        let ns = about.namespace.clone().unwrap_or_else(|| "default".into());
+        let now = jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", about.name.as_deref().unwrap_or("object"))),
+                namespace: Some(ns.clone()),
+                ..Default::default()
+            },
+            involved_object: about,
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some(type_.into()),
+            count: Some(1),
+            first_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+            last_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some(COMPONENT.into()),
+                host: None,
+            }),
+            reporting_component: Some(COMPONENT.into()),
+            reporting_instance: Some(self.identity.clone()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(reason, error = %classify(&e).1, "cannot write an Event");
+        }
+    }
+}
+
+fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(ns.into()),
+        name: Some(name.into()),
+        uid,
+        ..Default::default()
+    }
+}
+
+/// The PodGroup a pod names (Basalt's label or annotation, or Volcano's annotation).
+fn member_of(p: &Pod) -> Option<&str> {
+    fn get<'a>(m: &'a Option<BTreeMap<String, String>>, k: &str) -> Option<&'a str> {
+        m.as_ref().and_then(|m| m.get(k)).map(String::as_str)
+    }
+    get(&p.metadata.labels, POD_GROUP)
+        .or_else(|| get(&p.metadata.annotations, POD_GROUP))
+        .or_else(|| get(&p.metadata.annotations, VOLCANO_GROUP_NAME))
+}
+
+/// The status to write: the plan's phase, conditions and counts; a condition keeps its
+/// `lastTransitionTime` while it holds.
+fn desired_status(
+    planned: &PlannedGroup,
+    current: Option<&basalt_crds::PodGroupStatus>,
+    now: &str,
+) -> basalt_crds::PodGroupStatus {
+    use basalt_crds::types::{PodGroupCondition, PodGroupPhase};
+    let phase = match planned.phase {
+        basalt_engine::JobPhase::Pending => PodGroupPhase::Pending,
+        basalt_engine::JobPhase::Inqueue => PodGroupPhase::Inqueue,
+        basalt_engine::JobPhase::Running => PodGroupPhase::Running,
+        basalt_engine::JobPhase::Unknown => PodGroupPhase::Unknown,
+        basalt_engine::JobPhase::Completed => PodGroupPhase::Completed,
+    };
+    let conditions = planned
+        .conditions
+        .iter()
+        .map(|c| {
+            let held = current
+                .and_then(|s| s.conditions.iter().find(|o| o.type_ == c.kind))
+                .filter(|o| o.status == "True")
+                .and_then(|o| o.last_transition_time.clone());
+            PodGroupCondition {
+                type_: c.kind.clone(),
+                status: "True".into(),
+                reason: Some(c.reason.clone()),
+                message: Some(c.message.clone()),
+                last_transition_time: Some(held.unwrap_or_else(|| now.to_string())),
+            }
+        })
+        .collect();
+    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    basalt_crds::PodGroupStatus {
+        phase,
+        conditions,
+        running: count(planned.running),
+        succeeded: count(planned.succeeded),
+        failed: count(planned.failed),
+    }
+}
+
+/// Equal but for condition times.
+fn same_status(a: &basalt_crds::PodGroupStatus, b: &basalt_crds::PodGroupStatus) -> bool {
+    let strip = |s: &basalt_crds::PodGroupStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time = None;
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+async fn bind(
+    client: &Client,
+    key: &str,
+    node: &str,
+    gpus: &str,
+    uid: Option<String>,
+) -> BindResult {
+    let (ns, name) = split_key(key);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let result_of = |e: kube::Error| match classify(&e) {
+        (Some(409), m) => BindResult::Conflict(m),
+        (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
+        (Some(_), m) => BindResult::Failed(m),
+        (None, m) => BindResult::Retry(m),
+    };
+    let mut annotations = BTreeMap::new();
+    if !gpus.is_empty() {
+        // The node agent reads the GPU ids from the pod; they must be there before it starts.
+        let patch = json!({"metadata": {"annotations": {GPU_IDS: gpus}}});
+        if let Err(e) = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            return result_of(e);
+        }
+        annotations.insert(GPU_IDS.to_string(), gpus.to_string());
+    }
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid,
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+    };
+    match api
+        .create_subresource::<_, Status>("binding", name, &PostParams::default(), &binding)
+        .await
+    {
+        Ok(_) => BindResult::Bound,
+        Err(e) => result_of(e),
+    }
+}

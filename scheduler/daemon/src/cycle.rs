@@ -1,0 +1,169 @@
+//! One scheduling cycle: the stores (plus the assume cache) to a snapshot, the engine, the plan
+//! applied.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use basalt_crds::{build_snapshot, ConvertError, ConvertOptions, Object};
+use basalt_engine::Snapshot;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::apply::Scheduler;
+use crate::stores::Stores;
+
+/// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
+const SOURCE: &str = "cluster";
+/// At most this many bad objects are left out of one snapshot before the cycle is skipped.
+const MAX_DROPPED: usize = 256;
+
+pub struct Outcome {
+    /// How long to wait before the next cycle (binds failed with a retryable error).
+    pub backoff: Duration,
+}
+
+pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
+    let started = Instant::now();
+    s.auto_groups(stores).await;
+    let objects = collect(s, stores);
+    let options = ConvertOptions {
+        scheduler_names: s.config.scheduler_names.clone(),
+        now_ms: jiff::Timestamp::now().as_millisecond(),
+    };
+    let (snapshot, errors) = build_tolerant(objects, &options);
+    s.report_convert_errors(&errors).await;
+    let Some(snapshot) = snapshot else {
+        s.metrics
+            .cycle_duration
+            .observe(started.elapsed().as_secs_f64());
+        return Outcome {
+            backoff: Duration::ZERO,
+        };
+    };
+    let plan = basalt_plugins::schedule(&snapshot, &s.config);
+    let backoff = s.apply(&plan, stores).await;
+    s.metrics
+        .cycle_duration
+        .observe(started.elapsed().as_secs_f64());
+    Outcome { backoff }
+}
+
+/// The stores' objects, with pods this scheduler bound but the watch does not show bound yet
+/// placed where they were bound (the assume cache), so their capacity is never handed out twice.
+fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
+    let mut objects = Vec::new();
+    let src = || SOURCE.to_string();
+    for n in stores.nodes.state() {
+        objects.push((src(), Object::Node(Box::new((*n).clone()))));
+    }
+    for c in stores.priority_classes.state() {
+        objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
+    }
+    for q in stores.queues.state() {
+        objects.push((src(), Object::Queue(Box::new((*q).clone()))));
+    }
+    for t in stores.topologies.state() {
+        objects.push((src(), Object::NodeTopology(Box::new((*t).clone()))));
+    }
+    let mut group_keys = HashSet::new();
+    for g in stores.pod_groups.state() {
+        group_keys.insert(format!(
+            "{}/{}",
+            g.metadata.namespace.as_deref().unwrap_or("default"),
+            g.metadata.name.as_deref().unwrap_or("")
+        ));
+        objects.push((src(), Object::PodGroup(Box::new((*g).clone()))));
+    }
+    // An auto PodGroup the watch shows: nothing left to bridge.
+    s.auto_groups.retain(|pod, group| {
+        let (ns, _) = pod.split_once('/').unwrap_or(("default", pod));
+        !group_keys.contains(&format!("{ns}/{group}"))
+    });
+    let mut seen = HashSet::new();
+    for p in stores.pods.state() {
+        let mut pod: Pod = (*p).clone();
+        let key = pod_key(&pod);
+        if let Some(assumed) = s.assumed.get(&key) {
+            let watched = pod.spec.as_ref().and_then(|sp| sp.node_name.clone());
+            let same_pod = pod.metadata.uid == assumed.uid;
+            if watched.is_some() || !same_pod {
+                // The watch caught up (or the pod was replaced): the store is the truth now.
+                s.assumed.remove(&key);
+            } else {
+                seen.insert(key.clone());
+                if let Some(spec) = pod.spec.as_mut() {
+                    spec.node_name = Some(assumed.node.clone());
+                }
+                if !assumed.gpus.is_empty() {
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(
+                            basalt_crds::convert::GPU_IDS.to_string(),
+                            assumed.gpus.clone(),
+                        );
+                }
+            }
+        }
+        // The pod may name its new auto PodGroup before the group's watch shows it: until
+        // then it stays in its implicit group of one.
+        if s.auto_groups.contains_key(&key) {
+            if let Some(a) = pod.metadata.annotations.as_mut() {
+                a.remove(basalt_crds::convert::POD_GROUP);
+            }
+        }
+        objects.push((src(), Object::Pod(Box::new(pod))));
+    }
+    // A pod that left the store was deleted: nothing to assume any more.
+    s.assumed.retain(|k, _| seen.contains(k));
+    objects
+}
+
+pub fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Builds the snapshot, leaving out objects that cannot be converted (each one reported) so
+/// one bad object does not stop scheduling. A bound pod left out takes its node with it: its
+/// usage is unknown, so nothing may be placed there this cycle.
+fn build_tolerant(
+    mut objects: Vec<(String, Object)>,
+    options: &ConvertOptions,
+) -> (Option<Snapshot>, Vec<ConvertError>) {
+    let mut errors = Vec::new();
+    while errors.len() < MAX_DROPPED {
+        let e = match build_snapshot(&objects, options) {
+            Ok(s) => return (Some(s), errors),
+            Err(e) => e,
+        };
+        let before = objects.len();
+        let matches = |o: &Object, kind: &str| o.kind() == kind && o.key() == e.object;
+        let mut kind = e.kind.as_str();
+        if !objects.iter().any(|(_, o)| matches(o, kind)) {
+            // The engine names a pod without a group by its implicit group.
+            kind = "Pod";
+        }
+        let mut node_to_drop = None;
+        objects.retain(|(_, o)| {
+            if !matches(o, kind) {
+                return true;
+            }
+            if let Object::Pod(p) = o {
+                node_to_drop = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            }
+            false
+        });
+        if let Some(n) = node_to_drop {
+            objects.retain(|(_, o)| !(matches!(o, Object::Node(_)) && o.key() == n));
+        }
+        let dropped = objects.len() < before;
+        errors.push(e);
+        if !dropped {
+            return (None, errors);
+        }
+    }
+    (None, errors)
+}

@@ -1,0 +1,245 @@
+//! `basalt-scheduler`: Basalt's scheduler daemon. Watches the Kubernetes API, runs the engine
+//! once per period (and soon after changes), and applies the plan: binds, evictions, nominated
+//! nodes, PodGroup status and Events.
+
+mod apply;
+mod cycle;
+mod http;
+mod leader;
+mod stores;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use basalt_plugins::Config;
+use clap::Parser;
+use tokio::sync::watch;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "basalt-scheduler",
+    about = "Basalt's gang scheduler for Kubernetes"
+)]
+struct Args {
+    /// Scheduler config (YAML, as for `basalt-sim plan --config`); absent means the defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Time between scheduling cycles when nothing changes (`1s`, `500ms`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    period: Duration,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: String,
+    /// Bindings in flight at once.
+    #[arg(long, default_value_t = 32)]
+    bind_concurrency: usize,
+    /// Schedule only while holding a Lease (run two replicas for failover).
+    #[arg(long)]
+    leader_elect: bool,
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    #[arg(long, default_value = "basalt-scheduler")]
+    lease_name: String,
+    /// How long a lease holds without renewal (`15s`).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// This replica's name in the Lease and in Events; defaults to HOSTNAME (the pod name)
+    /// and the process id.
+    #[arg(long)]
+    identity: Option<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        return Err(format!("{s:?}: expected a duration such as 1s or 500ms"));
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration such as 1s or 500ms"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{s:?}: must be positive"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// Reads and validates the config; errors name the file and the field.
+fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    let Some(path) = path else {
+        return Ok(Config::default());
+    };
+    let label = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("{label}: cannot read"))?;
+    if text.trim().is_empty() {
+        return Ok(Config::default());
+    }
+    let config: Config =
+        serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+    Ok(config)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match load_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("basalt-scheduler: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("basalt-scheduler: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("basalt-scheduler: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn client() -> anyhow::Result<kube::Client> {
+    let mut cfg = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    // kube retries 429/503/504 for minutes by default; an eviction refused by a budget is a
+    // 429 and bind errors are retried by the scheduler's own cycle, so answers must surface.
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).context("cannot build the Kubernetes client")
+}
+
+async fn run(args: Args, config: Config) -> anyhow::Result<()> {
+    let client = client().await?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing the cycle in flight");
+        let _ = shutdown_tx.send(true);
+    });
+
+    let metrics = Arc::new(http::Metrics::new());
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("--listen {}: cannot bind", args.listen))?;
+    tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz, /metrics");
+    let server = tokio::spawn(http::serve(listener, metrics.clone(), shutdown_rx.clone()));
+
+    let stores = stores::Stores::start(client.clone());
+    let mut rx = shutdown_rx.clone();
+    tokio::select! {
+        r = stores.wait_ready() => r?,
+        _ = rx.wait_for(|s| *s) => { let _ = server.await; return Ok(()); }
+    }
+    metrics.ready.store(true, Ordering::Relaxed);
+    tracing::info!(schedulers = ?config.scheduler_names, "caches synced; scheduling");
+
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
+        format!("{host}_{}", std::process::id())
+    });
+    let (leader_tx, mut leader_rx) = watch::channel(!args.leader_elect);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let elector = args.leader_elect.then(|| {
+        let elector = leader::Elector::new(
+            client.clone(),
+            leader::LeaseConfig {
+                namespace: args.lease_namespace.clone(),
+                name: args.lease_name.clone(),
+                identity: identity.clone(),
+                duration: args.lease_duration,
+            },
+        );
+        tokio::spawn(elector.run(leader_tx.clone(), stop_rx))
+    });
+
+    let mut scheduler =
+        apply::Scheduler::new(client, config, metrics, args.bind_concurrency, identity);
+    let min_gap = Duration::from_millis(50);
+    loop {
+        if !*leader_rx.borrow() {
+            tracing::info!("not the leader; waiting for the lease");
+            let mut rx = shutdown_rx.clone();
+            tokio::select! {
+                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
+                _ = rx.wait_for(|s| *s) => break,
+            }
+            // The world moved on while another replica scheduled.
+            scheduler.forget();
+            tracing::info!("leading; scheduling");
+        }
+        let outcome = cycle::run_cycle(&mut scheduler, &stores).await;
+        if *shutdown_rx.borrow() {
+            break;
+        }
+        // After retryable bind errors, wait out the backoff before trying again.
+        let pause = outcome.backoff.max(min_gap);
+        let mut rx = shutdown_rx.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = rx.wait_for(|s| *s) => break,
+        }
+        let mut rx = shutdown_rx.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(args.period) => {}
+            _ = stores.changed.notified() => {}
+            _ = rx.wait_for(|s| *s) => break,
+        }
+    }
+    // Only now, with no bind in flight, may another replica take over.
+    let _ = stop_tx.send(true);
+    if let Some(e) = elector {
+        let _ = e.await;
+    }
+    drop(leader_tx);
+    let _ = server.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,694 @@
+//! End to end: the in-memory API server on loopback and the real `basalt-scheduler` binary as
+//! a child process, talking through a kubeconfig. Every wait is a bounded poll.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use basalt_apiserver::{ApiServer, Config, FaultRule, Handle, Verb};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_basalt-scheduler");
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Kills the scheduler when the test ends, however it ends.
+struct Scheduler(Child);
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Cluster {
+    server: Handle,
+    dir: tempfile::TempDir,
+}
+
+async fn cluster(server_config: Config) -> Cluster {
+    let server = ApiServer::start(server_config)
+        .await
+        .expect("server starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    server
+        .write_kubeconfig(&dir.path().join("kubeconfig"))
+        .expect("kubeconfig");
+    Cluster { server, dir }
+}
+
+impl Cluster {
+    fn start_scheduler(&self) -> Scheduler {
+        self.start_with(&[])
+    }
+
+    fn start_with(&self, extra: &[&str]) -> Scheduler {
+        let mut cmd = Command::new(BIN);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        let child = cmd
+            .args(["--period", "200ms"])
+            .args(extra)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scheduler starts");
+        Scheduler(child)
+    }
+
+    fn create(&self, obj: Value) {
+        let what = format!("{} {}", obj["kind"], obj["metadata"]["name"]);
+        self.server
+            .create(obj)
+            .unwrap_or_else(|e| panic!("create {what}: {e:?}"));
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.server
+            .get("v1", "Pod", "default", name)
+            .unwrap_or_else(|| panic!("pod {name} exists"))
+    }
+
+    fn node_of(&self, pod: &str) -> Option<String> {
+        self.pod(pod)["spec"]["nodeName"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    fn group(&self, name: &str) -> Value {
+        self.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                name,
+            )
+            .unwrap_or_else(|| panic!("PodGroup {name} exists"))
+    }
+
+    fn events(&self, reason: &str, about: &str) -> Vec<Value> {
+        self.server
+            .list("v1", "Event")
+            .into_iter()
+            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == about)
+            .collect()
+    }
+
+    /// Every node's GPUs: requested by its pods at most what it has, and no GPU id twice.
+    fn assert_no_node_over_capacity(&self) {
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        let mut ids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in self.server.list("v1", "Pod") {
+            let Some(node) = p["spec"]["nodeName"].as_str() else {
+                continue;
+            };
+            let gpus: i64 = p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]
+                .as_str()
+                .map_or(0, |s| s.parse().unwrap());
+            *used.entry(node.to_string()).or_default() += gpus;
+            if let Some(a) = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"].as_str()
+            {
+                let list = ids.entry(node.to_string()).or_default();
+                for id in a.split(',') {
+                    assert!(
+                        !list.contains(&id.to_string()),
+                        "GPU {id} of {node} given twice"
+                    );
+                    list.push(id.to_string());
+                }
+                assert_eq!(
+                    a.split(',').count() as i64,
+                    gpus,
+                    "gpu-ids of {}",
+                    p["metadata"]["name"]
+                );
+            }
+        }
+        for n in self.server.list("v1", "Node") {
+            let name = n["metadata"]["name"].as_str().unwrap();
+            let cap: i64 = n["status"]["allocatable"]["nvidia.com/gpu"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let u = used.get(name).copied().unwrap_or(0);
+            assert!(u <= cap, "node {name}: {u} GPUs bound, {cap} allocatable");
+        }
+    }
+}
+
+fn node(name: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()}},
+    })
+}
+
+fn queue(name: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1},
+    })
+}
+
+fn group(name: &str, min_member: u32, queue: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": min_member, "queue": queue},
+    })
+}
+
+fn pod(name: &str, group: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"scheduling.basalt.dev/pod-group": group}},
+        "spec": {"schedulerName": "basalt", "containers": [{
+            "name": "main", "image": "trainer:1",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()},
+                          "limits": {"nvidia.com/gpu": gpus.to_string()}},
+        }]},
+    })
+}
+
+/// Polls `f` until it holds; the deadline only stops a hung test.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never happened within {DEADLINE:?}: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_fits_is_bound_whole_and_running() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    c.create(group("g1", 4, "research"));
+    for i in 0..4 {
+        c.create(pod(&format!("g1-{i}"), "g1", 4));
+    }
+    let _s = c.start_scheduler();
+
+    eventually("all four members bound", || {
+        (0..4).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+    eventually("PodGroup g1 Running with 4 running", || {
+        let g = c.group("g1");
+        g["status"]["phase"] == "Running" && g["status"]["running"] == 4
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+    eventually("Queue research counts g1 running and its 16 GPUs", || {
+        let q = c
+            .server
+            .get("scheduling.basalt.dev/v1alpha1", "Queue", "", "research")
+            .expect("queue exists");
+        q["status"]["state"] == "Open"
+            && q["status"]["running"] == 1
+            && q["status"]["allocated"]["nvidia.com/gpu"] == "16"
+    })
+    .await;
+    for i in 0..4 {
+        let name = format!("g1-{i}");
+        let p = c.pod(&name);
+        let ids = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has GPU ids"));
+        assert_eq!(ids.split(',').count(), 4);
+        let node = c.node_of(&name).unwrap();
+        eventually("a Scheduled event", || {
+            c.events("Scheduled", &name)
+                .iter()
+                .any(|e| e["message"] == format!("Successfully assigned default/{name} to {node}"))
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_does_not_fit_waits_whole_then_starts_on_a_new_node() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    c.create(group("big", 3, "research"));
+    for i in 0..3 {
+        c.create(pod(&format!("big-{i}"), "big", 8));
+    }
+    let _s = c.start_scheduler();
+
+    eventually("an Unschedulable condition on big", || {
+        let g = c.group("big");
+        g["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|cond| {
+                cond["type"] == "Unschedulable"
+                    && cond["status"] == "True"
+                    && cond["lastTransitionTime"].is_string()
+            })
+        })
+    })
+    .await;
+    eventually("a FailedScheduling event on the PodGroup", || {
+        !c.events("FailedScheduling", "big").is_empty()
+    })
+    .await;
+    for i in 0..3 {
+        assert_eq!(
+            c.node_of(&format!("big-{i}")),
+            None,
+            "no member of big is bound"
+        );
+    }
+    assert_ne!(c.group("big")["status"]["phase"], "Running");
+
+    c.create(node("n3", 8));
+    eventually("all of big bound after a node joins", || {
+        (0..3).all(|i| c.node_of(&format!("big-{i}")).is_some())
+    })
+    .await;
+    eventually("big Running, its Unschedulable condition gone", || {
+        let g = c.group("big");
+        g["status"]["phase"] == "Running"
+            && !g["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|cond| cond["type"] == "Unschedulable"))
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_failing_with_500_are_retried_without_overcommitting() {
+    let c = cluster(Config {
+        seed: 7,
+        ..Config::default()
+    })
+    .await;
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 0.5, 500).times(8))
+        .unwrap();
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("research"));
+    // 24 GPUs asked, 24 present: a single double-booking would leave a node over capacity.
+    for g in 0..3 {
+        let name = format!("g{g}");
+        c.create(group(&name, 4, "research"));
+        for i in 0..4 {
+            c.create(pod(&format!("{name}-{i}"), &name, 2));
+        }
+    }
+    let _s = c.start_scheduler();
+
+    let all: Vec<String> = (0..3)
+        .flat_map(|g| (0..4).map(move |i| format!("g{g}-{i}")))
+        .collect();
+    eventually("every pod bound despite injected 500s", || {
+        all.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    assert!(c.server.injected_faults() > 0, "faults were injected");
+    c.assert_no_node_over_capacity();
+    for g in 0..3 {
+        eventually("every group Running", || {
+            c.group(&format!("g{g}"))["status"]["phase"] == "Running"
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_object_is_reported_and_the_rest_scheduled_then_sigterm_stops_cleanly() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let mut s = c.start_scheduler();
+    // A group naming a queue that does not exist cannot be converted: it and its pod are left
+    // out and reported, and everything else is still scheduled.
+    c.create(group("orphan", 1, "no-such-queue"));
+    c.create(pod("orphan-0", "orphan", 1));
+    c.create(group("one", 1, "research"));
+    c.create(pod("one-0", "one", 1));
+    eventually("one-0 bound", || c.node_of("one-0").is_some()).await;
+    eventually("an InvalidObject event on the bad PodGroup", || {
+        c.events("InvalidObject", "orphan").iter().any(|e| {
+            e["type"] == "Warning"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.queue") && m.contains("no-such-queue"))
+        })
+    })
+    .await;
+    assert_eq!(c.node_of("orphan-0"), None);
+    let status = Command::new("kill")
+        .args(["-TERM", &s.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(code) = s.0.try_wait().unwrap() {
+            break code;
+        }
+        assert!(start.elapsed() < DEADLINE, "the scheduler did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(code.success(), "exit status {code:?}");
+}
+
+#[test]
+fn unknown_config_field_is_named_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "schedulerNames: [basalt]\nfrobnicate: true\n").unwrap();
+    let out = run_with_config(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("frobnicate") && err.contains("config.yaml"),
+        "{err}"
+    );
+
+    std::fs::write(&path, "enqueue:\n  overcommitFactor: 0.5\n").unwrap();
+    let out = run_with_config(&path);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("overcommitFactor"));
+}
+
+fn run_with_config(path: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(path)
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .expect("runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_and_dropped_watches_reconcile_without_overcommitting() {
+    let c = cluster(Config {
+        seed: 3,
+        ..Config::default()
+    })
+    .await;
+    // Refused binds (as if another scheduler got there first) are dropped and planned again.
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 0.5, 409).times(6))
+        .unwrap();
+    for n in 0..2 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("research"));
+    let _s = c.start_scheduler();
+    for g in 0..4 {
+        let name = format!("g{g}");
+        c.create(group(&name, 2, "research"));
+        for i in 0..2 {
+            c.create(pod(&format!("{name}-{i}"), &name, 2));
+        }
+        // Every watch is cut while the gangs arrive; the reflectors resume or re-list.
+        c.server.drop_watches();
+    }
+    let all: Vec<String> = (0..4)
+        .flat_map(|g| (0..2).map(move |i| format!("g{g}-{i}")))
+        .collect();
+    eventually("every pod bound despite 409s and dropped watches", || {
+        c.server.drop_watches();
+        all.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    assert!(c.server.injected_faults() > 0, "faults were injected");
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_killed_in_the_middle_of_a_gang_is_replaced_and_the_gang_completes() {
+    let c = cluster(Config::default()).await;
+    // Slow binds, one at a time: the gang is bound over several seconds.
+    c.server
+        .add_fault(FaultRule {
+            verb: Some(Verb::Create),
+            resource: Some("pods/binding".into()),
+            probability: 1.0,
+            code: None,
+            delay_ms: 1000,
+            remaining: None,
+        })
+        .unwrap();
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 4, "research"));
+    for i in 0..4 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let bound = || {
+        (0..4)
+            .filter(|i| c.node_of(&format!("g-{i}")).is_some())
+            .count()
+    };
+    let mut first = c.start_with(&["--bind-concurrency", "1"]);
+    eventually("the first member bound", || bound() >= 1).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let at_kill = bound();
+    assert!(
+        at_kill < 4,
+        "the scheduler was killed in the middle of the gang"
+    );
+
+    c.server.clear_faults();
+    let _second = c.start_scheduler();
+    eventually("the gang completes under the new scheduler", || {
+        bound() == 4
+    })
+    .await;
+    eventually("g Running", || c.group("g")["status"]["phase"] == "Running").await;
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_schedules_and_the_other_replica_takes_over_when_it_dies() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(queue("research"));
+    let elect = |id: &'static str| {
+        c.start_with(&["--leader-elect", "--lease-duration", "2s", "--identity", id])
+    };
+    let mut a = elect("replica-a");
+    let mut b = elect("replica-b");
+    let holder = || {
+        c.server
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                "kube-system",
+                "basalt-scheduler",
+            )
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    };
+    eventually("one replica holds the lease", || holder().is_some()).await;
+    let first = holder().unwrap();
+
+    c.create(group("g1", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g1-{i}"), "g1", 4));
+    }
+    eventually("g1 bound", || {
+        (0..2).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+    for i in 0..2 {
+        let name = format!("g1-{i}");
+        eventually("a Scheduled event", || {
+            !c.events("Scheduled", &name).is_empty()
+        })
+        .await;
+        let events = c.events("Scheduled", &name);
+        assert_eq!(events.len(), 1, "bound once, by one replica");
+        assert_eq!(
+            events[0]["reportingInstance"],
+            first.as_str(),
+            "only the leader binds"
+        );
+    }
+
+    // The leader dies without releasing the lease: the other replica takes over once it expires.
+    let (dead, survivor) = if first == "replica-a" {
+        (&mut a, "replica-b")
+    } else {
+        (&mut b, "replica-a")
+    };
+    dead.0.kill().unwrap();
+    dead.0.wait().unwrap();
+    c.create(group("g2", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g2-{i}"), "g2", 4));
+    }
+    eventually("the survivor holds the lease", || {
+        holder().as_deref() == Some(survivor)
+    })
+    .await;
+    eventually("g2 bound by the survivor", || {
+        (0..2).all(|i| c.node_of(&format!("g2-{i}")).is_some())
+    })
+    .await;
+    for i in 0..2 {
+        let name = format!("g2-{i}");
+        eventually("a Scheduled event", || {
+            !c.events("Scheduled", &name).is_empty()
+        })
+        .await;
+        let events = c.events("Scheduled", &name);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0]["reportingInstance"], survivor);
+    }
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_a_group_gets_a_podgroup_of_one_owned_by_it() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let mut solo = pod("solo", "unused", 2);
+    solo["metadata"].as_object_mut().unwrap().remove("labels");
+    solo["metadata"]["annotations"] = json!({"scheduling.basalt.dev/queue": "research"});
+    c.create(solo);
+    let _s = c.start_scheduler();
+
+    eventually("solo bound", || c.node_of("solo").is_some()).await;
+    eventually("solo-pg Running with one member", || {
+        c.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "solo-pg",
+            )
+            .is_some_and(|g| g["status"]["phase"] == "Running" && g["status"]["running"] == 1)
+    })
+    .await;
+    let g = c.group("solo-pg");
+    assert_eq!(g["spec"]["minMember"], 1);
+    assert_eq!(g["spec"]["queue"], "research");
+    let owner = &g["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Pod"), Some("solo"))
+    );
+    assert_eq!(owner["uid"], c.pod("solo")["metadata"]["uid"]);
+    assert_eq!(
+        c.pod("solo")["metadata"]["annotations"]["scheduling.basalt.dev/pod-group"],
+        "solo-pg"
+    );
+    // No object was ever left out on the way (the pod never named a group the cache lacked).
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+}
+
+/// A plain HTTP GET on loopback; None until something answers.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_and_metrics_are_served() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _s = c.start_with(&["--listen", &addr]);
+    eventually("/healthz answers ok", || {
+        http_get(&addr, "/healthz")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200") && r.ends_with("ok"))
+    })
+    .await;
+    eventually("/readyz answers 200", || {
+        http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    eventually("/metrics counts both binds and a cycle", || {
+        http_get(&addr, "/metrics").is_some_and(|m| {
+            m.contains("application/openmetrics-text")
+                && m.contains("basalt_scheduler_binds_total 2")
+                && m.contains("basalt_scheduler_bind_errors_total 0")
+                && m.contains("basalt_scheduler_pending_pods 0")
+                && m.contains("basalt_scheduler_cycle_duration_seconds_count")
+                && m.trim_end().ends_with("# EOF")
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_binds_are_reported_on_the_podgroup_until_they_succeed() {
+    let c = cluster(Config::default()).await;
+    c.server
+        .add_fault(FaultRule::error(Verb::Create, "pods/binding", 1.0, 503))
+        .unwrap();
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let _s = c.start_scheduler();
+    let condition = |kind: &str| {
+        c.group("g")["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|cond| cond["type"] == kind).cloned())
+    };
+    eventually("a BindFailed condition on g", || {
+        condition("BindFailed").is_some_and(|cond| {
+            cond["status"] == "True"
+                && cond["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("2 bind(s) failed") && m.contains("503"))
+        })
+    })
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("g-{i}")).is_none()));
+
+    c.server.clear_faults();
+    eventually("g bound once binds succeed", || {
+        (0..2).all(|i| c.node_of(&format!("g-{i}")).is_some())
+    })
+    .await;
+    eventually("the BindFailed condition cleared", || {
+        c.group("g")["status"]["phase"] == "Running" && condition("BindFailed").is_none()
+    })
+    .await;
+}
