@@ -283,7 +283,10 @@ proptest! {
             let bound: Vec<&str> = job.tasks.iter().map(|&t| snapshot.task(t)).filter(|t| matches!(t.state, basalt_engine::TaskState::Bound(_))).map(|t| t.name.as_str()).collect();
             if bound.is_empty() { continue; }
             let evicted = bound.iter().filter(|p| plan.evictions.iter().any(|e| e.pod == **p)).count();
-            let left = bound.len() - evicted;
+            let prefix = format!("{}-", job.name);
+            let new = plan.bindings.iter().filter(|b| b.pod.starts_with(&prefix)).count();
+            // What the gang runs with after the plan: its survivors plus what the plan binds.
+            let left = bound.len() - evicted + new;
             prop_assert!(left == 0 || left as u32 >= job.min_member.min(bound.len() as u32), "gang {} left with {} < {}", job.name, left, job.min_member);
         }
     }

@@ -68,7 +68,12 @@ fn default_replay_writes_a_complete_report() {
     assert!(svg.contains("GPU allocation over time"));
     // Same inputs, same summary bytes.
     let first = std::fs::read(report.join("summary.json")).unwrap();
-    assert!(sim(&dir, &["replay"]).status.success());
+    let again = sim(&dir, &["replay"]);
+    assert!(
+        again.status.success(),
+        "second run: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     assert_eq!(first, std::fs::read(report.join("summary.json")).unwrap());
 }
 

@@ -130,6 +130,8 @@ pub struct Session<'a> {
     phase: Vec<JobPhase>,
     /// Per job: members holding capacity (bound, placed or pipelined).
     holding: Vec<u32>,
+    /// Per job: members placed or pipelined by this cycle (and not undone).
+    placed: Vec<u32>,
     conditions: Vec<Vec<Condition>>,
     /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
     queue_allocated: Vec<Resources>,
@@ -226,6 +228,7 @@ impl<'a> Session<'a> {
             gpus_used: snapshot.node_gpus_used.clone(),
             status,
             phase: snapshot.jobs.iter().map(|j| j.phase).collect(),
+            placed: vec![0; holding.len()],
             holding,
             conditions: vec![Vec::new(); snapshot.jobs.len()],
             queue_allocated,
@@ -380,6 +383,12 @@ impl<'a> Session<'a> {
     /// Nodes where the queue's jobs had bound pods when the session opened, in name order.
     pub fn queue_nodes(&self, queue: QueueId) -> &[NodeId] {
         &self.queue_nodes[queue.index()]
+    }
+
+    /// Whether this cycle placed (or nominated) members of the job: such a job is being
+    /// started, and is no victim for anyone.
+    pub fn placed_now(&self, job: JobId) -> bool {
+        self.placed[job.index()] > 0
     }
 
     pub fn holding(&self, job: JobId) -> u32 {
@@ -825,6 +834,7 @@ impl<'a> Session<'a> {
         let count = self.snapshot.task(task).request.get(GPU).max(0) as u32;
         let gpus = self.pick_gpus(node, count);
         self.charge(task, node, gpus, true);
+        self.placed[self.snapshot.task(task).job.index()] += 1;
         self.status[task.index()] = if pipelined {
             TaskStatus::Pipelined { node, gpus }
         } else {
@@ -873,6 +883,7 @@ impl<'a> Session<'a> {
                     task, node, gpus, ..
                 } => {
                     self.charge(task, node, gpus, false);
+                    self.placed[self.snapshot.task(task).job.index()] -= 1;
                     self.status[task.index()] = TaskStatus::Pending;
                     self.released += 1;
                 }

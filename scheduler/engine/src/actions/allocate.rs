@@ -29,6 +29,24 @@ enum Pass {
 pub fn allocate(session: &mut Session) {
     let jobs = schedulable_jobs(session);
     let starts = reserve_for_starving(session, &jobs);
+    // Gangs left partly bound (some binds failed, or members were lost) hold capacity that does
+    // nothing until they are whole again: they are completed first, before any queue order.
+    let partial: Vec<&Job> = jobs
+        .iter()
+        .copied()
+        .filter(|j| {
+            let holding = session.holding(j.id);
+            holding > 0 && holding < j.min_member
+        })
+        .collect();
+    for job in partial {
+        if session.framework().validate_job(session, job.id).is_ok() {
+            let access = backfill_access(session, job, &starts);
+            session.release_holds(job.id);
+            allocate_job(session, job.id, access, Pass::Lend);
+            session.restore_holds(job.id);
+        }
+    }
     serve(session, &jobs, &starts, Pass::WithinDeserved);
     let left: Vec<&Job> = jobs
         .into_iter()

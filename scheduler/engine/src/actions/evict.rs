@@ -391,7 +391,8 @@ fn eligible(
 ) -> bool {
     let snap = session.snapshot;
     let v = snap.task(victim);
-    if v.non_preemptable || v.job == job.id {
+    // A gang this cycle is starting is no victim: evicting part of it would leave it broken.
+    if v.non_preemptable || v.job == job.id || session.placed_now(v.job) {
         return false;
     }
     let vjob = snap.job(v.job);
