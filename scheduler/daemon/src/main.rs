@@ -6,6 +6,7 @@ mod apply;
 mod cycle;
 mod http;
 mod leader;
+mod owners;
 mod stores;
 
 use std::path::{Path, PathBuf};

@@ -692,3 +692,118 @@ async fn failing_binds_are_reported_on_the_podgroup_until_they_succeed() {
     })
     .await;
 }
+
+/// A batch/v1 Job kind for the in-memory server, which does not serve Jobs by itself.
+fn job_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobs.batch"},
+        "spec": {"group": "batch", "scope": "Namespaced",
+                 "names": {"kind": "Job", "plural": "jobs", "singular": "job"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A groupless Basalt pod owned by `owner` (a Job's name and uid).
+fn owned_pod(name: &str, owner: &str, uid: &str, gpus: u32) -> Value {
+    let mut p = pod(name, "unused", gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": owner, "uid": uid, "controller": true}]);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_an_annotated_job_share_one_podgroup_owned_by_the_job() {
+    let c = cluster(Config::default()).await;
+    c.create(job_crd());
+    // Room for exactly the gang on one node each; a member scheduled alone would show.
+    for n in ["n1", "n2", "n3"] {
+        c.create(node(n, 4));
+    }
+    c.create(queue("research"));
+    c.create(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "default",
+            "annotations": {"scheduling.basalt.dev/min-member": "3",
+                            "scheduling.basalt.dev/queue": "research"}},
+        "spec": {"parallelism": 3},
+    }));
+    let job_uid = c
+        .server
+        .get("batch/v1", "Job", "default", "train")
+        .expect("the Job exists")["metadata"]["uid"]
+        .as_str()
+        .expect("the Job has a uid")
+        .to_string();
+    // A Job owner that is gone: that pod falls back to a group of one, with a warning.
+    c.create(owned_pod("orphan", "gone", "no-such-uid", 1));
+    // Two members first: the gang of 3 must not start with them alone.
+    for i in 0..2 {
+        c.create(owned_pod(&format!("train-{i}"), "train", &job_uid, 4));
+    }
+    let _s = c.start_scheduler();
+    eventually("the Job's PodGroup exists and both pods name it", || {
+        c.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "train-pg",
+            )
+            .is_some()
+            && (0..2).all(|i| {
+                c.pod(&format!("train-{i}"))["metadata"]["annotations"]
+                    ["scheduling.basalt.dev/pod-group"]
+                    == "train-pg"
+            })
+    })
+    .await;
+    eventually(
+        "the orphan is bound in a group of one, with a warning",
+        || c.node_of("orphan").is_some() && !c.events("OwnerGroupInvalid", "orphan").is_empty(),
+    )
+    .await;
+    assert_eq!(c.group("orphan-pg")["spec"]["minMember"], 1);
+    // The orphan took a GPU of one node: only two nodes still fit a 4-GPU member, yet the
+    // gang of three may not start partially.
+    assert!((0..2).all(|i| c.node_of(&format!("train-{i}")).is_none()));
+    c.create(node("n4", 4));
+    c.create(owned_pod("train-2", "train", &job_uid, 4));
+    eventually("all three members bound", || {
+        (0..3).all(|i| c.node_of(&format!("train-{i}")).is_some())
+    })
+    .await;
+    let g = c.group("train-pg");
+    assert_eq!(g["spec"]["minMember"], 3);
+    assert_eq!(g["spec"]["queue"], "research");
+    let owner = &g["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            owner["apiVersion"].as_str(),
+            owner["kind"].as_str(),
+            owner["name"].as_str(),
+            owner["uid"].as_str()
+        ),
+        (
+            Some("batch/v1"),
+            Some("Job"),
+            Some("train"),
+            Some(job_uid.as_str())
+        )
+    );
+    // One group for the owner, none per member.
+    let groups = c.server.list("scheduling.basalt.dev/v1alpha1", "PodGroup");
+    assert!(groups.iter().all(|g| !g["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("train-")
+        || g["metadata"]["name"] == "train-pg"));
+    c.assert_no_node_over_capacity();
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+}
