@@ -326,10 +326,10 @@ impl Scheduler {
         self.write_groups(plan, stores, &failed).await;
         self.write_queues(plan, stores).await;
 
-        let pending = stores
+        let pending: Vec<_> = stores
             .pods
             .state()
-            .iter()
+            .into_iter()
             .filter(|p| {
                 let spec = p.spec.as_ref();
                 let ours = spec
@@ -338,8 +338,9 @@ impl Scheduler {
                 let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
                 ours && unbound && !self.assumed.contains_key(&pod_key(p))
             })
-            .count();
-        self.metrics.pending_pods.set(pending as i64);
+            .collect();
+        self.metrics.pending_pods.set(pending.len() as i64);
+        self.queue_metrics(plan, stores, &pending);
 
         if retry {
             self.retry_streak = (self.retry_streak + 1).min(7);
@@ -350,6 +351,77 @@ impl Scheduler {
         }
     }
 
+    /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
+    /// of queues or resources gone since the last cycle are dropped.
+    fn queue_metrics(&self, plan: &Plan, stores: &Stores, pending: &[Arc<Pod>]) {
+        let m = &self.metrics;
+        let queue_of_group = |ns: &str, name: &str| {
+            stores
+                .pod_groups
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|g| g.spec.queue.clone().unwrap_or_else(|| "default".into()))
+        };
+        let label = |q: &str| vec![("queue".to_string(), q.to_string())];
+        let mut pods: BTreeMap<String, i64> = BTreeMap::new();
+        let mut groups: BTreeMap<String, i64> = BTreeMap::new();
+        for q in &plan.queues {
+            pods.insert(q.name.clone(), 0);
+            groups.insert(q.name.clone(), 0);
+        }
+        for p in pending {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            let queue = member_of(p)
+                .and_then(|g| queue_of_group(ns, g))
+                .or_else(|| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(AUTO_QUEUE))
+                        .cloned()
+                })
+                .unwrap_or_else(|| "default".into());
+            *pods.entry(queue).or_default() += 1;
+        }
+        for planned in &plan.pod_groups {
+            if !matches!(
+                planned.phase,
+                basalt_engine::JobPhase::Pending | basalt_engine::JobPhase::Inqueue
+            ) {
+                continue;
+            }
+            let (ns, name) = split_key(&planned.name);
+            if let Some(queue) = queue_of_group(ns, name) {
+                *groups.entry(queue).or_default() += 1;
+            }
+        }
+        m.queue_pending_pods.clear();
+        for (q, n) in pods {
+            m.queue_pending_pods.get_or_create(&label(&q)).set(n);
+        }
+        m.queue_pending_groups.clear();
+        for (q, n) in groups {
+            m.queue_pending_groups.get_or_create(&label(&q)).set(n);
+        }
+        m.queue_deserved.clear();
+        m.queue_allocated.clear();
+        for q in &plan.queues {
+            for (family, list) in [
+                (&m.queue_deserved, &q.deserved),
+                (&m.queue_allocated, &q.allocated),
+            ] {
+                for (resource, text) in list {
+                    // Thousandths, so cpu reads in cores with millicore precision.
+                    let Ok(v) = basalt_crds::quantity::parse_scaled(text, 1000) else {
+                        continue;
+                    };
+                    let mut l = label(&q.name);
+                    l.push(("resource".to_string(), resource.clone()));
+                    family.get_or_create(&l).set(v as f64 / 1000.0);
+                }
+            }
+        }
+    }
+
     /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
     /// (`ns/name`) how many of its binds failed this cycle with the last error.
     async fn bind_all(
@@ -357,6 +429,7 @@ impl Scheduler {
         plan: &Plan,
         stores: &Stores,
     ) -> (bool, HashMap<String, (u32, String)>) {
+        let mut created_at = HashMap::new();
         let jobs: Vec<_> = plan
             .bindings
             .iter()
@@ -367,6 +440,13 @@ impl Scheduler {
                     .pods
                     .get(&ObjectRef::new(name).within(ns))
                     .and_then(|p| p.metadata.uid.clone());
+                let created = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| p.metadata.creation_timestamp.clone());
+                if let Some(t) = created {
+                    created_at.insert(b.pod.clone(), t.0);
+                }
                 let gpus = b
                     .gpus
                     .iter()
@@ -408,6 +488,10 @@ impl Scheduler {
             match result {
                 BindResult::Bound => {
                     self.metrics.binds.inc();
+                    if let Some(t) = created_at.get(&key) {
+                        let secs = jiff::Timestamp::now().duration_since(*t).as_secs_f64();
+                        self.metrics.scheduling_latency.observe(secs.max(0.0));
+                    }
                     let reference = pod_ref(ns, name, uid.clone());
                     self.assumed.insert(
                         key.clone(),

@@ -624,6 +624,9 @@ async fn health_readiness_and_metrics_are_served() {
     for i in 0..2 {
         c.create(pod(&format!("g-{i}"), "g", 2));
     }
+    // A gang that cannot fit: pending in its queue.
+    c.create(group("big", 1, "research"));
+    c.create(pod("big-0", "big", 16));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -640,17 +643,36 @@ async fn health_readiness_and_metrics_are_served() {
         http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     })
     .await;
-    eventually("/metrics counts both binds and a cycle", || {
-        http_get(&addr, "/metrics").is_some_and(|m| {
-            m.contains("application/openmetrics-text")
-                && m.contains("basalt_scheduler_binds_total 2")
-                && m.contains("basalt_scheduler_bind_errors_total 0")
-                && m.contains("basalt_scheduler_pending_pods 0")
-                && m.contains("basalt_scheduler_cycle_duration_seconds_count")
-                && m.trim_end().ends_with("# EOF")
-        })
-    })
-    .await;
+    let mut last = String::new();
+    let start = Instant::now();
+    let ok = loop {
+        last = http_get(&addr, "/metrics").unwrap_or(last);
+        let m = &last;
+        let lines: Vec<&str> = m.lines().collect();
+        let has = |l: &str| lines.contains(&l);
+        let done = m.contains("application/openmetrics-text")
+            && has("basalt_scheduler_binds_total 2")
+            && has("basalt_scheduler_bind_errors_total 0")
+            && has("basalt_scheduler_pending_pods 1")
+            && m.contains("basalt_scheduler_cycle_duration_seconds_count")
+            // Both binds timed from their pods' creation.
+            && has("basalt_scheduler_scheduling_latency_seconds_count 2")
+            && has(r#"basalt_scheduler_queue_pending_pods{queue="research"} 1"#)
+            && has(r#"basalt_scheduler_queue_pending_podgroups{queue="research"} 1"#)
+            // The bound gang: 2 pods of 2 GPUs and 1 CPU each.
+            && has(r#"basalt_scheduler_queue_allocated{queue="research",resource="nvidia.com/gpu"} 4.0"#)
+            && has(r#"basalt_scheduler_queue_allocated{queue="research",resource="cpu"} 2.0"#)
+            && m.contains(r#"basalt_scheduler_queue_deserved{queue="research",resource="nvidia.com/gpu"} "#)
+            && m.trim_end().ends_with("# EOF");
+        if done {
+            break true;
+        }
+        if start.elapsed() > DEADLINE {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(ok, "/metrics never showed the expected series:\n{last}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
