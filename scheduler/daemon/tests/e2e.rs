@@ -829,3 +829,63 @@ async fn pods_of_an_annotated_job_share_one_podgroup_owned_by_the_job() {
         .iter()
         .all(|e| e["reason"] != "InvalidObject"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line() {
+    let c = cluster(Config::default()).await;
+    let mut child = Command::new(BIN)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--period",
+            "200ms",
+            "--log-format",
+            "json",
+        ])
+        .env("KUBECONFIG", c.dir.path().join("kubeconfig"))
+        .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("scheduler starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let _guard = Scheduler(child);
+    // Read on a thread: the pipe blocks, and the deadline must still stop a hung test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    loop {
+        let left = DEADLINE.saturating_sub(start.elapsed());
+        let line = rx
+            .recv_timeout(left)
+            .expect("a \"caches synced\" log line within the deadline");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(v["timestamp"].is_string(), "{line}");
+        assert!(v["level"].is_string(), "{line}");
+        if v["message"] == "caches synced; scheduling" {
+            assert_eq!(v["level"], "INFO");
+            assert_eq!(v["target"], "basalt_scheduler");
+            break;
+        }
+    }
+}
+
+#[test]
+fn an_unknown_log_format_is_refused() {
+    let out = Command::new(BIN)
+        .args(["--log-format", "xml"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
+}
