@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use crate::cycle::pod_key;
 use crate::http::Metrics;
+use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
 
 /// How long an eviction refused by a disruption budget is not asked for again.
@@ -53,6 +54,14 @@ pub struct Scheduler {
     /// Auto PodGroups made for groupless pods (pod key → group name) whose group the watch
     /// may not show yet.
     pub auto_groups: HashMap<String, String>,
+    /// Pods joined to their owner's PodGroup (pod key → `ns/group`): kept out of the snapshot
+    /// until the watches show both the group and the pod naming it, so a gang member is never
+    /// scheduled alone in the meantime.
+    pub owner_members: HashMap<String, String>,
+    /// Pods whose owner could not be read this cycle (transient error): not scheduled yet.
+    pub hold: HashSet<String>,
+    /// What each owner (by uid) says about grouping.
+    owners: HashMap<String, OwnerGroup>,
 }
 
 enum BindResult {
@@ -96,13 +105,21 @@ impl Scheduler {
             reported_convert_errors: HashSet::new(),
             identity,
             auto_groups: HashMap::new(),
+            owner_members: HashMap::new(),
+            hold: HashSet::new(),
+            owners: HashMap::new(),
         }
     }
 
     /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
     /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
     /// annotation. The group is created first, then the pod annotated to name it.
+    ///
+    /// A pod whose owner (its controller ownerReference, else its first) carries
+    /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
+    /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
     pub async fn auto_groups(&mut self, stores: &Stores) {
+        self.hold.clear();
         for p in stores.pods.state() {
             let spec = p.spec.as_ref();
             let ours = spec
@@ -124,37 +141,120 @@ impl Scheduler {
                 continue;
             }
             let (ns, name) = split_key(&key);
-            let group_name = format!("{name}-pg");
-            if group_name.len() > 253 || self.auto_groups.contains_key(&key) {
+            if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
                 continue;
             }
-            let queue = p
+            let owner_ref = p.metadata.owner_references.as_ref().and_then(|o| {
+                o.iter()
+                    .find(|r| r.controller == Some(true))
+                    .or_else(|| o.first())
+                    .cloned()
+            });
+            let decision = match owner_ref {
+                None => OwnerGroup::None,
+                Some(r) => match self.owners.get(&r.uid) {
+                    Some(d) => d.clone(),
+                    None => {
+                        match owners::resolve(
+                            &self.client,
+                            ns,
+                            &r.api_version,
+                            &r.kind,
+                            &r.name,
+                            &r.uid,
+                        )
+                        .await
+                        {
+                            Ok(d) => {
+                                self.owners.insert(r.uid.clone(), d.clone());
+                                d
+                            }
+                            Err(e) => {
+                                tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
+                                self.hold.insert(key);
+                                continue;
+                            }
+                        }
+                    }
+                },
+            };
+            let pod_queue = p
                 .metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(AUTO_QUEUE))
                 .cloned();
-            let group = json!({
-                "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
-                "metadata": {"name": group_name, "namespace": ns,
-                    "labels": {"scheduling.basalt.dev/auto": "true"},
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
-                        "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
-                "spec": {"minMember": 1, "queue": queue},
-            });
+            let (group_name, group) = match decision {
+                OwnerGroup::Gang {
+                    group,
+                    min_member,
+                    queue,
+                    owner: (api_version, kind, owner_name, uid),
+                } => {
+                    let body = json!({
+                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                        "metadata": {"name": group, "namespace": ns,
+                            "labels": {"scheduling.basalt.dev/auto": "true"},
+                            "ownerReferences": [{"apiVersion": api_version, "kind": kind,
+                                "name": owner_name, "uid": uid, "controller": true}]},
+                        "spec": {"minMember": min_member, "queue": queue.or(pod_queue)},
+                    });
+                    // Held out of the snapshot from now until the group and the pod's
+                    // annotation are both watched.
+                    self.owner_members
+                        .insert(key.clone(), format!("{ns}/{group}"));
+                    (group, body)
+                }
+                other => {
+                    if let OwnerGroup::Invalid(reason) = other {
+                        tracing::warn!(pod = %key, reason = %reason, "owner gives no PodGroup; a group of one instead");
+                        let msg = format!("{reason}; scheduled as a PodGroup of one");
+                        self.event(
+                            pod_ref(ns, name, p.metadata.uid.clone()),
+                            "Warning",
+                            "OwnerGroupInvalid",
+                            &msg,
+                        )
+                        .await;
+                    }
+                    let group_name = format!("{name}-pg");
+                    if group_name.len() > 253 {
+                        continue;
+                    }
+                    let body = json!({
+                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                        "metadata": {"name": group_name, "namespace": ns,
+                            "labels": {"scheduling.basalt.dev/auto": "true"},
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                                "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
+                        "spec": {"minMember": 1, "queue": pod_queue},
+                    });
+                    (group_name, body)
+                }
+            };
+            let gang = self.owner_members.contains_key(&key);
+            // A failure below leaves the pod for the next cycle, held if it is a gang member.
+            let give_up = |s: &mut Self, key: String| {
+                if s.owner_members.remove(&key).is_some() {
+                    s.hold.insert(key);
+                }
+            };
             let group: PodGroup = match serde_json::from_value(group) {
                 Ok(g) => g,
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
+                    give_up(self, key);
                     continue;
                 }
             };
             let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             match groups.create(&PostParams::default(), &group).await {
                 Ok(_) => {}
+                // Another member of the same owner (or an earlier cycle) made it.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
+                    give_up(self, key);
                     continue;
                 }
             }
@@ -166,10 +266,13 @@ impl Scheduler {
             {
                 Ok(_) => {
                     tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
-                    self.auto_groups.insert(key, group_name);
+                    if !gang {
+                        self.auto_groups.insert(key, group_name);
+                    }
                 }
                 Err(e) => {
-                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod")
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod");
+                    give_up(self, key);
                 }
             }
         }
@@ -223,10 +326,10 @@ impl Scheduler {
         self.write_groups(plan, stores, &failed).await;
         self.write_queues(plan, stores).await;
 
-        let pending = stores
+        let pending: Vec<_> = stores
             .pods
             .state()
-            .iter()
+            .into_iter()
             .filter(|p| {
                 let spec = p.spec.as_ref();
                 let ours = spec
@@ -235,8 +338,9 @@ impl Scheduler {
                 let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
                 ours && unbound && !self.assumed.contains_key(&pod_key(p))
             })
-            .count();
-        self.metrics.pending_pods.set(pending as i64);
+            .collect();
+        self.metrics.pending_pods.set(pending.len() as i64);
+        self.queue_metrics(plan, stores, &pending);
 
         if retry {
             self.retry_streak = (self.retry_streak + 1).min(7);
@@ -247,6 +351,77 @@ impl Scheduler {
         }
     }
 
+    /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
+    /// of queues or resources gone since the last cycle are dropped.
+    fn queue_metrics(&self, plan: &Plan, stores: &Stores, pending: &[Arc<Pod>]) {
+        let m = &self.metrics;
+        let queue_of_group = |ns: &str, name: &str| {
+            stores
+                .pod_groups
+                .get(&ObjectRef::new(name).within(ns))
+                .map(|g| g.spec.queue.clone().unwrap_or_else(|| "default".into()))
+        };
+        let label = |q: &str| vec![("queue".to_string(), q.to_string())];
+        let mut pods: BTreeMap<String, i64> = BTreeMap::new();
+        let mut groups: BTreeMap<String, i64> = BTreeMap::new();
+        for q in &plan.queues {
+            pods.insert(q.name.clone(), 0);
+            groups.insert(q.name.clone(), 0);
+        }
+        for p in pending {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+            let queue = member_of(p)
+                .and_then(|g| queue_of_group(ns, g))
+                .or_else(|| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(AUTO_QUEUE))
+                        .cloned()
+                })
+                .unwrap_or_else(|| "default".into());
+            *pods.entry(queue).or_default() += 1;
+        }
+        for planned in &plan.pod_groups {
+            if !matches!(
+                planned.phase,
+                basalt_engine::JobPhase::Pending | basalt_engine::JobPhase::Inqueue
+            ) {
+                continue;
+            }
+            let (ns, name) = split_key(&planned.name);
+            if let Some(queue) = queue_of_group(ns, name) {
+                *groups.entry(queue).or_default() += 1;
+            }
+        }
+        m.queue_pending_pods.clear();
+        for (q, n) in pods {
+            m.queue_pending_pods.get_or_create(&label(&q)).set(n);
+        }
+        m.queue_pending_groups.clear();
+        for (q, n) in groups {
+            m.queue_pending_groups.get_or_create(&label(&q)).set(n);
+        }
+        m.queue_deserved.clear();
+        m.queue_allocated.clear();
+        for q in &plan.queues {
+            for (family, list) in [
+                (&m.queue_deserved, &q.deserved),
+                (&m.queue_allocated, &q.allocated),
+            ] {
+                for (resource, text) in list {
+                    // Thousandths, so cpu reads in cores with millicore precision.
+                    let Ok(v) = basalt_crds::quantity::parse_scaled(text, 1000) else {
+                        continue;
+                    };
+                    let mut l = label(&q.name);
+                    l.push(("resource".to_string(), resource.clone()));
+                    family.get_or_create(&l).set(v as f64 / 1000.0);
+                }
+            }
+        }
+    }
+
     /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
     /// (`ns/name`) how many of its binds failed this cycle with the last error.
     async fn bind_all(
@@ -254,6 +429,7 @@ impl Scheduler {
         plan: &Plan,
         stores: &Stores,
     ) -> (bool, HashMap<String, (u32, String)>) {
+        let mut created_at = HashMap::new();
         let jobs: Vec<_> = plan
             .bindings
             .iter()
@@ -264,6 +440,13 @@ impl Scheduler {
                     .pods
                     .get(&ObjectRef::new(name).within(ns))
                     .and_then(|p| p.metadata.uid.clone());
+                let created = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| p.metadata.creation_timestamp.clone());
+                if let Some(t) = created {
+                    created_at.insert(b.pod.clone(), t.0);
+                }
                 let gpus = b
                     .gpus
                     .iter()
@@ -305,6 +488,10 @@ impl Scheduler {
             match result {
                 BindResult::Bound => {
                     self.metrics.binds.inc();
+                    if let Some(t) = created_at.get(&key) {
+                        let secs = jiff::Timestamp::now().duration_since(*t).as_secs_f64();
+                        self.metrics.scheduling_latency.observe(secs.max(0.0));
+                    }
                     let reference = pod_ref(ns, name, uid.clone());
                     self.assumed.insert(
                         key.clone(),
@@ -614,7 +801,7 @@ fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
 }
 
 /// The PodGroup a pod names (Basalt's label or annotation, or Volcano's annotation).
-fn member_of(p: &Pod) -> Option<&str> {
+pub fn member_of(p: &Pod) -> Option<&str> {
     fn get<'a>(m: &'a Option<BTreeMap<String, String>>, k: &str) -> Option<&'a str> {
         m.as_ref().and_then(|m| m.get(k)).map(String::as_str)
     }

@@ -79,6 +79,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
         !group_keys.contains(&format!("{ns}/{group}"))
     });
     let mut seen = HashSet::new();
+    let mut live_members = HashSet::new();
     for p in stores.pods.state() {
         let mut pod: Pod = (*p).clone();
         let key = pod_key(&pod);
@@ -104,6 +105,20 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
                 }
             }
         }
+        if s.hold.contains(&key) {
+            continue;
+        }
+        if let Some(group) = s.owner_members.get(&key) {
+            let (ns, _) = key.split_once('/').unwrap_or(("default", &key));
+            let named = crate::apply::member_of(&pod).map(|g| format!("{ns}/{g}"));
+            if named.as_ref() == Some(group) && group_keys.contains(group) {
+                // Both watched: an ordinary member from now on.
+                s.owner_members.remove(&key);
+            } else {
+                live_members.insert(key);
+                continue;
+            }
+        }
         // The pod may name its new auto PodGroup before the group's watch shows it: until
         // then it stays in its implicit group of one.
         if s.auto_groups.contains_key(&key) {
@@ -115,6 +130,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
     }
     // A pod that left the store was deleted: nothing to assume any more.
     s.assumed.retain(|k, _| seen.contains(k));
+    s.owner_members.retain(|k, _| live_members.contains(k));
     objects
 }
 

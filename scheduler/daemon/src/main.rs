@@ -6,6 +6,7 @@ mod apply;
 mod cycle;
 mod http;
 mod leader;
+mod owners;
 mod stores;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,15 @@ struct Args {
     /// and the process id.
     #[arg(long)]
     identity: Option<String>,
+    /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -94,13 +104,16 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => logs.init(),
+        // Fields at the top level, as log collectors expect (`{"level":..,"message":..}`).
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -100,6 +100,9 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.basalt.dev", "podgroups/status", "patch"),
         ("scheduling.basalt.dev", "queues/status", "patch"),
         ("scheduling.basalt.dev", "nodetopologies", "list"),
+        ("batch", "jobs", "get"),
+        ("jobset.x-k8s.io", "jobsets", "get"),
+        ("kubeflow.org", "pytorchjobs", "get"),
     ] {
         assert!(
             allows(&rules, group, resource, verb),

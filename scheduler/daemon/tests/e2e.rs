@@ -624,6 +624,9 @@ async fn health_readiness_and_metrics_are_served() {
     for i in 0..2 {
         c.create(pod(&format!("g-{i}"), "g", 2));
     }
+    // A gang that cannot fit: pending in its queue.
+    c.create(group("big", 1, "research"));
+    c.create(pod("big-0", "big", 16));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -640,17 +643,36 @@ async fn health_readiness_and_metrics_are_served() {
         http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     })
     .await;
-    eventually("/metrics counts both binds and a cycle", || {
-        http_get(&addr, "/metrics").is_some_and(|m| {
-            m.contains("application/openmetrics-text")
-                && m.contains("basalt_scheduler_binds_total 2")
-                && m.contains("basalt_scheduler_bind_errors_total 0")
-                && m.contains("basalt_scheduler_pending_pods 0")
-                && m.contains("basalt_scheduler_cycle_duration_seconds_count")
-                && m.trim_end().ends_with("# EOF")
-        })
-    })
-    .await;
+    let mut last = String::new();
+    let start = Instant::now();
+    let ok = loop {
+        last = http_get(&addr, "/metrics").unwrap_or(last);
+        let m = &last;
+        let lines: Vec<&str> = m.lines().collect();
+        let has = |l: &str| lines.contains(&l);
+        let done = m.contains("application/openmetrics-text")
+            && has("basalt_scheduler_binds_total 2")
+            && has("basalt_scheduler_bind_errors_total 0")
+            && has("basalt_scheduler_pending_pods 1")
+            && m.contains("basalt_scheduler_cycle_duration_seconds_count")
+            // Both binds timed from their pods' creation.
+            && has("basalt_scheduler_scheduling_latency_seconds_count 2")
+            && has(r#"basalt_scheduler_queue_pending_pods{queue="research"} 1"#)
+            && has(r#"basalt_scheduler_queue_pending_podgroups{queue="research"} 1"#)
+            // The bound gang: 2 pods of 2 GPUs and 1 CPU each.
+            && has(r#"basalt_scheduler_queue_allocated{queue="research",resource="nvidia.com/gpu"} 4.0"#)
+            && has(r#"basalt_scheduler_queue_allocated{queue="research",resource="cpu"} 2.0"#)
+            && m.contains(r#"basalt_scheduler_queue_deserved{queue="research",resource="nvidia.com/gpu"} "#)
+            && m.trim_end().ends_with("# EOF");
+        if done {
+            break true;
+        }
+        if start.elapsed() > DEADLINE {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(ok, "/metrics never showed the expected series:\n{last}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,4 +713,179 @@ async fn failing_binds_are_reported_on_the_podgroup_until_they_succeed() {
         c.group("g")["status"]["phase"] == "Running" && condition("BindFailed").is_none()
     })
     .await;
+}
+
+/// A batch/v1 Job kind for the in-memory server, which does not serve Jobs by itself.
+fn job_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobs.batch"},
+        "spec": {"group": "batch", "scope": "Namespaced",
+                 "names": {"kind": "Job", "plural": "jobs", "singular": "job"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A groupless Basalt pod owned by `owner` (a Job's name and uid).
+fn owned_pod(name: &str, owner: &str, uid: &str, gpus: u32) -> Value {
+    let mut p = pod(name, "unused", gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": owner, "uid": uid, "controller": true}]);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_an_annotated_job_share_one_podgroup_owned_by_the_job() {
+    let c = cluster(Config::default()).await;
+    c.create(job_crd());
+    // Room for exactly the gang on one node each; a member scheduled alone would show.
+    for n in ["n1", "n2", "n3"] {
+        c.create(node(n, 4));
+    }
+    c.create(queue("research"));
+    c.create(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "default",
+            "annotations": {"scheduling.basalt.dev/min-member": "3",
+                            "scheduling.basalt.dev/queue": "research"}},
+        "spec": {"parallelism": 3},
+    }));
+    let job_uid = c
+        .server
+        .get("batch/v1", "Job", "default", "train")
+        .expect("the Job exists")["metadata"]["uid"]
+        .as_str()
+        .expect("the Job has a uid")
+        .to_string();
+    // A Job owner that is gone: that pod falls back to a group of one, with a warning.
+    c.create(owned_pod("orphan", "gone", "no-such-uid", 1));
+    // Two members first: the gang of 3 must not start with them alone.
+    for i in 0..2 {
+        c.create(owned_pod(&format!("train-{i}"), "train", &job_uid, 4));
+    }
+    let _s = c.start_scheduler();
+    eventually("the Job's PodGroup exists and both pods name it", || {
+        c.server
+            .get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "train-pg",
+            )
+            .is_some()
+            && (0..2).all(|i| {
+                c.pod(&format!("train-{i}"))["metadata"]["annotations"]
+                    ["scheduling.basalt.dev/pod-group"]
+                    == "train-pg"
+            })
+    })
+    .await;
+    eventually(
+        "the orphan is bound in a group of one, with a warning",
+        || c.node_of("orphan").is_some() && !c.events("OwnerGroupInvalid", "orphan").is_empty(),
+    )
+    .await;
+    assert_eq!(c.group("orphan-pg")["spec"]["minMember"], 1);
+    // The orphan took a GPU of one node: only two nodes still fit a 4-GPU member, yet the
+    // gang of three may not start partially.
+    assert!((0..2).all(|i| c.node_of(&format!("train-{i}")).is_none()));
+    c.create(node("n4", 4));
+    c.create(owned_pod("train-2", "train", &job_uid, 4));
+    eventually("all three members bound", || {
+        (0..3).all(|i| c.node_of(&format!("train-{i}")).is_some())
+    })
+    .await;
+    let g = c.group("train-pg");
+    assert_eq!(g["spec"]["minMember"], 3);
+    assert_eq!(g["spec"]["queue"], "research");
+    let owner = &g["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            owner["apiVersion"].as_str(),
+            owner["kind"].as_str(),
+            owner["name"].as_str(),
+            owner["uid"].as_str()
+        ),
+        (
+            Some("batch/v1"),
+            Some("Job"),
+            Some("train"),
+            Some(job_uid.as_str())
+        )
+    );
+    // One group for the owner, none per member.
+    let groups = c.server.list("scheduling.basalt.dev/v1alpha1", "PodGroup");
+    assert!(groups.iter().all(|g| !g["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("train-")
+        || g["metadata"]["name"] == "train-pg"));
+    c.assert_no_node_over_capacity();
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line() {
+    let c = cluster(Config::default()).await;
+    let mut child = Command::new(BIN)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--period",
+            "200ms",
+            "--log-format",
+            "json",
+        ])
+        .env("KUBECONFIG", c.dir.path().join("kubeconfig"))
+        .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("scheduler starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let _guard = Scheduler(child);
+    // Read on a thread: the pipe blocks, and the deadline must still stop a hung test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    loop {
+        let left = DEADLINE.saturating_sub(start.elapsed());
+        let line = rx
+            .recv_timeout(left)
+            .expect("a \"caches synced\" log line within the deadline");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(v["timestamp"].is_string(), "{line}");
+        assert!(v["level"].is_string(), "{line}");
+        if v["message"] == "caches synced; scheduling" {
+            assert_eq!(v["level"], "INFO");
+            assert_eq!(v["target"], "basalt_scheduler");
+            break;
+        }
+    }
+}
+
+#[test]
+fn an_unknown_log_format_is_refused() {
+    let out = Command::new(BIN)
+        .args(["--log-format", "xml"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
 }

@@ -1,0 +1,150 @@
+//! Auto PodGroups per owner: a groupless Basalt pod whose owner (Job, JobSet, PyTorchJob, any
+//! kind) carries `scheduling.basalt.dev/min-member` joins one PodGroup made for that owner.
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+
+/// Owner annotation: the gang size of the owner's pods.
+pub const MIN_MEMBER: &str = "scheduling.basalt.dev/min-member";
+
+/// What a pod's owner says about grouping, cached per owner uid.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OwnerGroup {
+    /// One PodGroup for all the owner's pods.
+    Gang {
+        group: String,
+        min_member: u32,
+        queue: Option<String>,
+        /// The ownerReference the PodGroup gets (apiVersion, kind, name, uid).
+        owner: (String, String, String, String),
+    },
+    /// The owner carries no min-member annotation: a group of one, silently.
+    None,
+    /// The owner is gone or its annotation is bad: a group of one and a Warning Event.
+    Invalid(String),
+}
+
+/// Fetches the owner through discovery and reads its annotations. `Err` is a transient failure
+/// (5xx, transport): the pod waits for the next cycle.
+pub async fn resolve(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    uid: &str,
+) -> Result<OwnerGroup, String> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let what = format!("owner {kind} {ns}/{name}");
+    let resource = match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok((ar, _)) => ar,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Ok(OwnerGroup::Invalid(format!(
+                "{what}: kind {api_version} {kind} not served"
+            )))
+        }
+        Err(kube::Error::Discovery(e)) => return Ok(OwnerGroup::Invalid(format!("{what}: {e}"))),
+        Err(e) => return Err(format!("{what}: discovery: {e}")),
+    };
+    owner_object(client, ns, &resource, &what, name, uid).await
+}
+
+async fn owner_object(
+    client: &Client,
+    ns: &str,
+    resource: &ApiResource,
+    what: &str,
+    name: &str,
+    uid: &str,
+) -> Result<OwnerGroup, String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
+    let obj = match api.get(name).await {
+        Ok(o) => o,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Ok(OwnerGroup::Invalid(format!("{what}: not found")))
+        }
+        Err(e) => return Err(format!("{what}: {e}")),
+    };
+    if obj.metadata.uid.as_deref().is_some_and(|u| u != uid) {
+        return Ok(OwnerGroup::Invalid(format!(
+            "{what}: replaced (uid {} is not the pod's owner {uid})",
+            obj.metadata.uid.as_deref().unwrap_or("")
+        )));
+    }
+    let annotations = obj.metadata.annotations.unwrap_or_default();
+    Ok(decide(
+        &annotations,
+        (
+            resource.api_version.clone(),
+            resource.kind.clone(),
+            name.to_string(),
+            uid.to_string(),
+        ),
+        what,
+    ))
+}
+
+/// The decision from an owner's annotations.
+pub fn decide(
+    annotations: &std::collections::BTreeMap<String, String>,
+    owner: (String, String, String, String),
+    what: &str,
+) -> OwnerGroup {
+    let Some(raw) = annotations.get(MIN_MEMBER) else {
+        return OwnerGroup::None;
+    };
+    let min_member = match raw.trim().parse::<u32>() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return OwnerGroup::Invalid(format!(
+                "{what}: annotation {MIN_MEMBER}: {raw:?} is not a positive integer"
+            ))
+        }
+    };
+    let group = format!("{}-pg", owner.2);
+    if group.len() > 253 {
+        return OwnerGroup::Invalid(format!("{what}: name too long for a PodGroup name"));
+    }
+    OwnerGroup::Gang {
+        group,
+        min_member,
+        queue: annotations.get(crate::apply::AUTO_QUEUE).cloned(),
+        owner,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn owner() -> (String, String, String, String) {
+        ("batch/v1".into(), "Job".into(), "train".into(), "u1".into())
+    }
+
+    #[test]
+    fn annotations_decide_the_group() {
+        let mut a = BTreeMap::new();
+        assert_eq!(decide(&a, owner(), "Job"), OwnerGroup::None);
+        a.insert(MIN_MEMBER.to_string(), "3".to_string());
+        a.insert(crate::apply::AUTO_QUEUE.to_string(), "research".to_string());
+        assert_eq!(
+            decide(&a, owner(), "Job"),
+            OwnerGroup::Gang {
+                group: "train-pg".into(),
+                min_member: 3,
+                queue: Some("research".into()),
+                owner: owner()
+            }
+        );
+        for bad in ["0", "-1", "three", ""] {
+            a.insert(MIN_MEMBER.to_string(), bad.to_string());
+            let d = decide(&a, owner(), "owner Job default/train");
+            assert!(
+                matches!(&d, OwnerGroup::Invalid(m) if m.contains(MIN_MEMBER) && m.contains("default/train")),
+                "{bad}: {d:?}"
+            );
+        }
+    }
+}
