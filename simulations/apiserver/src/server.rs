@@ -330,21 +330,7 @@ async fn resource_request(
     let render = |o: &Value| versioned(&info, &t.version, o);
     match verb {
         Verb::List | Verb::Watch => {
-            let filter = Filter {
-                namespace: t.namespace.clone(),
-                labels: LabelSelector::parse(
-                    params
-                        .get("labelSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                )?,
-                fields: FieldSelector::parse(
-                    params
-                        .get("fieldSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                )?,
-            };
+            let filter = selection(params, t.namespace.clone())?;
             if verb == Verb::Watch {
                 return watch(s, res, &info, &t.version, filter, params);
             }
@@ -419,21 +405,7 @@ async fn resource_request(
                 }
                 None => {
                     // deletecollection
-                    let filter = Filter {
-                        namespace: t.namespace.clone(),
-                        labels: LabelSelector::parse(
-                            params
-                                .get("labelSelector")
-                                .map(String::as_str)
-                                .unwrap_or(""),
-                        )?,
-                        fields: FieldSelector::parse(
-                            params
-                                .get("fieldSelector")
-                                .map(String::as_str)
-                                .unwrap_or(""),
-                        )?,
-                    };
+                    let filter = selection(params, t.namespace.clone())?;
                     let mut st = s.store();
                     let page = st.list(res, &filter, None, None)?;
                     for o in page.items {
@@ -584,4 +556,15 @@ fn watch(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// The objects a list, watch or deletecollection selects: the namespace and the
+/// `labelSelector` / `fieldSelector` query parameters.
+fn selection(params: &Params, namespace: Option<String>) -> Result<Filter, ApiError> {
+    let param = |k: &str| params.get(k).map(String::as_str).unwrap_or("");
+    Ok(Filter {
+        namespace,
+        labels: LabelSelector::parse(param("labelSelector"))?,
+        fields: FieldSelector::parse(param("fieldSelector"))?,
+    })
 }
