@@ -20,7 +20,7 @@ impl Admit for Overcommit {
         let mut room = session
             .cluster_allocatable()
             .scaled(self.factor_milli, 1000);
-        room.sub(&session.cluster_used());
+        room.sub(session.cluster_used());
         room.sub(session.inqueue_reserved());
         let short: Vec<String> = min
             .shortfall(&room)

@@ -125,6 +125,8 @@ pub struct Session<'a> {
     pub snapshot: &'a Snapshot,
     fw: &'a Framework,
     used: Vec<Resources>,
+    /// The sum of `used`, kept up to date so admission never sums every node per job.
+    cluster_used: Resources,
     gpus_used: Vec<u64>,
     status: Vec<TaskStatus>,
     phase: Vec<JobPhase>,
@@ -225,6 +227,7 @@ impl<'a> Session<'a> {
             snapshot,
             fw,
             used: snapshot.node_used.clone(),
+            cluster_used: Resources::zero(dims),
             gpus_used: snapshot.node_gpus_used.clone(),
             status,
             phase: snapshot.jobs.iter().map(|j| j.phase).collect(),
@@ -259,11 +262,15 @@ impl<'a> Session<'a> {
         for t in &snapshot.tasks {
             if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
                 session.used[node.index()].add(&t.request);
+                session.cluster_used.add(&t.request);
                 session.holds.entry(t.job).or_default().push((t.id, node));
             }
         }
         for i in 0..n {
             session.index_insert(NodeId(i as u32));
+        }
+        for u in &snapshot.node_used {
+            session.cluster_used.add(u);
         }
         for job in &snapshot.jobs {
             if job.phase == JobPhase::Inqueue && session.holding[job.id.index()] == 0 {
@@ -327,12 +334,8 @@ impl<'a> Session<'a> {
     }
 
     /// Everything in use now, across all nodes.
-    pub fn cluster_used(&self) -> Resources {
-        let mut total = Resources::zero(self.snapshot.resources.len());
-        for u in &self.used {
-            total.add(u);
-        }
-        total
+    pub fn cluster_used(&self) -> &Resources {
+        &self.cluster_used
     }
 
     pub fn inqueue_reserved(&self) -> &Resources {
@@ -480,6 +483,7 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].sub(request);
+            self.cluster_used.sub(request);
             self.index_insert(node);
         }
         self.released += 1;
@@ -500,6 +504,7 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].add(request);
+            self.cluster_used.add(request);
             self.index_insert(node);
         }
         if !keep.is_empty() {
@@ -794,10 +799,12 @@ impl<'a> Session<'a> {
         let i = node.index();
         if add {
             self.used[i].add(&t.request);
+            self.cluster_used.add(&t.request);
             self.gpus_used[i] |= gpus;
             self.holding[t.job.index()] += 1;
         } else {
             self.used[i].sub(&t.request);
+            self.cluster_used.sub(&t.request);
             self.gpus_used[i] &= !gpus;
             self.holding[t.job.index()] -= 1;
         }
