@@ -15,6 +15,7 @@ use super::{placement_order, schedulable_jobs};
 use crate::model::{Job, JobId, NodeId, QueueId, ShapeId, TaskId};
 use crate::resources::{ResourceId, Resources, GPU};
 use crate::session::{ReservedNodes, Session, TaskStatus};
+use crate::snapshot::{ancestors, Snapshot};
 
 pub const PREEMPT: &str = "preempt";
 pub const RECLAIM: &str = "reclaim";
@@ -287,7 +288,8 @@ fn victims_on(
     (fits(&free, free_gpus) && !chosen.is_empty()).then_some(chosen)
 }
 
-/// What the victims chosen so far on one node take: from their (leaf) queues and their gangs.
+/// What the victims chosen so far on one node take: from their queues (each leaf and every
+/// ancestor) and their gangs.
 /// A handful of entries: plain vectors beat hashing here.
 #[derive(Default)]
 struct Tally {
@@ -305,11 +307,7 @@ impl Tally {
             Some((_, n)) => *n += 1,
             None => self.from_job.push((t.job, 1)),
         }
-        let q = snap.job(t.job).queue;
-        match self.from_queue.iter_mut().find(|(x, _)| *x == q) {
-            Some((_, r)) => r.add(&t.request),
-            None => self.from_queue.push((q, t.request.clone())),
-        }
+        add_to_queues(snap, &mut self.from_queue, t.job, &t.request);
     }
 
     fn has(&self, task: TaskId) -> bool {
@@ -355,39 +353,57 @@ fn unit_of(
             .filter(|&m| matches!(session.task_status(m), TaskStatus::Bound(_)) && !tally.has(m))
             .collect()
     };
-    // Judge the unit as a whole against its queue: what was taken plus what the unit takes.
+    // Judge the unit as a whole against its queues: what was taken plus what the unit takes.
     let mut unit_takes: Vec<(QueueId, Resources)> = Vec::new();
     for &m in &unit {
-        let t = snap.task(m);
-        let q = snap.job(t.job).queue;
-        let before = unit_takes.iter().find(|(x, _)| *x == q).map(|(_, r)| r);
-        if !eligible(
-            session,
-            job,
-            m,
-            short,
-            mode,
-            [tally.taken_from_queue(q), before],
-        ) {
+        let taken = |q: QueueId| {
+            let before = unit_takes.iter().find(|(x, _)| *x == q).map(|(_, r)| r);
+            [tally.taken_from_queue(q), before]
+        };
+        if !eligible(session, job, m, short, mode, taken) {
             return None;
         }
-        match unit_takes.iter_mut().find(|(x, _)| *x == q) {
-            Some((_, r)) => r.add(&t.request),
-            None => unit_takes.push((q, t.request.clone())),
-        }
+        let t = snap.task(m);
+        add_to_queues(snap, &mut unit_takes, t.job, &t.request);
     }
     Some(unit)
 }
 
+/// Adds `request` to the entries of `job`'s queue and every ancestor of it.
+fn add_to_queues(
+    snap: &Snapshot,
+    taken: &mut Vec<(QueueId, Resources)>,
+    job: JobId,
+    request: &Resources,
+) {
+    for q in ancestors(snap, snap.job(job).queue) {
+        match taken.iter_mut().find(|(x, _)| *x == q) {
+            Some((_, r)) => r.add(request),
+            None => taken.push((q, request.clone())),
+        }
+    }
+}
+
+/// The queues a reclaim from `victim` to `preemptor` moves resources out of: the victim's leaf
+/// and its ancestors below the lowest one the two share. Above that, the move is internal.
+fn reclaimed_from(snap: &Snapshot, victim: QueueId, preemptor: QueueId) -> Vec<QueueId> {
+    ancestors(snap, victim)
+        .take_while(|&q| !ancestors(snap, preemptor).any(|p| p == q))
+        .collect()
+}
+
 /// Whether `victim` may be evicted for `job`, given what the victims chosen before it take
-/// from its queue. `short` names the resources the node lacks for the preemptor's task.
-fn eligible(
-    session: &Session,
+/// from each queue (`taken`). `short` names the resources the node lacks for the preemptor's
+/// task. A reclaim is judged at every level it crosses: each queue it takes from, from the
+/// victim's leaf up to (not including) the ancestor shared with the preemptor, must be
+/// reclaimable and keep its guarantee and its deserved share.
+fn eligible<'a>(
+    session: &'a Session,
     job: &Job,
     victim: TaskId,
     short: &[ResourceId],
     mode: Mode,
-    taken: [Option<&Resources>; 2],
+    taken: impl Fn(QueueId) -> [Option<&'a Resources>; 2],
 ) -> bool {
     let snap = session.snapshot;
     let v = snap.task(victim);
@@ -399,31 +415,34 @@ fn eligible(
     match mode {
         Mode::Preempt => vjob.queue == job.queue && vjob.priority < job.priority,
         Mode::Reclaim => {
-            let vq = snap.queue(vjob.queue);
-            if vjob.queue == job.queue || !vq.reclaimable {
+            if vjob.queue == job.queue {
                 return false;
             }
-            let allocated = session.queue_allocated(vjob.queue);
-            // What the queue keeps of `r` once this victim and those before it are gone.
-            let left = |r: ResourceId| {
-                allocated.get(r)
-                    - v.request.get(r)
-                    - taken.iter().flatten().map(|t| t.get(r)).sum::<i64>()
-            };
-            // Never below a guarantee, in any resource the victim holds.
-            if vq
-                .guarantee
-                .iter()
-                .any(|(r, g)| v.request.get(r) > 0 && left(r) < g)
-            {
-                return false;
-            }
-            // Only what the victim's queue borrowed, in the resources the node is short of.
-            let deserved = session.deserved(vjob.queue);
-            short
-                .iter()
-                .filter(|&&r| v.request.get(r) > 0)
-                .all(|&r| left(r) >= deserved.get(r))
+            reclaimed_from(snap, vjob.queue, job.queue)
+                .into_iter()
+                .all(|q| {
+                    let queue = snap.queue(q);
+                    let allocated = session.queue_allocated(q);
+                    let before = taken(q);
+                    // What the queue keeps of `r` once this victim and those before it are gone.
+                    let left = |r: ResourceId| {
+                        allocated.get(r)
+                            - v.request.get(r)
+                            - before.iter().flatten().map(|t| t.get(r)).sum::<i64>()
+                    };
+                    // Never below a guarantee, in any resource the victim holds; and only what
+                    // the queue borrowed, in the resources the node is short of.
+                    let deserved = session.deserved(q);
+                    queue.reclaimable
+                        && queue
+                            .guarantee
+                            .iter()
+                            .all(|(r, g)| v.request.get(r) == 0 || left(r) >= g)
+                        && short
+                            .iter()
+                            .filter(|&&r| v.request.get(r) > 0)
+                            .all(|&r| left(r) >= deserved.get(r))
+                })
         }
     }
 }
