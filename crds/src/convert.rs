@@ -515,7 +515,33 @@ fn pod(
             .and_then(|s| s.start_time.as_ref())
             .map(|Time(t)| t.as_millisecond()),
         active_deadline_s: spec.active_deadline_seconds,
+        labels: meta.labels.clone().unwrap_or_default(),
+        rank: pod_rank(cx, meta)?,
     })
+}
+
+/// Labels (or annotations) that give a pod's index in its workload, most specific first.
+pub const RANK_LABELS: [&str; 5] = [
+    "batch.kubernetes.io/job-completion-index",
+    "apps.kubernetes.io/pod-index",
+    "training.kubeflow.org/replica-index",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "volcano.sh/task-index",
+];
+
+/// The pod's rank from the first index label it carries.
+fn pod_rank(cx: &Cx, meta: &ObjectMeta) -> Result<Option<u32>, ConvertError> {
+    for key in RANK_LABELS {
+        if let Some(v) = label_or_annotation(meta, key) {
+            return v.parse().map(Some).map_err(|_| {
+                cx.err(
+                    format!("metadata.labels[{key}]"),
+                    format!("expected a non-negative integer index, got {v:?}"),
+                )
+            });
+        }
+    }
+    Ok(None)
 }
 
 fn parse_gpu_ids(s: &str) -> Option<Vec<u32>> {
@@ -731,6 +757,8 @@ fn group(cx: &Cx, g: &PodGroup, priorities: &Priorities) -> Result<GroupSpec, Co
             .status
             .as_ref()
             .map_or(JobPhase::Pending, |st| st.phase.into()),
+        topology: Default::default(),
+        sub_groups: Vec::new(),
     })
 }
 

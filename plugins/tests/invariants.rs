@@ -102,6 +102,8 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                     priority: Some(gang.priority),
                     created_ms: g as i64,
                     phase: JobPhase::Inqueue,
+                    topology: Default::default(),
+                    sub_groups: Vec::new(),
                 });
                 for (p, &(cpu, mem, gpu)) in gang.pods.iter().enumerate() {
                     let req = (cpu * 1000, mem << 30, gpu);

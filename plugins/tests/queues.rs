@@ -147,6 +147,8 @@ fn cluster(nodes: usize, qs: &[Q], gs: &[G]) -> ClusterSpec {
             } else {
                 JobPhase::Inqueue
             },
+            topology: Default::default(),
+            sub_groups: Vec::new(),
         });
         let mut placed: Vec<Option<usize>> = vec![None; gang.pods];
         if gang.running {

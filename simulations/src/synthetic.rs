@@ -101,6 +101,8 @@ impl Synthetic {
                     } else {
                         JobPhase::Inqueue
                     },
+                    topology: Default::default(),
+                    sub_groups: Vec::new(),
                 });
                 for m in 0..members {
                     let node = running.then(|| {

@@ -202,6 +202,10 @@ pub struct Task {
     pub started_ms: Option<i64>,
     /// `activeDeadlineSeconds`: the pod ends at most this long after it starts.
     pub active_deadline_s: Option<i64>,
+    /// Index in its workload, when the pod carries one.
+    pub rank: Option<u32>,
+    /// Index into its job's `sub_groups`.
+    pub sub_group: Option<u32>,
 }
 
 impl Task {
@@ -247,10 +251,23 @@ pub struct Job {
     pub created_ms: i64,
     /// The phase recorded in the PodGroup's status before this cycle.
     pub phase: JobPhase,
-    /// Tasks of the job, sorted by name.
+    /// Tasks of the job in rank order (pods without a rank last, by name).
     pub tasks: Vec<TaskId>,
     /// True for a pod without a PodGroup (a group of one).
     pub implicit: bool,
+    /// The domain the whole gang must (or should) fit in.
+    pub topology: crate::snapshot::TopologySpec,
+    /// Members that must share a tighter domain (e.g. tensor-parallel groups).
+    pub sub_groups: Vec<SubGroup>,
+}
+
+/// Members of a gang that must share a domain, in rank order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubGroup {
+    /// The spec's name, then the block number or the label values that formed it.
+    pub name: String,
+    pub topology: crate::snapshot::TopologySpec,
+    pub tasks: Vec<TaskId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -64,6 +64,37 @@ pub struct PodSpec {
     pub preemption_never: bool,
     pub started_ms: Option<i64>,
     pub active_deadline_s: Option<i64>,
+    /// The pod's labels (sub-groups may be formed by label values).
+    pub labels: BTreeMap<String, String>,
+    /// The pod's index in its workload (Job completion index, JobSet / StatefulSet / training
+    /// operator replica index): sub-groups are cut from consecutive ranks.
+    pub rank: Option<u32>,
+}
+
+/// Where a gang or one of its sub-groups must (`required`, a hard limit) or should
+/// (`preferred`) land: tier names from the scheduler's topology config, e.g. `rack`, `nvlink`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TopologySpec {
+    pub required: Option<String>,
+    pub preferred: Option<String>,
+}
+
+impl TopologySpec {
+    pub fn is_empty(&self) -> bool {
+        self.required.is_none() && self.preferred.is_none()
+    }
+}
+
+/// Pods of a gang that must share a domain, e.g. a tensor-parallel group of `size` pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubGroupSpec {
+    pub name: String,
+    /// Pods per sub-group.
+    pub size: u32,
+    /// Pods with equal values of these labels form one sub-group; without keys, sub-groups are
+    /// contiguous blocks of `size` pods in rank order.
+    pub match_label_keys: Vec<String>,
+    pub topology: TopologySpec,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +109,9 @@ pub struct GroupSpec {
     pub priority: Option<i32>,
     pub created_ms: i64,
     pub phase: JobPhase,
+    /// The domain the whole gang must (or should) fit in.
+    pub topology: TopologySpec,
+    pub sub_groups: Vec<SubGroupSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,6 +298,24 @@ impl Snapshot {
                     "duplicate PodGroup".into(),
                 ));
             }
+            for (i, sg) in g.sub_groups.iter().enumerate() {
+                if sg.size < 1 {
+                    return Err(err(
+                        "PodGroup",
+                        &key,
+                        "spec.subGroups[].size",
+                        format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
+                    ));
+                }
+                if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
+                    return Err(err(
+                        "PodGroup",
+                        &key,
+                        "spec.subGroups[].name",
+                        format!("duplicate sub-group name {:?}", sg.name),
+                    ));
+                }
+            }
             drafts.push(Draft {
                 spec: g.clone(),
                 implicit: false,
@@ -308,6 +360,8 @@ impl Snapshot {
                             priority: Some(p.priority),
                             created_ms: p.created_ms,
                             phase: JobPhase::Pending,
+                            topology: TopologySpec::default(),
+                            sub_groups: Vec::new(),
                         },
                         implicit: true,
                     });
@@ -329,6 +383,7 @@ impl Snapshot {
         let mut node_used: Vec<Resources> = vec![Resources::zero(names.len()); built_nodes.len()];
         let mut node_gpus_used: Vec<u64> = vec![0; built_nodes.len()];
         let mut tasks: Vec<Task> = Vec::new();
+        let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::new();
         let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
         let mut foreign_pods = 0;
         for p in &pods {
@@ -385,6 +440,7 @@ impl Snapshot {
             };
             let id = TaskId(tasks.len() as u32);
             job_tasks[job.index()].push(id);
+            task_labels.push(&p.labels);
             tasks.push(Task {
                 id,
                 name: key,
@@ -408,6 +464,8 @@ impl Snapshot {
                 created_ms: p.created_ms,
                 started_ms: p.started_ms,
                 active_deadline_s: p.active_deadline_s,
+                rank: p.rank,
+                sub_group: None,
             });
         }
 
@@ -432,7 +490,11 @@ impl Snapshot {
                     format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
                 ));
             }
-            let task_ids = std::mem::take(&mut job_tasks[pos]);
+            let mut task_ids = std::mem::take(&mut job_tasks[pos]);
+            // Rank order (pods without a rank last, by name): consecutive ranks are placed
+            // together.
+            task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
+            let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, &task_labels, &mut tasks);
             let priority = g.priority.unwrap_or_else(|| {
                 task_ids
                     .iter()
@@ -456,6 +518,8 @@ impl Snapshot {
                 phase: g.phase,
                 tasks: task_ids,
                 implicit: *implicit,
+                topology: g.topology.clone(),
+                sub_groups,
             });
         }
 
@@ -489,6 +553,63 @@ impl Snapshot {
     pub fn queue(&self, id: QueueId) -> &Queue {
         &self.queues[id.index()]
     }
+}
+
+/// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
+/// (one with label keys claims the members carrying all of them, grouped by their values; one
+/// without claims the rest, cut into blocks of `size` in rank order). Records each member's
+/// sub-group on its task.
+fn form_sub_groups(
+    specs: &[SubGroupSpec],
+    members: &[TaskId],
+    labels: &[&BTreeMap<String, String>],
+    tasks: &mut [Task],
+) -> Vec<SubGroup> {
+    let mut groups: Vec<SubGroup> = Vec::new();
+    let mut free: Vec<TaskId> = members.to_vec();
+    for spec in specs {
+        let mut claimed: BTreeMap<Vec<&str>, Vec<TaskId>> = BTreeMap::new();
+        let mut rest = Vec::new();
+        for &t in &free {
+            let l = labels[t.index()];
+            let values: Option<Vec<&str>> = spec
+                .match_label_keys
+                .iter()
+                .map(|k| l.get(k).map(String::as_str))
+                .collect();
+            match values {
+                Some(v) if !spec.match_label_keys.is_empty() => {
+                    claimed.entry(v).or_default().push(t)
+                }
+                Some(_) => claimed.entry(Vec::new()).or_default().push(t),
+                None => rest.push(t),
+            }
+        }
+        for (values, ts) in claimed {
+            if values.is_empty() {
+                for (i, block) in ts.chunks(spec.size as usize).enumerate() {
+                    groups.push(SubGroup {
+                        name: format!("{}-{i}", spec.name),
+                        topology: spec.topology.clone(),
+                        tasks: block.to_vec(),
+                    });
+                }
+            } else {
+                groups.push(SubGroup {
+                    name: format!("{}-{}", spec.name, values.join(",")),
+                    topology: spec.topology.clone(),
+                    tasks: ts,
+                });
+            }
+        }
+        free = rest;
+    }
+    for (i, g) in groups.iter().enumerate() {
+        for &t in &g.tasks {
+            tasks[t.index()].sub_group = Some(i as u32);
+        }
+    }
+    groups
 }
 
 /// The queue itself, then its parent, up to the top of the tree (the implicit root is not a

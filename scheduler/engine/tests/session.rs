@@ -38,6 +38,8 @@ fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
             priority: None,
             created_ms: 0,
             phase: JobPhase::Inqueue,
+            topology: Default::default(),
+            sub_groups: Vec::new(),
         }],
         queues: vec![],
     }

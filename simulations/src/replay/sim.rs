@@ -629,6 +629,8 @@ impl<'a> Simulator<'a> {
                 priority: None,
                 created_ms: 0,
                 phase: JobPhase::Running,
+                topology: Default::default(),
+                sub_groups: Vec::new(),
             });
         }
         let with_job = |j: usize, pods: &mut Vec<PodSpec>, groups: &mut Vec<GroupSpec>| {
@@ -645,6 +647,8 @@ impl<'a> Simulator<'a> {
                 priority: Some(t.priority),
                 created_ms: t.submit_ms,
                 phase: s.phase,
+                topology: Default::default(),
+                sub_groups: Vec::new(),
             });
             for (k, req) in p.requests.iter().enumerate() {
                 let placed = s.pods[k].as_ref();
