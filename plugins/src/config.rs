@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use basalt_engine::Action;
+use basalt_topology::TierSpec;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,6 +20,7 @@ pub struct Config {
     pub node_order: NodeOrderArgs,
     pub fair_share: FairShareArgs,
     pub backfill: BackfillArgs,
+    pub topology: TopologyArgs,
 }
 
 impl Default for Config {
@@ -37,6 +39,7 @@ impl Default for Config {
             node_order: NodeOrderArgs::default(),
             fair_share: FairShareArgs::default(),
             backfill: BackfillArgs::default(),
+            topology: TopologyArgs::default(),
         }
     }
 }
@@ -163,8 +166,35 @@ impl Default for NodeOrderArgs {
     }
 }
 
+/// Topology tiers, coarse to fine, each read from a node label; the node itself is the built-in
+/// finest tier `node`. A node without a tier's label stands alone at that tier.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct TopologyArgs {
+    pub tiers: Vec<TierSpec>,
+}
+
+impl Default for TopologyArgs {
+    fn default() -> Self {
+        let tier = |name: &str, label: &str, nvlink| TierSpec {
+            name: name.into(),
+            node_label: label.into(),
+            nvlink,
+        };
+        TopologyArgs {
+            tiers: vec![
+                tier("spine", "topology.basalt.dev/spine", false),
+                tier("rack", "topology.basalt.dev/rack", false),
+                tier("nvlink", "nvidia.com/gpu.clique", true),
+            ],
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error(transparent)]
+    Tiers(#[from] basalt_topology::TierError),
     #[error("enqueue.overcommitFactor: must be a finite number of at least 1.0, got {0}")]
     Overcommit(f64),
     #[error("actions: must not be empty")]
@@ -193,6 +223,7 @@ impl Config {
         if self.scheduler_names.is_empty() {
             return Err(ConfigError::NoSchedulerNames);
         }
+        basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())
     }
 }

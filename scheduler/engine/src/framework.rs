@@ -81,6 +81,8 @@ pub struct Framework {
     pub fair_share: Option<Box<dyn FairShare>>,
     /// A gang that has waited this long (milliseconds) reserves the nodes it will start on.
     pub reserve_after_ms: Option<i64>,
+    /// Topology tiers, coarse to fine (validated by whoever builds the framework).
+    pub tiers: Vec<basalt_topology::TierSpec>,
 }
 
 impl Framework {
@@ -97,6 +99,7 @@ impl Framework {
             node_order,
             fair_share: None,
             reserve_after_ms: None,
+            tiers: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::plan::{
 use crate::resources::{Resources, GPU};
 use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
+use basalt_topology::{DomainId, TierId, Topology};
 
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,6 +74,11 @@ pub struct Statement {
 }
 
 impl Statement {
+    /// Takes over `other`'s operations (a nested attempt that succeeded).
+    pub fn append(&mut self, other: Statement) {
+        self.ops.extend(other.ops);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
@@ -168,6 +174,44 @@ pub struct Session<'a> {
     /// The reason message per failed shape, computed only when asked for.
     explanations: HashMap<(ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
+    /// The topology graph and free GPUs per domain; `None` when no tier is configured.
+    topo: Option<TopoState>,
+}
+
+/// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
+/// per tier the domains ordered by free GPUs (so the best fit for a gang is a range lookup).
+pub struct TopoState {
+    pub topology: Topology,
+    free: Vec<i64>,
+    by_tier: Vec<BTreeSet<(i64, DomainId)>>,
+}
+
+impl TopoState {
+    pub fn free(&self, domain: DomainId) -> i64 {
+        self.free[domain.index()]
+    }
+
+    /// Domains of `tier` with at least `need` free GPUs, the fullest (least left over) first.
+    pub fn fitting(&self, tier: TierId, need: i64) -> impl Iterator<Item = DomainId> + '_ {
+        self.by_tier[tier.0 as usize]
+            .range((need, DomainId(0))..)
+            .map(|&(_, d)| d)
+    }
+
+    /// The domain of `tier` with the most free GPUs.
+    pub fn roomiest(&self, tier: TierId) -> Option<DomainId> {
+        self.by_tier[tier.0 as usize].last().map(|&(_, d)| d)
+    }
+
+    fn change(&mut self, node: NodeId, delta: i64) {
+        for &d in self.topology.domains_of(node.index()) {
+            let tier = self.topology.domain(d).tier.0 as usize;
+            let set = &mut self.by_tier[tier];
+            set.remove(&(self.free[d.index()], d));
+            self.free[d.index()] += delta;
+            set.insert((self.free[d.index()], d));
+        }
+    }
 }
 
 impl<'a> Session<'a> {
@@ -258,7 +302,9 @@ impl<'a> Session<'a> {
             failures: HashMap::new(),
             explanations: HashMap::new(),
             committed: Vec::new(),
+            topo: None,
         };
+        session.topo = session.build_topology();
         for t in &snapshot.tasks {
             if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
                 session.used[node.index()].add(&t.request);
@@ -297,6 +343,63 @@ impl<'a> Session<'a> {
             None => vec![session.queue_capacity.clone(); snapshot.queues.len()],
         };
         session
+    }
+
+    /// Builds the topology when tiers are configured (or Volcano tiers are labelled) and some
+    /// node carries a tier label: on a flat cluster every gang is placed as before.
+    fn build_topology(&self) -> Option<TopoState> {
+        let snap = self.snapshot;
+        let labelled = snap.nodes.iter().any(|n| {
+            n.labels.keys().any(|k| {
+                k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
+                    || self.fw.tiers.iter().any(|t| &t.node_label == k)
+            })
+        });
+        let constrained = snap
+            .jobs
+            .iter()
+            .any(|j| !j.topology.is_empty() || !j.sub_groups.is_empty());
+        if !labelled && !constrained {
+            return None;
+        }
+        let nodes: Vec<(&str, &BTreeMap<String, String>)> = snap
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), &n.labels))
+            .collect();
+        let topology = Topology::build(&self.fw.tiers, &nodes);
+        let mut free = vec![0i64; topology.domains.len()];
+        for node in &snap.nodes {
+            let f = self.free_gpus(node.id) as i64;
+            for &d in topology.domains_of(node.id.index()) {
+                free[d.index()] += f;
+            }
+        }
+        let mut by_tier = vec![BTreeSet::new(); topology.tiers.len()];
+        for (i, d) in topology.domains.iter().enumerate() {
+            by_tier[d.tier.0 as usize].insert((free[i], DomainId(i as u32)));
+        }
+        Some(TopoState {
+            topology,
+            free,
+            by_tier,
+        })
+    }
+
+    /// The topology and its free capacity, when the cluster has one.
+    pub fn topology(&self) -> Option<&TopoState> {
+        self.topo.as_ref()
+    }
+
+    /// Free whole GPUs of one NVLink island of a node.
+    pub fn island_free(&self, node: NodeId, island: u32) -> u32 {
+        let used = self.gpus_used[node.index()];
+        self.snapshot.nodes[node.index()]
+            .gpus
+            .iter()
+            .enumerate()
+            .filter(|(p, g)| g.nvlink_domain == island && used & (1u64 << p) == 0)
+            .count() as u32
     }
 
     pub fn framework(&self) -> &'a Framework {
@@ -622,7 +725,7 @@ impl<'a> Session<'a> {
             .all(|(id, v)| used.get(id) + v <= alloc.get(id))
     }
 
-    fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
+    pub(crate) fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
         let mut after = self.used[node.index()].clone();
         after.add(request);
         self.fw
@@ -759,7 +862,7 @@ impl<'a> Session<'a> {
 
     /// Whole GPUs for a task on a node: inside one NVLink island when one can hold them all
     /// (the fullest such island, so whole islands stay free), else the lowest free indices.
-    fn pick_gpus(&self, node: NodeId, count: u32) -> u64 {
+    fn pick_gpus(&self, node: NodeId, count: u32, island: Option<u32>) -> u64 {
         if count == 0 {
             return 0;
         }
@@ -767,7 +870,7 @@ impl<'a> Session<'a> {
         let used = self.gpus_used[node.index()];
         let mut islands: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (pos, g) in gpus.iter().enumerate() {
-            if used & (1u64 << pos) == 0 {
+            if used & (1u64 << pos) == 0 && island.is_none_or(|i| i == g.nvlink_domain) {
                 islands.entry(g.nvlink_domain).or_default().push(pos as u32);
             }
         }
@@ -808,6 +911,10 @@ impl<'a> Session<'a> {
             self.gpus_used[i] &= !gpus;
             self.holding[t.job.index()] -= 1;
         }
+        if let Some(topo) = &mut self.topo {
+            let n = gpus.count_ones() as i64;
+            topo.change(node, if add { -n } else { n });
+        }
         self.index_insert(node);
         for q in ancestors(snap, snap.job(t.job).queue) {
             if add {
@@ -827,19 +934,37 @@ impl<'a> Session<'a> {
 
     /// Places a pending task on a node inside the statement.
     pub fn allocate(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId) {
-        self.place(stmt, task, node, false);
+        self.place(stmt, task, node, false, None);
+    }
+
+    /// Places a pending task with its GPUs inside one NVLink island of the node.
+    pub fn allocate_in_island(
+        &mut self,
+        stmt: &mut Statement,
+        task: TaskId,
+        node: NodeId,
+        island: u32,
+    ) {
+        self.place(stmt, task, node, false, Some(island));
     }
 
     /// Places a pending task on capacity that the statement's evictions free: it is nominated
     /// to the node and bound in a later cycle.
     pub fn pipeline(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId) {
-        self.place(stmt, task, node, true);
+        self.place(stmt, task, node, true, None);
     }
 
-    fn place(&mut self, stmt: &mut Statement, task: TaskId, node: NodeId, pipelined: bool) {
+    fn place(
+        &mut self,
+        stmt: &mut Statement,
+        task: TaskId,
+        node: NodeId,
+        pipelined: bool,
+        island: Option<u32>,
+    ) {
         debug_assert_eq!(self.status[task.index()], TaskStatus::Pending);
         let count = self.snapshot.task(task).request.get(GPU).max(0) as u32;
-        let gpus = self.pick_gpus(node, count);
+        let gpus = self.pick_gpus(node, count, island);
         self.charge(task, node, gpus, true);
         self.placed[self.snapshot.task(task).job.index()] += 1;
         self.status[task.index()] = if pipelined {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use super::{
     placement_order, queue_refuses, schedulable_jobs, unschedulable, NOT_ENOUGH_RESOURCES,
 };
-use crate::model::{Job, JobId, NodeId, QueueId};
+use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::queue_order::QueueOrder;
 use crate::resources::Resources;
 use crate::session::{ReservedNodes, Session};
@@ -131,6 +131,26 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
     let fw = session.framework();
     let job = snap.job(job_id);
     let order = placement_order(session, job);
+    let admissible = |session: &Session, task: TaskId| -> Result<(), String> {
+        let request = &session.snapshot.task(task).request;
+        match fw.admit_task(session, task, request) {
+            Err(reason) => Err(reason.into_owned()),
+            Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
+                Err("its queue is at its deserved share".into())
+            }
+            Ok(()) => Ok(()),
+        }
+    };
+    if let Some(outcome) = super::topology::place(session, job, access, &admissible) {
+        match outcome {
+            Ok(stmt) => session.commit(stmt),
+            Err((reason, message)) if pass == Pass::Lend => {
+                session.add_condition(job_id, unschedulable(reason, message))
+            }
+            Err(_) => {}
+        }
+        return;
+    }
     let before = session.counts(job_id);
     let mut holding = before.running + before.pipelined + before.succeeded;
     let mut failure: Option<String> = None;

@@ -4,6 +4,7 @@
 mod allocate;
 mod enqueue;
 mod evict;
+mod topology;
 
 pub use allocate::allocate;
 pub use enqueue::enqueue;

@@ -1,0 +1,454 @@
+//! Topology-aware gang placement. A gang goes to the tightest tier at which one domain holds
+//! it (node, NVLink domain, rack, spine, ..., up to its required tier), and among that tier's
+//! domains to the best fit: the one left with the fewest free GPUs, so large free domains stay
+//! whole for the gangs that need them. Each candidate is tried in a statement and only the one
+//! that works is kept. Inside it, each sub-group (e.g. a tensor-parallel group) goes to the
+//! tightest domain of its own tiers, and consecutive ranks to the same node; a sub-group that
+//! requires an NVLink tier on a node without a multi-node NVLink domain gets its GPUs inside one
+//! of the node's NVLink islands.
+
+use basalt_topology::{DomainId, TierId, Topology};
+
+use super::placement_order;
+use crate::model::{Job, NodeId, TaskId};
+use crate::resources::GPU;
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
+use crate::snapshot::TopologySpec;
+
+pub const INVALID_TOPOLOGY: &str = "InvalidTopology";
+
+/// Candidate domains tried per tier before moving one tier up: the aggregate free GPUs say a
+/// domain may fit; the dry run says whether it does.
+const TRIES_PER_TIER: usize = 3;
+
+/// Why a gang was not placed: the condition reason and message.
+pub type Failure = (&'static str, String);
+
+/// How far a gang or sub-group may spread: its ladder's tiers, finest first, up to and
+/// including the required tier (all of them when none is required).
+struct Reach {
+    tiers: Vec<TierId>,
+    required: Option<TierId>,
+}
+
+fn reach(topo: &Topology, spec: &TopologySpec, field: &str) -> Result<Reach, String> {
+    let resolve = |which: &str, name: &String| {
+        topo.tier_id(name).ok_or_else(|| {
+            format!(
+                "{field}.{which}: unknown tier {name:?} (tiers: {})",
+                topo.tier_names().join(", ")
+            )
+        })
+    };
+    let required = spec
+        .required
+        .as_ref()
+        .map(|n| resolve("required", n))
+        .transpose()?;
+    let preferred = spec
+        .preferred
+        .as_ref()
+        .map(|n| resolve("preferred", n))
+        .transpose()?;
+    let ladder = topo.ladder_for(required.into_iter().chain(preferred));
+    let mut tiers: Vec<TierId> = ladder.iter().rev().copied().collect();
+    if let Some(r) = required {
+        match tiers.iter().position(|&t| t == r) {
+            Some(pos) => tiers.truncate(pos + 1),
+            None => return Err(format!("{field}: tiers of two different ladders")),
+        }
+    }
+    Ok(Reach { tiers, required })
+}
+
+/// Places the job through the topology, or `None` when topology does not apply (no topology
+/// graph, or an unconstrained job on a flat cluster): the plain gang placement runs then.
+/// `Ok` carries a statement that makes the gang ready (the caller commits it).
+pub(super) fn place(
+    session: &mut Session,
+    job: &Job,
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Option<Result<Statement, Failure>> {
+    let topo = session.topology()?;
+    let constrained = !job.topology.is_empty() || !job.sub_groups.is_empty();
+    if !constrained && topo.topology.is_flat() {
+        return None;
+    }
+    let invalid = |m: String| Some(Err((INVALID_TOPOLOGY, m)));
+    let gang = match reach(&topo.topology, &job.topology, "spec.topology") {
+        Ok(r) => r,
+        Err(m) => return invalid(m),
+    };
+    let mut subs = Vec::with_capacity(job.sub_groups.len());
+    for g in &job.sub_groups {
+        let field = format!("spec.subGroups[{}].topology", g.name);
+        match reach(&topo.topology, &g.topology, &field) {
+            Ok(r) => subs.push(r),
+            Err(m) => return invalid(m),
+        }
+    }
+    Some(place_gang(session, job, &gang, &subs, access, admissible))
+}
+
+fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
+    tasks
+        .iter()
+        .map(|&t| session.snapshot.task(t).request.get(GPU).max(0))
+        .sum()
+}
+
+fn place_gang(
+    session: &mut Session,
+    job: &Job,
+    gang: &Reach,
+    subs: &[Reach],
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Result<Statement, Failure> {
+    let fw = session.framework();
+    let members = placement_order(session, job);
+    let holding = session.holding(job.id);
+    let need = (job.min_member.saturating_sub(holding) as usize).min(members.len());
+    let need_gpus = gpus_of(session, &members[..need]);
+    // Members already holding nodes pin the gang's domain.
+    let held: Vec<NodeId> = job
+        .tasks
+        .iter()
+        .filter_map(|&t| match session.task_status(t) {
+            TaskStatus::Pending | TaskStatus::Evicted(_) => None,
+            s => s.node(),
+        })
+        .collect();
+    let mut tried: Vec<String> = Vec::new();
+    let mut last: Option<String> = None;
+    for &tier in &gang.tiers {
+        let topo = session.topology().expect("placed through the topology");
+        let candidates: Vec<DomainId> = topo
+            .fitting(tier, need_gpus)
+            .filter(|&d| {
+                held.iter()
+                    .all(|n| topo.topology.domain_of(n.index(), tier) == d)
+            })
+            .take(TRIES_PER_TIER)
+            .collect();
+        for d in candidates {
+            let mut stmt = session.statement();
+            let outcome = place_members(
+                session,
+                &mut stmt,
+                job,
+                &members,
+                Some(d),
+                subs,
+                access,
+                admissible,
+            );
+            if outcome.is_ok() && fw.job_ready(session, job.id) && !stmt.is_empty() {
+                return Ok(stmt);
+            }
+            session.discard(stmt);
+            let topo = &session
+                .topology()
+                .expect("placed through the topology")
+                .topology;
+            tried.push(topo.domain(d).name.clone());
+            last = outcome.err().or(last);
+        }
+    }
+    let placed_here = |session: &Session| session.holding(job.id);
+    if gang.required.is_none() {
+        // No single domain holds the gang: the whole cluster, sub-groups still kept together.
+        let mut stmt = session.statement();
+        let outcome = place_members(
+            session, &mut stmt, job, &members, None, subs, access, admissible,
+        );
+        if outcome.is_ok() && fw.job_ready(session, job.id) && !stmt.is_empty() {
+            return Ok(stmt);
+        }
+        let got = placed_here(session);
+        session.discard(stmt);
+        let why = outcome
+            .err()
+            .or(last)
+            .unwrap_or_else(|| "members do not fit on the nodes".into());
+        return Err((
+            super::NOT_ENOUGH_RESOURCES,
+            format!(
+                "{got}/{} members of the gang could be placed: {why}",
+                job.min_member
+            ),
+        ));
+    }
+    let required = gang.required.expect("checked above");
+    let topo = session.topology().expect("placed through the topology");
+    let tier_name = &topo.topology.tier(required).name;
+    let why = if tried.is_empty() {
+        let best = topo.roomiest(required);
+        let (best_name, best_free) = best.map_or(("none".to_string(), 0), |d| {
+            (topo.topology.domain(d).name.clone(), topo.free(d))
+        });
+        format!(
+            "no {tier_name} domain can hold the gang's {need_gpus} GPUs (required tier {tier_name}); \
+             the roomiest, {best_name}, has {best_free} free (short by {})",
+            need_gpus - best_free
+        )
+    } else {
+        format!(
+            "no {tier_name} domain can hold the gang (required tier {tier_name}); tried {}: {}",
+            tried.join(", "),
+            last.unwrap_or_else(|| "members do not fit on its nodes".into())
+        )
+    };
+    Err((
+        super::NOT_ENOUGH_RESOURCES,
+        format!(
+            "{holding}/{} members of the gang could be placed: {why}",
+            job.min_member
+        ),
+    ))
+}
+
+/// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
+/// one domain of its tiers, then the members outside any sub-group. A sub-group that fits
+/// nowhere is left out (the gang's readiness decides); the error says why.
+#[allow(clippy::too_many_arguments)]
+fn place_members(
+    session: &mut Session,
+    stmt: &mut Statement,
+    job: &Job,
+    members: &[TaskId],
+    within: Option<DomainId>,
+    subs: &[Reach],
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut failure: Option<String> = None;
+    for (i, group) in job.sub_groups.iter().enumerate() {
+        let pending: Vec<TaskId> = group
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| *session.task_status(t) == TaskStatus::Pending && members.contains(&t))
+            .collect();
+        if pending.is_empty() {
+            continue;
+        }
+        let gpus = gpus_of(session, &pending);
+        let mut done = false;
+        'tiers: for &tier in &subs[i].tiers {
+            for d in sub_domains(session, within, tier, gpus) {
+                let mut sub = session.statement();
+                let pin = nvlink_pin(session, subs[i].required, d);
+                match fill(session, &mut sub, &pending, d, pin, access, admissible) {
+                    Ok(()) => {
+                        stmt.append(sub);
+                        done = true;
+                        break 'tiers;
+                    }
+                    Err(m) => {
+                        session.discard(sub);
+                        failure = Some(m);
+                    }
+                }
+            }
+        }
+        if !done && subs[i].required.is_none() {
+            // Nothing required: the members go wherever they fit inside the gang's domain.
+            for &t in &pending {
+                if let Err(m) = place_one(session, stmt, t, within, None, None, access, admissible)
+                {
+                    failure = Some(m);
+                }
+            }
+        } else if !done {
+            let topo = &session.topology().expect("topology").topology;
+            let tier = &topo.tier(subs[i].required.expect("required")).name;
+            failure = Some(format!(
+                "sub-group {} ({} pods, {gpus} GPUs) fits in no {tier} domain{}",
+                group.name,
+                pending.len(),
+                failure.map(|f| format!(" ({f})")).unwrap_or_default()
+            ));
+        }
+    }
+    let mut prev = None;
+    for &t in members {
+        if *session.task_status(t) != TaskStatus::Pending
+            || session.snapshot.task(t).sub_group.is_some()
+        {
+            continue;
+        }
+        match place_one(session, stmt, t, within, prev, None, access, admissible) {
+            Ok(node) => prev = Some(node),
+            Err(m) => failure = Some(m),
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Domains of `tier` inside `within` with at least `gpus` free, best fit first.
+fn sub_domains(
+    session: &Session,
+    within: Option<DomainId>,
+    tier: TierId,
+    gpus: i64,
+) -> Vec<DomainId> {
+    let topo = session.topology().expect("topology");
+    let t = &topo.topology;
+    let mut found: Vec<DomainId> = match within {
+        Some(w) => {
+            let w_tier = t.domain(w).tier;
+            // A tier coarser than the gang's domain is no tighter than the domain itself.
+            let mut ds: Vec<DomainId> = t
+                .domain(w)
+                .nodes
+                .iter()
+                .map(|&n| t.domain_of(n as usize, tier))
+                .filter(|&d| {
+                    topo.free(d) >= gpus
+                        && t.domain(d)
+                            .nodes
+                            .iter()
+                            .all(|&n| t.domain_of(n as usize, w_tier) == w)
+                })
+                .collect();
+            ds.sort_by_key(|&d| (topo.free(d), d));
+            ds.dedup();
+            ds
+        }
+        None => topo.fitting(tier, gpus).take(TRIES_PER_TIER).collect(),
+    };
+    found.truncate(TRIES_PER_TIER);
+    found
+}
+
+/// The NVLink island a sub-group must use: when its required tier is an NVLink tier and the
+/// domain is a single node outside any multi-node NVLink domain.
+fn nvlink_pin(session: &Session, required: Option<TierId>, d: DomainId) -> Option<NodeId> {
+    let t = &session.topology()?.topology;
+    let r = required?;
+    if !t.tier(r).nvlink {
+        return None;
+    }
+    let nodes = &t.domain(d).nodes;
+    let &[node] = nodes.as_slice() else {
+        return None;
+    };
+    t.domain(t.domain_of(node as usize, r))
+        .alone
+        .then_some(NodeId(node))
+}
+
+/// Places all of `tasks` inside domain `d` (consecutive members on the same node when it has
+/// room), or none of them.
+fn fill(
+    session: &mut Session,
+    stmt: &mut Statement,
+    tasks: &[TaskId],
+    d: DomainId,
+    pin: Option<NodeId>,
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Result<(), String> {
+    let island = match pin {
+        None => None,
+        Some(node) => {
+            let want = gpus_of(session, tasks) as u32;
+            let mut islands: Vec<u32> = session
+                .snapshot
+                .node(node)
+                .gpus
+                .iter()
+                .map(|g| g.nvlink_domain)
+                .collect();
+            islands.sort_unstable();
+            islands.dedup();
+            // The fullest island that still holds the whole sub-group.
+            let best = islands
+                .into_iter()
+                .map(|i| (session.island_free(node, i), i))
+                .filter(|&(free, _)| free >= want)
+                .min();
+            match best {
+                Some((_, i)) => Some((node, i)),
+                None => {
+                    return Err(format!(
+                        "no NVLink island of node {} has {want} free GPUs",
+                        session.snapshot.node(node).name
+                    ))
+                }
+            }
+        }
+    };
+    let mut prev = island.map(|(node, _)| node);
+    for &t in tasks {
+        let node = place_one(
+            session,
+            stmt,
+            t,
+            Some(d),
+            prev,
+            island.map(|(_, i)| i),
+            access,
+            admissible,
+        )?;
+        prev = Some(node);
+    }
+    Ok(())
+}
+
+/// Places one task inside `within` (or anywhere), on `prev` when it has room, else on the best
+/// node by the node order; with `island`, its GPUs come from that NVLink island. Returns the
+/// node.
+#[allow(clippy::too_many_arguments)]
+fn place_one(
+    session: &mut Session,
+    stmt: &mut Statement,
+    task: TaskId,
+    within: Option<DomainId>,
+    prev: Option<NodeId>,
+    island: Option<u32>,
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Result<NodeId, String> {
+    admissible(session, task)?;
+    let request = session.snapshot.task(task).request.clone();
+    let want = request.get(GPU).max(0) as u32;
+    let usable = |session: &mut Session, n: NodeId| {
+        session.passes_filters(task, n)
+            && session.may_use(n, access)
+            && session.fits(n, &request)
+            && session.free_gpus(n) >= want
+            && island.is_none_or(|i| session.island_free(n, i) >= want)
+    };
+    let node = match (prev, within) {
+        (Some(p), _) if usable(session, p) => Some(p),
+        (_, None) => session.find_node_with(task, access),
+        (_, Some(d)) => {
+            let nodes = session
+                .topology()
+                .expect("topology")
+                .topology
+                .domain(d)
+                .nodes
+                .clone();
+            let mut best: Option<(u64, NodeId)> = None;
+            for n in nodes.into_iter().map(NodeId) {
+                if usable(session, n) {
+                    let cand = (session.key_with(n, &request), n);
+                    if best.is_none_or(|b| cand < b) {
+                        best = Some(cand);
+                    }
+                }
+            }
+            best.map(|(_, n)| n)
+        }
+    };
+    let node = node.ok_or_else(|| session.why_no_node(task, access))?;
+    match island {
+        Some(i) => session.allocate_in_island(stmt, task, node, i),
+        None => session.allocate(stmt, task, node),
+    }
+    Ok(node)
+}
