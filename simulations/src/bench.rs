@@ -17,6 +17,8 @@ pub struct BenchReport {
     pub gang_size: usize,
     pub gpus_per_node: u32,
     pub gpus_per_pod: u32,
+    /// The fabric layout and mixed topology-constrained backlog.
+    pub fabric: bool,
     pub pods_placed: usize,
     pub gangs_running: usize,
     pub evictions: usize,
@@ -48,6 +50,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         nodes: setup.nodes,
         pods: setup.pods,
         gang_size: setup.gang_size,
+        fabric: setup.fabric,
         gpus_per_node: setup.gpus_per_node,
         gpus_per_pod: setup.gpus_per_pod,
         pods_placed: placed,
@@ -71,17 +74,26 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
 
 impl BenchReport {
     pub fn text(&self) -> String {
+        let backlog = if self.fabric {
+            format!(
+                "{} pods: 512-GPU gangs (spine), 4 x TP=8 gangs (rack), TP=8 jobs (nvlink), \
+                 1-GPU pods; spines of 25 racks of 20 nodes, cliques in every fourth rack",
+                self.pods
+            )
+        } else {
+            format!(
+                "{} pods in gangs of {} ({} GPU each)",
+                self.pods, self.gang_size, self.gpus_per_pod
+            )
+        };
         format!(
-            "cluster: {} nodes × {} GPUs; backlog: {} pods in gangs of {} ({} GPU each)\n\
+            "cluster: {} nodes × {} GPUs; backlog: {backlog}\n\
              placed: {} pods, {} gangs running; {} evictions, {} nominations\n\
              snapshot build: {:.1} ms\n\
              cycle: {:.1} ms (best of {})\n\
              throughput: {:.0} pods/s\n",
             self.nodes,
             self.gpus_per_node,
-            self.pods,
-            self.gang_size,
-            self.gpus_per_pod,
             self.pods_placed,
             self.gangs_running,
             self.evictions,

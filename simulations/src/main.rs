@@ -73,6 +73,11 @@ enum Command {
         /// nodes), so that reclaim and preempt have work to consider.
         #[arg(long, default_value_t = 0)]
         running: usize,
+        /// A fabric (spines of 25 racks of 20 nodes, NVL72-style cliques in every fourth
+        /// rack) with a mixed topology-constrained backlog: 512-GPU gangs (required spine),
+        /// 32-GPU gangs of TP=8 groups (required rack), TP=8 jobs (required nvlink), 1-GPU pods.
+        #[arg(long)]
+        fabric: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -365,6 +370,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             queues,
             running,
             runs,
+            fabric,
             config,
             output,
         } => {
@@ -380,6 +386,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 gpus_per_pod,
                 queues,
                 running,
+                fabric,
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use basalt_engine::{
     ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, QueueSpec, ResourceList,
+    SubGroupSpec, TopologySpec,
 };
 
 /// What to build.
@@ -21,6 +22,10 @@ pub struct Synthetic {
     pub queues: usize,
     /// Pods already running (in gangs of `gang_size`, packed onto the first nodes).
     pub running: usize,
+    /// A fabric instead of plain racks: spines of 25 racks of 20 nodes, every fourth rack one
+    /// NVL72-style NVLink clique, and a mixed topology-constrained backlog (see
+    /// [`Synthetic::fabric_backlog`]).
+    pub fabric: bool,
 }
 
 impl Synthetic {
@@ -33,6 +38,7 @@ impl Synthetic {
             gpus_per_pod: 1,
             queues: 0,
             running: 0,
+            fabric: false,
         }
     }
 }
@@ -47,17 +53,28 @@ fn list(items: &[(&str, i64)]) -> ResourceList {
 }
 
 impl Synthetic {
+    fn labels(&self, i: usize) -> BTreeMap<String, String> {
+        let mut labels =
+            BTreeMap::from([("kubernetes.io/hostname".to_string(), format!("node-{i:05}"))]);
+        let mut put = |k: &str, v: String| labels.insert(k.to_string(), v);
+        if self.fabric {
+            let rack = i / FABRIC_RACK;
+            put(SPINE, format!("spine-{:02}", rack / FABRIC_SPINE));
+            put(RACK, format!("rack-{rack:03}"));
+            if rack.is_multiple_of(4) {
+                put(CLIQUE, format!("clique-{rack:03}"));
+            }
+        } else {
+            put(RACK, format!("rack-{:03}", i / 32));
+        }
+        labels
+    }
+
     pub fn cluster(&self) -> ClusterSpec {
         let nodes: Vec<NodeSpec> = (0..self.nodes)
             .map(|i| NodeSpec {
                 name: format!("node-{i:05}"),
-                labels: BTreeMap::from([
-                    ("kubernetes.io/hostname".to_string(), format!("node-{i:05}")),
-                    (
-                        "topology.basalt.dev/rack".to_string(),
-                        format!("rack-{:03}", i / 32),
-                    ),
-                ]),
+                labels: self.labels(i),
                 allocatable: list(&[
                     ("cpu", 128_000),
                     ("memory", 2048 * GI),
@@ -79,7 +96,8 @@ impl Synthetic {
         let per_node = (self.gpus_per_node / self.gpus_per_pod.max(1)).max(1) as usize;
         let mut slot = 0usize;
         let mut job = 0usize;
-        for (count, running) in [(self.running, true), (self.pods, false)] {
+        let backlog = if self.fabric { 0 } else { self.pods };
+        for (count, running) in [(self.running, true), (backlog, false)] {
             let gangs = count.div_ceil(gang);
             for g in 0..gangs {
                 let members = gang.min(count - g * gang);
@@ -134,9 +152,84 @@ impl Synthetic {
                 job += 1;
             }
         }
+        if self.fabric {
+            self.fabric_backlog(&mut spec, job);
+        }
         spec
     }
+
+    /// A mixed backlog of `pods` pods, cycling through four kinds of job: a 512-GPU gang (64
+    /// pods of 8 GPUs, required spine), a 32-GPU gang in tensor-parallel groups of eight 1-GPU
+    /// pods (required rack, each group on one NVLink domain), a single TP=8 group (required
+    /// nvlink) and a 1-GPU pod.
+    fn fabric_backlog(&self, spec: &mut ClusterSpec, mut job: usize) {
+        let topo = |required: &str| TopologySpec {
+            required: Some(required.to_string()),
+            preferred: None,
+        };
+        let mut left = self.pods;
+        let mut kind = 0;
+        while left > 0 {
+            let (pods, gpus, gang_topo, tp) = match kind % 4 {
+                0 => (64, 8, topo("spine"), None),
+                1 => (32, 1, topo("rack"), Some(8)),
+                2 => (8, 1, topo("nvlink"), None),
+                _ => (1, 1, TopologySpec::default(), None),
+            };
+            kind += 1;
+            let pods = pods.min(left);
+            left -= pods;
+            let name = format!("job-{job:06}");
+            let created = NOW_MS - 60_000 + job as i64;
+            spec.groups.push(GroupSpec {
+                namespace: "bench".into(),
+                name: name.clone(),
+                queue: None,
+                min_member: pods as i64,
+                min_task_member: BTreeMap::new(),
+                min_resources: None,
+                priority: Some((job % 3) as i32),
+                created_ms: created,
+                phase: JobPhase::Inqueue,
+                topology: gang_topo,
+                sub_groups: tp
+                    .map(|size| SubGroupSpec {
+                        name: "tp".into(),
+                        size,
+                        match_label_keys: Vec::new(),
+                        topology: topo("nvlink"),
+                    })
+                    .into_iter()
+                    .collect(),
+            });
+            for m in 0..pods {
+                spec.pods.push(PodSpec {
+                    namespace: "bench".into(),
+                    name: format!("{name}-{m:03}"),
+                    ours: true,
+                    group: Some(name.clone()),
+                    request: list(&[
+                        ("cpu", 8_000),
+                        ("memory", 64 * GI),
+                        ("nvidia.com/gpu", gpus),
+                    ]),
+                    priority: (job % 3) as i32,
+                    created_ms: created,
+                    rank: Some(m as u32),
+                    ..Default::default()
+                });
+            }
+            job += 1;
+        }
+    }
 }
+
+const SPINE: &str = "topology.basalt.dev/spine";
+const RACK: &str = "topology.basalt.dev/rack";
+const CLIQUE: &str = "nvidia.com/gpu.clique";
+/// Nodes per rack and racks per spine of the fabric.
+const FABRIC_RACK: usize = 20;
+const FABRIC_SPINE: usize = 25;
 
 /// A three-level tree with `leaves` leaf queues: four organisations, six departments each, the
 /// teams spread over the departments. Returns the queues and the leaf names.
