@@ -5,7 +5,7 @@
 //! requests, init containers, priority classes) and Volcano where Basalt reads its objects.
 //! Every error names the source (file and document), the object and the field.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use basalt_engine::{
@@ -16,12 +16,13 @@ use basalt_engine::{
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use thiserror::Error;
 
 use crate::quantity;
 use crate::read::Object;
-use crate::types::{NodeTopology, PodGroup, Queue};
+use crate::types::volcano::{self, HyperNode, MemberType};
+use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 
 /// Label or annotation naming a pod's PodGroup (same namespace).
 pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";
@@ -90,12 +91,25 @@ impl fmt::Display for ConvertError {
 }
 
 /// Builds the engine's cluster description. `objects` pairs each object with its source label.
+/// Warnings (see [`cluster_spec_with_warnings`]) are dropped.
 pub fn cluster_spec(
     objects: &[(String, Object)],
     options: &ConvertOptions,
 ) -> Result<ClusterSpec, ConvertError> {
+    cluster_spec_with_warnings(objects, options).map(|(spec, _)| spec)
+}
+
+/// [`cluster_spec`], with warnings about input that was used only in part (a node in two
+/// HyperNodes of one tier, a node label a HyperNode would have set differently, a HyperNode
+/// member that does not exist), each naming the source, the object and the field.
+pub fn cluster_spec_with_warnings(
+    objects: &[(String, Object)],
+    options: &ConvertOptions,
+) -> Result<(ClusterSpec, Vec<String>), ConvertError> {
+    let mut warnings = Vec::new();
     let priorities = Priorities::collect(objects)?;
     let topologies = collect_topologies(objects)?;
+    let hyper_labels = hypernode_labels(objects, &mut warnings)?;
     let mut spec = ClusterSpec {
         now_ms: options.now_ms,
         ..ClusterSpec::default()
@@ -107,24 +121,36 @@ pub fn cluster_spec(
             object: object.key(),
         };
         match object {
-            Object::Node(n) => spec.nodes.push(node(&cx, n, &topologies)?),
+            Object::Node(n) => {
+                spec.nodes
+                    .push(node(&cx, n, &topologies, &hyper_labels, &mut warnings)?)
+            }
             Object::Pod(p) => spec.pods.push(pod(&cx, p, &priorities, options)?),
             Object::PodGroup(g) => spec.groups.push(group(&cx, g, &priorities)?),
             Object::Queue(q) => spec.queues.push(queue(&cx, q)?),
-            Object::PriorityClass(_) | Object::NodeTopology(_) => {}
+            Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {}
         }
     }
-    Ok(spec)
+    Ok((spec, warnings))
 }
 
 /// [`cluster_spec`] then [`Snapshot::build`]; the engine's errors gain the source of the
-/// object they name.
+/// object they name. Warnings are dropped (see [`build_snapshot_with_warnings`]).
 pub fn build_snapshot(
     objects: &[(String, Object)],
     options: &ConvertOptions,
 ) -> Result<Snapshot, ConvertError> {
-    let spec = cluster_spec(objects, options)?;
-    Snapshot::build(spec).map_err(|e| locate(objects, e))
+    build_snapshot_with_warnings(objects, options).map(|(snapshot, _)| snapshot)
+}
+
+/// [`build_snapshot`] with the warnings of [`cluster_spec_with_warnings`].
+pub fn build_snapshot_with_warnings(
+    objects: &[(String, Object)],
+    options: &ConvertOptions,
+) -> Result<(Snapshot, Vec<String>), ConvertError> {
+    let (spec, warnings) = cluster_spec_with_warnings(objects, options)?;
+    let snapshot = Snapshot::build(spec).map_err(|e| locate(objects, e))?;
+    Ok((snapshot, warnings))
 }
 
 fn locate(objects: &[(String, Object)], e: SnapshotError) -> ConvertError {
@@ -171,6 +197,14 @@ impl Cx<'_> {
     ) -> Result<ResourceList, ConvertError> {
         quantity::parse_list(list)
             .map_err(|(name, e)| self.err(format!("{field}[{name}]"), e.to_string()))
+    }
+
+    /// A warning in the style of [`ConvertError`]'s message.
+    fn warning(&self, field: impl fmt::Display, message: impl fmt::Display) -> String {
+        format!(
+            "{}: {} {}: {field}: {message}",
+            self.origin, self.kind, self.object
+        )
     }
 
     fn name<'m>(&self, meta: &'m ObjectMeta) -> Result<&'m str, ConvertError> {
@@ -361,8 +395,24 @@ fn node(
     cx: &Cx,
     n: &Node,
     topologies: &HashMap<String, Vec<Gpu>>,
+    hyper_labels: &HashMap<String, BTreeMap<String, String>>,
+    warnings: &mut Vec<String>,
 ) -> Result<NodeSpec, ConvertError> {
     let name = cx.name(&n.metadata)?.to_string();
+    let mut labels = n.metadata.labels.clone().unwrap_or_default();
+    // A label the node carries itself wins over the one its HyperNode would give.
+    for (key, hyper_node) in hyper_labels.get(&name).into_iter().flatten() {
+        match labels.get(key) {
+            None => {
+                labels.insert(key.clone(), hyper_node.clone());
+            }
+            Some(own) if own == hyper_node => {}
+            Some(own) => warnings.push(cx.warning(
+                format!("metadata.labels[{key}]"),
+                format!("kept {own:?}, not HyperNode {hyper_node} that contains the node"),
+            )),
+        }
+    }
     let spec = n.spec.as_ref();
     let mut taints = Vec::new();
     for (i, t) in spec
@@ -394,7 +444,7 @@ fn node(
     Ok(NodeSpec {
         gpus: topologies.get(&name).cloned(),
         name,
-        labels: n.metadata.labels.clone().unwrap_or_default(),
+        labels,
         taints,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
@@ -408,6 +458,281 @@ fn taint_effect(s: &str) -> Option<TaintEffect> {
         "NoExecute" => Some(TaintEffect::NoExecute),
         _ => None,
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Volcano HyperNodes
+// ---------------------------------------------------------------------------------------------
+
+/// One HyperNode, checked: its tier and its members resolved to node names and child HyperNodes.
+struct Hyper<'a> {
+    cx: Cx<'a>,
+    name: String,
+    tier: i64,
+    /// Nodes named or selected directly.
+    nodes: BTreeSet<String>,
+    /// Child HyperNodes, with the member index that names each.
+    children: Vec<(usize, String)>,
+}
+
+/// The node labels Volcano's HyperNodes stand for: for every node that a HyperNode of tier N
+/// contains, directly or through child HyperNodes, `topology.volcano.sh/tier-N: <HyperNode>`.
+/// Keyed by node name. A node in two HyperNodes of one tier gets the first by name, with a
+/// warning.
+fn hypernode_labels(
+    objects: &[(String, Object)],
+    warnings: &mut Vec<String>,
+) -> Result<HashMap<String, BTreeMap<String, String>>, ConvertError> {
+    let nodes: Vec<(&str, BTreeMap<String, String>)> = objects
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Object::Node(n) => Some((
+                n.metadata.name.as_deref()?,
+                n.metadata.labels.clone().unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut hypers: Vec<Hyper> = Vec::new();
+    for (origin, object) in objects {
+        let Object::HyperNode(h) = object else {
+            continue;
+        };
+        let cx = Cx {
+            origin,
+            kind: "HyperNode",
+            object: object.key(),
+        };
+        let hyper = check_hypernode(cx, h, &nodes)?;
+        if hypers.iter().any(|o| o.name == hyper.name) {
+            return Err(hyper.cx.err("metadata.name", "duplicate HyperNode"));
+        }
+        hypers.push(hyper);
+    }
+    if hypers.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // By name: "first by name wins" and the messages do not depend on the input order.
+    hypers.sort_by(|a, b| a.name.cmp(&b.name));
+    let index: HashMap<&str, usize> = hypers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name.as_str(), i))
+        .collect();
+    for h in &hypers {
+        for (m, child) in &h.children {
+            if !index.contains_key(child.as_str()) {
+                warnings.push(h.cx.warning(
+                    format!("spec.members[{m}].selector.exactMatch.name"),
+                    format!("HyperNode {child} does not exist; member skipped"),
+                ));
+            }
+        }
+    }
+    let mut all: Vec<Option<BTreeSet<String>>> = vec![None; hypers.len()];
+    for i in 0..hypers.len() {
+        let mut path = Vec::new();
+        contained_nodes(&hypers, &index, i, &mut path, &mut all)?;
+    }
+
+    // Node -> label -> HyperNode.
+    let mut out: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    for (h, nodes) in hypers.iter().zip(all) {
+        let key = volcano::tier_label(h.tier);
+        // Every entry is Some: contained_nodes resolved them all.
+        for node in nodes.into_iter().flatten() {
+            let labels = out.entry(node.clone()).or_default();
+            match labels.get(&key) {
+                None => {
+                    labels.insert(key.clone(), h.name.clone());
+                }
+                Some(first) => warnings.push(h.cx.warning(
+                    "spec.members",
+                    format!(
+                        "node {node} is also in HyperNode {first} of tier {}; {first} wins (first by name)",
+                        h.tier
+                    ),
+                )),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The nodes HyperNode `i` contains, through its children too, memoized in `all`. `path` is the
+/// chain of HyperNodes being resolved, to report a cycle.
+fn contained_nodes(
+    hypers: &[Hyper],
+    index: &HashMap<&str, usize>,
+    i: usize,
+    path: &mut Vec<usize>,
+    all: &mut Vec<Option<BTreeSet<String>>>,
+) -> Result<(), ConvertError> {
+    if all[i].is_some() {
+        return Ok(());
+    }
+    path.push(i);
+    let h = &hypers[i];
+    let mut nodes = h.nodes.clone();
+    for (m, child) in &h.children {
+        let Some(&c) = index.get(child.as_str()) else {
+            continue;
+        };
+        if let Some(start) = path.iter().position(|&p| p == c) {
+            let cycle: Vec<&str> = path[start..]
+                .iter()
+                .chain([&c])
+                .map(|&p| hypers[p].name.as_str())
+                .collect();
+            return Err(h.cx.err(
+                format!("spec.members[{m}]"),
+                format!("HyperNodes form a cycle: {}", cycle.join(" -> ")),
+            ));
+        }
+        contained_nodes(hypers, index, c, path, all)?;
+        nodes.extend(all[c].iter().flatten().cloned());
+    }
+    path.pop();
+    all[i] = Some(nodes);
+    Ok(())
+}
+
+/// Checks one HyperNode and resolves its node members against `nodes` (name and labels).
+fn check_hypernode<'a>(
+    cx: Cx<'a>,
+    h: &HyperNode,
+    nodes: &[(&str, BTreeMap<String, String>)],
+) -> Result<Hyper<'a>, ConvertError> {
+    let name = cx.name(&h.metadata)?.to_string();
+    let tier = match &h.spec.tier {
+        None => return Err(cx.err("spec.tier", "missing")),
+        Some(t) => match t.value() {
+            Ok(n) if n >= 0 => n,
+            Ok(n) => return Err(cx.err("spec.tier", format!("must not be negative, got {n}"))),
+            Err(text) => {
+                return Err(cx.err("spec.tier", format!("expected an integer, got {text:?}")))
+            }
+        },
+    };
+    let mut direct = BTreeSet::new();
+    let mut children = Vec::new();
+    for (m, member) in h.spec.members.iter().enumerate() {
+        let at = format!("spec.members[{m}].selector");
+        let sel = &member.selector;
+        let set = [
+            sel.exact_match.is_some(),
+            sel.regex_match.is_some(),
+            sel.label_match.is_some(),
+        ]
+        .into_iter()
+        .filter(|&b| b)
+        .count();
+        if set != 1 {
+            return Err(cx.err(
+                &at,
+                format!("expected exactly one of exactMatch, regexMatch and labelMatch, got {set}"),
+            ));
+        }
+        if let Some(exact) = &sel.exact_match {
+            if exact.name.is_empty() {
+                return Err(cx.err(format!("{at}.exactMatch.name"), "must not be empty"));
+            }
+            match member.type_ {
+                MemberType::Node => {
+                    direct.insert(exact.name.clone());
+                }
+                MemberType::HyperNode => children.push((m, exact.name.clone())),
+            }
+            continue;
+        }
+        if member.type_ == MemberType::HyperNode {
+            return Err(cx.err(
+                &at,
+                "a HyperNode member is named by exactMatch only (as in Volcano)",
+            ));
+        }
+        if let Some(r) = &sel.regex_match {
+            let field = format!("{at}.regexMatch.pattern");
+            if r.pattern.is_empty() {
+                return Err(cx.err(field, "must not be empty"));
+            }
+            let re = regex::Regex::new(&r.pattern)
+                .map_err(|e| cx.err(&field, format!("invalid regular expression: {e}")))?;
+            // Unanchored, as Go's regexp.MatchString in Volcano.
+            direct.extend(
+                nodes
+                    .iter()
+                    .filter(|(n, _)| re.is_match(n))
+                    .map(|(n, _)| n.to_string()),
+            );
+        }
+        if let Some(selector) = &sel.label_match {
+            let matches = label_selector(&cx, &format!("{at}.labelMatch"), selector)?;
+            direct.extend(
+                nodes
+                    .iter()
+                    .filter(|(_, labels)| matches(labels))
+                    .map(|(n, _)| n.to_string()),
+            );
+        }
+    }
+    Ok(Hyper {
+        cx,
+        name,
+        tier,
+        nodes: direct,
+        children,
+    })
+}
+
+/// A Kubernetes label selector as a predicate over a label map; an empty selector matches
+/// everything, as in Kubernetes.
+#[allow(clippy::type_complexity)]
+fn label_selector<'s>(
+    cx: &Cx,
+    field: &str,
+    selector: &'s LabelSelector,
+) -> Result<Box<dyn Fn(&BTreeMap<String, String>) -> bool + 's>, ConvertError> {
+    let exprs = selector.match_expressions.as_deref().unwrap_or_default();
+    for (j, e) in exprs.iter().enumerate() {
+        let at = format!("{field}.matchExpressions[{j}]");
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(cx.err(
+                    format!("{at}.values"),
+                    format!("operator {} needs at least one value", e.operator),
+                ))
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(cx.err(
+                    format!("{at}.operator"),
+                    format!(
+                        "unknown operator {other:?}: expected In, NotIn, Exists or DoesNotExist"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(Box::new(move |labels: &BTreeMap<String, String>| {
+        let by_label = selector
+            .match_labels
+            .iter()
+            .flatten()
+            .all(|(k, v)| labels.get(k) == Some(v));
+        by_label
+            && exprs.iter().all(|e| {
+                let values = e.values.as_deref().unwrap_or_default();
+                let value = labels.get(&e.key);
+                match e.operator.as_str() {
+                    "In" => value.is_some_and(|v| values.contains(v)),
+                    "NotIn" => !value.is_some_and(|v| values.contains(v)),
+                    "Exists" => value.is_some(),
+                    _ => value.is_none(),
+                }
+            })
+    }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -757,9 +1082,66 @@ fn group(cx: &Cx, g: &PodGroup, priorities: &Priorities) -> Result<GroupSpec, Co
             .status
             .as_ref()
             .map_or(JobPhase::Pending, |st| st.phase.into()),
-        topology: Default::default(),
-        sub_groups: Vec::new(),
+        topology: topology(cx, "spec.topology", &s.topology)?,
+        sub_groups: sub_groups(cx, &s.sub_groups)?,
     })
+}
+
+fn topology(
+    cx: &Cx,
+    field: &str,
+    t: &TopologyConstraint,
+) -> Result<basalt_engine::TopologySpec, ConvertError> {
+    for (name, tier) in [("required", &t.required), ("preferred", &t.preferred)] {
+        if tier.as_deref() == Some("") {
+            return Err(cx.err(format!("{field}.{name}"), "must name a tier, not be empty"));
+        }
+    }
+    Ok(basalt_engine::TopologySpec {
+        required: t.required.clone(),
+        preferred: t.preferred.clone(),
+    })
+}
+
+fn sub_groups(
+    cx: &Cx,
+    groups: &[crate::types::SubGroup],
+) -> Result<Vec<basalt_engine::SubGroupSpec>, ConvertError> {
+    let mut out: Vec<basalt_engine::SubGroupSpec> = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let at = format!("spec.subGroups[{i}]");
+        if g.name.is_empty() {
+            return Err(cx.err(format!("{at}.name"), "must not be empty"));
+        }
+        if let Some(first) = out.iter().position(|o| o.name == g.name) {
+            return Err(cx.err(
+                format!("{at}.name"),
+                format!(
+                    "duplicate sub-group name {:?} (also spec.subGroups[{first}])",
+                    g.name
+                ),
+            ));
+        }
+        let size = u32::try_from(g.size)
+            .ok()
+            .filter(|&s| s >= 1)
+            .ok_or_else(|| {
+                cx.err(
+                    format!("{at}.size"),
+                    format!("must be at least 1, got {}", g.size),
+                )
+            })?;
+        if let Some(j) = g.match_label_keys.iter().position(String::is_empty) {
+            return Err(cx.err(format!("{at}.matchLabelKeys[{j}]"), "must not be empty"));
+        }
+        out.push(basalt_engine::SubGroupSpec {
+            name: g.name.clone(),
+            size,
+            match_label_keys: g.match_label_keys.clone(),
+            topology: topology(cx, &format!("{at}.topology"), &g.topology)?,
+        });
+    }
+    Ok(out)
 }
 
 fn queue(cx: &Cx, q: &Queue) -> Result<QueueSpec, ConvertError> {

@@ -17,12 +17,16 @@ use std::path::{Path, PathBuf};
 use basalt_engine::Snapshot;
 use thiserror::Error;
 
-pub use convert::{build_snapshot, cluster_spec, ConvertError, ConvertOptions};
+pub use convert::{
+    build_snapshot, build_snapshot_with_warnings, cluster_spec, cluster_spec_with_warnings,
+    ConvertError, ConvertOptions,
+};
 pub use quantity::QuantityError;
 pub use read::{read_objects, Loaded, Object, ReadError};
+pub use types::volcano::HyperNode;
 pub use types::{
     GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec,
-    PodGroupStatus, Queue, QueueSpec, QueueStatus,
+    PodGroupStatus, Queue, QueueSpec, QueueStatus, SubGroup, TopologyConstraint,
 };
 
 /// Anything [`load_files`] can fail with.
@@ -40,7 +44,8 @@ pub enum Error {
 }
 
 /// Reads every file (labelled by its path as given) and builds one snapshot from all their
-/// objects. Returns the snapshot and the warnings about skipped documents.
+/// objects. Returns the snapshot and the warnings: skipped documents, Volcano fields Basalt
+/// does not honour, and those of [`cluster_spec_with_warnings`].
 pub fn load_files(
     paths: &[PathBuf],
     options: &ConvertOptions,
@@ -52,7 +57,8 @@ pub fn load_files(
         objects.extend(loaded.objects);
         warnings.extend(loaded.warnings);
     }
-    let snapshot = build_snapshot(&objects, options)?;
+    let (snapshot, more) = build_snapshot_with_warnings(&objects, options)?;
+    warnings.extend(more);
     Ok((snapshot, warnings))
 }
 

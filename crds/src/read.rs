@@ -14,10 +14,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::types::volcano::HyperNode;
 use crate::types::{self, NodeTopology, PodGroup, Queue};
 
 /// One Kubernetes object Basalt understands. Volcano's PodGroup and Queue are converted to
-/// Basalt's on read.
+/// Basalt's on read; Volcano's HyperNode is kept as it is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
     Node(Box<Node>),
@@ -26,6 +27,7 @@ pub enum Object {
     PodGroup(Box<PodGroup>),
     Queue(Box<Queue>),
     NodeTopology(Box<NodeTopology>),
+    HyperNode(Box<HyperNode>),
 }
 
 impl Object {
@@ -37,6 +39,7 @@ impl Object {
             Object::PodGroup(_) => "PodGroup",
             Object::Queue(_) => "Queue",
             Object::NodeTopology(_) => "NodeTopology",
+            Object::HyperNode(_) => "HyperNode",
         }
     }
 
@@ -50,6 +53,7 @@ impl Object {
             Object::PodGroup(o) => (&o.metadata, true),
             Object::Queue(o) => (&o.metadata, false),
             Object::NodeTopology(o) => (&o.metadata, false),
+            Object::HyperNode(o) => (&o.metadata, false),
         };
         let name = meta
             .name
@@ -246,16 +250,29 @@ fn read_value(
 
     let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup");
     let object_name = describe(&kind, map, namespaced);
-    let parse = |value: Value| -> Result<Option<Object>, ReadError> {
+    let mut warnings = Vec::new();
+    let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
         let object = match (api_version.as_str(), kind.as_str()) {
             ("v1", "Node") => Object::Node(typed(place, &object_name, value)?),
             ("v1", "Pod") => Object::Pod(typed(place, &object_name, value)?),
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 Object::PriorityClass(typed(place, &object_name, value)?)
             }
-            (types::API_VERSION | types::volcano::API_VERSION, "PodGroup") => {
-                // Volcano's PodGroup fields are Basalt's; only the apiVersion differs.
+            (types::API_VERSION, "PodGroup") => {
                 Object::PodGroup(typed(place, &object_name, with_spec(value))?)
+            }
+            (types::volcano::API_VERSION, "PodGroup") => {
+                let g: Box<types::volcano::PodGroup> = typed(place, &object_name, value)?;
+                let (g, issues) = g.into_basalt().map_err(|(field, message)| {
+                    place.error(Some(object_name.clone()), Some(field), message)
+                })?;
+                for (field, message) in issues {
+                    warnings.push(format!(
+                        "{}: {object_name}: {field}: {message}",
+                        place.label()
+                    ));
+                }
+                Object::PodGroup(Box::new(g))
             }
             (types::API_VERSION, "Queue") => {
                 Object::Queue(typed(place, &object_name, with_spec(value))?)
@@ -270,11 +287,16 @@ fn read_value(
             (types::API_VERSION, "NodeTopology") => {
                 Object::NodeTopology(typed(place, &object_name, with_spec(value))?)
             }
+            (types::volcano::TOPOLOGY_API_VERSION, "HyperNode") => {
+                Object::HyperNode(typed(place, &object_name, with_spec(value))?)
+            }
             _ => return Ok(None),
         };
         Ok(Some(object))
     };
-    match parse(value)? {
+    let parsed = parse(value)?;
+    out.warnings.append(&mut warnings);
+    match parsed {
         Some(object) => out.objects.push((place.label(), object)),
         None => out.warnings.push(format!(
             "{}: skipped {api_version} {object_name}: not a kind Basalt reads",

@@ -92,6 +92,61 @@ pub struct PodGroupSpec {
     /// Priority of the whole group; absent means the highest priority among its pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+    /// The topology tier one domain of which must (`required`) or should (`preferred`) hold
+    /// the whole gang, e.g. `{required: rack}`.
+    #[serde(default, skip_serializing_if = "TopologyConstraint::is_empty")]
+    pub topology: TopologyConstraint,
+    /// Parts of the gang that need a closer domain than the whole, e.g. tensor-parallel groups
+    /// of 8 pods each inside one NVLink domain. Each pod belongs to the first entry that claims
+    /// it; pods no entry claims are constrained by `topology` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub sub_groups: Vec<SubGroup>,
+}
+
+/// Where a gang or a sub-group must or should land. Values are tier names from the scheduler's
+/// topology configuration (`spine`, `rack`, `nvlink`, ...), which lists the tiers coarse to
+/// fine, each read from a node label.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyConstraint {
+    /// A hard limit: all the pods go inside one domain of this tier, or none is placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub required: Option<String>,
+    /// A wish: one domain of this tier when one has room, else the scheduler falls back to
+    /// `required` (or anywhere, without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub preferred: Option<String>,
+}
+
+impl TopologyConstraint {
+    pub fn is_empty(&self) -> bool {
+        self.required.is_none() && self.preferred.is_none()
+    }
+}
+
+/// Pods of a gang that must share a domain, e.g. a tensor-parallel group.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubGroup {
+    /// Unique within the PodGroup; the sub-groups formed are named `<name>-<i>` (rank blocks)
+    /// or `<name>-<label values>`.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Pods per sub-group, at least 1. Without `matchLabelKeys` the pods are cut into blocks of
+    /// this many in rank order (the workload's index label: Job completion index, StatefulSet
+    /// or JobSet pod index, Kubeflow replica index, ...).
+    #[schemars(range(min = 1))]
+    pub size: i32,
+    /// Pod label keys: pods with equal values of all of them form one sub-group. Pods lacking
+    /// one of the keys are left to later entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_label_keys: Vec<String>,
+    /// The tier one domain of which must (or should) hold each sub-group.
+    #[serde(default, skip_serializing_if = "TopologyConstraint::is_empty")]
+    pub topology: TopologyConstraint,
 }
 
 /// Where a PodGroup stands; the names are Volcano's.
@@ -383,14 +438,15 @@ pub struct MigDeviceInfo {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Volcano's scheduling.volcano.sh/v1beta1 Queue
+// Volcano's scheduling.volcano.sh/v1beta1 Queue and PodGroup, topology.volcano.sh/v1alpha1 HyperNode
 // ---------------------------------------------------------------------------------------------
 
-/// Volcano's spelling of the Basalt Queue types, read from manifests and converted on read.
-/// Volcano's PodGroup needs no type of its own: its fields are Basalt's.
+/// Volcano's spelling of the Basalt Queue and PodGroup, read from manifests and converted to
+/// Basalt's on read; and Volcano's HyperNode, read as is (see `convert` for the node labels it
+/// becomes).
 pub mod volcano {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
     pub const API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
 
@@ -503,5 +559,318 @@ pub mod volcano {
                 }),
             })
         }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // PodGroup
+    // -----------------------------------------------------------------------------------------
+
+    /// A field path and a message: a problem with one field of a Volcano object.
+    pub type Issue = (String, String);
+
+    /// The tier name Basalt gives Volcano's tier `n` (`volcano-tier-2`); the scheduler's
+    /// topology configuration lists these tiers with the node label [`tier_label`]`(n)`.
+    pub fn tier_name(n: i64) -> String {
+        format!("volcano-tier-{n}")
+    }
+
+    /// The node label that names a node's HyperNode of tier `n` (`topology.volcano.sh/tier-2`).
+    pub fn tier_label(n: i64) -> String {
+        format!("topology.volcano.sh/tier-{n}")
+    }
+
+    /// Volcano's PodGroup: Basalt's fields plus `networkTopology` and `subGroupPolicy`.
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    pub struct PodGroup {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: PodGroupSpec,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub status: Option<super::PodGroupStatus>,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct PodGroupSpec {
+        #[serde(default = "one_i32")]
+        pub min_member: i32,
+        #[serde(default)]
+        pub min_task_member: BTreeMap<String, i32>,
+        #[serde(default)]
+        pub min_resources: BTreeMap<String, Quantity>,
+        #[serde(default)]
+        pub queue: Option<String>,
+        #[serde(default)]
+        pub priority_class_name: Option<String>,
+        #[serde(default)]
+        pub network_topology: Option<NetworkTopology>,
+        #[serde(default)]
+        pub sub_group_policy: Vec<SubGroupPolicy>,
+    }
+
+    impl Default for PodGroupSpec {
+        fn default() -> Self {
+            PodGroupSpec {
+                min_member: 1,
+                min_task_member: BTreeMap::new(),
+                min_resources: BTreeMap::new(),
+                queue: None,
+                priority_class_name: None,
+                network_topology: None,
+                sub_group_policy: Vec::new(),
+            }
+        }
+    }
+
+    /// Volcano's network topology constraint. `mode` defaults to `hard` (as Volcano's CRD
+    /// does); `highestTierAllowed` and `highestTierName` exclude each other.
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct NetworkTopology {
+        #[serde(default)]
+        pub mode: Option<String>,
+        #[serde(default)]
+        pub highest_tier_allowed: Option<i64>,
+        #[serde(default)]
+        pub highest_tier_name: Option<String>,
+    }
+
+    /// One entry of Volcano's `subGroupPolicy`.
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct SubGroupPolicy {
+        #[serde(default)]
+        pub name: String,
+        #[serde(default)]
+        pub sub_group_size: Option<i32>,
+        #[serde(default)]
+        pub match_label_keys: Vec<String>,
+        #[serde(default)]
+        pub network_topology: Option<NetworkTopology>,
+        /// Not honoured (Basalt forms sub-groups by `matchLabelKeys` alone): a warning.
+        #[serde(default)]
+        pub label_selector: Option<serde_json::Value>,
+        /// Not honoured (the whole gang's `minMember` applies): a warning when above 0.
+        #[serde(default)]
+        pub min_sub_groups: Option<i32>,
+    }
+
+    impl NetworkTopology {
+        /// Basalt's constraint for this one, found at `field`: `hard` gives `required`, `soft`
+        /// gives `preferred`; the tier is `volcano-tier-<highestTierAllowed>`, or
+        /// `highestTierName` as written. `soft` without either prefers tier 1, the closest.
+        pub fn to_basalt(&self, field: &str) -> Result<super::TopologyConstraint, Issue> {
+            let hard = match self.mode.as_deref() {
+                None | Some("") | Some("hard") => true,
+                Some("soft") => false,
+                Some(other) => {
+                    return Err((
+                        format!("{field}.mode"),
+                        format!("unknown mode {other:?}: expected hard or soft"),
+                    ))
+                }
+            };
+            let name = self.highest_tier_name.as_deref().filter(|n| !n.is_empty());
+            let tier = match (self.highest_tier_allowed, name) {
+                (Some(_), Some(_)) => {
+                    return Err((
+                        field.to_string(),
+                        "highestTierAllowed and highestTierName exclude each other".into(),
+                    ))
+                }
+                (Some(n), None) if n < 0 => {
+                    return Err((
+                        format!("{field}.highestTierAllowed"),
+                        format!("must not be negative, got {n}"),
+                    ))
+                }
+                (Some(n), None) => tier_name(n),
+                (None, Some(name)) => name.to_string(),
+                (None, None) if hard => {
+                    return Err((
+                        format!("{field}.highestTierAllowed"),
+                        "required in hard mode (or highestTierName)".into(),
+                    ))
+                }
+                (None, None) => tier_name(1),
+            };
+            Ok(if hard {
+                super::TopologyConstraint {
+                    required: Some(tier),
+                    preferred: None,
+                }
+            } else {
+                super::TopologyConstraint {
+                    required: None,
+                    preferred: Some(tier),
+                }
+            })
+        }
+    }
+
+    impl PodGroup {
+        /// The Basalt form of this PodGroup, with warnings about what Basalt does not honour.
+        /// Fails on the first bad field.
+        pub fn into_basalt(self) -> Result<(super::PodGroup, Vec<Issue>), Issue> {
+            let s = self.spec;
+            let mut warnings = Vec::new();
+            let topology = match &s.network_topology {
+                Some(nt) => nt.to_basalt("spec.networkTopology")?,
+                None => super::TopologyConstraint::default(),
+            };
+            let mut sub_groups = Vec::with_capacity(s.sub_group_policy.len());
+            for (i, p) in s.sub_group_policy.into_iter().enumerate() {
+                let at = format!("spec.subGroupPolicy[{i}]");
+                if p.name.is_empty() {
+                    return Err((format!("{at}.name"), "must not be empty".into()));
+                }
+                if sub_groups
+                    .iter()
+                    .any(|g: &super::SubGroup| g.name == p.name)
+                {
+                    return Err((
+                        format!("{at}.name"),
+                        format!("duplicate sub-group name {:?}", p.name),
+                    ));
+                }
+                // Volcano's default: a sub-group of one pod.
+                let size = p.sub_group_size.unwrap_or(1);
+                if size < 1 {
+                    return Err((
+                        format!("{at}.subGroupSize"),
+                        format!("must be at least 1, got {size}"),
+                    ));
+                }
+                if p.label_selector.is_some() {
+                    warnings.push((
+                        format!("{at}.labelSelector"),
+                        "ignored: Basalt forms sub-groups by matchLabelKeys alone".into(),
+                    ));
+                }
+                if p.min_sub_groups.is_some_and(|m| m > 0) {
+                    warnings.push((
+                        format!("{at}.minSubGroups"),
+                        "ignored: the whole gang's minMember applies".into(),
+                    ));
+                }
+                let topology = match &p.network_topology {
+                    Some(nt) => nt.to_basalt(&format!("{at}.networkTopology"))?,
+                    None => super::TopologyConstraint::default(),
+                };
+                sub_groups.push(super::SubGroup {
+                    name: p.name,
+                    size,
+                    match_label_keys: p.match_label_keys,
+                    topology,
+                });
+            }
+            let group = super::PodGroup {
+                metadata: self.metadata,
+                spec: super::PodGroupSpec {
+                    min_member: s.min_member,
+                    min_task_member: s.min_task_member,
+                    min_resources: s.min_resources,
+                    queue: s.queue,
+                    priority_class_name: s.priority_class_name,
+                    topology,
+                    sub_groups,
+                },
+                status: self.status,
+            };
+            Ok((group, warnings))
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // HyperNode
+    // -----------------------------------------------------------------------------------------
+
+    /// The API version of Volcano's HyperNode.
+    pub const TOPOLOGY_API_VERSION: &str = "topology.volcano.sh/v1alpha1";
+
+    /// Volcano's HyperNode: a network performance domain (a switch, a rack, an NVLink clique)
+    /// holding nodes or, at higher tiers, other HyperNodes. Volcano's CRD, read only: Basalt
+    /// does not install it.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[kube(
+        group = "topology.volcano.sh",
+        version = "v1alpha1",
+        kind = "HyperNode",
+        schema = "disabled",
+        derive = "PartialEq",
+        derive = "Default"
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct HyperNodeSpec {
+        /// 1 is the tier closest to the nodes; each tier up is a wider, slower domain.
+        /// Volcano's CRD writes an integer; older versions a string of digits.
+        #[serde(default)]
+        pub tier: Option<Tier>,
+        /// A name for the tier, the same for every HyperNode of that tier.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub tier_name: Option<String>,
+        #[serde(default)]
+        pub members: Vec<MemberSpec>,
+    }
+
+    /// A tier as an integer or as a string of digits.
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+    #[serde(untagged)]
+    pub enum Tier {
+        Number(i64),
+        Text(String),
+    }
+
+    impl Tier {
+        /// The tier, or the text that is not an integer.
+        pub fn value(&self) -> Result<i64, &str> {
+            match self {
+                Tier::Number(n) => Ok(*n),
+                Tier::Text(s) => s.trim().parse().map_err(|_| s.as_str()),
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct MemberSpec {
+        #[serde(rename = "type")]
+        pub type_: MemberType,
+        #[serde(default)]
+        pub selector: MemberSelector,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum MemberType {
+        Node,
+        HyperNode,
+    }
+
+    /// Exactly one of the three. A HyperNode member is named by `exactMatch` only.
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct MemberSelector {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub exact_match: Option<ExactMatch>,
+        /// A regular expression searched for in node names (unanchored, as Go's
+        /// `regexp.MatchString` does).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub regex_match: Option<RegexMatch>,
+        /// A label selector over node labels.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub label_match: Option<LabelSelector>,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+    pub struct ExactMatch {
+        #[serde(default)]
+        pub name: String,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+    pub struct RegexMatch {
+        #[serde(default)]
+        pub pattern: String,
     }
 }

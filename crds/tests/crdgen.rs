@@ -113,3 +113,43 @@ fn schemas_are_structural() {
         assert_structural(&file, &schema);
     }
 }
+
+#[test]
+fn pod_group_topology_schema_validates_what_it_can() {
+    let crds = crdgen::crds();
+    let schema = serde_json::to_value(
+        crds[0].1.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap();
+    let spec = &schema["properties"]["spec"]["properties"];
+    for tier in ["required", "preferred"] {
+        assert_eq!(spec["topology"]["properties"][tier]["type"], "string");
+        assert_eq!(spec["topology"]["properties"][tier]["minLength"], 1);
+    }
+    let sub_groups = &spec["subGroups"];
+    // A list keyed by name: the API server itself rejects two sub-groups of one name.
+    assert_eq!(sub_groups["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        sub_groups["x-kubernetes-list-map-keys"],
+        serde_json::json!(["name"])
+    );
+    let item = &sub_groups["items"];
+    assert_eq!(item["required"], serde_json::json!(["name", "size"]));
+    assert_eq!(item["properties"]["name"]["minLength"], 1);
+    assert_eq!(item["properties"]["size"]["minimum"], 1.0);
+    assert_eq!(item["properties"]["matchLabelKeys"]["type"], "array");
+    assert!(item["properties"]["topology"]["properties"]["required"].is_object());
+    assert!(
+        item["properties"]["size"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("rank order"),
+        "doc comments become descriptions"
+    );
+}

@@ -85,6 +85,9 @@ fn volcano_objects_read_unchanged() {
     assert_eq!(g.spec.min_member, 3);
     assert_eq!(g.spec.min_task_member["worker"], 2);
     assert_eq!(g.spec.queue.as_deref(), Some("team-a"));
+    // networkTopology {mode: hard, highestTierAllowed: 1}
+    assert_eq!(g.spec.topology.required.as_deref(), Some("volcano-tier-1"));
+    assert_eq!(g.spec.topology.preferred, None);
     let status = g.status.as_ref().unwrap();
     assert_eq!(status.phase, PodGroupPhase::Running);
     assert_eq!(status.conditions[0].type_, "Scheduled");
