@@ -178,24 +178,22 @@ fn spec(ns: &[N], gs: &[G]) -> ClusterSpec {
     spec
 }
 
-/// The domain of a node at a tier, computed from the labels as the docs define it: the label
-/// values from the coarsest tier down, a node missing one standing alone.
+/// The domain of a node at a tier, computed from the labels as the docs define it: a node
+/// missing the tier's label stands alone; otherwise the label values from the coarsest tier
+/// down (a missing coarser value shared by all nodes that miss it).
 fn domain(n: &NodeSpec, tier: usize) -> String {
-    let labels = [SPINE, RACK, CLIQUE];
-    let mut path = Vec::new();
-    for (t, label) in labels.iter().enumerate().take(tier.min(2) + 1) {
-        let _ = t;
-        path.push(
-            n.labels
-                .get(*label)
-                .cloned()
-                .unwrap_or_else(|| format!("node:{}", n.name)),
-        );
-    }
     if tier == 3 {
-        path.push(n.name.clone());
+        return format!("node:{}", n.name);
     }
-    path.join("/")
+    let labels = [SPINE, RACK, CLIQUE];
+    if !n.labels.contains_key(labels[tier]) {
+        return format!("node:{}", n.name);
+    }
+    labels[..=tier]
+        .iter()
+        .map(|l| n.labels.get(*l).cloned().unwrap_or_else(|| "*".into()))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 proptest! {

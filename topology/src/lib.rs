@@ -64,7 +64,8 @@ pub struct Tier {
 pub struct Domain {
     pub tier: TierId,
     /// The label values from the ladder's coarsest tier down to this one, joined by `/`
-    /// (`node:NAME` where a node stands alone).
+    /// (`node:NAME` where a node stands alone; coarser tiers a node has no label for are left
+    /// out).
     pub name: String,
     /// Indices of its nodes (in the caller's node order), ascending.
     pub nodes: Vec<u32>,
@@ -186,25 +187,33 @@ impl Topology {
         let mut node_domains = vec![vec![DomainId(u32::MAX); all.len()]; nodes.len()];
         for (i, (name, labels)) in nodes.iter().enumerate() {
             for ladder in &ladders {
+                // The coarser tiers' values; a missing one is shared ("*"), so nodes without a
+                // spine label but in the same rack still form one rack.
                 let mut path = String::new();
+                let mut shown: Vec<&str> = Vec::new();
                 let mut parent: Option<DomainId> = None;
                 for &tier in ladder {
                     let t = &all[tier.0 as usize];
-                    let value = t.label.as_ref().and_then(|l| labels.get(l));
-                    let alone = t.label.is_some() && value.is_none();
-                    let part = match value {
-                        Some(v) => v.clone(),
-                        None => format!("node:{name}"),
+                    let value = match &t.label {
+                        Some(l) => labels.get(l).map(String::as_str),
+                        None => Some(*name),
                     };
-                    if !path.is_empty() {
-                        path.push('/');
-                    }
-                    path.push_str(&part);
-                    let id = *by_key.entry((tier, path.clone())).or_insert_with(|| {
+                    let alone = value.is_none();
+                    let (key, display) = match value {
+                        Some(v) => {
+                            shown.push(v);
+                            (format!("{path}/{v}"), shown.join("/"))
+                        }
+                        // A node missing the label stands alone at this tier.
+                        None => (format!("node:{name}"), format!("node:{name}")),
+                    };
+                    path.push('/');
+                    path.push_str(value.unwrap_or("*"));
+                    let id = *by_key.entry((tier, key)).or_insert_with(|| {
                         let id = DomainId(domains.len() as u32);
                         domains.push(Domain {
                             tier,
-                            name: path.clone(),
+                            name: display.clone(),
                             nodes: Vec::new(),
                             alone,
                         });
@@ -349,6 +358,20 @@ mod tests {
         assert_ne!(t.domain_of(0, rack), t.domain_of(1, rack));
         assert!(t.domain(t.domain_of(0, rack)).alone);
         assert!(!t.is_flat());
+    }
+
+    #[test]
+    fn missing_coarser_label_does_not_split_a_rack() {
+        let a = labels(&[("rack", "r1")]);
+        let b = labels(&[("rack", "r1")]);
+        let c = labels(&[("spine", "s1"), ("rack", "r1")]);
+        let t = Topology::build(&tiers(), &[("a", &a), ("b", &b), ("c", &c)]);
+        let rack = t.tier_id("rack").unwrap();
+        let spine = t.tier_id("spine").unwrap();
+        assert_eq!(t.domain_of(0, rack), t.domain_of(1, rack));
+        assert_ne!(t.domain_of(0, rack), t.domain_of(2, rack));
+        assert_ne!(t.domain_of(0, spine), t.domain_of(1, spine));
+        assert_eq!(t.domain(t.domain_of(0, rack)).name, "r1");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use basalt_topology::{DomainId, TierId, Topology};
 use super::placement_order;
 use crate::model::{Job, NodeId, TaskId};
 use crate::resources::GPU;
-use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus, TopoState};
 use crate::snapshot::TopologySpec;
 
 pub const INVALID_TOPOLOGY: &str = "InvalidTopology";
@@ -124,14 +124,25 @@ fn place_gang(
     let mut last: Option<String> = None;
     for &tier in &gang.tiers {
         let topo = session.topology().expect("placed through the topology");
-        let candidates: Vec<DomainId> = topo
-            .fitting(tier, need_gpus)
-            .filter(|&d| {
-                held.iter()
-                    .all(|n| topo.topology.domain_of(n.index(), tier) == d)
-            })
-            .take(TRIES_PER_TIER)
+        let coarser: Vec<TierId> = gang
+            .tiers
+            .iter()
+            .copied()
+            .skip_while(|&t| t != tier)
+            .skip(1)
             .collect();
+        let t = &topo.topology;
+        let candidates = best_fits(topo, tier, need_gpus, &coarser, |d| {
+            held.iter().all(|n| t.domain_of(n.index(), tier) == d)
+                // Nodes missing a coarser tier's label stand alone there: a finer domain of
+                // them may span several domains of the required tier.
+                && gang.required.is_none_or(|r| {
+                    let nodes = &t.domain(d).nodes;
+                    nodes
+                        .iter()
+                        .all(|&n| t.domain_of(n as usize, r) == t.domain_of(nodes[0] as usize, r))
+                })
+        });
         for d in candidates {
             let mut stmt = session.statement();
             let outcome = place_members(
@@ -209,6 +220,42 @@ fn place_gang(
     ))
 }
 
+/// Up to [`TRIES_PER_TIER`] domains of `tier` with `need` free GPUs that pass `keep`: the best
+/// fits first, ties broken by the enclosing domains (the fuller the next tier up, and then the
+/// one above, the better), so equal candidates never break a whole free rack or clique.
+fn best_fits(
+    topo: &TopoState,
+    tier: TierId,
+    need: i64,
+    coarser: &[TierId],
+    keep: impl Fn(DomainId) -> bool,
+) -> Vec<DomainId> {
+    /// Ties examined for the tie-break; beyond that the order by id stands.
+    const TIES: usize = 256;
+    let mut found: Vec<DomainId> = Vec::new();
+    let mut first_free = None;
+    for d in topo.fitting(tier, need).filter(|&d| keep(d)) {
+        let free = topo.free(d);
+        let tie = first_free.is_none_or(|f| f == free);
+        if found.len() >= TRIES_PER_TIER && (!tie || found.len() >= TIES) {
+            break;
+        }
+        first_free.get_or_insert(free);
+        found.push(d);
+    }
+    let t = &topo.topology;
+    found.sort_by_cached_key(|&d| {
+        let node = t.domain(d).nodes[0] as usize;
+        let enclosing: Vec<i64> = coarser
+            .iter()
+            .map(|&c| topo.free(t.domain_of(node, c)))
+            .collect();
+        (topo.free(d), enclosing, d)
+    });
+    found.truncate(TRIES_PER_TIER);
+    found
+}
+
 /// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
 /// one domain of its tiers, then the members outside any sub-group. A sub-group that fits
 /// nowhere is left out (the gang's readiness decides); the error says why.
@@ -237,7 +284,7 @@ fn place_members(
         let gpus = gpus_of(session, &pending);
         let mut done = false;
         'tiers: for &tier in &subs[i].tiers {
-            for d in sub_domains(session, within, tier, gpus) {
+            for d in sub_domains(session, within, tier, gpus, subs[i].required) {
                 let mut sub = session.statement();
                 let pin = nvlink_pin(session, subs[i].required, d);
                 match fill(session, &mut sub, &pending, d, pin, access, admissible) {
@@ -287,12 +334,14 @@ fn place_members(
     failure.map_or(Ok(()), Err)
 }
 
-/// Domains of `tier` inside `within` with at least `gpus` free, best fit first.
+/// Domains of `tier` inside `within` (and inside one domain of `required`) with at least
+/// `gpus` free, best fit first.
 fn sub_domains(
     session: &Session,
     within: Option<DomainId>,
     tier: TierId,
     gpus: i64,
+    required: Option<TierId>,
 ) -> Vec<DomainId> {
     let topo = session.topology().expect("topology");
     let t = &topo.topology;
@@ -317,8 +366,16 @@ fn sub_domains(
             ds.dedup();
             ds
         }
-        None => topo.fitting(tier, gpus).take(TRIES_PER_TIER).collect(),
+        None => topo.fitting(tier, gpus).take(4 * TRIES_PER_TIER).collect(),
     };
+    found.retain(|&d| {
+        let nodes = &t.domain(d).nodes;
+        required.is_none_or(|r| {
+            nodes
+                .iter()
+                .all(|&n| t.domain_of(n as usize, r) == t.domain_of(nodes[0] as usize, r))
+        })
+    });
     found.truncate(TRIES_PER_TIER);
     found
 }
