@@ -262,7 +262,8 @@ fn read_value(
                 Object::PodGroup(typed(place, &object_name, with_spec(value))?)
             }
             (types::volcano::API_VERSION, "PodGroup") => {
-                let g: Box<types::volcano::PodGroup> = typed(place, &object_name, value)?;
+                let g: Box<types::volcano::PodGroup> =
+                    typed(place, &object_name, with_spec(value))?;
                 let (g, issues) = g.into_basalt().map_err(|(field, message)| {
                     place.error(Some(object_name.clone()), Some(field), message)
                 })?;

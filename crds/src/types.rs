@@ -742,6 +742,12 @@ pub mod volcano {
                         format!("must be at least 1, got {size}"),
                     ));
                 }
+                if let Some(j) = p.match_label_keys.iter().position(String::is_empty) {
+                    return Err((
+                        format!("{at}.matchLabelKeys[{j}]"),
+                        "must not be empty".into(),
+                    ));
+                }
                 if p.label_selector.is_some() {
                     warnings.push((
                         format!("{at}.labelSelector"),

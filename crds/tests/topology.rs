@@ -388,6 +388,18 @@ const VPG_HEAD: &str =
     "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {name: j, namespace: ml}\n";
 
 #[test]
+fn volcano_pod_group_with_null_spec_gets_defaults() {
+    let spec = cluster_spec(
+        &objects("v.yaml", &format!("{VPG_HEAD}spec:\n")),
+        &ConvertOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(spec.groups[0].min_member, 1);
+    assert_eq!(spec.groups[0].topology, TopologySpec::default());
+    assert!(spec.groups[0].sub_groups.is_empty());
+}
+
+#[test]
 fn bad_volcano_topology_names_the_field() {
     let cases = [
         (
@@ -421,6 +433,10 @@ fn bad_volcano_topology_names_the_field() {
         (
             "spec:\n  subGroupPolicy:\n  - {name: p}\n  - {name: p}\n",
             "spec.subGroupPolicy[1].name: duplicate sub-group name \"p\"",
+        ),
+        (
+            "spec:\n  subGroupPolicy:\n  - {name: p, matchLabelKeys: ['']}\n",
+            "spec.subGroupPolicy[0].matchLabelKeys[0]: must not be empty",
         ),
         (
             "spec:\n  subGroupPolicy:\n  - {name: p, networkTopology: {mode: Hard, highestTierAllowed: 1}}\n",
