@@ -483,23 +483,36 @@ fn place_one(
         (Some(p), _) if usable(session, p) => Some(p),
         (_, None) => session.find_node_with(task, access),
         (_, Some(d)) => {
-            let nodes = session
-                .topology()
-                .expect("topology")
-                .topology
-                .domain(d)
-                .nodes
-                .clone();
-            let mut best: Option<(u64, NodeId)> = None;
+            let t = &session.topology().expect("topology").topology;
+            let nodes = t.domain(d).nodes.clone();
+            // Closer to the previous member first: the more tiers of the ladder it shares with
+            // it, the better (a spread gang fills one rack before the next).
+            let ladder = t.ladders[t.tier(t.domain(d).tier).ladder].clone();
+            let near = |t: &Topology, n: NodeId| {
+                prev.map_or(0, |p| {
+                    ladder
+                        .iter()
+                        .filter(|&&tier| {
+                            t.domain_of(n.index(), tier) == t.domain_of(p.index(), tier)
+                        })
+                        .count()
+                })
+            };
+            let mut best: Option<(std::cmp::Reverse<usize>, u64, NodeId)> = None;
             for n in nodes.into_iter().map(NodeId) {
                 if usable(session, n) {
-                    let cand = (session.key_with(n, &request), n);
+                    let t = &session.topology().expect("topology").topology;
+                    let cand = (
+                        std::cmp::Reverse(near(t, n)),
+                        session.key_with(n, &request),
+                        n,
+                    );
                     if best.is_none_or(|b| cand < b) {
                         best = Some(cand);
                     }
                 }
             }
-            best.map(|(_, n)| n)
+            best.map(|(_, _, n)| n)
         }
     };
     let node = node.ok_or_else(|| session.why_no_node(task, access))?;
