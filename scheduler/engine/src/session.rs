@@ -83,6 +83,14 @@ impl Statement {
         self.ops.is_empty()
     }
 
+    /// The tasks the statement evicts, in order.
+    pub fn evictions(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.ops.iter().filter_map(|op| match op {
+            Op::Evict { task, .. } => Some(*task),
+            Op::Allocate { .. } => None,
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.ops.len()
     }

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use super::{placement_order, schedulable_jobs};
 use crate::model::{Job, JobId, NodeId, QueueId, ShapeId, TaskId};
 use crate::resources::{ResourceId, Resources, GPU};
-use crate::session::{ReservedNodes, Session, TaskStatus};
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
 use crate::snapshot::{ancestors, Snapshot};
 
 pub const PREEMPT: &str = "preempt";
@@ -83,7 +83,54 @@ fn may_evict_for(session: &Session, job: &Job, mode: Mode) -> bool {
     }
 }
 
+/// Makes room for the job. A gang with a required topology tier picks the domain first: each
+/// candidate domain of that tier is tried in a statement, and the one needing the fewest,
+/// lowest-priority victims wins; victims are only ever taken inside it.
 fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) {
+    let Some(domains) = super::topology::eviction_domains(session, job) else {
+        if let Some(stmt) = attempt(session, job, mode, failed, None) {
+            session.commit(stmt);
+        }
+        return;
+    };
+    let mut best: Option<((usize, i32), Vec<NodeId>)> = None;
+    for nodes in domains {
+        // A search inside one domain says nothing about the others: its failures stay local.
+        let mut local = Failed::new();
+        if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
+            let snap = session.snapshot;
+            let victims: Vec<TaskId> = stmt.evictions().collect();
+            let cost = (
+                victims.len(),
+                victims
+                    .iter()
+                    .map(|&v| snap.job(snap.task(v).job).priority)
+                    .max()
+                    .unwrap_or(i32::MIN),
+            );
+            session.discard(stmt);
+            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((cost, nodes));
+            }
+        }
+    }
+    if let Some((_, nodes)) = best {
+        let mut local = Failed::new();
+        if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
+            session.commit(stmt);
+        }
+    }
+}
+
+/// Simulates the job's placement with evictions (inside `within` when given). Returns the
+/// statement when it makes the gang ready; otherwise undoes it.
+fn attempt(
+    session: &mut Session,
+    job: &Job,
+    mode: Mode,
+    failed: &mut Failed,
+    within: Option<&[NodeId]>,
+) -> Option<Statement> {
     let fw = session.framework();
     let snap = session.snapshot;
     let reason = match mode {
@@ -111,7 +158,11 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
         {
             continue;
         }
-        if let Some(node) = session.find_node(task) {
+        let free = match within {
+            None => session.find_node(task),
+            Some(nodes) => find_in(session, task, nodes),
+        };
+        if let Some(node) = free {
             session.pipeline(&mut stmt, task, node);
             holding += 1;
             continue;
@@ -120,7 +171,7 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
         if failed.contains(&key) {
             continue;
         }
-        let Some((node, victims)) = best_victims(session, job, task, mode) else {
+        let Some((node, victims)) = best_victims(session, job, task, mode, within) else {
             failed.insert(key);
             continue;
         };
@@ -134,10 +185,33 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
         }
     }
     if evicted_any && fw.job_ready(session, job.id) {
-        session.commit(stmt);
+        Some(stmt)
     } else {
         session.discard(stmt);
+        None
     }
+}
+
+/// The best node among `nodes` with room for the task now.
+fn find_in(session: &mut Session, task: TaskId, nodes: &[NodeId]) -> Option<NodeId> {
+    let snap = session.snapshot;
+    let job = snap.task(task).job;
+    let request = &snap.task(task).request;
+    let want = request.get(GPU).max(0) as u32;
+    let mut best: Option<(u64, NodeId)> = None;
+    for &n in nodes {
+        if session.passes_filters(task, n)
+            && session.may_use(n, ReservedNodes::Avoid(job))
+            && session.fits(n, request)
+            && session.free_gpus(n) >= want
+        {
+            let cand = (session.key_with(n, request), n);
+            if best.is_none_or(|b| cand < b) {
+                best = Some(cand);
+            }
+        }
+    }
+    best.map(|(_, n)| n)
 }
 
 /// Reclaim brings a queue back up to its deserved share, not beyond.
@@ -182,6 +256,7 @@ fn best_victims(
     job: &Job,
     task: TaskId,
     mode: Mode,
+    within: Option<&[NodeId]>,
 ) -> Option<(NodeId, Vec<TaskId>)> {
     let snap = session.snapshot;
     let request = snap.task(task).request.clone();
@@ -192,6 +267,9 @@ fn best_victims(
         .collect();
     nodes.sort_unstable();
     nodes.dedup();
+    if let Some(within) = within {
+        nodes.retain(|n| within.binary_search(n).is_ok());
+    }
     let mut best: Option<(Cost, NodeId, Vec<TaskId>)> = None;
     for node in nodes {
         if !session.may_use(node, ReservedNodes::Avoid(job.id))

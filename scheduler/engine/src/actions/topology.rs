@@ -522,3 +522,29 @@ fn place_one(
     }
     Ok(node)
 }
+
+/// For a gang with a required tier, the candidate domains of that tier for evictions (their
+/// nodes, sorted), roomiest first, at most [`EVICTION_DOMAINS`]; `None` for a gang without one
+/// (or with an invalid one, which allocate reports).
+pub(super) fn eviction_domains(session: &Session, job: &Job) -> Option<Vec<Vec<NodeId>>> {
+    let topo = session.topology()?;
+    let required = reach(&topo.topology, &job.topology, "spec.topology")
+        .ok()?
+        .required?;
+    let t = &topo.topology;
+    let mut domains: Vec<DomainId> = (0..t.domains.len() as u32)
+        .map(DomainId)
+        .filter(|&d| t.domain(d).tier == required)
+        .collect();
+    domains.sort_by_key(|&d| (std::cmp::Reverse(topo.free(d)), d));
+    domains.truncate(EVICTION_DOMAINS);
+    Some(
+        domains
+            .into_iter()
+            .map(|d| t.domain(d).nodes.iter().map(|&n| NodeId(n)).collect())
+            .collect(),
+    )
+}
+
+/// Domains searched for victims per starving gang: each is a full dry run.
+const EVICTION_DOMAINS: usize = 16;
