@@ -18,10 +18,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use crate::cycle::pod_key;
+use crate::cycle::{pod_key, Origin, View};
 use crate::http::Metrics;
 use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
+use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
 /// How long an eviction refused by a disruption budget is not asked for again.
 const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
@@ -62,6 +63,10 @@ pub struct Scheduler {
     pub hold: HashSet<String>,
     /// What each owner (by uid) says about grouping.
     owners: HashMap<String, OwnerGroup>,
+    /// This cycle's PodGroups and Queues, Basalt's and Volcano's.
+    pub view: View,
+    /// Basalt and Volcano objects sharing a name, already warned about.
+    pub collisions: HashSet<String>,
 }
 
 enum BindResult {
@@ -108,6 +113,8 @@ impl Scheduler {
             owner_members: HashMap::new(),
             hold: HashSet::new(),
             owners: HashMap::new(),
+            view: View::default(),
+            collisions: HashSet::new(),
         }
     }
 
@@ -298,9 +305,14 @@ impl Scheduler {
             }
             tracing::error!(error = %text, "object left out of scheduling");
             let (ns, name) = split_key(&e.object);
+            let group_api = if e.origin.as_deref() == Some(crate::volcano::ORIGIN) {
+                Origin::Volcano.api_version()
+            } else {
+                Origin::Basalt.api_version()
+            };
             let target = match e.kind.as_str() {
                 "Pod" => Some(("v1", "Pod")),
-                "PodGroup" => Some(("scheduling.basalt.dev/v1alpha1", "PodGroup")),
+                "PodGroup" => Some((group_api, "PodGroup")),
                 _ => None,
             };
             if let Some((api_version, kind)) = target {
@@ -324,7 +336,7 @@ impl Scheduler {
         let (retry, failed) = self.bind_all(plan, stores).await;
         self.nominate(plan, stores).await;
         self.write_groups(plan, stores, &failed).await;
-        self.write_queues(plan, stores).await;
+        self.write_queues(plan).await;
 
         let pending: Vec<_> = stores
             .pods
@@ -340,7 +352,7 @@ impl Scheduler {
             })
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
-        self.queue_metrics(plan, stores, &pending);
+        self.queue_metrics(plan, &pending);
 
         if retry {
             self.retry_streak = (self.retry_streak + 1).min(7);
@@ -353,13 +365,16 @@ impl Scheduler {
 
     /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
     /// of queues or resources gone since the last cycle are dropped.
-    fn queue_metrics(&self, plan: &Plan, stores: &Stores, pending: &[Arc<Pod>]) {
+    fn queue_metrics(&self, plan: &Plan, pending: &[Arc<Pod>]) {
         let m = &self.metrics;
         let queue_of_group = |ns: &str, name: &str| {
-            stores
-                .pod_groups
-                .get(&ObjectRef::new(name).within(ns))
-                .map(|g| g.spec.queue.clone().unwrap_or_else(|| "default".into()))
+            self.view.groups.get(&format!("{ns}/{name}")).map(|g| {
+                g.group
+                    .spec
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| "default".into())
+            })
         };
         let label = |q: &str| vec![("queue".to_string(), q.to_string())];
         let mut pods: BTreeMap<String, i64> = BTreeMap::new();
@@ -602,7 +617,12 @@ impl Scheduler {
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
-            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+            let Some((group, origin)) = self
+                .view
+                .groups
+                .get(&planned.name)
+                .map(|g| (g.group.clone(), g.origin))
+            else {
                 continue;
             };
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
@@ -622,34 +642,48 @@ impl Scheduler {
             }
             let current = group.status.clone().unwrap_or_default();
             if !same_status(&desired, &current) {
-                let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
                     .unwrap_or_else(|_| Value::Array(vec![]));
-                let patch = json!({ "status": body });
-                if let Err(e) = api
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    tracing::warn!(group = %planned.name, error = %classify(&e).1, "cannot write PodGroup status");
+                let patch = Patch::Merge(json!({ "status": body }));
+                let params = PatchParams::default();
+                // Into the object the group was read from: Volcano's status subresource for
+                // a Volcano PodGroup (same fields).
+                let result = match origin {
+                    Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
+                        .patch_status(name, &params, &patch)
+                        .await
+                        .map(drop),
+                    Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
+                        .patch_status(name, &params, &patch)
+                        .await
+                        .map(drop),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(group = %planned.name, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
                 }
             }
-            self.report_unschedulable(planned, &group, stores).await;
+            self.report_unschedulable(planned, &group, origin, stores)
+                .await;
         }
     }
 
     /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
     /// PodGroup object; pods without one are not counted), written only when it changed.
-    async fn write_queues(&mut self, plan: &Plan, stores: &Stores) {
+    async fn write_queues(&mut self, plan: &Plan) {
         use basalt_crds::types::QueueState;
         let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
         for planned in &plan.pod_groups {
-            let (ns, name) = split_key(&planned.name);
-            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+            let Some(entry) = self.view.groups.get(&planned.name) else {
                 continue;
             };
-            let queue = group.spec.queue.clone().unwrap_or_else(|| "default".into());
+            let queue = entry
+                .group
+                .spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let c = counts.entry(queue).or_default();
             match planned.phase {
                 basalt_engine::JobPhase::Running => c.0 += 1,
@@ -659,7 +693,7 @@ impl Scheduler {
             }
         }
         for q in &plan.queues {
-            let Some(current) = stores.queues.get(&ObjectRef::new(&q.name)) else {
+            let Some(current) = self.view.queues.get(&q.name) else {
                 continue;
             };
             let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
@@ -681,6 +715,7 @@ impl Scheduler {
             if current.status.as_ref() == Some(&desired) {
                 continue;
             }
+            let origin = current.origin;
             let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
             // A merge patch keeps omitted keys: resources no longer held are written as null.
             let mut allocated = serde_json::Map::new();
@@ -691,16 +726,20 @@ impl Scheduler {
                 allocated.entry(k.clone()).or_insert(Value::Null);
             }
             body["allocated"] = Value::Object(allocated);
-            let api: Api<basalt_crds::Queue> = Api::all(self.client.clone());
-            let result = api
-                .patch_status(
-                    &q.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "status": body })),
-                )
-                .await;
+            let patch = Patch::Merge(json!({ "status": body }));
+            let params = PatchParams::default();
+            let result = match origin {
+                Origin::Basalt => Api::<basalt_crds::Queue>::all(self.client.clone())
+                    .patch_status(&q.name, &params, &patch)
+                    .await
+                    .map(drop),
+                Origin::Volcano => Api::<VolcanoQueue>::all(self.client.clone())
+                    .patch_status(&q.name, &params, &patch)
+                    .await
+                    .map(drop),
+            };
             if let Err(e) = result {
-                tracing::warn!(queue = %q.name, error = %classify(&e).1, "cannot write Queue status");
+                tracing::warn!(queue = %q.name, api = origin.api_version(), error = %classify(&e).1, "cannot write Queue status");
             }
         }
     }
@@ -711,6 +750,7 @@ impl Scheduler {
         &mut self,
         planned: &PlannedGroup,
         group: &PodGroup,
+        origin: Origin,
         stores: &Stores,
     ) {
         let group_key = format!("PodGroup/{}", planned.name);
@@ -727,7 +767,7 @@ impl Scheduler {
         let mut targets = vec![(
             group_key,
             ObjectReference {
-                api_version: Some("scheduling.basalt.dev/v1alpha1".into()),
+                api_version: Some(origin.api_version().into()),
                 kind: Some("PodGroup".into()),
                 namespace: Some(ns.into()),
                 name: Some(name.into()),

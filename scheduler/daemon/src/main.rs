@@ -8,6 +8,7 @@ mod http;
 mod leader;
 mod owners;
 mod stores;
+mod volcano;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,6 +53,10 @@ struct Args {
     /// and the process id.
     #[arg(long)]
     identity: Option<String>,
+    /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1) are
+    /// served, while they are not.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    volcano_discovery_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -163,7 +168,7 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz, /metrics");
     let server = tokio::spawn(http::serve(listener, metrics.clone(), shutdown_rx.clone()));
 
-    let stores = stores::Stores::start(client.clone());
+    let stores = stores::Stores::start(client.clone(), args.volcano_discovery_interval);
     let mut rx = shutdown_rx.clone();
     tokio::select! {
         r = stores.wait_ready() => r?,

@@ -100,6 +100,10 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.basalt.dev", "podgroups/status", "patch"),
         ("scheduling.basalt.dev", "queues/status", "patch"),
         ("scheduling.basalt.dev", "nodetopologies", "list"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("scheduling.volcano.sh", "queues", "list"),
+        ("scheduling.volcano.sh", "podgroups/status", "patch"),
+        ("scheduling.volcano.sh", "queues/status", "patch"),
         ("batch", "jobs", "get"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("kubeflow.org", "pytorchjobs", "get"),
@@ -112,6 +116,19 @@ fn kustomize_renders_a_working_scheduler_install() {
     // Least privilege: nothing may delete pods or nodes except through the eviction API.
     assert!(!allows(&rules, "", "pods", "delete"));
     assert!(!allows(&rules, "", "nodes", "patch"));
+    // Volcano's objects are read and their status written, never created or changed.
+    assert!(!allows(
+        &rules,
+        "scheduling.volcano.sh",
+        "podgroups",
+        "create"
+    ));
+    assert!(!allows(
+        &rules,
+        "scheduling.volcano.sh",
+        "podgroups",
+        "patch"
+    ));
     for crd in ["podgroups", "queues", "nodetopologies"] {
         find(
             &docs,

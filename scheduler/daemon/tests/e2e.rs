@@ -889,3 +889,313 @@ fn an_unknown_log_format_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Volcano's PodGroups and Queues
+// ---------------------------------------------------------------------------------------------
+
+/// The scheduler's stderr, one parsed JSON log line each (`--log-format json`), gathered on a
+/// thread while it runs.
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+impl Logs {
+    fn lines(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn any(&self, f: impl Fn(&Value) -> bool) -> bool {
+        self.0.lock().unwrap().iter().any(f)
+    }
+
+    /// Warnings and errors so far, as text.
+    fn problems(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["level"] == "WARN" || l["level"] == "ERROR")
+            .map(|l| l.to_string())
+            .collect()
+    }
+}
+
+impl Cluster {
+    /// The scheduler with JSON logs collected.
+    fn start_logged(&self, extra: &[&str]) -> (Scheduler, Logs) {
+        let mut child = Command::new(BIN)
+            .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+            .args(["--log-format", "json"])
+            .args(extra)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("scheduler starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        (Scheduler(child), Logs(lines))
+    }
+
+    fn volcano_group(&self, name: &str) -> Value {
+        self.server
+            .get("scheduling.volcano.sh/v1beta1", "PodGroup", "default", name)
+            .unwrap_or_else(|| panic!("Volcano PodGroup {name} exists"))
+    }
+
+    /// A kube client on the same kubeconfig, for writes the server's handle does not offer.
+    async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.dir.path().join("kubeconfig"))
+            .expect("kubeconfig reads");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("kubeconfig loads");
+        kube::Client::try_from(cfg).expect("client")
+    }
+}
+
+fn volcano_queue(name: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1, "reclaimable": true},
+    })
+}
+
+fn volcano_group(name: &str, min_member: u32, queue: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": min_member, "queue": queue},
+    })
+}
+
+/// A pod in a Volcano PodGroup, named the way Volcano's job controller names it.
+fn volcano_pod(name: &str, group: &str, gpus: u32) -> Value {
+    let mut p = pod(name, group, gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": group});
+    p
+}
+
+/// Volcano's CRD for `plural` (status subresource declared, as Volcano's own CRDs do).
+fn volcano_crd(plural: &str, kind: &str, scope: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.scheduling.volcano.sh")},
+        "spec": {"group": "scheduling.volcano.sh", "scope": scope,
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A server that serves only what a plain cluster with Basalt's CRDs installed serves: no
+/// Volcano.
+async fn cluster_without_volcano() -> Cluster {
+    let c = cluster(Config {
+        preinstall_crds: false,
+        ..Config::default()
+    })
+    .await;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    for entry in std::fs::read_dir(&dir).expect("deploy/crds") {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let crd: Value = serde_yaml::from_str(&text).expect("CRD YAML");
+        c.create(crd);
+    }
+    assert!(c
+        .server
+        .resources()
+        .iter()
+        .all(|r| r.group != "scheduling.volcano.sh"));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_podgroups_and_queues_are_scheduled_and_their_status_written_back() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(volcano_queue("vq"));
+    // Volcano's implicit tree top, as a Volcano install has it: not a queue of its own.
+    c.create(volcano_queue("root"));
+    c.create(volcano_group("vg", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("vg-{i}"), "vg", 4));
+    }
+    // A Volcano gang that fits nowhere (16 GPUs a pod, 8 a node).
+    c.create(volcano_group("big", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("big-{i}"), "big", 16));
+    }
+    // The same name in both APIs: Basalt's group (minMember 1) wins over Volcano's (3).
+    c.create(group("dup", 1, "vq"));
+    c.create(volcano_group("dup", 3, "vq"));
+    c.create(pod("dup-0", "dup", 1));
+    let (_s, logs) = c.start_logged(&[]);
+
+    eventually("the Volcano gang bound", || {
+        (0..2).all(|i| c.node_of(&format!("vg-{i}")).is_some())
+    })
+    .await;
+    eventually("the Volcano PodGroup Running, in Volcano's object", || {
+        let g = c.volcano_group("vg");
+        g["status"]["phase"] == "Running" && g["status"]["running"] == 2
+    })
+    .await;
+    eventually(
+        "Unschedulable on the Volcano object of the gang that does not fit",
+        || {
+            c.volcano_group("big")["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|cond| cond["type"] == "Unschedulable" && cond["status"] == "True")
+                })
+        },
+    )
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("big-{i}")).is_none()));
+    eventually("FailedScheduling about the Volcano PodGroup", || {
+        c.events("FailedScheduling", "big")
+            .iter()
+            .any(|e| e["involvedObject"]["apiVersion"] == "scheduling.volcano.sh/v1beta1")
+    })
+    .await;
+    // Basalt's `dup` was used: a group of one, bound and Running; Volcano's is left alone.
+    eventually("Basalt's dup Running", || {
+        c.node_of("dup-0").is_some() && c.group("dup")["status"]["phase"] == "Running"
+    })
+    .await;
+    assert!(
+        c.volcano_group("dup")["status"].is_null(),
+        "Volcano's dup untouched"
+    );
+    eventually("the Volcano Queue's status counts its groups", || {
+        let q = c
+            .server
+            .get("scheduling.volcano.sh/v1beta1", "Queue", "", "vq")
+            .unwrap();
+        let s = &q["status"];
+        // vg and Basalt's dup run in vq; big waits (admitted, Inqueue). 4 + 4 + 1 GPUs held.
+        s["state"] == "Open"
+            && s["running"] == 2
+            && s["inqueue"] == 1
+            && s["pending"] == 0
+            && s["allocated"]["nvidia.com/gpu"] == "9"
+    })
+    .await;
+    let root = c
+        .server
+        .get("scheduling.volcano.sh/v1beta1", "Queue", "", "root")
+        .unwrap();
+    assert!(
+        root["status"].is_null(),
+        "Volcano's root queue is not scheduled into"
+    );
+    // Several cycles later, the name clash was still said once.
+    let cycles = Instant::now();
+    while cycles.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let clashes: Vec<Value> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" && l["object"] == "PodGroup default/dup")
+        .collect();
+    assert_eq!(clashes.len(), 1, "{clashes:?}");
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_volcano_nothing_is_said_and_its_crds_are_picked_up_once_installed() {
+    let c = cluster_without_volcano().await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let (_s, logs) = c.start_logged(&["--volcano-discovery-interval", "200ms"]);
+    eventually("the Basalt gang bound", || {
+        (0..2).all(|i| c.node_of(&format!("g-{i}")).is_some())
+    })
+    .await;
+    // Several discovery rounds and cycles: not one warning or error.
+    let rounds = Instant::now();
+    while rounds.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(logs.problems(), Vec::<String>::new());
+    assert!(!logs.any(|l| l["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("watching Volcano"))));
+
+    // Volcano installed later: picked up without a restart.
+    c.create(volcano_crd("podgroups", "PodGroup", "Namespaced"));
+    c.create(volcano_crd("queues", "Queue", "Cluster"));
+    eventually("the scheduler watches Volcano's kinds", || {
+        logs.any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("watching Volcano"))
+        })
+    })
+    .await;
+    c.create(volcano_queue("vq"));
+    c.create(volcano_group("vg", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("vg-{i}"), "vg", 2));
+    }
+    eventually("the Volcano gang bound and Running", || {
+        (0..2).all(|i| c.node_of(&format!("vg-{i}")).is_some())
+            && c.volcano_group("vg")["status"]["phase"] == "Running"
+    })
+    .await;
+    assert!(
+        !logs.any(|l| l["message"] == "watch error"),
+        "{:?}",
+        logs.problems()
+    );
+
+    // Uninstalled again: its objects leave the snapshot, and nothing complains about it.
+    let client = c.client().await;
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(client);
+    for name in [
+        "podgroups.scheduling.volcano.sh",
+        "queues.scheduling.volcano.sh",
+    ] {
+        crds.delete(name, &Default::default())
+            .await
+            .expect("CRD deleted");
+    }
+    eventually("the scheduler stops watching Volcano's kinds", || {
+        logs.any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no longer served"))
+        })
+    })
+    .await;
+    assert!(
+        !logs.any(|l| l["message"] == "watch error"),
+        "{:?}",
+        logs.problems()
+    );
+}
