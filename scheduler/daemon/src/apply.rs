@@ -61,8 +61,10 @@ pub struct Scheduler {
     pub owner_members: HashMap<String, String>,
     /// Pods whose owner could not be read this cycle (transient error): not scheduled yet.
     pub hold: HashSet<String>,
-    /// What each owner (by uid) says about grouping.
-    owners: HashMap<String, OwnerGroup>,
+    /// What each owner (by uid) says about grouping, and when it was read: re-read once older
+    /// than `owner_ttl`, so an annotation changed on the owner is seen.
+    owners: HashMap<String, (OwnerGroup, Instant)>,
+    owner_ttl: Duration,
     /// This cycle's PodGroups and Queues, Basalt's and Volcano's.
     pub view: View,
     /// Basalt and Volcano objects sharing a name, already warned about.
@@ -97,6 +99,7 @@ impl Scheduler {
         metrics: Arc<Metrics>,
         concurrency: usize,
         identity: String,
+        owner_ttl: Duration,
     ) -> Self {
         Scheduler {
             client,
@@ -113,6 +116,7 @@ impl Scheduler {
             owner_members: HashMap::new(),
             hold: HashSet::new(),
             owners: HashMap::new(),
+            owner_ttl,
             view: View::default(),
             collisions: HashSet::new(),
         }
@@ -125,8 +129,16 @@ impl Scheduler {
     /// A pod whose owner (its controller ownerReference, else its first) carries
     /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
     /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
+    ///
+    /// Owners are cached by uid for `owner_ttl`: an owner deleted and made again under the same
+    /// name is another uid, so it is read afresh; one whose annotations change is read again
+    /// once its entry expires, and its PodGroup, while not all of it runs, follows the new
+    /// min-member and queue ([`Self::follow_owners`]).
     pub async fn auto_groups(&mut self, stores: &Stores) {
         self.hold.clear();
+        let ttl = self.owner_ttl;
+        self.owners.retain(|_, (_, read)| read.elapsed() < ttl);
+        self.follow_owners(stores).await;
         for p in stores.pods.state() {
             let spec = p.spec.as_ref();
             let ours = spec
@@ -151,37 +163,15 @@ impl Scheduler {
             if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
                 continue;
             }
-            let owner_ref = p.metadata.owner_references.as_ref().and_then(|o| {
-                o.iter()
-                    .find(|r| r.controller == Some(true))
-                    .or_else(|| o.first())
-                    .cloned()
-            });
+            let owner_ref = owners::controller(&p.metadata);
             let decision = match owner_ref {
                 None => OwnerGroup::None,
-                Some(r) => match self.owners.get(&r.uid) {
-                    Some(d) => d.clone(),
-                    None => {
-                        match owners::resolve(
-                            &self.client,
-                            ns,
-                            &r.api_version,
-                            &r.kind,
-                            &r.name,
-                            &r.uid,
-                        )
-                        .await
-                        {
-                            Ok(d) => {
-                                self.owners.insert(r.uid.clone(), d.clone());
-                                d
-                            }
-                            Err(e) => {
-                                tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
-                                self.hold.insert(key);
-                                continue;
-                            }
-                        }
+                Some(r) => match self.owner_decision(ns, &r).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
+                        self.hold.insert(key);
+                        continue;
                     }
                 },
             };
@@ -191,6 +181,17 @@ impl Scheduler {
                 .as_ref()
                 .and_then(|a| a.get(AUTO_QUEUE))
                 .cloned();
+            let pod_uid = p.metadata.uid.clone().unwrap_or_default();
+            // The uid the group's ownerReference must name, and what an owner's group should say.
+            let (expected_owner, wanted) = match &decision {
+                OwnerGroup::Gang {
+                    min_member,
+                    queue,
+                    owner,
+                    ..
+                } => (owner.3.clone(), Some((*min_member, queue.clone()))),
+                _ => (pod_uid.clone(), None),
+            };
             let (group_name, group) = match decision {
                 OwnerGroup::Gang {
                     group,
@@ -246,6 +247,11 @@ impl Scheduler {
                     s.hold.insert(key);
                 }
             };
+            // Made before, and no longer right to join: wait for the next cycle.
+            let retry = |s: &mut Self, key: String| {
+                s.owner_members.remove(&key);
+                s.hold.insert(key);
+            };
             let group: PodGroup = match serde_json::from_value(group) {
                 Ok(g) => g,
                 Err(e) => {
@@ -257,8 +263,37 @@ impl Scheduler {
             let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             match groups.create(&PostParams::default(), &group).await {
                 Ok(_) => {}
-                // Another member of the same owner (or an earlier cycle) made it.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                // Made before: by another member of the same owner, an earlier cycle, or for an
+                // owner (or pod) of the same name that was deleted since.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let existing = match stores
+                        .pod_groups
+                        .get(&ObjectRef::new(&group_name).within(ns))
+                    {
+                        Some(g) => Some(g),
+                        None => groups
+                            .get_opt(&group_name)
+                            .await
+                            .ok()
+                            .flatten()
+                            .map(Arc::new),
+                    };
+                    let Some(existing) = existing else {
+                        // Deleted meanwhile: made again next cycle.
+                        retry(self, key);
+                        continue;
+                    };
+                    if self
+                        .stale_auto_group(&existing, &expected_owner, stores)
+                        .await
+                    {
+                        retry(self, key);
+                        continue;
+                    }
+                    if let Some((min_member, queue)) = wanted {
+                        self.follow_owner(&existing, min_member, queue).await;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
                     give_up(self, key);
@@ -283,6 +318,151 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// What the owner says, from the cache while its entry is fresh, else read through the API.
+    async fn owner_decision(
+        &mut self,
+        ns: &str,
+        r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    ) -> Result<OwnerGroup, String> {
+        if let Some((d, _)) = self.owners.get(&r.uid) {
+            return Ok(d.clone());
+        }
+        let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
+        self.owners
+            .insert(r.uid.clone(), (d.clone(), Instant::now()));
+        Ok(d)
+    }
+
+    /// Owner PodGroups not all of whose members run follow their owner: once the owner's
+    /// cache entry has expired it is read again, and a changed min-member or queue is written
+    /// to the group (so lowering min-member on a waiting Job lets its gang start).
+    async fn follow_owners(&mut self, stores: &Stores) {
+        use basalt_crds::types::PodGroupPhase;
+        for g in stores.pod_groups.state() {
+            if !owners::is_auto(&g.metadata) || g.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(r) = owners::controller(&g.metadata) else {
+                continue;
+            };
+            if r.kind == "Pod" && r.api_version == "v1" {
+                continue;
+            }
+            let phase = g.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            if matches!(phase, PodGroupPhase::Running | PodGroupPhase::Completed) {
+                continue;
+            }
+            let ns = g
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let decision = match self.owner_decision(&ns, &r).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read a PodGroup's owner; read again next cycle");
+                    continue;
+                }
+            };
+            if let OwnerGroup::Gang {
+                group,
+                min_member,
+                queue,
+                ..
+            } = decision
+            {
+                if g.metadata.name.as_deref() == Some(group.as_str()) {
+                    self.follow_owner(&g, min_member, queue).await;
+                }
+            }
+        }
+    }
+
+    /// Writes the owner's min-member (and queue, when the owner names one) to its PodGroup
+    /// when they differ.
+    async fn follow_owner(&self, g: &PodGroup, min_member: u32, queue: Option<String>) {
+        let min = i32::try_from(min_member).unwrap_or(i32::MAX);
+        let queue = queue.filter(|q| g.spec.queue.as_ref() != Some(q));
+        if g.spec.min_member == min && queue.is_none() {
+            return;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let mut spec = json!({ "minMember": min });
+        if let Some(q) = &queue {
+            spec["queue"] = json!(q);
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        match api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), min_member = min, queue = ?queue, "PodGroup follows its owner's annotations")
+            }
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot update a PodGroup to its owner's annotations")
+            }
+        }
+    }
+
+    /// An auto PodGroup left by an earlier owner (or pod) of the same name, which the garbage
+    /// collector has not removed yet: deleted here (only that object: its uid is a
+    /// precondition), so the new owner gets a group of its own. True when the group must not
+    /// be joined (this cycle). A group whose owner still exists is another object's that
+    /// happens to have the name: joined, as before.
+    async fn stale_auto_group(&self, g: &PodGroup, expected_owner: &str, stores: &Stores) -> bool {
+        let Some(owner) = owners::controller(&g.metadata) else {
+            return false;
+        };
+        if owner.uid == expected_owner || !owners::is_auto(&g.metadata) {
+            return false;
+        }
+        if g.metadata.deletion_timestamp.is_some() {
+            return true;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let alive = if owner.kind == "Pod" && owner.api_version == "v1" {
+            Ok(stores
+                .pods
+                .get(&ObjectRef::new(&owner.name).within(ns))
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(owner.uid.as_str())))
+        } else {
+            owners::alive(&self.client, ns, &owner).await
+        };
+        match alive {
+            Ok(true) => return false,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %e, "cannot tell whether an auto PodGroup's owner still exists; retried next cycle");
+                return true;
+            }
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: g.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), previous_owner = %format!("{} {} ({})", owner.kind, owner.name, owner.uid), "deleted an auto PodGroup left by an owner that is gone")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot delete an auto PodGroup left by an owner that is gone")
+            }
+        }
+        true
     }
 
     /// Drops what this replica remembered from cycles it ran before another one led.

@@ -53,6 +53,10 @@ struct Args {
     /// and the process id.
     #[arg(long)]
     identity: Option<String>,
+    /// How long what a pod's owner says (`scheduling.basalt.dev/min-member`, `/queue`) is
+    /// trusted before the owner is read again.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    owner_cache_ttl: Duration,
     /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1) are
     /// served, while they are not.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -196,8 +200,14 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         tokio::spawn(elector.run(leader_tx.clone(), stop_rx))
     });
 
-    let mut scheduler =
-        apply::Scheduler::new(client, config, metrics, args.bind_concurrency, identity);
+    let mut scheduler = apply::Scheduler::new(
+        client,
+        config,
+        metrics,
+        args.bind_concurrency,
+        identity,
+        args.owner_cache_ttl,
+    );
     let min_gap = Duration::from_millis(50);
     loop {
         if !*leader_rx.borrow() {

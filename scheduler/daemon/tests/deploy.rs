@@ -97,6 +97,8 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.k8s.io", "priorityclasses", "watch"),
         ("scheduling.basalt.dev", "podgroups", "watch"),
         ("scheduling.basalt.dev", "podgroups", "create"),
+        ("scheduling.basalt.dev", "podgroups", "patch"),
+        ("scheduling.basalt.dev", "podgroups", "delete"),
         ("scheduling.basalt.dev", "podgroups/status", "patch"),
         ("scheduling.basalt.dev", "queues/status", "patch"),
         ("scheduling.basalt.dev", "nodetopologies", "list"),

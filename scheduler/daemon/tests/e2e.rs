@@ -1199,3 +1199,126 @@ async fn without_volcano_nothing_is_said_and_its_crds_are_picked_up_once_install
         logs.problems()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The owner cache: re-read on expiry and per uid
+// ---------------------------------------------------------------------------------------------
+
+fn job(name: &str, min_member: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"scheduling.basalt.dev/min-member": min_member,
+                            "scheduling.basalt.dev/queue": "research"}},
+        "spec": {"parallelism": 3},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_changed_annotation_and_a_recreated_owner_are_read_again() {
+    use kube::api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    };
+    let c = cluster(Config::default()).await;
+    c.create(job_crd());
+    for n in ["n1", "n2", "n3"] {
+        c.create(node(n, 4));
+    }
+    c.create(queue("research"));
+    c.create(queue("other"));
+    c.create(job("train", "3"));
+    let uid_of = |c: &Cluster| {
+        c.server
+            .get("batch/v1", "Job", "default", "train")
+            .expect("the Job exists")["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first_uid = uid_of(&c);
+    for i in 0..2 {
+        c.create(owned_pod(&format!("train-{i}"), "train", &first_uid, 4));
+    }
+    let _s = c.start_with(&["--owner-cache-ttl", "300ms"]);
+    let train_pg = |c: &Cluster| {
+        c.server.get(
+            "scheduling.basalt.dev/v1alpha1",
+            "PodGroup",
+            "default",
+            "train-pg",
+        )
+    };
+    eventually("train-pg waits for a third member", || {
+        train_pg(&c).is_some_and(|g| {
+            g["spec"]["minMember"] == 3
+                && g["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|x| x["type"] == "Unschedulable"))
+        })
+    })
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("train-{i}")).is_none()));
+
+    // The owner now asks for 2, in another queue: its cached entry expires, the owner is read
+    // again, the waiting group follows it, and the two members start.
+    let client = c.client().await;
+    let jobs: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs"),
+    );
+    let patch = json!({"metadata": {"annotations": {"scheduling.basalt.dev/min-member": "2",
+                                                      "scheduling.basalt.dev/queue": "other"}}});
+    jobs.patch("train", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("Job annotated");
+    eventually(
+        "train-pg follows the owner and its two members are bound",
+        || {
+            train_pg(&c)
+                .is_some_and(|g| g["spec"]["minMember"] == 2 && g["spec"]["queue"] == "other")
+                && (0..2).all(|i| c.node_of(&format!("train-{i}")).is_some())
+        },
+    )
+    .await;
+
+    // The Job is deleted (its pods with it, as the garbage collector would) and made again
+    // under the same name: a new uid, read afresh; the group the old one left is replaced by
+    // one owned by the new Job.
+    jobs.delete("train", &DeleteParams::default())
+        .await
+        .expect("Job deleted");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), "default");
+    for i in 0..2 {
+        pods.delete(&format!("train-{i}"), &DeleteParams::default())
+            .await
+            .expect("pod deleted");
+    }
+    c.create(job("train", "3"));
+    let second_uid = uid_of(&c);
+    assert_ne!(first_uid, second_uid);
+    for i in 0..2 {
+        c.create(owned_pod(&format!("again-{i}"), "train", &second_uid, 4));
+    }
+    eventually("train-pg is the new Job's, with its min-member", || {
+        train_pg(&c).is_some_and(|g| {
+            g["metadata"]["ownerReferences"][0]["uid"] == second_uid.as_str()
+                && g["spec"]["minMember"] == 3
+                && g["spec"]["queue"] == "research"
+        }) && (0..2).all(|i| {
+            c.pod(&format!("again-{i}"))["metadata"]["annotations"]
+                ["scheduling.basalt.dev/pod-group"]
+                == "train-pg"
+        })
+    })
+    .await;
+    // A gang of three with two members: not started (the stale group of two would have).
+    assert!((0..2).all(|i| c.node_of(&format!("again-{i}")).is_none()));
+    c.create(owned_pod("again-2", "train", &second_uid, 4));
+    eventually("the new Job's three members bound", || {
+        (0..3).all(|i| c.node_of(&format!("again-{i}")).is_some())
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+}
