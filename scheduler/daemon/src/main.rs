@@ -130,6 +130,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.leader_elect {
+        if let Err(e) = leader::lease_seconds(args.lease_duration) {
+            eprintln!("basalt-scheduler: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

@@ -131,6 +131,26 @@ fn kustomize_renders_a_working_scheduler_install() {
         "podgroups",
         "patch"
     ));
+    // The Lease: created, then read and patched (kube-lease-manager) by name only.
+    let lease_role: k8s_openapi::api::rbac::v1::Role =
+        serde_json::from_value(find(&docs, "Role", "basalt-scheduler-leader").clone()).unwrap();
+    let lease_rules = lease_role.rules.unwrap();
+    assert!(allows(
+        &lease_rules,
+        "coordination.k8s.io",
+        "leases",
+        "create"
+    ));
+    for verb in ["get", "patch"] {
+        assert!(
+            lease_rules.iter().any(|r| {
+                r.resources.as_deref().unwrap_or_default() == ["leases"]
+                    && r.resource_names.as_deref().unwrap_or_default() == ["basalt-scheduler"]
+                    && r.verbs.iter().any(|v| v == verb)
+            }),
+            "{verb} on its own lease not granted"
+        );
+    }
     for crd in ["podgroups", "queues", "nodetopologies"] {
         find(
             &docs,

@@ -1322,3 +1322,150 @@ async fn an_owner_s_changed_annotation_and_a_recreated_owner_are_read_again() {
     .await;
     c.assert_no_node_over_capacity();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Leader election: a lease that cannot be renewed or is taken, and release on SIGTERM
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_or_loses_its_lease_stops_and_sigterm_releases_it() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let (mut s, logs) = c.start_logged(&[
+        "--leader-elect",
+        "--lease-duration",
+        "2s",
+        "--identity",
+        "replica-a",
+    ]);
+    let lease = || {
+        c.server.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "kube-system",
+            "basalt-scheduler",
+        )
+    };
+    let holder = || lease().and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string));
+    let stepped_down = || {
+        logs.lines()
+            .iter()
+            .filter(|l| l["message"] == "leadership changed" && l["leader"] == false)
+            .count()
+    };
+    let led = || {
+        logs.lines()
+            .iter()
+            .filter(|l| l["message"] == "leadership changed" && l["leader"] == true)
+            .count()
+    };
+    eventually("replica-a holds the lease and leads", || {
+        holder().as_deref() == Some("replica-a") && led() == 1
+    })
+    .await;
+
+    // The API refuses every lease request: the leader stops at its next renewal, before the
+    // lease can expire, and binds nothing meanwhile.
+    c.server
+        .add_fault(basalt_apiserver::FaultRule {
+            verb: None,
+            resource: Some("leases".into()),
+            probability: 1.0,
+            code: Some(500),
+            delay_ms: 0,
+            remaining: None,
+        })
+        .unwrap();
+    eventually("the leader steps down", || stepped_down() == 1).await;
+    c.create(group("g1", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g1-{i}"), "g1", 2));
+    }
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((0..2).all(|i| c.node_of(&format!("g1-{i}")).is_none()));
+    c.server.clear_faults();
+    eventually("leading again, g1 bound", || {
+        (0..2).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+
+    // Another writer takes the lease: the leader notices at its next renewal and stops.
+    let leases: kube::Api<Lease> = kube::Api::namespaced(c.client().await, "kube-system");
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff_now());
+    let taken = json!({"spec": {"holderIdentity": "intruder", "renewTime": now,
+                                "leaseDurationSeconds": 3600}});
+    leases
+        .patch(
+            "basalt-scheduler",
+            &PatchParams::default(),
+            &Patch::Merge(&taken),
+        )
+        .await
+        .expect("lease taken");
+    eventually("the leader steps down again", || stepped_down() == 2).await;
+    c.create(group("g2", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g2-{i}"), "g2", 2));
+    }
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((0..2).all(|i| c.node_of(&format!("g2-{i}")).is_none()));
+    assert_eq!(holder().as_deref(), Some("intruder"));
+    // The intruder gives it up: replica-a takes it and schedules.
+    let freed = json!({"spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null,
+                                "leaseDurationSeconds": null}});
+    leases
+        .patch(
+            "basalt-scheduler",
+            &PatchParams::default(),
+            &Patch::Merge(&freed),
+        )
+        .await
+        .expect("lease freed");
+    eventually("replica-a leads again, g2 bound", || {
+        holder().as_deref() == Some("replica-a")
+            && (0..2).all(|i| c.node_of(&format!("g2-{i}")).is_some())
+    })
+    .await;
+
+    // SIGTERM: exit 0 with the lease released, so another replica need not wait it out.
+    let status = Command::new("kill")
+        .args(["-TERM", &s.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(code) = s.0.try_wait().unwrap() {
+            break code;
+        }
+        assert!(start.elapsed() < DEADLINE, "the scheduler did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(code.success(), "exit status {code:?}");
+    assert_eq!(holder(), None, "lease released: {:?}", lease());
+    c.assert_no_node_over_capacity();
+}
+
+fn jiff_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+#[test]
+fn a_lease_shorter_than_two_seconds_is_refused() {
+    let out = Command::new(BIN)
+        .args(["--leader-elect", "--lease-duration", "500ms"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--lease-duration"), "{err}");
+}
