@@ -18,10 +18,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use crate::cycle::pod_key;
+use crate::cycle::{pod_key, Origin, View};
 use crate::http::Metrics;
 use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
+use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
 /// How long an eviction refused by a disruption budget is not asked for again.
 const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
@@ -60,8 +61,14 @@ pub struct Scheduler {
     pub owner_members: HashMap<String, String>,
     /// Pods whose owner could not be read this cycle (transient error): not scheduled yet.
     pub hold: HashSet<String>,
-    /// What each owner (by uid) says about grouping.
-    owners: HashMap<String, OwnerGroup>,
+    /// What each owner (by uid) says about grouping, and when it was read: re-read once older
+    /// than `owner_ttl`, so an annotation changed on the owner is seen.
+    owners: HashMap<String, (OwnerGroup, Instant)>,
+    owner_ttl: Duration,
+    /// This cycle's PodGroups and Queues, Basalt's and Volcano's.
+    pub view: View,
+    /// Basalt and Volcano objects sharing a name, already warned about.
+    pub collisions: HashSet<String>,
 }
 
 enum BindResult {
@@ -92,6 +99,7 @@ impl Scheduler {
         metrics: Arc<Metrics>,
         concurrency: usize,
         identity: String,
+        owner_ttl: Duration,
     ) -> Self {
         Scheduler {
             client,
@@ -108,6 +116,9 @@ impl Scheduler {
             owner_members: HashMap::new(),
             hold: HashSet::new(),
             owners: HashMap::new(),
+            owner_ttl,
+            view: View::default(),
+            collisions: HashSet::new(),
         }
     }
 
@@ -118,8 +129,16 @@ impl Scheduler {
     /// A pod whose owner (its controller ownerReference, else its first) carries
     /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
     /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
+    ///
+    /// Owners are cached by uid for `owner_ttl`: an owner deleted and made again under the same
+    /// name is another uid, so it is read afresh; one whose annotations change is read again
+    /// once its entry expires, and its PodGroup, while not all of it runs, follows the new
+    /// min-member and queue ([`Self::follow_owners`]).
     pub async fn auto_groups(&mut self, stores: &Stores) {
         self.hold.clear();
+        let ttl = self.owner_ttl;
+        self.owners.retain(|_, (_, read)| read.elapsed() < ttl);
+        self.follow_owners(stores).await;
         for p in stores.pods.state() {
             let spec = p.spec.as_ref();
             let ours = spec
@@ -144,37 +163,15 @@ impl Scheduler {
             if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
                 continue;
             }
-            let owner_ref = p.metadata.owner_references.as_ref().and_then(|o| {
-                o.iter()
-                    .find(|r| r.controller == Some(true))
-                    .or_else(|| o.first())
-                    .cloned()
-            });
+            let owner_ref = owners::controller(&p.metadata);
             let decision = match owner_ref {
                 None => OwnerGroup::None,
-                Some(r) => match self.owners.get(&r.uid) {
-                    Some(d) => d.clone(),
-                    None => {
-                        match owners::resolve(
-                            &self.client,
-                            ns,
-                            &r.api_version,
-                            &r.kind,
-                            &r.name,
-                            &r.uid,
-                        )
-                        .await
-                        {
-                            Ok(d) => {
-                                self.owners.insert(r.uid.clone(), d.clone());
-                                d
-                            }
-                            Err(e) => {
-                                tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
-                                self.hold.insert(key);
-                                continue;
-                            }
-                        }
+                Some(r) => match self.owner_decision(ns, &r).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
+                        self.hold.insert(key);
+                        continue;
                     }
                 },
             };
@@ -184,6 +181,17 @@ impl Scheduler {
                 .as_ref()
                 .and_then(|a| a.get(AUTO_QUEUE))
                 .cloned();
+            let pod_uid = p.metadata.uid.clone().unwrap_or_default();
+            // The uid the group's ownerReference must name, and what an owner's group should say.
+            let (expected_owner, wanted) = match &decision {
+                OwnerGroup::Gang {
+                    min_member,
+                    queue,
+                    owner,
+                    ..
+                } => (owner.3.clone(), Some((*min_member, queue.clone()))),
+                _ => (pod_uid.clone(), None),
+            };
             let (group_name, group) = match decision {
                 OwnerGroup::Gang {
                     group,
@@ -239,6 +247,11 @@ impl Scheduler {
                     s.hold.insert(key);
                 }
             };
+            // Made before, and no longer right to join: wait for the next cycle.
+            let retry = |s: &mut Self, key: String| {
+                s.owner_members.remove(&key);
+                s.hold.insert(key);
+            };
             let group: PodGroup = match serde_json::from_value(group) {
                 Ok(g) => g,
                 Err(e) => {
@@ -250,8 +263,37 @@ impl Scheduler {
             let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             match groups.create(&PostParams::default(), &group).await {
                 Ok(_) => {}
-                // Another member of the same owner (or an earlier cycle) made it.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                // Made before: by another member of the same owner, an earlier cycle, or for an
+                // owner (or pod) of the same name that was deleted since.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let existing = match stores
+                        .pod_groups
+                        .get(&ObjectRef::new(&group_name).within(ns))
+                    {
+                        Some(g) => Some(g),
+                        None => groups
+                            .get_opt(&group_name)
+                            .await
+                            .ok()
+                            .flatten()
+                            .map(Arc::new),
+                    };
+                    let Some(existing) = existing else {
+                        // Deleted meanwhile: made again next cycle.
+                        retry(self, key);
+                        continue;
+                    };
+                    if self
+                        .stale_auto_group(&existing, &expected_owner, stores)
+                        .await
+                    {
+                        retry(self, key);
+                        continue;
+                    }
+                    if let Some((min_member, queue)) = wanted {
+                        self.follow_owner(&existing, min_member, queue).await;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
                     give_up(self, key);
@@ -278,6 +320,151 @@ impl Scheduler {
         }
     }
 
+    /// What the owner says, from the cache while its entry is fresh, else read through the API.
+    async fn owner_decision(
+        &mut self,
+        ns: &str,
+        r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    ) -> Result<OwnerGroup, String> {
+        if let Some((d, _)) = self.owners.get(&r.uid) {
+            return Ok(d.clone());
+        }
+        let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
+        self.owners
+            .insert(r.uid.clone(), (d.clone(), Instant::now()));
+        Ok(d)
+    }
+
+    /// Owner PodGroups not all of whose members run follow their owner: once the owner's
+    /// cache entry has expired it is read again, and a changed min-member or queue is written
+    /// to the group (so lowering min-member on a waiting Job lets its gang start).
+    async fn follow_owners(&mut self, stores: &Stores) {
+        use basalt_crds::types::PodGroupPhase;
+        for g in stores.pod_groups.state() {
+            if !owners::is_auto(&g.metadata) || g.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(r) = owners::controller(&g.metadata) else {
+                continue;
+            };
+            if r.kind == "Pod" && r.api_version == "v1" {
+                continue;
+            }
+            let phase = g.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            if matches!(phase, PodGroupPhase::Running | PodGroupPhase::Completed) {
+                continue;
+            }
+            let ns = g
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let decision = match self.owner_decision(&ns, &r).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read a PodGroup's owner; read again next cycle");
+                    continue;
+                }
+            };
+            if let OwnerGroup::Gang {
+                group,
+                min_member,
+                queue,
+                ..
+            } = decision
+            {
+                if g.metadata.name.as_deref() == Some(group.as_str()) {
+                    self.follow_owner(&g, min_member, queue).await;
+                }
+            }
+        }
+    }
+
+    /// Writes the owner's min-member (and queue, when the owner names one) to its PodGroup
+    /// when they differ.
+    async fn follow_owner(&self, g: &PodGroup, min_member: u32, queue: Option<String>) {
+        let min = i32::try_from(min_member).unwrap_or(i32::MAX);
+        let queue = queue.filter(|q| g.spec.queue.as_ref() != Some(q));
+        if g.spec.min_member == min && queue.is_none() {
+            return;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let mut spec = json!({ "minMember": min });
+        if let Some(q) = &queue {
+            spec["queue"] = json!(q);
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        match api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), min_member = min, queue = ?queue, "PodGroup follows its owner's annotations")
+            }
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot update a PodGroup to its owner's annotations")
+            }
+        }
+    }
+
+    /// An auto PodGroup left by an earlier owner (or pod) of the same name, which the garbage
+    /// collector has not removed yet: deleted here (only that object: its uid is a
+    /// precondition), so the new owner gets a group of its own. True when the group must not
+    /// be joined (this cycle). A group whose owner still exists is another object's that
+    /// happens to have the name: joined, as before.
+    async fn stale_auto_group(&self, g: &PodGroup, expected_owner: &str, stores: &Stores) -> bool {
+        let Some(owner) = owners::controller(&g.metadata) else {
+            return false;
+        };
+        if owner.uid == expected_owner || !owners::is_auto(&g.metadata) {
+            return false;
+        }
+        if g.metadata.deletion_timestamp.is_some() {
+            return true;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let alive = if owner.kind == "Pod" && owner.api_version == "v1" {
+            Ok(stores
+                .pods
+                .get(&ObjectRef::new(&owner.name).within(ns))
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(owner.uid.as_str())))
+        } else {
+            owners::alive(&self.client, ns, &owner).await
+        };
+        match alive {
+            Ok(true) => return false,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %e, "cannot tell whether an auto PodGroup's owner still exists; retried next cycle");
+                return true;
+            }
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: g.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), previous_owner = %format!("{} {} ({})", owner.kind, owner.name, owner.uid), "deleted an auto PodGroup left by an owner that is gone")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot delete an auto PodGroup left by an owner that is gone")
+            }
+        }
+        true
+    }
+
     /// Drops what this replica remembered from cycles it ran before another one led.
     pub fn forget(&mut self) {
         self.assumed.clear();
@@ -298,9 +485,14 @@ impl Scheduler {
             }
             tracing::error!(error = %text, "object left out of scheduling");
             let (ns, name) = split_key(&e.object);
+            let group_api = if e.origin.as_deref() == Some(crate::volcano::ORIGIN) {
+                Origin::Volcano.api_version()
+            } else {
+                Origin::Basalt.api_version()
+            };
             let target = match e.kind.as_str() {
                 "Pod" => Some(("v1", "Pod")),
-                "PodGroup" => Some(("scheduling.basalt.dev/v1alpha1", "PodGroup")),
+                "PodGroup" => Some((group_api, "PodGroup")),
                 _ => None,
             };
             if let Some((api_version, kind)) = target {
@@ -324,7 +516,7 @@ impl Scheduler {
         let (retry, failed) = self.bind_all(plan, stores).await;
         self.nominate(plan, stores).await;
         self.write_groups(plan, stores, &failed).await;
-        self.write_queues(plan, stores).await;
+        self.write_queues(plan).await;
 
         let pending: Vec<_> = stores
             .pods
@@ -340,7 +532,7 @@ impl Scheduler {
             })
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
-        self.queue_metrics(plan, stores, &pending);
+        self.queue_metrics(plan, &pending);
 
         if retry {
             self.retry_streak = (self.retry_streak + 1).min(7);
@@ -353,13 +545,16 @@ impl Scheduler {
 
     /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
     /// of queues or resources gone since the last cycle are dropped.
-    fn queue_metrics(&self, plan: &Plan, stores: &Stores, pending: &[Arc<Pod>]) {
+    fn queue_metrics(&self, plan: &Plan, pending: &[Arc<Pod>]) {
         let m = &self.metrics;
         let queue_of_group = |ns: &str, name: &str| {
-            stores
-                .pod_groups
-                .get(&ObjectRef::new(name).within(ns))
-                .map(|g| g.spec.queue.clone().unwrap_or_else(|| "default".into()))
+            self.view.groups.get(&format!("{ns}/{name}")).map(|g| {
+                g.group
+                    .spec
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| "default".into())
+            })
         };
         let label = |q: &str| vec![("queue".to_string(), q.to_string())];
         let mut pods: BTreeMap<String, i64> = BTreeMap::new();
@@ -602,7 +797,12 @@ impl Scheduler {
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
-            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+            let Some((group, origin)) = self
+                .view
+                .groups
+                .get(&planned.name)
+                .map(|g| (g.group.clone(), g.origin))
+            else {
                 continue;
             };
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
@@ -622,34 +822,48 @@ impl Scheduler {
             }
             let current = group.status.clone().unwrap_or_default();
             if !same_status(&desired, &current) {
-                let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
                     .unwrap_or_else(|_| Value::Array(vec![]));
-                let patch = json!({ "status": body });
-                if let Err(e) = api
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    tracing::warn!(group = %planned.name, error = %classify(&e).1, "cannot write PodGroup status");
+                let patch = Patch::Merge(json!({ "status": body }));
+                let params = PatchParams::default();
+                // Into the object the group was read from: Volcano's status subresource for
+                // a Volcano PodGroup (same fields).
+                let result = match origin {
+                    Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
+                        .patch_status(name, &params, &patch)
+                        .await
+                        .map(drop),
+                    Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
+                        .patch_status(name, &params, &patch)
+                        .await
+                        .map(drop),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(group = %planned.name, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
                 }
             }
-            self.report_unschedulable(planned, &group, stores).await;
+            self.report_unschedulable(planned, &group, origin, stores)
+                .await;
         }
     }
 
     /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
     /// PodGroup object; pods without one are not counted), written only when it changed.
-    async fn write_queues(&mut self, plan: &Plan, stores: &Stores) {
+    async fn write_queues(&mut self, plan: &Plan) {
         use basalt_crds::types::QueueState;
         let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
         for planned in &plan.pod_groups {
-            let (ns, name) = split_key(&planned.name);
-            let Some(group) = stores.pod_groups.get(&ObjectRef::new(name).within(ns)) else {
+            let Some(entry) = self.view.groups.get(&planned.name) else {
                 continue;
             };
-            let queue = group.spec.queue.clone().unwrap_or_else(|| "default".into());
+            let queue = entry
+                .group
+                .spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let c = counts.entry(queue).or_default();
             match planned.phase {
                 basalt_engine::JobPhase::Running => c.0 += 1,
@@ -659,7 +873,7 @@ impl Scheduler {
             }
         }
         for q in &plan.queues {
-            let Some(current) = stores.queues.get(&ObjectRef::new(&q.name)) else {
+            let Some(current) = self.view.queues.get(&q.name) else {
                 continue;
             };
             let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
@@ -681,6 +895,7 @@ impl Scheduler {
             if current.status.as_ref() == Some(&desired) {
                 continue;
             }
+            let origin = current.origin;
             let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
             // A merge patch keeps omitted keys: resources no longer held are written as null.
             let mut allocated = serde_json::Map::new();
@@ -691,16 +906,20 @@ impl Scheduler {
                 allocated.entry(k.clone()).or_insert(Value::Null);
             }
             body["allocated"] = Value::Object(allocated);
-            let api: Api<basalt_crds::Queue> = Api::all(self.client.clone());
-            let result = api
-                .patch_status(
-                    &q.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({ "status": body })),
-                )
-                .await;
+            let patch = Patch::Merge(json!({ "status": body }));
+            let params = PatchParams::default();
+            let result = match origin {
+                Origin::Basalt => Api::<basalt_crds::Queue>::all(self.client.clone())
+                    .patch_status(&q.name, &params, &patch)
+                    .await
+                    .map(drop),
+                Origin::Volcano => Api::<VolcanoQueue>::all(self.client.clone())
+                    .patch_status(&q.name, &params, &patch)
+                    .await
+                    .map(drop),
+            };
             if let Err(e) = result {
-                tracing::warn!(queue = %q.name, error = %classify(&e).1, "cannot write Queue status");
+                tracing::warn!(queue = %q.name, api = origin.api_version(), error = %classify(&e).1, "cannot write Queue status");
             }
         }
     }
@@ -711,6 +930,7 @@ impl Scheduler {
         &mut self,
         planned: &PlannedGroup,
         group: &PodGroup,
+        origin: Origin,
         stores: &Stores,
     ) {
         let group_key = format!("PodGroup/{}", planned.name);
@@ -727,7 +947,7 @@ impl Scheduler {
         let mut targets = vec![(
             group_key,
             ObjectReference {
-                api_version: Some("scheduling.basalt.dev/v1alpha1".into()),
+                api_version: Some(origin.api_version().into()),
                 kind: Some("PodGroup".into()),
                 namespace: Some(ns.into()),
                 name: Some(name.into()),

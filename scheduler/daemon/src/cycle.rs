@@ -1,20 +1,57 @@
 //! One scheduling cycle: the stores (plus the assume cache) to a snapshot, the engine, the plan
 //! applied.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::{build_snapshot, ConvertError, ConvertOptions, Object};
+use basalt_crds::{build_snapshot, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus};
 use basalt_engine::Snapshot;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
 use crate::stores::Stores;
+use crate::volcano;
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
 const SOURCE: &str = "cluster";
 /// At most this many bad objects are left out of one snapshot before the cycle is skipped.
 const MAX_DROPPED: usize = 256;
+
+/// The API a PodGroup or Queue of this cycle was read from, where its status is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    Basalt,
+    Volcano,
+}
+
+impl Origin {
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Origin::Basalt => basalt_crds::types::API_VERSION,
+            Origin::Volcano => volcano::API_VERSION,
+        }
+    }
+}
+
+pub struct GroupEntry {
+    pub group: Arc<PodGroup>,
+    pub origin: Origin,
+}
+
+pub struct QueueEntry {
+    /// The status as it stands (only what the scheduler writes).
+    pub status: Option<QueueStatus>,
+    pub origin: Origin,
+}
+
+/// The PodGroups and Queues that went into this cycle's snapshot, Basalt's and Volcano's, by
+/// `ns/name` and name.
+#[derive(Default)]
+pub struct View {
+    pub groups: HashMap<String, GroupEntry>,
+    pub queues: HashMap<String, QueueEntry>,
+}
 
 pub struct Outcome {
     /// How long to wait before the next cycle (binds failed with a retryable error).
@@ -24,12 +61,13 @@ pub struct Outcome {
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     s.auto_groups(stores).await;
-    let objects = collect(s, stores);
+    let (objects, unreadable) = collect(s, stores);
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
         now_ms: jiff::Timestamp::now().as_millisecond(),
     };
-    let (snapshot, errors) = build_tolerant(objects, &options);
+    let (snapshot, mut errors) = build_tolerant(objects, &options);
+    errors.extend(unreadable);
     s.report_convert_errors(&errors).await;
     let Some(snapshot) = snapshot else {
         s.metrics
@@ -49,8 +87,14 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
 
 /// The stores' objects, with pods this scheduler bound but the watch does not show bound yet
 /// placed where they were bound (the assume cache), so their capacity is never handed out twice.
-fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
+/// Volcano's PodGroups and Queues join Basalt's (Basalt's win a name they share); those that
+/// cannot be read are returned as errors.
+fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<ConvertError>) {
     let mut objects = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut view = View::default();
+    let mut collisions = HashSet::new();
+    let volcano = stores.volcano.current();
     let src = || SOURCE.to_string();
     for n in stores.nodes.state() {
         objects.push((src(), Object::Node(Box::new((*n).clone()))));
@@ -59,20 +103,102 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
         objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
     }
     for q in stores.queues.state() {
+        let name = q.metadata.name.clone().unwrap_or_default();
+        view.queues.insert(
+            name,
+            QueueEntry {
+                status: q.status.clone(),
+                origin: Origin::Basalt,
+            },
+        );
         objects.push((src(), Object::Queue(Box::new((*q).clone()))));
+    }
+    for q in volcano
+        .iter()
+        .flat_map(|v| v.queues.iter())
+        .flat_map(|s| s.state())
+    {
+        let name = q.metadata.name.clone().unwrap_or_default();
+        // Volcano's `root` is its queue tree's implicit top, which Basalt has built in.
+        if name == "root" {
+            continue;
+        }
+        if view.queues.contains_key(&name) {
+            collisions.insert(format!("Queue {name}"));
+            continue;
+        }
+        match q.to_basalt() {
+            Ok(b) => {
+                view.queues.insert(
+                    name,
+                    QueueEntry {
+                        status: q.current_status(),
+                        origin: Origin::Volcano,
+                    },
+                );
+                objects.push((volcano::ORIGIN.to_string(), Object::Queue(Box::new(b))));
+            }
+            Err(e) => unreadable.push(e),
+        }
     }
     for t in stores.topologies.state() {
         objects.push((src(), Object::NodeTopology(Box::new((*t).clone()))));
     }
     let mut group_keys = HashSet::new();
     for g in stores.pod_groups.state() {
-        group_keys.insert(format!(
+        let key = format!(
             "{}/{}",
             g.metadata.namespace.as_deref().unwrap_or("default"),
             g.metadata.name.as_deref().unwrap_or("")
-        ));
+        );
+        group_keys.insert(key.clone());
         objects.push((src(), Object::PodGroup(Box::new((*g).clone()))));
+        view.groups.insert(
+            key,
+            GroupEntry {
+                group: g,
+                origin: Origin::Basalt,
+            },
+        );
     }
+    for g in volcano
+        .iter()
+        .flat_map(|v| v.pod_groups.iter())
+        .flat_map(|s| s.state())
+    {
+        let key = format!(
+            "{}/{}",
+            g.metadata.namespace.as_deref().unwrap_or("default"),
+            g.metadata.name.as_deref().unwrap_or("")
+        );
+        if group_keys.contains(&key) {
+            collisions.insert(format!("PodGroup {key}"));
+            continue;
+        }
+        match g.to_basalt() {
+            Ok(b) => {
+                objects.push((
+                    volcano::ORIGIN.to_string(),
+                    Object::PodGroup(Box::new(b.clone())),
+                ));
+                view.groups.insert(
+                    key,
+                    GroupEntry {
+                        group: Arc::new(b),
+                        origin: Origin::Volcano,
+                    },
+                );
+            }
+            Err(e) => unreadable.push(e),
+        }
+    }
+    for c in &collisions {
+        if !s.collisions.contains(c) {
+            tracing::warn!(object = %c, "a Basalt and a Volcano object share this name; Basalt's is used, Volcano's ignored");
+        }
+    }
+    s.collisions = collisions;
+    s.view = view;
     // An auto PodGroup the watch shows: nothing left to bridge.
     s.auto_groups.retain(|pod, group| {
         let (ns, _) = pod.split_once('/').unwrap_or(("default", pod));
@@ -131,7 +257,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> Vec<(String, Object)> {
     // A pod that left the store was deleted: nothing to assume any more.
     s.assumed.retain(|k, _| seen.contains(k));
     s.owner_members.retain(|k, _| live_members.contains(k));
-    objects
+    (objects, unreadable)
 }
 
 pub fn pod_key(p: &Pod) -> String {

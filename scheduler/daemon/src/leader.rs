@@ -1,15 +1,17 @@
-//! Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: the holder renews
-//! every third of the lease duration; another replica takes the lease over once it has seen the
-//! same record unchanged for a whole lease duration (its own clock, so clock skew between
-//! replicas does not matter). A leader that cannot renew stops scheduling after two thirds of
-//! the duration, before anyone else may take over.
+//! Leader election on a coordination.k8s.io/v1 Lease through kube-lease-manager.
+//!
+//! The crate's fully automated `watch()` is not used: when a renewal fails it logs and retries
+//! but keeps reporting leadership, so a leader cut off from the API would go on scheduling
+//! after its lease expired. The loop below drives `LeaseManager::changed()` itself and, on any
+//! error, stops leading at once (the renewal runs `grace` before the lease expires, so that is
+//! before anyone may take over), releases the lease as soon as the API answers again, and
+//! starts over with a fresh manager, so leadership is only ever reported after a successful
+//! acquisition.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::Client;
+use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 
 #[derive(Clone, Debug)]
@@ -20,48 +22,48 @@ pub struct LeaseConfig {
     pub duration: Duration,
 }
 
-pub struct Elector {
-    api: Api<Lease>,
-    config: LeaseConfig,
-    /// The other holder's record as last seen, and when it was first seen so.
-    observed: Option<(String, Instant)>,
+/// Whole seconds (the Lease API's unit): the duration, and the grace before expiry at which the
+/// holder renews (a third, at least a second). Under 2 s is refused.
+pub fn lease_seconds(duration: Duration) -> Result<(u64, u64), String> {
+    let d = duration.as_secs_f64().round() as u64;
+    if d < 2 {
+        return Err(format!(
+            "--lease-duration {duration:?}: must be at least 2s (leases count whole seconds)"
+        ));
+    }
+    Ok((d, (d / 3).max(1)))
 }
 
-enum Attempt {
-    Leader,
-    Follower,
+pub struct Elector {
+    client: Client,
+    config: LeaseConfig,
 }
+
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Elector {
     pub fn new(client: Client, config: LeaseConfig) -> Elector {
-        Elector {
-            api: Api::namespaced(client, &config.namespace),
-            config,
-            observed: None,
-        }
+        Elector { client, config }
+    }
+
+    async fn manager(&self) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+        // Checked at start (exit 2), so the fallback is never used.
+        let (duration, grace) = lease_seconds(self.config.duration).unwrap_or((2, 1));
+        LeaseManagerBuilder::new(self.client.clone(), &self.config.name)
+            .with_namespace(&self.config.namespace)
+            .with_identity(&self.config.identity)
+            .with_duration(duration)
+            .with_grace(grace)
+            .with_create_mode(LeaseCreateMode::AutoCreate)
+            .build()
+            .await
     }
 
     /// Campaigns and renews until `stop` turns true, publishing leadership on `leader`; then
     /// releases the lease if held.
-    pub async fn run(mut self, leader: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
-        let every = (self.config.duration / 3).max(Duration::from_millis(100));
-        let deadline = self.config.duration * 2 / 3;
-        let mut last_renew: Option<Instant> = None;
-        loop {
-            let is_leader = match self.attempt().await {
-                Ok(Attempt::Leader) => {
-                    last_renew = Some(Instant::now());
-                    true
-                }
-                Ok(Attempt::Follower) => {
-                    last_renew = None;
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!(lease = %self.config.name, error = %e, "lease request failed");
-                    last_renew.is_some_and(|t| t.elapsed() < deadline)
-                }
-            };
+    pub async fn run(self, leader: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
+        let publish = |is_leader: bool| {
             leader.send_if_modified(|l| {
                 if *l != is_leader {
                     tracing::info!(identity = %self.config.identity, leader = is_leader, "leadership changed");
@@ -71,116 +73,108 @@ impl Elector {
                     false
                 }
             });
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = stop.wait_for(|s| *s) => break,
-            }
-        }
-        if *leader.borrow() {
-            self.release().await;
-        }
-        leader.send_replace(false);
-    }
-
-    fn lease_seconds(&self) -> i32 {
-        i32::try_from(self.config.duration.as_secs().max(1)).unwrap_or(i32::MAX)
-    }
-
-    async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
-        let now = MicroTime(jiff::Timestamp::now());
-        let name = self.config.name.clone();
-        let me = self.config.identity.clone();
-        let Some(mut lease) = self.api.get_opt(&name).await? else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(name),
-                    namespace: Some(self.config.namespace.clone()),
-                    ..Default::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(me),
-                    lease_duration_seconds: Some(self.lease_seconds()),
-                    acquire_time: Some(now.clone()),
-                    renew_time: Some(now),
-                    lease_transitions: Some(0),
-                    ..Default::default()
-                }),
-            };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(Attempt::Leader),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Follower),
-                Err(e) => Err(e),
-            };
         };
-        let lease_seconds = self.lease_seconds();
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        if holder.as_deref() != Some(me.as_str()) {
-            if let Some(holder) = holder {
-                let record = format!(
-                    "{holder}@{:?}",
-                    spec.renew_time.as_ref().map(|t| t.0.to_string())
-                );
-                let held_for = Duration::from_secs(
-                    u64::try_from(spec.lease_duration_seconds.unwrap_or(lease_seconds))
-                        .unwrap_or(1),
-                );
-                match &self.observed {
-                    Some((seen, at)) if *seen == record => {
-                        if at.elapsed() < held_for {
-                            return Ok(Attempt::Follower);
-                        }
+        let mut backoff = MIN_BACKOFF;
+        let mut manager: Option<LeaseManager> = None;
+        // After an error: the lease this replica may still hold, to be released first.
+        let mut to_release: Option<LeaseManager> = None;
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            if let Some(old) = &to_release {
+                let released = tokio::select! {
+                    r = old.release() => r,
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                match released {
+                    Ok(()) => {
+                        to_release = None;
+                        backoff = MIN_BACKOFF;
                     }
-                    _ => {
-                        self.observed = Some((record, Instant::now()));
-                        return Ok(Attempt::Follower);
+                    Err(e) => {
+                        tracing::warn!(lease = %self.config.name, error = %e, "cannot release the lease yet");
+                        if pause(&mut stop, &mut backoff).await {
+                            break;
+                        }
+                        continue;
                     }
                 }
-                tracing::info!(%holder, "lease expired; taking it over");
             }
-            spec.holder_identity = Some(me);
-            spec.acquire_time = Some(now.clone());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+            let m = match &manager {
+                Some(m) => m,
+                None => {
+                    let built = tokio::select! {
+                        r = self.manager() => r,
+                        _ = stop.wait_for(|s| *s) => break,
+                    };
+                    match built {
+                        Ok(m) => manager.insert(m),
+                        Err(e) => {
+                            tracing::warn!(lease = %self.config.name, error = %e, "lease request failed");
+                            if pause(&mut stop, &mut backoff).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            let changed = tokio::select! {
+                r = m.changed() => r,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            match changed {
+                Ok(is_leader) => {
+                    backoff = MIN_BACKOFF;
+                    publish(is_leader);
+                }
+                Err(e) => {
+                    // A renewal (or a look at the lease) failed: stop leading now, before the
+                    // lease can expire; give it up once the API answers; then campaign afresh.
+                    tracing::warn!(lease = %self.config.name, error = %e, "lease request failed; not leading until the lease is acquired again");
+                    publish(false);
+                    to_release = manager.take();
+                    if pause(&mut stop, &mut backoff).await {
+                        break;
+                    }
+                }
+            }
         }
-        spec.renew_time = Some(now);
-        spec.lease_duration_seconds = Some(lease_seconds);
-        // The resourceVersion read above makes this a compare-and-swap: a 409 means someone
-        // else wrote first.
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => {
-                self.observed = None;
-                Ok(Attempt::Leader)
+        // Called when leading (or possibly still holding after an error): gives the lease up
+        // so another replica takes over at once.
+        let held = *leader.borrow();
+        publish(false);
+        if let Some(m) = manager.filter(|_| held).or(to_release) {
+            match m.release().await {
+                Ok(()) => tracing::info!(lease = %self.config.name, "lease released"),
+                Err(e) => tracing::warn!(error = %e, "cannot release the lease"),
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Follower),
-            Err(e) => Err(e),
         }
     }
+}
 
-    /// Gives the lease up so another replica takes over at once.
-    async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
-            return;
-        };
-        let Some(spec) = lease.spec.as_mut() else {
-            return;
-        };
-        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
-        }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => tracing::info!(lease = %self.config.name, "lease released"),
-            Err(e) => tracing::warn!(error = %e, "cannot release the lease"),
-        }
+/// Waits out the backoff (doubling it); true when asked to stop meanwhile.
+async fn pause(stop: &mut watch::Receiver<bool>, backoff: &mut Duration) -> bool {
+    let wait = *backoff;
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_seconds_are_whole_with_a_third_for_grace() {
+        assert_eq!(lease_seconds(Duration::from_secs(15)), Ok((15, 5)));
+        assert_eq!(lease_seconds(Duration::from_secs(2)), Ok((2, 1)));
+        assert_eq!(lease_seconds(Duration::from_millis(2400)), Ok((2, 1)));
+        assert!(lease_seconds(Duration::from_millis(1400))
+            .unwrap_err()
+            .contains("--lease-duration"));
     }
 }

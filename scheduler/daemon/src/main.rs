@@ -8,6 +8,7 @@ mod http;
 mod leader;
 mod owners;
 mod stores;
+mod volcano;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,6 +53,14 @@ struct Args {
     /// and the process id.
     #[arg(long)]
     identity: Option<String>,
+    /// How long what a pod's owner says (`scheduling.basalt.dev/min-member`, `/queue`) is
+    /// trusted before the owner is read again.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    owner_cache_ttl: Duration,
+    /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1) are
+    /// served, while they are not.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    volcano_discovery_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -121,6 +130,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.leader_elect {
+        if let Err(e) = leader::lease_seconds(args.lease_duration) {
+            eprintln!("basalt-scheduler: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -163,7 +178,7 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz, /metrics");
     let server = tokio::spawn(http::serve(listener, metrics.clone(), shutdown_rx.clone()));
 
-    let stores = stores::Stores::start(client.clone());
+    let stores = stores::Stores::start(client.clone(), args.volcano_discovery_interval);
     let mut rx = shutdown_rx.clone();
     tokio::select! {
         r = stores.wait_ready() => r?,
@@ -191,8 +206,14 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         tokio::spawn(elector.run(leader_tx.clone(), stop_rx))
     });
 
-    let mut scheduler =
-        apply::Scheduler::new(client, config, metrics, args.bind_concurrency, identity);
+    let mut scheduler = apply::Scheduler::new(
+        client,
+        config,
+        metrics,
+        args.bind_concurrency,
+        identity,
+        args.owner_cache_ttl,
+    );
     let min_gap = Duration::from_millis(50);
     loop {
         if !*leader_rx.borrow() {

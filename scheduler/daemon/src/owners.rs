@@ -1,11 +1,31 @@
 //! Auto PodGroups per owner: a groupless Basalt pod whose owner (Job, JobSet, PyTorchJob, any
 //! kind) carries `scheduling.basalt.dev/min-member` joins one PodGroup made for that owner.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 
 /// Owner annotation: the gang size of the owner's pods.
 pub const MIN_MEMBER: &str = "scheduling.basalt.dev/min-member";
+/// Label on the PodGroups the scheduler makes itself.
+pub const AUTO_LABEL: &str = "scheduling.basalt.dev/auto";
+
+/// Whether the scheduler made this PodGroup (groups of one, owner groups).
+pub fn is_auto(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(AUTO_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// The object's controller ownerReference, else its first.
+pub fn controller(meta: &ObjectMeta) -> Option<OwnerReference> {
+    let refs = meta.owner_references.as_ref()?;
+    refs.iter()
+        .find(|r| r.controller == Some(true))
+        .or_else(|| refs.first())
+        .cloned()
+}
 
 /// What a pod's owner says about grouping, cached per owner uid.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +68,29 @@ pub async fn resolve(
         Err(e) => return Err(format!("{what}: discovery: {e}")),
     };
     owner_object(client, ns, &resource, &what, name, uid).await
+}
+
+/// Whether the object an ownerReference names still exists with that uid. `Err` is a transient
+/// failure.
+pub async fn alive(client: &Client, ns: &str, r: &OwnerReference) -> Result<bool, String> {
+    let (group, version) = r
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &r.api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+    let what = format!("{} {ns}/{}", r.kind, r.name);
+    let resource = match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok((ar, _)) => ar,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+        Err(kube::Error::Discovery(_)) => return Ok(false),
+        Err(e) => return Err(format!("{what}: discovery: {e}")),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    match api.get_opt(&r.name).await {
+        Ok(Some(o)) => Ok(o.metadata.uid.as_deref().is_none_or(|u| u == r.uid)),
+        Ok(None) => Ok(false),
+        Err(e) => Err(format!("{what}: {e}")),
+    }
 }
 
 async fn owner_object(

@@ -97,9 +97,15 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.k8s.io", "priorityclasses", "watch"),
         ("scheduling.basalt.dev", "podgroups", "watch"),
         ("scheduling.basalt.dev", "podgroups", "create"),
+        ("scheduling.basalt.dev", "podgroups", "patch"),
+        ("scheduling.basalt.dev", "podgroups", "delete"),
         ("scheduling.basalt.dev", "podgroups/status", "patch"),
         ("scheduling.basalt.dev", "queues/status", "patch"),
         ("scheduling.basalt.dev", "nodetopologies", "list"),
+        ("scheduling.volcano.sh", "podgroups", "watch"),
+        ("scheduling.volcano.sh", "queues", "list"),
+        ("scheduling.volcano.sh", "podgroups/status", "patch"),
+        ("scheduling.volcano.sh", "queues/status", "patch"),
         ("batch", "jobs", "get"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("kubeflow.org", "pytorchjobs", "get"),
@@ -112,6 +118,39 @@ fn kustomize_renders_a_working_scheduler_install() {
     // Least privilege: nothing may delete pods or nodes except through the eviction API.
     assert!(!allows(&rules, "", "pods", "delete"));
     assert!(!allows(&rules, "", "nodes", "patch"));
+    // Volcano's objects are read and their status written, never created or changed.
+    assert!(!allows(
+        &rules,
+        "scheduling.volcano.sh",
+        "podgroups",
+        "create"
+    ));
+    assert!(!allows(
+        &rules,
+        "scheduling.volcano.sh",
+        "podgroups",
+        "patch"
+    ));
+    // The Lease: created, then read and patched (kube-lease-manager) by name only.
+    let lease_role: k8s_openapi::api::rbac::v1::Role =
+        serde_json::from_value(find(&docs, "Role", "basalt-scheduler-leader").clone()).unwrap();
+    let lease_rules = lease_role.rules.unwrap();
+    assert!(allows(
+        &lease_rules,
+        "coordination.k8s.io",
+        "leases",
+        "create"
+    ));
+    for verb in ["get", "patch"] {
+        assert!(
+            lease_rules.iter().any(|r| {
+                r.resources.as_deref().unwrap_or_default() == ["leases"]
+                    && r.resource_names.as_deref().unwrap_or_default() == ["basalt-scheduler"]
+                    && r.verbs.iter().any(|v| v == verb)
+            }),
+            "{verb} on its own lease not granted"
+        );
+    }
     for crd in ["podgroups", "queues", "nodetopologies"] {
         find(
             &docs,

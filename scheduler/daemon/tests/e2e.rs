@@ -889,3 +889,583 @@ fn an_unknown_log_format_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-format") && err.contains("xml"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Volcano's PodGroups and Queues
+// ---------------------------------------------------------------------------------------------
+
+/// The scheduler's stderr, one parsed JSON log line each (`--log-format json`), gathered on a
+/// thread while it runs.
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+impl Logs {
+    fn lines(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn any(&self, f: impl Fn(&Value) -> bool) -> bool {
+        self.0.lock().unwrap().iter().any(f)
+    }
+
+    /// Warnings and errors so far, as text.
+    fn problems(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["level"] == "WARN" || l["level"] == "ERROR")
+            .map(|l| l.to_string())
+            .collect()
+    }
+}
+
+impl Cluster {
+    /// The scheduler with JSON logs collected.
+    fn start_logged(&self, extra: &[&str]) -> (Scheduler, Logs) {
+        let mut child = Command::new(BIN)
+            .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+            .args(["--log-format", "json"])
+            .args(extra)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("scheduler starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        (Scheduler(child), Logs(lines))
+    }
+
+    fn volcano_group(&self, name: &str) -> Value {
+        self.server
+            .get("scheduling.volcano.sh/v1beta1", "PodGroup", "default", name)
+            .unwrap_or_else(|| panic!("Volcano PodGroup {name} exists"))
+    }
+
+    /// A kube client on the same kubeconfig, for writes the server's handle does not offer.
+    async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.dir.path().join("kubeconfig"))
+            .expect("kubeconfig reads");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("kubeconfig loads");
+        kube::Client::try_from(cfg).expect("client")
+    }
+}
+
+fn volcano_queue(name: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1, "reclaimable": true},
+    })
+}
+
+fn volcano_group(name: &str, min_member: u32, queue: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": min_member, "queue": queue},
+    })
+}
+
+/// A pod in a Volcano PodGroup, named the way Volcano's job controller names it.
+fn volcano_pod(name: &str, group: &str, gpus: u32) -> Value {
+    let mut p = pod(name, group, gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": group});
+    p
+}
+
+/// Volcano's CRD for `plural` (status subresource declared, as Volcano's own CRDs do).
+fn volcano_crd(plural: &str, kind: &str, scope: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.scheduling.volcano.sh")},
+        "spec": {"group": "scheduling.volcano.sh", "scope": scope,
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A server that serves only what a plain cluster with Basalt's CRDs installed serves: no
+/// Volcano.
+async fn cluster_without_volcano() -> Cluster {
+    let c = cluster(Config {
+        preinstall_crds: false,
+        ..Config::default()
+    })
+    .await;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    for entry in std::fs::read_dir(&dir).expect("deploy/crds") {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let crd: Value = serde_yaml::from_str(&text).expect("CRD YAML");
+        c.create(crd);
+    }
+    assert!(c
+        .server
+        .resources()
+        .iter()
+        .all(|r| r.group != "scheduling.volcano.sh"));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_podgroups_and_queues_are_scheduled_and_their_status_written_back() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(node("n2", 8));
+    c.create(volcano_queue("vq"));
+    // Volcano's implicit tree top, as a Volcano install has it: not a queue of its own.
+    c.create(volcano_queue("root"));
+    c.create(volcano_group("vg", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("vg-{i}"), "vg", 4));
+    }
+    // A Volcano gang that fits nowhere (16 GPUs a pod, 8 a node).
+    c.create(volcano_group("big", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("big-{i}"), "big", 16));
+    }
+    // The same name in both APIs: Basalt's group (minMember 1) wins over Volcano's (3).
+    c.create(group("dup", 1, "vq"));
+    c.create(volcano_group("dup", 3, "vq"));
+    c.create(pod("dup-0", "dup", 1));
+    let (_s, logs) = c.start_logged(&[]);
+
+    eventually("the Volcano gang bound", || {
+        (0..2).all(|i| c.node_of(&format!("vg-{i}")).is_some())
+    })
+    .await;
+    eventually("the Volcano PodGroup Running, in Volcano's object", || {
+        let g = c.volcano_group("vg");
+        g["status"]["phase"] == "Running" && g["status"]["running"] == 2
+    })
+    .await;
+    eventually(
+        "Unschedulable on the Volcano object of the gang that does not fit",
+        || {
+            c.volcano_group("big")["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|cond| cond["type"] == "Unschedulable" && cond["status"] == "True")
+                })
+        },
+    )
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("big-{i}")).is_none()));
+    eventually("FailedScheduling about the Volcano PodGroup", || {
+        c.events("FailedScheduling", "big")
+            .iter()
+            .any(|e| e["involvedObject"]["apiVersion"] == "scheduling.volcano.sh/v1beta1")
+    })
+    .await;
+    // Basalt's `dup` was used: a group of one, bound and Running; Volcano's is left alone.
+    eventually("Basalt's dup Running", || {
+        c.node_of("dup-0").is_some() && c.group("dup")["status"]["phase"] == "Running"
+    })
+    .await;
+    assert!(
+        c.volcano_group("dup")["status"].is_null(),
+        "Volcano's dup untouched"
+    );
+    eventually("the Volcano Queue's status counts its groups", || {
+        let q = c
+            .server
+            .get("scheduling.volcano.sh/v1beta1", "Queue", "", "vq")
+            .unwrap();
+        let s = &q["status"];
+        // vg and Basalt's dup run in vq; big waits (admitted, Inqueue). 4 + 4 + 1 GPUs held.
+        s["state"] == "Open"
+            && s["running"] == 2
+            && s["inqueue"] == 1
+            && s["pending"] == 0
+            && s["allocated"]["nvidia.com/gpu"] == "9"
+    })
+    .await;
+    let root = c
+        .server
+        .get("scheduling.volcano.sh/v1beta1", "Queue", "", "root")
+        .unwrap();
+    assert!(
+        root["status"].is_null(),
+        "Volcano's root queue is not scheduled into"
+    );
+    // Several cycles later, the name clash was still said once.
+    let cycles = Instant::now();
+    while cycles.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let clashes: Vec<Value> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" && l["object"] == "PodGroup default/dup")
+        .collect();
+    assert_eq!(clashes.len(), 1, "{clashes:?}");
+    assert!(c
+        .server
+        .list("v1", "Event")
+        .iter()
+        .all(|e| e["reason"] != "InvalidObject"));
+    c.assert_no_node_over_capacity();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_volcano_nothing_is_said_and_its_crds_are_picked_up_once_installed() {
+    let c = cluster_without_volcano().await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    c.create(group("g", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g-{i}"), "g", 2));
+    }
+    let (_s, logs) = c.start_logged(&["--volcano-discovery-interval", "200ms"]);
+    eventually("the Basalt gang bound", || {
+        (0..2).all(|i| c.node_of(&format!("g-{i}")).is_some())
+    })
+    .await;
+    // Several discovery rounds and cycles: not one warning or error.
+    let rounds = Instant::now();
+    while rounds.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(logs.problems(), Vec::<String>::new());
+    assert!(!logs.any(|l| l["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("watching Volcano"))));
+
+    // Volcano installed later: picked up without a restart.
+    c.create(volcano_crd("podgroups", "PodGroup", "Namespaced"));
+    c.create(volcano_crd("queues", "Queue", "Cluster"));
+    eventually("the scheduler watches Volcano's kinds", || {
+        logs.any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("watching Volcano"))
+        })
+    })
+    .await;
+    c.create(volcano_queue("vq"));
+    c.create(volcano_group("vg", 2, "vq"));
+    for i in 0..2 {
+        c.create(volcano_pod(&format!("vg-{i}"), "vg", 2));
+    }
+    eventually("the Volcano gang bound and Running", || {
+        (0..2).all(|i| c.node_of(&format!("vg-{i}")).is_some())
+            && c.volcano_group("vg")["status"]["phase"] == "Running"
+    })
+    .await;
+    assert!(
+        !logs.any(|l| l["message"] == "watch error"),
+        "{:?}",
+        logs.problems()
+    );
+
+    // Uninstalled again: its objects leave the snapshot, and nothing complains about it.
+    let client = c.client().await;
+    let crds: kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = kube::Api::all(client);
+    for name in [
+        "podgroups.scheduling.volcano.sh",
+        "queues.scheduling.volcano.sh",
+    ] {
+        crds.delete(name, &Default::default())
+            .await
+            .expect("CRD deleted");
+    }
+    eventually("the scheduler stops watching Volcano's kinds", || {
+        logs.any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no longer served"))
+        })
+    })
+    .await;
+    assert!(
+        !logs.any(|l| l["message"] == "watch error"),
+        "{:?}",
+        logs.problems()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The owner cache: re-read on expiry and per uid
+// ---------------------------------------------------------------------------------------------
+
+fn job(name: &str, min_member: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"scheduling.basalt.dev/min-member": min_member,
+                            "scheduling.basalt.dev/queue": "research"}},
+        "spec": {"parallelism": 3},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_s_changed_annotation_and_a_recreated_owner_are_read_again() {
+    use kube::api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    };
+    let c = cluster(Config::default()).await;
+    c.create(job_crd());
+    for n in ["n1", "n2", "n3"] {
+        c.create(node(n, 4));
+    }
+    c.create(queue("research"));
+    c.create(queue("other"));
+    c.create(job("train", "3"));
+    let uid_of = |c: &Cluster| {
+        c.server
+            .get("batch/v1", "Job", "default", "train")
+            .expect("the Job exists")["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first_uid = uid_of(&c);
+    for i in 0..2 {
+        c.create(owned_pod(&format!("train-{i}"), "train", &first_uid, 4));
+    }
+    let _s = c.start_with(&["--owner-cache-ttl", "300ms"]);
+    let train_pg = |c: &Cluster| {
+        c.server.get(
+            "scheduling.basalt.dev/v1alpha1",
+            "PodGroup",
+            "default",
+            "train-pg",
+        )
+    };
+    eventually("train-pg waits for a third member", || {
+        train_pg(&c).is_some_and(|g| {
+            g["spec"]["minMember"] == 3
+                && g["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|x| x["type"] == "Unschedulable"))
+        })
+    })
+    .await;
+    assert!((0..2).all(|i| c.node_of(&format!("train-{i}")).is_none()));
+
+    // The owner now asks for 2, in another queue: its cached entry expires, the owner is read
+    // again, the waiting group follows it, and the two members start.
+    let client = c.client().await;
+    let jobs: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("batch", "v1", "Job"), "jobs"),
+    );
+    let patch = json!({"metadata": {"annotations": {"scheduling.basalt.dev/min-member": "2",
+                                                      "scheduling.basalt.dev/queue": "other"}}});
+    jobs.patch("train", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("Job annotated");
+    eventually(
+        "train-pg follows the owner and its two members are bound",
+        || {
+            train_pg(&c)
+                .is_some_and(|g| g["spec"]["minMember"] == 2 && g["spec"]["queue"] == "other")
+                && (0..2).all(|i| c.node_of(&format!("train-{i}")).is_some())
+        },
+    )
+    .await;
+
+    // The Job is deleted (its pods with it, as the garbage collector would) and made again
+    // under the same name: a new uid, read afresh; the group the old one left is replaced by
+    // one owned by the new Job.
+    jobs.delete("train", &DeleteParams::default())
+        .await
+        .expect("Job deleted");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), "default");
+    for i in 0..2 {
+        pods.delete(&format!("train-{i}"), &DeleteParams::default())
+            .await
+            .expect("pod deleted");
+    }
+    c.create(job("train", "3"));
+    let second_uid = uid_of(&c);
+    assert_ne!(first_uid, second_uid);
+    for i in 0..2 {
+        c.create(owned_pod(&format!("again-{i}"), "train", &second_uid, 4));
+    }
+    eventually("train-pg is the new Job's, with its min-member", || {
+        train_pg(&c).is_some_and(|g| {
+            g["metadata"]["ownerReferences"][0]["uid"] == second_uid.as_str()
+                && g["spec"]["minMember"] == 3
+                && g["spec"]["queue"] == "research"
+        }) && (0..2).all(|i| {
+            c.pod(&format!("again-{i}"))["metadata"]["annotations"]
+                ["scheduling.basalt.dev/pod-group"]
+                == "train-pg"
+        })
+    })
+    .await;
+    // A gang of three with two members: not started (the stale group of two would have).
+    assert!((0..2).all(|i| c.node_of(&format!("again-{i}")).is_none()));
+    c.create(owned_pod("again-2", "train", &second_uid, 4));
+    eventually("the new Job's three members bound", || {
+        (0..3).all(|i| c.node_of(&format!("again-{i}")).is_some())
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leader election: a lease that cannot be renewed or is taken, and release on SIGTERM
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_or_loses_its_lease_stops_and_sigterm_releases_it() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("research"));
+    let (mut s, logs) = c.start_logged(&[
+        "--leader-elect",
+        "--lease-duration",
+        "2s",
+        "--identity",
+        "replica-a",
+    ]);
+    let lease = || {
+        c.server.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "kube-system",
+            "basalt-scheduler",
+        )
+    };
+    let holder = || lease().and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string));
+    let stepped_down = || {
+        logs.lines()
+            .iter()
+            .filter(|l| l["message"] == "leadership changed" && l["leader"] == false)
+            .count()
+    };
+    let led = || {
+        logs.lines()
+            .iter()
+            .filter(|l| l["message"] == "leadership changed" && l["leader"] == true)
+            .count()
+    };
+    eventually("replica-a holds the lease and leads", || {
+        holder().as_deref() == Some("replica-a") && led() == 1
+    })
+    .await;
+
+    // The API refuses every lease request: the leader stops at its next renewal, before the
+    // lease can expire, and binds nothing meanwhile.
+    c.server
+        .add_fault(basalt_apiserver::FaultRule {
+            verb: None,
+            resource: Some("leases".into()),
+            probability: 1.0,
+            code: Some(500),
+            delay_ms: 0,
+            remaining: None,
+        })
+        .unwrap();
+    eventually("the leader steps down", || stepped_down() == 1).await;
+    c.create(group("g1", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g1-{i}"), "g1", 2));
+    }
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((0..2).all(|i| c.node_of(&format!("g1-{i}")).is_none()));
+    c.server.clear_faults();
+    eventually("leading again, g1 bound", || {
+        (0..2).all(|i| c.node_of(&format!("g1-{i}")).is_some())
+    })
+    .await;
+
+    // Another writer takes the lease: the leader notices at its next renewal and stops.
+    let leases: kube::Api<Lease> = kube::Api::namespaced(c.client().await, "kube-system");
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff_now());
+    let taken = json!({"spec": {"holderIdentity": "intruder", "renewTime": now,
+                                "leaseDurationSeconds": 3600}});
+    leases
+        .patch(
+            "basalt-scheduler",
+            &PatchParams::default(),
+            &Patch::Merge(&taken),
+        )
+        .await
+        .expect("lease taken");
+    eventually("the leader steps down again", || stepped_down() == 2).await;
+    c.create(group("g2", 2, "research"));
+    for i in 0..2 {
+        c.create(pod(&format!("g2-{i}"), "g2", 2));
+    }
+    let idle = Instant::now();
+    while idle.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!((0..2).all(|i| c.node_of(&format!("g2-{i}")).is_none()));
+    assert_eq!(holder().as_deref(), Some("intruder"));
+    // The intruder gives it up: replica-a takes it and schedules.
+    let freed = json!({"spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null,
+                                "leaseDurationSeconds": null}});
+    leases
+        .patch(
+            "basalt-scheduler",
+            &PatchParams::default(),
+            &Patch::Merge(&freed),
+        )
+        .await
+        .expect("lease freed");
+    eventually("replica-a leads again, g2 bound", || {
+        holder().as_deref() == Some("replica-a")
+            && (0..2).all(|i| c.node_of(&format!("g2-{i}")).is_some())
+    })
+    .await;
+
+    // SIGTERM: exit 0 with the lease released, so another replica need not wait it out.
+    let status = Command::new("kill")
+        .args(["-TERM", &s.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(code) = s.0.try_wait().unwrap() {
+            break code;
+        }
+        assert!(start.elapsed() < DEADLINE, "the scheduler did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(code.success(), "exit status {code:?}");
+    assert_eq!(holder(), None, "lease released: {:?}", lease());
+    c.assert_no_node_over_capacity();
+}
+
+fn jiff_now() -> k8s_openapi::jiff::Timestamp {
+    k8s_openapi::jiff::Timestamp::now()
+}
+
+#[test]
+fn a_lease_shorter_than_two_seconds_is_refused() {
+    let out = Command::new(BIN)
+        .args(["--leader-elect", "--lease-duration", "500ms"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--lease-duration"), "{err}");
+}
