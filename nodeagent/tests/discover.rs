@@ -244,3 +244,18 @@ gpus:
         d.warnings
     );
 }
+
+/// Recorded on a real H200 machine (see the fixture's header): one GPU, its own island, the
+/// memory NVML reports, and a MIG plan for its model.
+#[test]
+fn recorded_h200_is_one_gpu_island() {
+    let d = fixture("h200-single.yaml");
+    assert_eq!(d.gpus.len(), 1);
+    assert_eq!(d.islands, vec![vec![0]]);
+    assert_eq!(d.matrix_smi()[0][0], "X");
+    let g = &d.gpus[0];
+    assert_eq!(g.model.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(g.memory_mib, Some(143771));
+    assert!(!g.mig.as_ref().unwrap().enabled);
+    assert_eq!(d.clique_id, None);
+}
