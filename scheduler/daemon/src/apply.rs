@@ -69,6 +69,8 @@ pub struct Scheduler {
     pub view: View,
     /// Basalt and Volcano objects sharing a name, already warned about.
     pub collisions: HashSet<String>,
+    /// Conversion warnings of the last snapshot, already logged.
+    pub reported_warnings: HashSet<String>,
 }
 
 enum BindResult {
@@ -119,6 +121,7 @@ impl Scheduler {
             owner_ttl,
             view: View::default(),
             collisions: HashSet::new(),
+            reported_warnings: HashSet::new(),
         }
     }
 

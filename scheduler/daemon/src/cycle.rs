@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::{build_snapshot, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus};
+use basalt_crds::{
+    build_snapshot_with_warnings, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
+};
 use basalt_engine::Snapshot;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -61,7 +63,7 @@ pub struct Outcome {
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     s.auto_groups(stores).await;
-    let (objects, unreadable) = collect(s, stores);
+    let (objects, unreadable, mut warnings) = collect(s, stores);
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
         now_ms: jiff::Timestamp::now().as_millisecond(),
@@ -69,6 +71,11 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let (snapshot, mut errors) = build_tolerant(objects, &options);
     errors.extend(unreadable);
     s.report_convert_errors(&errors).await;
+    if let Some((_, w)) = &snapshot {
+        warnings.extend(w.iter().cloned());
+        report_warnings(s, warnings);
+    }
+    let snapshot = snapshot.map(|(snapshot, _)| snapshot);
     let Some(snapshot) = snapshot else {
         s.metrics
             .cycle_duration
@@ -85,13 +92,34 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     Outcome { backoff }
 }
 
+/// Logs each conversion warning (a node in two HyperNodes of one tier, a Volcano field not
+/// honoured, ...) once while it lasts, not every cycle: a warning that goes away and comes back
+/// is logged again.
+fn report_warnings(s: &mut Scheduler, warnings: Vec<String>) {
+    let now: HashSet<String> = warnings.into_iter().collect();
+    let mut new: Vec<&String> = now
+        .iter()
+        .filter(|w| !s.reported_warnings.contains(*w))
+        .collect();
+    new.sort();
+    for w in new {
+        tracing::warn!(warning = %w, "conversion warning");
+    }
+    s.reported_warnings = now;
+}
+
 /// The stores' objects, with pods this scheduler bound but the watch does not show bound yet
 /// placed where they were bound (the assume cache), so their capacity is never handed out twice.
 /// Volcano's PodGroups and Queues join Basalt's (Basalt's win a name they share); those that
-/// cannot be read are returned as errors.
-fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<ConvertError>) {
+/// cannot be read are returned as errors. Volcano's HyperNodes join too (conversion turns them
+/// into node labels). Also returns warnings about Volcano fields not honoured.
+fn collect(
+    s: &mut Scheduler,
+    stores: &Stores,
+) -> (Vec<(String, Object)>, Vec<ConvertError>, Vec<String>) {
     let mut objects = Vec::new();
     let mut unreadable = Vec::new();
+    let mut warnings = Vec::new();
     let mut view = View::default();
     let mut collisions = HashSet::new();
     let volcano = stores.volcano.current();
@@ -115,7 +143,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<Co
     }
     for q in volcano
         .iter()
-        .flat_map(|v| v.queues.iter())
+        .flat_map(|v| v.kinds.queues.iter())
         .flat_map(|s| s.state())
     {
         let name = q.metadata.name.clone().unwrap_or_default();
@@ -141,6 +169,20 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<Co
             Err(e) => unreadable.push(e),
         }
     }
+    for h in stores
+        .hyper_nodes
+        .current()
+        .iter()
+        .flat_map(|w| w.kinds.hyper_nodes.state())
+    {
+        match h.to_basalt() {
+            Ok(typed) => objects.push((
+                volcano::TOPOLOGY_ORIGIN.to_string(),
+                Object::HyperNode(Box::new(typed)),
+            )),
+            Err(e) => unreadable.push(e),
+        }
+    }
     for t in stores.topologies.state() {
         objects.push((src(), Object::NodeTopology(Box::new((*t).clone()))));
     }
@@ -163,7 +205,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<Co
     }
     for g in volcano
         .iter()
-        .flat_map(|v| v.pod_groups.iter())
+        .flat_map(|v| v.kinds.pod_groups.iter())
         .flat_map(|s| s.state())
     {
         let key = format!(
@@ -176,7 +218,8 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<Co
             continue;
         }
         match g.to_basalt() {
-            Ok(b) => {
+            Ok((b, w)) => {
+                warnings.extend(w);
                 objects.push((
                     volcano::ORIGIN.to_string(),
                     Object::PodGroup(Box::new(b.clone())),
@@ -257,7 +300,7 @@ fn collect(s: &mut Scheduler, stores: &Stores) -> (Vec<(String, Object)>, Vec<Co
     // A pod that left the store was deleted: nothing to assume any more.
     s.assumed.retain(|k, _| seen.contains(k));
     s.owner_members.retain(|k, _| live_members.contains(k));
-    (objects, unreadable)
+    (objects, unreadable, warnings)
 }
 
 pub fn pod_key(p: &Pod) -> String {
@@ -270,14 +313,15 @@ pub fn pod_key(p: &Pod) -> String {
 
 /// Builds the snapshot, leaving out objects that cannot be converted (each one reported) so
 /// one bad object does not stop scheduling. A bound pod left out takes its node with it: its
-/// usage is unknown, so nothing may be placed there this cycle.
+/// usage is unknown, so nothing may be placed there this cycle. The snapshot comes with the
+/// conversion's warnings.
 fn build_tolerant(
     mut objects: Vec<(String, Object)>,
     options: &ConvertOptions,
-) -> (Option<Snapshot>, Vec<ConvertError>) {
+) -> (Option<(Snapshot, Vec<String>)>, Vec<ConvertError>) {
     let mut errors = Vec::new();
     while errors.len() < MAX_DROPPED {
-        let e = match build_snapshot(&objects, options) {
+        let e = match build_snapshot_with_warnings(&objects, options) {
             Ok(s) => return (Some(s), errors),
             Err(e) => e,
         };

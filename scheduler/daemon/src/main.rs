@@ -57,8 +57,8 @@ struct Args {
     /// trusted before the owner is read again.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     owner_cache_ttl: Duration,
-    /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1) are
-    /// served, while they are not.
+    /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1,
+    /// topology.volcano.sh/v1alpha1) are served, while they are not.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     volcano_discovery_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::volcano::Volcano;
+use crate::volcano::{HyperNodes, Volcano};
 
 pub struct Stores {
     pub nodes: Store<Node>,
@@ -29,13 +29,15 @@ pub struct Stores {
     pub topologies: Store<NodeTopology>,
     /// Volcano's PodGroups and Queues, while the cluster serves them.
     pub volcano: Arc<Volcano>,
+    /// Volcano's HyperNodes, while the cluster serves them.
+    pub hyper_nodes: Arc<HyperNodes>,
     /// Woken on every change, so a cycle runs soon after it.
     pub changed: Arc<Notify>,
 }
 
 impl Stores {
-    /// Starts every watch; Volcano's kinds are looked up now and every `volcano_every` while
-    /// they are not served.
+    /// Starts every watch; Volcano's kinds (its scheduling group and its HyperNodes, each on
+    /// its own) are looked up now and every `volcano_every` while they are not served.
     pub fn start(client: Client, volcano_every: Duration) -> Stores {
         let changed = Arc::new(Notify::new());
         let volcano = Arc::new(Volcano::new());
@@ -44,8 +46,15 @@ impl Stores {
                 .clone()
                 .supervise(client.clone(), volcano_every, changed.clone()),
         );
+        let hyper_nodes = Arc::new(HyperNodes::new());
+        tokio::spawn(
+            hyper_nodes
+                .clone()
+                .supervise(client.clone(), volcano_every, changed.clone()),
+        );
         Stores {
             volcano,
+            hyper_nodes,
             nodes: reflect(Api::all(client.clone()), "nodes", &changed),
             pods: reflect(Api::all(client.clone()), "pods", &changed),
             pod_groups: reflect(Api::all(client.clone()), "podgroups", &changed),
@@ -81,6 +90,7 @@ impl Stores {
             .await
             .map_err(|_| e("nodetopologies"))?;
         self.volcano.wait_decided().await;
+        self.hyper_nodes.wait_decided().await;
         Ok(())
     }
 }

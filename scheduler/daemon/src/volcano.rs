@@ -1,21 +1,25 @@
-//! Volcano's PodGroups and Queues (`scheduling.volcano.sh/v1beta1`), watched when the cluster
-//! serves them: a cluster moving from Volcano keeps its objects and Basalt schedules them.
+//! Volcano's kinds, watched when the cluster serves them, so a cluster moving from Volcano keeps
+//! its objects and Basalt schedules them: PodGroups and Queues (`scheduling.volcano.sh/v1beta1`)
+//! and HyperNodes (`topology.volcano.sh/v1alpha1`, turned into node labels by the crds
+//! conversion).
 //!
-//! Discovery decides: at start, and again every `--volcano-discovery-interval` while the group
-//! is not served (so installing Volcano's CRDs later is noticed without a restart and without a
-//! failing watch logging every few seconds). When a watch of them answers 404 the group is
-//! looked up again at once and, if gone, its watches stop and its objects leave the snapshot.
+//! Discovery decides, per group version: at start, and again every
+//! `--volcano-discovery-interval` while it is not served (so installing Volcano's CRDs later is
+//! noticed without a restart and without a failing watch logging every few seconds). When a
+//! watch of them answers 404 the group is looked up again at once and, if gone, its watches stop
+//! and its objects leave the snapshot.
 //!
 //! The objects are kept raw (`spec` and `status` as JSON) and converted per object each cycle,
 //! so one malformed Volcano object is reported on its own instead of failing the whole list.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use basalt_crds::types::{volcano as vc, PodGroupStatus, QueueState, QueueStatus};
-use basalt_crds::{ConvertError, PodGroup, PodGroupSpec, Queue};
+use basalt_crds::{ConvertError, HyperNode, PodGroup, Queue};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
@@ -26,13 +30,15 @@ use serde_json::Value;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-pub const GROUP: &str = "scheduling.volcano.sh";
-pub const VERSION: &str = "v1beta1";
-/// `GROUP/VERSION`.
+use crate::stores::{reflect_task, OnNotFound};
+
+/// `scheduling.volcano.sh/v1beta1`.
 pub const API_VERSION: &str = vc::API_VERSION;
 /// The origin Volcano objects carry in conversion errors, so messages and Events say which
 /// API the object is in.
 pub const ORIGIN: &str = "cluster (scheduling.volcano.sh/v1beta1)";
+/// The same for HyperNodes.
+pub const TOPOLOGY_ORIGIN: &str = "cluster (topology.volcano.sh/v1alpha1)";
 
 /// A Volcano PodGroup as stored: its spec and status read per object when converted.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -43,6 +49,15 @@ pub struct VolcanoPodGroup {
     pub spec: Value,
     #[serde(default)]
     pub status: Value,
+}
+
+/// A Volcano HyperNode as stored: its spec read per object when converted.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RawHyperNode {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Value,
 }
 
 /// A Volcano Queue as stored.
@@ -57,7 +72,7 @@ pub struct VolcanoQueue {
 }
 
 macro_rules! volcano_resource {
-    ($ty:ty, $kind:literal, $plural:literal, $scope:ty) => {
+    ($ty:ty, $group:literal, $version:literal, $kind:literal, $plural:literal, $scope:ty) => {
         impl Resource for $ty {
             type DynamicType = ();
             type Scope = $scope;
@@ -65,10 +80,10 @@ macro_rules! volcano_resource {
                 Cow::Borrowed($kind)
             }
             fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed(GROUP)
+                Cow::Borrowed($group)
             }
             fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed(VERSION)
+                Cow::Borrowed($version)
             }
             fn plural(_: &()) -> Cow<'_, str> {
                 Cow::Borrowed($plural)
@@ -85,11 +100,28 @@ macro_rules! volcano_resource {
 
 volcano_resource!(
     VolcanoPodGroup,
+    "scheduling.volcano.sh",
+    "v1beta1",
     "PodGroup",
     "podgroups",
     NamespaceResourceScope
 );
-volcano_resource!(VolcanoQueue, "Queue", "queues", ClusterResourceScope);
+volcano_resource!(
+    VolcanoQueue,
+    "scheduling.volcano.sh",
+    "v1beta1",
+    "Queue",
+    "queues",
+    ClusterResourceScope
+);
+volcano_resource!(
+    RawHyperNode,
+    "topology.volcano.sh",
+    "v1alpha1",
+    "HyperNode",
+    "hypernodes",
+    ClusterResourceScope
+);
 
 fn key(meta: &ObjectMeta, namespaced: bool) -> String {
     let name = meta.name.clone().unwrap_or_default();
@@ -119,18 +151,26 @@ fn null_to_empty(v: &Value) -> Value {
 }
 
 impl VolcanoPodGroup {
-    /// The Basalt form: Volcano's PodGroup fields are Basalt's. Status is read leniently (a
+    /// The Basalt form, through the crds crate's Volcano conversion (`networkTopology` and
+    /// `subGroupPolicy` mapped to `topology` and `subGroups`), with warnings about fields Basalt
+    /// does not honour (`ORIGIN: PodGroup ns/name: field: message`). Status is read leniently (a
     /// field Basalt does not know, or an odd one, reads as absent: the scheduler rewrites it).
-    pub fn to_basalt(&self) -> Result<PodGroup, ConvertError> {
-        let spec: PodGroupSpec =
-            serde_json::from_value(null_to_empty(&self.spec)).map_err(|e| {
-                convert_error("PodGroup", key(&self.metadata, true), "spec", e.to_string())
-            })?;
-        Ok(PodGroup {
+    pub fn to_basalt(&self) -> Result<(PodGroup, Vec<String>), ConvertError> {
+        let name = key(&self.metadata, true);
+        let spec: vc::PodGroupSpec = serde_json::from_value(null_to_empty(&self.spec))
+            .map_err(|e| convert_error("PodGroup", name.clone(), "spec", e.to_string()))?;
+        let (group, issues) = vc::PodGroup {
             metadata: self.metadata.clone(),
             spec,
             status: self.current_status(),
-        })
+        }
+        .into_basalt()
+        .map_err(|(field, message)| convert_error("PodGroup", name.clone(), &field, message))?;
+        let warnings = issues
+            .into_iter()
+            .map(|(field, message)| format!("{ORIGIN}: PodGroup {name}: {field}: {message}"))
+            .collect();
+        Ok((group, warnings))
     }
 
     /// The status as Basalt reads it; `None` when absent or not readable.
@@ -194,14 +234,52 @@ impl VolcanoQueue {
     }
 }
 
-/// The Volcano watches, when the cluster serves Volcano's kinds.
-pub struct VolcanoStores {
-    pub pod_groups: Option<Store<VolcanoPodGroup>>,
-    pub queues: Option<Store<VolcanoQueue>>,
+impl RawHyperNode {
+    /// The typed HyperNode the crds conversion reads; a spec that does not read (an unknown
+    /// member type, say) is an error naming the HyperNode.
+    pub fn to_basalt(&self) -> Result<HyperNode, ConvertError> {
+        let name = key(&self.metadata, false);
+        let spec: vc::HyperNodeSpec =
+            serde_json::from_value(null_to_empty(&self.spec)).map_err(|e| ConvertError {
+                origin: Some(TOPOLOGY_ORIGIN.to_string()),
+                kind: "HyperNode".into(),
+                object: name.clone(),
+                field: "spec".into(),
+                message: e.to_string(),
+            })?;
+        let mut h = HyperNode::new(&name, spec);
+        h.metadata = self.metadata.clone();
+        Ok(h)
+    }
+}
+
+/// One optional API group version (Volcano's), whose kinds are watched while the cluster serves
+/// them.
+pub trait Kinds: Send + Sync + Sized + 'static {
+    /// `group/version`, asked of discovery.
+    const API_VERSION: &'static str;
+    /// The plurals watched when served.
+    const PLURALS: &'static [&'static str];
+    /// What the log calls them.
+    const WHAT: &'static str;
+    /// Starts the watches of the served plurals (`served[i]` for `PLURALS[i]`).
+    fn start(
+        client: &Client,
+        served: &[bool],
+        changed: &Arc<Notify>,
+        on_404: OnNotFound,
+    ) -> (Self, Vec<JoinHandle<()>>);
+    /// Resolves once every started watch has its first list.
+    fn ready(&self) -> impl Future<Output = ()> + Send + '_;
+}
+
+/// The watches of one optional group version, stopped when dropped.
+pub struct Watched<K> {
+    pub kinds: K,
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl Drop for VolcanoStores {
+impl<K> Drop for Watched<K> {
     fn drop(&mut self) {
         for t in &self.tasks {
             t.abort();
@@ -209,32 +287,121 @@ impl Drop for VolcanoStores {
     }
 }
 
-/// Which of Volcano's kinds the cluster serves, watched while it does.
-pub struct Volcano {
-    current: RwLock<Option<Arc<VolcanoStores>>>,
+/// Volcano's PodGroups and Queues (`scheduling.volcano.sh/v1beta1`).
+pub struct VolcanoStores {
+    pub pod_groups: Option<Store<VolcanoPodGroup>>,
+    pub queues: Option<Store<VolcanoQueue>>,
+}
+
+impl Kinds for VolcanoStores {
+    const API_VERSION: &'static str = API_VERSION;
+    const PLURALS: &'static [&'static str] = &["podgroups", "queues"];
+    const WHAT: &'static str = "Volcano's PodGroups and Queues";
+
+    fn start(
+        client: &Client,
+        served: &[bool],
+        changed: &Arc<Notify>,
+        on_404: OnNotFound,
+    ) -> (Self, Vec<JoinHandle<()>>) {
+        let mut tasks = Vec::new();
+        let pod_groups = served[0].then(|| {
+            let (store, task) = reflect_task(
+                kube::Api::<VolcanoPodGroup>::all(client.clone()),
+                "podgroups.scheduling.volcano.sh",
+                changed,
+                Some(on_404.clone()),
+            );
+            tasks.push(task);
+            store
+        });
+        let queues = served[1].then(|| {
+            let (store, task) = reflect_task(
+                kube::Api::<VolcanoQueue>::all(client.clone()),
+                "queues.scheduling.volcano.sh",
+                changed,
+                Some(on_404),
+            );
+            tasks.push(task);
+            store
+        });
+        (VolcanoStores { pod_groups, queues }, tasks)
+    }
+
+    async fn ready(&self) {
+        if let Some(s) = &self.pod_groups {
+            let _ = s.wait_until_ready().await;
+        }
+        if let Some(s) = &self.queues {
+            let _ = s.wait_until_ready().await;
+        }
+    }
+}
+
+/// Volcano's HyperNodes (`topology.volcano.sh/v1alpha1`): turned into node labels
+/// `topology.volcano.sh/tier-N` by the crds conversion.
+pub struct HyperNodeStores {
+    pub hyper_nodes: Store<RawHyperNode>,
+}
+
+impl Kinds for HyperNodeStores {
+    const API_VERSION: &'static str = vc::TOPOLOGY_API_VERSION;
+    const PLURALS: &'static [&'static str] = &["hypernodes"];
+    const WHAT: &'static str = "Volcano's HyperNodes";
+
+    fn start(
+        client: &Client,
+        _served: &[bool],
+        changed: &Arc<Notify>,
+        on_404: OnNotFound,
+    ) -> (Self, Vec<JoinHandle<()>>) {
+        let (hyper_nodes, task) = reflect_task(
+            kube::Api::<RawHyperNode>::all(client.clone()),
+            "hypernodes.topology.volcano.sh",
+            changed,
+            Some(on_404),
+        );
+        (HyperNodeStores { hyper_nodes }, vec![task])
+    }
+
+    async fn ready(&self) {
+        let _ = self.hyper_nodes.wait_until_ready().await;
+    }
+}
+
+/// Volcano's PodGroups and Queues, watched while served.
+pub type Volcano = Optional<VolcanoStores>;
+/// Volcano's HyperNodes, watched while served.
+pub type HyperNodes = Optional<HyperNodeStores>;
+
+/// Which of an optional group's kinds the cluster serves, watched while it does.
+pub struct Optional<K> {
+    current: RwLock<Option<Arc<Watched<K>>>>,
     /// True once discovery has answered (served or not) for the first time.
     decided: watch::Sender<bool>,
-    /// Set by a Volcano watch that got a 404: look the group up again now.
+    /// Set by a watch that got a 404: look the group up again now.
     gone: Arc<AtomicBool>,
     gone_notify: Arc<Notify>,
 }
 
-/// Served kinds of the group, or `None` when the group is not served.
-async fn discover(client: &Client) -> Result<Option<(bool, bool)>, kube::Error> {
-    match client.list_api_group_resources(API_VERSION).await {
+/// Which of `K`'s plurals are served, or `None` when none is (or the group is not served).
+async fn discover<K: Kinds>(client: &Client) -> Result<Option<Vec<bool>>, kube::Error> {
+    match client.list_api_group_resources(K::API_VERSION).await {
         Ok(list) => {
-            let has = |plural: &str| list.resources.iter().any(|r| r.name == plural);
-            let served = (has("podgroups"), has("queues"));
-            Ok((served.0 || served.1).then_some(served))
+            let served: Vec<bool> = K::PLURALS
+                .iter()
+                .map(|plural| list.resources.iter().any(|r| r.name == *plural))
+                .collect();
+            Ok(served.iter().any(|s| *s).then_some(served))
         }
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-impl Volcano {
-    pub fn new() -> Volcano {
-        Volcano {
+impl<K: Kinds> Optional<K> {
+    pub fn new() -> Self {
+        Optional {
             current: RwLock::new(None),
             decided: watch::channel(false).0,
             gone: Arc::new(AtomicBool::new(false)),
@@ -242,19 +409,19 @@ impl Volcano {
         }
     }
 
-    /// The watches in effect now (full lists in hand), if Volcano's kinds are served.
-    pub fn current(&self) -> Option<Arc<VolcanoStores>> {
+    /// The watches in effect now (full lists in hand), if the kinds are served.
+    pub fn current(&self) -> Option<Arc<Watched<K>>> {
         self.current.read().ok().and_then(|c| c.clone())
     }
 
-    /// Returns once discovery has answered and, when Volcano's kinds are served, their first
-    /// lists are in.
+    /// Returns once discovery has answered and, when the kinds are served, their first lists
+    /// are in.
     pub async fn wait_decided(&self) {
         let mut rx = self.decided.subscribe();
         let _ = rx.wait_for(|d| *d).await;
     }
 
-    fn set(&self, stores: Option<Arc<VolcanoStores>>) {
+    fn set(&self, stores: Option<Arc<Watched<K>>>) {
         if let Ok(mut c) = self.current.write() {
             *c = stores;
         }
@@ -262,21 +429,25 @@ impl Volcano {
 
     /// Runs forever: discovery, then watches while the kinds are served.
     pub async fn supervise(self: Arc<Self>, client: Client, every: Duration, changed: Arc<Notify>) {
+        let api = K::API_VERSION;
+        let what = K::WHAT;
         let mut failing = false;
         loop {
             let watching = self.current().is_some();
             let gone = self.gone.swap(false, Ordering::Relaxed);
             if !watching || gone {
-                match discover(&client).await {
-                    Ok(Some((groups, queues))) => {
+                match discover::<K>(&client).await {
+                    Ok(Some(served)) => {
                         failing = false;
                         if !watching {
-                            tracing::info!(
-                                podgroups = groups,
-                                queues = queues,
-                                "{API_VERSION} is served; watching Volcano's PodGroups and Queues"
-                            );
-                            let stores = self.start(&client, groups, queues, &changed).await;
+                            let kinds: Vec<&str> = K::PLURALS
+                                .iter()
+                                .zip(&served)
+                                .filter(|(_, s)| **s)
+                                .map(|(p, _)| *p)
+                                .collect();
+                            tracing::info!(kinds = ?kinds, "{api} is served; watching {what}");
+                            let stores = self.start(&client, &served, &changed).await;
                             self.set(Some(Arc::new(stores)));
                             changed.notify_one();
                         }
@@ -285,20 +456,18 @@ impl Volcano {
                     Ok(None) => {
                         failing = false;
                         if watching {
-                            tracing::info!(
-                                "{API_VERSION} is no longer served; Volcano's PodGroups and Queues left out"
-                            );
+                            tracing::info!("{api} is no longer served; {what} left out");
                             self.set(None);
                             changed.notify_one();
                         } else if !*self.decided.borrow() {
-                            tracing::debug!("{API_VERSION} is not served");
+                            tracing::debug!("{api} is not served");
                         }
                         self.decided.send_replace(true);
                     }
                     Err(e) => {
                         // Said once per outage; the check is repeated.
                         if !failing {
-                            tracing::warn!(error = %e, "cannot look up {API_VERSION}; retrying");
+                            tracing::warn!(error = %e, "cannot look up {api}; retrying");
                         }
                         failing = true;
                         if gone {
@@ -322,62 +491,20 @@ impl Volcano {
         }
     }
 
-    /// Starts the watches and waits for their first lists, so a cycle never sees a Volcano
-    /// PodGroup missing that is only not listed yet.
-    async fn start(
-        &self,
-        client: &Client,
-        groups: bool,
-        queues: bool,
-        changed: &Arc<Notify>,
-    ) -> VolcanoStores {
-        let on_404 = crate::stores::OnNotFound {
+    /// Starts the watches and waits for their first lists, so a cycle never sees an object
+    /// missing that is only not listed yet.
+    async fn start(&self, client: &Client, served: &[bool], changed: &Arc<Notify>) -> Watched<K> {
+        let on_404 = OnNotFound {
             flag: self.gone.clone(),
             notify: self.gone_notify.clone(),
         };
-        let mut tasks = Vec::new();
-        let pod_groups = if groups {
-            let (store, task) = crate::stores::reflect_task(
-                kube::Api::<VolcanoPodGroup>::all(client.clone()),
-                "podgroups.scheduling.volcano.sh",
-                changed,
-                Some(on_404.clone()),
-            );
-            tasks.push(task);
-            Some(store)
-        } else {
-            None
-        };
-        let queues = if queues {
-            let (store, task) = crate::stores::reflect_task(
-                kube::Api::<VolcanoQueue>::all(client.clone()),
-                "queues.scheduling.volcano.sh",
-                changed,
-                Some(on_404),
-            );
-            tasks.push(task);
-            Some(store)
-        } else {
-            None
-        };
-        let ready = async {
-            if let Some(s) = &pod_groups {
-                let _ = s.wait_until_ready().await;
-            }
-            if let Some(s) = &queues {
-                let _ = s.wait_until_ready().await;
-            }
-        };
+        let (kinds, tasks) = K::start(client, served, changed, on_404);
         // A 404 meanwhile (the CRDs removed again) ends the wait; the caller looks again.
         tokio::select! {
-            _ = ready => {}
+            _ = kinds.ready() => {}
             _ = self.gone_notify.notified() => {}
         }
-        VolcanoStores {
-            pod_groups,
-            queues,
-            tasks,
-        }
+        Watched { kinds, tasks }
     }
 }
 
@@ -395,7 +522,8 @@ mod tests {
                 "status": "True", "transitionID": "abc", "reason": "NotEnoughResources"}]},
         }))
         .unwrap();
-        let b = g.to_basalt().unwrap();
+        let (b, warnings) = g.to_basalt().unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(b.spec.min_member, 2);
         assert_eq!(b.spec.queue.as_deref(), Some("q"));
         let st = b.status.unwrap();
@@ -410,6 +538,62 @@ mod tests {
         let e = bad.to_basalt().unwrap_err();
         assert_eq!((e.kind.as_str(), e.object.as_str()), ("PodGroup", "ml/bad"));
         assert!(e.to_string().contains("scheduling.volcano.sh"), "{e}");
+    }
+
+    #[test]
+    fn a_volcano_podgroup_s_network_topology_and_sub_groups_become_basalt_s() {
+        let g: VolcanoPodGroup = serde_json::from_value(json!({
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": {"minMember": 8, "networkTopology": {"mode": "hard", "highestTierAllowed": 2},
+                     "subGroupPolicy": [{"name": "tp", "subGroupSize": 4, "minSubGroups": 1,
+                                         "networkTopology": {"mode": "soft"}}]},
+        }))
+        .unwrap();
+        let (b, warnings) = g.to_basalt().unwrap();
+        assert_eq!(b.spec.topology.required.as_deref(), Some("volcano-tier-2"));
+        assert_eq!(b.spec.sub_groups[0].size, 4);
+        assert_eq!(
+            b.spec.sub_groups[0].topology.preferred.as_deref(),
+            Some("volcano-tier-1")
+        );
+        assert_eq!(
+            warnings,
+            vec![format!(
+                "{ORIGIN}: PodGroup ml/g: spec.subGroupPolicy[0].minSubGroups: ignored: the whole gang's minMember applies"
+            )]
+        );
+
+        let hard_without_tier: VolcanoPodGroup = serde_json::from_value(json!({
+            "metadata": {"name": "h", "namespace": "ml"},
+            "spec": {"networkTopology": {"mode": "hard"}},
+        }))
+        .unwrap();
+        let e = hard_without_tier.to_basalt().unwrap_err();
+        assert_eq!(e.field, "spec.networkTopology.highestTierAllowed");
+        assert!(e.to_string().starts_with(ORIGIN), "{e}");
+    }
+
+    #[test]
+    fn a_hypernode_reads_and_a_bad_one_names_itself() {
+        let h: RawHyperNode = serde_json::from_value(json!({
+            "metadata": {"name": "rack-a"},
+            "spec": {"tier": "1", "members": [{"type": "Node",
+                     "selector": {"exactMatch": {"name": "n1"}}}]},
+        }))
+        .unwrap();
+        let typed = h.to_basalt().unwrap();
+        assert_eq!(typed.metadata.name.as_deref(), Some("rack-a"));
+        assert_eq!(typed.spec.tier.unwrap().value(), Ok(1));
+        assert_eq!(typed.spec.members.len(), 1);
+
+        let bad: RawHyperNode = serde_json::from_value(json!({
+            "metadata": {"name": "odd"},
+            "spec": {"tier": 1, "members": [{"type": "Switch"}]},
+        }))
+        .unwrap();
+        let e = bad.to_basalt().unwrap_err();
+        assert_eq!((e.kind.as_str(), e.object.as_str()), ("HyperNode", "odd"));
+        assert!(e.to_string().starts_with(TOPOLOGY_ORIGIN), "{e}");
     }
 
     #[test]

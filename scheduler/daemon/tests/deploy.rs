@@ -106,6 +106,9 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.volcano.sh", "queues", "list"),
         ("scheduling.volcano.sh", "podgroups/status", "patch"),
         ("scheduling.volcano.sh", "queues/status", "patch"),
+        ("topology.volcano.sh", "hypernodes", "get"),
+        ("topology.volcano.sh", "hypernodes", "list"),
+        ("topology.volcano.sh", "hypernodes", "watch"),
         ("batch", "jobs", "get"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("kubeflow.org", "pytorchjobs", "get"),
@@ -129,6 +132,12 @@ fn kustomize_renders_a_working_scheduler_install() {
         &rules,
         "scheduling.volcano.sh",
         "podgroups",
+        "patch"
+    ));
+    assert!(!allows(
+        &rules,
+        "topology.volcano.sh",
+        "hypernodes",
         "patch"
     ));
     // The Lease: created, then read and patched (kube-lease-manager) by name only.

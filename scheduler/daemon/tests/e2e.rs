@@ -1469,3 +1469,267 @@ fn a_lease_shorter_than_two_seconds_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--lease-duration"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Topology: racks, NVLink islands, tensor-parallel sub-groups, Volcano HyperNodes
+// ---------------------------------------------------------------------------------------------
+
+fn labelled_node(name: &str, gpus: u32, labels: Value) -> Value {
+    let mut n = node(name, gpus);
+    n["metadata"]["labels"] = labels;
+    n
+}
+
+/// A pod of an indexed Job: its rank in `batch.kubernetes.io/job-completion-index`.
+fn ranked_pod(name: &str, group: &str, gpus: u32, rank: u32) -> Value {
+    let mut p = pod(name, group, gpus);
+    p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = json!(rank.to_string());
+    p
+}
+
+/// Someone else's pod already running on `node`, holding `gpus` GPUs (`ids` when known).
+fn busy_pod(name: &str, node: &str, gpus: u32, ids: Option<&str>) -> Value {
+    let mut p = pod(name, "", gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["namespace"] = json!("default");
+    if let Some(ids) = ids {
+        p["metadata"]["annotations"] = json!({"scheduling.basalt.dev/gpu-ids": ids});
+    }
+    p["spec"]["schedulerName"] = json!("default-scheduler");
+    p["spec"]["nodeName"] = json!(node);
+    p["status"] = json!({"phase": "Running"});
+    p
+}
+
+/// A gang of `size` one-GPU pods in a PodGroup that must stay in one rack, cut into
+/// tensor-parallel sub-groups of 4 by rank, each inside one NVLink domain.
+fn create_rack_tp_gang(c: &Cluster, name: &str, size: u32) {
+    c.create(json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": size, "queue": "research",
+                 "topology": {"required": "rack"},
+                 "subGroups": [{"name": "tp", "size": 4, "topology": {"required": "nvlink"}}]},
+    }));
+    for i in 0..size {
+        c.create(ranked_pod(&format!("{name}-{i}"), name, 1, i));
+    }
+}
+
+fn gpu_ids(p: &Value) -> Vec<u32> {
+    p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"]
+        .as_str()
+        .map(|s| s.split(',').map(|i| i.parse().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+fn unschedulable_message(g: &Value) -> Option<String> {
+    g["status"]["conditions"].as_array().and_then(|cs| {
+        cs.iter()
+            .find(|cond| cond["type"] == "Unschedulable" && cond["status"] == "True")
+            .and_then(|cond| cond["message"].as_str().map(str::to_string))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rack_gang_keeps_to_one_rack_and_each_tp_group_to_one_nvlink_island() {
+    let c = cluster(Config::default()).await;
+    let rack = |r: &str| json!({"topology.basalt.dev/rack": r});
+    // Rack r1: a1, a PCIe server with two 4-GPU NVLink islands, GPUs 0 and 1 taken (6 free, but
+    // only island [4-7] holds 4); a2 with 4 free. Rack r2: 4 + 2 free. 16 GPUs free in all.
+    c.create(labelled_node("a1", 8, rack("r1")));
+    c.create(json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "NodeTopology",
+        "metadata": {"name": "a1"},
+        "spec": {"gpus": (0..8).map(|i| json!({"index": i})).collect::<Vec<_>>(),
+                 "islands": [[0, 1, 2, 3], [4, 5, 6, 7]]},
+    }));
+    c.create(labelled_node("a2", 8, rack("r1")));
+    c.create(labelled_node("b1", 8, rack("r2")));
+    c.create(labelled_node("b2", 8, rack("r2")));
+    c.create(busy_pod("busy-a1", "a1", 2, Some("0,1")));
+    c.create(busy_pod("busy-a2", "a2", 4, None));
+    c.create(busy_pod("busy-b1", "b1", 4, None));
+    c.create(busy_pod("busy-b2", "b2", 6, None));
+    c.create(queue("research"));
+    // 8 ranks = 2 TP groups of 4: only r1 (10 free) holds the gang whole.
+    create_rack_tp_gang(&c, "dp", 8);
+    let _s = c.start_scheduler();
+
+    eventually("every rank of dp bound", || {
+        (0..8).all(|i| c.node_of(&format!("dp-{i}")).is_some())
+    })
+    .await;
+    let nodes: Vec<String> = (0..8)
+        .map(|i| c.node_of(&format!("dp-{i}")).unwrap())
+        .collect();
+    assert!(
+        nodes.iter().all(|n| n == "a1" || n == "a2"),
+        "the gang left rack r1: {nodes:?}"
+    );
+    for tp in nodes.chunks(4) {
+        assert!(
+            tp.iter().all(|n| *n == tp[0]),
+            "a TP group spans nodes: {nodes:?}"
+        );
+    }
+    assert_ne!(nodes[0], nodes[4], "two TP groups on one node: {nodes:?}");
+    let on_a1: Vec<u32> = (0..8)
+        .filter(|i| nodes[*i] == "a1")
+        .flat_map(|i| gpu_ids(&c.pod(&format!("dp-{i}"))))
+        .collect();
+    let mut sorted = on_a1.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        vec![4, 5, 6, 7],
+        "the TP group on a1 holds island [4-7], not GPUs across islands"
+    );
+    eventually("dp Running", || {
+        c.group("dp")["status"]["phase"] == "Running"
+    })
+    .await;
+
+    // Now r1 has 2 GPUs free and r2 6: 8 in all, but no rack holds another gang of 8.
+    create_rack_tp_gang(&c, "late", 8);
+    eventually("late Unschedulable, naming the rack tier", || {
+        unschedulable_message(&c.group("late")).is_some_and(|m| m.contains("tier rack"))
+    })
+    .await;
+    eventually("a FailedScheduling event on late", || {
+        !c.events("FailedScheduling", "late").is_empty()
+    })
+    .await;
+    assert!(
+        (0..8).all(|i| c.node_of(&format!("late-{i}")).is_none()),
+        "no member of late is bound"
+    );
+    c.assert_no_node_over_capacity();
+}
+
+/// Volcano's HyperNode CRD (`topology.volcano.sh/v1alpha1`, cluster-scoped).
+fn hypernode_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "hypernodes.topology.volcano.sh"},
+        "spec": {"group": "topology.volcano.sh", "scope": "Cluster",
+                 "names": {"kind": "HyperNode", "plural": "hypernodes", "singular": "hypernode",
+                           "shortNames": ["hn"]},
+                 "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+fn hypernode(name: &str, tier: u32, members: Value) -> Value {
+    json!({
+        "apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {"tier": tier, "members": members},
+    })
+}
+
+/// A Volcano PodGroup that must stay inside one HyperNode of tier 1.
+fn volcano_tier1_group(name: &str, min_member: u32) -> Value {
+    let mut g = volcano_group(name, min_member, "vq");
+    g["spec"]["networkTopology"] = json!({"mode": "hard", "highestTierAllowed": 1});
+    g
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volcano_hypernodes_installed_later_become_tiers_and_their_warnings_are_said_once() {
+    let c = cluster(Config::default()).await;
+    for n in ["n1", "n2", "n3", "n4"] {
+        c.create(node(n, 8));
+    }
+    // 4 GPUs taken on n1 and on n3: 12 free in each pair, at most 8 on one node.
+    c.create(busy_pod("busy-n1", "n1", 4, None));
+    c.create(busy_pod("busy-n3", "n3", 4, None));
+    let (_s, logs) = c.start_logged(&["--volcano-discovery-interval", "200ms"]);
+    c.create(hypernode_crd());
+    eventually("the scheduler watches HyperNodes", || {
+        logs.any(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("watching Volcano's HyperNodes"))
+        })
+    })
+    .await;
+    c.create(hypernode(
+        "rack-a",
+        1,
+        json!([{"type": "Node", "selector": {"exactMatch": {"name": "n1"}}},
+               {"type": "Node", "selector": {"exactMatch": {"name": "n2"}}}]),
+    ));
+    c.create(hypernode(
+        "rack-b",
+        1,
+        json!([{"type": "Node", "selector": {"regexMatch": {"pattern": "^n[34]$"}}}]),
+    ));
+    // n4 is in rack-b already: rack-b wins (first by name), with a warning.
+    c.create(hypernode(
+        "rack-dup",
+        1,
+        json!([{"type": "Node", "selector": {"exactMatch": {"name": "n4"}}}]),
+    ));
+    c.create(hypernode(
+        "spine",
+        2,
+        json!([{"type": "HyperNode", "selector": {"exactMatch": {"name": "rack-a"}}},
+               {"type": "HyperNode", "selector": {"exactMatch": {"name": "rack-b"}}}]),
+    ));
+    c.create(volcano_queue("vq"));
+    // 3 x 4 GPUs inside one tier-1 HyperNode: fits only through the HyperNodes (no node alone
+    // has 12 free), in rack-a or rack-b.
+    c.create(volcano_tier1_group("vg", 3));
+    for i in 0..3 {
+        c.create(volcano_pod(&format!("vg-{i}"), "vg", 4));
+    }
+    // 4 x 4 GPUs: 24 free in the spine, but no tier-1 HyperNode holds 16.
+    c.create(volcano_tier1_group("wide", 4));
+    for i in 0..4 {
+        c.create(volcano_pod(&format!("wide-{i}"), "wide", 4));
+    }
+
+    eventually("the Volcano gang bound", || {
+        (0..3).all(|i| c.node_of(&format!("vg-{i}")).is_some())
+    })
+    .await;
+    let nodes: Vec<String> = (0..3)
+        .map(|i| c.node_of(&format!("vg-{i}")).unwrap())
+        .collect();
+    let in_a = nodes.iter().all(|n| n == "n1" || n == "n2");
+    let in_b = nodes.iter().all(|n| n == "n3" || n == "n4");
+    assert!(in_a || in_b, "the gang spans tier-1 HyperNodes: {nodes:?}");
+    eventually(
+        "wide Unschedulable on the Volcano object, naming the tier",
+        || {
+            unschedulable_message(&c.volcano_group("wide"))
+                .is_some_and(|m| m.contains("volcano-tier-1"))
+        },
+    )
+    .await;
+    assert!((0..4).all(|i| c.node_of(&format!("wide-{i}")).is_none()));
+
+    // Several cycles later the conversion's warning was said once.
+    let cycles = Instant::now();
+    while cycles.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let said: Vec<Value> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l["level"] == "WARN" && l["message"] == "conversion warning")
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    let w = said[0]["warning"].as_str().unwrap();
+    assert!(
+        w.contains("HyperNode rack-dup") && w.contains("node n4 is also in HyperNode rack-b"),
+        "{w}"
+    );
+    assert!(
+        !logs.any(|l| l["message"] == "watch error"),
+        "{:?}",
+        logs.problems()
+    );
+    c.assert_no_node_over_capacity();
+}
