@@ -183,57 +183,81 @@ impl Topology {
         let mut domains: Vec<Domain> = Vec::new();
         let mut graph = DiGraph::new();
         let mut vertex = Vec::new();
-        let mut by_key: HashMap<(TierId, String), DomainId> = HashMap::new();
+        // Label values and value paths are interned, so the per-node work hashes integers,
+        // never strings it has to build.
+        const STAR: u32 = u32::MAX;
+        let mut values: HashMap<&str, u32> = HashMap::new();
+        let mut chains: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut labelled: HashMap<(u32, u32), DomainId> = HashMap::new();
+        let node_tier_index = node_tier.0 as usize;
         let mut node_domains = vec![vec![DomainId(u32::MAX); all.len()]; nodes.len()];
+        let mut shown: Vec<&str> = Vec::new();
+        let mut new_domain = |domains: &mut Vec<Domain>, tier, name: String, alone| {
+            let id = DomainId(domains.len() as u32);
+            domains.push(Domain {
+                tier,
+                name,
+                nodes: Vec::new(),
+                alone,
+            });
+            vertex.push(graph.add_node(id));
+            id
+        };
+        let mut edges: Vec<(DomainId, DomainId)> = Vec::new();
         for (i, (name, labels)) in nodes.iter().enumerate() {
             for ladder in &ladders {
                 // The coarser tiers' values; a missing one is shared ("*"), so nodes without a
                 // spine label but in the same rack still form one rack.
-                let mut path = String::new();
-                let mut shown: Vec<&str> = Vec::new();
+                let mut chain = 0u32;
+                shown.clear();
                 let mut parent: Option<DomainId> = None;
                 for &tier in ladder {
                     let t = &all[tier.0 as usize];
-                    let value = match &t.label {
-                        Some(l) => labels.get(l).map(String::as_str),
-                        None => Some(*name),
-                    };
-                    let alone = value.is_none();
-                    let (key, display) = match value {
-                        Some(v) => {
-                            shown.push(v);
-                            (format!("{path}/{v}"), shown.join("/"))
+                    let id = if tier.0 as usize == node_tier_index {
+                        // One node domain per node, shared by the ladders.
+                        match node_domains[i][node_tier_index] {
+                            d if d.0 != u32::MAX => d,
+                            _ => new_domain(&mut domains, tier, name.to_string(), false),
                         }
-                        // A node missing the label stands alone at this tier.
-                        None => (format!("node:{name}"), format!("node:{name}")),
+                    } else {
+                        let value = t.label.as_ref().and_then(|l| labels.get(l));
+                        let next = values.len() as u32;
+                        let vid = value.map_or(STAR, |v| *values.entry(v.as_str()).or_insert(next));
+                        let next = chains.len() as u32 + 1;
+                        chain = *chains.entry((chain, vid)).or_insert(next);
+                        match value {
+                            Some(v) => {
+                                shown.push(v);
+                                match labelled.get(&(tier.0, chain)) {
+                                    Some(&d) => d,
+                                    None => {
+                                        let d =
+                                            new_domain(&mut domains, tier, shown.join("/"), false);
+                                        labelled.insert((tier.0, chain), d);
+                                        d
+                                    }
+                                }
+                            }
+                            // A node missing the label stands alone at this tier.
+                            None => new_domain(&mut domains, tier, format!("node:{name}"), true),
+                        }
                     };
-                    path.push('/');
-                    path.push_str(value.unwrap_or("*"));
-                    let id = *by_key.entry((tier, key)).or_insert_with(|| {
-                        let id = DomainId(domains.len() as u32);
-                        domains.push(Domain {
-                            tier,
-                            name: display.clone(),
-                            nodes: Vec::new(),
-                            alone,
-                        });
-                        vertex.push(graph.add_node(id));
-                        id
-                    });
                     let d = &mut domains[id.index()];
                     if d.nodes.last() != Some(&(i as u32)) {
                         d.nodes.push(i as u32);
                     }
                     node_domains[i][tier.0 as usize] = id;
                     if let Some(p) = parent {
-                        let (a, b) = (vertex[p.index()], vertex[id.index()]);
-                        if graph.find_edge(a, b).is_none() {
-                            graph.add_edge(a, b, ());
-                        }
+                        edges.push((p, id));
                     }
                     parent = Some(id);
                 }
             }
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        for (a, b) in edges {
+            graph.add_edge(vertex[a.index()], vertex[b.index()], ());
         }
         Topology {
             tiers: all,

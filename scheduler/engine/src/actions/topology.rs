@@ -231,7 +231,9 @@ fn best_fits(
     keep: impl Fn(DomainId) -> bool,
 ) -> Vec<DomainId> {
     /// Ties examined for the tie-break; beyond that the order by id stands.
-    const TIES: usize = 256;
+    const TIES: usize = 64;
+    /// Enclosing tiers compared in the tie-break (the nearest ones matter most).
+    const DEPTH: usize = 4;
     let mut found: Vec<DomainId> = Vec::new();
     let mut first_free = None;
     for d in topo.fitting(tier, need).filter(|&d| keep(d)) {
@@ -246,10 +248,10 @@ fn best_fits(
     let t = &topo.topology;
     found.sort_by_cached_key(|&d| {
         let node = t.domain(d).nodes[0] as usize;
-        let enclosing: Vec<i64> = coarser
-            .iter()
-            .map(|&c| topo.free(t.domain_of(node, c)))
-            .collect();
+        let mut enclosing = [0i64; DEPTH];
+        for (slot, &c) in enclosing.iter_mut().zip(coarser) {
+            *slot = topo.free(t.domain_of(node, c));
+        }
         (topo.free(d), enclosing, d)
     });
     found.truncate(TRIES_PER_TIER);
@@ -470,12 +472,13 @@ fn place_one(
     admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
 ) -> Result<NodeId, String> {
     admissible(session, task)?;
-    let request = session.snapshot.task(task).request.clone();
+    let snap = session.snapshot;
+    let request = &snap.task(task).request;
     let want = request.get(GPU).max(0) as u32;
     let usable = |session: &mut Session, n: NodeId| {
         session.passes_filters(task, n)
             && session.may_use(n, access)
-            && session.fits(n, &request)
+            && session.fits(n, request)
             && session.free_gpus(n) >= want
             && island.is_none_or(|i| session.island_free(n, i) >= want)
     };
@@ -504,7 +507,7 @@ fn place_one(
                     let t = &session.topology().expect("topology").topology;
                     let cand = (
                         std::cmp::Reverse(near(t, n)),
-                        session.key_with(n, &request),
+                        session.key_with(n, request),
                         n,
                     );
                     if best.is_none_or(|b| cand < b) {
