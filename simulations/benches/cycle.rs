@@ -58,3 +58,17 @@ fn cycle_queues_10k_nodes_50k_pending(bencher: divan::Bencher) {
     let config = Config::default();
     bencher.bench(|| basalt_plugins::schedule(&snap, &config));
 }
+
+/// The topology issue's target: 10,000 nodes as 20 spines x 25 racks x 20 nodes (NVL72-style
+/// cliques in every fourth rack), a mixed backlog of 20,000 pods: 512-GPU gangs (required
+/// spine), 4 x TP=8 gangs (required rack), TP=8 jobs (required nvlink) and 1-GPU pods.
+#[divan::bench(sample_count = 5)]
+fn cycle_topology_10k_nodes(bencher: divan::Bencher) {
+    let setup = synthetic::Synthetic {
+        fabric: true,
+        ..synthetic::Synthetic::new(10_000, 20_000)
+    };
+    let snap = Snapshot::build(setup.cluster()).expect("synthetic cluster is valid");
+    let config = Config::default();
+    bencher.bench(|| basalt_plugins::schedule(&snap, &config));
+}
