@@ -204,6 +204,13 @@ proptest! {
         let spec = spec(&ns, &gs);
         let snapshot = Snapshot::build(spec.clone()).unwrap();
         let plan = schedule(&snapshot, &Config::default());
+        // Same cluster in another order, same plan, byte for byte.
+        let mut shuffled = spec.clone();
+        shuffled.nodes.reverse();
+        shuffled.pods.reverse();
+        shuffled.groups.reverse();
+        let again = schedule(&Snapshot::build(shuffled).unwrap(), &Config::default());
+        prop_assert_eq!(serde_json::to_string(&plan).unwrap(), serde_json::to_string(&again).unwrap());
         let node_spec: HashMap<&str, &NodeSpec> = spec.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
 
         // Capacity: no GPU handed out twice, never more than a node has.
