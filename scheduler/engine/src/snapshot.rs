@@ -234,6 +234,7 @@ impl Snapshot {
             &|n: &str| node_ids.get(n).copied(),
             &pods,
             &groups,
+            None,
         )
     }
 
@@ -367,11 +368,14 @@ impl SnapshotBuilder {
         all.extend(self.node_names.keys().map(String::as_str));
         let names = ResourceNames::new(all);
         let built_queues = build_queues(&names, &mut queues, &groups, &pods)?;
+        let (mut recycled, mut reused) = (None, false);
         if let Some(last) = self.last.take() {
             self.table = Some((last.resources, last.nodes));
+            recycled = Some((last.node_used, last.node_gpus_used));
         }
         let nodes = match self.table.take() {
             Some((table_names, mut nodes)) if table_names == names => {
+                reused = true;
                 for &i in &self.dirty {
                     nodes[i] = build_node(&names, NodeId(i as u32), &self.specs[i])?;
                 }
@@ -394,6 +398,7 @@ impl SnapshotBuilder {
             &|n: &str| ids.get(n).copied(),
             &pods,
             &groups,
+            recycled.filter(|_| reused),
         )?;
         Ok(self.last.insert(snapshot))
     }
@@ -467,6 +472,7 @@ fn assemble(
     node_id: &dyn Fn(&str) -> Option<NodeId>,
     pods: &[&PodSpec],
     groups: &[&GroupSpec],
+    recycled: Option<(Vec<Resources>, Vec<u64>)>,
 ) -> Result<Snapshot, SnapshotError> {
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
@@ -585,8 +591,26 @@ fn assemble(
     let mut rules: Vec<PlacementRules> = Vec::new();
     let mut shape_ids: HashMap<(RulesId, Resources), ShapeId> = HashMap::new();
     let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
-    let mut node_used: Vec<Resources> = vec![Resources::zero(names.len()); built_nodes.len()];
-    let mut node_gpus_used: Vec<u64> = vec![0; built_nodes.len()];
+    // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
+    let zero = Resources::zero(names.len());
+    let (mut node_used, mut node_gpus_used) = match recycled {
+        Some((mut used, mut gpus)) if used.len() == built_nodes.len() => {
+            for r in &mut used {
+                for id in names.ids() {
+                    r.set(id, 0);
+                }
+                if *r != zero {
+                    *r = zero.clone();
+                }
+            }
+            gpus.fill(0);
+            (used, gpus)
+        }
+        _ => (
+            vec![zero.clone(); built_nodes.len()],
+            vec![0u64; built_nodes.len()],
+        ),
+    };
     let mut tasks: Vec<Task> = Vec::new();
     let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::new();
     let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
