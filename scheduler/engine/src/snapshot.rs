@@ -230,11 +230,13 @@ impl Snapshot {
             now_ms,
             names,
             queues,
-            built_nodes,
-            &|n: &str| node_ids.get(n).copied(),
+            BuiltNodes {
+                nodes: built_nodes,
+                id: &|n: &str| node_ids.get(n).copied(),
+                recycled: None,
+            },
             &pods,
             &groups,
-            None,
         )
     }
 
@@ -394,11 +396,13 @@ impl SnapshotBuilder {
             now_ms,
             names,
             built_queues,
-            nodes,
-            &|n: &str| ids.get(n).copied(),
+            BuiltNodes {
+                nodes,
+                id: &|n: &str| ids.get(n).copied(),
+                recycled: recycled.filter(|_| reused),
+            },
             &pods,
             &groups,
-            recycled.filter(|_| reused),
         )?;
         Ok(self.last.insert(snapshot))
     }
@@ -450,6 +454,15 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
     })
 }
 
+/// The node part of a snapshot being assembled.
+struct BuiltNodes<'a> {
+    nodes: Vec<Node>,
+    /// Finds a node by name.
+    id: &'a dyn Fn(&str) -> Option<NodeId>,
+    /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
+    recycled: Option<(Vec<Resources>, Vec<u64>)>,
+}
+
 fn sorted_pods<'a>(pods: impl IntoIterator<Item = &'a PodSpec>) -> Vec<&'a PodSpec> {
     let mut pods: Vec<&PodSpec> = pods.into_iter().collect();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -468,12 +481,15 @@ fn assemble(
     now_ms: i64,
     names: ResourceNames,
     queues: Vec<Queue>,
-    built_nodes: Vec<Node>,
-    node_id: &dyn Fn(&str) -> Option<NodeId>,
+    nodes: BuiltNodes<'_>,
     pods: &[&PodSpec],
     groups: &[&GroupSpec],
-    recycled: Option<(Vec<Resources>, Vec<u64>)>,
 ) -> Result<Snapshot, SnapshotError> {
+    let BuiltNodes {
+        nodes: built_nodes,
+        id: node_id,
+        recycled,
+    } = nodes;
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
     // Jobs from PodGroups, then implicit groups of one.
