@@ -548,10 +548,10 @@ fn assemble(
             implicit: false,
         });
     }
-    let mut seen_pods = BTreeSet::new();
+    let mut seen_pods: std::collections::HashSet<(&str, &str)> = Default::default();
     for p in pods.iter().filter(|p| p.ours) {
         let key = format!("{}/{}", p.namespace, p.name);
-        if !seen_pods.insert(key.clone()) {
+        if !seen_pods.insert((&p.namespace, &p.name)) {
             return Err(err("Pod", &key, "metadata.name", "duplicate pod".into()));
         }
         match &p.group {
@@ -669,14 +669,27 @@ fn assemble(
             None => key.clone(),
         };
         let job = job_index[&job_keys[&job_key]];
-        let rid = *rules_ids.entry(p.rules.clone()).or_insert_with(|| {
-            rules.push(p.rules.clone());
-            RulesId(rules.len() as u32 - 1)
-        });
-        let shape = *shape_ids.entry((rid, request.clone())).or_insert_with(|| {
-            shapes.push((rid, request.clone()));
-            ShapeId(shapes.len() as u32 - 1)
-        });
+        // Look up before inserting: most pods share rules and shapes, so clone only new ones.
+        let rid = match rules_ids.get(&p.rules) {
+            Some(&id) => id,
+            None => {
+                let id = RulesId(rules.len() as u32);
+                rules.push(p.rules.clone());
+                rules_ids.insert(p.rules.clone(), id);
+                id
+            }
+        };
+        let shape_key = (rid, request);
+        let shape = match shape_ids.get(&shape_key) {
+            Some(&id) => id,
+            None => {
+                let id = ShapeId(shapes.len() as u32);
+                shapes.push(shape_key.clone());
+                shape_ids.insert(shape_key.clone(), id);
+                id
+            }
+        };
+        let request = shape_key.1;
         let state = match (p.phase, node) {
             (PodPhase::Succeeded, _) => TaskState::Succeeded,
             (PodPhase::Failed, _) => TaskState::Failed,
