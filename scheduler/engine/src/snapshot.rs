@@ -198,19 +198,23 @@ impl Snapshot {
         let ClusterSpec {
             now_ms,
             mut nodes,
-            mut pods,
-            mut groups,
+            pods,
+            groups,
             mut queues,
         } = spec;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        groups.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let pods = sorted_pods(&pods);
+        let groups = sorted_groups(&groups);
         queues.sort_by(|a, b| a.name.cmp(&b.name));
 
-        let names = collect_resource_names(&nodes, &pods, &groups, &queues);
+        let mut all = workload_resource_names(&pods, &groups, &queues);
+        all.extend(
+            nodes
+                .iter()
+                .flat_map(|n| n.allocatable.keys().map(String::as_str)),
+        );
+        let names = ResourceNames::new(all);
         let queues = build_queues(&names, &mut queues, &groups, &pods)?;
-        let queue_ids: HashMap<&str, QueueId> =
-            queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
 
         // Nodes.
         let mut node_ids: HashMap<&str, NodeId> = HashMap::new();
@@ -218,324 +222,22 @@ impl Snapshot {
         for (i, n) in nodes.iter().enumerate() {
             let id = NodeId(i as u32);
             if node_ids.insert(n.name.as_str(), id).is_some() {
-                return Err(err(
-                    "Node",
-                    &n.name,
-                    "metadata.name",
-                    "duplicate node".into(),
-                ));
+                return Err(duplicate_node(&n.name));
             }
-            let mut allocatable = names.resources(&n.allocatable);
-            if !n.allocatable.contains_key(crate::resources::PODS_NAME) {
-                allocatable.set(PODS, DEFAULT_MAX_PODS);
-            }
-            let count = allocatable.get(GPU).max(0) as usize;
-            if count > MAX_GPUS_PER_NODE {
-                return Err(err(
-                    "Node",
-                    &n.name,
-                    "status.allocatable[nvidia.com/gpu]",
-                    format!("{count} GPUs; at most {MAX_GPUS_PER_NODE} per node are supported"),
-                ));
-            }
-            let gpus = match &n.gpus {
-                Some(g) if g.len() == count => {
-                    let mut g = g.clone();
-                    g.sort_by_key(|g| g.index);
-                    g
-                }
-                _ => (0..count as u32)
-                    .map(|index| Gpu {
-                        index,
-                        uuid: None,
-                        model: None,
-                        memory_mib: None,
-                        nvlink_domain: 0,
-                    })
-                    .collect(),
-            };
-            built_nodes.push(Node {
-                id,
-                name: n.name.clone(),
-                labels: n.labels.clone(),
-                taints: n.taints.clone(),
-                unschedulable: n.unschedulable,
-                allocatable,
-                gpus,
-            });
+            built_nodes.push(build_node(&names, id, n)?);
         }
-
-        // Jobs from PodGroups, then implicit groups of one.
-        let mut job_keys: BTreeMap<String, usize> = BTreeMap::new();
-        struct Draft {
-            spec: GroupSpec,
-            implicit: bool,
-        }
-        let mut drafts: Vec<Draft> = Vec::new();
-        for g in &groups {
-            let key = format!("{}/{}", g.namespace, g.name);
-            if g.min_member < 1 {
-                return Err(err(
-                    "PodGroup",
-                    &key,
-                    "spec.minMember",
-                    format!("must be at least 1, got {}", g.min_member),
-                ));
-            }
-            if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
-                return Err(err(
-                    "PodGroup",
-                    &key,
-                    "spec.minTaskMember",
-                    format!("role {role:?}: must not be negative, got {v}"),
-                ));
-            }
-            if job_keys.insert(key.clone(), drafts.len()).is_some() {
-                return Err(err(
-                    "PodGroup",
-                    &key,
-                    "metadata.name",
-                    "duplicate PodGroup".into(),
-                ));
-            }
-            for (i, sg) in g.sub_groups.iter().enumerate() {
-                if sg.size < 1 {
-                    return Err(err(
-                        "PodGroup",
-                        &key,
-                        "spec.subGroups[].size",
-                        format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
-                    ));
-                }
-                if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
-                    return Err(err(
-                        "PodGroup",
-                        &key,
-                        "spec.subGroups[].name",
-                        format!("duplicate sub-group name {:?}", sg.name),
-                    ));
-                }
-            }
-            drafts.push(Draft {
-                spec: g.clone(),
-                implicit: false,
-            });
-        }
-        let mut seen_pods = BTreeSet::new();
-        for p in pods.iter().filter(|p| p.ours) {
-            let key = format!("{}/{}", p.namespace, p.name);
-            if !seen_pods.insert(key.clone()) {
-                return Err(err("Pod", &key, "metadata.name", "duplicate pod".into()));
-            }
-            match &p.group {
-                Some(g) => {
-                    let gk = format!("{}/{g}", p.namespace);
-                    if !job_keys.contains_key(&gk) {
-                        return Err(err(
-                            "Pod",
-                            &key,
-                            "metadata.labels/annotations (pod group)",
-                            format!("names PodGroup {gk}, which does not exist"),
-                        ));
-                    }
-                }
-                None => {
-                    if job_keys.contains_key(&key) {
-                        return Err(err(
-                            "Pod",
-                            &key,
-                            "metadata.name",
-                            format!("has no PodGroup but a PodGroup named {key} exists; name the group explicitly"),
-                        ));
-                    }
-                    job_keys.insert(key.clone(), drafts.len());
-                    drafts.push(Draft {
-                        spec: GroupSpec {
-                            namespace: p.namespace.clone(),
-                            name: p.name.clone(),
-                            queue: None,
-                            min_member: 1,
-                            min_task_member: BTreeMap::new(),
-                            min_resources: None,
-                            priority: Some(p.priority),
-                            created_ms: p.created_ms,
-                            phase: JobPhase::Pending,
-                            topology: TopologySpec::default(),
-                            sub_groups: Vec::new(),
-                        },
-                        implicit: true,
-                    });
-                }
-            }
-        }
-        // Jobs sorted by name: `job_keys` is a BTreeMap.
-        let order: Vec<usize> = job_keys.values().copied().collect();
-        let mut job_index: HashMap<usize, JobId> = HashMap::new();
-        for (pos, &d) in order.iter().enumerate() {
-            job_index.insert(d, JobId(pos as u32));
-        }
-
-        // Tasks and node usage.
-        let mut rules_ids: HashMap<PlacementRules, RulesId> = HashMap::new();
-        let mut rules: Vec<PlacementRules> = Vec::new();
-        let mut shape_ids: HashMap<(RulesId, Resources), ShapeId> = HashMap::new();
-        let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
-        let mut node_used: Vec<Resources> = vec![Resources::zero(names.len()); built_nodes.len()];
-        let mut node_gpus_used: Vec<u64> = vec![0; built_nodes.len()];
-        let mut tasks: Vec<Task> = Vec::new();
-        let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::new();
-        let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
-        let mut foreign_pods = 0;
-        for p in &pods {
-            let key = format!("{}/{}", p.namespace, p.name);
-            let mut request = names.resources(&p.request);
-            request.set(PODS, 1);
-            let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
-            let node = match (&p.node, live) {
-                (Some(n), true) => Some(*node_ids.get(n.as_str()).ok_or_else(|| {
-                    err(
-                        "Pod",
-                        &key,
-                        "spec.nodeName",
-                        format!("names node {n}, which does not exist"),
-                    )
-                })?),
-                _ => None,
-            };
-            let mut gpu_ids = Vec::new();
-            if let Some(nid) = node {
-                node_used[nid.index()].add(&request);
-                let want = request.get(GPU).max(0) as usize;
-                gpu_ids = claim_gpus(
-                    &mut node_gpus_used[nid.index()],
-                    built_nodes[nid.index()].gpus.len(),
-                    &p.gpu_ids,
-                    want,
-                );
-            }
-            if !p.ours {
-                if node.is_some() {
-                    foreign_pods += 1;
-                }
-                continue;
-            }
-            let job_key = match &p.group {
-                Some(g) => format!("{}/{g}", p.namespace),
-                None => key.clone(),
-            };
-            let job = job_index[&job_keys[&job_key]];
-            let rid = *rules_ids.entry(p.rules.clone()).or_insert_with(|| {
-                rules.push(p.rules.clone());
-                RulesId(rules.len() as u32 - 1)
-            });
-            let shape = *shape_ids.entry((rid, request.clone())).or_insert_with(|| {
-                shapes.push((rid, request.clone()));
-                ShapeId(shapes.len() as u32 - 1)
-            });
-            let state = match (p.phase, node) {
-                (PodPhase::Succeeded, _) => TaskState::Succeeded,
-                (PodPhase::Failed, _) => TaskState::Failed,
-                (_, Some(n)) => TaskState::Bound(n),
-                (_, None) => TaskState::Pending,
-            };
-            let id = TaskId(tasks.len() as u32);
-            job_tasks[job.index()].push(id);
-            task_labels.push(&p.labels);
-            tasks.push(Task {
-                id,
-                name: key,
-                job,
-                role: p.role.clone(),
-                request,
-                rules: rid,
-                shape,
-                priority: p.priority,
-                state,
-                gpu_ids,
-                // A nomination to a node that is gone is simply dropped.
-                nominated: match (&p.nominated_node, node) {
-                    (Some(n), None) if p.phase == PodPhase::Pending => {
-                        node_ids.get(n.as_str()).copied()
-                    }
-                    _ => None,
-                },
-                non_preemptable: p.non_preemptable,
-                preemption_never: p.preemption_never,
-                created_ms: p.created_ms,
-                started_ms: p.started_ms,
-                active_deadline_s: p.active_deadline_s,
-                rank: p.rank,
-                sub_group: None,
-            });
-        }
-
-        let mut jobs = Vec::with_capacity(order.len());
-        for (pos, &d) in order.iter().enumerate() {
-            let Draft { spec: g, implicit } = &drafts[d];
-            let name = format!("{}/{}", g.namespace, g.name);
-            let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
-            let queue = *queue_ids.get(queue_name).ok_or_else(|| {
-                err(
-                    "PodGroup",
-                    &name,
-                    "spec.queue",
-                    format!("names queue {queue_name}, which does not exist"),
-                )
-            })?;
-            if queues.iter().any(|q| q.parent == Some(queue)) {
-                return Err(err(
-                    "PodGroup",
-                    &name,
-                    "spec.queue",
-                    format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
-                ));
-            }
-            let mut task_ids = std::mem::take(&mut job_tasks[pos]);
-            // Rank order (pods without a rank last, by name): consecutive ranks are placed
-            // together.
-            task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
-            let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, &task_labels, &mut tasks);
-            let priority = g.priority.unwrap_or_else(|| {
-                task_ids
-                    .iter()
-                    .map(|t| tasks[t.index()].priority)
-                    .max()
-                    .unwrap_or(0)
-            });
-            jobs.push(Job {
-                id: JobId(pos as u32),
-                name,
-                queue,
-                min_member: g.min_member as u32,
-                min_task_member: g
-                    .min_task_member
-                    .iter()
-                    .map(|(k, &v)| (k.clone(), v as u32))
-                    .collect(),
-                min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
-                priority,
-                created_ms: g.created_ms,
-                phase: g.phase,
-                tasks: task_ids,
-                implicit: *implicit,
-                topology: g.topology.clone(),
-                sub_groups,
-            });
-        }
-
-        Ok(Snapshot {
+        assemble(
             now_ms,
-            resources: names,
-            nodes: built_nodes,
-            tasks,
-            jobs,
+            names,
             queues,
-            rules,
-            shapes,
-            node_used,
-            node_gpus_used,
-            foreign_pods,
-        })
+            BuiltNodes {
+                nodes: built_nodes,
+                id: &|n: &str| node_ids.get(n).copied(),
+                recycled: None,
+            },
+            &pods,
+            &groups,
+        )
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -553,6 +255,543 @@ impl Snapshot {
     pub fn queue(&self, id: QueueId) -> &Queue {
         &self.queues[id.index()]
     }
+}
+
+/// Snapshots of one set of nodes, cycle after cycle, without redoing the node part: the nodes
+/// are validated, sorted and interned once and kept while the resource names stay the same;
+/// a node that changes is rebuilt alone ([`SnapshotBuilder::update_node`]).
+///
+/// `builder.build(now, pods, groups, queues)` equals
+/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues })` with `nodes` the
+/// builder's current node specs, field by field, errors included (node errors are reported by
+/// [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`] instead). Pods, groups and
+/// queues are read by reference and may come in any order; input already sorted by name is
+/// cheapest.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    /// Sorted by name; index = node id.
+    specs: Vec<NodeSpec>,
+    ids: HashMap<String, NodeId>,
+    /// Resource name → how many nodes state it in `allocatable`.
+    node_names: BTreeMap<String, usize>,
+    /// Nodes built for these names (taken back from the last snapshot).
+    table: Option<(ResourceNames, Vec<Node>)>,
+    /// Nodes changed since `table` was built.
+    dirty: BTreeSet<usize>,
+    last: Option<Snapshot>,
+}
+
+impl SnapshotBuilder {
+    /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors).
+    pub fn new(mut nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut ids = HashMap::with_capacity(nodes.len());
+        let mut node_names: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if ids.insert(n.name.clone(), NodeId(i as u32)).is_some() {
+                return Err(duplicate_node(&n.name));
+            }
+            for k in n.allocatable.keys() {
+                *node_names.entry(k.clone()).or_default() += 1;
+            }
+        }
+        let names = ResourceNames::new(node_names.keys().map(String::as_str));
+        let built = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SnapshotBuilder {
+            specs: nodes,
+            ids,
+            node_names,
+            table: Some((names, built)),
+            dirty: BTreeSet::new(),
+            last: None,
+        })
+    }
+
+    /// The node specs, sorted by name (index = [`NodeId`]).
+    pub fn nodes(&self) -> &[NodeSpec] {
+        &self.specs
+    }
+
+    /// The id of a node by name.
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.ids.get(name).copied()
+    }
+
+    /// Replaces the node of the same name (labels, taints, allocatable, GPUs may change; nodes
+    /// are neither added nor removed, so ids stay). Only that node is rebuilt.
+    pub fn update_node(&mut self, spec: NodeSpec) -> Result<(), SnapshotError> {
+        let Some(&id) = self.ids.get(&spec.name) else {
+            return Err(err(
+                "Node",
+                &spec.name,
+                "metadata.name",
+                "not a node of this builder".into(),
+            ));
+        };
+        // Validate before changing anything.
+        build_node(
+            &ResourceNames::new(spec.allocatable.keys().map(String::as_str)),
+            id,
+            &spec,
+        )?;
+        let old = std::mem::replace(&mut self.specs[id.index()], spec);
+        for k in old.allocatable.keys() {
+            if let Some(c) = self.node_names.get_mut(k) {
+                *c -= 1;
+                if *c == 0 {
+                    self.node_names.remove(k);
+                }
+            }
+        }
+        for k in self.specs[id.index()].allocatable.keys() {
+            *self.node_names.entry(k.clone()).or_default() += 1;
+        }
+        self.dirty.insert(id.index());
+        Ok(())
+    }
+
+    /// The snapshot of the builder's nodes with these pods, groups and queues at `now_ms`.
+    pub fn build<'p>(
+        &mut self,
+        now_ms: i64,
+        pods: impl IntoIterator<Item = &'p PodSpec>,
+        groups: impl IntoIterator<Item = &'p GroupSpec>,
+        queues: &[QueueSpec],
+    ) -> Result<&Snapshot, SnapshotError> {
+        let pods = sorted_pods(pods);
+        let groups = sorted_groups(groups);
+        let mut queues = queues.to_vec();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut all = workload_resource_names(&pods, &groups, &queues);
+        all.extend(self.node_names.keys().map(String::as_str));
+        let names = ResourceNames::new(all);
+        let built_queues = build_queues(&names, &mut queues, &groups, &pods)?;
+        let (mut recycled, mut reused) = (None, false);
+        if let Some(last) = self.last.take() {
+            self.table = Some((last.resources, last.nodes));
+            recycled = Some((last.node_used, last.node_gpus_used));
+        }
+        let nodes = match self.table.take() {
+            Some((table_names, mut nodes)) if table_names == names => {
+                reused = true;
+                for &i in &self.dirty {
+                    nodes[i] = build_node(&names, NodeId(i as u32), &self.specs[i])?;
+                }
+                nodes
+            }
+            _ => self
+                .specs
+                .iter()
+                .enumerate()
+                .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        self.dirty.clear();
+        let ids = &self.ids;
+        let snapshot = assemble(
+            now_ms,
+            names,
+            built_queues,
+            BuiltNodes {
+                nodes,
+                id: &|n: &str| ids.get(n).copied(),
+                recycled: recycled.filter(|_| reused),
+            },
+            &pods,
+            &groups,
+        )?;
+        Ok(self.last.insert(snapshot))
+    }
+}
+
+fn duplicate_node(name: &str) -> SnapshotError {
+    err("Node", name, "metadata.name", "duplicate node".into())
+}
+
+/// One node of the snapshot, its resources interned with `names`.
+fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, SnapshotError> {
+    let mut allocatable = names.resources(&n.allocatable);
+    if !n.allocatable.contains_key(crate::resources::PODS_NAME) {
+        allocatable.set(PODS, DEFAULT_MAX_PODS);
+    }
+    let count = allocatable.get(GPU).max(0) as usize;
+    if count > MAX_GPUS_PER_NODE {
+        return Err(err(
+            "Node",
+            &n.name,
+            "status.allocatable[nvidia.com/gpu]",
+            format!("{count} GPUs; at most {MAX_GPUS_PER_NODE} per node are supported"),
+        ));
+    }
+    let gpus = match &n.gpus {
+        Some(g) if g.len() == count => {
+            let mut g = g.clone();
+            g.sort_by_key(|g| g.index);
+            g
+        }
+        _ => (0..count as u32)
+            .map(|index| Gpu {
+                index,
+                uuid: None,
+                model: None,
+                memory_mib: None,
+                nvlink_domain: 0,
+            })
+            .collect(),
+    };
+    Ok(Node {
+        id,
+        name: n.name.clone(),
+        labels: n.labels.clone(),
+        taints: n.taints.clone(),
+        unschedulable: n.unschedulable,
+        allocatable,
+        gpus,
+    })
+}
+
+/// The node part of a snapshot being assembled.
+struct BuiltNodes<'a> {
+    nodes: Vec<Node>,
+    /// Finds a node by name.
+    id: &'a dyn Fn(&str) -> Option<NodeId>,
+    /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
+    recycled: Option<(Vec<Resources>, Vec<u64>)>,
+}
+
+fn sorted_pods<'a>(pods: impl IntoIterator<Item = &'a PodSpec>) -> Vec<&'a PodSpec> {
+    let mut pods: Vec<&PodSpec> = pods.into_iter().collect();
+    pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    pods
+}
+
+fn sorted_groups<'a>(groups: impl IntoIterator<Item = &'a GroupSpec>) -> Vec<&'a GroupSpec> {
+    let mut groups: Vec<&GroupSpec> = groups.into_iter().collect();
+    groups.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    groups
+}
+
+/// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
+/// and queues already resolved. `node_id` finds a node by name.
+fn assemble(
+    now_ms: i64,
+    names: ResourceNames,
+    queues: Vec<Queue>,
+    nodes: BuiltNodes<'_>,
+    pods: &[&PodSpec],
+    groups: &[&GroupSpec],
+) -> Result<Snapshot, SnapshotError> {
+    let BuiltNodes {
+        nodes: built_nodes,
+        id: node_id,
+        recycled,
+    } = nodes;
+    let queue_ids: HashMap<&str, QueueId> =
+        queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+    // Jobs from PodGroups, then implicit groups of one.
+    let mut job_keys: BTreeMap<String, usize> = BTreeMap::new();
+    struct Draft<'g> {
+        spec: std::borrow::Cow<'g, GroupSpec>,
+        implicit: bool,
+    }
+    let mut drafts: Vec<Draft> = Vec::new();
+    for &g in groups {
+        let key = format!("{}/{}", g.namespace, g.name);
+        if g.min_member < 1 {
+            return Err(err(
+                "PodGroup",
+                &key,
+                "spec.minMember",
+                format!("must be at least 1, got {}", g.min_member),
+            ));
+        }
+        if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
+            return Err(err(
+                "PodGroup",
+                &key,
+                "spec.minTaskMember",
+                format!("role {role:?}: must not be negative, got {v}"),
+            ));
+        }
+        if job_keys.insert(key.clone(), drafts.len()).is_some() {
+            return Err(err(
+                "PodGroup",
+                &key,
+                "metadata.name",
+                "duplicate PodGroup".into(),
+            ));
+        }
+        for (i, sg) in g.sub_groups.iter().enumerate() {
+            if sg.size < 1 {
+                return Err(err(
+                    "PodGroup",
+                    &key,
+                    "spec.subGroups[].size",
+                    format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
+                ));
+            }
+            if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
+                return Err(err(
+                    "PodGroup",
+                    &key,
+                    "spec.subGroups[].name",
+                    format!("duplicate sub-group name {:?}", sg.name),
+                ));
+            }
+        }
+        drafts.push(Draft {
+            spec: std::borrow::Cow::Borrowed(g),
+            implicit: false,
+        });
+    }
+    let mut seen_pods: std::collections::HashSet<(&str, &str)> = Default::default();
+    for p in pods.iter().filter(|p| p.ours) {
+        let key = format!("{}/{}", p.namespace, p.name);
+        if !seen_pods.insert((&p.namespace, &p.name)) {
+            return Err(err("Pod", &key, "metadata.name", "duplicate pod".into()));
+        }
+        match &p.group {
+            Some(g) => {
+                let gk = format!("{}/{g}", p.namespace);
+                if !job_keys.contains_key(&gk) {
+                    return Err(err(
+                        "Pod",
+                        &key,
+                        "metadata.labels/annotations (pod group)",
+                        format!("names PodGroup {gk}, which does not exist"),
+                    ));
+                }
+            }
+            None => {
+                if job_keys.contains_key(&key) {
+                    return Err(err(
+                        "Pod",
+                        &key,
+                        "metadata.name",
+                        format!("has no PodGroup but a PodGroup named {key} exists; name the group explicitly"),
+                    ));
+                }
+                job_keys.insert(key.clone(), drafts.len());
+                drafts.push(Draft {
+                    spec: std::borrow::Cow::Owned(GroupSpec {
+                        namespace: p.namespace.clone(),
+                        name: p.name.clone(),
+                        queue: None,
+                        min_member: 1,
+                        min_task_member: BTreeMap::new(),
+                        min_resources: None,
+                        priority: Some(p.priority),
+                        created_ms: p.created_ms,
+                        phase: JobPhase::Pending,
+                        topology: TopologySpec::default(),
+                        sub_groups: Vec::new(),
+                    }),
+                    implicit: true,
+                });
+            }
+        }
+    }
+    // Jobs sorted by name: `job_keys` is a BTreeMap.
+    let order: Vec<usize> = job_keys.values().copied().collect();
+    let mut job_index: HashMap<usize, JobId> = HashMap::new();
+    for (pos, &d) in order.iter().enumerate() {
+        job_index.insert(d, JobId(pos as u32));
+    }
+
+    // Tasks and node usage.
+    let mut rules_ids: HashMap<PlacementRules, RulesId> = HashMap::new();
+    let mut rules: Vec<PlacementRules> = Vec::new();
+    let mut shape_ids: HashMap<(RulesId, Resources), ShapeId> = HashMap::new();
+    let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
+    // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
+    let zero = Resources::zero(names.len());
+    let (mut node_used, mut node_gpus_used) = match recycled {
+        Some((mut used, mut gpus)) if used.len() == built_nodes.len() => {
+            for r in &mut used {
+                for id in names.ids() {
+                    r.set(id, 0);
+                }
+                if *r != zero {
+                    *r = zero.clone();
+                }
+            }
+            gpus.fill(0);
+            (used, gpus)
+        }
+        _ => (
+            vec![zero.clone(); built_nodes.len()],
+            vec![0u64; built_nodes.len()],
+        ),
+    };
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::new();
+    let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
+    let mut foreign_pods = 0;
+    for &p in pods {
+        let key = format!("{}/{}", p.namespace, p.name);
+        let mut request = names.resources(&p.request);
+        request.set(PODS, 1);
+        let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+        let node = match (&p.node, live) {
+            (Some(n), true) => Some(node_id(n).ok_or_else(|| {
+                err(
+                    "Pod",
+                    &key,
+                    "spec.nodeName",
+                    format!("names node {n}, which does not exist"),
+                )
+            })?),
+            _ => None,
+        };
+        let mut gpu_ids = Vec::new();
+        if let Some(nid) = node {
+            node_used[nid.index()].add(&request);
+            let want = request.get(GPU).max(0) as usize;
+            gpu_ids = claim_gpus(
+                &mut node_gpus_used[nid.index()],
+                built_nodes[nid.index()].gpus.len(),
+                &p.gpu_ids,
+                want,
+            );
+        }
+        if !p.ours {
+            if node.is_some() {
+                foreign_pods += 1;
+            }
+            continue;
+        }
+        let job_key = match &p.group {
+            Some(g) => format!("{}/{g}", p.namespace),
+            None => key.clone(),
+        };
+        let job = job_index[&job_keys[&job_key]];
+        // Look up before inserting: most pods share rules and shapes, so clone only new ones.
+        let rid = match rules_ids.get(&p.rules) {
+            Some(&id) => id,
+            None => {
+                let id = RulesId(rules.len() as u32);
+                rules.push(p.rules.clone());
+                rules_ids.insert(p.rules.clone(), id);
+                id
+            }
+        };
+        let shape_key = (rid, request);
+        let shape = match shape_ids.get(&shape_key) {
+            Some(&id) => id,
+            None => {
+                let id = ShapeId(shapes.len() as u32);
+                shapes.push(shape_key.clone());
+                shape_ids.insert(shape_key.clone(), id);
+                id
+            }
+        };
+        let request = shape_key.1;
+        let state = match (p.phase, node) {
+            (PodPhase::Succeeded, _) => TaskState::Succeeded,
+            (PodPhase::Failed, _) => TaskState::Failed,
+            (_, Some(n)) => TaskState::Bound(n),
+            (_, None) => TaskState::Pending,
+        };
+        let id = TaskId(tasks.len() as u32);
+        job_tasks[job.index()].push(id);
+        task_labels.push(&p.labels);
+        tasks.push(Task {
+            id,
+            name: key,
+            job,
+            role: p.role.clone(),
+            request,
+            rules: rid,
+            shape,
+            priority: p.priority,
+            state,
+            gpu_ids,
+            // A nomination to a node that is gone is simply dropped.
+            nominated: match (&p.nominated_node, node) {
+                (Some(n), None) if p.phase == PodPhase::Pending => node_id(n),
+                _ => None,
+            },
+            non_preemptable: p.non_preemptable,
+            preemption_never: p.preemption_never,
+            created_ms: p.created_ms,
+            started_ms: p.started_ms,
+            active_deadline_s: p.active_deadline_s,
+            rank: p.rank,
+            sub_group: None,
+        });
+    }
+
+    let mut jobs = Vec::with_capacity(order.len());
+    for (pos, &d) in order.iter().enumerate() {
+        let Draft { spec: g, implicit } = &drafts[d];
+        let name = format!("{}/{}", g.namespace, g.name);
+        let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+        let queue = *queue_ids.get(queue_name).ok_or_else(|| {
+            err(
+                "PodGroup",
+                &name,
+                "spec.queue",
+                format!("names queue {queue_name}, which does not exist"),
+            )
+        })?;
+        if queues.iter().any(|q| q.parent == Some(queue)) {
+            return Err(err(
+                "PodGroup",
+                &name,
+                "spec.queue",
+                format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
+            ));
+        }
+        let mut task_ids = std::mem::take(&mut job_tasks[pos]);
+        // Rank order (pods without a rank last, by name): consecutive ranks are placed
+        // together.
+        task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
+        let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, &task_labels, &mut tasks);
+        let priority = g.priority.unwrap_or_else(|| {
+            task_ids
+                .iter()
+                .map(|t| tasks[t.index()].priority)
+                .max()
+                .unwrap_or(0)
+        });
+        jobs.push(Job {
+            id: JobId(pos as u32),
+            name,
+            queue,
+            min_member: g.min_member as u32,
+            min_task_member: g
+                .min_task_member
+                .iter()
+                .map(|(k, &v)| (k.clone(), v as u32))
+                .collect(),
+            min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
+            priority,
+            created_ms: g.created_ms,
+            phase: g.phase,
+            tasks: task_ids,
+            implicit: *implicit,
+            topology: g.topology.clone(),
+            sub_groups,
+        });
+    }
+
+    Ok(Snapshot {
+        now_ms,
+        resources: names,
+        nodes: built_nodes,
+        tasks,
+        jobs,
+        queues,
+        rules,
+        shapes,
+        node_used,
+        node_gpus_used,
+        foreign_pods,
+    })
 }
 
 /// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
@@ -639,18 +878,13 @@ fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> Vec<u
     ids
 }
 
-fn collect_resource_names(
-    nodes: &[NodeSpec],
-    pods: &[PodSpec],
-    groups: &[GroupSpec],
-    queues: &[QueueSpec],
-) -> ResourceNames {
+/// Resource names the pods, groups and queues use (the nodes' are added by the caller).
+fn workload_resource_names<'a>(
+    pods: &[&'a PodSpec],
+    groups: &[&'a GroupSpec],
+    queues: &'a [QueueSpec],
+) -> BTreeSet<&'a str> {
     let mut all: BTreeSet<&str> = BTreeSet::new();
-    all.extend(
-        nodes
-            .iter()
-            .flat_map(|n| n.allocatable.keys().map(String::as_str)),
-    );
     all.extend(
         pods.iter()
             .flat_map(|p| p.request.keys().map(String::as_str)),
@@ -668,7 +902,7 @@ fn collect_resource_names(
             all.extend(list.keys().map(String::as_str));
         }
     }
-    ResourceNames::new(all)
+    all
 }
 
 /// Resolves queues: adds `default` when a job needs it and none is declared, checks parents and
@@ -676,8 +910,8 @@ fn collect_resource_names(
 fn build_queues(
     names: &ResourceNames,
     specs: &mut Vec<QueueSpec>,
-    groups: &[GroupSpec],
-    pods: &[PodSpec],
+    groups: &[&GroupSpec],
+    pods: &[&PodSpec],
 ) -> Result<Vec<Queue>, SnapshotError> {
     let needs_default = groups.iter().any(|g| g.queue.is_none())
         || pods.iter().any(|p| p.ours && p.group.is_none());

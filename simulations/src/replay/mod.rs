@@ -122,6 +122,10 @@ pub struct TraceArgs {
     /// Scheduling period in simulated seconds.
     #[arg(long, default_value_t = 1.0)]
     pub period: f64,
+    /// Rebuild the whole cluster spec and snapshot every cycle (the slow reference path the
+    /// incremental one is checked against; same results).
+    #[arg(long)]
+    pub full_rebuild: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -285,6 +289,7 @@ impl TraceArgs {
             quota,
             gpu_share: share,
             fold_bound: None,
+            full_rebuild: self.full_rebuild,
         };
         let inputs = report::Inputs {
             trace: format!("{} ({} jobs)", workload.source, workload.jobs.len()),

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use basalt_engine::{
     ClusterSpec, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
     PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,
-    Snapshot,
+    Snapshot, SnapshotBuilder,
 };
 use basalt_plugins::config::ActionName;
 use basalt_plugins::Config;
@@ -54,6 +54,9 @@ pub struct Options {
     pub gpu_share: GpuShare,
     /// Fold fully placed jobs into per-(queue, node) pods; `None`: whenever the config cannot evict.
     pub fold_bound: Option<bool>,
+    /// Rebuild the whole `ClusterSpec` and call `Snapshot::build` every cycle instead of keeping
+    /// the specs and the node table between cycles: the reference the fast path is tested against.
+    pub full_rebuild: bool,
 }
 
 impl Default for Options {
@@ -63,6 +66,7 @@ impl Default for Options {
             quota: Quota::Borrow,
             gpu_share: GpuShare::RoundUp,
             fold_bound: None,
+            full_rebuild: false,
         }
     }
 }
@@ -134,6 +138,12 @@ struct JobState {
     bound: u32,
     epoch: u32,
     folded: bool,
+}
+
+/// The specs one job contributes to the snapshot, kept between cycles.
+struct LiveJob {
+    group: GroupSpec,
+    pods: Vec<PodSpec>,
 }
 
 /// A point of the cluster's state, recorded whenever it changes.
@@ -228,6 +238,16 @@ pub struct Simulator<'a> {
     bindings: u64,
     snapshot_s: f64,
     schedule_s: f64,
+    // The fast path: specs kept between cycles, refreshed where something changed.
+    builder: SnapshotBuilder,
+    live: BTreeMap<u32, LiveJob>,
+    holder_pods: BTreeMap<(u32, u32), PodSpec>,
+    holder_groups: BTreeMap<u32, GroupSpec>,
+    /// Pods folded away on each node (its `pods` allocatable is lowered by this), as last given
+    /// to the builder.
+    node_excess: Vec<i64>,
+    dirty_jobs: BTreeSet<u32>,
+    dirty_folded: BTreeSet<(u32, u32)>,
 }
 
 impl<'a> Simulator<'a> {
@@ -368,12 +388,15 @@ impl<'a> Simulator<'a> {
             })
             .collect();
         let nq = workload.queues.len();
+        let builder = SnapshotBuilder::new(nodes.clone())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", cluster.source))?;
         let mut sim = Simulator {
             config,
             opts,
             fold,
             workload,
             node_used: vec![0; nodes.len()],
+            node_excess: vec![0; nodes.len()],
             nodes,
             node_ids,
             node_gpus,
@@ -403,6 +426,12 @@ impl<'a> Simulator<'a> {
             bindings: 0,
             snapshot_s: 0.0,
             schedule_s: 0.0,
+            builder,
+            live: BTreeMap::new(),
+            holder_pods: BTreeMap::new(),
+            holder_groups: BTreeMap::new(),
+            dirty_jobs: BTreeSet::new(),
+            dirty_folded: BTreeSet::new(),
         };
         for (i, j) in workload.jobs.iter().enumerate() {
             sim.push(j.submit_ms, Kind::Arrival, i as u32, 0);
@@ -516,6 +545,7 @@ impl<'a> Simulator<'a> {
         self.queue_demand[p.queue as usize] += p.total_gpus;
         self.pending += 1;
         self.active.insert(job);
+        self.dirty_jobs.insert(job);
         self.want_cycle(false);
     }
 
@@ -529,6 +559,7 @@ impl<'a> Simulator<'a> {
         let (total, queue) = (p.total_gpus, p.queue);
         self.release(job);
         self.active.remove(&job);
+        self.dirty_jobs.insert(job);
         let r = &mut self.records[job as usize];
         r.status = Status::Done;
         r.end_ms = Some(self.now);
@@ -564,6 +595,7 @@ impl<'a> Simulator<'a> {
                 if entry.2 == 0 {
                     self.folded.remove(&key);
                 }
+                self.dirty_folded.insert(key);
             }
         }
         self.milli_used -= self.placed_milli(j, &pods);
@@ -606,74 +638,15 @@ impl<'a> Simulator<'a> {
                 *p -= count - 1;
             }
             holder_queues.insert(queue);
-            pods.push(PodSpec {
-                namespace: HOLDER_NS.into(),
-                name: format!("q{queue}-n{node}"),
-                ours: true,
-                group: Some(format!("q{queue}")),
-                request: req.clone(),
-                phase: PodPhase::Running,
-                node: Some(n.name.clone()),
-                gpu_ids: (0..64).filter(|i| mask & (1u64 << i) != 0).collect(),
-                ..Default::default()
-            });
+            pods.push(holder_pod(queue, node, &n.name, req, *mask));
         }
         for q in holder_queues {
-            groups.push(GroupSpec {
-                namespace: HOLDER_NS.into(),
-                name: format!("q{q}"),
-                queue: Some(self.workload.queues[q as usize].name.clone()),
-                min_member: 1,
-                min_task_member: BTreeMap::new(),
-                min_resources: None,
-                priority: None,
-                created_ms: 0,
-                phase: JobPhase::Running,
-                topology: Default::default(),
-                sub_groups: Vec::new(),
-            });
+            groups.push(self.holder_group(q));
         }
         let with_job = |j: usize, pods: &mut Vec<PodSpec>, groups: &mut Vec<GroupSpec>| {
-            let t = &self.workload.jobs[j];
-            let p = &self.prepared[j];
-            let s = &self.state[j];
-            groups.push(GroupSpec {
-                namespace: NS.into(),
-                name: format!("{j:08}"),
-                queue: Some(t.queue.clone()),
-                min_member: p.min_member as i64,
-                min_task_member: BTreeMap::new(),
-                min_resources: Some(p.min_resources.clone()),
-                priority: Some(t.priority),
-                created_ms: t.submit_ms,
-                phase: s.phase,
-                topology: Default::default(),
-                sub_groups: Vec::new(),
-            });
-            for (k, req) in p.requests.iter().enumerate() {
-                let placed = s.pods[k].as_ref();
-                pods.push(PodSpec {
-                    namespace: NS.into(),
-                    name: format!("{j:08}-{k}"),
-                    ours: true,
-                    group: Some(format!("{j:08}")),
-                    request: req.clone(),
-                    rules: p.rules.clone(),
-                    priority: t.priority,
-                    created_ms: t.submit_ms,
-                    phase: if placed.is_some() {
-                        PodPhase::Running
-                    } else {
-                        PodPhase::Pending
-                    },
-                    node: placed.map(|pl| self.nodes[pl.node as usize].name.clone()),
-                    gpu_ids: placed.map(|pl| pl.gpu_ids.clone()).unwrap_or_default(),
-                    nominated_node: s.nominated[k]
-                        .filter(|_| placed.is_none())
-                        .map(|n| self.nodes[n as usize].name.clone()),
-                    ..Default::default()
-                });
-            }
+            let live = self.job_specs(j);
+            groups.push(live.group);
+            pods.extend(live.pods);
         };
         if self.fold {
             for &j in &self.active {
@@ -695,16 +668,154 @@ impl<'a> Simulator<'a> {
         }
     }
 
+    /// The PodGroup and pods of one job as the cluster shows them now.
+    fn job_specs(&self, j: usize) -> LiveJob {
+        let t = &self.workload.jobs[j];
+        let p = &self.prepared[j];
+        let s = &self.state[j];
+        let group = GroupSpec {
+            namespace: NS.into(),
+            name: format!("{j:08}"),
+            queue: Some(t.queue.clone()),
+            min_member: p.min_member as i64,
+            min_task_member: BTreeMap::new(),
+            min_resources: Some(p.min_resources.clone()),
+            priority: Some(t.priority),
+            created_ms: t.submit_ms,
+            phase: s.phase,
+            topology: Default::default(),
+            sub_groups: Vec::new(),
+        };
+        let pods = p
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(k, req)| {
+                let placed = s.pods[k].as_ref();
+                PodSpec {
+                    namespace: NS.into(),
+                    name: format!("{j:08}-{k}"),
+                    ours: true,
+                    group: Some(format!("{j:08}")),
+                    request: req.clone(),
+                    rules: p.rules.clone(),
+                    priority: t.priority,
+                    created_ms: t.submit_ms,
+                    phase: if placed.is_some() {
+                        PodPhase::Running
+                    } else {
+                        PodPhase::Pending
+                    },
+                    node: placed.map(|pl| self.nodes[pl.node as usize].name.clone()),
+                    gpu_ids: placed.map(|pl| pl.gpu_ids.clone()).unwrap_or_default(),
+                    nominated_node: s.nominated[k]
+                        .filter(|_| placed.is_none())
+                        .map(|n| self.nodes[n as usize].name.clone()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        LiveJob { group, pods }
+    }
+
+    fn holder_group(&self, q: u32) -> GroupSpec {
+        GroupSpec {
+            namespace: HOLDER_NS.into(),
+            name: format!("q{q}"),
+            queue: Some(self.workload.queues[q as usize].name.clone()),
+            min_member: 1,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            priority: None,
+            created_ms: 0,
+            phase: JobPhase::Running,
+            topology: Default::default(),
+            sub_groups: Vec::new(),
+        }
+    }
+
+    /// Brings the kept specs up to date with what changed since the last cycle: the same pods,
+    /// groups and nodes [`Self::spec`] would list, without rebuilding the rest.
+    fn refresh(&mut self) -> anyhow::Result<()> {
+        for j in std::mem::take(&mut self.dirty_jobs) {
+            let keep = if self.fold {
+                self.active.contains(&j)
+            } else {
+                matches!(
+                    self.records[j as usize].status,
+                    Status::Pending | Status::Running
+                )
+            };
+            if keep {
+                let live = self.job_specs(j as usize);
+                self.live.insert(j, live);
+            } else {
+                self.live.remove(&j);
+            }
+        }
+        let mut nodes = BTreeSet::new();
+        for key in std::mem::take(&mut self.dirty_folded) {
+            let (queue, node) = key;
+            nodes.insert(node);
+            match self.folded.get(&key) {
+                Some((req, mask, _)) => {
+                    let pod = holder_pod(queue, node, &self.nodes[node as usize].name, req, *mask);
+                    self.holder_pods.insert(key, pod);
+                }
+                None => {
+                    self.holder_pods.remove(&key);
+                }
+            }
+            let held = self
+                .holder_pods
+                .range((queue, 0)..=(queue, u32::MAX))
+                .next()
+                .is_some();
+            if held && !self.holder_groups.contains_key(&queue) {
+                let g = self.holder_group(queue);
+                self.holder_groups.insert(queue, g);
+            } else if !held {
+                self.holder_groups.remove(&queue);
+            }
+        }
+        for node in nodes {
+            let excess: i64 = (0..self.workload.queues.len() as u32)
+                .filter_map(|q| self.folded.get(&(q, node)))
+                .map(|e| e.2 - 1)
+                .sum();
+            if excess != self.node_excess[node as usize] {
+                self.node_excess[node as usize] = excess;
+                let mut spec = self.nodes[node as usize].clone();
+                if let Some(p) = spec.allocatable.get_mut("pods") {
+                    *p -= excess;
+                }
+                self.builder
+                    .update_node(spec)
+                    .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
+            }
+        }
+        Ok(())
+    }
+
     fn cycle(&mut self) -> anyhow::Result<()> {
         if self.active.is_empty() {
             return Ok(());
         }
         self.cycles += 1;
         let t0 = std::time::Instant::now();
-        let snapshot = Snapshot::build(self.spec())
-            .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
+        let full;
+        let snapshot = if self.opts.full_rebuild {
+            full = Snapshot::build(self.spec());
+            full.as_ref().map_err(Clone::clone)
+        } else {
+            self.refresh()?;
+            let pods = (self.holder_pods.values()).chain(self.live.values().flat_map(|l| &l.pods));
+            let groups = (self.holder_groups.values()).chain(self.live.values().map(|l| &l.group));
+            self.builder.build(self.now, pods, groups, &self.queues)
+        }
+        .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
         let t1 = std::time::Instant::now();
-        let plan = basalt_plugins::schedule(&snapshot, self.config);
+        let plan = basalt_plugins::schedule(snapshot, self.config);
         let t2 = std::time::Instant::now();
         self.snapshot_s += (t1 - t0).as_secs_f64();
         self.schedule_s += (t2 - t1).as_secs_f64();
@@ -731,6 +842,7 @@ impl<'a> Simulator<'a> {
             let slot = &mut self.state[job as usize].nominated[k];
             if *slot != Some(node) {
                 *slot = Some(node);
+                self.dirty_jobs.insert(job);
                 changed = true;
             }
         }
@@ -759,6 +871,7 @@ impl<'a> Simulator<'a> {
             self.state[j].bound += 1;
             self.state[j].nominated[k] = None;
             self.bindings += 1;
+            self.dirty_jobs.insert(job);
             touched.insert(job);
             changed = true;
         }
@@ -771,6 +884,7 @@ impl<'a> Simulator<'a> {
             };
             if job < self.state.len() && self.state[job].phase != g.phase {
                 self.state[job].phase = g.phase;
+                self.dirty_jobs.insert(job as u32);
                 changed = true;
             }
         }
@@ -807,6 +921,7 @@ impl<'a> Simulator<'a> {
                         e.1 |= 1u64 << i;
                     }
                     e.2 += 1;
+                    self.dirty_folded.insert((queue, pl.node));
                 }
                 self.state[j].folded = true;
             }
@@ -818,6 +933,7 @@ impl<'a> Simulator<'a> {
         self.pending -= 1;
         self.running += 1;
         self.state[j].phase = JobPhase::Running;
+        self.dirty_jobs.insert(job);
         let locality = self.locality(j);
         let r = &mut self.records[j];
         r.status = Status::Running;
@@ -894,6 +1010,22 @@ impl<'a> Simulator<'a> {
         self.state[j].epoch += 1;
         self.state[j].phase = JobPhase::Pending;
         self.active.insert(job);
+        self.dirty_jobs.insert(job);
+    }
+}
+
+/// The bound pod that stands for every folded pod of one queue on one node.
+fn holder_pod(queue: u32, node: u32, node_name: &str, req: &ResourceList, mask: u64) -> PodSpec {
+    PodSpec {
+        namespace: HOLDER_NS.into(),
+        name: format!("q{queue}-n{node}"),
+        ours: true,
+        group: Some(format!("q{queue}")),
+        request: req.clone(),
+        phase: PodPhase::Running,
+        node: Some(node_name.to_string()),
+        gpu_ids: (0..64).filter(|i| mask & (1u64 << i) != 0).collect(),
+        ..Default::default()
     }
 }
 
