@@ -155,7 +155,7 @@ fn place_gang(
                 access,
                 admissible,
             );
-            if outcome.is_ok() && fw.job_ready(session, job.id) && !stmt.is_empty() {
+            if fw.job_ready(session, job.id) && !stmt.is_empty() {
                 return Ok(stmt);
             }
             session.discard(stmt);
@@ -174,7 +174,7 @@ fn place_gang(
         let outcome = place_members(
             session, &mut stmt, job, &members, None, subs, access, admissible,
         );
-        if outcome.is_ok() && fw.job_ready(session, job.id) && !stmt.is_empty() {
+        if fw.job_ready(session, job.id) && !stmt.is_empty() {
             return Ok(stmt);
         }
         let got = placed_here(session);
