@@ -293,6 +293,17 @@ impl Topology {
         self.node_domains[node][tier.0 as usize]
     }
 
+    /// The one domain of `tier` holding all of `d`'s nodes, if there is one. A coarser tier's
+    /// domain usually is; not when `d`'s nodes stand alone at `tier` (missing its label).
+    pub fn enclosing(&self, d: DomainId, tier: TierId) -> Option<DomainId> {
+        let nodes = &self.domain(d).nodes;
+        let first = self.domain_of(*nodes.first()? as usize, tier);
+        nodes
+            .iter()
+            .all(|&n| self.domain_of(n as usize, tier) == first)
+            .then_some(first)
+    }
+
     /// Every domain the node is in, one per tier.
     pub fn domains_of(&self, node: usize) -> &[DomainId] {
         &self.node_domains[node]
@@ -396,6 +407,12 @@ mod tests {
         assert_ne!(t.domain_of(0, rack), t.domain_of(2, rack));
         assert_ne!(t.domain_of(0, spine), t.domain_of(1, spine));
         assert_eq!(t.domain(t.domain_of(0, rack)).name, "r1");
+        // Rack r1 of the spine-less nodes lies in no single spine domain.
+        assert_eq!(t.enclosing(t.domain_of(0, rack), spine), None);
+        assert_eq!(
+            t.enclosing(t.domain_of(2, rack), spine),
+            Some(t.domain_of(2, spine))
+        );
     }
 
     #[test]

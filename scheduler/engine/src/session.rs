@@ -741,6 +741,24 @@ impl<'a> Session<'a> {
             .key(&self.snapshot.nodes[node.index()].allocatable, &after)
     }
 
+    /// Whether the node can take the task now: static filters, reservations, room in every
+    /// resource and enough free whole GPUs (inside NVLink island `island`, when given).
+    pub fn can_take(
+        &mut self,
+        task: TaskId,
+        node: NodeId,
+        access: ReservedNodes,
+        island: Option<u32>,
+    ) -> bool {
+        let request = &self.snapshot.task(task).request;
+        let want = request.get(GPU).max(0) as u32;
+        self.passes_filters(task, node)
+            && self.may_use(node, access)
+            && self.fits(node, request)
+            && self.free_gpus(node) >= want
+            && island.is_none_or(|i| self.island_free(node, i) >= want)
+    }
+
     pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
         match (access, self.reserved_for[node.index()]) {
             (_, None) | (ReservedNodes::Use, _) => true,

@@ -194,17 +194,11 @@ fn attempt(
 
 /// The best node among `nodes` with room for the task now.
 fn find_in(session: &mut Session, task: TaskId, nodes: &[NodeId]) -> Option<NodeId> {
-    let snap = session.snapshot;
-    let job = snap.task(task).job;
-    let request = &snap.task(task).request;
-    let want = request.get(GPU).max(0) as u32;
+    let access = ReservedNodes::Avoid(session.snapshot.task(task).job);
+    let request = &session.snapshot.task(task).request;
     let mut best: Option<(u64, NodeId)> = None;
     for &n in nodes {
-        if session.passes_filters(task, n)
-            && session.may_use(n, ReservedNodes::Avoid(job))
-            && session.fits(n, request)
-            && session.free_gpus(n) >= want
-        {
+        if session.can_take(task, n, access, None) {
             let cand = (session.key_with(n, request), n);
             if best.is_none_or(|b| cand < b) {
                 best = Some(cand);

@@ -136,12 +136,7 @@ fn place_gang(
             held.iter().all(|n| t.domain_of(n.index(), tier) == d)
                 // Nodes missing a coarser tier's label stand alone there: a finer domain of
                 // them may span several domains of the required tier.
-                && gang.required.is_none_or(|r| {
-                    let nodes = &t.domain(d).nodes;
-                    nodes
-                        .iter()
-                        .all(|&n| t.domain_of(n as usize, r) == t.domain_of(nodes[0] as usize, r))
-                })
+                && gang.required.is_none_or(|r| t.enclosing(d, r).is_some())
         });
         for d in candidates {
             let mut stmt = session.statement();
@@ -167,7 +162,6 @@ fn place_gang(
             last = outcome.err().or(last);
         }
     }
-    let placed_here = |session: &Session| session.holding(job.id);
     if gang.required.is_none() {
         // No single domain holds the gang: the whole cluster, sub-groups still kept together.
         let mut stmt = session.statement();
@@ -177,7 +171,7 @@ fn place_gang(
         if fw.job_ready(session, job.id) && !stmt.is_empty() {
             return Ok(stmt);
         }
-        let got = placed_here(session);
+        let got = session.holding(job.id);
         session.discard(stmt);
         let why = outcome
             .err()
@@ -350,34 +344,22 @@ fn sub_domains(
     let mut found: Vec<DomainId> = match within {
         Some(w) => {
             let w_tier = t.domain(w).tier;
-            // A tier coarser than the gang's domain is no tighter than the domain itself.
             let mut ds: Vec<DomainId> = t
                 .domain(w)
                 .nodes
                 .iter()
                 .map(|&n| t.domain_of(n as usize, tier))
-                .filter(|&d| {
-                    topo.free(d) >= gpus
-                        && t.domain(d)
-                            .nodes
-                            .iter()
-                            .all(|&n| t.domain_of(n as usize, w_tier) == w)
-                })
                 .collect();
-            ds.sort_by_key(|&d| (topo.free(d), d));
+            ds.sort_unstable();
             ds.dedup();
+            // A tier coarser than the gang's domain is no tighter than the domain itself.
+            ds.retain(|&d| topo.free(d) >= gpus && t.enclosing(d, w_tier) == Some(w));
+            ds.sort_by_key(|&d| (topo.free(d), d));
             ds
         }
         None => topo.fitting(tier, gpus).take(4 * TRIES_PER_TIER).collect(),
     };
-    found.retain(|&d| {
-        let nodes = &t.domain(d).nodes;
-        required.is_none_or(|r| {
-            nodes
-                .iter()
-                .all(|&n| t.domain_of(n as usize, r) == t.domain_of(nodes[0] as usize, r))
-        })
-    });
+    found.retain(|&d| required.is_none_or(|r| t.enclosing(d, r).is_some()));
     found.truncate(TRIES_PER_TIER);
     found
 }
@@ -472,16 +454,8 @@ fn place_one(
     admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
 ) -> Result<NodeId, String> {
     admissible(session, task)?;
-    let snap = session.snapshot;
-    let request = &snap.task(task).request;
-    let want = request.get(GPU).max(0) as u32;
-    let usable = |session: &mut Session, n: NodeId| {
-        session.passes_filters(task, n)
-            && session.may_use(n, access)
-            && session.fits(n, request)
-            && session.free_gpus(n) >= want
-            && island.is_none_or(|i| session.island_free(n, i) >= want)
-    };
+    let request = &session.snapshot.task(task).request;
+    let usable = |session: &mut Session, n: NodeId| session.can_take(task, n, access, island);
     let node = match (prev, within) {
         (Some(p), _) if usable(session, p) => Some(p),
         (_, None) => session.find_node_with(task, access),
