@@ -3,6 +3,7 @@
 //! ready, or discarded as a whole: nothing half-placed leaks into the plan.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::framework::{Framework, Reason};
 use crate::model::*;
@@ -189,7 +190,7 @@ pub struct Session<'a> {
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
 /// per tier the domains ordered by free GPUs (so the best fit for a gang is a range lookup).
 pub struct TopoState {
-    pub topology: Topology,
+    pub topology: Arc<Topology>,
     free: Vec<i64>,
     by_tier: Vec<BTreeSet<(i64, DomainId)>>,
 }
@@ -353,29 +354,15 @@ impl<'a> Session<'a> {
         session
     }
 
-    /// Builds the topology when tiers are configured (or Volcano tiers are labelled) and some
+    /// Takes the topology when tiers are configured (or Volcano tiers are labelled) and some
     /// node carries a tier label: on a flat cluster every gang is placed as before.
     fn build_topology(&self) -> Option<TopoState> {
         let snap = self.snapshot;
-        let labelled = snap.nodes.iter().any(|n| {
-            n.labels.keys().any(|k| {
-                k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
-                    || self.fw.tiers.iter().any(|t| &t.node_label == k)
-            })
-        });
         let constrained = snap
             .jobs
             .iter()
             .any(|j| !j.topology.is_empty() || !j.sub_groups.is_empty());
-        if !labelled && !constrained {
-            return None;
-        }
-        let nodes: Vec<(&str, &BTreeMap<String, String>)> = snap
-            .nodes
-            .iter()
-            .map(|n| (n.name.as_str(), &n.labels))
-            .collect();
-        let topology = Topology::build(&self.fw.tiers, &nodes);
+        let topology = snap.topology(&self.fw.tiers, constrained)?;
         let mut free = vec![0i64; topology.domains.len()];
         for node in &snap.nodes {
             let f = self.free_gpus(node.id) as i64;

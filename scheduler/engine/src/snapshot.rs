@@ -6,7 +6,9 @@
 //! the same snapshot whatever order the objects came in.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
+use basalt_topology::{TierSpec, Topology};
 use thiserror::Error;
 
 use crate::model::*;
@@ -191,9 +193,72 @@ pub struct Snapshot {
     pub node_gpus_used: Vec<u64>,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
+    /// The nodes' topologies, shared by snapshots of the same nodes.
+    topologies: TopologyCache,
+}
+
+/// The topologies of one set of nodes, per tier list: built from node labels by the first
+/// session that asks and shared by every later snapshot of the same nodes (a
+/// [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend on.
+#[derive(Clone, Default)]
+struct TopologyCache(Arc<Mutex<Vec<CachedTopology>>>);
+
+struct CachedTopology {
+    tiers: Vec<TierSpec>,
+    /// Some node carries a label of these tiers (or a Volcano tier label).
+    labelled: bool,
+    topology: Option<Arc<Topology>>,
+}
+
+impl std::fmt::Debug for TopologyCache {
+    // A cache, not part of what the snapshot says: two equal snapshots print alike.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopologyCache")
+    }
 }
 
 impl Snapshot {
+    /// The nodes' topology under `tiers`: `None` when no node carries a label of them (nor a
+    /// Volcano tier label) unless `always`. Built once per set of nodes.
+    pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Arc<Topology>> {
+        // A poisoned lock only means another thread panicked while building; rebuild.
+        let mut cache = self
+            .topologies
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pos = match cache.iter().position(|c| c.tiers == tiers) {
+            Some(pos) => pos,
+            None => {
+                let labelled = self.nodes.iter().any(|n| {
+                    n.labels.keys().any(|k| {
+                        k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
+                            || tiers.iter().any(|t| &t.node_label == k)
+                    })
+                });
+                cache.push(CachedTopology {
+                    tiers: tiers.to_vec(),
+                    labelled,
+                    topology: None,
+                });
+                cache.len() - 1
+            }
+        };
+        let entry = &mut cache[pos];
+        if !entry.labelled && !always {
+            return None;
+        }
+        let topology = entry.topology.get_or_insert_with(|| {
+            let nodes: Vec<(&str, &BTreeMap<String, String>)> = self
+                .nodes
+                .iter()
+                .map(|n| (n.name.as_str(), &n.labels))
+                .collect();
+            Arc::new(Topology::build(tiers, &nodes))
+        });
+        Some(topology.clone())
+    }
+
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
         let ClusterSpec {
             now_ms,
@@ -234,6 +299,7 @@ impl Snapshot {
                 nodes: built_nodes,
                 id: &|n: &str| node_ids.get(n).copied(),
                 recycled: None,
+                topologies: TopologyCache::default(),
             },
             &pods,
             &groups,
@@ -279,6 +345,7 @@ pub struct SnapshotBuilder {
     /// Nodes changed since `table` was built.
     dirty: BTreeSet<usize>,
     last: Option<Snapshot>,
+    topologies: TopologyCache,
 }
 
 impl SnapshotBuilder {
@@ -308,6 +375,7 @@ impl SnapshotBuilder {
             table: Some((names, built)),
             dirty: BTreeSet::new(),
             last: None,
+            topologies: TopologyCache::default(),
         })
     }
 
@@ -339,6 +407,9 @@ impl SnapshotBuilder {
             &spec,
         )?;
         let old = std::mem::replace(&mut self.specs[id.index()], spec);
+        if old.labels != self.specs[id.index()].labels {
+            self.topologies = TopologyCache::default();
+        }
         for k in old.allocatable.keys() {
             if let Some(c) = self.node_names.get_mut(k) {
                 *c -= 1;
@@ -400,6 +471,7 @@ impl SnapshotBuilder {
                 nodes,
                 id: &|n: &str| ids.get(n).copied(),
                 recycled: recycled.filter(|_| reused),
+                topologies: self.topologies.clone(),
             },
             &pods,
             &groups,
@@ -461,6 +533,7 @@ struct BuiltNodes<'a> {
     id: &'a dyn Fn(&str) -> Option<NodeId>,
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     recycled: Option<(Vec<Resources>, Vec<u64>)>,
+    topologies: TopologyCache,
 }
 
 fn sorted_pods<'a>(pods: impl IntoIterator<Item = &'a PodSpec>) -> Vec<&'a PodSpec> {
@@ -489,6 +562,7 @@ fn assemble(
         nodes: built_nodes,
         id: node_id,
         recycled,
+        topologies,
     } = nodes;
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
@@ -791,6 +865,7 @@ fn assemble(
         node_used,
         node_gpus_used,
         foreign_pods,
+        topologies,
     })
 }
 

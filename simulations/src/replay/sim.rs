@@ -187,6 +187,9 @@ pub struct Outcome {
     pub wall_s: f64,
     pub snapshot_s: f64,
     pub schedule_s: f64,
+    /// Tasks and jobs summed over the snapshots of every cycle (the per-cycle work's size).
+    pub snapshot_tasks: u64,
+    pub snapshot_jobs: u64,
 }
 
 /// Per-job data prepared once.
@@ -238,6 +241,8 @@ pub struct Simulator<'a> {
     bindings: u64,
     snapshot_s: f64,
     schedule_s: f64,
+    snapshot_tasks: u64,
+    snapshot_jobs: u64,
     // The fast path: specs kept between cycles, refreshed where something changed.
     builder: SnapshotBuilder,
     live: BTreeMap<u32, LiveJob>,
@@ -426,6 +431,8 @@ impl<'a> Simulator<'a> {
             bindings: 0,
             snapshot_s: 0.0,
             schedule_s: 0.0,
+            snapshot_tasks: 0,
+            snapshot_jobs: 0,
             builder,
             live: BTreeMap::new(),
             holder_pods: BTreeMap::new(),
@@ -516,6 +523,8 @@ impl<'a> Simulator<'a> {
             wall_s: start.elapsed().as_secs_f64(),
             snapshot_s: self.snapshot_s,
             schedule_s: self.schedule_s,
+            snapshot_tasks: self.snapshot_tasks,
+            snapshot_jobs: self.snapshot_jobs,
         })
     }
 
@@ -814,6 +823,8 @@ impl<'a> Simulator<'a> {
             self.builder.build(self.now, pods, groups, &self.queues)
         }
         .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
+        self.snapshot_tasks += snapshot.tasks.len() as u64;
+        self.snapshot_jobs += snapshot.jobs.len() as u64;
         let t1 = std::time::Instant::now();
         let plan = basalt_plugins::schedule(snapshot, self.config);
         let t2 = std::time::Instant::now();
