@@ -148,7 +148,7 @@ fn snapshot_of_the_sample_cluster() {
     let w0 = snap
         .tasks
         .iter()
-        .find(|t| t.name == "ml/llm-worker-0")
+        .find(|t| &*t.name == "ml/llm-worker-0")
         .unwrap();
     assert!(matches!(w0.state, TaskState::Bound(_)));
     assert_eq!(w0.gpu_ids, [0, 1, 2, 3]);

@@ -81,13 +81,13 @@ fn basalt_topology_and_sub_groups_reach_the_group_spec() {
 #[test]
 fn snapshot_cuts_rank_blocks_and_label_groups() {
     let snap = build_snapshot(&data("topology.yaml").objects, &ConvertOptions::default()).unwrap();
-    let job = snap.jobs.iter().find(|j| j.name == "ml/tp").unwrap();
+    let job = snap.jobs.iter().find(|j| &*j.name == "ml/tp").unwrap();
     assert_eq!(job.topology, tiers(Some("rack"), Some("nvlink")));
     let blocks: Vec<(&str, Vec<&str>)> = job
         .sub_groups
         .iter()
         .map(|g| {
-            let names = g.tasks.iter().map(|&t| snap.task(t).name.as_str());
+            let names = g.tasks.iter().map(|&t| &*snap.task(t).name);
             (g.name.as_str(), names.collect())
         })
         .collect();
@@ -104,16 +104,12 @@ fn snapshot_cuts_rank_blocks_and_label_groups() {
         .iter()
         .all(|g| g.topology == tiers(Some("nvlink"), None)));
 
-    let job = snap.jobs.iter().find(|j| j.name == "ml/pd").unwrap();
+    let job = snap.jobs.iter().find(|j| &*j.name == "ml/pd").unwrap();
     let mut groups: Vec<(&str, Vec<&str>)> = job
         .sub_groups
         .iter()
         .map(|g| {
-            let mut names: Vec<&str> = g
-                .tasks
-                .iter()
-                .map(|&t| snap.task(t).name.as_str())
-                .collect();
+            let mut names: Vec<&str> = g.tasks.iter().map(|&t| &*snap.task(t).name).collect();
             names.sort();
             (g.name.as_str(), names)
         })

@@ -234,7 +234,7 @@ proptest! {
         // GPUs each queue subtree holds after the plan (bound, minus evicted, plus bound and
         // nominated by the plan).
         let pod_gpu: HashMap<String, (i64, usize)> = snapshot.tasks.iter().map(|t| {
-            (t.name.clone(), (t.request.get(gpu), snapshot.job(t.job).queue.index()))
+            (t.name.to_string(), (t.request.get(gpu), snapshot.job(t.job).queue.index()))
         }).collect();
         let mut held_after = vec![0i64; snapshot.queues.len()];
         let mut held_before = vec![0i64; snapshot.queues.len()];
@@ -276,13 +276,13 @@ proptest! {
             let prefix = format!("{}-", e.for_group);
             let served = plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().map(|n| &n.pod)).any(|p| p.starts_with(&prefix));
             prop_assert!(served, "eviction of {} serves nobody ({})", e.pod, e.for_group);
-            let victim = snapshot.tasks.iter().find(|t| t.name == e.pod).unwrap();
+            let victim = snapshot.tasks.iter().find(|t| *t.name == *e.pod).unwrap();
             prop_assert!(!victim.non_preemptable, "non-preemptable {} evicted", e.pod);
         }
 
         // A running gang is never left below its minimum: it keeps minMember or goes whole.
         for job in &snapshot.jobs {
-            let bound: Vec<&str> = job.tasks.iter().map(|&t| snapshot.task(t)).filter(|t| matches!(t.state, basalt_engine::TaskState::Bound(_))).map(|t| t.name.as_str()).collect();
+            let bound: Vec<&str> = job.tasks.iter().map(|&t| snapshot.task(t)).filter(|t| matches!(t.state, basalt_engine::TaskState::Bound(_))).map(|t| &*t.name).collect();
             if bound.is_empty() { continue; }
             let evicted = bound.iter().filter(|p| plan.evictions.iter().any(|e| e.pod == **p)).count();
             let prefix = format!("{}-", job.name);

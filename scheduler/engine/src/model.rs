@@ -178,8 +178,8 @@ pub enum TaskState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Task {
     pub id: TaskId,
-    /// `namespace/name`.
-    pub name: String,
+    /// `namespace/name` (shared: snapshots of a builder reuse it cycle after cycle).
+    pub name: std::sync::Arc<str>,
     pub job: JobId,
     /// The pod's role inside its gang, for per-role minimums.
     pub role: Option<String>,
@@ -241,7 +241,7 @@ impl JobPhase {
 pub struct Job {
     pub id: JobId,
     /// `namespace/name` of the PodGroup (or of the pod, for a pod without a group).
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub queue: QueueId,
     pub min_member: u32,
     pub min_task_member: BTreeMap<String, u32>,

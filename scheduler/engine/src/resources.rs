@@ -169,29 +169,117 @@ pub fn format_quantity(name: &str, v: i64) -> String {
 }
 
 /// A dense vector of quantities indexed by [`ResourceId`]. Missing trailing entries read as zero.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Resources(Vec<i64>);
+///
+/// Compared, ordered and hashed as the slice of its entries (length included). Up to
+/// [`INLINE_RESOURCES`] entries live inline: sessions copy these for every node and pod each
+/// cycle, and a heap allocation per copy was most of a small cycle's cost.
+#[derive(Clone)]
+pub struct Resources(Store);
+
+/// Resource dimensions held without a heap allocation (cpu, memory, pods, GPUs and four more).
+pub const INLINE_RESOURCES: usize = 8;
+
+#[derive(Clone)]
+enum Store {
+    Inline { len: u8, v: [i64; INLINE_RESOURCES] },
+    Heap(Vec<i64>),
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources::zero(0)
+    }
+}
+
+impl PartialEq for Resources {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Resources {}
+
+impl PartialOrd for Resources {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Resources {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl std::hash::Hash for Resources {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state)
+    }
+}
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Resources").field(&self.as_slice()).finish()
+    }
+}
 
 impl Resources {
     pub fn zero(len: usize) -> Self {
-        Resources(vec![0; len])
+        if len <= INLINE_RESOURCES {
+            Resources(Store::Inline {
+                len: len as u8,
+                v: [0; INLINE_RESOURCES],
+            })
+        } else {
+            Resources(Store::Heap(vec![0; len]))
+        }
+    }
+
+    fn as_slice(&self) -> &[i64] {
+        match &self.0 {
+            Store::Inline { len, v } => &v[..*len as usize],
+            Store::Heap(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [i64] {
+        match &mut self.0 {
+            Store::Inline { len, v } => &mut v[..*len as usize],
+            Store::Heap(v) => v,
+        }
+    }
+
+    /// Grows to `len` entries (new ones zero); never shrinks.
+    fn grow(&mut self, new_len: usize) {
+        match &mut self.0 {
+            Store::Inline { len, .. } if new_len <= *len as usize => {}
+            Store::Inline { len, .. } if new_len <= INLINE_RESOURCES => *len = new_len as u8,
+            Store::Inline { len, v } => {
+                let mut heap = v[..*len as usize].to_vec();
+                heap.resize(new_len, 0);
+                self.0 = Store::Heap(heap);
+            }
+            Store::Heap(v) => {
+                if new_len > v.len() {
+                    v.resize(new_len, 0);
+                }
+            }
+        }
     }
 
     pub fn get(&self, id: ResourceId) -> i64 {
-        self.0.get(id.0 as usize).copied().unwrap_or(0)
+        self.as_slice().get(id.0 as usize).copied().unwrap_or(0)
     }
 
     pub fn set(&mut self, id: ResourceId, v: i64) {
         let i = id.0 as usize;
-        if i >= self.0.len() {
-            self.0.resize(i + 1, 0);
-        }
-        self.0[i] = v;
+        self.grow(i + 1);
+        self.as_mut_slice()[i] = v;
     }
 
     /// Non-zero entries.
     pub fn iter(&self) -> impl Iterator<Item = (ResourceId, i64)> + '_ {
-        self.0
+        self.as_slice()
             .iter()
             .enumerate()
             .filter(|(_, &v)| v != 0)
@@ -199,19 +287,17 @@ impl Resources {
     }
 
     pub fn add(&mut self, other: &Resources) {
-        if other.0.len() > self.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
+        let theirs = other.as_slice();
+        self.grow(theirs.len());
+        for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
             *a += b;
         }
     }
 
     pub fn sub(&mut self, other: &Resources) {
-        if other.0.len() > self.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
+        let theirs = other.as_slice();
+        self.grow(theirs.len());
+        for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
             *a -= b;
         }
     }
@@ -230,16 +316,15 @@ impl Resources {
 
     /// Scales every entry by `num / den`, rounding down.
     pub fn scaled(&self, num: i64, den: i64) -> Resources {
-        Resources(
-            self.0
-                .iter()
-                .map(|&v| ((v as i128 * num as i128) / den as i128) as i64)
-                .collect(),
-        )
+        let mut out = self.clone();
+        for v in out.as_mut_slice() {
+            *v = ((*v as i128 * num as i128) / den as i128) as i64;
+        }
+        out
     }
 
     pub fn is_zero(&self) -> bool {
-        self.0.iter().all(|&v| v == 0)
+        self.as_slice().iter().all(|&v| v == 0)
     }
 }
 
@@ -271,6 +356,32 @@ mod tests {
         assert_eq!(format_quantity("memory", 64 << 30), "64Gi");
         assert_eq!(format_quantity("memory", 1000), "1000");
         assert_eq!(format_quantity("nvidia.com/gpu", 8), "8");
+    }
+
+    #[test]
+    fn inline_and_heap_entries_compare_as_slices() {
+        let mut small = Resources::zero(2);
+        small.set(ResourceId(1), 5);
+        let mut big = Resources::zero(2);
+        big.set(ResourceId(INLINE_RESOURCES as u16 + 3), 7);
+        assert_eq!(big.get(ResourceId(1)), 0);
+        assert_eq!(big.get(ResourceId(INLINE_RESOURCES as u16 + 3)), 7);
+        big.add(&small);
+        big.sub(&small);
+        big.add(&small);
+        assert_eq!(big.get(ResourceId(1)), 5);
+        // Length counts, as for a Vec: zeros of different lengths differ.
+        assert_ne!(Resources::zero(3), Resources::zero(4));
+        assert_eq!(Resources::zero(INLINE_RESOURCES + 2), {
+            let mut r = Resources::zero(1);
+            r.set(ResourceId(INLINE_RESOURCES as u16 + 1), 0);
+            r
+        });
+        assert_eq!(format!("{small:?}"), "Resources([0, 5])");
+        let mut grown = small.clone();
+        grown.add(&big);
+        assert_eq!(grown.get(ResourceId(1)), 10);
+        assert!(small < grown);
     }
 
     #[test]

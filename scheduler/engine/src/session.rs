@@ -1064,8 +1064,8 @@ impl<'a> Session<'a> {
                     gpus,
                     pipelined: false,
                 } => plan.bindings.push(Binding {
-                    pod: snap.task(*task).name.clone(),
-                    node: snap.node(*node).name.clone(),
+                    pod: snap.task(*task).name.to_string(),
+                    node: snap.node(*node).name.to_string(),
                     gpus: gpu_indices(*node, *gpus),
                 }),
                 Op::Allocate {
@@ -1074,8 +1074,8 @@ impl<'a> Session<'a> {
                     pipelined: true,
                     ..
                 } => plan.nominations.push(Nomination {
-                    pod: snap.task(*task).name.clone(),
-                    node: snap.node(*node).name.clone(),
+                    pod: snap.task(*task).name.to_string(),
+                    node: snap.node(*node).name.to_string(),
                     reason: NominationReason::Evictions,
                 }),
                 Op::Evict {
@@ -1084,17 +1084,17 @@ impl<'a> Session<'a> {
                     for_job,
                     ..
                 } => plan.evictions.push(Eviction {
-                    pod: snap.task(*task).name.clone(),
+                    pod: snap.task(*task).name.to_string(),
                     reason: reason.clone(),
-                    for_group: snap.job(*for_job).name.clone(),
+                    for_group: snap.job(*for_job).name.to_string(),
                 }),
             }
         }
         for &(task, node) in &self.reservations {
             if self.status[task.index()] == TaskStatus::Pending {
                 plan.nominations.push(Nomination {
-                    pod: snap.task(task).name.clone(),
-                    node: snap.node(node).name.clone(),
+                    pod: snap.task(task).name.to_string(),
+                    node: snap.node(node).name.to_string(),
                     reason: NominationReason::Reservation,
                 });
             }
@@ -1120,7 +1120,7 @@ impl<'a> Session<'a> {
                 Vec::new()
             };
             plan.pod_groups.push(PodGroupStatus {
-                name: job.name.clone(),
+                name: job.name.to_string(),
                 phase,
                 conditions,
                 running: c.running,

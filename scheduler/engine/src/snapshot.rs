@@ -279,7 +279,8 @@ impl Snapshot {
                 .flat_map(|n| n.allocatable.keys().map(String::as_str)),
         );
         let names = ResourceNames::new(all);
-        let queues = build_queues(&names, &mut queues, &groups, &pods)?;
+        let needs_default = needs_default_queue(groups.iter().copied(), pods.iter().copied());
+        let queues = build_queues(&names, &mut queues, needs_default)?;
 
         // Nodes.
         let mut node_ids: HashMap<&str, NodeId> = HashMap::new();
@@ -291,18 +292,24 @@ impl Snapshot {
             }
             built_nodes.push(build_node(&names, id, n)?);
         }
+        let node_id = |n: &str| node_ids.get(n).copied();
+        let pods: Vec<_> = (pods.iter())
+            .map(|&p| (p, PodFacts::of(&names, p, &node_id)))
+            .collect();
+        let groups: Vec<_> = (groups.iter())
+            .map(|&g| (g, GroupFacts::of(&names, g)))
+            .collect();
         assemble(
             now_ms,
             names,
             queues,
             BuiltNodes {
                 nodes: built_nodes,
-                id: &|n: &str| node_ids.get(n).copied(),
                 recycled: None,
                 topologies: TopologyCache::default(),
             },
-            &pods,
-            &groups,
+            &pods.iter().map(|(p, f)| (*p, f)).collect::<Vec<_>>(),
+            &groups.iter().map(|(g, f)| (*g, f)).collect::<Vec<_>>(),
         )
     }
 
@@ -323,16 +330,18 @@ impl Snapshot {
     }
 }
 
-/// Snapshots of one set of nodes, cycle after cycle, without redoing the node part: the nodes
-/// are validated, sorted and interned once and kept while the resource names stay the same;
-/// a node that changes is rebuilt alone ([`SnapshotBuilder::update_node`]).
+/// Snapshots of one set of nodes and a changing workload, cycle after cycle, redoing only
+/// what changed: the nodes are validated, sorted and interned once and kept while the resource
+/// names stay the same (a node that changes is rebuilt alone, [`SnapshotBuilder::update_node`]);
+/// the builder holds the pods and PodGroups, told of each change ([`SnapshotBuilder::set_pod`],
+/// [`SnapshotBuilder::remove_pod`], and the same for groups), and converts a spec once, not
+/// every cycle.
 ///
-/// `builder.build(now, pods, groups, queues)` equals
-/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues })` with `nodes` the
-/// builder's current node specs, field by field, errors included (node errors are reported by
-/// [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`] instead). Pods, groups and
-/// queues are read by reference and may come in any order; input already sorted by name is
-/// cheapest.
+/// `builder.build(now, queues)` equals
+/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues })` with `nodes`,
+/// `pods` and `groups` the builder's current specs, field by field, errors included (node
+/// errors are reported by [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`]
+/// instead; pods and groups are keyed by namespace and name, so a duplicate replaces).
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     /// Sorted by name; index = node id.
@@ -346,6 +355,32 @@ pub struct SnapshotBuilder {
     dirty: BTreeSet<usize>,
     last: Option<Snapshot>,
     topologies: TopologyCache,
+    pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
+    groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
+    /// Resource name → how many pod requests and group minResources state it.
+    workload_names: BTreeMap<String, usize>,
+    /// The names the kept facts were converted under.
+    facts_names: Option<ResourceNames>,
+}
+
+/// A spec and, once converted under the builder's current resource names, its facts.
+#[derive(Debug)]
+struct Converted<S, F> {
+    spec: S,
+    facts: Option<F>,
+}
+
+fn count_names(counts: &mut BTreeMap<String, usize>, list: Option<&ResourceList>, add: bool) {
+    for k in list.into_iter().flat_map(|l| l.keys()) {
+        if add {
+            *counts.entry(k.clone()).or_default() += 1;
+        } else if let Some(c) = counts.get_mut(k) {
+            *c -= 1;
+            if *c == 0 {
+                counts.remove(k);
+            }
+        }
+    }
 }
 
 impl SnapshotBuilder {
@@ -376,6 +411,10 @@ impl SnapshotBuilder {
             dirty: BTreeSet::new(),
             last: None,
             topologies: TopologyCache::default(),
+            pods: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            workload_names: BTreeMap::new(),
+            facts_names: None,
         })
     }
 
@@ -425,22 +464,124 @@ impl SnapshotBuilder {
         Ok(())
     }
 
-    /// The snapshot of the builder's nodes with these pods, groups and queues at `now_ms`.
-    pub fn build<'p>(
-        &mut self,
-        now_ms: i64,
-        pods: impl IntoIterator<Item = &'p PodSpec>,
-        groups: impl IntoIterator<Item = &'p GroupSpec>,
-        queues: &[QueueSpec],
-    ) -> Result<&Snapshot, SnapshotError> {
-        let pods = sorted_pods(pods);
-        let groups = sorted_groups(groups);
+    /// The pods held, as (namespace, name), in order.
+    pub fn pod_names(&self) -> Vec<(String, String)> {
+        self.pods.keys().cloned().collect()
+    }
+
+    /// The PodGroups held, as (namespace, name), in order.
+    pub fn group_names(&self) -> Vec<(String, String)> {
+        self.groups.keys().cloned().collect()
+    }
+
+    /// Adds a pod, or replaces the one of the same namespace and name.
+    pub fn set_pod(&mut self, pod: PodSpec) {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if self.pods.get(&key).is_some_and(|c| c.spec == pod) {
+            return;
+        }
+        count_names(&mut self.workload_names, Some(&pod.request), true);
+        let old = self.pods.insert(
+            key,
+            Converted {
+                spec: pod,
+                facts: None,
+            },
+        );
+        if let Some(old) = old {
+            count_names(&mut self.workload_names, Some(&old.spec.request), false);
+        }
+    }
+
+    /// Removes a pod; returns it if it was there.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
+        let old = self
+            .pods
+            .remove(&(namespace.to_string(), name.to_string()))?;
+        count_names(&mut self.workload_names, Some(&old.spec.request), false);
+        Some(old.spec)
+    }
+
+    /// Adds a PodGroup, or replaces the one of the same namespace and name.
+    pub fn set_group(&mut self, group: GroupSpec) {
+        let key = (group.namespace.clone(), group.name.clone());
+        if self.groups.get(&key).is_some_and(|c| c.spec == group) {
+            return;
+        }
+        count_names(&mut self.workload_names, group.min_resources.as_ref(), true);
+        let old = self.groups.insert(
+            key,
+            Converted {
+                spec: group,
+                facts: None,
+            },
+        );
+        if let Some(old) = old {
+            count_names(
+                &mut self.workload_names,
+                old.spec.min_resources.as_ref(),
+                false,
+            );
+        }
+    }
+
+    /// Removes a PodGroup; returns it if it was there.
+    pub fn remove_group(&mut self, namespace: &str, name: &str) -> Option<GroupSpec> {
+        let old = self
+            .groups
+            .remove(&(namespace.to_string(), name.to_string()))?;
+        count_names(
+            &mut self.workload_names,
+            old.spec.min_resources.as_ref(),
+            false,
+        );
+        Some(old.spec)
+    }
+
+    /// The snapshot of the builder's nodes, pods and groups with these queues at `now_ms`.
+    pub fn build(&mut self, now_ms: i64, queues: &[QueueSpec]) -> Result<&Snapshot, SnapshotError> {
         let mut queues = queues.to_vec();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut all = workload_resource_names(&pods, &groups, &queues);
-        all.extend(self.node_names.keys().map(String::as_str));
+        let mut all: Vec<&str> = (self.workload_names.keys())
+            .chain(self.node_names.keys())
+            .map(String::as_str)
+            .collect();
+        for q in &queues {
+            for list in [&q.capability, &q.guarantee, &q.deserved]
+                .into_iter()
+                .flatten()
+            {
+                all.extend(list.keys().map(String::as_str));
+            }
+        }
         let names = ResourceNames::new(all);
-        let built_queues = build_queues(&names, &mut queues, &groups, &pods)?;
+        let needs_default = needs_default_queue(
+            self.groups.values().map(|c| &c.spec),
+            self.pods.values().map(|c| &c.spec),
+        );
+        let built_queues = build_queues(&names, &mut queues, needs_default)?;
+        if self.facts_names.as_ref() != Some(&names) {
+            self.pods.values_mut().for_each(|c| c.facts = None);
+            self.groups.values_mut().for_each(|c| c.facts = None);
+            self.facts_names = Some(names.clone());
+        }
+        let ids = &self.ids;
+        let node_id = |n: &str| ids.get(n).copied();
+        let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
+            .map(|c| {
+                let facts =
+                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id));
+                (&c.spec, &*facts)
+            })
+            .collect();
+        let groups: Vec<(&GroupSpec, &GroupFacts)> = (self.groups.values_mut())
+            .map(|c| {
+                let facts = c
+                    .facts
+                    .get_or_insert_with(|| GroupFacts::of(&names, &c.spec));
+                (&c.spec, &*facts)
+            })
+            .collect();
         let (mut recycled, mut reused) = (None, false);
         if let Some(last) = self.last.take() {
             self.table = Some((last.resources, last.nodes));
@@ -462,14 +603,12 @@ impl SnapshotBuilder {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         self.dirty.clear();
-        let ids = &self.ids;
         let snapshot = assemble(
             now_ms,
             names,
             built_queues,
             BuiltNodes {
                 nodes,
-                id: &|n: &str| ids.get(n).copied(),
                 recycled: recycled.filter(|_| reused),
                 topologies: self.topologies.clone(),
             },
@@ -527,10 +666,8 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
 }
 
 /// The node part of a snapshot being assembled.
-struct BuiltNodes<'a> {
+struct BuiltNodes {
     nodes: Vec<Node>,
-    /// Finds a node by name.
-    id: &'a dyn Fn(&str) -> Option<NodeId>,
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     recycled: Option<(Vec<Resources>, Vec<u64>)>,
     topologies: TopologyCache,
@@ -548,37 +685,110 @@ fn sorted_groups<'a>(groups: impl IntoIterator<Item = &'a GroupSpec>) -> Vec<&'a
     groups
 }
 
+/// What the snapshot takes from one pod's spec alone, under one table of resource names (a
+/// [`SnapshotBuilder`] keeps it while the spec and the names stay the same).
+#[derive(Clone, Debug)]
+struct PodFacts {
+    /// `namespace/name`, how the snapshot and its messages name the pod.
+    key: Arc<str>,
+    /// The request with the pod slot.
+    request: Resources,
+    /// `spec.nodeName` and `status.nominatedNodeName` resolved (`None` also for a node that
+    /// does not exist).
+    node: Option<NodeId>,
+    nominated: Option<NodeId>,
+}
+
+impl PodFacts {
+    fn of(names: &ResourceNames, p: &PodSpec, node_id: &dyn Fn(&str) -> Option<NodeId>) -> Self {
+        let mut request = names.resources(&p.request);
+        request.set(PODS, 1);
+        PodFacts {
+            key: format!("{}/{}", p.namespace, p.name).into(),
+            request,
+            node: p.node.as_deref().and_then(node_id),
+            nominated: p.nominated_node.as_deref().and_then(node_id),
+        }
+    }
+}
+
+/// The same for a PodGroup.
+#[derive(Clone, Debug)]
+struct GroupFacts {
+    key: Arc<str>,
+    min_resources: Option<Resources>,
+}
+
+impl GroupFacts {
+    fn of(names: &ResourceNames, g: &GroupSpec) -> Self {
+        GroupFacts {
+            key: format!("{}/{}", g.namespace, g.name).into(),
+            min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
+        }
+    }
+}
+
+/// A job's key, ordered as the string `namespace/name` it names (the order job ids follow)
+/// without building that string.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct JobKey<'a>(&'a str, &'a str);
+
+impl JobKey<'_> {
+    fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        (self.0.bytes())
+            .chain(std::iter::once(b'/'))
+            .chain(self.1.bytes())
+    }
+}
+
+impl Ord for JobKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if self.0 == other.0 {
+            self.1.cmp(other.1)
+        } else {
+            self.bytes().cmp(other.bytes())
+        }
+    }
+}
+
+impl PartialOrd for JobKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
 /// and queues already resolved. `node_id` finds a node by name.
 fn assemble(
     now_ms: i64,
     names: ResourceNames,
     queues: Vec<Queue>,
-    nodes: BuiltNodes<'_>,
-    pods: &[&PodSpec],
-    groups: &[&GroupSpec],
+    nodes: BuiltNodes,
+    pods: &[(&PodSpec, &PodFacts)],
+    groups: &[(&GroupSpec, &GroupFacts)],
 ) -> Result<Snapshot, SnapshotError> {
     let BuiltNodes {
         nodes: built_nodes,
-        id: node_id,
         recycled,
         topologies,
     } = nodes;
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
     // Jobs from PodGroups, then implicit groups of one.
-    let mut job_keys: BTreeMap<String, usize> = BTreeMap::new();
+    let mut job_keys: HashMap<JobKey, usize> = HashMap::with_capacity(groups.len() + pods.len());
     struct Draft<'g> {
         spec: std::borrow::Cow<'g, GroupSpec>,
+        name: &'g Arc<str>,
+        min_resources: Option<&'g Resources>,
         implicit: bool,
     }
-    let mut drafts: Vec<Draft> = Vec::new();
-    for &g in groups {
-        let key = format!("{}/{}", g.namespace, g.name);
+    let mut drafts: Vec<Draft> = Vec::with_capacity(groups.len());
+    for &(g, facts) in groups {
+        let key = || facts.key.clone();
         if g.min_member < 1 {
             return Err(err(
                 "PodGroup",
-                &key,
+                &key(),
                 "spec.minMember",
                 format!("must be at least 1, got {}", g.min_member),
             ));
@@ -586,15 +796,18 @@ fn assemble(
         if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
             return Err(err(
                 "PodGroup",
-                &key,
+                &key(),
                 "spec.minTaskMember",
                 format!("role {role:?}: must not be negative, got {v}"),
             ));
         }
-        if job_keys.insert(key.clone(), drafts.len()).is_some() {
+        if job_keys
+            .insert(JobKey(&g.namespace, &g.name), drafts.len())
+            .is_some()
+        {
             return Err(err(
                 "PodGroup",
-                &key,
+                &key(),
                 "metadata.name",
                 "duplicate PodGroup".into(),
             ));
@@ -603,7 +816,7 @@ fn assemble(
             if sg.size < 1 {
                 return Err(err(
                     "PodGroup",
-                    &key,
+                    &key(),
                     "spec.subGroups[].size",
                     format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
                 ));
@@ -611,7 +824,7 @@ fn assemble(
             if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
                 return Err(err(
                     "PodGroup",
-                    &key,
+                    &key(),
                     "spec.subGroups[].name",
                     format!("duplicate sub-group name {:?}", sg.name),
                 ));
@@ -619,37 +832,48 @@ fn assemble(
         }
         drafts.push(Draft {
             spec: std::borrow::Cow::Borrowed(g),
+            name: &facts.key,
+            min_resources: facts.min_resources.as_ref(),
             implicit: false,
         });
     }
-    let mut seen_pods: std::collections::HashSet<(&str, &str)> = Default::default();
-    for p in pods.iter().filter(|p| p.ours) {
-        let key = format!("{}/{}", p.namespace, p.name);
-        if !seen_pods.insert((&p.namespace, &p.name)) {
-            return Err(err("Pod", &key, "metadata.name", "duplicate pod".into()));
+    // Pods come sorted by namespace and name: a duplicate follows its twin.
+    let mut last_pod: Option<(&str, &str)> = None;
+    for &(p, facts) in pods.iter().filter(|(p, _)| p.ours) {
+        let this = (p.namespace.as_str(), p.name.as_str());
+        if last_pod.replace(this) == Some(this) {
+            return Err(err(
+                "Pod",
+                &facts.key,
+                "metadata.name",
+                "duplicate pod".into(),
+            ));
         }
         match &p.group {
             Some(g) => {
-                let gk = format!("{}/{g}", p.namespace);
-                if !job_keys.contains_key(&gk) {
+                if !job_keys.contains_key(&JobKey(&p.namespace, g)) {
                     return Err(err(
                         "Pod",
-                        &key,
+                        &facts.key,
                         "metadata.labels/annotations (pod group)",
-                        format!("names PodGroup {gk}, which does not exist"),
+                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
                     ));
                 }
             }
             None => {
+                let key = JobKey(&p.namespace, &p.name);
                 if job_keys.contains_key(&key) {
                     return Err(err(
                         "Pod",
-                        &key,
+                        &facts.key,
                         "metadata.name",
-                        format!("has no PodGroup but a PodGroup named {key} exists; name the group explicitly"),
+                        format!(
+                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
+                            facts.key
+                        ),
                     ));
                 }
-                job_keys.insert(key.clone(), drafts.len());
+                job_keys.insert(key, drafts.len());
                 drafts.push(Draft {
                     spec: std::borrow::Cow::Owned(GroupSpec {
                         namespace: p.namespace.clone(),
@@ -664,18 +888,22 @@ fn assemble(
                         topology: TopologySpec::default(),
                         sub_groups: Vec::new(),
                     }),
+                    name: &facts.key,
+                    min_resources: None,
                     implicit: true,
                 });
             }
         }
     }
-    // Jobs sorted by name: `job_keys` is a BTreeMap.
-    let order: Vec<usize> = job_keys.values().copied().collect();
-    let mut job_index: HashMap<usize, JobId> = HashMap::new();
+    // Jobs sorted by name (groups come sorted, implicit groups after them: two sorted runs).
+    let mut sorted: Vec<(JobKey, usize)> = job_keys.iter().map(|(&k, &d)| (k, d)).collect();
+    sorted.sort_by_key(|&(_, d)| d);
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let order: Vec<usize> = sorted.into_iter().map(|(_, d)| d).collect();
+    let mut job_index = vec![JobId(0); drafts.len()];
     for (pos, &d) in order.iter().enumerate() {
-        job_index.insert(d, JobId(pos as u32));
+        job_index[d] = JobId(pos as u32);
     }
-
     // Tasks and node usage.
     let mut rules_ids: HashMap<PlacementRules, RulesId> = HashMap::new();
     let mut rules: Vec<PlacementRules> = Vec::new();
@@ -685,14 +913,7 @@ fn assemble(
     let zero = Resources::zero(names.len());
     let (mut node_used, mut node_gpus_used) = match recycled {
         Some((mut used, mut gpus)) if used.len() == built_nodes.len() => {
-            for r in &mut used {
-                for id in names.ids() {
-                    r.set(id, 0);
-                }
-                if *r != zero {
-                    *r = zero.clone();
-                }
-            }
+            used.fill(zero.clone());
             gpus.fill(0);
             (used, gpus)
         }
@@ -701,20 +922,20 @@ fn assemble(
             vec![0u64; built_nodes.len()],
         ),
     };
-    let mut tasks: Vec<Task> = Vec::new();
-    let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::new();
+    let mut tasks: Vec<Task> = Vec::with_capacity(pods.len());
+    let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
     let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
     let mut foreign_pods = 0;
-    for &p in pods {
-        let key = format!("{}/{}", p.namespace, p.name);
-        let mut request = names.resources(&p.request);
-        request.set(PODS, 1);
+    let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
+    let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
+    for &(p, facts) in pods {
+        let request = &facts.request;
         let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
         let node = match (&p.node, live) {
-            (Some(n), true) => Some(node_id(n).ok_or_else(|| {
+            (Some(n), true) => Some(facts.node.ok_or_else(|| {
                 err(
                     "Pod",
-                    &key,
+                    &facts.key,
                     "spec.nodeName",
                     format!("names node {n}, which does not exist"),
                 )
@@ -723,7 +944,7 @@ fn assemble(
         };
         let mut gpu_ids = Vec::new();
         if let Some(nid) = node {
-            node_used[nid.index()].add(&request);
+            node_used[nid.index()].add(request);
             let want = request.get(GPU).max(0) as usize;
             gpu_ids = claim_gpus(
                 &mut node_gpus_used[nid.index()],
@@ -738,32 +959,40 @@ fn assemble(
             }
             continue;
         }
-        let job_key = match &p.group {
-            Some(g) => format!("{}/{g}", p.namespace),
-            None => key.clone(),
+        let group = p.group.as_deref().unwrap_or(&p.name);
+        let job = job_index[job_keys[&JobKey(&p.namespace, group)]];
+        // Look up before inserting: most pods share rules and shapes (a gang's members come
+        // one after another), so clone only new ones.
+        let rid = match last_rules {
+            Some((rules, id)) if *rules == p.rules => id,
+            _ => match rules_ids.get(&p.rules) {
+                Some(&id) => id,
+                None => {
+                    let id = RulesId(rules.len() as u32);
+                    rules.push(p.rules.clone());
+                    rules_ids.insert(p.rules.clone(), id);
+                    id
+                }
+            },
         };
-        let job = job_index[&job_keys[&job_key]];
-        // Look up before inserting: most pods share rules and shapes, so clone only new ones.
-        let rid = match rules_ids.get(&p.rules) {
-            Some(&id) => id,
-            None => {
-                let id = RulesId(rules.len() as u32);
-                rules.push(p.rules.clone());
-                rules_ids.insert(p.rules.clone(), id);
-                id
+        last_rules = Some((&p.rules, rid));
+        let shape = match last_shape {
+            Some((r, req, id)) if r == rid && req == request => id,
+            _ => {
+                let shape_key = (rid, request.clone());
+                match shape_ids.get(&shape_key) {
+                    Some(&id) => id,
+                    None => {
+                        let id = ShapeId(shapes.len() as u32);
+                        shapes.push(shape_key.clone());
+                        shape_ids.insert(shape_key, id);
+                        id
+                    }
+                }
             }
         };
-        let shape_key = (rid, request);
-        let shape = match shape_ids.get(&shape_key) {
-            Some(&id) => id,
-            None => {
-                let id = ShapeId(shapes.len() as u32);
-                shapes.push(shape_key.clone());
-                shape_ids.insert(shape_key.clone(), id);
-                id
-            }
-        };
-        let request = shape_key.1;
+        last_shape = Some((rid, request, shape));
+        let request = request.clone();
         let state = match (p.phase, node) {
             (PodPhase::Succeeded, _) => TaskState::Succeeded,
             (PodPhase::Failed, _) => TaskState::Failed,
@@ -775,7 +1004,7 @@ fn assemble(
         task_labels.push(&p.labels);
         tasks.push(Task {
             id,
-            name: key,
+            name: facts.key.clone(),
             job,
             role: p.role.clone(),
             request,
@@ -785,8 +1014,8 @@ fn assemble(
             state,
             gpu_ids,
             // A nomination to a node that is gone is simply dropped.
-            nominated: match (&p.nominated_node, node) {
-                (Some(n), None) if p.phase == PodPhase::Pending => node_id(n),
+            nominated: match node {
+                None if p.phase == PodPhase::Pending => facts.nominated,
                 _ => None,
             },
             non_preemptable: p.non_preemptable,
@@ -798,11 +1027,21 @@ fn assemble(
             sub_group: None,
         });
     }
-
+    let mut has_children = vec![false; queues.len()];
+    for q in &queues {
+        if let Some(parent) = q.parent {
+            has_children[parent.index()] = true;
+        }
+    }
     let mut jobs = Vec::with_capacity(order.len());
     for (pos, &d) in order.iter().enumerate() {
-        let Draft { spec: g, implicit } = &drafts[d];
-        let name = format!("{}/{}", g.namespace, g.name);
+        let Draft {
+            spec: g,
+            name,
+            min_resources,
+            implicit,
+        } = &drafts[d];
+        let name = Arc::clone(name);
         let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
         let queue = *queue_ids.get(queue_name).ok_or_else(|| {
             err(
@@ -812,7 +1051,7 @@ fn assemble(
                 format!("names queue {queue_name}, which does not exist"),
             )
         })?;
-        if queues.iter().any(|q| q.parent == Some(queue)) {
+        if has_children[queue.index()] {
             return Err(err(
                 "PodGroup",
                 &name,
@@ -842,7 +1081,7 @@ fn assemble(
                 .iter()
                 .map(|(k, &v)| (k.clone(), v as u32))
                 .collect(),
-            min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
+            min_resources: min_resources.cloned(),
             priority,
             created_ms: g.created_ms,
             phase: g.phase,
@@ -852,7 +1091,6 @@ fn assemble(
             sub_groups,
         });
     }
-
     Ok(Snapshot {
         now_ms,
         resources: names,
@@ -958,26 +1196,42 @@ fn workload_resource_names<'a>(
     pods: &[&'a PodSpec],
     groups: &[&'a GroupSpec],
     queues: &'a [QueueSpec],
-) -> BTreeSet<&'a str> {
-    let mut all: BTreeSet<&str> = BTreeSet::new();
-    all.extend(
-        pods.iter()
-            .flat_map(|p| p.request.keys().map(String::as_str)),
-    );
-    all.extend(groups.iter().flat_map(|g| {
-        g.min_resources
-            .iter()
-            .flat_map(|r| r.keys().map(String::as_str))
-    }));
+) -> Vec<&'a str> {
+    // Few distinct names over many lists: a linear check beats a set.
+    let mut all: Vec<&str> = Vec::new();
+    let mut add = |list: &'a ResourceList| {
+        for k in list.keys() {
+            if !all.contains(&k.as_str()) {
+                all.push(k);
+            }
+        }
+    };
+    for p in pods {
+        add(&p.request);
+    }
+    for g in groups {
+        if let Some(r) = &g.min_resources {
+            add(r);
+        }
+    }
     for q in queues {
         for list in [&q.capability, &q.guarantee, &q.deserved]
             .into_iter()
             .flatten()
         {
-            all.extend(list.keys().map(String::as_str));
+            add(list);
         }
     }
     all
+}
+
+/// Whether a job lands in the `default` queue (a group naming no queue, or a pod of ours
+/// without a group).
+fn needs_default_queue<'a>(
+    mut groups: impl Iterator<Item = &'a GroupSpec>,
+    mut pods: impl Iterator<Item = &'a PodSpec>,
+) -> bool {
+    groups.any(|g| g.queue.is_none()) || pods.any(|p| p.ours && p.group.is_none())
 }
 
 /// Resolves queues: adds `default` when a job needs it and none is declared, checks parents and
@@ -985,11 +1239,8 @@ fn workload_resource_names<'a>(
 fn build_queues(
     names: &ResourceNames,
     specs: &mut Vec<QueueSpec>,
-    groups: &[&GroupSpec],
-    pods: &[&PodSpec],
+    needs_default: bool,
 ) -> Result<Vec<Queue>, SnapshotError> {
-    let needs_default = groups.iter().any(|g| g.queue.is_none())
-        || pods.iter().any(|p| p.ours && p.group.is_none());
     if needs_default && !specs.iter().any(|q| q.name == DEFAULT_QUEUE) {
         specs.push(QueueSpec::new(DEFAULT_QUEUE));
         specs.sort_by(|a, b| a.name.cmp(&b.name));

@@ -107,6 +107,33 @@ fn full(now: i64, nodes: &[NodeSpec], pods: &[PodSpec], groups: &[GroupSpec]) ->
     format!("{s:?}")
 }
 
+/// Tells the builder of the changes from its current workload to `pods` and `groups`, the way
+/// a watch would: removals, then additions and updates (unchanged specs are set again, a no-op).
+fn sync<'b>(
+    b: &'b mut SnapshotBuilder,
+    now: i64,
+    pods: &[PodSpec],
+    groups: &[GroupSpec],
+) -> Result<&'b Snapshot, SnapshotError> {
+    for (ns, name) in b.pod_names() {
+        if !pods.iter().any(|p| p.namespace == ns && p.name == name) {
+            assert!(b.remove_pod(&ns, &name).is_some());
+        }
+    }
+    for (ns, name) in b.group_names() {
+        if !groups.iter().any(|g| g.namespace == ns && g.name == name) {
+            assert!(b.remove_group(&ns, &name).is_some());
+        }
+    }
+    for p in pods {
+        b.set_pod(p.clone());
+    }
+    for g in groups {
+        b.set_group(g.clone());
+    }
+    b.build(now, &queues())
+}
+
 #[test]
 fn same_snapshot_as_a_full_build_every_cycle() {
     let mut specs = nodes();
@@ -133,8 +160,7 @@ fn same_snapshot_as_a_full_build_every_cycle() {
         let (pods, groups) = workload(c);
         let got = format!(
             "{:?}",
-            b.build(c as i64 * 1000, &pods, &groups, &queues())
-                .expect("builds")
+            sync(&mut b, c as i64 * 1000, &pods, &groups).expect("builds")
         );
         assert_eq!(
             got,
@@ -157,10 +183,10 @@ fn errors_match_a_full_build() {
         queues: queues(),
     })
     .unwrap_err();
-    assert_eq!(b.build(0, &pods, &groups, &queues()).unwrap_err(), want);
+    assert_eq!(sync(&mut b, 0, &pods, &groups).unwrap_err(), want);
     // The builder is still usable after an error.
     let (pods, groups) = workload(1);
-    assert!(b.build(0, &pods, &groups, &queues()).is_ok());
+    assert!(sync(&mut b, 0, &pods, &groups).is_ok());
 
     let mut dup = nodes();
     dup.push(dup[0].clone());
@@ -180,6 +206,47 @@ fn errors_match_a_full_build() {
     assert_eq!(e.field, "status.allocatable[nvidia.com/gpu]");
     // A rejected update changes nothing.
     let (pods, groups) = workload(2);
-    let got = format!("{:?}", b.build(7, &pods, &groups, &queues()).unwrap());
+    let got = format!("{:?}", sync(&mut b, 7, &pods, &groups).unwrap());
     assert_eq!(got, full(7, &nodes(), &pods, &groups));
+}
+
+/// The topology is built once per set of nodes, and rebuilt when a node's labels change.
+#[test]
+fn topology_follows_label_changes() {
+    let tiers = [basalt_topology::TierSpec {
+        name: "rack".into(),
+        node_label: "rack".into(),
+        nvlink: false,
+    }];
+    let rack_of = |s: &Snapshot, node: &str| {
+        let t = s.topology(&tiers, false).expect("nodes carry rack labels");
+        let id = s.nodes.iter().position(|n| n.name == node).unwrap();
+        t.domain(t.domain_of(id, basalt_topology::TierId(0)))
+            .name
+            .clone()
+    };
+    let mut b = SnapshotBuilder::new(nodes()).unwrap();
+    let (pods, groups) = workload(0);
+    let first = sync(&mut b, 0, &pods, &groups).unwrap();
+    assert_eq!(rack_of(first, "n2"), "r0");
+    let cached = first.topology(&tiers, false).unwrap();
+    let again = b.build(1, &queues()).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &cached,
+        &again.topology(&tiers, false).unwrap()
+    ));
+
+    let mut n2 = nodes().into_iter().find(|n| n.name == "n2").unwrap();
+    n2.labels.insert("rack".into(), "r1".into());
+    b.update_node(n2).unwrap();
+    let moved = b.build(2, &queues()).unwrap();
+    assert_eq!(rack_of(moved, "n2"), "r1");
+    // No node carries a label of these tiers: no topology unless asked for regardless.
+    let other = [basalt_topology::TierSpec {
+        name: "spine".into(),
+        node_label: "spine".into(),
+        nvlink: false,
+    }];
+    assert!(moved.topology(&other, false).is_none());
+    assert!(moved.topology(&other, true).is_some());
 }

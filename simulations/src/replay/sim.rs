@@ -245,9 +245,8 @@ pub struct Simulator<'a> {
     snapshot_jobs: u64,
     // The fast path: specs kept between cycles, refreshed where something changed.
     builder: SnapshotBuilder,
-    live: BTreeMap<u32, LiveJob>,
-    holder_pods: BTreeMap<(u32, u32), PodSpec>,
-    holder_groups: BTreeMap<u32, GroupSpec>,
+    /// Queues with a holder PodGroup in the builder.
+    holder_groups: BTreeSet<u32>,
     /// Pods folded away on each node (its `pods` allocatable is lowered by this), as last given
     /// to the builder.
     node_excess: Vec<i64>,
@@ -434,9 +433,7 @@ impl<'a> Simulator<'a> {
             snapshot_tasks: 0,
             snapshot_jobs: 0,
             builder,
-            live: BTreeMap::new(),
-            holder_pods: BTreeMap::new(),
-            holder_groups: BTreeMap::new(),
+            holder_groups: BTreeSet::new(),
             dirty_jobs: BTreeSet::new(),
             dirty_folded: BTreeSet::new(),
         };
@@ -757,9 +754,14 @@ impl<'a> Simulator<'a> {
             };
             if keep {
                 let live = self.job_specs(j as usize);
-                self.live.insert(j, live);
-            } else {
-                self.live.remove(&j);
+                self.builder.set_group(live.group);
+                for pod in live.pods {
+                    self.builder.set_pod(pod);
+                }
+            } else if self.builder.remove_group(NS, &format!("{j:08}")).is_some() {
+                for k in 0..self.prepared[j as usize].requests.len() {
+                    self.builder.remove_pod(NS, &format!("{j:08}-{k}"));
+                }
             }
         }
         let mut nodes = BTreeSet::new();
@@ -769,22 +771,23 @@ impl<'a> Simulator<'a> {
             match self.folded.get(&key) {
                 Some((req, mask, _)) => {
                     let pod = holder_pod(queue, node, &self.nodes[node as usize].name, req, *mask);
-                    self.holder_pods.insert(key, pod);
+                    self.builder.set_pod(pod);
                 }
                 None => {
-                    self.holder_pods.remove(&key);
+                    self.builder
+                        .remove_pod(HOLDER_NS, &holder_name(queue, node));
                 }
             }
             let held = self
-                .holder_pods
+                .folded
                 .range((queue, 0)..=(queue, u32::MAX))
                 .next()
                 .is_some();
-            if held && !self.holder_groups.contains_key(&queue) {
+            if held && self.holder_groups.insert(queue) {
                 let g = self.holder_group(queue);
-                self.holder_groups.insert(queue, g);
-            } else if !held {
-                self.holder_groups.remove(&queue);
+                self.builder.set_group(g);
+            } else if !held && self.holder_groups.remove(&queue) {
+                self.builder.remove_group(HOLDER_NS, &format!("q{queue}"));
             }
         }
         for node in nodes {
@@ -818,9 +821,7 @@ impl<'a> Simulator<'a> {
             full.as_ref().map_err(Clone::clone)
         } else {
             self.refresh()?;
-            let pods = (self.holder_pods.values()).chain(self.live.values().flat_map(|l| &l.pods));
-            let groups = (self.holder_groups.values()).chain(self.live.values().map(|l| &l.group));
-            self.builder.build(self.now, pods, groups, &self.queues)
+            self.builder.build(self.now, &self.queues)
         }
         .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
         self.snapshot_tasks += snapshot.tasks.len() as u64;
@@ -1026,10 +1027,14 @@ impl<'a> Simulator<'a> {
 }
 
 /// The bound pod that stands for every folded pod of one queue on one node.
+fn holder_name(queue: u32, node: u32) -> String {
+    format!("q{queue}-n{node}")
+}
+
 fn holder_pod(queue: u32, node: u32, node_name: &str, req: &ResourceList, mask: u64) -> PodSpec {
     PodSpec {
         namespace: HOLDER_NS.into(),
-        name: format!("q{queue}-n{node}"),
+        name: holder_name(queue, node),
         ours: true,
         group: Some(format!("q{queue}")),
         request: req.clone(),
