@@ -228,12 +228,21 @@ impl<'a> Session<'a> {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
         let mut classes: HashMap<&Resources, u32> = HashMap::new();
+        let mut last: Option<(&Resources, u32)> = None;
         let class: Vec<u32> = snapshot
             .nodes
             .iter()
             .map(|node| {
-                let next = classes.len() as u32;
-                *classes.entry(&node.allocatable).or_insert(next)
+                // Neighbours by name are often alike: compare before hashing.
+                let c = match last {
+                    Some((a, c)) if *a == node.allocatable => c,
+                    _ => {
+                        let next = classes.len() as u32;
+                        *classes.entry(&node.allocatable).or_insert(next)
+                    }
+                };
+                last = Some((&node.allocatable, c));
+                c
             })
             .collect();
         let mut cluster_allocatable = Resources::zero(dims);
@@ -321,9 +330,7 @@ impl<'a> Session<'a> {
                 session.holds.entry(t.job).or_default().push((t.id, node));
             }
         }
-        for i in 0..n {
-            session.index_insert(NodeId(i as u32));
-        }
+        session.index_all();
         for u in &snapshot.node_used {
             session.cluster_used.add(u);
         }
@@ -370,10 +377,17 @@ impl<'a> Session<'a> {
                 free[d.index()] += f;
             }
         }
-        let mut by_tier = vec![BTreeSet::new(); topology.tiers.len()];
+        let mut per_tier = vec![Vec::new(); topology.tiers.len()];
         for (i, d) in topology.domains.iter().enumerate() {
-            by_tier[d.tier.0 as usize].insert((free[i], DomainId(i as u32)));
+            per_tier[d.tier.0 as usize].push((free[i], DomainId(i as u32)));
         }
+        // Built from sorted runs at once, not an insert per domain.
+        let by_tier = (per_tier.into_iter())
+            .map(|mut v| {
+                v.sort_unstable();
+                v.into_iter().collect()
+            })
+            .collect();
         Some(TopoState {
             topology,
             free,
@@ -639,6 +653,28 @@ impl<'a> Session<'a> {
     }
 
     // ----- node search -----
+
+    /// Indexes every node at once: one sort and bulk-built sets instead of an insert per node.
+    fn index_all(&mut self) {
+        let mut entries: Vec<((u32, u32), (u64, NodeId))> = (0..self.snapshot.nodes.len())
+            .map(|i| {
+                let node = NodeId(i as u32);
+                let free_gpus = self.free_gpus(node);
+                let key =
+                    (self.fw.node_order).key(&self.snapshot.nodes[i].allocatable, &self.used[i]);
+                self.index.key[i] = (free_gpus, key);
+                ((self.index.class[i], free_gpus), (key, node))
+            })
+            .collect();
+        entries.sort_unstable();
+        let mut rest = entries.as_slice();
+        while let Some(&(bucket, _)) = rest.first() {
+            let len = rest.partition_point(|e| e.0 == bucket);
+            let (run, tail) = rest.split_at(len);
+            (self.index.buckets).insert(bucket, run.iter().map(|e| e.1).collect());
+            rest = tail;
+        }
+    }
 
     fn index_insert(&mut self, node: NodeId) {
         let i = node.index();

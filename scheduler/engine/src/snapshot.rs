@@ -896,10 +896,9 @@ fn assemble(
         }
     }
     // Jobs sorted by name (groups come sorted, implicit groups after them: two sorted runs).
-    let mut sorted: Vec<(JobKey, usize)> = job_keys.iter().map(|(&k, &d)| (k, d)).collect();
-    sorted.sort_by_key(|&(_, d)| d);
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    let order: Vec<usize> = sorted.into_iter().map(|(_, d)| d).collect();
+    let draft_key = |d: usize| JobKey(&drafts[d].spec.namespace, &drafts[d].spec.name);
+    let mut order: Vec<usize> = (0..drafts.len()).collect();
+    order.sort_by(|&a, &b| draft_key(a).cmp(&draft_key(b)));
     let mut job_index = vec![JobId(0); drafts.len()];
     for (pos, &d) in order.iter().enumerate() {
         job_index[d] = JobId(pos as u32);
