@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod framework;
+mod hash;
 pub mod model;
 pub mod plan;
 mod queue_order;

@@ -2,7 +2,9 @@
 //! transaction over it. A gang is placed inside one statement and committed only when it is
 //! ready, or discarded as a whole: nothing half-placed leaks into the plan.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hash::Map;
 use std::sync::Arc;
 
 use crate::framework::{Framework, Reason};
@@ -172,16 +174,16 @@ pub struct Session<'a> {
     reservations: Vec<(TaskId, NodeId)>,
     /// Capacity held for nominated pending pods (freed by an earlier cycle's evictions), per job,
     /// until the job's own turn releases it.
-    holds: HashMap<JobId, Vec<(TaskId, NodeId)>>,
-    released_holds: HashMap<JobId, Vec<(TaskId, NodeId)>>,
+    holds: Map<JobId, Vec<(TaskId, NodeId)>>,
+    released_holds: Map<JobId, Vec<(TaskId, NodeId)>>,
     any_reserved: bool,
     index: FreeIndex,
-    statics: HashMap<RulesId, Statics>,
+    statics: Map<RulesId, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
-    failures: HashMap<(ShapeId, ReservedNodes), u64>,
+    failures: Map<(ShapeId, ReservedNodes), u64>,
     /// The reason message per failed shape, computed only when asked for.
-    explanations: HashMap<(ShapeId, ReservedNodes), (u64, String)>,
+    explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
@@ -227,7 +229,7 @@ impl<'a> Session<'a> {
     pub fn new(snapshot: &'a Snapshot, fw: &'a Framework) -> Self {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
-        let mut classes: HashMap<&Resources, u32> = HashMap::new();
+        let mut classes: Map<&Resources, u32> = Map::default();
         let mut last: Option<(&Resources, u32)> = None;
         let class: Vec<u32> = snapshot
             .nodes
@@ -307,18 +309,18 @@ impl<'a> Session<'a> {
             queue_nodes,
             reserved_for: vec![None; n],
             reservations: Vec::new(),
-            holds: HashMap::new(),
-            released_holds: HashMap::new(),
+            holds: Map::default(),
+            released_holds: Map::default(),
             any_reserved: false,
             index: FreeIndex {
                 class,
                 key: vec![(0, 0); n],
                 buckets: BTreeMap::new(),
             },
-            statics: HashMap::new(),
+            statics: Map::default(),
             released: 0,
-            failures: HashMap::new(),
-            explanations: HashMap::new(),
+            failures: Map::default(),
+            explanations: Map::default(),
             committed: Vec::new(),
             topo: None,
         };

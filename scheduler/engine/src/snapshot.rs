@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use basalt_topology::{TierSpec, Topology};
 use thiserror::Error;
 
+use crate::hash::Map;
 use crate::model::*;
 use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
 
@@ -307,6 +308,7 @@ impl Snapshot {
                 nodes: built_nodes,
                 recycled: None,
                 topologies: TopologyCache::default(),
+                buffers: Buffers::default(),
             },
             &pods.iter().map(|(p, f)| (*p, f)).collect::<Vec<_>>(),
             &groups.iter().map(|(g, f)| (*g, f)).collect::<Vec<_>>(),
@@ -583,9 +585,14 @@ impl SnapshotBuilder {
             })
             .collect();
         let (mut recycled, mut reused) = (None, false);
+        let mut buffers = Buffers::default();
         if let Some(last) = self.last.take() {
             self.table = Some((last.resources, last.nodes));
             recycled = Some((last.node_used, last.node_gpus_used));
+            buffers = Buffers {
+                tasks: last.tasks,
+                jobs: last.jobs,
+            };
         }
         let nodes = match self.table.take() {
             Some((table_names, mut nodes)) if table_names == names => {
@@ -611,6 +618,7 @@ impl SnapshotBuilder {
                 nodes,
                 recycled: recycled.filter(|_| reused),
                 topologies: self.topologies.clone(),
+                buffers,
             },
             &pods,
             &groups,
@@ -671,6 +679,15 @@ struct BuiltNodes {
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     recycled: Option<(Vec<Resources>, Vec<u64>)>,
     topologies: TopologyCache,
+    buffers: Buffers,
+}
+
+/// The task and job vectors of an earlier snapshot, emptied and filled again: a big cluster's
+/// are megabytes, and a fresh allocation every cycle costs page faults.
+#[derive(Default)]
+struct Buffers {
+    tasks: Vec<Task>,
+    jobs: Vec<Job>,
 }
 
 fn sorted_pods<'a>(pods: impl IntoIterator<Item = &'a PodSpec>) -> Vec<&'a PodSpec> {
@@ -771,11 +788,13 @@ fn assemble(
         nodes: built_nodes,
         recycled,
         topologies,
+        buffers,
     } = nodes;
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
     // Jobs from PodGroups, then implicit groups of one.
-    let mut job_keys: HashMap<JobKey, usize> = HashMap::with_capacity(groups.len() + pods.len());
+    let mut job_keys: Map<JobKey, usize> =
+        Map::with_capacity_and_hasher(groups.len() + pods.len(), Default::default());
     struct Draft<'g> {
         spec: std::borrow::Cow<'g, GroupSpec>,
         name: &'g Arc<str>,
@@ -904,9 +923,9 @@ fn assemble(
         job_index[d] = JobId(pos as u32);
     }
     // Tasks and node usage.
-    let mut rules_ids: HashMap<PlacementRules, RulesId> = HashMap::new();
+    let mut rules_ids: Map<PlacementRules, RulesId> = Map::default();
     let mut rules: Vec<PlacementRules> = Vec::new();
-    let mut shape_ids: HashMap<(RulesId, Resources), ShapeId> = HashMap::new();
+    let mut shape_ids: Map<(RulesId, Resources), ShapeId> = Map::default();
     let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
     // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
     let zero = Resources::zero(names.len());
@@ -921,7 +940,9 @@ fn assemble(
             vec![0u64; built_nodes.len()],
         ),
     };
-    let mut tasks: Vec<Task> = Vec::with_capacity(pods.len());
+    let mut tasks = buffers.tasks;
+    tasks.clear();
+    tasks.reserve(pods.len());
     let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
     let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
     let mut foreign_pods = 0;
@@ -1032,7 +1053,9 @@ fn assemble(
             has_children[parent.index()] = true;
         }
     }
-    let mut jobs = Vec::with_capacity(order.len());
+    let mut jobs = buffers.jobs;
+    jobs.clear();
+    jobs.reserve(order.len());
     for (pos, &d) in order.iter().enumerate() {
         let Draft {
             spec: g,

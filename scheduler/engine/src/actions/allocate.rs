@@ -1,7 +1,9 @@
 //! `allocate`: gangs placed queue by queue, in fair-share order, each in its own statement; and
 //! the reservations that keep big gangs from starving behind a stream of small jobs.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::hash::Map;
 
 use super::{
     placement_order, queue_refuses, schedulable_jobs, unschedulable, NOT_ENOUGH_RESOURCES,
@@ -205,7 +207,7 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
 
 /// When each reserving job expects to start (milliseconds; `i64::MAX` when the running pods on
 /// its nodes state no deadline).
-type Starts = HashMap<JobId, i64>;
+type Starts = Map<JobId, i64>;
 
 /// Work may use nodes reserved for a starving gang when it is sure to be gone before that gang
 /// could start: every pending member states an `activeDeadlineSeconds` that ends in time.
@@ -239,7 +241,7 @@ fn backfill_access(session: &Session, job: &Job, starts: &Starts) -> ReservedNod
 /// enough room soonest. Reservations are disjoint; the reserving jobs' members are nominated
 /// to those nodes.
 fn reserve_for_starving(session: &mut Session, jobs: &[&Job]) -> Starts {
-    let mut starts = Starts::new();
+    let mut starts = Starts::default();
     let Some(threshold) = session.framework().reserve_after_ms else {
         return starts;
     };
@@ -280,7 +282,7 @@ fn plan_reservation(
         return None;
     }
     // Room each node will have once its pods end, minus what this reservation already took.
-    let mut claimed: HashMap<NodeId, Resources> = HashMap::new();
+    let mut claimed: Map<NodeId, Resources> = Map::default();
     let mut picks = Vec::new();
     let mut start = snap.now_ms;
     for &task in order.iter().take(need) {

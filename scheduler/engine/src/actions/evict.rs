@@ -8,8 +8,8 @@
 //! `preemptable: "false"`, and everything for a preemptor with `preemptionPolicy: Never`, are
 //! left alone.
 
+use crate::hash::Set;
 use std::cmp::Reverse;
-use std::collections::HashSet;
 
 use super::{placement_order, schedulable_jobs};
 use crate::model::{Job, JobId, NodeId, QueueId, ShapeId, TaskId};
@@ -40,7 +40,7 @@ pub fn preempt(session: &mut Session) {
 
 /// Searches that found no victims. Evictions committed later only shrink the pool (their
 /// capacity goes to their preemptor), so a failed search stays failed for the action's run.
-type Failed = HashSet<(ShapeId, QueueId, i32)>;
+type Failed = Set<(ShapeId, QueueId, i32)>;
 
 fn run(session: &mut Session, mode: Mode) {
     let fw = session.framework();
@@ -48,7 +48,7 @@ fn run(session: &mut Session, mode: Mode) {
         .into_iter()
         .filter(|j| !fw.job_ready(session, j.id))
         .collect();
-    let mut failed = Failed::new();
+    let mut failed = Failed::default();
     for job in starving {
         if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
             continue;
@@ -96,7 +96,7 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
     let mut best: Option<((usize, i32), Vec<NodeId>)> = None;
     for nodes in domains {
         // A search inside one domain says nothing about the others: its failures stay local.
-        let mut local = Failed::new();
+        let mut local = Failed::default();
         if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
             let snap = session.snapshot;
             let victims: Vec<TaskId> = stmt.evictions().collect();
@@ -115,7 +115,7 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
         }
     }
     if let Some((_, nodes)) = best {
-        let mut local = Failed::new();
+        let mut local = Failed::default();
         if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
             session.commit(stmt);
         }
