@@ -379,17 +379,38 @@ impl<'a> Session<'a> {
                 free[d.index()] += f;
             }
         }
-        let mut per_tier = vec![Vec::new(); topology.tiers.len()];
-        for (i, d) in topology.domains.iter().enumerate() {
-            per_tier[d.tier.0 as usize].push((free[i], DomainId(i as u32)));
+        // Sorted from the last session's order (see `index_all`), then built at once.
+        let mut order = snap.take_domain_order(&self.fw.tiers);
+        // A hint is used only when it is a permutation of each tier's domains.
+        let mut seen = vec![false; topology.domains.len()];
+        let fits = order.len() == topology.tiers.len()
+            && (order.iter().enumerate()).all(|(t, ds)| {
+                ds.iter().all(|d| match topology.domains.get(d.index()) {
+                    Some(x) if x.tier.0 as usize == t && !seen[d.index()] => {
+                        seen[d.index()] = true;
+                        true
+                    }
+                    _ => false,
+                })
+            })
+            && seen.iter().all(|&s| s);
+        if !fits {
+            order = vec![Vec::new(); topology.tiers.len()];
+            for (i, d) in topology.domains.iter().enumerate() {
+                order[d.tier.0 as usize].push(DomainId(i as u32));
+            }
         }
-        // Built from sorted runs at once, not an insert per domain.
-        let by_tier = (per_tier.into_iter())
-            .map(|mut v| {
-                v.sort_unstable();
+        let mut kept = Vec::with_capacity(order.len());
+        let by_tier = (order.into_iter())
+            .map(|ds| {
+                let mut v: Vec<(i64, DomainId)> =
+                    ds.into_iter().map(|d| (free[d.index()], d)).collect();
+                v.sort();
+                kept.push(v.iter().map(|&(_, d)| d).collect());
                 v.into_iter().collect()
             })
             .collect();
+        snap.keep_domain_order(&self.fw.tiers, kept);
         Some(TopoState {
             topology,
             free,
@@ -657,10 +678,18 @@ impl<'a> Session<'a> {
     // ----- node search -----
 
     /// Indexes every node at once: one sort and bulk-built sets instead of an insert per node.
+    /// The sort starts from the order the last session of these nodes ended with (few nodes
+    /// move between cycles, so the adaptive sort runs in near-linear time); the result is the
+    /// same from any starting order.
     fn index_all(&mut self) {
-        let mut entries: Vec<((u32, u32), (u64, NodeId))> = (0..self.snapshot.nodes.len())
-            .map(|i| {
-                let node = NodeId(i as u32);
+        let n = self.snapshot.nodes.len();
+        let mut order = self.snapshot.take_index_order();
+        if order.len() != n {
+            order = (0..n as u32).map(NodeId).collect();
+        }
+        let mut entries: Vec<((u32, u32), (u64, NodeId))> = (order.into_iter())
+            .map(|node| {
+                let i = node.index();
                 let free_gpus = self.free_gpus(node);
                 let key =
                     (self.fw.node_order).key(&self.snapshot.nodes[i].allocatable, &self.used[i]);
@@ -668,7 +697,8 @@ impl<'a> Session<'a> {
                 ((self.index.class[i], free_gpus), (key, node))
             })
             .collect();
-        entries.sort_unstable();
+        entries.sort();
+        (self.snapshot).keep_index_order(entries.iter().map(|e| e.1 .1).collect());
         let mut rest = entries.as_slice();
         while let Some(&(bucket, _)) = rest.first() {
             let len = rest.partition_point(|e| e.0 == bucket);

@@ -198,17 +198,38 @@ pub struct Snapshot {
     topologies: TopologyCache,
 }
 
-/// The topologies of one set of nodes, per tier list: built from node labels by the first
-/// session that asks and shared by every later snapshot of the same nodes (a
-/// [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend on.
+/// What snapshots of one set of nodes share: the topologies, per tier list, built from node
+/// labels by the first session that asks and kept for every later snapshot of the same nodes
+/// (a [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend
+/// on; and the order the last session sorted nodes and domains into, a hint that makes the
+/// next session's sort nearly linear (from one cycle to the next few nodes move).
 #[derive(Clone, Default)]
-struct TopologyCache(Arc<Mutex<Vec<CachedTopology>>>);
+struct TopologyCache(Arc<Mutex<NodeCache>>);
+
+#[derive(Default)]
+struct NodeCache {
+    topologies: Vec<CachedTopology>,
+    /// Node ids in the free-capacity index's last order.
+    index_order: Vec<NodeId>,
+}
 
 struct CachedTopology {
     tiers: Vec<TierSpec>,
     /// Some node carries a label of these tiers (or a Volcano tier label).
     labelled: bool,
     topology: Option<Arc<Topology>>,
+    /// Per tier, its domains in the last session's order.
+    domain_order: Vec<Vec<basalt_topology::DomainId>>,
+}
+
+impl TopologyCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCache> {
+        // A poisoned lock only means another thread panicked holding it; the cache is a pure
+        // function of the nodes (and hints are only hints), so go on.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl std::fmt::Debug for TopologyCache {
@@ -222,12 +243,8 @@ impl Snapshot {
     /// The nodes' topology under `tiers`: `None` when no node carries a label of them (nor a
     /// Volcano tier label) unless `always`. Built once per set of nodes.
     pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Arc<Topology>> {
-        // A poisoned lock only means another thread panicked while building; rebuild.
-        let mut cache = self
-            .topologies
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self.topologies.lock();
+        let cache = &mut guard.topologies;
         let pos = match cache.iter().position(|c| c.tiers == tiers) {
             Some(pos) => pos,
             None => {
@@ -241,6 +258,7 @@ impl Snapshot {
                     tiers: tiers.to_vec(),
                     labelled,
                     topology: None,
+                    domain_order: Vec::new(),
                 });
                 cache.len() - 1
             }
@@ -258,6 +276,39 @@ impl Snapshot {
             Arc::new(Topology::build(tiers, &nodes))
         });
         Some(topology.clone())
+    }
+
+    /// The order the last session of these nodes indexed them in (empty when none did): a
+    /// starting order for sorting, never a result.
+    pub(crate) fn take_index_order(&self) -> Vec<NodeId> {
+        std::mem::take(&mut self.topologies.lock().index_order)
+    }
+
+    pub(crate) fn keep_index_order(&self, order: Vec<NodeId>) {
+        self.topologies.lock().index_order = order;
+    }
+
+    /// The same per tier for the domains of the topology under `tiers`.
+    pub(crate) fn take_domain_order(
+        &self,
+        tiers: &[TierSpec],
+    ) -> Vec<Vec<basalt_topology::DomainId>> {
+        let mut guard = self.topologies.lock();
+        (guard.topologies.iter_mut())
+            .find(|c| c.tiers == tiers)
+            .map(|c| std::mem::take(&mut c.domain_order))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn keep_domain_order(
+        &self,
+        tiers: &[TierSpec],
+        order: Vec<Vec<basalt_topology::DomainId>>,
+    ) {
+        let mut guard = self.topologies.lock();
+        if let Some(c) = guard.topologies.iter_mut().find(|c| c.tiers == tiers) {
+            c.domain_order = order;
+        }
     }
 
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
