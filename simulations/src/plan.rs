@@ -94,7 +94,7 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
                 .collect::<Vec<_>>()
                 .join("; ");
             [
-                g.name.clone(),
+                g.name.to_string(),
                 g.phase.as_str().to_string(),
                 format!("{}/{}", g.running + g.succeeded, g.min_member),
                 g.pending.to_string(),

@@ -803,13 +803,13 @@ impl Scheduler {
             let Some((group, origin)) = self
                 .view
                 .groups
-                .get(&planned.name)
+                .get(&*planned.name)
                 .map(|g| (g.group.clone(), g.origin))
             else {
                 continue;
             };
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
-            if let Some((n, last)) = failed.get(&planned.name) {
+            if let Some((n, last)) = failed.get(&*planned.name) {
                 // The gang is partly bound: say so until a cycle binds the rest.
                 desired
                     .conditions
@@ -858,7 +858,7 @@ impl Scheduler {
         use basalt_crds::types::QueueState;
         let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
         for planned in &plan.pod_groups {
-            let Some(entry) = self.view.groups.get(&planned.name) else {
+            let Some(entry) = self.view.groups.get(&*planned.name) else {
                 continue;
             };
             let queue = entry

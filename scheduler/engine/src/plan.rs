@@ -70,8 +70,8 @@ pub struct Eviction {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
-    /// `namespace/name`.
-    pub name: String,
+    /// `namespace/name` (shared with the snapshot's job).
+    pub name: std::sync::Arc<str>,
     pub phase: JobPhase,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -1188,7 +1188,7 @@ impl<'a> Session<'a> {
                 Vec::new()
             };
             plan.pod_groups.push(PodGroupStatus {
-                name: job.name.to_string(),
+                name: job.name.clone(),
                 phase,
                 conditions,
                 running: c.running,

@@ -909,6 +909,8 @@ fn assemble(
     }
     // Pods come sorted by namespace and name: a duplicate follows its twin.
     let mut last_pod: Option<(&str, &str)> = None;
+    // Per pod of ours, in order: the draft of its job (looked up once, used again below).
+    let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
     for &(p, facts) in pods.iter().filter(|(p, _)| p.ours) {
         let this = (p.namespace.as_str(), p.name.as_str());
         if last_pod.replace(this) == Some(this) {
@@ -920,8 +922,9 @@ fn assemble(
             ));
         }
         match &p.group {
-            Some(g) => {
-                if !job_keys.contains_key(&JobKey(&p.namespace, g)) {
+            Some(g) => match job_keys.get(&JobKey(&p.namespace, g)) {
+                Some(&d) => pod_drafts.push(d),
+                None => {
                     return Err(err(
                         "Pod",
                         &facts.key,
@@ -929,7 +932,7 @@ fn assemble(
                         format!("names PodGroup {}/{g}, which does not exist", p.namespace),
                     ));
                 }
-            }
+            },
             None => {
                 let key = JobKey(&p.namespace, &p.name);
                 if job_keys.contains_key(&key) {
@@ -944,6 +947,7 @@ fn assemble(
                     ));
                 }
                 job_keys.insert(key, drafts.len());
+                pod_drafts.push(drafts.len());
                 drafts.push(Draft {
                     spec: std::borrow::Cow::Owned(GroupSpec {
                         namespace: p.namespace.clone(),
@@ -1030,8 +1034,7 @@ fn assemble(
             }
             continue;
         }
-        let group = p.group.as_deref().unwrap_or(&p.name);
-        let job = job_index[job_keys[&JobKey(&p.namespace, group)]];
+        let job = job_index[pod_drafts[tasks.len()]];
         // Look up before inserting: most pods share rules and shapes (a gang's members come
         // one after another), so clone only new ones.
         let rid = match last_rules {
