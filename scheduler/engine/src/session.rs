@@ -248,8 +248,10 @@ impl<'a> Session<'a> {
             })
             .collect();
         let mut cluster_allocatable = Resources::zero(dims);
-        for node in &snapshot.nodes {
+        let mut node_used_sum = Resources::zero(dims);
+        for (node, used) in snapshot.nodes.iter().zip(&snapshot.node_used) {
             cluster_allocatable.add(&node.allocatable);
+            node_used_sum.add(used);
         }
         let zeros = vec![Resources::zero(dims); snapshot.queues.len()];
         let mut queue_allocated = zeros.clone();
@@ -333,19 +335,14 @@ impl<'a> Session<'a> {
             }
         }
         session.index_all();
-        for u in &snapshot.node_used {
-            session.cluster_used.add(u);
-        }
+        session.cluster_used.add(&node_used_sum);
         for job in &snapshot.jobs {
             if job.phase == JobPhase::Inqueue && session.holding[job.id.index()] == 0 {
                 session.reserve_admission(job.id, true);
             }
         }
         session.queue_capacity = {
-            let mut foreign = Resources::zero(dims);
-            for u in &snapshot.node_used {
-                foreign.add(u);
-            }
+            let mut foreign = node_used_sum;
             for t in &snapshot.tasks {
                 if let TaskState::Bound(_) = t.state {
                     foreign.sub(&t.request);
