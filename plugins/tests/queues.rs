@@ -212,6 +212,16 @@ proptest! {
         let plan = schedule(&snapshot, &config);
         let gpu = snapshot.resources.id("nvidia.com/gpu").unwrap();
 
+        // The queue report is output only: without it (as replays run) the decisions are the same.
+        let mut quiet = framework(&config, &snapshot.resources);
+        quiet.report_queues = false;
+        let q = basalt_engine::schedule(&snapshot, &quiet);
+        prop_assert!(q.queues.is_empty());
+        prop_assert_eq!(
+            (&q.bindings, &q.evictions, &q.nominations, &q.pod_groups),
+            (&plan.bindings, &plan.evictions, &plan.nominations, &plan.pod_groups)
+        );
+
         // Deserved shares never sum above what their parent (or the cluster) has.
         let fw = framework(&config, &snapshot.resources);
         let session = Session::new(&snapshot, &fw);

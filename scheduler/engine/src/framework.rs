@@ -83,6 +83,10 @@ pub struct Framework {
     pub reserve_after_ms: Option<i64>,
     /// Topology tiers, coarse to fine (validated by whoever builds the framework).
     pub tiers: Vec<basalt_topology::TierSpec>,
+    /// Whether the plan reports every queue's deserved and allocated quantities (formatted as
+    /// Kubernetes strings). On by default: the daemon writes them to Queue status; a replay,
+    /// which only applies the plan's decisions, turns it off. Decisions never depend on it.
+    pub report_queues: bool,
 }
 
 impl Framework {
@@ -100,6 +104,7 @@ impl Framework {
             fair_share: None,
             reserve_after_ms: None,
             tiers: Vec::new(),
+            report_queues: true,
         }
     }
 

@@ -1196,7 +1196,7 @@ impl<'a> Session<'a> {
             });
         }
         let names = &snap.resources;
-        for q in &snap.queues {
+        for q in snap.queues.iter().filter(|_| self.fw.report_queues) {
             plan.queues.push(QueueStatus {
                 name: q.name.clone(),
                 parent: q.parent.map(|p| snap.queue(p).name.clone()),

@@ -243,6 +243,7 @@ pub struct Simulator<'a> {
     schedule_s: f64,
     snapshot_tasks: u64,
     snapshot_jobs: u64,
+    framework: Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
     // The fast path: specs kept between cycles, refreshed where something changed.
     builder: SnapshotBuilder,
     /// Queues with a holder PodGroup in the builder.
@@ -432,6 +433,7 @@ impl<'a> Simulator<'a> {
             schedule_s: 0.0,
             snapshot_tasks: 0,
             snapshot_jobs: 0,
+            framework: None,
             builder,
             holder_groups: BTreeSet::new(),
             dirty_jobs: BTreeSet::new(),
@@ -827,7 +829,17 @@ impl<'a> Simulator<'a> {
         self.snapshot_tasks += snapshot.tasks.len() as u64;
         self.snapshot_jobs += snapshot.jobs.len() as u64;
         let t1 = std::time::Instant::now();
-        let plan = basalt_plugins::schedule(snapshot, self.config);
+        // The daemon's `basalt_plugins::schedule`, with the framework kept while the resource
+        // names stay and without the queue report, which a replay does not read.
+        if (self.framework.as_ref()).is_some_and(|(names, _)| *names != snapshot.resources) {
+            self.framework = None;
+        }
+        let (_, fw) = self.framework.get_or_insert_with(|| {
+            let mut fw = basalt_plugins::framework(self.config, &snapshot.resources);
+            fw.report_queues = false;
+            (snapshot.resources.clone(), fw)
+        });
+        let plan = basalt_engine::schedule(snapshot, fw);
         let t2 = std::time::Instant::now();
         self.snapshot_s += (t1 - t0).as_secs_f64();
         self.schedule_s += (t2 - t1).as_secs_f64();
