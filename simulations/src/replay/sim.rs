@@ -2,8 +2,10 @@
 //! ordered by (time, kind, sequence number), a total order, so a run is a pure function of its
 //! inputs.
 //!
-//! Each scheduling cycle builds a [`ClusterSpec`] of the simulated cluster, calls
-//! [`Snapshot::build`] and [`basalt_plugins::schedule`] — the daemon's code — and applies the
+//! Each scheduling cycle takes a snapshot of the simulated cluster (from a [`SnapshotBuilder`]
+//! told of the jobs that changed, or with `--full-rebuild` from [`Snapshot::build`] of the whole
+//! [`ClusterSpec`]), schedules it with `basalt_engine::schedule` and the framework
+//! `basalt_plugins::framework` builds from the config — the daemon's code — and applies the
 //! plan's evictions and bindings. Two things keep cycles cheap without changing any decision:
 //!
 //! - a cycle runs only when something changed since the last one (an arrival, a completion or
