@@ -23,7 +23,7 @@ pub struct BenchReport {
     pub gangs_running: usize,
     pub evictions: usize,
     pub nominations: usize,
-    /// Building the snapshot from specs (sorting, interning, validation).
+    /// Building the snapshot from specs (sorting, interning, validation), best of `runs`.
     pub snapshot_ms: f64,
     /// One scheduling cycle (the engine only), best of `runs`.
     pub cycle_ms: f64,
@@ -33,9 +33,17 @@ pub struct BenchReport {
 
 pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<BenchReport> {
     let spec = setup.cluster();
-    let start = Instant::now();
-    let snapshot = Snapshot::build(spec)?;
-    let snapshot_ms = start.elapsed().as_secs_f64() * 1e3;
+    // Best of `runs` too: a first build also pays the process's first page faults.
+    let mut snapshot_ms = f64::INFINITY;
+    let mut snapshot = None;
+    for _ in 0..runs.max(1) {
+        let spec = spec.clone();
+        let start = Instant::now();
+        let built = Snapshot::build(spec)?;
+        snapshot_ms = snapshot_ms.min(start.elapsed().as_secs_f64() * 1e3);
+        snapshot = Some(built);
+    }
+    let snapshot = snapshot.expect("at least one build");
     let mut best = f64::INFINITY;
     let mut plan = None;
     for _ in 0..runs.max(1) {
@@ -89,7 +97,7 @@ impl BenchReport {
         format!(
             "cluster: {} nodes × {} GPUs; backlog: {backlog}\n\
              placed: {} pods, {} gangs running; {} evictions, {} nominations\n\
-             snapshot build: {:.1} ms\n\
+             snapshot build: {:.1} ms (best of {})\n\
              cycle: {:.1} ms (best of {})\n\
              throughput: {:.0} pods/s\n",
             self.nodes,
@@ -99,6 +107,7 @@ impl BenchReport {
             self.evictions,
             self.nominations,
             self.snapshot_ms,
+            self.runs,
             self.cycle_ms,
             self.runs,
             self.pods_per_second
