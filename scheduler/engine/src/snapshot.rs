@@ -423,6 +423,25 @@ struct Converted<S, F> {
     facts: Option<F>,
 }
 
+/// Puts `spec` under `key` (to be converted again) unless an equal spec is there, keeping the
+/// resource-name counts in step.
+fn upsert<S: PartialEq, F>(
+    map: &mut BTreeMap<(String, String), Converted<S, F>>,
+    counts: &mut BTreeMap<String, usize>,
+    key: (String, String),
+    spec: S,
+    names: impl Fn(&S) -> Option<&ResourceList>,
+) {
+    if map.get(&key).is_some_and(|c| c.spec == spec) {
+        return;
+    }
+    count_names(counts, names(&spec), true);
+    let converted = Converted { spec, facts: None };
+    if let Some(old) = map.insert(key, converted) {
+        count_names(counts, names(&old.spec), false);
+    }
+}
+
 fn count_names(counts: &mut BTreeMap<String, usize>, list: Option<&ResourceList>, add: bool) {
     for k in list.into_iter().flat_map(|l| l.keys()) {
         if add {
@@ -530,20 +549,9 @@ impl SnapshotBuilder {
     /// Adds a pod, or replaces the one of the same namespace and name.
     pub fn set_pod(&mut self, pod: PodSpec) {
         let key = (pod.namespace.clone(), pod.name.clone());
-        if self.pods.get(&key).is_some_and(|c| c.spec == pod) {
-            return;
-        }
-        count_names(&mut self.workload_names, Some(&pod.request), true);
-        let old = self.pods.insert(
-            key,
-            Converted {
-                spec: pod,
-                facts: None,
-            },
-        );
-        if let Some(old) = old {
-            count_names(&mut self.workload_names, Some(&old.spec.request), false);
-        }
+        upsert(&mut self.pods, &mut self.workload_names, key, pod, |p| {
+            Some(&p.request)
+        });
     }
 
     /// Removes a pod; returns it if it was there.
@@ -558,24 +566,13 @@ impl SnapshotBuilder {
     /// Adds a PodGroup, or replaces the one of the same namespace and name.
     pub fn set_group(&mut self, group: GroupSpec) {
         let key = (group.namespace.clone(), group.name.clone());
-        if self.groups.get(&key).is_some_and(|c| c.spec == group) {
-            return;
-        }
-        count_names(&mut self.workload_names, group.min_resources.as_ref(), true);
-        let old = self.groups.insert(
+        upsert(
+            &mut self.groups,
+            &mut self.workload_names,
             key,
-            Converted {
-                spec: group,
-                facts: None,
-            },
+            group,
+            |g| g.min_resources.as_ref(),
         );
-        if let Some(old) = old {
-            count_names(
-                &mut self.workload_names,
-                old.spec.min_resources.as_ref(),
-                false,
-            );
-        }
     }
 
     /// Removes a PodGroup; returns it if it was there.
