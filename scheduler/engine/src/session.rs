@@ -3,11 +3,10 @@
 //! ready, or discarded as a whole: nothing half-placed leaks into the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use crate::hash::Map;
 use std::sync::Arc;
 
 use crate::framework::{Framework, Reason};
+use crate::hash::Map;
 use crate::model::*;
 use crate::plan::{
     Binding, Condition, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
@@ -1130,7 +1129,7 @@ impl<'a> Session<'a> {
                     pipelined: false,
                 } => plan.bindings.push(Binding {
                     pod: snap.task(*task).name.to_string(),
-                    node: snap.node(*node).name.to_string(),
+                    node: snap.node(*node).name.clone(),
                     gpus: gpu_indices(*node, *gpus),
                 }),
                 Op::Allocate {
@@ -1140,7 +1139,7 @@ impl<'a> Session<'a> {
                     ..
                 } => plan.nominations.push(Nomination {
                     pod: snap.task(*task).name.to_string(),
-                    node: snap.node(*node).name.to_string(),
+                    node: snap.node(*node).name.clone(),
                     reason: NominationReason::Evictions,
                 }),
                 Op::Evict {
@@ -1159,7 +1158,7 @@ impl<'a> Session<'a> {
             if self.status[task.index()] == TaskStatus::Pending {
                 plan.nominations.push(Nomination {
                     pod: snap.task(task).name.to_string(),
-                    node: snap.node(node).name.to_string(),
+                    node: snap.node(node).name.clone(),
                     reason: NominationReason::Reservation,
                 });
             }
