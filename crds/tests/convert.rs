@@ -151,7 +151,7 @@ fn snapshot_of_the_sample_cluster() {
         .find(|t| &*t.name == "ml/llm-worker-0")
         .unwrap();
     assert!(matches!(w0.state, TaskState::Bound(_)));
-    assert_eq!(w0.gpu_ids, [0, 1, 2, 3]);
+    assert_eq!(w0.gpus, 0b1111);
     let gpu_a = snap.nodes.iter().find(|n| n.name == "gpu-a").unwrap();
     assert_eq!(gpu_a.gpus[7].nvlink_domain, 2);
 }

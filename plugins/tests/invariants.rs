@@ -172,7 +172,8 @@ proptest! {
         let mut gpus_taken: BTreeSet<(String, u32)> = BTreeSet::new();
         for (i, t) in snapshot.tasks.iter().enumerate() {
             if let basalt_engine::TaskState::Bound(n) = t.state {
-                for &g in &snapshot.tasks[i].gpu_ids { gpus_taken.insert((snapshot.node(n).name.clone(), g)); }
+                let mask = snapshot.tasks[i].gpus;
+                for g in (0..64u32).filter(|g| mask & (1u64 << g) != 0) { gpus_taken.insert((snapshot.node(n).name.clone(), g)); }
             }
         }
         for b in &plan.bindings {

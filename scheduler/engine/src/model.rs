@@ -188,8 +188,9 @@ pub struct Task {
     pub shape: ShapeId,
     pub priority: i32,
     pub state: TaskState,
-    /// GPU indices held on the node when bound.
-    pub gpu_ids: Vec<u32>,
+    /// GPUs held on the node when bound, one bit per position in the node's GPU list (a mask,
+    /// not a list: snapshots are rebuilt every cycle, and a list per bound pod is an allocation).
+    pub gpus: u64,
     /// A pending pod's `status.nominatedNodeName`: capacity freed for it by evictions, held for
     /// it until its gang's turn comes.
     pub nominated: Option<NodeId>,

@@ -1062,12 +1062,7 @@ impl<'a> Session<'a> {
         let TaskStatus::Bound(node) = self.status[task.index()] else {
             return;
         };
-        let gpus = self
-            .snapshot
-            .task(task)
-            .gpu_ids
-            .iter()
-            .fold(0u64, |m, &g| m | (1u64 << g));
+        let gpus = self.snapshot.task(task).gpus;
         self.charge(task, node, gpus, false);
         self.status[task.index()] = TaskStatus::Evicted(node);
         self.released += 1;

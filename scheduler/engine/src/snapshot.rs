@@ -1014,11 +1014,11 @@ fn assemble(
             })?),
             _ => None,
         };
-        let mut gpu_ids = Vec::new();
+        let mut gpus = 0u64;
         if let Some(nid) = node {
             node_used[nid.index()].add(request);
             let want = request.get(GPU).max(0) as usize;
-            gpu_ids = claim_gpus(
+            gpus = claim_gpus(
                 &mut node_gpus_used[nid.index()],
                 built_nodes[nid.index()].gpus.len(),
                 &p.gpu_ids,
@@ -1083,7 +1083,7 @@ fn assemble(
             shape,
             priority: p.priority,
             state,
-            gpu_ids,
+            gpus,
             // A nomination to a node that is gone is simply dropped.
             nominated: match node {
                 None if p.phase == PodPhase::Pending => facts.nominated,
@@ -1245,23 +1245,27 @@ pub fn ancestors(snapshot: &Snapshot, queue: QueueId) -> impl Iterator<Item = Qu
 
 /// Marks the GPUs a bound pod holds: the ids it names when they are valid and free, otherwise
 /// the lowest free ones.
-fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> Vec<u32> {
+fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> u64 {
+    let bit = |i: u32| 1u64 << i;
+    let mut mask = 0u64;
     let valid = named.len() == want
-        && named
-            .iter()
-            .all(|&i| (i as usize) < count && *used & (1u64 << i) == 0);
-    let ids: Vec<u32> = if valid {
-        named.to_vec()
-    } else {
-        (0..count as u32)
-            .filter(|&i| *used & (1u64 << i) == 0)
+        && named.iter().all(|&i| {
+            // Valid, free and not named twice.
+            let ok = (i as usize) < count && (*used | mask) & bit(i) == 0;
+            mask |= if ok { bit(i) } else { 0 };
+            ok
+        });
+    if !valid {
+        mask = 0;
+        for i in (0..count as u32)
+            .filter(|&i| *used & bit(i) == 0)
             .take(want)
-            .collect()
-    };
-    for &i in &ids {
-        *used |= 1u64 << i;
+        {
+            mask |= bit(i);
+        }
     }
-    ids
+    *used |= mask;
+    mask
 }
 
 /// Resource names the pods, groups and queues use (the nodes' are added by the caller).
@@ -1392,4 +1396,25 @@ fn build_queues(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_gpus;
+
+    #[test]
+    fn a_bound_pod_keeps_the_gpus_it_names_when_they_are_valid() {
+        let mut used = 0b0001;
+        assert_eq!(claim_gpus(&mut used, 8, &[2, 3], 2), 0b1100);
+        assert_eq!(used, 0b1101);
+        // Taken, out of range, named twice or the wrong count: the lowest free ones instead.
+        for named in [&[0, 4][..], &[4, 9], &[4, 4], &[4]] {
+            let mut used = 0b0001;
+            assert_eq!(claim_gpus(&mut used, 8, named, 2), 0b0110, "{named:?}");
+            assert_eq!(used, 0b0111);
+        }
+        // Fewer free GPUs than wanted: as many as there are.
+        let mut used = 0b1110;
+        assert_eq!(claim_gpus(&mut used, 4, &[], 3), 0b0001);
+    }
 }

@@ -351,7 +351,7 @@ fn victims_on(
             let t = snap.task(m);
             if session.task_status(m).node() == Some(node) {
                 free.add(&t.request);
-                free_gpus += t.gpu_ids.len() as i64;
+                free_gpus += t.gpus.count_ones() as i64;
             }
             tally.take(session, m);
             chosen.push(m);
