@@ -375,22 +375,11 @@ impl<'a> Session<'a> {
                 free[d.index()] += f;
             }
         }
-        // Sorted from the last session's order (see `index_all`), then built at once.
+        // Sorted from the last session's order (see `index_all`), then built at once. The hint
+        // lives beside this very topology in the snapshot's cache, so when there is one it is a
+        // permutation of each tier's domains; empty means no session has sorted them yet.
         let mut order = snap.take_domain_order(&self.fw.tiers);
-        // A hint is used only when it is a permutation of each tier's domains.
-        let mut seen = vec![false; topology.domains.len()];
-        let fits = order.len() == topology.tiers.len()
-            && (order.iter().enumerate()).all(|(t, ds)| {
-                ds.iter().all(|d| match topology.domains.get(d.index()) {
-                    Some(x) if x.tier.0 as usize == t && !seen[d.index()] => {
-                        seen[d.index()] = true;
-                        true
-                    }
-                    _ => false,
-                })
-            })
-            && seen.iter().all(|&s| s);
-        if !fits {
+        if order.len() != topology.tiers.len() {
             order = vec![Vec::new(); topology.tiers.len()];
             for (i, d) in topology.domains.iter().enumerate() {
                 order[d.tier.0 as usize].push(DomainId(i as u32));

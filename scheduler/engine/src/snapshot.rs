@@ -194,8 +194,8 @@ pub struct Snapshot {
     pub node_gpus_used: Vec<u64>,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
-    /// The nodes' topologies, shared by snapshots of the same nodes.
-    topologies: TopologyCache,
+    /// What snapshots of the same nodes share (topologies, sort hints).
+    node_cache: NodeCache,
 }
 
 /// What snapshots of one set of nodes share: the topologies, per tier list, built from node
@@ -204,10 +204,10 @@ pub struct Snapshot {
 /// on; and the order the last session sorted nodes and domains into, a hint that makes the
 /// next session's sort nearly linear (from one cycle to the next few nodes move).
 #[derive(Clone, Default)]
-struct TopologyCache(Arc<Mutex<NodeCache>>);
+struct NodeCache(Arc<Mutex<NodeCacheData>>);
 
 #[derive(Default)]
-struct NodeCache {
+struct NodeCacheData {
     topologies: Vec<CachedTopology>,
     /// Node ids in the free-capacity index's last order.
     index_order: Vec<NodeId>,
@@ -222,8 +222,8 @@ struct CachedTopology {
     domain_order: Vec<Vec<basalt_topology::DomainId>>,
 }
 
-impl TopologyCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCache> {
+impl NodeCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCacheData> {
         // A poisoned lock only means another thread panicked holding it; the cache is a pure
         // function of the nodes (and hints are only hints), so go on.
         self.0
@@ -232,10 +232,10 @@ impl TopologyCache {
     }
 }
 
-impl std::fmt::Debug for TopologyCache {
+impl std::fmt::Debug for NodeCache {
     // A cache, not part of what the snapshot says: two equal snapshots print alike.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TopologyCache")
+        f.write_str("NodeCache")
     }
 }
 
@@ -243,7 +243,7 @@ impl Snapshot {
     /// The nodes' topology under `tiers`: `None` when no node carries a label of them (nor a
     /// Volcano tier label) unless `always`. Built once per set of nodes.
     pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Arc<Topology>> {
-        let mut guard = self.topologies.lock();
+        let mut guard = self.node_cache.lock();
         let cache = &mut guard.topologies;
         let pos = match cache.iter().position(|c| c.tiers == tiers) {
             Some(pos) => pos,
@@ -281,11 +281,11 @@ impl Snapshot {
     /// The order the last session of these nodes indexed them in (empty when none did): a
     /// starting order for sorting, never a result.
     pub(crate) fn take_index_order(&self) -> Vec<NodeId> {
-        std::mem::take(&mut self.topologies.lock().index_order)
+        std::mem::take(&mut self.node_cache.lock().index_order)
     }
 
     pub(crate) fn keep_index_order(&self, order: Vec<NodeId>) {
-        self.topologies.lock().index_order = order;
+        self.node_cache.lock().index_order = order;
     }
 
     /// The same per tier for the domains of the topology under `tiers`.
@@ -293,7 +293,7 @@ impl Snapshot {
         &self,
         tiers: &[TierSpec],
     ) -> Vec<Vec<basalt_topology::DomainId>> {
-        let mut guard = self.topologies.lock();
+        let mut guard = self.node_cache.lock();
         (guard.topologies.iter_mut())
             .find(|c| c.tiers == tiers)
             .map(|c| std::mem::take(&mut c.domain_order))
@@ -305,7 +305,7 @@ impl Snapshot {
         tiers: &[TierSpec],
         order: Vec<Vec<basalt_topology::DomainId>>,
     ) {
-        let mut guard = self.topologies.lock();
+        let mut guard = self.node_cache.lock();
         if let Some(c) = guard.topologies.iter_mut().find(|c| c.tiers == tiers) {
             c.domain_order = order;
         }
@@ -345,12 +345,11 @@ impl Snapshot {
             built_nodes.push(build_node(&names, id, n)?);
         }
         let node_id = |n: &str| node_ids.get(n).copied();
-        let pods: Vec<_> = (pods.iter())
-            .map(|&p| (p, PodFacts::of(&names, p, &node_id)))
+        let pod_facts: Vec<PodFacts> = (pods.iter())
+            .map(|&p| PodFacts::of(&names, p, &node_id))
             .collect();
-        let groups: Vec<_> = (groups.iter())
-            .map(|&g| (g, GroupFacts::of(&names, g)))
-            .collect();
+        let group_facts: Vec<GroupFacts> =
+            groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
         assemble(
             now_ms,
             names,
@@ -358,11 +357,11 @@ impl Snapshot {
             BuiltNodes {
                 nodes: built_nodes,
                 recycled: None,
-                topologies: TopologyCache::default(),
+                node_cache: NodeCache::default(),
                 buffers: Buffers::default(),
             },
-            &pods.iter().map(|(p, f)| (*p, f)).collect::<Vec<_>>(),
-            &groups.iter().map(|(g, f)| (*g, f)).collect::<Vec<_>>(),
+            &pods.iter().copied().zip(&pod_facts).collect::<Vec<_>>(),
+            &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
     }
 
@@ -407,7 +406,7 @@ pub struct SnapshotBuilder {
     /// Nodes changed since `table` was built.
     dirty: BTreeSet<usize>,
     last: Option<Snapshot>,
-    topologies: TopologyCache,
+    node_cache: NodeCache,
     pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
     groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
     /// Resource name → how many pod requests and group minResources state it.
@@ -482,7 +481,7 @@ impl SnapshotBuilder {
             table: Some((names, built)),
             dirty: BTreeSet::new(),
             last: None,
-            topologies: TopologyCache::default(),
+            node_cache: NodeCache::default(),
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
             workload_names: BTreeMap::new(),
@@ -519,7 +518,7 @@ impl SnapshotBuilder {
         )?;
         let old = std::mem::replace(&mut self.specs[id.index()], spec);
         if old.labels != self.specs[id.index()].labels {
-            self.topologies = TopologyCache::default();
+            self.node_cache = NodeCache::default();
         }
         for k in old.allocatable.keys() {
             if let Some(c) = self.node_names.get_mut(k) {
@@ -665,7 +664,7 @@ impl SnapshotBuilder {
             BuiltNodes {
                 nodes,
                 recycled: recycled.filter(|_| reused),
-                topologies: self.topologies.clone(),
+                node_cache: self.node_cache.clone(),
                 buffers,
             },
             &pods,
@@ -726,7 +725,7 @@ struct BuiltNodes {
     nodes: Vec<Node>,
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     recycled: Option<(Vec<Resources>, Vec<u64>)>,
-    topologies: TopologyCache,
+    node_cache: NodeCache,
     buffers: Buffers,
 }
 
@@ -835,7 +834,7 @@ fn assemble(
     let BuiltNodes {
         nodes: built_nodes,
         recycled,
-        topologies,
+        node_cache,
         buffers,
     } = nodes;
     let queue_ids: HashMap<&str, QueueId> =
@@ -851,50 +850,37 @@ fn assemble(
     }
     let mut drafts: Vec<Draft> = Vec::with_capacity(groups.len());
     for &(g, facts) in groups {
-        let key = || facts.key.clone();
+        let invalid = |field, message| Err(err("PodGroup", &facts.key, field, message));
         if g.min_member < 1 {
-            return Err(err(
-                "PodGroup",
-                &key(),
+            return invalid(
                 "spec.minMember",
                 format!("must be at least 1, got {}", g.min_member),
-            ));
+            );
         }
         if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
-            return Err(err(
-                "PodGroup",
-                &key(),
+            return invalid(
                 "spec.minTaskMember",
                 format!("role {role:?}: must not be negative, got {v}"),
-            ));
+            );
         }
         if job_keys
             .insert(JobKey(&g.namespace, &g.name), drafts.len())
             .is_some()
         {
-            return Err(err(
-                "PodGroup",
-                &key(),
-                "metadata.name",
-                "duplicate PodGroup".into(),
-            ));
+            return invalid("metadata.name", "duplicate PodGroup".into());
         }
         for (i, sg) in g.sub_groups.iter().enumerate() {
             if sg.size < 1 {
-                return Err(err(
-                    "PodGroup",
-                    &key(),
+                return invalid(
                     "spec.subGroups[].size",
                     format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
-                ));
+                );
             }
             if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
-                return Err(err(
-                    "PodGroup",
-                    &key(),
+                return invalid(
                     "spec.subGroups[].name",
                     format!("duplicate sub-group name {:?}", sg.name),
-                ));
+                );
             }
         }
         drafts.push(Draft {
@@ -1176,7 +1162,7 @@ fn assemble(
         node_used,
         node_gpus_used,
         foreign_pods,
-        topologies,
+        node_cache,
     })
 }
 

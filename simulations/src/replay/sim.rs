@@ -248,8 +248,6 @@ pub struct Simulator<'a> {
     framework: Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
     // The fast path: specs kept between cycles, refreshed where something changed.
     builder: SnapshotBuilder,
-    /// Queues with a holder PodGroup in the builder.
-    holder_groups: BTreeSet<u32>,
     /// Pods folded away on each node (its `pods` allocatable is lowered by this), as last given
     /// to the builder.
     node_excess: Vec<i64>,
@@ -437,7 +435,6 @@ impl<'a> Simulator<'a> {
             snapshot_jobs: 0,
             framework: None,
             builder,
-            holder_groups: BTreeSet::new(),
             dirty_jobs: BTreeSet::new(),
             dirty_folded: BTreeSet::new(),
         };
@@ -787,10 +784,11 @@ impl<'a> Simulator<'a> {
                 .range((queue, 0)..=(queue, u32::MAX))
                 .next()
                 .is_some();
-            if held && self.holder_groups.insert(queue) {
+            // Setting an unchanged group and removing an absent one are no-ops.
+            if held {
                 let g = self.holder_group(queue);
                 self.builder.set_group(g);
-            } else if !held && self.holder_groups.remove(&queue) {
+            } else {
                 self.builder.remove_group(HOLDER_NS, &format!("q{queue}"));
             }
         }
