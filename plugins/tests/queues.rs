@@ -303,3 +303,69 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A framework kept from cycle to cycle (as a replay keeps it) hands each session's node
+    /// index on to the next, which re-indexes only the nodes whose usage changed; a framework
+    /// built anew each cycle (as the daemon's) indexes every node. Their plans must agree cycle
+    /// after cycle, while the plans' bindings, evictions and completions change usage.
+    #[test]
+    fn a_kept_node_index_decides_as_a_fresh_one(nodes in 1..=4usize, qs in queues(), gs in gangs(), done in 0..8usize) {
+        let spec = cluster(nodes, &qs, &gs);
+        let config = Config::default();
+        let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
+        let mut pods: BTreeMap<String, PodSpec> = spec.pods.iter()
+            .map(|p| (format!("{}/{}", p.namespace, p.name), p.clone())).collect();
+        let mut groups: BTreeMap<String, GroupSpec> = spec.groups.iter()
+            .map(|g| (format!("{}/{}", g.namespace, g.name), g.clone())).collect();
+        let mut kept = None;
+        for cycle in 0..4i64 {
+            for p in pods.values() {
+                builder.set_pod(p.clone());
+            }
+            for g in groups.values() {
+                builder.set_group(g.clone());
+            }
+            let snapshot = builder.build(spec.now_ms + cycle * 1000, &spec.queues).unwrap();
+            let fw = kept.get_or_insert_with(|| framework(&config, &snapshot.resources));
+            let plan = basalt_engine::schedule(snapshot, fw);
+            // A snapshot of its own, so that the two sessions share no cache.
+            let fresh = schedule(&Snapshot::build(ClusterSpec {
+                now_ms: snapshot.now_ms,
+                nodes: spec.nodes.clone(),
+                pods: pods.values().cloned().collect(),
+                groups: groups.values().cloned().collect(),
+                queues: spec.queues.clone(),
+            }).unwrap(), &config);
+            prop_assert_eq!(&plan, &fresh, "cycle {}", cycle);
+            // The cluster carries the plan out, and one running pod ends.
+            for e in &plan.evictions {
+                let p = pods.get_mut(&e.pod).unwrap();
+                (p.phase, p.node, p.gpu_ids) = (PodPhase::Pending, None, Vec::new());
+            }
+            for b in &plan.bindings {
+                let p = pods.get_mut(&b.pod).unwrap();
+                (p.phase, p.node, p.gpu_ids) = (PodPhase::Running, Some(b.node.clone()), b.gpus.clone());
+                p.nominated_node = None;
+            }
+            for n in &plan.nominations {
+                pods.get_mut(&n.pod).unwrap().nominated_node = Some(n.node.clone());
+            }
+            for s in &plan.pod_groups {
+                groups.get_mut(&*s.name).unwrap().phase = s.phase;
+            }
+            let running: Vec<String> = pods.iter()
+                .filter(|(_, p)| p.phase == PodPhase::Running)
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !running.is_empty() {
+                let gone = &running[done % running.len()];
+                let p = pods.get_mut(gone).unwrap();
+                p.phase = PodPhase::Succeeded;
+                builder.set_pod(p.clone());
+            }
+        }
+    }
+}

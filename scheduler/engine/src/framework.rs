@@ -68,6 +68,8 @@ pub enum Action {
     Preempt,
 }
 
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The configured plugins and actions of one scheduler.
 pub struct Framework {
     pub actions: Vec<Action>,
@@ -77,7 +79,11 @@ pub struct Framework {
     pub admit: Vec<Box<dyn Admit>>,
     pub task_admit: Vec<Box<dyn TaskAdmit>>,
     pub filters: Vec<Box<dyn NodeFilter>>,
-    pub node_order: Box<dyn NodeOrder>,
+    /// Private so that it never changes under [`Framework::id`].
+    node_order: Box<dyn NodeOrder>,
+    /// Unique per framework built: sessions of the same nodes under the same framework hand
+    /// their node index on to the next (its keys are this node order's).
+    id: u64,
     pub fair_share: Option<Box<dyn FairShare>>,
     /// A gang that has waited this long (milliseconds) reserves the nodes it will start on.
     pub reserve_after_ms: Option<i64>,
@@ -101,11 +107,21 @@ impl Framework {
             task_admit: Vec::new(),
             filters: Vec::new(),
             node_order,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
             reserve_after_ms: None,
             tiers: Vec::new(),
             report_queues: true,
         }
+    }
+
+    pub fn node_order(&self) -> &dyn NodeOrder {
+        &*self.node_order
+    }
+
+    /// This framework's identity (never shared with another framework built in the process).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn compare_jobs(&self, a: &Job, b: &Job) -> Ordering {

@@ -137,6 +137,17 @@ struct FreeIndex {
     buckets: BTreeMap<(u32, u32), BTreeSet<(u64, NodeId)>>,
 }
 
+/// What a session hands on to the next session of the same nodes (see [`Session::new`]): its
+/// final usage and the index and domain counts built from it.
+pub(crate) struct NodeState {
+    pub(crate) framework: u64,
+    pub(crate) resources: crate::resources::ResourceNames,
+    used: Vec<Resources>,
+    gpus_used: Vec<u64>,
+    index: FreeIndex,
+    topo: Option<TopoState>,
+}
+
 pub struct Session<'a> {
     pub snapshot: &'a Snapshot,
     fw: &'a Framework,
@@ -228,24 +239,6 @@ impl<'a> Session<'a> {
     pub fn new(snapshot: &'a Snapshot, fw: &'a Framework) -> Self {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
-        let mut classes: Map<&Resources, u32> = Map::default();
-        let mut last: Option<(&Resources, u32)> = None;
-        let class: Vec<u32> = snapshot
-            .nodes
-            .iter()
-            .map(|node| {
-                // Neighbours by name are often alike: compare before hashing.
-                let c = match last {
-                    Some((a, c)) if *a == node.allocatable => c,
-                    _ => {
-                        let next = classes.len() as u32;
-                        *classes.entry(&node.allocatable).or_insert(next)
-                    }
-                };
-                last = Some((&node.allocatable, c));
-                c
-            })
-            .collect();
         let mut cluster_allocatable = Resources::zero(dims);
         let mut node_used_sum = Resources::zero(dims);
         for (node, used) in snapshot.nodes.iter().zip(&snapshot.node_used) {
@@ -314,8 +307,8 @@ impl<'a> Session<'a> {
             released_holds: Map::default(),
             any_reserved: false,
             index: FreeIndex {
-                class,
-                key: vec![(0, 0); n],
+                class: Vec::new(),
+                key: Vec::new(),
                 buckets: BTreeMap::new(),
             },
             statics: Map::default(),
@@ -325,7 +318,6 @@ impl<'a> Session<'a> {
             committed: Vec::new(),
             topo: None,
         };
-        session.topo = session.build_topology();
         for t in &snapshot.tasks {
             if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
                 session.used[node.index()].add(&t.request);
@@ -333,7 +325,9 @@ impl<'a> Session<'a> {
                 session.holds.entry(t.job).or_default().push((t.id, node));
             }
         }
-        session.index_all();
+        let kept = snapshot.take_node_state(fw.id());
+        let kept_topo = session.index_nodes(kept);
+        session.topo = session.build_topology(kept_topo);
         session.cluster_used.add(&node_used_sum);
         for job in &snapshot.jobs {
             if job.phase == JobPhase::Inqueue && session.holding[job.id.index()] == 0 {
@@ -360,14 +354,28 @@ impl<'a> Session<'a> {
     }
 
     /// Takes the topology when tiers are configured (or Volcano tiers are labelled) and some
-    /// node carries a tier label: on a flat cluster every gang is placed as before.
-    fn build_topology(&self) -> Option<TopoState> {
+    /// node carries a tier label: on a flat cluster every gang is placed as before. Free GPUs
+    /// per domain come from `kept` (the last session's, for the same topology) brought up to
+    /// date, or are counted afresh.
+    fn build_topology(&self, kept: Option<(TopoState, Vec<u64>)>) -> Option<TopoState> {
         let snap = self.snapshot;
         let constrained = snap
             .jobs
             .iter()
             .any(|j| !j.topology.is_empty() || !j.sub_groups.is_empty());
         let topology = snap.topology(&self.fw.tiers, constrained)?;
+        if let Some((mut topo, gpus_used)) = kept {
+            if Arc::ptr_eq(&topo.topology, &topology) {
+                for (i, (&was, &now)) in gpus_used.iter().zip(&self.gpus_used).enumerate() {
+                    if was != now {
+                        let count = snap.nodes[i].gpus.len() as u32;
+                        let free = |mask: u64| (count - mask.count_ones().min(count)) as i64;
+                        topo.change(NodeId(i as u32), free(now) - free(was));
+                    }
+                }
+                return Some(topo);
+            }
+        }
         let mut free = vec![0i64; topology.domains.len()];
         for node in &snap.nodes {
             let f = self.free_gpus(node.id) as i64;
@@ -375,27 +383,16 @@ impl<'a> Session<'a> {
                 free[d.index()] += f;
             }
         }
-        // Sorted from the last session's order (see `index_all`), then built at once. The hint
-        // lives beside this very topology in the snapshot's cache, so when there is one it is a
-        // permutation of each tier's domains; empty means no session has sorted them yet.
-        let mut order = snap.take_domain_order(&self.fw.tiers);
-        if order.len() != topology.tiers.len() {
-            order = vec![Vec::new(); topology.tiers.len()];
-            for (i, d) in topology.domains.iter().enumerate() {
-                order[d.tier.0 as usize].push(DomainId(i as u32));
-            }
+        let mut by_tier = vec![Vec::new(); topology.tiers.len()];
+        for (i, d) in topology.domains.iter().enumerate() {
+            by_tier[d.tier.0 as usize].push((free[i], DomainId(i as u32)));
         }
-        let mut kept = Vec::with_capacity(order.len());
-        let by_tier = (order.into_iter())
-            .map(|ds| {
-                let mut v: Vec<(i64, DomainId)> =
-                    ds.into_iter().map(|d| (free[d.index()], d)).collect();
-                v.sort();
-                kept.push(v.iter().map(|&(_, d)| d).collect());
+        let by_tier = (by_tier.into_iter())
+            .map(|mut v| {
+                v.sort_unstable();
                 v.into_iter().collect()
             })
             .collect();
-        snap.keep_domain_order(&self.fw.tiers, kept);
         Some(TopoState {
             topology,
             free,
@@ -662,28 +659,49 @@ impl<'a> Session<'a> {
 
     // ----- node search -----
 
-    /// Indexes every node at once: one sort and bulk-built sets instead of an insert per node.
-    /// The sort starts from the order the last session of these nodes ended with (few nodes
-    /// move between cycles, so the adaptive sort runs in near-linear time); the result is the
-    /// same from any starting order.
-    fn index_all(&mut self) {
-        let n = self.snapshot.nodes.len();
-        let mut order = self.snapshot.take_index_order();
-        if order.len() != n {
-            order = (0..n as u32).map(NodeId).collect();
+    /// Builds the free-capacity index: from the last session's (`kept`), re-indexing only the
+    /// nodes whose usage differs from where that session ended, or from scratch with one sort
+    /// and bulk-built sets. Either way the index is the same set of entries. Returns the kept
+    /// domain counts with the GPU usage they were counted under, for [`Self::build_topology`].
+    fn index_nodes(&mut self, kept: Option<NodeState>) -> Option<(TopoState, Vec<u64>)> {
+        if let Some(state) = kept {
+            self.index = state.index;
+            for i in 0..self.used.len() {
+                if state.used[i] != self.used[i] || state.gpus_used[i] != self.gpus_used[i] {
+                    self.index_remove(NodeId(i as u32));
+                    self.index_insert(NodeId(i as u32));
+                }
+            }
+            return state.topo.map(|t| (t, state.gpus_used));
         }
-        let mut entries: Vec<((u32, u32), (u64, NodeId))> = (order.into_iter())
+        let snapshot = self.snapshot;
+        // Capacity classes: nodes with equal allocatable, numbered in node order.
+        let mut classes: Map<&Resources, u32> = Map::default();
+        let mut last: Option<(&Resources, u32)> = None;
+        self.index.class = (snapshot.nodes.iter())
             .map(|node| {
-                let i = node.index();
-                let free_gpus = self.free_gpus(node);
-                let key =
-                    (self.fw.node_order).key(&self.snapshot.nodes[i].allocatable, &self.used[i]);
-                self.index.key[i] = (free_gpus, key);
-                ((self.index.class[i], free_gpus), (key, node))
+                // Neighbours by name are often alike: compare before hashing.
+                let c = match last {
+                    Some((a, c)) if *a == node.allocatable => c,
+                    _ => {
+                        let next = classes.len() as u32;
+                        *classes.entry(&node.allocatable).or_insert(next)
+                    }
+                };
+                last = Some((&node.allocatable, c));
+                c
             })
             .collect();
-        entries.sort();
-        (self.snapshot).keep_index_order(entries.iter().map(|e| e.1 .1).collect());
+        let mut entries: Vec<((u32, u32), (u64, NodeId))> = (snapshot.nodes.iter())
+            .map(|node| {
+                let i = node.id.index();
+                let free_gpus = self.free_gpus(node.id);
+                let key = (self.fw.node_order()).key(&node.allocatable, &self.used[i]);
+                ((self.index.class[i], free_gpus), (key, node.id))
+            })
+            .collect();
+        self.index.key = entries.iter().map(|&((_, f), (k, _))| (f, k)).collect();
+        entries.sort_unstable();
         let mut rest = entries.as_slice();
         while let Some(&(bucket, _)) = rest.first() {
             let len = rest.partition_point(|e| e.0 == bucket);
@@ -691,16 +709,14 @@ impl<'a> Session<'a> {
             (self.index.buckets).insert(bucket, run.iter().map(|e| e.1).collect());
             rest = tail;
         }
+        None
     }
 
     fn index_insert(&mut self, node: NodeId) {
         let i = node.index();
         let snap_node = &self.snapshot.nodes[i];
         let free_gpus = self.free_gpus(node);
-        let key = self
-            .fw
-            .node_order
-            .key(&snap_node.allocatable, &self.used[i]);
+        let key = (self.fw.node_order()).key(&snap_node.allocatable, &self.used[i]);
         self.index.key[i] = (free_gpus, key);
         self.index
             .buckets
@@ -776,9 +792,7 @@ impl<'a> Session<'a> {
     pub(crate) fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
         let mut after = self.used[node.index()].clone();
         after.add(request);
-        self.fw
-            .node_order
-            .key(&self.snapshot.nodes[node.index()].allocatable, &after)
+        (self.fw.node_order()).key(&self.snapshot.nodes[node.index()].allocatable, &after)
     }
 
     /// Whether the node can take the task now: static filters, reservations, room in every
@@ -1189,6 +1203,14 @@ impl<'a> Session<'a> {
                 state: q.state,
             });
         }
+        snap.keep_node_state(NodeState {
+            framework: self.fw.id(),
+            resources: names.clone(),
+            used: self.used,
+            gpus_used: self.gpus_used,
+            index: self.index,
+            topo: self.topo,
+        });
         plan
     }
 }

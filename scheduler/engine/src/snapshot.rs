@@ -14,6 +14,7 @@ use thiserror::Error;
 use crate::hash::Map;
 use crate::model::*;
 use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
+use crate::session::NodeState;
 
 /// Kubelet's default pod limit, used when a node does not state its own.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -201,16 +202,17 @@ pub struct Snapshot {
 /// What snapshots of one set of nodes share: the topologies, per tier list, built from node
 /// labels by the first session that asks and kept for every later snapshot of the same nodes
 /// (a [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend
-/// on; and the order the last session sorted nodes and domains into, a hint that makes the
-/// next session's sort nearly linear (from one cycle to the next few nodes move).
+/// on; and the node state the last session ended with (free-capacity index, free GPUs per
+/// domain), which the next session brings up to date by re-indexing only the nodes whose usage
+/// differs (from one cycle to the next few do) instead of indexing every node again.
 #[derive(Clone, Default)]
 struct NodeCache(Arc<Mutex<NodeCacheData>>);
 
 #[derive(Default)]
 struct NodeCacheData {
     topologies: Vec<CachedTopology>,
-    /// Node ids in the free-capacity index's last order.
-    index_order: Vec<NodeId>,
+    /// Valid while the nodes stay as they are (dropped by [`SnapshotBuilder::update_node`]).
+    node_state: Option<NodeState>,
 }
 
 struct CachedTopology {
@@ -218,8 +220,6 @@ struct CachedTopology {
     /// Some node carries a label of these tiers (or a Volcano tier label).
     labelled: bool,
     topology: Option<Arc<Topology>>,
-    /// Per tier, its domains in the last session's order.
-    domain_order: Vec<Vec<basalt_topology::DomainId>>,
 }
 
 impl NodeCache {
@@ -258,7 +258,6 @@ impl Snapshot {
                     tiers: tiers.to_vec(),
                     labelled,
                     topology: None,
-                    domain_order: Vec::new(),
                 });
                 cache.len() - 1
             }
@@ -278,37 +277,15 @@ impl Snapshot {
         Some(topology.clone())
     }
 
-    /// The order the last session of these nodes indexed them in (empty when none did): a
-    /// starting order for sorting, never a result.
-    pub(crate) fn take_index_order(&self) -> Vec<NodeId> {
-        std::mem::take(&mut self.node_cache.lock().index_order)
+    /// The node state the last session of these nodes ended with, when it was built under the
+    /// same framework and resource names (taken: a second session at once starts afresh).
+    pub(crate) fn take_node_state(&self, framework: u64) -> Option<NodeState> {
+        let state = self.node_cache.lock().node_state.take()?;
+        (state.framework == framework && state.resources == self.resources).then_some(state)
     }
 
-    pub(crate) fn keep_index_order(&self, order: Vec<NodeId>) {
-        self.node_cache.lock().index_order = order;
-    }
-
-    /// The same per tier for the domains of the topology under `tiers`.
-    pub(crate) fn take_domain_order(
-        &self,
-        tiers: &[TierSpec],
-    ) -> Vec<Vec<basalt_topology::DomainId>> {
-        let mut guard = self.node_cache.lock();
-        (guard.topologies.iter_mut())
-            .find(|c| c.tiers == tiers)
-            .map(|c| std::mem::take(&mut c.domain_order))
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn keep_domain_order(
-        &self,
-        tiers: &[TierSpec],
-        order: Vec<Vec<basalt_topology::DomainId>>,
-    ) {
-        let mut guard = self.node_cache.lock();
-        if let Some(c) = guard.topologies.iter_mut().find(|c| c.tiers == tiers) {
-            c.domain_order = order;
-        }
+    pub(crate) fn keep_node_state(&self, state: NodeState) {
+        self.node_cache.lock().node_state = Some(state);
     }
 
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
@@ -519,6 +496,9 @@ impl SnapshotBuilder {
         let old = std::mem::replace(&mut self.specs[id.index()], spec);
         if old.labels != self.specs[id.index()].labels {
             self.node_cache = NodeCache::default();
+        } else if old != self.specs[id.index()] {
+            // Capacity classes and keys of the kept node index may no longer hold.
+            self.node_cache.lock().node_state = None;
         }
         for k in old.allocatable.keys() {
             if let Some(c) = self.node_names.get_mut(k) {

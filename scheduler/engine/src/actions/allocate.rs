@@ -306,7 +306,7 @@ fn plan_reservation(
             // Among equal times, the node the node order prefers.
             let tie = session
                 .framework()
-                .node_order
+                .node_order()
                 .key(alloc, session.used(node));
             let cand = (at, tie, node);
             if best.is_none_or(|b| cand < b) {
