@@ -284,9 +284,9 @@ impl<'a> Session<'a> {
         let mut session = Session {
             snapshot,
             fw,
-            used: snapshot.node_used.clone(),
+            used: Vec::new(),
             cluster_used: Resources::zero(dims),
-            gpus_used: snapshot.node_gpus_used.clone(),
+            gpus_used: Vec::new(),
             status,
             phase: snapshot.jobs.iter().map(|j| j.phase).collect(),
             placed: vec![0; holding.len()],
@@ -318,15 +318,8 @@ impl<'a> Session<'a> {
             committed: Vec::new(),
             topo: None,
         };
-        for t in &snapshot.tasks {
-            if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
-                session.used[node.index()].add(&t.request);
-                session.cluster_used.add(&t.request);
-                session.holds.entry(t.job).or_default().push((t.id, node));
-            }
-        }
         let kept = snapshot.take_node_state(fw.id());
-        let kept_topo = session.index_nodes(kept);
+        let kept_topo = session.start_nodes(kept);
         session.topo = session.build_topology(kept_topo);
         session.cluster_used.add(&node_used_sum);
         for job in &snapshot.jobs {
@@ -357,21 +350,19 @@ impl<'a> Session<'a> {
     /// node carries a tier label: on a flat cluster every gang is placed as before. Free GPUs
     /// per domain come from `kept` (the last session's, for the same topology) brought up to
     /// date, or are counted afresh.
-    fn build_topology(&self, kept: Option<(TopoState, Vec<u64>)>) -> Option<TopoState> {
+    fn build_topology(&self, kept: Option<(TopoState, Vec<(NodeId, u64)>)>) -> Option<TopoState> {
         let snap = self.snapshot;
         let constrained = snap
             .jobs
             .iter()
             .any(|j| !j.topology.is_empty() || !j.sub_groups.is_empty());
         let topology = snap.topology(&self.fw.tiers, constrained)?;
-        if let Some((mut topo, gpus_used)) = kept {
+        if let Some((mut topo, moved)) = kept {
             if Arc::ptr_eq(&topo.topology, &topology) {
-                for (i, (&was, &now)) in gpus_used.iter().zip(&self.gpus_used).enumerate() {
-                    if was != now {
-                        let count = snap.nodes[i].gpus.len() as u32;
-                        let free = |mask: u64| (count - mask.count_ones().min(count)) as i64;
-                        topo.change(NodeId(i as u32), free(now) - free(was));
-                    }
+                for (node, was) in moved {
+                    let count = snap.nodes[node.index()].gpus.len() as u32;
+                    let free = |mask: u64| (count - mask.count_ones().min(count)) as i64;
+                    topo.change(node, free(self.gpus_used[node.index()]) - free(was));
                 }
                 return Some(topo);
             }
@@ -659,21 +650,61 @@ impl<'a> Session<'a> {
 
     // ----- node search -----
 
-    /// Builds the free-capacity index: from the last session's (`kept`), re-indexing only the
-    /// nodes whose usage differs from where that session ended, or from scratch with one sort
-    /// and bulk-built sets. Either way the index is the same set of entries. Returns the kept
-    /// domain counts with the GPU usage they were counted under, for [`Self::build_topology`].
-    fn index_nodes(&mut self, kept: Option<NodeState>) -> Option<(TopoState, Vec<u64>)> {
-        if let Some(state) = kept {
-            self.index = state.index;
-            for i in 0..self.used.len() {
-                if state.used[i] != self.used[i] || state.gpus_used[i] != self.gpus_used[i] {
-                    self.index_remove(NodeId(i as u32));
-                    self.index_insert(NodeId(i as u32));
-                }
+    /// Node usage at the start (the snapshot's, plus capacity held for nominated pods) and the
+    /// free-capacity index over it: from the last session's state (`kept`), copying and
+    /// re-indexing only the nodes whose usage differs from where that session ended, or from
+    /// scratch with one sort and bulk-built sets. Either way the index is the same set of
+    /// entries. Returns the kept domain counts with the nodes whose GPUs changed (and their
+    /// GPUs before), for [`Self::build_topology`].
+    fn start_nodes(&mut self, kept: Option<NodeState>) -> Option<(TopoState, Vec<(NodeId, u64)>)> {
+        let snap = self.snapshot;
+        let Some(state) = kept else {
+            self.used = snap.node_used.clone();
+            self.gpus_used = snap.node_gpus_used.clone();
+            self.hold_nominated(&mut Vec::new());
+            self.index_all();
+            return None;
+        };
+        (self.used, self.gpus_used, self.index) = (state.used, state.gpus_used, state.index);
+        let mut stale = Vec::new();
+        let mut gpus_moved = Vec::new();
+        for (i, (used, &gpus)) in snap.node_used.iter().zip(&snap.node_gpus_used).enumerate() {
+            let node = NodeId(i as u32);
+            let was = std::mem::replace(&mut self.gpus_used[i], gpus);
+            if was != gpus {
+                gpus_moved.push((node, was));
             }
-            return state.topo.map(|t| (t, state.gpus_used));
+            if self.used[i] != *used {
+                self.used[i].clone_from(used);
+                stale.push(node);
+            } else if was != gpus {
+                stale.push(node);
+            }
         }
+        self.hold_nominated(&mut stale);
+        stale.sort_unstable();
+        stale.dedup();
+        for node in stale {
+            self.index_remove(node);
+            self.index_insert(node);
+        }
+        state.topo.map(|t| (t, gpus_moved))
+    }
+
+    /// Holds capacity for nominated pending pods (see `holds`), noting their nodes.
+    fn hold_nominated(&mut self, nodes: &mut Vec<NodeId>) {
+        for t in &self.snapshot.tasks {
+            if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
+                self.used[node.index()].add(&t.request);
+                self.cluster_used.add(&t.request);
+                self.holds.entry(t.job).or_default().push((t.id, node));
+                nodes.push(node);
+            }
+        }
+    }
+
+    /// Indexes every node at once: one sort and bulk-built sets.
+    fn index_all(&mut self) {
         let snapshot = self.snapshot;
         // Capacity classes: nodes with equal allocatable, numbered in node order.
         let mut classes: Map<&Resources, u32> = Map::default();
@@ -709,7 +740,6 @@ impl<'a> Session<'a> {
             (self.index.buckets).insert(bucket, run.iter().map(|e| e.1).collect());
             rest = tail;
         }
-        None
     }
 
     fn index_insert(&mut self, node: NodeId) {

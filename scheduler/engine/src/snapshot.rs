@@ -338,6 +338,7 @@ impl Snapshot {
                 buffers: Buffers::default(),
             },
             &pods.iter().copied().zip(&pod_facts).collect::<Vec<_>>(),
+            false,
             &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
     }
@@ -648,6 +649,7 @@ impl SnapshotBuilder {
                 buffers,
             },
             &pods,
+            true,
             &groups,
         )?;
         Ok(self.last.insert(snapshot))
@@ -809,6 +811,7 @@ fn assemble(
     queues: Vec<Queue>,
     nodes: BuiltNodes,
     pods: &[(&PodSpec, &PodFacts)],
+    pods_unique: bool,
     groups: &[(&GroupSpec, &GroupFacts)],
 ) -> Result<Snapshot, SnapshotError> {
     let BuiltNodes {
@@ -870,13 +873,15 @@ fn assemble(
             implicit: false,
         });
     }
-    // Pods come sorted by namespace and name: a duplicate follows its twin.
+    // Pods come sorted by namespace and name: a duplicate follows its twin (a builder's pods
+    // are keyed by namespace and name, so none has one).
     let mut last_pod: Option<(&str, &str)> = None;
+    let check_twins = !pods_unique;
     // Per pod of ours, in order: the draft of its job (looked up once, used again below).
     let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
     for &(p, facts) in pods.iter().filter(|(p, _)| p.ours) {
         let this = (p.namespace.as_str(), p.name.as_str());
-        if last_pod.replace(this) == Some(this) {
+        if check_twins && last_pod.replace(this) == Some(this) {
             return Err(err(
                 "Pod",
                 &facts.key,
