@@ -743,6 +743,8 @@ struct PodFacts {
     /// does not exist).
     node: Option<NodeId>,
     nominated: Option<NodeId>,
+    /// [`JobKey::hash`] of its job: its PodGroup, or itself without one.
+    job_hash: u64,
 }
 
 impl PodFacts {
@@ -754,6 +756,7 @@ impl PodFacts {
             request,
             node: p.node.as_deref().and_then(node_id),
             nominated: p.nominated_node.as_deref().and_then(node_id),
+            job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
         }
     }
 }
@@ -763,6 +766,8 @@ impl PodFacts {
 struct GroupFacts {
     key: Arc<str>,
     min_resources: Option<Resources>,
+    /// [`JobKey::hash`] of the group.
+    hash: u64,
 }
 
 impl GroupFacts {
@@ -770,6 +775,7 @@ impl GroupFacts {
         GroupFacts {
             key: format!("{}/{}", g.namespace, g.name).into(),
             min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
+            hash: JobKey(&g.namespace, &g.name).hash(),
         }
     }
 }
@@ -780,6 +786,13 @@ impl GroupFacts {
 struct JobKey<'a>(&'a str, &'a str);
 
 impl JobKey<'_> {
+    /// A hash fixed for the process, computed once per spec and kept with its facts, so that a
+    /// cycle finds each pod's job without hashing names again.
+    fn hash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::default().hash_one(self)
+    }
+
     fn bytes(&self) -> impl Iterator<Item = u8> + '_ {
         (self.0.bytes())
             .chain(std::iter::once(b'/'))
@@ -823,13 +836,17 @@ fn assemble(
     let queue_ids: HashMap<&str, QueueId> =
         queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
     // Jobs from PodGroups, then implicit groups of one.
-    let mut job_keys: Map<JobKey, usize> =
-        Map::with_capacity_and_hasher(groups.len() + pods.len(), Default::default());
+    // (hash, draft) by job key; hashes come with the facts.
+    let mut job_keys: hashbrown::HashTable<(u64, usize)> =
+        hashbrown::HashTable::with_capacity(groups.len() + pods.len());
     struct Draft<'g> {
         spec: std::borrow::Cow<'g, GroupSpec>,
         name: &'g Arc<str>,
         min_resources: Option<&'g Resources>,
         implicit: bool,
+    }
+    fn draft_key<'a>(drafts: &'a [Draft], d: usize) -> JobKey<'a> {
+        JobKey(&drafts[d].spec.namespace, &drafts[d].spec.name)
     }
     let mut drafts: Vec<Draft> = Vec::with_capacity(groups.len());
     for &(g, facts) in groups {
@@ -846,11 +863,15 @@ fn assemble(
                 format!("role {role:?}: must not be negative, got {v}"),
             );
         }
-        if job_keys
-            .insert(JobKey(&g.namespace, &g.name), drafts.len())
-            .is_some()
-        {
-            return invalid("metadata.name", "duplicate PodGroup".into());
+        let key = JobKey(&g.namespace, &g.name);
+        let same = |&(_, d): &(u64, usize)| draft_key(&drafts, d) == key;
+        match job_keys.entry(facts.hash, same, |e| e.0) {
+            hashbrown::hash_table::Entry::Occupied(_) => {
+                return invalid("metadata.name", "duplicate PodGroup".into());
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert((facts.hash, drafts.len()));
+            }
         }
         for (i, sg) in g.sub_groups.iter().enumerate() {
             if sg.size < 1 {
@@ -890,8 +911,10 @@ fn assemble(
             ));
         }
         match &p.group {
-            Some(g) => match job_keys.get(&JobKey(&p.namespace, g)) {
-                Some(&d) => pod_drafts.push(d),
+            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
+                draft_key(&drafts, d) == JobKey(&p.namespace, g)
+            }) {
+                Some(&(_, d)) => pod_drafts.push(d),
                 None => {
                     return Err(err(
                         "Pod",
@@ -903,7 +926,8 @@ fn assemble(
             },
             None => {
                 let key = JobKey(&p.namespace, &p.name);
-                if job_keys.contains_key(&key) {
+                let same = |&(_, d): &(u64, usize)| draft_key(&drafts, d) == key;
+                if job_keys.find(facts.job_hash, same).is_some() {
                     return Err(err(
                         "Pod",
                         &facts.key,
@@ -914,7 +938,7 @@ fn assemble(
                         ),
                     ));
                 }
-                job_keys.insert(key, drafts.len());
+                job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
                 pod_drafts.push(drafts.len());
                 drafts.push(Draft {
                     spec: std::borrow::Cow::Owned(GroupSpec {
@@ -938,9 +962,8 @@ fn assemble(
         }
     }
     // Jobs sorted by name (groups come sorted, implicit groups after them: two sorted runs).
-    let draft_key = |d: usize| JobKey(&drafts[d].spec.namespace, &drafts[d].spec.name);
     let mut order: Vec<usize> = (0..drafts.len()).collect();
-    order.sort_by(|&a, &b| draft_key(a).cmp(&draft_key(b)));
+    order.sort_by(|&a, &b| draft_key(&drafts, a).cmp(&draft_key(&drafts, b)));
     let mut job_index = vec![JobId(0); drafts.len()];
     for (pos, &d) in order.iter().enumerate() {
         job_index[d] = JobId(pos as u32);
