@@ -308,12 +308,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// A framework kept from cycle to cycle (as a replay keeps it) hands each session's node
-    /// index on to the next, which re-indexes only the nodes whose usage changed; a framework
+    /// index and filter results on to the next, which re-indexes only the nodes whose usage
+    /// changed; a framework
     /// built anew each cycle (as the daemon's) indexes every node. Their plans must agree cycle
     /// after cycle, while the plans' bindings, evictions and completions change usage.
     #[test]
     fn a_kept_node_index_decides_as_a_fresh_one(nodes in 1..=4usize, qs in queues(), gs in gangs(), done in 0..8usize) {
-        let spec = cluster(nodes, &qs, &gs);
+        let mut spec = cluster(nodes, &qs, &gs);
+        // Zones, and gangs held to one, so that sessions keep filter results of several rules.
+        for (i, n) in spec.nodes.iter_mut().enumerate() {
+            n.labels.insert("zone".into(), ["a", "b"][i % 2].into());
+        }
+        for p in &mut spec.pods {
+            let g: usize = p.group.as_deref().unwrap()[1..].parse().unwrap();
+            if let Some(zone) = ["a", "b"].get(g % 3) {
+                p.rules.node_selector.insert("zone".into(), zone.to_string());
+            }
+        }
         let config = Config::default();
         let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
         let mut pods: BTreeMap<String, PodSpec> = spec.pods.iter()

@@ -137,6 +137,10 @@ struct FreeIndex {
     buckets: BTreeMap<(u32, u32), BTreeSet<(u64, NodeId)>>,
 }
 
+/// Filter results kept for rules the last session did not use, at most (a node-sized vector
+/// each; a cluster with more distinct rules in use recomputes some).
+const MAX_KEPT_STATICS: usize = 256;
+
 /// What a session hands on to the next session of the same nodes (see [`Session::new`]): its
 /// final usage and the index and domain counts built from it.
 pub(crate) struct NodeState {
@@ -146,6 +150,8 @@ pub(crate) struct NodeState {
     gpus_used: Vec<u64>,
     index: FreeIndex,
     topo: Option<TopoState>,
+    /// Static filter results by placement rules (their ids differ from snapshot to snapshot).
+    statics: Map<PlacementRules, Statics>,
 }
 
 pub struct Session<'a> {
@@ -189,6 +195,8 @@ pub struct Session<'a> {
     any_reserved: bool,
     index: FreeIndex,
     statics: Map<RulesId, Statics>,
+    /// The last session's static filter results, taken over by rules on first use.
+    kept_statics: Map<PlacementRules, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
     failures: Map<(ShapeId, ReservedNodes), u64>,
@@ -312,6 +320,7 @@ impl<'a> Session<'a> {
                 buckets: BTreeMap::new(),
             },
             statics: Map::default(),
+            kept_statics: Map::default(),
             released: 0,
             failures: Map::default(),
             explanations: Map::default(),
@@ -666,6 +675,7 @@ impl<'a> Session<'a> {
             return None;
         };
         (self.used, self.gpus_used, self.index) = (state.used, state.gpus_used, state.index);
+        self.kept_statics = state.statics;
         let mut stale = Vec::new();
         let mut gpus_moved = Vec::new();
         for (i, (used, &gpus)) in snap.node_used.iter().zip(&snap.node_gpus_used).enumerate() {
@@ -772,6 +782,10 @@ impl<'a> Session<'a> {
             return;
         }
         let r = &self.snapshot.rules[rules.0 as usize];
+        if let Some(kept) = self.kept_statics.remove(r) {
+            self.statics.insert(rules, kept);
+            return;
+        }
         let ok: Vec<bool> = self
             .snapshot
             .nodes
@@ -1233,7 +1247,16 @@ impl<'a> Session<'a> {
                 state: q.state,
             });
         }
+        // Filter results of rules this session used, and of those the last one did.
+        let mut statics = self.kept_statics;
+        if statics.len() > MAX_KEPT_STATICS {
+            statics.clear();
+        }
+        for (rules, s) in self.statics {
+            statics.insert(snap.rules[rules.0 as usize].clone(), s);
+        }
         snap.keep_node_state(NodeState {
+            statics,
             framework: self.fw.id(),
             resources: names.clone(),
             used: self.used,
