@@ -181,7 +181,9 @@ pub struct Session<'a> {
     /// What the queues share (see [`Session::queue_capacity`]).
     queue_capacity: Resources,
     /// Bound tasks per node when the session opened: the candidates for eviction.
-    node_tasks: Vec<Vec<TaskId>>,
+    node_tasks: Vec<TaskId>,
+    /// Where each node's part of `node_tasks` starts (and, one further, ends).
+    node_task_start: Vec<u32>,
     /// Per leaf queue: the nodes its bound tasks were on when the session opened.
     queue_nodes: Vec<Vec<NodeId>>,
     /// Per node: the starving job that reserved it.
@@ -257,7 +259,8 @@ impl<'a> Session<'a> {
         let mut queue_allocated = zeros.clone();
         let mut queue_pending = zeros.clone();
         let mut holding = vec![0u32; snapshot.jobs.len()];
-        let mut node_tasks = vec![Vec::new(); n];
+        // Bound tasks per node, as one list cut at `node_task_start` (counted, then placed).
+        let mut node_task_start = vec![0u32; n + 1];
         let mut status = Vec::with_capacity(snapshot.tasks.len());
         for t in &snapshot.tasks {
             let queue = snapshot.job(t.job).queue;
@@ -273,16 +276,28 @@ impl<'a> Session<'a> {
                         queue_allocated[q.index()].add(&t.request);
                     }
                     holding[t.job.index()] += 1;
-                    node_tasks[node.index()].push(t.id);
+                    node_task_start[node.index() + 1] += 1;
                     TaskStatus::Bound(node)
                 }
                 TaskState::Succeeded => TaskStatus::Succeeded,
                 TaskState::Failed => TaskStatus::Failed,
             });
         }
+        for i in 0..n {
+            node_task_start[i + 1] += node_task_start[i];
+        }
+        let mut node_tasks = vec![TaskId(0); node_task_start[n] as usize];
+        let mut next = node_task_start.clone();
+        for (t, status) in snapshot.tasks.iter().zip(&status) {
+            if let TaskStatus::Bound(node) = status {
+                node_tasks[next[node.index()] as usize] = t.id;
+                next[node.index()] += 1;
+            }
+        }
         let mut queue_nodes: Vec<Vec<NodeId>> = vec![Vec::new(); snapshot.queues.len()];
-        for (node, tasks) in node_tasks.iter().enumerate() {
-            for &t in tasks {
+        for node in 0..n {
+            let (from, to) = (node_task_start[node], node_task_start[node + 1]);
+            for &t in &node_tasks[from as usize..to as usize] {
                 let list = &mut queue_nodes[snapshot.job(snapshot.task(t).job).queue.index()];
                 if list.last() != Some(&NodeId(node as u32)) {
                     list.push(NodeId(node as u32));
@@ -308,6 +323,7 @@ impl<'a> Session<'a> {
             cluster_allocatable,
             queue_capacity: Resources::zero(dims),
             node_tasks,
+            node_task_start,
             queue_nodes,
             reserved_for: vec![None; n],
             reservations: Vec::new(),
@@ -497,7 +513,8 @@ impl<'a> Session<'a> {
 
     /// Bound tasks on a node when the session opened, in name order.
     pub fn node_tasks(&self, node: NodeId) -> &[TaskId] {
-        &self.node_tasks[node.index()]
+        let (i, start) = (node.index(), &self.node_task_start);
+        &self.node_tasks[start[i] as usize..start[i + 1] as usize]
     }
 
     /// Nodes where the queue's jobs had bound pods when the session opened, in name order.

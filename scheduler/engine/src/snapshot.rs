@@ -391,6 +391,8 @@ pub struct SnapshotBuilder {
     workload_names: BTreeMap<String, usize>,
     /// The names the kept facts were converted under.
     facts_names: Option<ResourceNames>,
+    /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
+    default_queue_users: usize,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -464,6 +466,7 @@ impl SnapshotBuilder {
             groups: BTreeMap::new(),
             workload_names: BTreeMap::new(),
             facts_names: None,
+            default_queue_users: 0,
         })
     }
 
@@ -529,6 +532,9 @@ impl SnapshotBuilder {
     /// Adds a pod, or replaces the one of the same namespace and name.
     pub fn set_pod(&mut self, pod: PodSpec) {
         let key = (pod.namespace.clone(), pod.name.clone());
+        let was = self.pods.get(&key).is_some_and(|c| implicit(&c.spec));
+        self.default_queue_users =
+            self.default_queue_users + implicit(&pod) as usize - was as usize;
         upsert(&mut self.pods, &mut self.workload_names, key, pod, |p| {
             Some(&p.request)
         });
@@ -540,12 +546,19 @@ impl SnapshotBuilder {
             .pods
             .remove(&(namespace.to_string(), name.to_string()))?;
         count_names(&mut self.workload_names, Some(&old.spec.request), false);
+        self.default_queue_users -= implicit(&old.spec) as usize;
         Some(old.spec)
     }
 
     /// Adds a PodGroup, or replaces the one of the same namespace and name.
     pub fn set_group(&mut self, group: GroupSpec) {
         let key = (group.namespace.clone(), group.name.clone());
+        let was = self
+            .groups
+            .get(&key)
+            .is_some_and(|c| c.spec.queue.is_none());
+        self.default_queue_users =
+            self.default_queue_users + group.queue.is_none() as usize - was as usize;
         upsert(
             &mut self.groups,
             &mut self.workload_names,
@@ -565,6 +578,7 @@ impl SnapshotBuilder {
             old.spec.min_resources.as_ref(),
             false,
         );
+        self.default_queue_users -= old.spec.queue.is_none() as usize;
         Some(old.spec)
     }
 
@@ -585,11 +599,7 @@ impl SnapshotBuilder {
             }
         }
         let names = ResourceNames::new(all);
-        let needs_default = needs_default_queue(
-            self.groups.values().map(|c| &c.spec),
-            self.pods.values().map(|c| &c.spec),
-        );
-        let built_queues = build_queues(&names, &mut queues, needs_default)?;
+        let built_queues = build_queues(&names, &mut queues, self.default_queue_users > 0)?;
         if self.facts_names.as_ref() != Some(&names) {
             self.pods.values_mut().for_each(|c| c.facts = None);
             self.groups.values_mut().for_each(|c| c.facts = None);
@@ -833,8 +843,7 @@ fn assemble(
         node_cache,
         buffers,
     } = nodes;
-    let queue_ids: HashMap<&str, QueueId> =
-        queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+    let queue_ids: Map<&str, QueueId> = queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
     // Jobs from PodGroups, then implicit groups of one.
     // (hash, draft) by job key; hashes come with the facts.
     let mut job_keys: hashbrown::HashTable<(u64, usize)> =
@@ -990,7 +999,19 @@ fn assemble(
     tasks.clear();
     tasks.reserve(pods.len());
     let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
-    let mut job_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
+    // Task lists of the earlier snapshot's jobs, emptied and filled again.
+    let mut jobs = buffers.jobs;
+    let mut spare: Vec<Vec<TaskId>> = (jobs.iter_mut())
+        .map(|j| std::mem::take(&mut j.tasks))
+        .collect();
+    jobs.clear();
+    let mut job_tasks: Vec<Vec<TaskId>> = (0..order.len())
+        .map(|_| {
+            let mut list = spare.pop().unwrap_or_default();
+            list.clear();
+            list
+        })
+        .collect();
     let mut foreign_pods = 0;
     let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
     let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
@@ -1098,8 +1119,6 @@ fn assemble(
             has_children[parent.index()] = true;
         }
     }
-    let mut jobs = buffers.jobs;
-    jobs.clear();
     jobs.reserve(order.len());
     for (pos, &d) in order.iter().enumerate() {
         let Draft {
@@ -1302,7 +1321,12 @@ fn needs_default_queue<'a>(
     mut groups: impl Iterator<Item = &'a GroupSpec>,
     mut pods: impl Iterator<Item = &'a PodSpec>,
 ) -> bool {
-    groups.any(|g| g.queue.is_none()) || pods.any(|p| p.ours && p.group.is_none())
+    groups.any(|g| g.queue.is_none()) || pods.any(implicit)
+}
+
+/// A pod of ours without a PodGroup: a job of its own, in the default queue.
+fn implicit(p: &PodSpec) -> bool {
+    p.ours && p.group.is_none()
 }
 
 /// Resolves queues: adds `default` when a job needs it and none is declared, checks parents and

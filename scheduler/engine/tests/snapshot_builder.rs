@@ -87,8 +87,17 @@ fn workload(c: usize) -> (Vec<PodSpec>, Vec<GroupSpec>) {
             pods.push(p);
         }
     }
-    // A pod without a group, and one of another scheduler.
-    pods.push(pod("solo", None, None, &[]));
+    // A pod without a group (for a while), a group without a queue (once): the default queue
+    // comes and goes with them. And a pod of another scheduler.
+    if c < 4 {
+        pods.push(pod("solo", None, None, &[]));
+    }
+    if c == 4 {
+        let mut lone = group("lone", "a", 1);
+        lone.queue = None;
+        groups.push(lone);
+        pods.push(pod("lone-0", Some("lone"), None, &[]));
+    }
     let mut foreign = pod("foreign", None, Some("n5"), &[]);
     foreign.ours = false;
     pods.push(foreign);
