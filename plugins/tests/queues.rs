@@ -221,6 +221,16 @@ proptest! {
             (&q.bindings, &q.evictions, &q.nominations, &q.pod_groups),
             (&plan.bindings, &plan.evictions, &plan.nominations, &plan.pod_groups)
         );
+        // So are the reasons no node fits: without them only condition messages change.
+        quiet.explain_failures = false;
+        let q = basalt_engine::schedule(&snapshot, &quiet);
+        let outcome = |p: &basalt_engine::Plan| p.pod_groups.iter()
+            .map(|g| (g.name.clone(), g.phase, g.running, g.pending, g.conditions.iter().map(|c| c.reason.clone()).collect::<Vec<_>>()))
+            .collect::<Vec<_>>();
+        prop_assert_eq!(
+            (&q.bindings, &q.evictions, &q.nominations, outcome(&q)),
+            (&plan.bindings, &plan.evictions, &plan.nominations, outcome(&plan))
+        );
 
         // Deserved shares never sum above what their parent (or the cluster) has.
         let fw = framework(&config, &snapshot.resources);

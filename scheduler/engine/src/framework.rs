@@ -93,7 +93,15 @@ pub struct Framework {
     /// Kubernetes strings). On by default: the daemon writes them to Queue status; a replay,
     /// which only applies the plan's decisions, turns it off. Decisions never depend on it.
     pub report_queues: bool,
+    /// Whether a member no node takes gets the full reason in its PodGroup condition ("0/92
+    /// nodes are available: 60 insufficient nvidia.com/gpu, …", a scan of every node) or just
+    /// [`NO_NODE_FITS`]. On by default (users read it); a replay, which never reads conditions,
+    /// turns it off. Decisions never depend on it.
+    pub explain_failures: bool,
 }
+
+/// The reason a member was not placed when [`Framework::explain_failures`] is off.
+pub const NO_NODE_FITS: &str = "no node fits";
 
 impl Framework {
     /// A framework with the given actions and node order and no other plugins.
@@ -112,6 +120,7 @@ impl Framework {
             reserve_after_ms: None,
             tiers: Vec::new(),
             report_queues: true,
+            explain_failures: true,
         }
     }
 

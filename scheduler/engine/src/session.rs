@@ -948,6 +948,9 @@ impl<'a> Session<'a> {
     /// nvidia.com/gpu, 1 didn't match node selector." Computed once per shape until capacity
     /// changes; a full scan, so only asked for when a reason must reach the user.
     pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> String {
+        if !self.fw.explain_failures {
+            return crate::framework::NO_NODE_FITS.into();
+        }
         let t = self.snapshot.task(task);
         let (shape, rules) = (t.shape, t.rules);
         let access = self.effective(access);

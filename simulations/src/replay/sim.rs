@@ -837,6 +837,7 @@ impl<'a> Simulator<'a> {
         let (_, fw) = self.framework.get_or_insert_with(|| {
             let mut fw = basalt_plugins::framework(self.config, &snapshot.resources);
             fw.report_queues = false;
+            fw.explain_failures = false;
             (snapshot.resources.clone(), fw)
         });
         let plan = basalt_engine::schedule(snapshot, fw);
