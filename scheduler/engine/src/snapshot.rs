@@ -341,6 +341,7 @@ impl Snapshot {
             false,
             &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
+        .map(|(snapshot, _)| snapshot)
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -393,6 +394,8 @@ pub struct SnapshotBuilder {
     facts_names: Option<ResourceNames>,
     /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
     default_queue_users: usize,
+    /// The task vector of the snapshot before last (see [`Buffers`]).
+    spare_tasks: Vec<Task>,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -467,6 +470,7 @@ impl SnapshotBuilder {
             workload_names: BTreeMap::new(),
             facts_names: None,
             default_queue_users: 0,
+            spare_tasks: Vec::new(),
         })
     }
 
@@ -628,7 +632,8 @@ impl SnapshotBuilder {
             self.table = Some((last.resources, last.nodes));
             recycled = Some((last.node_used, last.node_gpus_used));
             buffers = Buffers {
-                tasks: last.tasks,
+                last_tasks: last.tasks,
+                tasks: std::mem::take(&mut self.spare_tasks),
                 jobs: last.jobs,
             };
         }
@@ -648,7 +653,7 @@ impl SnapshotBuilder {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         self.dirty.clear();
-        let snapshot = assemble(
+        let (snapshot, spare) = assemble(
             now_ms,
             names,
             built_queues,
@@ -662,6 +667,7 @@ impl SnapshotBuilder {
             true,
             &groups,
         )?;
+        self.spare_tasks = spare;
         Ok(self.last.insert(snapshot))
     }
 }
@@ -721,13 +727,22 @@ struct BuiltNodes {
     buffers: Buffers,
 }
 
-/// The task and job vectors of an earlier snapshot, emptied and filled again: a big cluster's
-/// are megabytes, and a fresh allocation every cycle costs page faults.
+/// The task and job vectors of earlier snapshots, emptied and filled again: a big cluster's
+/// are megabytes, and a fresh allocation every cycle costs page faults. Tasks alternate between
+/// two vectors so that a task can take its name from the last snapshot's task (found at its
+/// pod's `slot`) instead of cloning it: a clone or drop of a name touches its reference count,
+/// a cache miss per pod per cycle in a big cluster.
 #[derive(Default)]
 struct Buffers {
+    /// The last snapshot's tasks.
+    last_tasks: Vec<Task>,
+    /// The vector to fill (its old tasks' names already taken or about to be dropped).
     tasks: Vec<Task>,
     jobs: Vec<Job>,
 }
+
+/// What a task taken name leaves behind: one shared, always-cached reference count.
+static TAKEN: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
 
 fn sorted_pods<'a>(pods: impl IntoIterator<Item = &'a PodSpec>) -> Vec<&'a PodSpec> {
     let mut pods: Vec<&PodSpec> = pods.into_iter().collect();
@@ -755,6 +770,8 @@ struct PodFacts {
     nominated: Option<NodeId>,
     /// [`JobKey::hash`] of its job: its PodGroup, or itself without one.
     job_hash: u64,
+    /// Its task's position in the builder's last snapshot (see [`Buffers`]).
+    slot: std::cell::Cell<u32>,
 }
 
 impl PodFacts {
@@ -767,6 +784,7 @@ impl PodFacts {
             node: p.node.as_deref().and_then(node_id),
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
+            slot: std::cell::Cell::new(u32::MAX),
         }
     }
 }
@@ -836,7 +854,7 @@ fn assemble(
     pods: &[(&PodSpec, &PodFacts)],
     pods_unique: bool,
     groups: &[(&GroupSpec, &GroupFacts)],
-) -> Result<Snapshot, SnapshotError> {
+) -> Result<(Snapshot, Vec<Task>), SnapshotError> {
     let BuiltNodes {
         nodes: built_nodes,
         recycled,
@@ -995,6 +1013,7 @@ fn assemble(
             vec![0u64; built_nodes.len()],
         ),
     };
+    let mut last_tasks = buffers.last_tasks;
     let mut tasks = buffers.tasks;
     tasks.clear();
     tasks.reserve(pods.len());
@@ -1086,11 +1105,18 @@ fn assemble(
             (_, None) => TaskState::Pending,
         };
         let id = TaskId(tasks.len() as u32);
+        let name = match last_tasks.get_mut(facts.slot.get() as usize) {
+            Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
+                std::mem::replace(&mut t.name, TAKEN.clone())
+            }
+            _ => facts.key.clone(),
+        };
+        facts.slot.set(id.0);
         job_tasks[job.index()].push(id);
         task_labels.push(&p.labels);
         tasks.push(Task {
             id,
-            name: facts.key.clone(),
+            name,
             job,
             role: p.role.clone(),
             request,
@@ -1177,20 +1203,23 @@ fn assemble(
             sub_groups,
         });
     }
-    Ok(Snapshot {
-        now_ms,
-        resources: names,
-        nodes: built_nodes,
-        tasks,
-        jobs,
-        queues,
-        rules,
-        shapes,
-        node_used,
-        node_gpus_used,
-        foreign_pods,
-        node_cache,
-    })
+    Ok((
+        Snapshot {
+            now_ms,
+            resources: names,
+            nodes: built_nodes,
+            tasks,
+            jobs,
+            queues,
+            rules,
+            shapes,
+            node_used,
+            node_gpus_used,
+            foreign_pods,
+            node_cache,
+        },
+        last_tasks,
+    ))
 }
 
 /// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
