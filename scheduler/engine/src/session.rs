@@ -701,10 +701,11 @@ impl<'a> Session<'a> {
             if was != gpus {
                 gpus_moved.push((node, was));
             }
-            if self.used[i] != *used {
+            let usage_moved = self.used[i] != *used;
+            if usage_moved {
                 self.used[i].clone_from(used);
-                stale.push(node);
-            } else if was != gpus {
+            }
+            if usage_moved || was != gpus {
                 stale.push(node);
             }
         }

@@ -195,16 +195,17 @@ pub struct Snapshot {
     pub node_gpus_used: Vec<u64>,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
-    /// What snapshots of the same nodes share (topologies, sort hints).
+    /// What snapshots of the same nodes share (topologies, the last session's node state).
     node_cache: NodeCache,
 }
 
 /// What snapshots of one set of nodes share: the topologies, per tier list, built from node
 /// labels by the first session that asks and kept for every later snapshot of the same nodes
 /// (a [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend
-/// on; and the node state the last session ended with (free-capacity index, free GPUs per
-/// domain), which the next session brings up to date by re-indexing only the nodes whose usage
-/// differs (from one cycle to the next few do) instead of indexing every node again.
+/// on; and the node state the last session ended with (usage, free-capacity index, free GPUs
+/// per domain, static filter results), which the next session brings up to date by
+/// re-indexing only the nodes whose usage differs (from one cycle to the next few do) instead
+/// of indexing every node again.
 #[derive(Clone, Default)]
 struct NodeCache(Arc<Mutex<NodeCacheData>>);
 
@@ -224,8 +225,8 @@ struct CachedTopology {
 
 impl NodeCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, NodeCacheData> {
-        // A poisoned lock only means another thread panicked holding it; the cache is a pure
-        // function of the nodes (and hints are only hints), so go on.
+        // A poisoned lock only means another thread panicked holding it; what the cache holds is
+        // a pure function of the nodes (and of a session's end state, checked on use), so go on.
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -388,12 +389,9 @@ pub struct SnapshotBuilder {
     node_cache: NodeCache,
     pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
     groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
-    /// Resource name → how many pod requests and group minResources state it.
-    workload_names: BTreeMap<String, usize>,
+    held: HeldCounts,
     /// The names the kept facts were converted under.
     facts_names: Option<ResourceNames>,
-    /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
-    default_queue_users: usize,
     /// The task vector of the snapshot before last (see [`Buffers`]).
     spare_tasks: Vec<Task>,
 }
@@ -405,23 +403,81 @@ struct Converted<S, F> {
     facts: Option<F>,
 }
 
+/// What the builder counts of each spec it holds: the resource names it states and whether
+/// its job goes to the default queue.
+trait Held: PartialEq {
+    fn resource_list(&self) -> Option<&ResourceList>;
+    fn uses_default_queue(&self) -> bool;
+}
+
+impl Held for PodSpec {
+    fn resource_list(&self) -> Option<&ResourceList> {
+        Some(&self.request)
+    }
+    /// A pod of ours without a PodGroup is a job of its own, in the default queue.
+    fn uses_default_queue(&self) -> bool {
+        self.ours && self.group.is_none()
+    }
+}
+
+impl Held for GroupSpec {
+    fn resource_list(&self) -> Option<&ResourceList> {
+        self.min_resources.as_ref()
+    }
+    fn uses_default_queue(&self) -> bool {
+        self.queue.is_none()
+    }
+}
+
+/// The builder's counts over the specs it holds, kept in step as specs come and go.
+#[derive(Debug, Default)]
+struct HeldCounts {
+    /// Resource name → how many pod requests and group minResources state it.
+    names: BTreeMap<String, usize>,
+    /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
+    default_queue_users: usize,
+}
+
+impl HeldCounts {
+    fn count(&mut self, spec: &impl Held, add: bool) {
+        count_names(&mut self.names, spec.resource_list(), add);
+        let users = spec.uses_default_queue() as usize;
+        if add {
+            self.default_queue_users += users;
+        } else {
+            self.default_queue_users -= users;
+        }
+    }
+}
+
 /// Puts `spec` under `key` (to be converted again) unless an equal spec is there, keeping the
-/// resource-name counts in step.
-fn upsert<S: PartialEq, F>(
+/// counts in step.
+fn upsert<S: Held, F>(
     map: &mut BTreeMap<(String, String), Converted<S, F>>,
-    counts: &mut BTreeMap<String, usize>,
+    counts: &mut HeldCounts,
     key: (String, String),
     spec: S,
-    names: impl Fn(&S) -> Option<&ResourceList>,
 ) {
     if map.get(&key).is_some_and(|c| c.spec == spec) {
         return;
     }
-    count_names(counts, names(&spec), true);
+    counts.count(&spec, true);
     let converted = Converted { spec, facts: None };
     if let Some(old) = map.insert(key, converted) {
-        count_names(counts, names(&old.spec), false);
+        counts.count(&old.spec, false);
     }
+}
+
+/// Takes the spec under (`namespace`, `name`) out, keeping the counts in step.
+fn take<S: Held, F>(
+    map: &mut BTreeMap<(String, String), Converted<S, F>>,
+    counts: &mut HeldCounts,
+    namespace: &str,
+    name: &str,
+) -> Option<S> {
+    let old = map.remove(&(namespace.to_string(), name.to_string()))?;
+    counts.count(&old.spec, false);
+    Some(old.spec)
 }
 
 fn count_names(counts: &mut BTreeMap<String, usize>, list: Option<&ResourceList>, add: bool) {
@@ -467,9 +523,8 @@ impl SnapshotBuilder {
             node_cache: NodeCache::default(),
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
-            workload_names: BTreeMap::new(),
+            held: HeldCounts::default(),
             facts_names: None,
-            default_queue_users: 0,
             spare_tasks: Vec::new(),
         })
     }
@@ -536,61 +591,30 @@ impl SnapshotBuilder {
     /// Adds a pod, or replaces the one of the same namespace and name.
     pub fn set_pod(&mut self, pod: PodSpec) {
         let key = (pod.namespace.clone(), pod.name.clone());
-        let was = self.pods.get(&key).is_some_and(|c| implicit(&c.spec));
-        self.default_queue_users =
-            self.default_queue_users + implicit(&pod) as usize - was as usize;
-        upsert(&mut self.pods, &mut self.workload_names, key, pod, |p| {
-            Some(&p.request)
-        });
+        upsert(&mut self.pods, &mut self.held, key, pod);
     }
 
     /// Removes a pod; returns it if it was there.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
-        let old = self
-            .pods
-            .remove(&(namespace.to_string(), name.to_string()))?;
-        count_names(&mut self.workload_names, Some(&old.spec.request), false);
-        self.default_queue_users -= implicit(&old.spec) as usize;
-        Some(old.spec)
+        take(&mut self.pods, &mut self.held, namespace, name)
     }
 
     /// Adds a PodGroup, or replaces the one of the same namespace and name.
     pub fn set_group(&mut self, group: GroupSpec) {
         let key = (group.namespace.clone(), group.name.clone());
-        let was = self
-            .groups
-            .get(&key)
-            .is_some_and(|c| c.spec.queue.is_none());
-        self.default_queue_users =
-            self.default_queue_users + group.queue.is_none() as usize - was as usize;
-        upsert(
-            &mut self.groups,
-            &mut self.workload_names,
-            key,
-            group,
-            |g| g.min_resources.as_ref(),
-        );
+        upsert(&mut self.groups, &mut self.held, key, group);
     }
 
     /// Removes a PodGroup; returns it if it was there.
     pub fn remove_group(&mut self, namespace: &str, name: &str) -> Option<GroupSpec> {
-        let old = self
-            .groups
-            .remove(&(namespace.to_string(), name.to_string()))?;
-        count_names(
-            &mut self.workload_names,
-            old.spec.min_resources.as_ref(),
-            false,
-        );
-        self.default_queue_users -= old.spec.queue.is_none() as usize;
-        Some(old.spec)
+        take(&mut self.groups, &mut self.held, namespace, name)
     }
 
     /// The snapshot of the builder's nodes, pods and groups with these queues at `now_ms`.
     pub fn build(&mut self, now_ms: i64, queues: &[QueueSpec]) -> Result<&Snapshot, SnapshotError> {
         let mut queues = queues.to_vec();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut all: Vec<&str> = (self.workload_names.keys())
+        let mut all: Vec<&str> = (self.held.names.keys())
             .chain(self.node_names.keys())
             .map(String::as_str)
             .collect();
@@ -603,7 +627,7 @@ impl SnapshotBuilder {
             }
         }
         let names = ResourceNames::new(all);
-        let built_queues = build_queues(&names, &mut queues, self.default_queue_users > 0)?;
+        let built_queues = build_queues(&names, &mut queues, self.held.default_queue_users > 0)?;
         if self.facts_names.as_ref() != Some(&names) {
             self.pods.values_mut().for_each(|c| c.facts = None);
             self.groups.values_mut().for_each(|c| c.facts = None);
@@ -924,12 +948,11 @@ fn assemble(
     // Pods come sorted by namespace and name: a duplicate follows its twin (a builder's pods
     // are keyed by namespace and name, so none has one).
     let mut last_pod: Option<(&str, &str)> = None;
-    let check_twins = !pods_unique;
     // Per pod of ours, in order: the draft of its job (looked up once, used again below).
     let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
     for &(p, facts) in pods.iter().filter(|(p, _)| p.ours) {
         let this = (p.namespace.as_str(), p.name.as_str());
-        if check_twins && last_pod.replace(this) == Some(this) {
+        if !pods_unique && last_pod.replace(this) == Some(this) {
             return Err(err(
                 "Pod",
                 &facts.key,
@@ -1350,12 +1373,7 @@ fn needs_default_queue<'a>(
     mut groups: impl Iterator<Item = &'a GroupSpec>,
     mut pods: impl Iterator<Item = &'a PodSpec>,
 ) -> bool {
-    groups.any(|g| g.queue.is_none()) || pods.any(implicit)
-}
-
-/// A pod of ours without a PodGroup: a job of its own, in the default queue.
-fn implicit(p: &PodSpec) -> bool {
-    p.ours && p.group.is_none()
+    groups.any(Held::uses_default_queue) || pods.any(Held::uses_default_queue)
 }
 
 /// Resolves queues: adds `default` when a job needs it and none is declared, checks parents and
