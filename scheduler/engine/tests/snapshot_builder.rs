@@ -259,3 +259,305 @@ fn topology_follows_label_changes() {
     assert!(moved.topology(&other, false).is_none());
     assert!(moved.topology(&other, true).is_some());
 }
+
+mod patched {
+    //! Random changes, a few at a time, with a snapshot after each batch: the builder (which
+    //! patches its last snapshot when it can) gives what a full build of the same specs gives,
+    //! errors included.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Two namespaces, one a prefix of the other: pods sort by (namespace, name), jobs by
+    /// `namespace/name`, and the two orders differ.
+    const NAMESPACES: [&str; 2] = ["a", "a-b"];
+
+    #[derive(Clone, Debug)]
+    enum Change {
+        Pod {
+            ns: usize,
+            name: usize,
+            group: Option<usize>,
+            node: Option<usize>,
+            gpus: i64,
+            /// GPU ids it names; `None`: ids of its own, which no other pod names.
+            named: Option<Vec<u32>>,
+            phase: usize,
+            selector: bool,
+            rank: Option<u32>,
+            tp: Option<usize>,
+            foreign: bool,
+        },
+        RemovePod {
+            ns: usize,
+            name: usize,
+        },
+        Group {
+            ns: usize,
+            name: usize,
+            min_member: i64,
+            queue: usize,
+            sub_group: Option<u32>,
+            phase: bool,
+        },
+        RemoveGroup {
+            ns: usize,
+            name: usize,
+            /// And its pods (without them, the pods name a group that does not exist).
+            with_pods: bool,
+        },
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            6 => (
+                (0..2usize, 1..8usize, proptest::option::weighted(0.8, 0..4usize)),
+                (proptest::option::weighted(0.7, 0..4usize), 0..3i64),
+                proptest::option::weighted(0.1, proptest::collection::vec(0..5u32, 0..3)),
+                (0..8usize, proptest::bool::weighted(0.2), proptest::option::of(0..4u32)),
+                (proptest::option::of(0..2usize), proptest::bool::weighted(0.05)),
+            )
+                .prop_map(
+                    |((ns, name, group), (node, gpus), named, (phase, selector, rank), (tp, foreign))| {
+                        Change::Pod { ns, name, group, node, gpus, named, phase, selector, rank, tp, foreign }
+                    }
+                ),
+            2 => (0..2usize, 0..8usize).prop_map(|(ns, name)| Change::RemovePod { ns, name }),
+            3 => (0..2usize, 0..4usize, prop_oneof![80 => 1..4i64, 1 => Just(0)], prop_oneof![80 => 0..6usize, 1 => 6..8usize], proptest::option::weighted(0.3, prop_oneof![40 => 1..3u32, 1 => Just(0)]), any::<bool>())
+                .prop_map(|(ns, name, min_member, queue, sub_group, phase)| Change::Group {
+                    ns, name, min_member, queue, sub_group, phase
+                }),
+            2 => (0..2usize, 0..4usize, proptest::bool::weighted(0.9))
+                .prop_map(|(ns, name, with_pods)| Change::RemoveGroup { ns, name, with_pods }),
+            // Pod 0 is named like group 3: without a group it collides with it.
+            1 => (0..2usize, proptest::option::weighted(0.8, 0..4usize)).prop_map(|(ns, group)| Change::Pod {
+                ns, name: 0, group, node: None, gpus: 0, named: None, phase: 3, selector: false,
+                rank: None, tp: None, foreign: false,
+            }),
+        ]
+    }
+
+    /// Pod 0 is named like group 3 (without a group of its own it collides with it).
+    fn pod_name(name: usize) -> String {
+        if name == 0 {
+            "g3".into()
+        } else {
+            format!("p{name}")
+        }
+    }
+
+    fn apply(
+        c: &Change,
+        b: &mut SnapshotBuilder,
+        pods: &mut BTreeMap<(String, String), PodSpec>,
+        groups: &mut BTreeMap<(String, String), GroupSpec>,
+    ) {
+        match c.clone() {
+            Change::Pod {
+                ns,
+                name,
+                group,
+                node,
+                gpus,
+                named,
+                phase,
+                selector,
+                rank,
+                tp,
+                foreign,
+            } => {
+                let own: Vec<u32> = (0..gpus as u32)
+                    .map(|i| (ns * 8 + name) as u32 * 3 + i)
+                    .collect();
+                let ns = NAMESPACES[ns];
+                let mut p = pod(
+                    &pod_name(name),
+                    group.map(|g| format!("g{g}")).as_deref(),
+                    None,
+                    named.as_deref().unwrap_or(&own),
+                );
+                p.namespace = ns.into();
+                p.ours = !foreign;
+                p.request = list(&[("cpu", 500), ("nvidia.com/gpu", gpus)]);
+                // Mostly running on a node (a node that does not exist, now and then).
+                p.phase = [
+                    PodPhase::Running,
+                    PodPhase::Running,
+                    PodPhase::Running,
+                    PodPhase::Pending,
+                    PodPhase::Pending,
+                    PodPhase::Succeeded,
+                    PodPhase::Failed,
+                    PodPhase::Running,
+                ][phase];
+                p.node = node.map(|n| {
+                    if n == 3 && phase == 7 && rank == Some(3) {
+                        "n9".into()
+                    } else {
+                        format!("n{n}")
+                    }
+                });
+                if p.phase == PodPhase::Pending && rank == Some(1) {
+                    p.nominated_node = Some("n1".into());
+                }
+                if selector {
+                    p.rules.node_selector.insert("rack".into(), "r0".into());
+                }
+                p.rank = rank;
+                if let Some(tp) = tp {
+                    p.labels.insert("tp".into(), tp.to_string());
+                    p.role = Some(format!("role{tp}"));
+                }
+                pods.insert((ns.into(), p.name.clone()), p.clone());
+                b.set_pod(p);
+            }
+            Change::RemovePod { ns, name } => {
+                let (ns, name) = (NAMESPACES[ns], pod_name(name));
+                let had = pods.remove(&(ns.to_string(), name.clone())).is_some();
+                assert_eq!(b.remove_pod(ns, &name).is_some(), had);
+            }
+            Change::Group {
+                ns,
+                name,
+                min_member,
+                queue,
+                sub_group,
+                phase,
+            } => {
+                let ns = NAMESPACES[ns];
+                let queue = ["a", "b", "a", "b", "a", "b", "missing", "none"][queue];
+                let mut g = group(&format!("g{name}"), queue, min_member);
+                g.namespace = ns.into();
+                if queue == "none" {
+                    g.queue = None;
+                }
+                if phase {
+                    g.phase = JobPhase::Running;
+                }
+                if let Some(size) = sub_group {
+                    g.sub_groups.push(SubGroupSpec {
+                        name: "tp".into(),
+                        size,
+                        match_label_keys: if size == 2 { vec!["tp".into()] } else { vec![] },
+                        topology: Default::default(),
+                    });
+                    g.min_task_member.insert("role1".into(), 1);
+                }
+                groups.insert((ns.into(), g.name.clone()), g.clone());
+                b.set_group(g);
+            }
+            Change::RemoveGroup {
+                ns,
+                name,
+                with_pods,
+            } => {
+                let (ns, name) = (NAMESPACES[ns], format!("g{name}"));
+                let had = groups.remove(&(ns.to_string(), name.clone())).is_some();
+                assert_eq!(b.remove_group(ns, &name).is_some(), had);
+                let members: Vec<String> = (pods.values())
+                    .filter(|p| with_pods && p.namespace == ns && p.group.as_ref() == Some(&name))
+                    .map(|p| p.name.clone())
+                    .collect();
+                for pod in members {
+                    pods.remove(&(ns.to_string(), pod.clone()));
+                    assert!(b.remove_pod(ns, &pod).is_some());
+                }
+            }
+        }
+    }
+
+    /// Nodes with room for every pod's own GPU ids.
+    fn big_nodes() -> Vec<NodeSpec> {
+        let mut nodes = nodes();
+        for n in &mut nodes {
+            n.allocatable.insert("nvidia.com/gpu".into(), 48);
+        }
+        nodes
+    }
+
+    fn check(
+        b: &mut SnapshotBuilder,
+        now: i64,
+        pods: &BTreeMap<(String, String), PodSpec>,
+        groups: &BTreeMap<(String, String), GroupSpec>,
+    ) -> Result<(), TestCaseError> {
+        let want = Snapshot::build(ClusterSpec {
+            now_ms: now,
+            nodes: b.nodes().to_vec(),
+            pods: pods.values().cloned().collect(),
+            groups: groups.values().cloned().collect(),
+            queues: queues(),
+        });
+        let got = b.build(now, &queues());
+        match (got, want) {
+            (Ok(got), Ok(want)) => prop_assert_eq!(format!("{got:?}"), format!("{want:?}")),
+            (Err(got), Err(want)) => prop_assert_eq!(got, want),
+            (got, want) => prop_assert!(
+                false,
+                "builder {:?}\nfull build {:?}",
+                got.map(|_| ()),
+                want.map(|_| ())
+            ),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn a_patched_snapshot_is_the_full_build(
+            batches in proptest::collection::vec(proptest::collection::vec(change(), 1..4), 1..24)
+        ) {
+            let mut b = SnapshotBuilder::new(big_nodes()).unwrap();
+            let mut pods = BTreeMap::new();
+            let mut groups = BTreeMap::new();
+            // Every group exists at first, so that most states are valid.
+            for ns in 0..2 {
+                for name in 0..4 {
+                    let g = Change::Group { ns, name, min_member: 1, queue: name % 2, sub_group: None, phase: false };
+                    apply(&g, &mut b, &mut pods, &mut groups);
+                }
+            }
+            for (i, batch) in batches.iter().enumerate() {
+                for c in batch {
+                    apply(c, &mut b, &mut pods, &mut groups);
+                }
+                check(&mut b, i as i64, &pods, &groups)?;
+            }
+        }
+    }
+
+    /// The property above would hold if the builder never patched: make sure it does, on a
+    /// replay-like run (jobs arrive, bind, finish).
+    #[test]
+    fn a_builder_patches_when_few_jobs_change() {
+        let mut b = SnapshotBuilder::new(nodes()).unwrap();
+        let mut pods = BTreeMap::new();
+        let mut groups = BTreeMap::new();
+        for c in 0..40usize {
+            let job = format!("j{c:03}");
+            let mut g = group(&job, if c % 2 == 0 { "a" } else { "b" }, 1);
+            g.namespace = "a".into();
+            groups.insert(("a".to_string(), job.clone()), g.clone());
+            b.set_group(g);
+            let mut p = pod(
+                &format!("{job}-0"),
+                Some(&job),
+                Some(&format!("n{}", c % 6)),
+                &[(c as u32 / 6) % 4],
+            );
+            p.namespace = "a".into();
+            p.request = list(&[("cpu", 100), ("nvidia.com/gpu", 1)]);
+            pods.insert(("a".to_string(), p.name.clone()), p.clone());
+            b.set_pod(p);
+            if c >= 8 {
+                let done = format!("j{:03}", c - 8);
+                groups.remove(&("a".to_string(), done.clone()));
+                b.remove_group("a", &done);
+                pods.remove(&("a".to_string(), format!("{done}-0")));
+                b.remove_pod("a", &format!("{done}-0"));
+            }
+            check(&mut b, c as i64, &pods, &groups).unwrap();
+        }
+        assert!(b.patched() >= 30, "patched {} of 40", b.patched());
+    }
+}

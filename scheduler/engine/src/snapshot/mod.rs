@@ -16,6 +16,8 @@ use crate::model::*;
 use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
 use crate::session::NodeState;
 
+mod patch;
+
 /// Kubelet's default pod limit, used when a node does not state its own.
 pub const DEFAULT_MAX_PODS: i64 = 110;
 /// GPUs are tracked per device in a 64-bit mask.
@@ -342,7 +344,7 @@ impl Snapshot {
             false,
             &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
-        .map(|(snapshot, _)| snapshot)
+        .map(|a| a.snapshot)
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -394,6 +396,10 @@ pub struct SnapshotBuilder {
     facts_names: Option<ResourceNames>,
     /// The task vector of the snapshot before last (see [`Buffers`]).
     spare_tasks: Vec<Task>,
+    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_gpus`]).
+    claims_as_named: bool,
+    /// Snapshots built by patching the last one (see [`SnapshotBuilder::patched`]).
+    patched: u64,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -408,6 +414,12 @@ struct Converted<S, F> {
 trait Held: PartialEq {
     fn resource_list(&self) -> Option<&ResourceList>;
     fn uses_default_queue(&self) -> bool;
+    fn namespace(&self) -> &str;
+    /// The name of the job the spec is part of (in its namespace); `None` for a pod of another
+    /// scheduler.
+    fn job_name(&self) -> Option<&str>;
+    /// The pod's name, for a pod of ours (a member of its job).
+    fn member_name(&self) -> Option<&str>;
 }
 
 impl Held for PodSpec {
@@ -418,6 +430,16 @@ impl Held for PodSpec {
     fn uses_default_queue(&self) -> bool {
         self.ours && self.group.is_none()
     }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn job_name(&self) -> Option<&str> {
+        self.ours
+            .then(|| self.group.as_deref().unwrap_or(&self.name))
+    }
+    fn member_name(&self) -> Option<&str> {
+        self.ours.then_some(self.name.as_str())
+    }
 }
 
 impl Held for GroupSpec {
@@ -427,26 +449,69 @@ impl Held for GroupSpec {
     fn uses_default_queue(&self) -> bool {
         self.queue.is_none()
     }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn job_name(&self) -> Option<&str> {
+        Some(&self.name)
+    }
+    fn member_name(&self) -> Option<&str> {
+        None
+    }
 }
 
-/// The builder's counts over the specs it holds, kept in step as specs come and go.
+/// The builder's counts over the specs it holds, kept in step as specs come and go, and what
+/// changed since the last snapshot (what [`patch`] needs to bring it up to date).
 #[derive(Debug, Default)]
 struct HeldCounts {
     /// Resource name → how many pod requests and group minResources state it.
     names: BTreeMap<String, usize>,
     /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
     default_queue_users: usize,
+    /// Per job (namespace, name): the names of its pods of ours.
+    members: HashMap<(String, String), BTreeSet<String>>,
+    /// Some spec's namespace held a `/` (not a Kubernetes namespace): in a task's name
+    /// `namespace/name` the parts are no longer told apart, so the builder stops patching.
+    slashed: bool,
+    /// Jobs (namespace, name) whose group or pods changed since the last snapshot.
+    changed_jobs: BTreeSet<(String, String)>,
+    /// A pod of another scheduler changed since the last snapshot.
+    foreign_changed: bool,
 }
 
 impl HeldCounts {
     fn count(&mut self, spec: &impl Held, add: bool) {
         count_names(&mut self.names, spec.resource_list(), add);
         let users = spec.uses_default_queue() as usize;
+        self.slashed |= spec.namespace().contains('/');
         if add {
             self.default_queue_users += users;
         } else {
             self.default_queue_users -= users;
         }
+        let Some(job) = spec.job_name() else {
+            self.foreign_changed = true;
+            return;
+        };
+        let key = (spec.namespace().to_string(), job.to_string());
+        if let Some(pod) = spec.member_name() {
+            let members = self.members.entry(key.clone()).or_default();
+            if add {
+                members.insert(pod.to_string());
+            } else {
+                members.remove(pod);
+                if members.is_empty() {
+                    self.members.remove(&key);
+                }
+            }
+        }
+        self.changed_jobs.insert(key);
+    }
+
+    /// The snapshot is built: from here on, changes count from it.
+    fn built(&mut self) {
+        self.changed_jobs.clear();
+        self.foreign_changed = false;
     }
 }
 
@@ -461,11 +526,12 @@ fn upsert<S: Held, F>(
     if map.get(&key).is_some_and(|c| c.spec == spec) {
         return;
     }
-    counts.count(&spec, true);
-    let converted = Converted { spec, facts: None };
-    if let Some(old) = map.insert(key, converted) {
+    // The old spec leaves before the new one comes (both may name the same job).
+    if let Some(old) = map.remove(&key) {
         counts.count(&old.spec, false);
     }
+    counts.count(&spec, true);
+    map.insert(key, Converted { spec, facts: None });
 }
 
 /// Takes the spec under (`namespace`, `name`) out, keeping the counts in step.
@@ -526,6 +592,8 @@ impl SnapshotBuilder {
             held: HeldCounts::default(),
             facts_names: None,
             spare_tasks: Vec::new(),
+            claims_as_named: false,
+            patched: 0,
         })
     }
 
@@ -576,6 +644,16 @@ impl SnapshotBuilder {
         }
         self.dirty.insert(id.index());
         Ok(())
+    }
+
+    /// How many snapshots were patched from the last one rather than assembled anew: the jobs
+    /// that changed since are rebuilt and the rest renumbered, which is exact (the same
+    /// snapshot either way) and, when few jobs changed, several times quicker. A builder
+    /// assembles anew after node, resource-name or queue changes, when a pod of another
+    /// scheduler changed, when many jobs changed, when the result would be an error, and when
+    /// some bound pod's GPUs are not the ones it names.
+    pub fn patched(&self) -> u64 {
+        self.patched
     }
 
     /// The pods held, as (namespace, name), in order.
@@ -633,6 +711,12 @@ impl SnapshotBuilder {
             self.groups.values_mut().for_each(|c| c.facts = None);
             self.facts_names = Some(names.clone());
         }
+        if let Some(snapshot) = patch::patch(self, now_ms, &built_queues) {
+            self.held.built();
+            self.patched += 1;
+            return Ok(self.last.insert(snapshot));
+        }
+        self.held.built();
         let ids = &self.ids;
         let node_id = |n: &str| ids.get(n).copied();
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
@@ -677,7 +761,7 @@ impl SnapshotBuilder {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         self.dirty.clear();
-        let (snapshot, spare) = assemble(
+        let assembled = assemble(
             now_ms,
             names,
             built_queues,
@@ -691,8 +775,9 @@ impl SnapshotBuilder {
             true,
             &groups,
         )?;
-        self.spare_tasks = spare;
-        Ok(self.last.insert(snapshot))
+        self.spare_tasks = assembled.spare_tasks;
+        self.claims_as_named = assembled.claims_as_named;
+        Ok(self.last.insert(assembled.snapshot))
     }
 }
 
@@ -868,6 +953,64 @@ impl PartialOrd for JobKey<'_> {
     }
 }
 
+/// The checks a PodGroup's spec must pass on its own (`key` names it in the error).
+fn check_group(g: &GroupSpec, key: &str) -> Result<(), SnapshotError> {
+    let invalid = |field, message| Err(err("PodGroup", key, field, message));
+    if g.min_member < 1 {
+        return invalid(
+            "spec.minMember",
+            format!("must be at least 1, got {}", g.min_member),
+        );
+    }
+    if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
+        return invalid(
+            "spec.minTaskMember",
+            format!("role {role:?}: must not be negative, got {v}"),
+        );
+    }
+    for (i, sg) in g.sub_groups.iter().enumerate() {
+        if sg.size < 1 {
+            return invalid(
+                "spec.subGroups[].size",
+                format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
+            );
+        }
+        if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
+            return invalid(
+                "spec.subGroups[].name",
+                format!("duplicate sub-group name {:?}", sg.name),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The job of a pod of ours without a PodGroup: a gang of one, in the default queue.
+fn implicit_group(p: &PodSpec) -> GroupSpec {
+    GroupSpec {
+        namespace: p.namespace.clone(),
+        name: p.name.clone(),
+        queue: None,
+        min_member: 1,
+        min_task_member: BTreeMap::new(),
+        min_resources: None,
+        priority: Some(p.priority),
+        created_ms: p.created_ms,
+        phase: JobPhase::Pending,
+        topology: TopologySpec::default(),
+        sub_groups: Vec::new(),
+    }
+}
+
+/// What [`assemble`] gives.
+struct Assembled {
+    snapshot: Snapshot,
+    /// The last snapshot's task vector, emptied, to fill next time.
+    spare_tasks: Vec<Task>,
+    /// Every bound pod holds the GPUs it names (see [`claim_gpus`]).
+    claims_as_named: bool,
+}
+
 /// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
 /// and queues already resolved. `node_id` finds a node by name.
 fn assemble(
@@ -878,14 +1021,14 @@ fn assemble(
     pods: &[(&PodSpec, &PodFacts)],
     pods_unique: bool,
     groups: &[(&GroupSpec, &GroupFacts)],
-) -> Result<(Snapshot, Vec<Task>), SnapshotError> {
+) -> Result<Assembled, SnapshotError> {
     let BuiltNodes {
         nodes: built_nodes,
         recycled,
         node_cache,
         buffers,
     } = nodes;
-    let queue_ids: Map<&str, QueueId> = queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+    let (queue_ids, has_children) = queue_lookup(&queues);
     // Jobs from PodGroups, then implicit groups of one.
     // (hash, draft) by job key; hashes come with the facts.
     let mut job_keys: hashbrown::HashTable<(u64, usize)> =
@@ -901,41 +1044,20 @@ fn assemble(
     }
     let mut drafts: Vec<Draft> = Vec::with_capacity(groups.len());
     for &(g, facts) in groups {
-        let invalid = |field, message| Err(err("PodGroup", &facts.key, field, message));
-        if g.min_member < 1 {
-            return invalid(
-                "spec.minMember",
-                format!("must be at least 1, got {}", g.min_member),
-            );
-        }
-        if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
-            return invalid(
-                "spec.minTaskMember",
-                format!("role {role:?}: must not be negative, got {v}"),
-            );
-        }
+        check_group(g, &facts.key)?;
         let key = JobKey(&g.namespace, &g.name);
         let same = |&(_, d): &(u64, usize)| draft_key(&drafts, d) == key;
         match job_keys.entry(facts.hash, same, |e| e.0) {
             hashbrown::hash_table::Entry::Occupied(_) => {
-                return invalid("metadata.name", "duplicate PodGroup".into());
+                return Err(err(
+                    "PodGroup",
+                    &facts.key,
+                    "metadata.name",
+                    "duplicate PodGroup".into(),
+                ));
             }
             hashbrown::hash_table::Entry::Vacant(slot) => {
                 slot.insert((facts.hash, drafts.len()));
-            }
-        }
-        for (i, sg) in g.sub_groups.iter().enumerate() {
-            if sg.size < 1 {
-                return invalid(
-                    "spec.subGroups[].size",
-                    format!("sub-group {:?} (#{i}): must be at least 1", sg.name),
-                );
-            }
-            if g.sub_groups[..i].iter().any(|o| o.name == sg.name) {
-                return invalid(
-                    "spec.subGroups[].name",
-                    format!("duplicate sub-group name {:?}", sg.name),
-                );
             }
         }
         drafts.push(Draft {
@@ -991,19 +1113,7 @@ fn assemble(
                 job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
                 pod_drafts.push(drafts.len());
                 drafts.push(Draft {
-                    spec: std::borrow::Cow::Owned(GroupSpec {
-                        namespace: p.namespace.clone(),
-                        name: p.name.clone(),
-                        queue: None,
-                        min_member: 1,
-                        min_task_member: BTreeMap::new(),
-                        min_resources: None,
-                        priority: Some(p.priority),
-                        created_ms: p.created_ms,
-                        phase: JobPhase::Pending,
-                        topology: TopologySpec::default(),
-                        sub_groups: Vec::new(),
-                    }),
+                    spec: std::borrow::Cow::Owned(implicit_group(p)),
                     name: &facts.key,
                     min_resources: None,
                     implicit: true,
@@ -1055,32 +1165,24 @@ fn assemble(
         })
         .collect();
     let mut foreign_pods = 0;
+    let mut claims_as_named = true;
     let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
     let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
     for &(p, facts) in pods {
         let request = &facts.request;
-        let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
-        let node = match (&p.node, live) {
-            (Some(n), true) => Some(facts.node.ok_or_else(|| {
-                err(
-                    "Pod",
-                    &facts.key,
-                    "spec.nodeName",
-                    format!("names node {n}, which does not exist"),
-                )
-            })?),
-            _ => None,
-        };
+        let node = bound_node(p, facts)?;
         let mut gpus = 0u64;
         if let Some(nid) = node {
             node_used[nid.index()].add(request);
             let want = request.get(GPU).max(0) as usize;
-            gpus = claim_gpus(
+            let as_named;
+            (gpus, as_named) = claim_gpus(
                 &mut node_gpus_used[nid.index()],
                 built_nodes[nid.index()].gpus.len(),
                 &p.gpu_ids,
                 want,
             );
+            claims_as_named &= as_named;
         }
         if !p.ours {
             if node.is_some() {
@@ -1120,13 +1222,6 @@ fn assemble(
             }
         };
         last_shape = Some((rid, request, shape));
-        let request = request.clone();
-        let state = match (p.phase, node) {
-            (PodPhase::Succeeded, _) => TaskState::Succeeded,
-            (PodPhase::Failed, _) => TaskState::Failed,
-            (_, Some(n)) => TaskState::Bound(n),
-            (_, None) => TaskState::Pending,
-        };
         let id = TaskId(tasks.len() as u32);
         let name = match last_tasks.get_mut(facts.slot.get() as usize) {
             Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
@@ -1137,36 +1232,19 @@ fn assemble(
         facts.slot.set(id.0);
         job_tasks[job.index()].push(id);
         task_labels.push(&p.labels);
-        tasks.push(Task {
-            id,
-            name,
-            job,
-            role: p.role.clone(),
-            request,
-            rules: rid,
-            shape,
-            priority: p.priority,
-            state,
-            gpus,
-            // A nomination to a node that is gone is simply dropped.
-            nominated: match node {
-                None if p.phase == PodPhase::Pending => facts.nominated,
-                _ => None,
+        tasks.push(new_task(
+            p,
+            facts,
+            TaskRefs {
+                id,
+                name,
+                job,
+                rules: rid,
+                shape,
+                node,
+                gpus,
             },
-            non_preemptable: p.non_preemptable,
-            preemption_never: p.preemption_never,
-            created_ms: p.created_ms,
-            started_ms: p.started_ms,
-            active_deadline_s: p.active_deadline_s,
-            rank: p.rank,
-            sub_group: None,
-        });
-    }
-    let mut has_children = vec![false; queues.len()];
-    for q in &queues {
-        if let Some(parent) = q.parent {
-            has_children[parent.index()] = true;
-        }
+        ));
     }
     jobs.reserve(order.len());
     for (pos, &d) in order.iter().enumerate() {
@@ -1176,58 +1254,20 @@ fn assemble(
             min_resources,
             implicit,
         } = &drafts[d];
-        let name = Arc::clone(name);
-        let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
-        let queue = *queue_ids.get(queue_name).ok_or_else(|| {
-            err(
-                "PodGroup",
-                &name,
-                "spec.queue",
-                format!("names queue {queue_name}, which does not exist"),
-            )
-        })?;
-        if has_children[queue.index()] {
-            return Err(err(
-                "PodGroup",
-                &name,
-                "spec.queue",
-                format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
-            ));
-        }
-        let mut task_ids = std::mem::take(&mut job_tasks[pos]);
-        // Rank order (pods without a rank last, by name): consecutive ranks are placed
-        // together.
-        task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
-        let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, &task_labels, &mut tasks);
-        let priority = g.priority.unwrap_or_else(|| {
-            task_ids
-                .iter()
-                .map(|t| tasks[t.index()].priority)
-                .max()
-                .unwrap_or(0)
-        });
-        jobs.push(Job {
+        let queue = job_queue(&queue_ids, &has_children, g, name)?;
+        let task_ids = std::mem::take(&mut job_tasks[pos]);
+        let labels = |t: TaskId| task_labels[t.index()];
+        let job = JobRefs {
             id: JobId(pos as u32),
-            name,
+            name: Arc::clone(name),
             queue,
-            min_member: g.min_member as u32,
-            min_task_member: g
-                .min_task_member
-                .iter()
-                .map(|(k, &v)| (k.clone(), v as u32))
-                .collect(),
             min_resources: min_resources.cloned(),
-            priority,
-            created_ms: g.created_ms,
-            phase: g.phase,
-            tasks: task_ids,
             implicit: *implicit,
-            topology: g.topology.clone(),
-            sub_groups,
-        });
+        };
+        jobs.push(new_job(g, job, task_ids, &mut tasks, labels));
     }
-    Ok((
-        Snapshot {
+    Ok(Assembled {
+        snapshot: Snapshot {
             now_ms,
             resources: names,
             nodes: built_nodes,
@@ -1241,18 +1281,177 @@ fn assemble(
             foreign_pods,
             node_cache,
         },
-        last_tasks,
-    ))
+        spare_tasks: last_tasks,
+        claims_as_named,
+    })
+}
+
+/// `spec.nodeName` of a live (pending or running) pod, resolved; a node that does not exist is
+/// an error.
+fn bound_node(p: &PodSpec, facts: &PodFacts) -> Result<Option<NodeId>, SnapshotError> {
+    let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+    match (&p.node, live) {
+        (Some(n), true) => facts.node.map(Some).ok_or_else(|| {
+            err(
+                "Pod",
+                &facts.key,
+                "spec.nodeName",
+                format!("names node {n}, which does not exist"),
+            )
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// What a task is given beside its pod's spec.
+struct TaskRefs {
+    id: TaskId,
+    name: Arc<str>,
+    job: JobId,
+    rules: RulesId,
+    shape: ShapeId,
+    node: Option<NodeId>,
+    gpus: u64,
+}
+
+fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
+    let TaskRefs {
+        id,
+        name,
+        job,
+        rules,
+        shape,
+        node,
+        gpus,
+    } = refs;
+    let state = match (p.phase, node) {
+        (PodPhase::Succeeded, _) => TaskState::Succeeded,
+        (PodPhase::Failed, _) => TaskState::Failed,
+        (_, Some(n)) => TaskState::Bound(n),
+        (_, None) => TaskState::Pending,
+    };
+    Task {
+        id,
+        name,
+        job,
+        role: p.role.clone(),
+        request: facts.request.clone(),
+        rules,
+        shape,
+        priority: p.priority,
+        state,
+        gpus,
+        // A nomination to a node that is gone is simply dropped.
+        nominated: match node {
+            None if p.phase == PodPhase::Pending => facts.nominated,
+            _ => None,
+        },
+        non_preemptable: p.non_preemptable,
+        preemption_never: p.preemption_never,
+        created_ms: p.created_ms,
+        started_ms: p.started_ms,
+        active_deadline_s: p.active_deadline_s,
+        rank: p.rank,
+        sub_group: None,
+    }
+}
+
+/// A job's queue: it must exist and be a leaf (`has_children` per queue).
+fn job_queue(
+    queue_ids: &Map<&str, QueueId>,
+    has_children: &[bool],
+    g: &GroupSpec,
+    name: &str,
+) -> Result<QueueId, SnapshotError> {
+    let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+    let queue = *queue_ids.get(queue_name).ok_or_else(|| {
+        err(
+            "PodGroup",
+            name,
+            "spec.queue",
+            format!("names queue {queue_name}, which does not exist"),
+        )
+    })?;
+    if has_children[queue.index()] {
+        return Err(err(
+            "PodGroup",
+            name,
+            "spec.queue",
+            format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
+        ));
+    }
+    Ok(queue)
+}
+
+/// Queue ids by name, and per queue whether it has child queues.
+fn queue_lookup(queues: &[Queue]) -> (Map<&str, QueueId>, Vec<bool>) {
+    let ids = queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+    let mut has_children = vec![false; queues.len()];
+    for q in queues {
+        if let Some(parent) = q.parent {
+            has_children[parent.index()] = true;
+        }
+    }
+    (ids, has_children)
+}
+
+/// What a job is given beside its group's spec.
+struct JobRefs {
+    id: JobId,
+    name: Arc<str>,
+    queue: QueueId,
+    min_resources: Option<Resources>,
+    implicit: bool,
+}
+
+/// The job of group `g` with its members `task_ids` (ordered here, sub-groups formed and
+/// recorded on `tasks`); `labels` gives a member's pod labels.
+fn new_job<'l>(
+    g: &GroupSpec,
+    refs: JobRefs,
+    mut task_ids: Vec<TaskId>,
+    tasks: &mut [Task],
+    labels: impl Fn(TaskId) -> &'l BTreeMap<String, String>,
+) -> Job {
+    // Rank order (pods without a rank last, by name): consecutive ranks are placed together.
+    task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
+    let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, labels, tasks);
+    let priority = g.priority.unwrap_or_else(|| {
+        task_ids
+            .iter()
+            .map(|t| tasks[t.index()].priority)
+            .max()
+            .unwrap_or(0)
+    });
+    Job {
+        id: refs.id,
+        name: refs.name,
+        queue: refs.queue,
+        min_member: g.min_member as u32,
+        min_task_member: g
+            .min_task_member
+            .iter()
+            .map(|(k, &v)| (k.clone(), v as u32))
+            .collect(),
+        min_resources: refs.min_resources,
+        priority,
+        created_ms: g.created_ms,
+        phase: g.phase,
+        tasks: task_ids,
+        implicit: refs.implicit,
+        topology: g.topology.clone(),
+        sub_groups,
+    }
 }
 
 /// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
 /// (one with label keys claims the members carrying all of them, grouped by their values; one
 /// without claims the rest, cut into blocks of `size` in rank order). Records each member's
 /// sub-group on its task.
-fn form_sub_groups(
+fn form_sub_groups<'l>(
     specs: &[SubGroupSpec],
     members: &[TaskId],
-    labels: &[&BTreeMap<String, String>],
+    labels: impl Fn(TaskId) -> &'l BTreeMap<String, String>,
     tasks: &mut [Task],
 ) -> Vec<SubGroup> {
     let mut groups: Vec<SubGroup> = Vec::new();
@@ -1261,7 +1460,7 @@ fn form_sub_groups(
         let mut claimed: BTreeMap<Vec<&str>, Vec<TaskId>> = BTreeMap::new();
         let mut rest = Vec::new();
         for &t in &free {
-            let l = labels[t.index()];
+            let l = labels(t);
             let values: Option<Vec<&str>> = spec
                 .match_label_keys
                 .iter()
@@ -1309,28 +1508,34 @@ pub fn ancestors(snapshot: &Snapshot, queue: QueueId) -> impl Iterator<Item = Qu
 }
 
 /// Marks the GPUs a bound pod holds: the ids it names when they are valid and free, otherwise
-/// the lowest free ones.
-fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> u64 {
-    let bit = |i: u32| 1u64 << i;
+/// the lowest free ones; and whether it holds what it names (it wants none, or they were
+/// valid), which makes its claim independent of the other pods' order.
+fn claim_gpus(used: &mut u64, count: usize, named: &[u32], want: usize) -> (u64, bool) {
+    let (mask, as_named) = match named_gpus(*used, count, named, want) {
+        Some(mask) => (mask, true),
+        None => {
+            let lowest = (0..count as u32)
+                .filter(|&i| *used & (1u64 << i) == 0)
+                .take(want)
+                .fold(0, |mask, i| mask | 1u64 << i);
+            (lowest, want == 0)
+        }
+    };
+    *used |= mask;
+    (mask, as_named)
+}
+
+/// The GPUs a bound pod names, as a mask, when they are `want` valid GPUs of the node's
+/// `count`, free in `used` and none named twice.
+fn named_gpus(used: u64, count: usize, named: &[u32], want: usize) -> Option<u64> {
     let mut mask = 0u64;
     let valid = named.len() == want
         && named.iter().all(|&i| {
-            // Valid, free and not named twice.
-            let ok = (i as usize) < count && (*used | mask) & bit(i) == 0;
-            mask |= if ok { bit(i) } else { 0 };
+            let ok = (i as usize) < count && (used | mask) & (1u64 << i) == 0;
+            mask |= if ok { 1u64 << i } else { 0 };
             ok
         });
-    if !valid {
-        mask = 0;
-        for i in (0..count as u32)
-            .filter(|&i| *used & bit(i) == 0)
-            .take(want)
-        {
-            mask |= bit(i);
-        }
-    }
-    *used |= mask;
-    mask
+    valid.then_some(mask)
 }
 
 /// Resource names the pods, groups and queues use (the nodes' are added by the caller).
@@ -1470,16 +1675,22 @@ mod tests {
     #[test]
     fn a_bound_pod_keeps_the_gpus_it_names_when_they_are_valid() {
         let mut used = 0b0001;
-        assert_eq!(claim_gpus(&mut used, 8, &[2, 3], 2), 0b1100);
+        assert_eq!(claim_gpus(&mut used, 8, &[2, 3], 2), (0b1100, true));
         assert_eq!(used, 0b1101);
         // Taken, out of range, named twice or the wrong count: the lowest free ones instead.
         for named in [&[0, 4][..], &[4, 9], &[4, 4], &[4]] {
             let mut used = 0b0001;
-            assert_eq!(claim_gpus(&mut used, 8, named, 2), 0b0110, "{named:?}");
+            assert_eq!(
+                claim_gpus(&mut used, 8, named, 2),
+                (0b0110, false),
+                "{named:?}"
+            );
             assert_eq!(used, 0b0111);
         }
         // Fewer free GPUs than wanted: as many as there are.
         let mut used = 0b1110;
-        assert_eq!(claim_gpus(&mut used, 4, &[], 3), 0b0001);
+        assert_eq!(claim_gpus(&mut used, 4, &[], 3), (0b0001, false));
+        // A pod that wants none claims none, whatever it names.
+        assert_eq!(claim_gpus(&mut used, 4, &[1], 0), (0, true));
     }
 }

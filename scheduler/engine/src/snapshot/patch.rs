@@ -1,0 +1,407 @@
+//! The last snapshot brought up to date with the jobs that changed since, instead of assembled
+//! anew: from one cycle to the next a replay or a watch changes a few jobs of thousands, and
+//! assembling every task again costs a cache miss or more per pod.
+//!
+//! The result is the snapshot [`assemble`] would give, field by field: the jobs that changed
+//! are rebuilt from their specs with the same helpers, the others are moved over with their ids
+//! renumbered (one pass over tasks and jobs), node usage is patched by what the changed jobs
+//! took and gave back, and rules and shapes are renumbered when the order they first appear in
+//! changed. Whatever the patch cannot reproduce exactly — an error to report, a pod of another
+//! scheduler that changed, a GPU claim that depends on pod order, new nodes, resource names or
+//! queues — makes it decline, and the builder assembles the snapshot anew.
+
+use std::borrow::Cow;
+
+use super::*;
+
+/// Beyond this share of the jobs changed, assembling anew is as quick.
+const MAX_CHANGED_SHARE: usize = 4;
+
+/// A pod of a job that changed, checked.
+struct Member<'b> {
+    spec: &'b PodSpec,
+    facts: &'b PodFacts,
+    node: Option<NodeId>,
+    gpus: u64,
+    rules: RulesId,
+    shape: ShapeId,
+}
+
+/// A job that changed, as it is now, checked.
+struct Fresh<'b> {
+    group: Cow<'b, GroupSpec>,
+    name: &'b Arc<str>,
+    min_resources: Option<&'b Resources>,
+    implicit: bool,
+    queue: QueueId,
+    members: Vec<Member<'b>>,
+}
+
+/// The snapshot the builder would assemble, patched from its last one; `None` (with nothing
+/// changed) when that would not be exact or not quicker.
+pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> Option<Snapshot> {
+    let names = b.facts_names.as_ref()?;
+    let last = b.last.as_ref()?;
+    let held = &b.held;
+    if held.foreign_changed
+        || held.slashed
+        || !b.claims_as_named
+        || !b.dirty.is_empty()
+        || last.resources != *names
+        || last.queues != queues
+        || held.changed_jobs.len() > last.jobs.len() / MAX_CHANGED_SHARE + 8
+    {
+        return None;
+    }
+    // Facts of the pods and groups that changed (the others kept theirs).
+    let node_id = |n: &str| b.ids.get(n).copied();
+    for (ns, job) in &held.changed_jobs {
+        let key = (ns.clone(), job.clone());
+        if let Some(c) = b.groups.get_mut(&key) {
+            c.facts
+                .get_or_insert_with(|| GroupFacts::of(names, &c.spec));
+        }
+        for pod in held.members.get(&key).into_iter().flatten() {
+            let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
+            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id));
+        }
+    }
+
+    // Check every changed job as it is now; find the old versions to drop.
+    let (queue_ids, has_children) = queue_lookup(queues);
+    let mut rules: Vec<PlacementRules> = last.rules.clone();
+    let mut rules_ids: Map<PlacementRules, RulesId> =
+        (rules.iter().cloned()).zip((0..).map(RulesId)).collect();
+    let mut shapes = last.shapes.clone();
+    let mut shape_ids: Map<(RulesId, Resources), ShapeId> =
+        (shapes.iter().cloned()).zip((0..).map(ShapeId)).collect();
+    // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
+    let mut gpus_used: Map<NodeId, u64> = Map::default();
+    let mut gone: Vec<JobId> = Vec::new();
+    for (ns, job) in &held.changed_jobs {
+        let name = format!("{ns}/{job}");
+        if let Ok(pos) = last.jobs.binary_search_by(|j| (*j.name).cmp(name.as_str())) {
+            gone.push(JobId(pos as u32));
+            for &t in &last.jobs[pos].tasks {
+                let t = &last.tasks[t.index()];
+                if let TaskState::Bound(node) = t.state {
+                    let used = gpus_used
+                        .entry(node)
+                        .or_insert(last.node_gpus_used[node.index()]);
+                    *used &= !t.gpus;
+                }
+            }
+        }
+    }
+    let mut fresh: Vec<Fresh> = Vec::new();
+    for (ns, job) in &held.changed_jobs {
+        let key = (ns.clone(), job.clone());
+        let mut pods = Vec::new();
+        for pod in held.members.get(&key).into_iter().flatten() {
+            let c = b.pods.get(&(ns.clone(), pod.clone()))?;
+            pods.push((&c.spec, c.facts.as_ref()?));
+        }
+        let mut job = match (b.groups.get(&key), pods.as_slice()) {
+            (Some(g), _) => {
+                let facts = g.facts.as_ref()?;
+                check_group(&g.spec, &facts.key).ok()?;
+                // A pod without a group named like the group is an error.
+                if pods.iter().any(|(p, _)| p.group.is_none()) {
+                    return None;
+                }
+                Fresh {
+                    group: Cow::Borrowed(&g.spec),
+                    name: &facts.key,
+                    min_resources: facts.min_resources.as_ref(),
+                    implicit: false,
+                    queue: QueueId(0),
+                    members: Vec::new(),
+                }
+            }
+            (None, []) => continue,
+            (None, &[(p, facts)]) if p.group.is_none() => Fresh {
+                group: Cow::Owned(implicit_group(p)),
+                name: &facts.key,
+                min_resources: None,
+                implicit: true,
+                queue: QueueId(0),
+                members: Vec::new(),
+            },
+            // Pods that name a group that does not exist.
+            (None, _) => return None,
+        };
+        job.queue = job_queue(&queue_ids, &has_children, &job.group, job.name).ok()?;
+        for (spec, facts) in pods {
+            let node = bound_node(spec, facts).ok()?;
+            let mut gpus = 0;
+            if let Some(n) = node {
+                let used = (gpus_used.entry(n)).or_insert(last.node_gpus_used[n.index()]);
+                let want = facts.request.get(GPU).max(0) as usize;
+                let count = last.nodes[n.index()].gpus.len();
+                // Only claims of the GPUs named are the same in any pod order.
+                let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
+                if !as_named {
+                    return None;
+                }
+                gpus = mask;
+            }
+            let rid = *rules_ids.entry(spec.rules.clone()).or_insert_with(|| {
+                rules.push(spec.rules.clone());
+                RulesId(rules.len() as u32 - 1)
+            });
+            let shape = *(shape_ids.entry((rid, facts.request.clone()))).or_insert_with(|| {
+                shapes.push((rid, facts.request.clone()));
+                ShapeId(shapes.len() as u32 - 1)
+            });
+            job.members.push(Member {
+                spec,
+                facts,
+                node,
+                gpus,
+                rules: rid,
+                shape,
+            });
+        }
+        fresh.push(job);
+    }
+    // Jobs are ordered by `namespace/name`, tasks by (namespace, name).
+    fresh.sort_by(|a, c| a.name.cmp(c.name));
+    gone.sort_unstable();
+
+    // From here on nothing fails.
+    let mut last = b.last.take()?;
+    let old_jobs = std::mem::take(&mut last.jobs);
+    let old_tasks = std::mem::take(&mut last.tasks);
+
+    // New job ids: old jobs keep their order, less the gone, with the fresh merged in by name.
+    let fresh_at: Vec<usize> = (fresh.iter())
+        .map(|f| old_jobs.partition_point(|j| *j.name < **f.name))
+        .collect();
+    let mut job_map = vec![u32::MAX; old_jobs.len()];
+    let mut fresh_ids = Vec::with_capacity(fresh.len());
+    {
+        let (mut next, mut f, mut g) = (0u32, 0, 0);
+        for (old, slot) in job_map.iter_mut().enumerate() {
+            while f < fresh.len() && fresh_at[f] <= old {
+                fresh_ids.push(JobId(next));
+                (next, f) = (next + 1, f + 1);
+            }
+            if g < gone.len() && gone[g].index() == old {
+                g += 1;
+            } else {
+                *slot = next;
+                next += 1;
+            }
+        }
+        for _ in f..fresh.len() {
+            fresh_ids.push(JobId(next));
+            next += 1;
+        }
+    }
+
+    // Node usage: what the gone jobs held given back, what the fresh hold taken.
+    let mut node_used = std::mem::take(&mut last.node_used);
+    let mut node_gpus_used = std::mem::take(&mut last.node_gpus_used);
+    let mut dropped = vec![false; old_tasks.len()];
+    for &j in &gone {
+        for &t in &old_jobs[j.index()].tasks {
+            dropped[t.index()] = true;
+            let t = &old_tasks[t.index()];
+            if let TaskState::Bound(n) = t.state {
+                node_used[n.index()].sub(&t.request);
+                node_gpus_used[n.index()] &= !t.gpus;
+            }
+        }
+    }
+    for m in fresh.iter().flat_map(|f| &f.members) {
+        if let Some(n) = m.node {
+            node_used[n.index()].add(&m.facts.request);
+            node_gpus_used[n.index()] |= m.gpus;
+        }
+    }
+
+    // New tasks: the old ones less the gone jobs', with the fresh members merged in by name.
+    let mut members: Vec<(usize, &Member<'_>)> = (fresh.iter().enumerate())
+        .flat_map(|(f, job)| job.members.iter().map(move |m| (f, m)))
+        .collect();
+    fn pod_key(p: &PodSpec) -> (&str, &str) {
+        (&p.namespace, &p.name)
+    }
+    members.sort_by(|a, c| pod_key(a.1.spec).cmp(&pod_key(c.1.spec)));
+    // A task's name is `namespace/name` and namespaces hold no `/` (checked above).
+    fn task_key(t: &Task) -> (&str, &str) {
+        t.name.split_once('/').unwrap_or(("", &t.name))
+    }
+    let members_at: Vec<usize> = (members.iter())
+        .map(|(_, m)| old_tasks.partition_point(|t| task_key(t) < pod_key(m.spec)))
+        .collect();
+    let mut task_map = vec![u32::MAX; old_tasks.len()];
+    let mut fresh_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); fresh.len()];
+    // Fresh task -> its index in `members`.
+    let mut fresh_member: Vec<(TaskId, usize)> = Vec::with_capacity(members.len());
+    let mut tasks = std::mem::take(&mut b.spare_tasks);
+    tasks.clear();
+    tasks.reserve(old_tasks.len() + members.len());
+    let mut add_member = |tasks: &mut Vec<Task>, k: usize| {
+        let (f, m) = members[k];
+        let id = TaskId(tasks.len() as u32);
+        m.facts.slot.set(id.0);
+        fresh_tasks[f].push(id);
+        fresh_member.push((id, k));
+        let refs = TaskRefs {
+            id,
+            name: m.facts.key.clone(),
+            job: fresh_ids[f],
+            rules: m.rules,
+            shape: m.shape,
+            node: m.node,
+            gpus: m.gpus,
+        };
+        tasks.push(new_task(m.spec, m.facts, refs));
+    };
+    let mut next_member = 0;
+    let mut spare = old_tasks;
+    for (old, mut t) in spare.drain(..).enumerate() {
+        while next_member < members.len() && members_at[next_member] <= old {
+            add_member(&mut tasks, next_member);
+            next_member += 1;
+        }
+        if dropped[old] {
+            continue;
+        }
+        task_map[old] = tasks.len() as u32;
+        t.id = TaskId(tasks.len() as u32);
+        t.job = JobId(job_map[t.job.index()]);
+        tasks.push(t);
+    }
+    for k in next_member..members.len() {
+        add_member(&mut tasks, k);
+    }
+    b.spare_tasks = spare;
+
+    // New jobs: the fresh built, the old renumbered.
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+    let labels_of = |t: TaskId| {
+        (fresh_member.binary_search_by_key(&t, |&(id, _)| id))
+            .map_or(&NO_LABELS, |i| &members[fresh_member[i].1].1.spec.labels)
+    };
+    let mut jobs = Vec::with_capacity(old_jobs.len() + fresh.len());
+    let mut add_fresh = |jobs: &mut Vec<Job>, tasks: &mut Vec<Task>, f: usize| {
+        let job = &fresh[f];
+        let refs = JobRefs {
+            id: fresh_ids[f],
+            name: job.name.clone(),
+            queue: job.queue,
+            min_resources: job.min_resources.cloned(),
+            implicit: job.implicit,
+        };
+        let members = std::mem::take(&mut fresh_tasks[f]);
+        jobs.push(new_job(&job.group, refs, members, tasks, labels_of));
+    };
+    let renumber = |list: &mut Vec<TaskId>| {
+        for t in list {
+            *t = TaskId(task_map[t.index()]);
+        }
+    };
+    let mut next_fresh = 0;
+    for (old, mut j) in old_jobs.into_iter().enumerate() {
+        while next_fresh < fresh.len() && fresh_at[next_fresh] <= old {
+            add_fresh(&mut jobs, &mut tasks, next_fresh);
+            next_fresh += 1;
+        }
+        if job_map[old] == u32::MAX {
+            continue;
+        }
+        j.id = JobId(job_map[old]);
+        renumber(&mut j.tasks);
+        for sg in &mut j.sub_groups {
+            renumber(&mut sg.tasks);
+        }
+        jobs.push(j);
+    }
+    for f in next_fresh..fresh.len() {
+        add_fresh(&mut jobs, &mut tasks, f);
+    }
+
+    renumber_by_first_use(&mut tasks, &mut rules, &mut shapes);
+    let Snapshot {
+        resources,
+        nodes,
+        foreign_pods,
+        node_cache,
+        ..
+    } = last;
+    Some(Snapshot {
+        now_ms,
+        resources,
+        nodes,
+        tasks,
+        jobs,
+        queues: queues.to_vec(),
+        rules,
+        shapes,
+        node_used,
+        node_gpus_used,
+        foreign_pods,
+        node_cache,
+    })
+}
+
+/// Rules and shapes are numbered in the order tasks first use them (as [`assemble`] numbers
+/// them); after a patch some may be unused or first used in another order: renumber them then.
+fn renumber_by_first_use(
+    tasks: &mut [Task],
+    rules: &mut Vec<PlacementRules>,
+    shapes: &mut Vec<(RulesId, Resources)>,
+) {
+    let mut rules_first = vec![u32::MAX; rules.len()];
+    let mut shapes_first = vec![u32::MAX; shapes.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        let r = &mut rules_first[t.rules.0 as usize];
+        *r = (*r).min(i as u32);
+        let s = &mut shapes_first[t.shape.0 as usize];
+        *s = (*s).min(i as u32);
+    }
+    let in_order = |first: &[u32]| first.windows(2).all(|w| w[0] < w[1]);
+    let all_used = |first: &[u32]| first.last().is_none_or(|&f| f != u32::MAX);
+    if in_order(&rules_first)
+        && all_used(&rules_first)
+        && in_order(&shapes_first)
+        && all_used(&shapes_first)
+    {
+        return;
+    }
+    // Old id -> new id (u32::MAX: unused), by first use.
+    fn by_first_use(first: &[u32]) -> Vec<u32> {
+        let mut order: Vec<usize> = (0..first.len()).filter(|&i| first[i] != u32::MAX).collect();
+        order.sort_by_key(|&i| first[i]);
+        let mut map = vec![u32::MAX; first.len()];
+        for (new, &old) in order.iter().enumerate() {
+            map[old] = new as u32;
+        }
+        map
+    }
+    let rules_map = by_first_use(&rules_first);
+    let shapes_map = by_first_use(&shapes_first);
+    let mut kept_rules: Vec<Option<PlacementRules>> =
+        std::mem::take(rules).into_iter().map(Some).collect();
+    let mut order: Vec<usize> = (0..kept_rules.len())
+        .filter(|&i| rules_map[i] != u32::MAX)
+        .collect();
+    order.sort_by_key(|&i| rules_map[i]);
+    *rules = order.iter().filter_map(|&i| kept_rules[i].take()).collect();
+    let mut kept_shapes: Vec<Option<(RulesId, Resources)>> =
+        std::mem::take(shapes).into_iter().map(Some).collect();
+    let mut order: Vec<usize> = (0..kept_shapes.len())
+        .filter(|&i| shapes_map[i] != u32::MAX)
+        .collect();
+    order.sort_by_key(|&i| shapes_map[i]);
+    *shapes = (order.iter())
+        .filter_map(|&i| kept_shapes[i].take())
+        .map(|(r, req)| (RulesId(rules_map[r.0 as usize]), req))
+        .collect();
+    for t in tasks {
+        t.rules = RulesId(rules_map[t.rules.0 as usize]);
+        t.shape = ShapeId(shapes_map[t.shape.0 as usize]);
+    }
+}
