@@ -231,6 +231,32 @@ proptest! {
             (&q.bindings, &q.evictions, &q.nominations, outcome(&q)),
             (&plan.bindings, &plan.evictions, &plan.nominations, outcome(&plan))
         );
+        // Without settled groups the plan lists the others as before; what it leaves out had
+        // no member placed, evicted, nominated or pending and kept the snapshot's phase.
+        let mut terse = framework(&config, &snapshot.resources);
+        terse.report_settled_groups = false;
+        let t = basalt_engine::schedule(&snapshot, &terse);
+        prop_assert_eq!(
+            (&t.bindings, &t.evictions, &t.nominations),
+            (&plan.bindings, &plan.evictions, &plan.nominations)
+        );
+        let mut listed = t.pod_groups.iter().peekable();
+        for g in &plan.pod_groups {
+            if listed.peek() == Some(&g) {
+                listed.next();
+                continue;
+            }
+            let job = snapshot.jobs.iter().find(|j| j.name == g.name).unwrap();
+            let of_job = |pod: &str| job.tasks.iter().any(|&t| *snapshot.task(t).name == *pod);
+            prop_assert!(g.pending == 0 && g.phase == job.phase, "{} is not settled: {:?}", g.name, g);
+            prop_assert!(
+                !plan.bindings.iter().any(|b| of_job(&b.pod))
+                    && !plan.evictions.iter().any(|e| of_job(&e.pod))
+                    && !plan.nominations.iter().any(|n| of_job(&n.pod)),
+                "{} was acted on", g.name
+            );
+        }
+        prop_assert!(listed.next().is_none(), "the terse plan lists a group the full one does not");
 
         // Deserved shares never sum above what their parent (or the cluster) has.
         let fw = framework(&config, &snapshot.resources);

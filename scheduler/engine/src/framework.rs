@@ -98,6 +98,12 @@ pub struct Framework {
     /// [`NO_NODE_FITS`]. On by default (users read it); a replay, which never reads conditions,
     /// turns it off. Decisions never depend on it.
     pub explain_failures: bool,
+    /// Whether the plan lists the status of PodGroups this cycle leaves settled: no member
+    /// placed, pipelined, evicted or pending, and the phase the snapshot gave them. On by
+    /// default (the daemon writes every PodGroup's status); a replay, which reads only phase
+    /// changes, turns it off and finds the few changed groups without reading thousands.
+    /// Decisions never depend on it.
+    pub report_settled_groups: bool,
 }
 
 /// The reason a member was not placed when [`Framework::explain_failures`] is off.
@@ -121,6 +127,7 @@ impl Framework {
             tiers: Vec::new(),
             report_queues: true,
             explain_failures: true,
+            report_settled_groups: true,
         }
     }
 

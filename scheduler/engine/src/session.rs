@@ -112,6 +112,15 @@ pub struct MemberCounts {
     pub by_role: BTreeMap<String, u32>,
 }
 
+/// A job's members by their state in the snapshot.
+#[derive(Clone, Copy, Default)]
+struct StartCounts {
+    pending: u32,
+    bound: u32,
+    succeeded: u32,
+    failed: u32,
+}
+
 /// Feasibility of a set of placement rules over all nodes, computed once per session.
 struct Statics {
     ok: Vec<bool>,
@@ -167,6 +176,9 @@ pub struct Session<'a> {
     holding: Vec<u32>,
     /// Per job: members placed or pipelined by this cycle (and not undone).
     placed: Vec<u32>,
+    /// Per job: how its members stood when the session opened (what [`Session::counts`] gives
+    /// for a job no committed operation touched).
+    start_counts: Vec<StartCounts>,
     conditions: Vec<Vec<Condition>>,
     /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
     queue_allocated: Vec<Resources>,
@@ -259,16 +271,19 @@ impl<'a> Session<'a> {
         let mut queue_allocated = zeros.clone();
         let mut queue_pending = zeros.clone();
         let mut holding = vec![0u32; snapshot.jobs.len()];
+        let mut start_counts = vec![StartCounts::default(); snapshot.jobs.len()];
         // Bound tasks per node, as one list cut at `node_task_start` (counted, then placed).
         let mut node_task_start = vec![0u32; n + 1];
         let mut status = Vec::with_capacity(snapshot.tasks.len());
         for t in &snapshot.tasks {
             let queue = snapshot.job(t.job).queue;
+            let counts = &mut start_counts[t.job.index()];
             status.push(match t.state {
                 TaskState::Pending => {
                     for q in ancestors(snapshot, queue) {
                         queue_pending[q.index()].add(&t.request);
                     }
+                    counts.pending += 1;
                     TaskStatus::Pending
                 }
                 TaskState::Bound(node) => {
@@ -276,11 +291,18 @@ impl<'a> Session<'a> {
                         queue_allocated[q.index()].add(&t.request);
                     }
                     holding[t.job.index()] += 1;
+                    counts.bound += 1;
                     node_task_start[node.index() + 1] += 1;
                     TaskStatus::Bound(node)
                 }
-                TaskState::Succeeded => TaskStatus::Succeeded,
-                TaskState::Failed => TaskStatus::Failed,
+                TaskState::Succeeded => {
+                    counts.succeeded += 1;
+                    TaskStatus::Succeeded
+                }
+                TaskState::Failed => {
+                    counts.failed += 1;
+                    TaskStatus::Failed
+                }
             });
         }
         for i in 0..n {
@@ -313,6 +335,7 @@ impl<'a> Session<'a> {
             status,
             phase: snapshot.jobs.iter().map(|j| j.phase).collect(),
             placed: vec![0; holding.len()],
+            start_counts,
             holding,
             conditions: vec![Vec::new(); snapshot.jobs.len()],
             queue_allocated,
@@ -1226,8 +1249,25 @@ impl<'a> Session<'a> {
                 });
             }
         }
+        // Jobs no committed operation touched stand as they did (discarded ones were undone).
+        let mut touched = vec![false; snap.jobs.len()];
+        for op in &self.committed {
+            let (Op::Allocate { task, .. } | Op::Evict { task, .. }) = op;
+            touched[snap.task(*task).job.index()] = true;
+        }
         for job in &snap.jobs {
-            let c = self.counts(job.id);
+            let c = if touched[job.id.index()] {
+                self.counts(job.id)
+            } else {
+                let s = self.start_counts[job.id.index()];
+                MemberCounts {
+                    running: s.bound,
+                    succeeded: s.succeeded,
+                    failed: s.failed,
+                    pending: s.pending,
+                    ..MemberCounts::default()
+                }
+            };
             let phase = if c.running + c.succeeded >= job.min_member {
                 if c.running == 0 && c.pending == 0 && c.pipelined == 0 {
                     JobPhase::Completed
@@ -1241,6 +1281,10 @@ impl<'a> Session<'a> {
             } else {
                 JobPhase::Inqueue
             };
+            let settled = !touched[job.id.index()] && c.pending == 0 && phase == job.phase;
+            if settled && !self.fw.report_settled_groups {
+                continue;
+            }
             let conditions = if c.pending + c.pipelined > 0 {
                 self.conditions[job.id.index()].clone()
             } else {

@@ -838,6 +838,7 @@ impl<'a> Simulator<'a> {
             let mut fw = basalt_plugins::framework(self.config, &snapshot.resources);
             fw.report_queues = false;
             fw.explain_failures = false;
+            fw.report_settled_groups = false;
             (snapshot.resources.clone(), fw)
         });
         let plan = basalt_engine::schedule(snapshot, fw);
