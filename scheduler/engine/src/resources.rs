@@ -250,6 +250,7 @@ impl Resources {
     }
 
     /// Grows to `len` entries (new ones zero); never shrinks.
+    #[cold]
     fn grow(&mut self, new_len: usize) {
         match &mut self.0 {
             Store::Inline { len, .. } if new_len <= *len as usize => {}
@@ -273,7 +274,9 @@ impl Resources {
 
     pub fn set(&mut self, id: ResourceId, v: i64) {
         let i = id.0 as usize;
-        self.grow(i + 1);
+        if i >= self.as_slice().len() {
+            self.grow(i + 1);
+        }
         self.as_mut_slice()[i] = v;
     }
 
@@ -288,7 +291,10 @@ impl Resources {
 
     pub fn add(&mut self, other: &Resources) {
         let theirs = other.as_slice();
-        self.grow(theirs.len());
+        // Vectors of one snapshot are of one length: grow only when they differ.
+        if theirs.len() > self.as_slice().len() {
+            self.grow(theirs.len());
+        }
         for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
             *a += b;
         }
@@ -296,7 +302,9 @@ impl Resources {
 
     pub fn sub(&mut self, other: &Resources) {
         let theirs = other.as_slice();
-        self.grow(theirs.len());
+        if theirs.len() > self.as_slice().len() {
+            self.grow(theirs.len());
+        }
         for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
             *a -= b;
         }

@@ -275,21 +275,27 @@ impl<'a> Session<'a> {
         // Bound tasks per node, as one list cut at `node_task_start` (counted, then placed).
         let mut node_task_start = vec![0u32; n + 1];
         let mut status = Vec::with_capacity(snapshot.tasks.len());
+        // Per task, its job's (leaf) queue: tasks mostly follow their job, so look it up once
+        // per run of a job's tasks.
+        let mut task_queue: Vec<QueueId> = Vec::with_capacity(snapshot.tasks.len());
+        let mut last_job: Option<(JobId, QueueId)> = None;
+        // Requests are summed per leaf queue here and into the leaves' ancestors below.
         for t in &snapshot.tasks {
-            let queue = snapshot.job(t.job).queue;
+            let queue = match last_job {
+                Some((job, queue)) if job == t.job => queue,
+                _ => snapshot.job(t.job).queue,
+            };
+            last_job = Some((t.job, queue));
+            task_queue.push(queue);
             let counts = &mut start_counts[t.job.index()];
             status.push(match t.state {
                 TaskState::Pending => {
-                    for q in ancestors(snapshot, queue) {
-                        queue_pending[q.index()].add(&t.request);
-                    }
+                    queue_pending[queue.index()].add(&t.request);
                     counts.pending += 1;
                     TaskStatus::Pending
                 }
                 TaskState::Bound(node) => {
-                    for q in ancestors(snapshot, queue) {
-                        queue_allocated[q.index()].add(&t.request);
-                    }
+                    queue_allocated[queue.index()].add(&t.request);
                     holding[t.job.index()] += 1;
                     counts.bound += 1;
                     node_task_start[node.index() + 1] += 1;
@@ -304,6 +310,19 @@ impl<'a> Session<'a> {
                     TaskStatus::Failed
                 }
             });
+        }
+        // Bound requests of our pods (the rest of the nodes' usage is other schedulers').
+        let mut ours_bound = Resources::zero(dims);
+        for q in &snapshot.queues {
+            ours_bound.add(&queue_allocated[q.id.index()]);
+        }
+        // Only leaves hold jobs: what each leaf holds goes up to every ancestor.
+        let (own_pending, own_allocated) = (queue_pending.clone(), queue_allocated.clone());
+        for q in &snapshot.queues {
+            for a in ancestors(snapshot, q.id).skip(1) {
+                queue_pending[a.index()].add(&own_pending[q.id.index()]);
+                queue_allocated[a.index()].add(&own_allocated[q.id.index()]);
+            }
         }
         for i in 0..n {
             node_task_start[i + 1] += node_task_start[i];
@@ -320,7 +339,7 @@ impl<'a> Session<'a> {
         for node in 0..n {
             let (from, to) = (node_task_start[node], node_task_start[node + 1]);
             for &t in &node_tasks[from as usize..to as usize] {
-                let list = &mut queue_nodes[snapshot.job(snapshot.task(t).job).queue.index()];
+                let list = &mut queue_nodes[task_queue[t.index()].index()];
                 if list.last() != Some(&NodeId(node as u32)) {
                     list.push(NodeId(node as u32));
                 }
@@ -377,11 +396,7 @@ impl<'a> Session<'a> {
         }
         session.queue_capacity = {
             let mut foreign = node_used_sum;
-            for t in &snapshot.tasks {
-                if let TaskState::Bound(_) = t.state {
-                    foreign.sub(&t.request);
-                }
-            }
+            foreign.sub(&ours_bound);
             let mut capacity = session.cluster_allocatable.clone();
             capacity.sub(&foreign);
             capacity
