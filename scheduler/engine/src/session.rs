@@ -179,6 +179,11 @@ pub struct Session<'a> {
     /// Per job: how its members stood when the session opened (what [`Session::counts`] gives
     /// for a job no committed operation touched).
     start_counts: Vec<StartCounts>,
+    /// Jobs in phase Pending in the snapshot (the candidates for admission), by id.
+    unadmitted: Vec<JobId>,
+    /// Jobs with pending members when the session opened, by id: no other job gets one (a
+    /// placement undone gives back a member that was pending; an eviction makes it Evicted).
+    with_pending: Vec<JobId>,
     conditions: Vec<Vec<Condition>>,
     /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
     queue_allocated: Vec<Resources>,
@@ -345,6 +350,23 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        // One pass over the jobs for what the session keeps of them.
+        let mut phase = Vec::with_capacity(snapshot.jobs.len());
+        let (mut unadmitted, mut to_reserve) = (Vec::new(), Vec::new());
+        let mut constrained = false;
+        for job in &snapshot.jobs {
+            phase.push(job.phase);
+            match job.phase {
+                JobPhase::Pending => unadmitted.push(job.id),
+                JobPhase::Inqueue if holding[job.id.index()] == 0 => to_reserve.push(job.id),
+                _ => {}
+            }
+            constrained |= !job.topology.is_empty() || !job.sub_groups.is_empty();
+        }
+        let with_pending = (start_counts.iter().enumerate())
+            .filter(|(_, c)| c.pending > 0)
+            .map(|(j, _)| JobId(j as u32))
+            .collect();
         let mut session = Session {
             snapshot,
             fw,
@@ -352,7 +374,9 @@ impl<'a> Session<'a> {
             cluster_used: Resources::zero(dims),
             gpus_used: Vec::new(),
             status,
-            phase: snapshot.jobs.iter().map(|j| j.phase).collect(),
+            phase,
+            unadmitted,
+            with_pending,
             placed: vec![0; holding.len()],
             start_counts,
             holding,
@@ -387,12 +411,10 @@ impl<'a> Session<'a> {
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
-        session.topo = session.build_topology(kept_topo);
+        session.topo = session.build_topology(kept_topo, constrained);
         session.cluster_used.add(&node_used_sum);
-        for job in &snapshot.jobs {
-            if job.phase == JobPhase::Inqueue && session.holding[job.id.index()] == 0 {
-                session.reserve_admission(job.id, true);
-            }
+        for job in to_reserve {
+            session.reserve_admission(job, true);
         }
         session.queue_capacity = {
             let mut foreign = node_used_sum;
@@ -413,12 +435,12 @@ impl<'a> Session<'a> {
     /// node carries a tier label: on a flat cluster every gang is placed as before. Free GPUs
     /// per domain come from `kept` (the last session's, for the same topology) brought up to
     /// date, or are counted afresh.
-    fn build_topology(&self, kept: Option<(TopoState, Vec<(NodeId, u64)>)>) -> Option<TopoState> {
+    fn build_topology(
+        &self,
+        kept: Option<(TopoState, Vec<(NodeId, u64)>)>,
+        constrained: bool,
+    ) -> Option<TopoState> {
         let snap = self.snapshot;
-        let constrained = snap
-            .jobs
-            .iter()
-            .any(|j| !j.topology.is_empty() || !j.sub_groups.is_empty());
         let topology = snap.topology(&self.fw.tiers, constrained)?;
         if let Some((mut topo, moved)) = kept {
             if Arc::ptr_eq(&topo.topology, &topology) {
@@ -562,6 +584,17 @@ impl<'a> Session<'a> {
 
     /// Whether this cycle placed (or nominated) members of the job: such a job is being
     /// started, and is no victim for anyone.
+    /// Jobs whose PodGroup was Pending in the snapshot, by id.
+    pub fn unadmitted(&self) -> &[JobId] {
+        &self.unadmitted
+    }
+
+    /// Jobs that had pending members when the session opened, by id: a superset of the jobs
+    /// with pending members at any later point of the cycle.
+    pub fn with_pending(&self) -> &[JobId] {
+        &self.with_pending
+    }
+
     pub fn placed_now(&self, job: JobId) -> bool {
         self.placed[job.index()] > 0
     }

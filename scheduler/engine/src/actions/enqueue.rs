@@ -8,7 +8,9 @@ use crate::session::Session;
 /// before its pods exist: job controllers that wait for Inqueue before creating pods rely on it.
 pub fn enqueue(session: &mut Session) {
     let fw = session.framework();
-    for job in ordered_jobs(session, |j| j.phase == JobPhase::Pending) {
+    for job in ordered_jobs(session, session.unadmitted(), |j| {
+        j.phase == JobPhase::Pending
+    }) {
         if let Some(c) = queue_refuses(session, job) {
             session.add_condition(job.id, c);
             continue;

@@ -11,7 +11,7 @@ pub use enqueue::enqueue;
 pub use evict::{preempt, reclaim};
 
 use crate::framework::{Action, Framework};
-use crate::model::{Job, JobPhase, QueueState, TaskId};
+use crate::model::{Job, JobId, JobPhase, QueueState, TaskId};
 use crate::plan::{Condition, Plan};
 use crate::session::{Session, TaskStatus};
 use crate::snapshot::Snapshot;
@@ -48,11 +48,18 @@ pub(crate) fn has_pending(session: &Session, job: &Job) -> bool {
         .any(|&t| *session.task_status(t) == TaskStatus::Pending)
 }
 
-/// Jobs that pass `keep`, in the configured job order.
-pub(crate) fn ordered_jobs<'s>(session: &Session<'s>, keep: impl Fn(&Job) -> bool) -> Vec<&'s Job> {
+/// Jobs of `candidates` that pass `keep`, in the configured job order.
+pub(crate) fn ordered_jobs<'s>(
+    session: &Session<'s>,
+    candidates: &[JobId],
+    keep: impl Fn(&Job) -> bool,
+) -> Vec<&'s Job> {
     let snap = session.snapshot;
     let fw = session.framework();
-    let mut jobs: Vec<&Job> = snap.jobs.iter().filter(|j| keep(j)).collect();
+    let mut jobs: Vec<&Job> = (candidates.iter())
+        .map(|&j| snap.job(j))
+        .filter(|j| keep(j))
+        .collect();
     jobs.sort_by(|a, b| fw.compare_jobs(a, b));
     jobs
 }
@@ -61,7 +68,7 @@ pub(crate) fn ordered_jobs<'s>(session: &Session<'s>, keep: impl Fn(&Job) -> boo
 /// pending members.
 pub(crate) fn schedulable_jobs<'s>(session: &Session<'s>) -> Vec<&'s Job> {
     let gated = session.framework().actions.contains(&Action::Enqueue);
-    ordered_jobs(session, |j| {
+    ordered_jobs(session, session.with_pending(), |j| {
         (!gated || session.phase(j.id) != JobPhase::Pending) && has_pending(session, j)
     })
 }
