@@ -362,46 +362,32 @@ fn renumber_by_first_use(
         let s = &mut shapes_first[t.shape.0 as usize];
         *s = (*s).min(i as u32);
     }
-    let in_order = |first: &[u32]| first.windows(2).all(|w| w[0] < w[1]);
-    let all_used = |first: &[u32]| first.last().is_none_or(|&f| f != u32::MAX);
-    if in_order(&rules_first)
-        && all_used(&rules_first)
-        && in_order(&shapes_first)
-        && all_used(&shapes_first)
-    {
+    let numbered =
+        |first: &[u32]| first.windows(2).all(|w| w[0] < w[1]) && !first.contains(&u32::MAX);
+    if numbered(&rules_first) && numbered(&shapes_first) {
         return;
     }
-    // Old id -> new id (u32::MAX: unused), by first use.
-    fn by_first_use(first: &[u32]) -> Vec<u32> {
-        let mut order: Vec<usize> = (0..first.len()).filter(|&i| first[i] != u32::MAX).collect();
-        order.sort_by_key(|&i| first[i]);
-        let mut map = vec![u32::MAX; first.len()];
-        for (new, &old) in order.iter().enumerate() {
-            map[old] = new as u32;
-        }
-        map
+    let rules_map = by_first_use(rules, &rules_first);
+    let shapes_map = by_first_use(shapes, &shapes_first);
+    for (r, _) in shapes.iter_mut() {
+        *r = RulesId(rules_map[r.0 as usize]);
     }
-    let rules_map = by_first_use(&rules_first);
-    let shapes_map = by_first_use(&shapes_first);
-    let mut kept_rules: Vec<Option<PlacementRules>> =
-        std::mem::take(rules).into_iter().map(Some).collect();
-    let mut order: Vec<usize> = (0..kept_rules.len())
-        .filter(|&i| rules_map[i] != u32::MAX)
-        .collect();
-    order.sort_by_key(|&i| rules_map[i]);
-    *rules = order.iter().filter_map(|&i| kept_rules[i].take()).collect();
-    let mut kept_shapes: Vec<Option<(RulesId, Resources)>> =
-        std::mem::take(shapes).into_iter().map(Some).collect();
-    let mut order: Vec<usize> = (0..kept_shapes.len())
-        .filter(|&i| shapes_map[i] != u32::MAX)
-        .collect();
-    order.sort_by_key(|&i| shapes_map[i]);
-    *shapes = (order.iter())
-        .filter_map(|&i| kept_shapes[i].take())
-        .map(|(r, req)| (RulesId(rules_map[r.0 as usize]), req))
-        .collect();
     for t in tasks {
         t.rules = RulesId(rules_map[t.rules.0 as usize]);
         t.shape = ShapeId(shapes_map[t.shape.0 as usize]);
     }
+}
+
+/// Orders `items` by their first use (`first`; `u32::MAX`: unused, dropped) and returns each
+/// old index's new one.
+fn by_first_use<T>(items: &mut Vec<T>, first: &[u32]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..first.len()).filter(|&i| first[i] != u32::MAX).collect();
+    order.sort_by_key(|&i| first[i]);
+    let mut map = vec![u32::MAX; first.len()];
+    for (new, &old) in order.iter().enumerate() {
+        map[old] = new as u32;
+    }
+    let mut old: Vec<Option<T>> = std::mem::take(items).into_iter().map(Some).collect();
+    *items = order.iter().filter_map(|&i| old[i].take()).collect();
+    map
 }
