@@ -842,6 +842,7 @@ fn pod(
         active_deadline_s: spec.active_deadline_seconds,
         labels: meta.labels.clone().unwrap_or_default(),
         rank: pod_rank(cx, meta)?,
+        pinned_queue: None,
     })
 }
 

@@ -316,6 +316,9 @@ impl<'a> Session<'a> {
                 }
             });
         }
+        for (held, pinned) in queue_allocated.iter_mut().zip(&snapshot.queue_pinned) {
+            held.add(pinned);
+        }
         // Bound requests of our pods (the rest of the nodes' usage is other schedulers').
         let mut ours_bound = Resources::zero(dims);
         for q in &snapshot.queues {

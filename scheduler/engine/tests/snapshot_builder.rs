@@ -291,6 +291,15 @@ mod patched {
             ns: usize,
             name: usize,
         },
+        /// A pinned pod: `h0`–`h2`, or `p7`, which is also a member's name.
+        Pinned {
+            ns: usize,
+            name: usize,
+            node: Option<usize>,
+            gpus: i64,
+            pods: Option<i64>,
+            queue: usize,
+        },
         Group {
             ns: usize,
             name: usize,
@@ -322,6 +331,14 @@ mod patched {
                     }
                 ),
             2 => (0..2usize, 0..8usize).prop_map(|(ns, name)| Change::RemovePod { ns, name }),
+            2 => (
+                (0..2usize, 0..4usize, proptest::option::weighted(0.95, 0..4usize)),
+                (0..3i64, proptest::option::of(1..4i64), prop_oneof![20 => 0..2usize, 1 => Just(2)]),
+            )
+                .prop_map(|((ns, name, node), (gpus, pods, queue))| Change::Pinned {
+                    ns, name, node, gpus, pods, queue
+                }),
+            1 => (0..2usize, 0..3usize).prop_map(|(ns, name)| Change::RemovePod { ns, name: 8 + name }),
             3 => (0..2usize, 0..4usize, prop_oneof![80 => 1..4i64, 1 => Just(0)], prop_oneof![80 => 0..6usize, 1 => 6..8usize], proptest::option::weighted(0.3, prop_oneof![40 => 1..3u32, 1 => Just(0)]), any::<bool>())
                 .prop_map(|(ns, name, min_member, queue, sub_group, phase)| Change::Group {
                     ns, name, min_member, queue, sub_group, phase
@@ -338,10 +355,10 @@ mod patched {
 
     /// Pod 0 is named like group 3 (without a group of its own it collides with it).
     fn pod_name(name: usize) -> String {
-        if name == 0 {
-            "g3".into()
-        } else {
-            format!("p{name}")
+        match name {
+            0 => "g3".into(),
+            8.. => format!("h{}", name - 8),
+            _ => format!("p{name}"),
         }
     }
 
@@ -410,6 +427,34 @@ mod patched {
                 pods.insert((ns.into(), p.name.clone()), p.clone());
                 b.set_pod(p);
             }
+            Change::Pinned {
+                ns,
+                name,
+                node,
+                gpus,
+                pods: slots,
+                queue,
+            } => {
+                let name = if name == 3 { 7 } else { 8 + name };
+                let own: Vec<u32> = (0..gpus as u32)
+                    .map(|i| 48 + (ns * 4 + name % 4) as u32 + i * 8)
+                    .collect();
+                let ns = NAMESPACES[ns];
+                let mut p = pod(
+                    &pod_name(name),
+                    None,
+                    node.map(|n| format!("n{n}")).as_deref(),
+                    &own,
+                );
+                p.namespace = ns.into();
+                p.request = list(&[("cpu", 300), ("nvidia.com/gpu", gpus)]);
+                if let Some(slots) = slots {
+                    p.request.insert("pods".into(), slots);
+                }
+                p.pinned_queue = Some(["a", "b", "missing"][queue].into());
+                pods.insert((ns.into(), p.name.clone()), p.clone());
+                b.set_pod(p);
+            }
             Change::RemovePod { ns, name } => {
                 let (ns, name) = (NAMESPACES[ns], pod_name(name));
                 let had = pods.remove(&(ns.to_string(), name.clone())).is_some();
@@ -469,7 +514,7 @@ mod patched {
     fn big_nodes() -> Vec<NodeSpec> {
         let mut nodes = nodes();
         for n in &mut nodes {
-            n.allocatable.insert("nvidia.com/gpu".into(), 48);
+            n.allocatable.insert("nvidia.com/gpu".into(), 64);
         }
         nodes
     }

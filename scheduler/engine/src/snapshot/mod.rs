@@ -75,6 +75,19 @@ pub struct PodSpec {
     /// The pod's index in its workload (Job completion index, JobSet / StatefulSet / training
     /// operator replica index): sub-groups are cut from consecutive ranks.
     pub rank: Option<u32>,
+    /// Set on a bound pod that stands for running work of this (leaf) queue which the cycle
+    /// must leave where it is, such as a replay's sum of fully placed gangs: it counts on its
+    /// node and on its queue like a bound pod of ours (its request may state `pods`, the pods it
+    /// stands for), but it is no task of any job, so it is never moved, evicted or reported.
+    /// `ours`, `group` and the placement fields do not apply.
+    pub pinned_queue: Option<String>,
+}
+
+impl PodSpec {
+    /// A pod of ours that is a member of a job (not pinned).
+    fn is_member(&self) -> bool {
+        self.ours && self.pinned_queue.is_none()
+    }
 }
 
 /// Where a gang or one of its sub-groups must (`required`, a hard limit) or should
@@ -195,6 +208,8 @@ pub struct Snapshot {
     pub node_used: Vec<Resources>,
     /// GPUs in use on each node, one bit per GPU index.
     pub node_gpus_used: Vec<u64>,
+    /// Per queue: what its pinned pods hold (see [`PodSpec::pinned_queue`]).
+    pub queue_pinned: Vec<Resources>,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
     /// What snapshots of the same nodes share (topologies, the last session's node state).
@@ -400,6 +415,8 @@ pub struct SnapshotBuilder {
     claims_as_named: bool,
     /// Snapshots built by patching the last one (see [`SnapshotBuilder::patched`]).
     patched: u64,
+    /// What each pinned pod held in the last snapshot.
+    pinned_uses: HashMap<(String, String), PinnedUse>,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -420,6 +437,8 @@ trait Held: PartialEq {
     fn job_name(&self) -> Option<&str>;
     /// The pod's name, for a pod of ours (a member of its job).
     fn member_name(&self) -> Option<&str>;
+    /// The pod's name, for a pinned pod.
+    fn pinned_name(&self) -> Option<&str>;
 }
 
 impl Held for PodSpec {
@@ -428,17 +447,19 @@ impl Held for PodSpec {
     }
     /// A pod of ours without a PodGroup is a job of its own, in the default queue.
     fn uses_default_queue(&self) -> bool {
-        self.ours && self.group.is_none()
+        self.is_member() && self.group.is_none()
     }
     fn namespace(&self) -> &str {
         &self.namespace
     }
     fn job_name(&self) -> Option<&str> {
-        self.ours
-            .then(|| self.group.as_deref().unwrap_or(&self.name))
+        (self.is_member()).then(|| self.group.as_deref().unwrap_or(&self.name))
     }
     fn member_name(&self) -> Option<&str> {
-        self.ours.then_some(self.name.as_str())
+        (self.is_member()).then_some(self.name.as_str())
+    }
+    fn pinned_name(&self) -> Option<&str> {
+        self.pinned_queue.as_ref().map(|_| self.name.as_str())
     }
 }
 
@@ -458,6 +479,9 @@ impl Held for GroupSpec {
     fn member_name(&self) -> Option<&str> {
         None
     }
+    fn pinned_name(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The builder's counts over the specs it holds, kept in step as specs come and go, and what
@@ -475,6 +499,8 @@ struct HeldCounts {
     slashed: bool,
     /// Jobs (namespace, name) whose group or pods changed since the last snapshot.
     changed_jobs: BTreeSet<(String, String)>,
+    /// Pinned pods (namespace, name) that changed since the last snapshot.
+    changed_pinned: BTreeSet<(String, String)>,
     /// A pod of another scheduler changed since the last snapshot.
     foreign_changed: bool,
 }
@@ -488,6 +514,10 @@ impl HeldCounts {
             self.default_queue_users += users;
         } else {
             self.default_queue_users -= users;
+        }
+        if let Some(pod) = spec.pinned_name() {
+            (self.changed_pinned).insert((spec.namespace().to_string(), pod.to_string()));
+            return;
         }
         let Some(job) = spec.job_name() else {
             self.foreign_changed = true;
@@ -511,6 +541,7 @@ impl HeldCounts {
     /// The snapshot is built: from here on, changes count from it.
     fn built(&mut self) {
         self.changed_jobs.clear();
+        self.changed_pinned.clear();
         self.foreign_changed = false;
     }
 }
@@ -594,6 +625,7 @@ impl SnapshotBuilder {
             spare_tasks: Vec::new(),
             claims_as_named: false,
             patched: 0,
+            pinned_uses: HashMap::new(),
         })
     }
 
@@ -777,6 +809,10 @@ impl SnapshotBuilder {
         )?;
         self.spare_tasks = assembled.spare_tasks;
         self.claims_as_named = assembled.claims_as_named;
+        let keys: Vec<&(String, String)> = self.pods.keys().collect();
+        self.pinned_uses = (assembled.pinned.into_iter())
+            .map(|(i, used)| (keys[i].clone(), used))
+            .collect();
         Ok(self.last.insert(assembled.snapshot))
     }
 }
@@ -886,7 +922,10 @@ struct PodFacts {
 impl PodFacts {
     fn of(names: &ResourceNames, p: &PodSpec, node_id: &dyn Fn(&str) -> Option<NodeId>) -> Self {
         let mut request = names.resources(&p.request);
-        request.set(PODS, 1);
+        // A pod takes one pod slot; a pinned pod as many as it says it stands for.
+        if p.pinned_queue.is_none() || !p.request.contains_key("pods") {
+            request.set(PODS, 1);
+        }
         PodFacts {
             key: format!("{}/{}", p.namespace, p.name).into(),
             request,
@@ -1009,6 +1048,8 @@ struct Assembled {
     spare_tasks: Vec<Task>,
     /// Every bound pod holds the GPUs it names (see [`claim_gpus`]).
     claims_as_named: bool,
+    /// What each pinned pod holds, by its index in the pods.
+    pinned: Vec<(usize, PinnedUse)>,
 }
 
 /// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
@@ -1072,7 +1113,7 @@ fn assemble(
     let mut last_pod: Option<(&str, &str)> = None;
     // Per pod of ours, in order: the draft of its job (looked up once, used again below).
     let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
-    for &(p, facts) in pods.iter().filter(|(p, _)| p.ours) {
+    for &(p, facts) in pods.iter().filter(|(p, _)| p.is_member()) {
         let this = (p.namespace.as_str(), p.name.as_str());
         if !pods_unique && last_pod.replace(this) == Some(this) {
             return Err(err(
@@ -1168,7 +1209,9 @@ fn assemble(
     let mut claims_as_named = true;
     let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
     let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
-    for &(p, facts) in pods {
+    let mut queue_pinned = vec![Resources::zero(names.len()); queues.len()];
+    let mut pinned = Vec::new();
+    for (pod_index, &(p, facts)) in pods.iter().enumerate() {
         let request = &facts.request;
         let node = bound_node(p, facts)?;
         let mut gpus = 0u64;
@@ -1183,6 +1226,22 @@ fn assemble(
                 want,
             );
             claims_as_named &= as_named;
+        }
+        if let Some(queue) = &p.pinned_queue {
+            let queue = pinned_queue(&queue_ids, &has_children, facts, queue, node)?;
+            queue_pinned[queue.index()].add(request);
+            let node = node.unwrap_or(NodeId(0));
+            let request = request.clone();
+            pinned.push((
+                pod_index,
+                PinnedUse {
+                    node,
+                    queue,
+                    request,
+                    gpus,
+                },
+            ));
+            continue;
         }
         if !p.ours {
             if node.is_some() {
@@ -1278,11 +1337,13 @@ fn assemble(
             shapes,
             node_used,
             node_gpus_used,
+            queue_pinned,
             foreign_pods,
             node_cache,
         },
         spare_tasks: last_tasks,
         claims_as_named,
+        pinned,
     })
 }
 
@@ -1300,6 +1361,36 @@ fn bound_node(p: &PodSpec, facts: &PodFacts) -> Result<Option<NodeId>, SnapshotE
             )
         }),
         _ => Ok(None),
+    }
+}
+
+/// What a pinned pod holds, on its node and for its queue.
+#[derive(Clone, Debug)]
+struct PinnedUse {
+    node: NodeId,
+    queue: QueueId,
+    request: Resources,
+    gpus: u64,
+}
+
+/// A pinned pod's queue: it must exist and be a leaf, and the pod must be bound.
+fn pinned_queue(
+    queue_ids: &Map<&str, QueueId>,
+    has_children: &[bool],
+    facts: &PodFacts,
+    queue: &str,
+    node: Option<NodeId>,
+) -> Result<QueueId, SnapshotError> {
+    let invalid = |message| Err(err("Pod", &facts.key, "pinned_queue", message));
+    if node.is_none() {
+        return invalid("a pinned pod must be running on a node".into());
+    }
+    match queue_ids.get(queue) {
+        None => invalid(format!("names queue {queue}, which does not exist")),
+        Some(q) if has_children[q.index()] => invalid(format!(
+            "queue {queue} has child queues; only leaf queues hold work"
+        )),
+        Some(&q) => Ok(q),
     }
 }
 

@@ -49,7 +49,8 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         || !b.dirty.is_empty()
         || last.resources != *names
         || last.queues != queues
-        || held.changed_jobs.len() > last.jobs.len() / MAX_CHANGED_SHARE + 8
+        || held.changed_jobs.len() + held.changed_pinned.len()
+            > (last.jobs.len() + b.pinned_uses.len()) / MAX_CHANGED_SHARE + 8
     {
         return None;
     }
@@ -63,6 +64,12 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         }
         for pod in held.members.get(&key).into_iter().flatten() {
             let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
+            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id));
+        }
+    }
+
+    for key in &held.changed_pinned {
+        if let Some(c) = b.pods.get_mut(key) {
             (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id));
         }
     }
@@ -92,6 +99,40 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
                 }
             }
         }
+    }
+    for key in &held.changed_pinned {
+        if let Some(old) = b.pinned_uses.get(key) {
+            let used = (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
+            *used &= !old.gpus;
+        }
+    }
+    // Pinned pods as they are now, checked.
+    let mut pinned: Vec<(&(String, String), PinnedUse)> = Vec::new();
+    for key in &held.changed_pinned {
+        let Some(c) = b.pods.get(key) else { continue };
+        let (Some(queue), Some(facts)) = (&c.spec.pinned_queue, &c.facts) else {
+            continue;
+        };
+        let node = bound_node(&c.spec, facts).ok()?;
+        let queue = pinned_queue(&queue_ids, &has_children, facts, queue, node).ok()?;
+        let node = node?;
+        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
+        let want = facts.request.get(GPU).max(0) as usize;
+        let count = last.nodes[node.index()].gpus.len();
+        let (gpus, as_named) = claim_gpus(used, count, &c.spec.gpu_ids, want);
+        if !as_named {
+            return None;
+        }
+        let request = facts.request.clone();
+        pinned.push((
+            key,
+            PinnedUse {
+                node,
+                queue,
+                request,
+                gpus,
+            },
+        ));
     }
     let mut fresh: Vec<Fresh> = Vec::new();
     for (ns, job) in &held.changed_jobs {
@@ -219,6 +260,20 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
             node_gpus_used[n.index()] |= m.gpus;
         }
     }
+    let mut queue_pinned = std::mem::take(&mut last.queue_pinned);
+    for key in &held.changed_pinned {
+        if let Some(old) = b.pinned_uses.remove(key) {
+            node_used[old.node.index()].sub(&old.request);
+            node_gpus_used[old.node.index()] &= !old.gpus;
+            queue_pinned[old.queue.index()].sub(&old.request);
+        }
+    }
+    for (key, new) in pinned {
+        node_used[new.node.index()].add(&new.request);
+        node_gpus_used[new.node.index()] |= new.gpus;
+        queue_pinned[new.queue.index()].add(&new.request);
+        b.pinned_uses.insert(key.clone(), new);
+    }
 
     // New tasks: the old ones less the gone jobs', with the fresh members merged in by name.
     let mut members: Vec<(usize, &Member<'_>)> = (fresh.iter().enumerate())
@@ -342,6 +397,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         shapes,
         node_used,
         node_gpus_used,
+        queue_pinned,
         foreign_pods,
         node_cache,
     })
