@@ -350,14 +350,15 @@ pub fn execute(
 /// Wall-clock figures of a run (kept out of summary.json, which must not vary between runs).
 pub fn timing_text(o: &sim::Outcome) -> String {
     format!(
-        "{} events, {} cycles in {:.2} s wall ({:.0} events/s; snapshot build {:.2} s, scheduling {:.2} s; {:.0} pods in {:.0} groups per cycle)",
+        "{} events, {} cycles in {:.2} s wall ({:.0} events/s; snapshot build {:.2} s, scheduling {:.2} s; {:.0} pods in {:.0} groups per snapshot; {} folded cycles run again whole)",
         o.events,
         o.cycles,
         o.wall_s,
         o.events as f64 / o.wall_s.max(1e-9),
         o.snapshot_s,
         o.schedule_s,
-        o.snapshot_tasks as f64 / o.cycles.max(1) as f64,
-        o.snapshot_jobs as f64 / o.cycles.max(1) as f64,
+        o.snapshot_tasks as f64 / (o.cycles + o.redone).max(1) as f64,
+        o.snapshot_jobs as f64 / (o.cycles + o.redone).max(1) as f64,
+        o.redone,
     )
 }

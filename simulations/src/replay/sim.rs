@@ -11,12 +11,15 @@
 //! - a cycle runs only when something changed since the last one (an arrival, a completion or
 //!   eviction while jobs wait, or a previous cycle that bound, evicted or admitted something);
 //!   between such events the state is a fixed point of the scheduler;
-//! - when the config has no action that can evict (`enqueue` and `allocate` only), the pods of
-//!   fully placed jobs are folded into one bound pod per (queue, node) holding their summed
-//!   requests and GPU ids, under a Running holder PodGroup of that queue. Node usage, GPU
-//!   masks and queue allocations are the same, so every placement is the same; each node's
-//!   `pods` allocatable is lowered by the pods folded away so pod slots stay exact. Jobs that
-//!   still wait, or wait for members, are given pod by pod.
+//! - the pods of fully placed jobs are folded into one pinned pod per (queue, node)
+//!   ([`PodSpec::pinned_queue`]) holding their summed requests, pod slots and GPU ids: node
+//!   usage, GPU masks and queue allocations are the same, so `enqueue` and `allocate` decide
+//!   the same, while the snapshot holds only the jobs that wait (whole or for members), pod by
+//!   pod. When the config can evict (`reclaim`, `preempt`), whose victims are single pods, the
+//!   folded cycle stands only when it provably equals the whole one — no gang has waited long
+//!   enough to reserve nodes, and every waiting pod was placed, so no job is left for reclaim
+//!   or preempt to act for — and otherwise the cycle is run again on the whole cluster, pod by
+//!   pod, from a second builder kept up to date beside the first.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -35,6 +38,7 @@ use super::readers::{GpuShare, FOREVER};
 use super::workload::*;
 
 const NS: &str = "sim";
+/// The namespace of the pinned pods that stand for folded jobs.
 const HOLDER_NS: &str = "sim-bound";
 
 /// How queues limit what they hold.
@@ -54,7 +58,8 @@ pub struct Options {
     pub period_ms: i64,
     pub quota: Quota,
     pub gpu_share: GpuShare,
-    /// Fold fully placed jobs into per-(queue, node) pods; `None`: whenever the config cannot evict.
+    /// Fold fully placed jobs into per-(queue, node) pinned pods (`None`: yes); without, every
+    /// cycle sees every pod.
     pub fold_bound: Option<bool>,
     /// Rebuild the whole `ClusterSpec` and call `Snapshot::build` every cycle instead of keeping
     /// the specs and the node table between cycles: the reference the fast path is tested against.
@@ -74,7 +79,7 @@ impl Default for Options {
 }
 
 /// Whether a config has an action that can take capacity away from running pods. Exhaustive on
-/// purpose: a new action must decide here whether folding bound pods stays exact.
+/// purpose: a new action must decide here whether a folded cycle needs checking.
 pub fn can_evict(config: &Config) -> bool {
     config.actions.iter().any(|a| match a {
         ActionName::Enqueue | ActionName::Allocate => false,
@@ -192,6 +197,8 @@ pub struct Outcome {
     /// Tasks and jobs summed over the snapshots of every cycle (the per-cycle work's size).
     pub snapshot_tasks: u64,
     pub snapshot_jobs: u64,
+    /// Folded cycles run again on the whole cluster.
+    pub redone: u64,
 }
 
 /// Per-job data prepared once.
@@ -208,7 +215,6 @@ struct Prepared {
 pub struct Simulator<'a> {
     config: &'a Config,
     opts: Options,
-    fold: bool,
     workload: &'a Workload,
     nodes: Vec<NodeSpec>,
     node_ids: HashMap<String, u32>,
@@ -223,7 +229,7 @@ pub struct Simulator<'a> {
     /// Jobs that wait (whole or for members): given pod by pod.
     active: BTreeSet<u32>,
     /// Folded pods: (queue, node) → (request, GPU mask, pod count).
-    folded: BTreeMap<(u32, u32), (ResourceList, u64, i64)>,
+    pinned: BTreeMap<(u32, u32), (ResourceList, u64, i64)>,
     heap: BinaryHeap<Reverse<Event>>,
     seq: u64,
     cycle_queued: bool,
@@ -241,18 +247,22 @@ pub struct Simulator<'a> {
     cycles: u64,
     events: u64,
     bindings: u64,
-    snapshot_s: f64,
-    schedule_s: f64,
-    snapshot_tasks: u64,
-    snapshot_jobs: u64,
+    stats: CycleStats,
     framework: Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
     // The fast path: specs kept between cycles, refreshed where something changed.
-    builder: SnapshotBuilder,
-    /// Pods folded away on each node (its `pods` allocatable is lowered by this), as last given
-    /// to the builder.
-    node_excess: Vec<i64>,
+    /// Waiting jobs pod by pod and folded jobs as pinned pods (when folding).
+    quick: Option<SnapshotBuilder>,
+    /// Every live job pod by pod (when not folding, or when the config can evict).
+    whole: Option<SnapshotBuilder>,
+    /// Folded cycles run again on the whole cluster (see the module docs).
+    redone: u64,
+    /// While work queues up most folded cycles would be run again: after one is, the next
+    /// `quick_backoff` cycles go straight to the whole cluster (doubling while they keep
+    /// failing). Speed only: either way the plan is the whole cluster's.
+    quick_backoff: u32,
+    quick_skip: u32,
     dirty_jobs: BTreeSet<u32>,
-    dirty_folded: BTreeSet<(u32, u32)>,
+    dirty_pinned: BTreeSet<(u32, u32)>,
 }
 
 impl<'a> Simulator<'a> {
@@ -269,7 +279,7 @@ impl<'a> Simulator<'a> {
             "{}: the cluster has no nodes",
             cluster.source
         );
-        let fold = opts.fold_bound.unwrap_or(!can_evict(config));
+        let fold = opts.fold_bound.unwrap_or(true);
         let mut nodes = cluster.nodes.clone();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut node_ids = HashMap::new();
@@ -393,15 +403,17 @@ impl<'a> Simulator<'a> {
             })
             .collect();
         let nq = workload.queues.len();
-        let builder = SnapshotBuilder::new(nodes.clone())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", cluster.source))?;
+        let builder = || {
+            SnapshotBuilder::new(nodes.clone())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", cluster.source))
+        };
+        let quick = fold.then(builder).transpose()?;
+        let whole = (!fold || can_evict(config)).then(builder).transpose()?;
         let mut sim = Simulator {
             config,
             opts,
-            fold,
             workload,
             node_used: vec![0; nodes.len()],
-            node_excess: vec![0; nodes.len()],
             nodes,
             node_ids,
             node_gpus,
@@ -412,7 +424,7 @@ impl<'a> Simulator<'a> {
             state,
             records,
             active: BTreeSet::new(),
-            folded: BTreeMap::new(),
+            pinned: BTreeMap::new(),
             heap: BinaryHeap::new(),
             seq: 0,
             cycle_queued: false,
@@ -429,14 +441,15 @@ impl<'a> Simulator<'a> {
             cycles: 0,
             events: 0,
             bindings: 0,
-            snapshot_s: 0.0,
-            schedule_s: 0.0,
-            snapshot_tasks: 0,
-            snapshot_jobs: 0,
+            stats: CycleStats::default(),
             framework: None,
-            builder,
+            quick,
+            whole,
+            redone: 0,
+            quick_backoff: 0,
+            quick_skip: 0,
             dirty_jobs: BTreeSet::new(),
-            dirty_folded: BTreeSet::new(),
+            dirty_pinned: BTreeSet::new(),
         };
         for (i, j) in workload.jobs.iter().enumerate() {
             sim.push(j.submit_ms, Kind::Arrival, i as u32, 0);
@@ -519,10 +532,11 @@ impl<'a> Simulator<'a> {
             samples: self.samples,
             has_racks: self.node_rack.iter().any(Option::is_some),
             wall_s: start.elapsed().as_secs_f64(),
-            snapshot_s: self.snapshot_s,
-            schedule_s: self.schedule_s,
-            snapshot_tasks: self.snapshot_tasks,
-            snapshot_jobs: self.snapshot_jobs,
+            snapshot_s: self.stats.snapshot_s,
+            schedule_s: self.stats.schedule_s,
+            snapshot_tasks: self.stats.tasks,
+            snapshot_jobs: self.stats.jobs,
+            redone: self.redone,
         })
     }
 
@@ -591,7 +605,7 @@ impl<'a> Simulator<'a> {
             self.queue_gpus[queue as usize] -= g;
             if folded {
                 let key = (queue, pl.node);
-                let entry = self.folded.get_mut(&key).expect("folded pods are tracked");
+                let entry = self.pinned.get_mut(&key).expect("folded pods are tracked");
                 for (r, v) in &self.prepared[j].requests[k] {
                     *entry.0.get_mut(r).expect("summed before") -= v;
                 }
@@ -600,9 +614,9 @@ impl<'a> Simulator<'a> {
                 }
                 entry.2 -= 1;
                 if entry.2 == 0 {
-                    self.folded.remove(&key);
+                    self.pinned.remove(&key);
                 }
-                self.dirty_folded.insert(key);
+                self.dirty_pinned.insert(key);
             }
         }
         self.milli_used -= self.placed_milli(j, &pods);
@@ -634,41 +648,20 @@ impl<'a> Simulator<'a> {
         self.gpus_allocated = (self.gpus_allocated as i64 + delta) as u32;
     }
 
+    /// The whole cluster, every live job pod by pod (the `--full-rebuild` reference).
     fn spec(&self) -> ClusterSpec {
-        let mut nodes = self.nodes.clone();
         let mut pods = Vec::new();
         let mut groups = Vec::new();
-        let mut holder_queues = BTreeSet::new();
-        for (&(queue, node), (req, mask, count)) in &self.folded {
-            let n = &mut nodes[node as usize];
-            if let Some(p) = n.allocatable.get_mut("pods") {
-                *p -= count - 1;
-            }
-            holder_queues.insert(queue);
-            pods.push(holder_pod(queue, node, &n.name, req, *mask));
-        }
-        for q in holder_queues {
-            groups.push(self.holder_group(q));
-        }
-        let with_job = |j: usize, pods: &mut Vec<PodSpec>, groups: &mut Vec<GroupSpec>| {
-            let live = self.job_specs(j);
-            groups.push(live.group);
-            pods.extend(live.pods);
-        };
-        if self.fold {
-            for &j in &self.active {
-                with_job(j as usize, &mut pods, &mut groups);
-            }
-        } else {
-            for (j, r) in self.records.iter().enumerate() {
-                if matches!(r.status, Status::Pending | Status::Running) {
-                    with_job(j, &mut pods, &mut groups);
-                }
+        for (j, r) in self.records.iter().enumerate() {
+            if matches!(r.status, Status::Pending | Status::Running) {
+                let live = self.job_specs(j);
+                groups.push(live.group);
+                pods.extend(live.pods);
             }
         }
         ClusterSpec {
             now_ms: self.now,
-            nodes,
+            nodes: self.nodes.clone(),
             pods,
             groups,
             queues: self.queues.clone(),
@@ -725,90 +718,52 @@ impl<'a> Simulator<'a> {
         LiveJob { group, pods }
     }
 
-    fn holder_group(&self, q: u32) -> GroupSpec {
-        GroupSpec {
-            namespace: HOLDER_NS.into(),
-            name: format!("q{q}"),
-            queue: Some(self.workload.queues[q as usize].name.clone()),
-            min_member: 1,
-            min_task_member: BTreeMap::new(),
-            min_resources: None,
-            priority: None,
-            created_ms: 0,
-            phase: JobPhase::Running,
-            topology: Default::default(),
-            sub_groups: Vec::new(),
-        }
-    }
-
-    /// Brings the kept specs up to date with what changed since the last cycle: the same pods,
-    /// groups and nodes [`Self::spec`] would list, without rebuilding the rest.
-    fn refresh(&mut self) -> anyhow::Result<()> {
+    /// Brings the kept specs up to date with what changed since the last cycle: each builder
+    /// gets the pods and groups of the jobs it shows (the quick one: waiting jobs and pinned
+    /// pods; the whole one: every live job), without rebuilding the rest.
+    fn refresh(&mut self) {
         for j in std::mem::take(&mut self.dirty_jobs) {
-            let keep = if self.fold {
-                self.active.contains(&j)
-            } else {
-                matches!(
-                    self.records[j as usize].status,
-                    Status::Pending | Status::Running
-                )
-            };
-            if keep {
-                let live = self.job_specs(j as usize);
-                self.builder.set_group(live.group);
-                for pod in live.pods {
-                    self.builder.set_pod(pod);
-                }
-            } else if self.builder.remove_group(NS, &format!("{j:08}")).is_some() {
-                for k in 0..self.prepared[j as usize].requests.len() {
-                    self.builder.remove_pod(NS, &format!("{j:08}-{k}"));
+            let live = matches!(
+                self.records[j as usize].status,
+                Status::Pending | Status::Running
+            );
+            let waits = self.active.contains(&j);
+            let specs = (live || waits).then(|| self.job_specs(j as usize));
+            let builders = [(&mut self.quick, waits), (&mut self.whole, live)];
+            for (builder, shown) in builders {
+                let Some(b) = builder else { continue };
+                match (&specs, shown) {
+                    (Some(specs), true) => {
+                        b.set_group(specs.group.clone());
+                        for pod in &specs.pods {
+                            b.set_pod(pod.clone());
+                        }
+                    }
+                    _ => {
+                        if b.remove_group(NS, &format!("{j:08}")).is_some() {
+                            for k in 0..self.prepared[j as usize].requests.len() {
+                                b.remove_pod(NS, &format!("{j:08}-{k}"));
+                            }
+                        }
+                    }
                 }
             }
         }
-        let mut nodes = BTreeSet::new();
-        for key in std::mem::take(&mut self.dirty_folded) {
+        let Some(quick) = &mut self.quick else { return };
+        for key in std::mem::take(&mut self.dirty_pinned) {
             let (queue, node) = key;
-            nodes.insert(node);
-            match self.folded.get(&key) {
-                Some((req, mask, _)) => {
-                    let pod = holder_pod(queue, node, &self.nodes[node as usize].name, req, *mask);
-                    self.builder.set_pod(pod);
+            match self.pinned.get(&key) {
+                Some((req, mask, count)) => {
+                    let queue_name = &self.workload.queues[queue as usize].name;
+                    let node_name = &self.nodes[node as usize].name;
+                    let pod = pinned_pod(queue, queue_name, node, node_name, req, *mask, *count);
+                    quick.set_pod(pod);
                 }
                 None => {
-                    self.builder
-                        .remove_pod(HOLDER_NS, &holder_name(queue, node));
+                    quick.remove_pod(HOLDER_NS, &holder_name(queue, node));
                 }
             }
-            let held = self
-                .folded
-                .range((queue, 0)..=(queue, u32::MAX))
-                .next()
-                .is_some();
-            // Setting an unchanged group and removing an absent one are no-ops.
-            if held {
-                let g = self.holder_group(queue);
-                self.builder.set_group(g);
-            } else {
-                self.builder.remove_group(HOLDER_NS, &format!("q{queue}"));
-            }
         }
-        for node in nodes {
-            let excess: i64 = (0..self.workload.queues.len() as u32)
-                .filter_map(|q| self.folded.get(&(q, node)))
-                .map(|e| e.2 - 1)
-                .sum();
-            if excess != self.node_excess[node as usize] {
-                self.node_excess[node as usize] = excess;
-                let mut spec = self.nodes[node as usize].clone();
-                if let Some(p) = spec.allocatable.get_mut("pods") {
-                    *p -= excess;
-                }
-                self.builder
-                    .update_node(spec)
-                    .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
-            }
-        }
-        Ok(())
     }
 
     fn cycle(&mut self) -> anyhow::Result<()> {
@@ -816,39 +771,57 @@ impl<'a> Simulator<'a> {
             return Ok(());
         }
         self.cycles += 1;
-        let t0 = std::time::Instant::now();
-        let full;
-        let snapshot = if self.opts.full_rebuild {
-            full = Snapshot::build(self.spec());
-            full.as_ref().map_err(Clone::clone)
+        let now = self.now;
+        let failed = |e: basalt_engine::SnapshotError| anyhow::anyhow!("cycle at {now} ms: {e}");
+        let mut plan = None;
+        if self.opts.full_rebuild {
+            let t0 = std::time::Instant::now();
+            let snapshot = Snapshot::build(self.spec()).map_err(failed)?;
+            plan = Some(
+                self.stats
+                    .schedule(&mut self.framework, self.config, &snapshot, t0),
+            );
         } else {
-            self.refresh()?;
-            self.builder.build(self.now, &self.queues)
+            self.refresh();
+            let skip = self.whole.is_some() && self.quick_skip > 0;
+            self.quick_skip = self.quick_skip.saturating_sub(1);
+            if let Some(quick) = self.quick.as_mut().filter(|_| !skip) {
+                let t0 = std::time::Instant::now();
+                let snapshot = quick.build(now, &self.queues).map_err(failed)?;
+                let p = self
+                    .stats
+                    .schedule(&mut self.framework, self.config, snapshot, t0);
+                if self.whole.is_none() || quick_plan_stands(&self.framework, snapshot, &p) {
+                    plan = Some(p);
+                    self.quick_backoff = 0;
+                } else {
+                    self.redone += 1;
+                    self.quick_backoff = (self.quick_backoff * 2).clamp(1, 64);
+                    self.quick_skip = self.quick_backoff;
+                }
+            }
+            if plan.is_none() {
+                let Some(whole) = &mut self.whole else {
+                    anyhow::bail!("cycle at {now} ms: no builder for the whole cluster");
+                };
+                let t0 = std::time::Instant::now();
+                let snapshot = whole.build(now, &self.queues).map_err(failed)?;
+                plan = Some(
+                    self.stats
+                        .schedule(&mut self.framework, self.config, snapshot, t0),
+                );
+            }
         }
-        .map_err(|e| anyhow::anyhow!("cycle at {} ms: {e}", self.now))?;
-        self.snapshot_tasks += snapshot.tasks.len() as u64;
-        self.snapshot_jobs += snapshot.jobs.len() as u64;
-        let t1 = std::time::Instant::now();
-        // The daemon's `basalt_plugins::schedule`, with the framework kept while the resource
-        // names stay and without the queue report, which a replay does not read.
-        if (self.framework.as_ref()).is_some_and(|(names, _)| *names != snapshot.resources) {
-            self.framework = None;
-        }
-        let (_, fw) = self.framework.get_or_insert_with(|| {
-            let mut fw = basalt_plugins::framework(self.config, &snapshot.resources);
-            fw.report_queues = false;
-            fw.explain_failures = false;
-            fw.report_settled_groups = false;
-            (snapshot.resources.clone(), fw)
-        });
-        let plan = basalt_engine::schedule(snapshot, fw);
-        let t2 = std::time::Instant::now();
-        self.snapshot_s += (t1 - t0).as_secs_f64();
-        self.schedule_s += (t2 - t1).as_secs_f64();
+        let Some(plan) = plan else {
+            anyhow::bail!("cycle at {now} ms: no plan");
+        };
         let mut changed = false;
         for e in &plan.evictions {
             let Some((job, _)) = parse_pod(&e.pod) else {
-                anyhow::bail!("cycle at {} ms: the plan evicts {}, a folded pod; folding is only exact without evicting actions", self.now, e.pod);
+                anyhow::bail!(
+                    "cycle at {now} ms: the plan evicts {}, not a pod of a job",
+                    e.pod
+                );
             };
             if self.records[job as usize].status == Status::Running
                 || self.state[job as usize].bound > 0
@@ -932,12 +905,12 @@ impl<'a> Simulator<'a> {
         }
         if bound as usize == self.state[j].pods.len() {
             self.active.remove(&job);
-            if self.fold {
+            if self.quick.is_some() {
                 let queue = self.prepared[j].queue;
                 for (k, pl) in self.state[j].pods.iter().enumerate() {
                     let pl = pl.as_ref().expect("all placed");
                     let e = self
-                        .folded
+                        .pinned
                         .entry((queue, pl.node))
                         .or_insert_with(|| (ResourceList::new(), 0, 0));
                     for (r, v) in &self.prepared[j].requests[k] {
@@ -947,7 +920,7 @@ impl<'a> Simulator<'a> {
                         e.1 |= 1u64 << i;
                     }
                     e.2 += 1;
-                    self.dirty_folded.insert((queue, pl.node));
+                    self.dirty_pinned.insert((queue, pl.node));
                 }
                 self.state[j].folded = true;
             }
@@ -1040,21 +1013,94 @@ impl<'a> Simulator<'a> {
     }
 }
 
-/// The bound pod that stands for every folded pod of one queue on one node.
+/// Wall-clock time spent building snapshots and scheduling them, and their sizes.
+#[derive(Default)]
+struct CycleStats {
+    snapshot_s: f64,
+    schedule_s: f64,
+    tasks: u64,
+    jobs: u64,
+}
+
+impl CycleStats {
+    /// The daemon's `basalt_plugins::schedule` on a snapshot built since `t0`, with the
+    /// framework kept while the resource names stay and without what a replay does not read
+    /// (the queue report, the per-node reasons, settled groups).
+    fn schedule(
+        &mut self,
+        framework: &mut Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
+        config: &Config,
+        snapshot: &Snapshot,
+        t0: std::time::Instant,
+    ) -> basalt_engine::Plan {
+        let t1 = std::time::Instant::now();
+        if (framework.as_ref()).is_some_and(|(names, _)| *names != snapshot.resources) {
+            *framework = None;
+        }
+        let (_, fw) = framework.get_or_insert_with(|| {
+            let mut fw = basalt_plugins::framework(config, &snapshot.resources);
+            fw.report_queues = false;
+            fw.explain_failures = false;
+            fw.report_settled_groups = false;
+            (snapshot.resources.clone(), fw)
+        });
+        let plan = basalt_engine::schedule(snapshot, fw);
+        self.snapshot_s += (t1 - t0).as_secs_f64();
+        self.schedule_s += t1.elapsed().as_secs_f64();
+        self.tasks += snapshot.tasks.len() as u64;
+        self.jobs += snapshot.jobs.len() as u64;
+        plan
+    }
+}
+
+/// Whether the plan of a quick snapshot is the plan of the whole cluster (see the module
+/// docs): no gang has waited long enough to reserve nodes, every pending pod is placed,
+/// nothing is evicted or nominated.
+fn quick_plan_stands(
+    framework: &Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
+    snapshot: &Snapshot,
+    plan: &basalt_engine::Plan,
+) -> bool {
+    let now = snapshot.now_ms;
+    let reserving = (framework.as_ref())
+        .and_then(|(_, fw)| fw.reserve_after_ms)
+        .is_some_and(|after| {
+            (snapshot.jobs.iter()).any(|j| j.created_ms > 0 && now - j.created_ms >= after)
+        });
+    let pending = (snapshot.tasks.iter())
+        .filter(|t| t.state == basalt_engine::TaskState::Pending)
+        .count();
+    !reserving
+        && plan.evictions.is_empty()
+        && plan.nominations.is_empty()
+        && plan.bindings.len() == pending
+}
+
+/// The pinned pod that stands for every folded pod of one queue on one node.
 fn holder_name(queue: u32, node: u32) -> String {
     format!("q{queue}-n{node}")
 }
 
-fn holder_pod(queue: u32, node: u32, node_name: &str, req: &ResourceList, mask: u64) -> PodSpec {
+fn pinned_pod(
+    queue: u32,
+    queue_name: &str,
+    node: u32,
+    node_name: &str,
+    req: &ResourceList,
+    mask: u64,
+    count: i64,
+) -> PodSpec {
+    let mut request = req.clone();
+    request.insert("pods".into(), count);
     PodSpec {
         namespace: HOLDER_NS.into(),
         name: holder_name(queue, node),
         ours: true,
-        group: Some(format!("q{queue}")),
-        request: req.clone(),
+        request,
         phase: PodPhase::Running,
         node: Some(node_name.to_string()),
         gpu_ids: (0..64).filter(|i| mask & (1u64 << i) != 0).collect(),
+        pinned_queue: Some(queue_name.to_string()),
         ..Default::default()
     }
 }
