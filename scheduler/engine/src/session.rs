@@ -266,12 +266,8 @@ impl<'a> Session<'a> {
     pub fn new(snapshot: &'a Snapshot, fw: &'a Framework) -> Self {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
-        let mut cluster_allocatable = Resources::zero(dims);
-        let mut node_used_sum = Resources::zero(dims);
-        for (node, used) in snapshot.nodes.iter().zip(&snapshot.node_used) {
-            cluster_allocatable.add(&node.allocatable);
-            node_used_sum.add(used);
-        }
+        let cluster_allocatable = snapshot.allocatable_total.clone();
+        let node_used_sum = snapshot.used_total.clone();
         let zeros = vec![Resources::zero(dims); snapshot.queues.len()];
         let mut queue_allocated = zeros.clone();
         let mut queue_pending = zeros.clone();

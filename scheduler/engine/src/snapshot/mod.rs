@@ -210,6 +210,9 @@ pub struct Snapshot {
     pub node_gpus_used: Vec<u64>,
     /// Per queue: what its pinned pods hold (see [`PodSpec::pinned_queue`]).
     pub queue_pinned: Vec<Resources>,
+    /// The sums of the nodes' allocatable and of `node_used`.
+    pub allocatable_total: Resources,
+    pub used_total: Resources,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
     /// What snapshots of the same nodes share (topologies, the last session's node state).
@@ -1325,6 +1328,9 @@ fn assemble(
         };
         jobs.push(new_job(g, job, task_ids, &mut tasks, labels));
     }
+    let dims = names.len();
+    let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
+    let used_total = sum(&node_used, dims);
     Ok(Assembled {
         snapshot: Snapshot {
             now_ms,
@@ -1335,6 +1341,8 @@ fn assemble(
             queues,
             rules,
             shapes,
+            allocatable_total,
+            used_total,
             node_used,
             node_gpus_used,
             queue_pinned,
@@ -1362,6 +1370,15 @@ fn bound_node(p: &PodSpec, facts: &PodFacts) -> Result<Option<NodeId>, SnapshotE
         }),
         _ => Ok(None),
     }
+}
+
+/// The sum of resource vectors of `dims` dimensions.
+fn sum<'r>(items: impl IntoIterator<Item = &'r Resources>, dims: usize) -> Resources {
+    let mut total = Resources::zero(dims);
+    for r in items {
+        total.add(r);
+    }
+    total
 }
 
 /// What a pinned pod holds, on its node and for its queue.

@@ -242,6 +242,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
 
     // Node usage: what the gone jobs held given back, what the fresh hold taken.
     let mut node_used = std::mem::take(&mut last.node_used);
+    let mut used_total = std::mem::take(&mut last.used_total);
     let mut node_gpus_used = std::mem::take(&mut last.node_gpus_used);
     let mut dropped = vec![false; old_tasks.len()];
     for &j in &gone {
@@ -250,6 +251,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
             let t = &old_tasks[t.index()];
             if let TaskState::Bound(n) = t.state {
                 node_used[n.index()].sub(&t.request);
+                used_total.sub(&t.request);
                 node_gpus_used[n.index()] &= !t.gpus;
             }
         }
@@ -257,6 +259,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
     for m in fresh.iter().flat_map(|f| &f.members) {
         if let Some(n) = m.node {
             node_used[n.index()].add(&m.facts.request);
+            used_total.add(&m.facts.request);
             node_gpus_used[n.index()] |= m.gpus;
         }
     }
@@ -264,12 +267,14 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
     for key in &held.changed_pinned {
         if let Some(old) = b.pinned_uses.remove(key) {
             node_used[old.node.index()].sub(&old.request);
+            used_total.sub(&old.request);
             node_gpus_used[old.node.index()] &= !old.gpus;
             queue_pinned[old.queue.index()].sub(&old.request);
         }
     }
     for (key, new) in pinned {
         node_used[new.node.index()].add(&new.request);
+        used_total.add(&new.request);
         node_gpus_used[new.node.index()] |= new.gpus;
         queue_pinned[new.queue.index()].add(&new.request);
         b.pinned_uses.insert(key.clone(), new);
@@ -384,6 +389,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         nodes,
         foreign_pods,
         node_cache,
+        allocatable_total,
         ..
     } = last;
     Some(Snapshot {
@@ -398,6 +404,8 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         node_used,
         node_gpus_used,
         queue_pinned,
+        allocatable_total,
+        used_total,
         foreign_pods,
         node_cache,
     })
