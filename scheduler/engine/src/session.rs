@@ -154,6 +154,10 @@ const MAX_KEPT_STATICS: usize = 256;
 /// final usage and the index and domain counts built from it.
 pub(crate) struct NodeState {
     pub(crate) framework: u64,
+    /// The generation of the snapshot the session ran on, and the nodes whose usage it
+    /// changed (sorted): elsewhere its usage is that snapshot's (see `NodeHint`).
+    generation: Option<u64>,
+    moved: Vec<NodeId>,
     pub(crate) resources: crate::resources::ResourceNames,
     used: Vec<Resources>,
     gpus_used: Vec<u64>,
@@ -222,6 +226,8 @@ pub struct Session<'a> {
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
+    /// Nodes whose usage this session changed (with repeats).
+    moved: Vec<NodeId>,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
 }
@@ -406,6 +412,7 @@ impl<'a> Session<'a> {
             failures: Map::default(),
             explanations: Map::default(),
             committed: Vec::new(),
+            moved: Vec::new(),
             topo: None,
         };
         let kept = snapshot.take_node_state(fw.id());
@@ -686,6 +693,7 @@ impl<'a> Session<'a> {
         for &(task, node) in &holds {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
+            self.moved.push(node);
             self.used[node.index()].sub(request);
             self.cluster_used.sub(request);
             self.index_insert(node);
@@ -707,6 +715,7 @@ impl<'a> Session<'a> {
         for &(task, node) in &keep {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
+            self.moved.push(node);
             self.used[node.index()].add(request);
             self.cluster_used.add(request);
             self.index_insert(node);
@@ -765,8 +774,24 @@ impl<'a> Session<'a> {
         self.kept_statics = state.statics;
         let mut stale = Vec::new();
         let mut gpus_moved = Vec::new();
-        for (i, (used, &gpus)) in snap.node_used.iter().zip(&snap.node_gpus_used).enumerate() {
-            let node = NodeId(i as u32);
+        // Only the nodes that snapshot or that session changed can differ, when known.
+        let candidates: Option<Vec<NodeId>> = match (&snap.hint.changed, state.generation) {
+            (Some((before, changed)), Some(kept)) if *before == kept => {
+                let mut nodes: Vec<NodeId> = changed.iter().chain(&state.moved).copied().collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                Some(nodes)
+            }
+            _ => None,
+        };
+        let all = || (0..snap.nodes.len()).map(|i| NodeId(i as u32));
+        let nodes: Box<dyn Iterator<Item = NodeId>> = match &candidates {
+            Some(list) => Box::new(list.iter().copied()),
+            None => Box::new(all()),
+        };
+        for node in nodes {
+            let i = node.index();
+            let (used, gpus) = (&snap.node_used[i], snap.node_gpus_used[i]);
             let was = std::mem::replace(&mut self.gpus_used[i], gpus);
             if was != gpus {
                 gpus_moved.push((node, was));
@@ -795,6 +820,7 @@ impl<'a> Session<'a> {
             if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
                 self.used[node.index()].add(&t.request);
                 self.cluster_used.add(&t.request);
+                self.moved.push(node);
                 self.holds.entry(t.job).or_default().push((t.id, node));
                 nodes.push(node);
             }
@@ -1115,6 +1141,7 @@ impl<'a> Session<'a> {
         let t = snap.task(task);
         self.index_remove(node);
         let i = node.index();
+        self.moved.push(node);
         if add {
             self.used[i].add(&t.request);
             self.cluster_used.add(&t.request);
@@ -1367,9 +1394,14 @@ impl<'a> Session<'a> {
         for (rules, s) in self.statics {
             statics.insert(snap.rules[rules.0 as usize].clone(), s);
         }
+        let mut moved = self.moved;
+        moved.sort_unstable();
+        moved.dedup();
         snap.keep_node_state(NodeState {
             statics,
             framework: self.fw.id(),
+            generation: snap.hint.generation,
+            moved,
             resources: names.clone(),
             used: self.used,
             gpus_used: self.gpus_used,

@@ -217,6 +217,24 @@ pub struct Snapshot {
     pub foreign_pods: usize,
     /// What snapshots of the same nodes share (topologies, the last session's node state).
     node_cache: NodeCache,
+    pub(crate) hint: NodeHint,
+}
+
+/// Which snapshot of a builder this is, and on which nodes its usage differs from the one
+/// before: a session that starts from the node state a session of that snapshot left compares
+/// only those nodes and the ones that session changed, not every node. Not part of what the
+/// snapshot says (two equal snapshots print alike).
+#[derive(Clone, Default)]
+pub(crate) struct NodeHint {
+    pub(crate) generation: Option<u64>,
+    /// (the generation before, the nodes whose usage changed since), when known.
+    pub(crate) changed: Option<(u64, Vec<NodeId>)>,
+}
+
+impl std::fmt::Debug for NodeHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeHint")
+    }
 }
 
 /// What snapshots of one set of nodes share: the topologies, per tier list, built from node
@@ -420,6 +438,8 @@ pub struct SnapshotBuilder {
     patched: u64,
     /// What each pinned pod held in the last snapshot.
     pinned_uses: HashMap<(String, String), PinnedUse>,
+    /// Snapshots built so far (see [`NodeHint`]).
+    generation: u64,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -629,6 +649,7 @@ impl SnapshotBuilder {
             claims_as_named: false,
             patched: 0,
             pinned_uses: HashMap::new(),
+            generation: 0,
         })
     }
 
@@ -746,9 +767,15 @@ impl SnapshotBuilder {
             self.groups.values_mut().for_each(|c| c.facts = None);
             self.facts_names = Some(names.clone());
         }
-        if let Some(snapshot) = patch::patch(self, now_ms, &built_queues) {
+        let before = self.last.as_ref().and_then(|s| s.hint.generation);
+        if let Some((mut snapshot, changed)) = patch::patch(self, now_ms, &built_queues) {
             self.held.built();
             self.patched += 1;
+            self.generation += 1;
+            snapshot.hint = NodeHint {
+                generation: Some(self.generation),
+                changed: before.map(|g| (g, changed)),
+            };
             return Ok(self.last.insert(snapshot));
         }
         self.held.built();
@@ -816,7 +843,10 @@ impl SnapshotBuilder {
         self.pinned_uses = (assembled.pinned.into_iter())
             .map(|(i, used)| (keys[i].clone(), used))
             .collect();
-        Ok(self.last.insert(assembled.snapshot))
+        self.generation += 1;
+        let mut snapshot = assembled.snapshot;
+        snapshot.hint.generation = Some(self.generation);
+        Ok(self.last.insert(snapshot))
     }
 }
 
@@ -1348,6 +1378,7 @@ fn assemble(
             queue_pinned,
             foreign_pods,
             node_cache,
+            hint: NodeHint::default(),
         },
         spare_tasks: last_tasks,
         claims_as_named,

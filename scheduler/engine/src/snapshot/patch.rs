@@ -37,9 +37,13 @@ struct Fresh<'b> {
     members: Vec<Member<'b>>,
 }
 
-/// The snapshot the builder would assemble, patched from its last one; `None` (with nothing
-/// changed) when that would not be exact or not quicker.
-pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> Option<Snapshot> {
+/// The snapshot the builder would assemble, patched from its last one, with the nodes whose
+/// usage changed; `None` (with nothing changed) when that would not be exact or not quicker.
+pub(super) fn patch(
+    b: &mut SnapshotBuilder,
+    now_ms: i64,
+    queues: &[Queue],
+) -> Option<(Snapshot, Vec<NodeId>)> {
     let names = b.facts_names.as_ref()?;
     let last = b.last.as_ref()?;
     let held = &b.held;
@@ -243,6 +247,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
     // Node usage: what the gone jobs held given back, what the fresh hold taken.
     let mut node_used = std::mem::take(&mut last.node_used);
     let mut used_total = std::mem::take(&mut last.used_total);
+    let mut changed_nodes = Vec::new();
     let mut node_gpus_used = std::mem::take(&mut last.node_gpus_used);
     let mut dropped = vec![false; old_tasks.len()];
     for &j in &gone {
@@ -252,6 +257,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
             if let TaskState::Bound(n) = t.state {
                 node_used[n.index()].sub(&t.request);
                 used_total.sub(&t.request);
+                changed_nodes.push(n);
                 node_gpus_used[n.index()] &= !t.gpus;
             }
         }
@@ -260,6 +266,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         if let Some(n) = m.node {
             node_used[n.index()].add(&m.facts.request);
             used_total.add(&m.facts.request);
+            changed_nodes.push(n);
             node_gpus_used[n.index()] |= m.gpus;
         }
     }
@@ -268,6 +275,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         if let Some(old) = b.pinned_uses.remove(key) {
             node_used[old.node.index()].sub(&old.request);
             used_total.sub(&old.request);
+            changed_nodes.push(old.node);
             node_gpus_used[old.node.index()] &= !old.gpus;
             queue_pinned[old.queue.index()].sub(&old.request);
         }
@@ -275,6 +283,7 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
     for (key, new) in pinned {
         node_used[new.node.index()].add(&new.request);
         used_total.add(&new.request);
+        changed_nodes.push(new.node);
         node_gpus_used[new.node.index()] |= new.gpus;
         queue_pinned[new.queue.index()].add(&new.request);
         b.pinned_uses.insert(key.clone(), new);
@@ -390,9 +399,10 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         foreign_pods,
         node_cache,
         allocatable_total,
+        hint,
         ..
     } = last;
-    Some(Snapshot {
+    let snapshot = Snapshot {
         now_ms,
         resources,
         nodes,
@@ -408,7 +418,9 @@ pub(super) fn patch(b: &mut SnapshotBuilder, now_ms: i64, queues: &[Queue]) -> O
         used_total,
         foreign_pods,
         node_cache,
-    })
+        hint,
+    };
+    Some((snapshot, changed_nodes))
 }
 
 /// Rules and shapes are numbered in the order tasks first use them (as [`assemble`] numbers
