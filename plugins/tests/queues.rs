@@ -361,6 +361,18 @@ proptest! {
                 p.rules.node_selector.insert("zone".into(), zone.to_string());
             }
         }
+        // Bound pods name their GPUs (the lowest free, in name order, as a snapshot would
+        // pick them), so that the builder can patch its snapshots from cycle to cycle.
+        let mut taken: BTreeMap<String, u64> = BTreeMap::new();
+        spec.pods.sort_by(|a, b| a.name.cmp(&b.name));
+        for p in &mut spec.pods {
+            let (Some(node), Some(&want)) = (&p.node, p.request.get("nvidia.com/gpu")) else { continue };
+            let used = taken.entry(node.clone()).or_default();
+            p.gpu_ids = (0..64u32).filter(|i| *used & (1 << i) == 0).take(want as usize).collect();
+            for &i in &p.gpu_ids {
+                *used |= 1 << i;
+            }
+        }
         let config = Config::default();
         let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
         let mut pods: BTreeMap<String, PodSpec> = spec.pods.iter()
@@ -368,7 +380,7 @@ proptest! {
         let mut groups: BTreeMap<String, GroupSpec> = spec.groups.iter()
             .map(|g| (format!("{}/{}", g.namespace, g.name), g.clone())).collect();
         let mut kept = None;
-        for cycle in 0..4i64 {
+        for cycle in 0..6i64 {
             for p in pods.values() {
                 builder.set_pod(p.clone());
             }
@@ -414,5 +426,6 @@ proptest! {
                 builder.set_pod(p.clone());
             }
         }
+        prop_assert!(builder.patched() > 0 || pods.values().all(|p| p.node.is_none()));
     }
 }
