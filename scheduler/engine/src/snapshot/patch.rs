@@ -110,6 +110,15 @@ pub(super) fn patch(
             *used &= !old.gpus;
         }
     }
+    // A bound pod's GPUs, claimed; `None` unless they are the ones it names (only those
+    // claims are the same in any pod order).
+    let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
+        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
+        let want = facts.request.get(GPU).max(0) as usize;
+        let count = last.nodes[node.index()].gpus.len();
+        let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
+        as_named.then_some(mask)
+    };
     // Pinned pods as they are now, checked.
     let mut pinned: Vec<(&(String, String), PinnedUse)> = Vec::new();
     for key in &held.changed_pinned {
@@ -120,13 +129,7 @@ pub(super) fn patch(
         let node = bound_node(&c.spec, facts).ok()?;
         let queue = pinned_queue(&queue_ids, &has_children, facts, queue, node).ok()?;
         let node = node?;
-        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-        let want = facts.request.get(GPU).max(0) as usize;
-        let count = last.nodes[node.index()].gpus.len();
-        let (gpus, as_named) = claim_gpus(used, count, &c.spec.gpu_ids, want);
-        if !as_named {
-            return None;
-        }
+        let gpus = claim(node, &c.spec, facts)?;
         let request = facts.request.clone();
         pinned.push((
             key,
@@ -178,18 +181,10 @@ pub(super) fn patch(
         job.queue = job_queue(&queue_ids, &has_children, &job.group, job.name).ok()?;
         for (spec, facts) in pods {
             let node = bound_node(spec, facts).ok()?;
-            let mut gpus = 0;
-            if let Some(n) = node {
-                let used = (gpus_used.entry(n)).or_insert(last.node_gpus_used[n.index()]);
-                let want = facts.request.get(GPU).max(0) as usize;
-                let count = last.nodes[n.index()].gpus.len();
-                // Only claims of the GPUs named are the same in any pod order.
-                let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
-                if !as_named {
-                    return None;
-                }
-                gpus = mask;
-            }
+            let gpus = match node {
+                Some(n) => claim(n, spec, facts)?,
+                None => 0,
+            };
             let rid = *rules_ids.entry(spec.rules.clone()).or_insert_with(|| {
                 rules.push(spec.rules.clone());
                 RulesId(rules.len() as u32 - 1)
