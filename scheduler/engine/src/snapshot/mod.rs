@@ -524,9 +524,14 @@ struct HeldCounts {
     changed_jobs: BTreeSet<(String, String)>,
     /// Pinned pods (namespace, name) that changed since the last snapshot.
     changed_pinned: BTreeSet<(String, String)>,
-    /// A pod of another scheduler changed since the last snapshot.
-    foreign_changed: bool,
+    /// Changes the patch cannot follow happened since the last snapshot: a pod of another
+    /// scheduler changed, or more changed than are worth tracking (a builder seldom built).
+    /// The next snapshot is assembled anew.
+    untracked: bool,
 }
+
+/// Changes tracked between snapshots at most; past this, the next one is assembled anew.
+const MAX_TRACKED_CHANGES: usize = 1 << 16;
 
 impl HeldCounts {
     fn count(&mut self, spec: &impl Held, add: bool) {
@@ -538,12 +543,19 @@ impl HeldCounts {
         } else {
             self.default_queue_users -= users;
         }
+        if self.changed_jobs.len() + self.changed_pinned.len() >= MAX_TRACKED_CHANGES {
+            self.changed_jobs.clear();
+            self.changed_pinned.clear();
+            self.untracked = true;
+        }
         if let Some(pod) = spec.pinned_name() {
-            (self.changed_pinned).insert((spec.namespace().to_string(), pod.to_string()));
+            if !self.untracked {
+                (self.changed_pinned).insert((spec.namespace().to_string(), pod.to_string()));
+            }
             return;
         }
         let Some(job) = spec.job_name() else {
-            self.foreign_changed = true;
+            self.untracked = true;
             return;
         };
         let key = (spec.namespace().to_string(), job.to_string());
@@ -558,14 +570,16 @@ impl HeldCounts {
                 }
             }
         }
-        self.changed_jobs.insert(key);
+        if !self.untracked {
+            self.changed_jobs.insert(key);
+        }
     }
 
     /// The snapshot is built: from here on, changes count from it.
     fn built(&mut self) {
         self.changed_jobs.clear();
         self.changed_pinned.clear();
-        self.foreign_changed = false;
+        self.untracked = false;
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) fn patch(
     let names = b.facts_names.as_ref()?;
     let last = b.last.as_ref()?;
     let held = &b.held;
-    if held.foreign_changed
+    if held.untracked
         || held.slashed
         || !b.claims_as_named
         || !b.dirty.is_empty()
