@@ -226,7 +226,8 @@ pub struct Session<'a> {
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
-    /// Nodes whose usage this session changed (with repeats).
+    /// Nodes whose usage this session changed (with repeats): those of its operations and of
+    /// its holds (noted when taken; releasing and restoring one changes no other node).
     moved: Vec<NodeId>,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
@@ -277,7 +278,6 @@ impl<'a> Session<'a> {
         let zeros = vec![Resources::zero(dims); snapshot.queues.len()];
         let mut queue_allocated = zeros.clone();
         let mut queue_pending = zeros.clone();
-        let mut holding = vec![0u32; snapshot.jobs.len()];
         let mut start_counts = vec![StartCounts::default(); snapshot.jobs.len()];
         // Bound tasks per node, as one list cut at `node_task_start` (counted, then placed).
         let mut node_task_start = vec![0u32; n + 1];
@@ -303,7 +303,6 @@ impl<'a> Session<'a> {
                 }
                 TaskState::Bound(node) => {
                     queue_allocated[queue.index()].add(&t.request);
-                    holding[t.job.index()] += 1;
                     counts.bound += 1;
                     node_task_start[node.index() + 1] += 1;
                     TaskStatus::Bound(node)
@@ -318,6 +317,8 @@ impl<'a> Session<'a> {
                 }
             });
         }
+        // Members holding capacity: the bound ones, to begin with.
+        let holding: Vec<u32> = start_counts.iter().map(|c| c.bound).collect();
         for (held, pinned) in queue_allocated.iter_mut().zip(&snapshot.queue_pinned) {
             held.add(pinned);
         }
@@ -588,8 +589,6 @@ impl<'a> Session<'a> {
         &self.queue_nodes[queue.index()]
     }
 
-    /// Whether this cycle placed (or nominated) members of the job: such a job is being
-    /// started, and is no victim for anyone.
     /// Jobs whose PodGroup was Pending in the snapshot, by id.
     pub fn unadmitted(&self) -> &[JobId] {
         &self.unadmitted
@@ -601,6 +600,8 @@ impl<'a> Session<'a> {
         &self.with_pending
     }
 
+    /// Whether this cycle placed (or nominated) members of the job: such a job is being
+    /// started, and is no victim for anyone.
     pub fn placed_now(&self, job: JobId) -> bool {
         self.placed[job.index()] > 0
     }
@@ -693,7 +694,6 @@ impl<'a> Session<'a> {
         for &(task, node) in &holds {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
-            self.moved.push(node);
             self.used[node.index()].sub(request);
             self.cluster_used.sub(request);
             self.index_insert(node);
@@ -715,7 +715,6 @@ impl<'a> Session<'a> {
         for &(task, node) in &keep {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
-            self.moved.push(node);
             self.used[node.index()].add(request);
             self.cluster_used.add(request);
             self.index_insert(node);
@@ -775,19 +774,14 @@ impl<'a> Session<'a> {
         let mut stale = Vec::new();
         let mut gpus_moved = Vec::new();
         // Only the nodes that snapshot or that session changed can differ, when known.
-        let candidates: Option<Vec<NodeId>> = match (&snap.hint.changed, state.generation) {
+        let nodes: Vec<NodeId> = match (&snap.hint.changed, state.generation) {
             (Some((before, changed)), Some(kept)) if *before == kept => {
                 let mut nodes: Vec<NodeId> = changed.iter().chain(&state.moved).copied().collect();
                 nodes.sort_unstable();
                 nodes.dedup();
-                Some(nodes)
+                nodes
             }
-            _ => None,
-        };
-        let all = || (0..snap.nodes.len()).map(|i| NodeId(i as u32));
-        let nodes: Box<dyn Iterator<Item = NodeId>> = match &candidates {
-            Some(list) => Box::new(list.iter().copied()),
-            None => Box::new(all()),
+            _ => (0..snap.nodes.len()).map(|i| NodeId(i as u32)).collect(),
         };
         for node in nodes {
             let i = node.index();

@@ -773,48 +773,39 @@ impl<'a> Simulator<'a> {
         self.cycles += 1;
         let now = self.now;
         let failed = |e: basalt_engine::SnapshotError| anyhow::anyhow!("cycle at {now} ms: {e}");
-        let mut plan = None;
         if self.opts.full_rebuild {
             let t0 = std::time::Instant::now();
             let snapshot = Snapshot::build(self.spec()).map_err(failed)?;
-            plan = Some(
-                self.stats
-                    .schedule(&mut self.framework, self.config, &snapshot, t0),
-            );
-        } else {
-            self.refresh();
-            let skip = self.whole.is_some() && self.quick_skip > 0;
-            self.quick_skip = self.quick_skip.saturating_sub(1);
-            if let Some(quick) = self.quick.as_mut().filter(|_| !skip) {
-                let t0 = std::time::Instant::now();
-                let snapshot = quick.build(now, &self.queues).map_err(failed)?;
-                let p = self
-                    .stats
-                    .schedule(&mut self.framework, self.config, snapshot, t0);
-                if self.whole.is_none() || quick_plan_stands(&self.framework, snapshot, &p) {
-                    plan = Some(p);
-                    self.quick_backoff = 0;
-                } else {
-                    self.redone += 1;
-                    self.quick_backoff = (self.quick_backoff * 2).clamp(1, 64);
-                    self.quick_skip = self.quick_backoff;
-                }
-            }
-            if plan.is_none() {
-                let Some(whole) = &mut self.whole else {
-                    anyhow::bail!("cycle at {now} ms: no builder for the whole cluster");
-                };
-                let t0 = std::time::Instant::now();
-                let snapshot = whole.build(now, &self.queues).map_err(failed)?;
-                plan = Some(
-                    self.stats
-                        .schedule(&mut self.framework, self.config, snapshot, t0),
-                );
-            }
+            let plan = (self.stats).schedule(&mut self.framework, self.config, &snapshot, t0);
+            return self.apply(plan);
         }
-        let Some(plan) = plan else {
-            anyhow::bail!("cycle at {now} ms: no plan");
+        self.refresh();
+        let skip = self.whole.is_some() && self.quick_skip > 0;
+        self.quick_skip = self.quick_skip.saturating_sub(1);
+        if let Some(quick) = self.quick.as_mut().filter(|_| !skip) {
+            let t0 = std::time::Instant::now();
+            let snapshot = quick.build(now, &self.queues).map_err(failed)?;
+            let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
+            if self.whole.is_none() || quick_plan_stands(&self.framework, snapshot, &plan) {
+                self.quick_backoff = 0;
+                return self.apply(plan);
+            }
+            self.redone += 1;
+            self.quick_backoff = (self.quick_backoff * 2).clamp(1, 64);
+            self.quick_skip = self.quick_backoff;
+        }
+        let Some(whole) = &mut self.whole else {
+            anyhow::bail!("cycle at {now} ms: no builder for the whole cluster");
         };
+        let t0 = std::time::Instant::now();
+        let snapshot = whole.build(now, &self.queues).map_err(failed)?;
+        let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
+        self.apply(plan)
+    }
+
+    /// Carries a cycle's plan out: evictions, nominations, bindings, phases.
+    fn apply(&mut self, plan: basalt_engine::Plan) -> anyhow::Result<()> {
+        let now = self.now;
         let mut changed = false;
         for e in &plan.evictions {
             let Some((job, _)) = parse_pod(&e.pod) else {
@@ -1061,12 +1052,9 @@ fn quick_plan_stands(
     snapshot: &Snapshot,
     plan: &basalt_engine::Plan,
 ) -> bool {
-    let now = snapshot.now_ms;
-    let reserving = (framework.as_ref())
-        .and_then(|(_, fw)| fw.reserve_after_ms)
-        .is_some_and(|after| {
-            (snapshot.jobs.iter()).any(|j| j.created_ms > 0 && now - j.created_ms >= after)
-        });
+    let reserving = (framework.as_ref()).is_some_and(|(_, fw)| {
+        (snapshot.jobs.iter()).any(|j| fw.waited_to_reserve(j, snapshot.now_ms))
+    });
     let pending = (snapshot.tasks.iter())
         .filter(|t| t.state == basalt_engine::TaskState::Pending)
         .count();

@@ -242,14 +242,10 @@ fn backfill_access(session: &Session, job: &Job, starts: &Starts) -> ReservedNod
 /// to those nodes.
 fn reserve_for_starving(session: &mut Session, jobs: &[&Job]) -> Starts {
     let mut starts = Starts::default();
-    let Some(threshold) = session.framework().reserve_after_ms else {
-        return starts;
-    };
-    let snap = session.snapshot;
+    let fw = session.framework();
+    let now = session.snapshot.now_ms;
     for job in jobs {
-        // A job without a creation time (0) has no known wait.
-        let waited = job.created_ms > 0 && snap.now_ms - job.created_ms >= threshold;
-        if !waited
+        if !fw.waited_to_reserve(job, now)
             || session.holding(job.id) >= job.min_member
             || queue_refuses(session, job).is_some()
             || session.framework().validate_job(session, job.id).is_err()

@@ -1275,9 +1275,8 @@ fn assemble(
             claims_as_named &= as_named;
         }
         if let Some(queue) = &p.pinned_queue {
-            let queue = pinned_queue(&queue_ids, &has_children, facts, queue, node)?;
+            let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node)?;
             queue_pinned[queue.index()].add(request);
-            let node = node.unwrap_or(NodeId(0));
             let request = request.clone();
             pinned.push((
                 pod_index,
@@ -1435,24 +1434,25 @@ struct PinnedUse {
     gpus: u64,
 }
 
-/// A pinned pod's queue: it must exist and be a leaf, and the pod must be bound.
-fn pinned_queue(
+/// A pinned pod's queue and node: the queue must exist and be a leaf, and the pod must be
+/// bound.
+fn pinned_at(
     queue_ids: &Map<&str, QueueId>,
     has_children: &[bool],
     facts: &PodFacts,
     queue: &str,
     node: Option<NodeId>,
-) -> Result<QueueId, SnapshotError> {
+) -> Result<(QueueId, NodeId), SnapshotError> {
     let invalid = |message| Err(err("Pod", &facts.key, "pinned_queue", message));
-    if node.is_none() {
+    let Some(node) = node else {
         return invalid("a pinned pod must be running on a node".into());
-    }
+    };
     match queue_ids.get(queue) {
         None => invalid(format!("names queue {queue}, which does not exist")),
         Some(q) if has_children[q.index()] => invalid(format!(
             "queue {queue} has child queues; only leaf queues hold work"
         )),
-        Some(&q) => Ok(q),
+        Some(&q) => Ok((q, node)),
     }
 }
 

@@ -37,6 +37,31 @@ struct Fresh<'b> {
     members: Vec<Member<'b>>,
 }
 
+/// Node usage being patched, with the nodes it changed on.
+struct Usage {
+    used: Vec<Resources>,
+    total: Resources,
+    gpus: Vec<u64>,
+    changed: Vec<NodeId>,
+}
+
+impl Usage {
+    /// Puts `request` and `gpus` on `node` (`add`) or takes them off.
+    fn charge(&mut self, node: NodeId, request: &Resources, gpus: u64, add: bool) {
+        let i = node.index();
+        if add {
+            self.used[i].add(request);
+            self.total.add(request);
+            self.gpus[i] |= gpus;
+        } else {
+            self.used[i].sub(request);
+            self.total.sub(request);
+            self.gpus[i] &= !gpus;
+        }
+        self.changed.push(node);
+    }
+}
+
 /// The snapshot the builder would assemble, patched from its last one, with the nodes whose
 /// usage changed; `None` (with nothing changed) when that would not be exact or not quicker.
 pub(super) fn patch(
@@ -127,8 +152,7 @@ pub(super) fn patch(
             continue;
         };
         let node = bound_node(&c.spec, facts).ok()?;
-        let queue = pinned_queue(&queue_ids, &has_children, facts, queue, node).ok()?;
-        let node = node?;
+        let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node).ok()?;
         let gpus = claim(node, &c.spec, facts)?;
         let request = facts.request.clone();
         pinned.push((
@@ -239,47 +263,37 @@ pub(super) fn patch(
         }
     }
 
-    // Node usage: what the gone jobs held given back, what the fresh hold taken.
-    let mut node_used = std::mem::take(&mut last.node_used);
-    let mut used_total = std::mem::take(&mut last.used_total);
-    let mut changed_nodes = Vec::new();
-    let mut node_gpus_used = std::mem::take(&mut last.node_gpus_used);
+    // Node usage: what the gone jobs and pinned pods held given back, what the fresh take.
+    let mut usage = Usage {
+        used: std::mem::take(&mut last.node_used),
+        total: std::mem::take(&mut last.used_total),
+        gpus: std::mem::take(&mut last.node_gpus_used),
+        changed: Vec::new(),
+    };
     let mut dropped = vec![false; old_tasks.len()];
     for &j in &gone {
         for &t in &old_jobs[j.index()].tasks {
             dropped[t.index()] = true;
             let t = &old_tasks[t.index()];
             if let TaskState::Bound(n) = t.state {
-                node_used[n.index()].sub(&t.request);
-                used_total.sub(&t.request);
-                changed_nodes.push(n);
-                node_gpus_used[n.index()] &= !t.gpus;
+                usage.charge(n, &t.request, t.gpus, false);
             }
         }
     }
     for m in fresh.iter().flat_map(|f| &f.members) {
         if let Some(n) = m.node {
-            node_used[n.index()].add(&m.facts.request);
-            used_total.add(&m.facts.request);
-            changed_nodes.push(n);
-            node_gpus_used[n.index()] |= m.gpus;
+            usage.charge(n, &m.facts.request, m.gpus, true);
         }
     }
     let mut queue_pinned = std::mem::take(&mut last.queue_pinned);
     for key in &held.changed_pinned {
         if let Some(old) = b.pinned_uses.remove(key) {
-            node_used[old.node.index()].sub(&old.request);
-            used_total.sub(&old.request);
-            changed_nodes.push(old.node);
-            node_gpus_used[old.node.index()] &= !old.gpus;
+            usage.charge(old.node, &old.request, old.gpus, false);
             queue_pinned[old.queue.index()].sub(&old.request);
         }
     }
     for (key, new) in pinned {
-        node_used[new.node.index()].add(&new.request);
-        used_total.add(&new.request);
-        changed_nodes.push(new.node);
-        node_gpus_used[new.node.index()] |= new.gpus;
+        usage.charge(new.node, &new.request, new.gpus, true);
         queue_pinned[new.queue.index()].add(&new.request);
         b.pinned_uses.insert(key.clone(), new);
     }
@@ -394,7 +408,6 @@ pub(super) fn patch(
         foreign_pods,
         node_cache,
         allocatable_total,
-        hint,
         ..
     } = last;
     let snapshot = Snapshot {
@@ -406,16 +419,17 @@ pub(super) fn patch(
         queues: queues.to_vec(),
         rules,
         shapes,
-        node_used,
-        node_gpus_used,
+        node_used: usage.used,
+        node_gpus_used: usage.gpus,
         queue_pinned,
         allocatable_total,
-        used_total,
+        used_total: usage.total,
         foreign_pods,
         node_cache,
-        hint,
+        // The builder says which snapshot this is.
+        hint: NodeHint::default(),
     };
-    Some((snapshot, changed_nodes))
+    Some((snapshot, usage.changed))
 }
 
 /// Rules and shapes are numbered in the order tasks first use them (as [`assemble`] numbers
