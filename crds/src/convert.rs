@@ -107,31 +107,89 @@ pub fn cluster_spec_with_warnings(
     options: &ConvertOptions,
 ) -> Result<(ClusterSpec, Vec<String>), ConvertError> {
     let mut warnings = Vec::new();
-    let priorities = Priorities::collect(objects)?;
-    let topologies = collect_topologies(objects)?;
-    let hyper_labels = hypernode_labels(objects, &mut warnings)?;
+    let context = Context::collect(objects, &mut warnings)?;
     let mut spec = ClusterSpec {
         now_ms: options.now_ms,
         ..ClusterSpec::default()
     };
     for (origin, object) in objects {
+        if let Some(one) = context.convert(origin, object, options, &mut warnings)? {
+            one.add_to(&mut spec);
+        }
+    }
+    Ok((spec, warnings))
+}
+
+/// What converting one object may look up in the others: priority classes, NodeTopologies'
+/// per-GPU detail, the labels HyperNodes give nodes.
+pub(crate) struct Context {
+    priorities: Priorities,
+    topologies: HashMap<String, Vec<Gpu>>,
+    hyper_labels: HashMap<String, BTreeMap<String, String>>,
+}
+
+/// One object's part of a [`ClusterSpec`].
+pub(crate) enum Converted {
+    Node(NodeSpec),
+    Pod(PodSpec),
+    Group(GroupSpec),
+    Queue(QueueSpec),
+}
+
+impl Converted {
+    pub(crate) fn add_to(self, spec: &mut ClusterSpec) {
+        match self {
+            Converted::Node(n) => spec.nodes.push(n),
+            Converted::Pod(p) => spec.pods.push(p),
+            Converted::Group(g) => spec.groups.push(g),
+            Converted::Queue(q) => spec.queues.push(q),
+        }
+    }
+}
+
+impl Context {
+    /// Fails at the first PriorityClass, NodeTopology or HyperNode that cannot be read.
+    pub(crate) fn collect(
+        objects: &[(String, Object)],
+        warnings: &mut Vec<String>,
+    ) -> Result<Context, ConvertError> {
+        Ok(Context {
+            priorities: Priorities::collect(objects)?,
+            topologies: collect_topologies(objects)?,
+            hyper_labels: hypernode_labels(objects, warnings)?,
+        })
+    }
+
+    /// Converts one object; `None` for the kinds that only inform others (PriorityClass,
+    /// NodeTopology, HyperNode).
+    pub(crate) fn convert(
+        &self,
+        origin: &str,
+        object: &Object,
+        options: &ConvertOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<Converted>, ConvertError> {
         let cx = Cx {
             origin,
             kind: object.kind(),
             object: object.key(),
         };
-        match object {
-            Object::Node(n) => {
-                spec.nodes
-                    .push(node(&cx, n, &topologies, &hyper_labels, &mut warnings)?)
+        Ok(Some(match object {
+            Object::Node(n) => Converted::Node(node(
+                &cx,
+                n,
+                &self.topologies,
+                &self.hyper_labels,
+                warnings,
+            )?),
+            Object::Pod(p) => Converted::Pod(pod(&cx, p, &self.priorities, options)?),
+            Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities)?),
+            Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
+            Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {
+                return Ok(None)
             }
-            Object::Pod(p) => spec.pods.push(pod(&cx, p, &priorities, options)?),
-            Object::PodGroup(g) => spec.groups.push(group(&cx, g, &priorities)?),
-            Object::Queue(q) => spec.queues.push(queue(&cx, q)?),
-            Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {}
-        }
+        }))
     }
-    Ok((spec, warnings))
 }
 
 /// [`cluster_spec`] then [`Snapshot::build`]; the engine's errors gain the source of the
@@ -153,7 +211,7 @@ pub fn build_snapshot_with_warnings(
     Ok((snapshot, warnings))
 }
 
-fn locate(objects: &[(String, Object)], e: SnapshotError) -> ConvertError {
+pub(crate) fn locate(objects: &[(String, Object)], e: SnapshotError) -> ConvertError {
     // Later objects win, so a duplicate is reported where the second copy is.
     let origins: HashMap<(&str, String), &str> = objects
         .iter()

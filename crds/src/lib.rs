@@ -10,6 +10,7 @@ pub mod convert;
 pub mod crdgen;
 pub mod quantity;
 pub mod read;
+pub mod tolerant;
 pub mod types;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub use convert::{
 };
 pub use quantity::QuantityError;
 pub use read::{read_objects, Loaded, Object, ReadError};
+pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};
 pub use types::volcano::HyperNode;
 pub use types::{
     GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec,

@@ -1102,16 +1102,11 @@ async fn bind(
         (Some(_), m) => BindResult::Failed(m),
         (None, m) => BindResult::Retry(m),
     };
+    // The GPU ids travel on the Binding: the API server copies its annotations onto the pod in
+    // the same write that sets `spec.nodeName`, so the kubelet never sees the pod without them
+    // and a failed bind leaves nothing behind.
     let mut annotations = BTreeMap::new();
     if !gpus.is_empty() {
-        // The node agent reads the GPU ids from the pod; they must be there before it starts.
-        let patch = json!({"metadata": {"annotations": {GPU_IDS: gpus}}});
-        if let Err(e) = api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            return result_of(e);
-        }
         annotations.insert(GPU_IDS.to_string(), gpus.to_string());
     }
     let binding = Binding {

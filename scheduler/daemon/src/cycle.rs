@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::{
-    build_snapshot_with_warnings, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
+    build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
 };
-use basalt_engine::Snapshot;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
@@ -17,8 +16,6 @@ use crate::volcano;
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
 const SOURCE: &str = "cluster";
-/// At most this many bad objects are left out of one snapshot before the cycle is skipped.
-const MAX_DROPPED: usize = 256;
 
 /// The API a PodGroup or Queue of this cycle was read from, where its status is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,15 +65,15 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         scheduler_names: s.config.scheduler_names.clone(),
         now_ms: jiff::Timestamp::now().as_millisecond(),
     };
-    let (snapshot, mut errors) = build_tolerant(objects, &options);
+    // Each bad object is reported and left out alone (its bound pods still count on their
+    // nodes); no number of them stops the cycle.
+    let built = build_snapshot_tolerant(&objects, &options);
+    let mut errors = built.errors;
     errors.extend(unreadable);
     s.report_convert_errors(&errors).await;
-    if let Some((_, w)) = &snapshot {
-        warnings.extend(w.iter().cloned());
-        report_warnings(s, warnings);
-    }
-    let snapshot = snapshot.map(|(snapshot, _)| snapshot);
-    let Some(snapshot) = snapshot else {
+    warnings.extend(built.warnings);
+    report_warnings(s, warnings);
+    let Some(snapshot) = built.snapshot else {
         s.metrics
             .cycle_duration
             .observe(started.elapsed().as_secs_f64());
@@ -309,47 +306,4 @@ pub fn pod_key(p: &Pod) -> String {
         p.metadata.namespace.as_deref().unwrap_or("default"),
         p.metadata.name.as_deref().unwrap_or("")
     )
-}
-
-/// Builds the snapshot, leaving out objects that cannot be converted (each one reported) so
-/// one bad object does not stop scheduling. A bound pod left out takes its node with it: its
-/// usage is unknown, so nothing may be placed there this cycle. The snapshot comes with the
-/// conversion's warnings.
-fn build_tolerant(
-    mut objects: Vec<(String, Object)>,
-    options: &ConvertOptions,
-) -> (Option<(Snapshot, Vec<String>)>, Vec<ConvertError>) {
-    let mut errors = Vec::new();
-    while errors.len() < MAX_DROPPED {
-        let e = match build_snapshot_with_warnings(&objects, options) {
-            Ok(s) => return (Some(s), errors),
-            Err(e) => e,
-        };
-        let before = objects.len();
-        let matches = |o: &Object, kind: &str| o.kind() == kind && o.key() == e.object;
-        let mut kind = e.kind.as_str();
-        if !objects.iter().any(|(_, o)| matches(o, kind)) {
-            // The engine names a pod without a group by its implicit group.
-            kind = "Pod";
-        }
-        let mut node_to_drop = None;
-        objects.retain(|(_, o)| {
-            if !matches(o, kind) {
-                return true;
-            }
-            if let Object::Pod(p) = o {
-                node_to_drop = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            }
-            false
-        });
-        if let Some(n) = node_to_drop {
-            objects.retain(|(_, o)| !(matches!(o, Object::Node(_)) && o.key() == n));
-        }
-        let dropped = objects.len() < before;
-        errors.push(e);
-        if !dropped {
-            return (None, errors);
-        }
-    }
-    (None, errors)
 }

@@ -1,0 +1,337 @@
+//! A snapshot of a cluster in which some objects are bad. Each bad object is reported and left
+//! out on its own, and what it holds on its node still counts, so one bad object never takes
+//! other objects, its node or the whole cycle with it. This is what a live scheduler needs: a
+//! user's malformed pod must not stop everyone else's work.
+//!
+//! - Conversion is per object, in one pass: a bad object is one error, not a rebuild.
+//! - A pod of ours that is bound but cannot be scheduled as ours (its own fields are bad, or its
+//!   PodGroup is) is kept as if another scheduler had bound it: its request counts on its node,
+//!   and nothing moves or evicts it. Only when even that fails (its request cannot be read) is
+//!   its node closed to new pods for the cycle, since its usage there is unknown.
+//! - The references the engine refuses most (a PodGroup naming a missing or non-leaf queue, a pod
+//!   naming a missing PodGroup, a live pod bound to a missing node) are checked before the build.
+//!   Whatever the engine still refuses is left out and the snapshot built again, one object at a
+//!   time; the loop ends because every round leaves out one more object.
+
+use std::collections::{HashMap, HashSet};
+
+use basalt_engine::{ClusterSpec, PodPhase, Snapshot, DEFAULT_QUEUE};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::convert::{locate, Context, ConvertError, ConvertOptions};
+use crate::read::Object;
+
+/// What [`build_snapshot_tolerant`] made of the objects.
+#[derive(Debug)]
+pub struct TolerantSnapshot {
+    /// `None` only when the engine refuses something no object stands for.
+    pub snapshot: Option<Snapshot>,
+    /// As from [`crate::build_snapshot_with_warnings`].
+    pub warnings: Vec<String>,
+    /// One per object left out or kept only as another scheduler's pod, in input order.
+    pub errors: Vec<ConvertError>,
+}
+
+/// Builds a snapshot of every object that can be used, reporting the rest (see the module
+/// documentation for what happens to a bad object).
+pub fn build_snapshot_tolerant(
+    objects: &[(String, Object)],
+    options: &ConvertOptions,
+) -> TolerantSnapshot {
+    let mut errors = Vec::new();
+    let (context, warnings) = context(objects, &mut errors);
+    // Objects the engine refused, by kind and key, with how often.
+    let mut refused: HashMap<(String, String), u32> = HashMap::new();
+    loop {
+        let mut round = Round {
+            warnings: warnings.clone(),
+            errors: Vec::new(),
+            cordoned: HashSet::new(),
+            bad_groups: HashSet::new(),
+        };
+        let spec = round.convert_all(&context, objects, options, &refused);
+        match Snapshot::build(spec) {
+            Ok(snapshot) => {
+                errors.extend(round.errors);
+                name_origins(objects, &mut errors);
+                return TolerantSnapshot {
+                    snapshot: Some(snapshot),
+                    warnings: round.warnings,
+                    errors,
+                };
+            }
+            Err(e) => {
+                let e = locate(objects, e);
+                let Some(key) = refused_object(objects, &e) else {
+                    errors.extend(round.errors);
+                    errors.push(e);
+                    return TolerantSnapshot {
+                        snapshot: None,
+                        warnings: round.warnings,
+                        errors,
+                    };
+                };
+                // Refused once: a bound pod is kept as another scheduler's; twice: left out.
+                let times = refused.entry(key).or_insert(0);
+                *times += 1;
+                if *times > 2 {
+                    errors.extend(round.errors);
+                    errors.push(e);
+                    return TolerantSnapshot {
+                        snapshot: None,
+                        warnings: round.warnings,
+                        errors,
+                    };
+                }
+                if *times == 1 {
+                    errors.push(e);
+                }
+            }
+        }
+    }
+}
+
+/// The context of every conversion, leaving out each PriorityClass, NodeTopology or HyperNode
+/// that cannot be read (these are few, so trying again without one is cheap).
+fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Context, Vec<String>) {
+    let mut warnings = Vec::new();
+    let first = match Context::collect(objects, &mut warnings) {
+        Ok(c) => return (c, warnings),
+        Err(e) => e,
+    };
+    // Only what informs the context: other kinds are left out of the retries.
+    let mut informers: Vec<(String, Object)> = objects
+        .iter()
+        .filter(|(_, o)| {
+            matches!(
+                o,
+                Object::PriorityClass(_)
+                    | Object::NodeTopology(_)
+                    | Object::HyperNode(_)
+                    | Object::Node(_)
+            )
+        })
+        .cloned()
+        .collect();
+    let mut next = Some(first);
+    while let Some(e) = next.take() {
+        let before = informers.len();
+        informers.retain(|(_, o)| !(o.kind() == e.kind && o.key() == e.object));
+        let progressed = informers.len() < before;
+        errors.push(e);
+        if !progressed {
+            break;
+        }
+        warnings.clear();
+        match Context::collect(&informers, &mut warnings) {
+            Ok(c) => return (c, warnings),
+            Err(e) => next = Some(e),
+        }
+    }
+    // Nothing left to drop: convert without any context object.
+    warnings.clear();
+    let context = Context::collect(&[], &mut warnings).expect("an empty context reads");
+    (context, warnings)
+}
+
+/// Errors made here name their object's source, as conversion errors do.
+fn name_origins(objects: &[(String, Object)], errors: &mut [ConvertError]) {
+    if errors.iter().all(|e| e.origin.is_some()) {
+        return;
+    }
+    let origins: HashMap<(&str, String), &str> = objects
+        .iter()
+        .map(|(origin, o)| ((o.kind(), o.key()), origin.as_str()))
+        .collect();
+    for e in errors.iter_mut().filter(|e| e.origin.is_none()) {
+        e.origin = origins
+            .get(&(e.kind.as_str(), e.object.clone()))
+            .map(|o| o.to_string());
+    }
+}
+
+/// The object an engine error names. The engine names a pod without a PodGroup by its implicit
+/// group, so a PodGroup that is not an object is looked up as a pod.
+fn refused_object(objects: &[(String, Object)], e: &ConvertError) -> Option<(String, String)> {
+    let exists = |kind: &str| {
+        objects
+            .iter()
+            .any(|(_, o)| o.kind() == kind && o.key() == e.object)
+    };
+    let kind = if exists(&e.kind) {
+        e.kind.as_str()
+    } else if e.kind == "PodGroup" && exists("Pod") {
+        "Pod"
+    } else {
+        return None;
+    };
+    Some((kind.to_string(), e.object.clone()))
+}
+
+/// One conversion of every object.
+struct Round {
+    warnings: Vec<String>,
+    errors: Vec<ConvertError>,
+    /// Nodes with a bound pod whose usage is unknown: no new pod goes there.
+    cordoned: HashSet<String>,
+    /// PodGroups left out (`ns/name`): their pods say so.
+    bad_groups: HashSet<String>,
+}
+
+impl Round {
+    fn convert_all(
+        &mut self,
+        context: &Context,
+        objects: &[(String, Object)],
+        options: &ConvertOptions,
+        refused: &HashMap<(String, String), u32>,
+    ) -> ClusterSpec {
+        let foreign = ConvertOptions {
+            scheduler_names: Vec::new(),
+            ..options.clone()
+        };
+        let mut spec = ClusterSpec {
+            now_ms: options.now_ms,
+            ..ClusterSpec::default()
+        };
+        for (origin, object) in objects {
+            let times = refused
+                .get(&(object.kind().to_string(), object.key()))
+                .copied()
+                .unwrap_or(0);
+            // `Err(None)`: refused by the engine in an earlier round.
+            let converted = if times > 0 {
+                Err(None)
+            } else {
+                context
+                    .convert(origin, object, options, &mut self.warnings)
+                    .map_err(Some)
+            };
+            let e = match converted {
+                Ok(Some(c)) => {
+                    c.add_to(&mut spec);
+                    continue;
+                }
+                Ok(None) => continue,
+                Err(e) => e,
+            };
+            self.errors.extend(e);
+            match object {
+                Object::PodGroup(_) => {
+                    self.bad_groups.insert(object.key());
+                }
+                Object::Pod(p) => {
+                    let Some(node) = live_node(p) else { continue };
+                    // Its request, as if another scheduler had bound it.
+                    let kept = (times < 2)
+                        .then(|| context.convert(origin, object, &foreign, &mut self.warnings))
+                        .and_then(Result::ok)
+                        .flatten();
+                    match kept {
+                        Some(c) => c.add_to(&mut spec),
+                        None => {
+                            self.cordoned.insert(node.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.check_references(&mut spec);
+        for n in &mut spec.nodes {
+            if self.cordoned.contains(&n.name) {
+                n.unschedulable = true;
+            }
+        }
+        spec
+    }
+
+    /// Leaves out PodGroups whose queue is missing or not a leaf, and pods whose PodGroup is
+    /// missing (kept as another scheduler's when bound) or that are bound to a missing node.
+    fn check_references(&mut self, spec: &mut ClusterSpec) {
+        let queues: HashSet<&str> = spec.queues.iter().map(|q| q.name.as_str()).collect();
+        let parents: HashSet<&str> = spec
+            .queues
+            .iter()
+            .filter_map(|q| q.parent.as_deref())
+            .collect();
+        let bad_groups = &mut self.bad_groups;
+        let errors = &mut self.errors;
+        spec.groups.retain(|g| {
+            let queue = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+            // The engine adds `default` when it is not declared.
+            let exists = queues.contains(queue) || queue == DEFAULT_QUEUE;
+            let message = if !exists {
+                format!("names queue {queue}, which does not exist")
+            } else if parents.contains(queue) {
+                format!("queue {queue} has child queues; only leaf queues hold jobs")
+            } else {
+                return true;
+            };
+            let key = format!("{}/{}", g.namespace, g.name);
+            errors.push(error("PodGroup", &key, "spec.queue", message));
+            bad_groups.insert(key);
+            false
+        });
+        let groups: HashSet<String> = spec
+            .groups
+            .iter()
+            .map(|g| format!("{}/{}", g.namespace, g.name))
+            .collect();
+        let nodes: HashSet<&str> = spec.nodes.iter().map(|n| n.name.as_str()).collect();
+        spec.pods.retain_mut(|p| {
+            let key = format!("{}/{}", p.namespace, p.name);
+            let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+            if let (Some(node), true) = (&p.node, live) {
+                if !nodes.contains(node.as_str()) {
+                    let message = format!("names node {node}, which does not exist");
+                    errors.push(error("Pod", &key, "spec.nodeName", message));
+                    return false;
+                }
+            }
+            let Some(group) = p.group.as_deref().filter(|_| p.ours) else {
+                return true;
+            };
+            let group_key = format!("{}/{group}", p.namespace);
+            if groups.contains(&group_key) {
+                return true;
+            }
+            let message = if bad_groups.contains(&group_key) {
+                format!("its PodGroup {group_key} is invalid (see the PodGroup)")
+            } else {
+                format!("names PodGroup {group_key}, which does not exist")
+            };
+            let field = "metadata.labels/annotations (pod group)";
+            errors.push(error("Pod", &key, field, message));
+            if p.node.is_some() && live {
+                // Bound: its request stays on its node, as another scheduler's pod.
+                p.ours = false;
+                p.group = None;
+                return true;
+            }
+            false
+        });
+    }
+}
+
+/// The node of a pod that holds resources there (bound, neither succeeded nor failed).
+fn live_node(p: &Pod) -> Option<&str> {
+    let node = p
+        .spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())?;
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    (!matches!(phase, Some("Succeeded") | Some("Failed"))).then_some(node)
+}
+
+fn error(kind: &str, object: &str, field: &str, message: String) -> ConvertError {
+    ConvertError {
+        origin: None,
+        kind: kind.to_string(),
+        object: object.to_string(),
+        field: field.to_string(),
+        message,
+    }
+}
