@@ -22,8 +22,13 @@ use crate::cycle::{pod_key, Origin, View};
 use crate::http::Metrics;
 use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
+use crate::stranded::{PartialGang, PartialGangs};
 use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
+/// PodGroup condition of a gang left partly bound.
+const PARTIALLY_BOUND: &str = "PartiallyBound";
+/// Event reason of the eviction of a partly bound gang's members.
+const GANG_ROLLBACK: &str = "GangRollback";
 /// How long an eviction refused by a disruption budget is not asked for again.
 const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
 const COMPONENT: &str = "basalt-scheduler";
@@ -71,6 +76,8 @@ pub struct Scheduler {
     pub collisions: HashSet<String>,
     /// Conversion warnings of the last snapshot, already logged.
     pub reported_warnings: HashSet<String>,
+    /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
+    partial_gangs: PartialGangs,
 }
 
 enum BindResult {
@@ -102,6 +109,7 @@ impl Scheduler {
         concurrency: usize,
         identity: String,
         owner_ttl: Duration,
+        partial_gang_timeout: Duration,
     ) -> Self {
         Scheduler {
             client,
@@ -122,6 +130,7 @@ impl Scheduler {
             view: View::default(),
             collisions: HashSet::new(),
             reported_warnings: HashSet::new(),
+            partial_gangs: PartialGangs::new(partial_gang_timeout),
         }
     }
 
@@ -475,6 +484,7 @@ impl Scheduler {
         self.refused_evictions.clear();
         self.reported_unschedulable.clear();
         self.reported_convert_errors.clear();
+        self.partial_gangs.clear();
     }
 
     /// Logs objects left out of the snapshot (once each while they stay bad) and reports
@@ -517,8 +527,12 @@ impl Scheduler {
     pub async fn apply(&mut self, plan: &Plan, stores: &Stores) -> Duration {
         self.evict(plan, stores).await;
         let (retry, failed) = self.bind_all(plan, stores).await;
+        let partial = self
+            .partial_gangs
+            .observe(plan, Instant::now(), jiff::Timestamp::now());
+        self.roll_back(&partial, stores).await;
         self.nominate(plan, stores).await;
-        self.write_groups(plan, stores, &failed).await;
+        self.write_groups(plan, stores, &failed, &partial).await;
         self.write_queues(plan).await;
 
         let pending: Vec<_> = stores
@@ -726,39 +740,108 @@ impl Scheduler {
         self.refused_evictions
             .retain(|_, at| at.elapsed() < REFUSED_EVICTION_HOLD);
         for ev in &plan.evictions {
-            if self.refused_evictions.contains_key(&ev.pod) {
-                continue;
+            let uid = self.uid_of(&ev.pod, stores);
+            let why = format!("Preempted by {}: {}", ev.for_group, ev.reason);
+            if self
+                .evict_pod(&ev.pod, uid, &ev.for_group, ("Normal", "Preempted", &why))
+                .await
+            {
+                tracing::info!(pod = %ev.pod, r#for = %ev.for_group, reason = %ev.reason, "evicted");
             }
-            let (ns, name) = split_key(&ev.pod);
-            let uid = stores
+        }
+    }
+
+    /// Evicts the bound members of each gang left partly bound past the timeout, so that it
+    /// can start whole later (the members' controllers make them again).
+    async fn roll_back(&mut self, partial: &[PartialGang], stores: &Stores) {
+        for gang in partial.iter().filter(|g| g.expired) {
+            let (ns, group) = split_key(&gang.group);
+            let members: Vec<(String, Option<String>)> = stores
                 .pods
-                .get(&ObjectRef::new(name).within(ns))
-                .and_then(|p| p.metadata.uid.clone());
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            match api.evict(name, &EvictParams::default()).await {
-                Ok(_) => {
-                    self.metrics.evictions.inc();
-                    tracing::info!(pod = %ev.pod, r#for = %ev.for_group, reason = %ev.reason, "evicted");
-                    let msg = format!("Preempted by {}: {}", ev.for_group, ev.reason);
-                    self.event(pod_ref(ns, name, uid), "Normal", "Preempted", &msg)
+                .state()
+                .into_iter()
+                .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
+                .filter(|p| member_of(p) == Some(group))
+                .filter(|p| holds_a_node(p) || self.assumed.contains_key(&pod_key(p)))
+                .map(|p| (pod_key(&p), p.metadata.uid.clone()))
+                .collect();
+            let timeout = humantime(self.partial_gangs.timeout());
+            let why = format!(
+                "{} of the minimum {} members of {} stayed bound for {timeout} while the others \
+                 could not be placed; evicted so that the gang can start whole",
+                gang.bound, gang.min_member, gang.group
+            );
+            tracing::warn!(group = %gang.group, bound = gang.bound, min_member = gang.min_member, "rolling back a partly bound gang");
+            let mut evicted = 0;
+            for (key, uid) in members {
+                if self
+                    .evict_pod(&key, uid, &gang.group, ("Warning", GANG_ROLLBACK, &why))
+                    .await
+                {
+                    evicted += 1;
+                }
+            }
+            if evicted > 0 {
+                if let Some(g) = self.view.groups.get(&*gang.group) {
+                    let reference = ObjectReference {
+                        api_version: Some(g.origin.api_version().into()),
+                        kind: Some("PodGroup".into()),
+                        namespace: Some(ns.into()),
+                        name: Some(group.into()),
+                        uid: g.group.metadata.uid.clone(),
+                        ..Default::default()
+                    };
+                    let text = format!("Evicted {evicted} bound member(s): {why}");
+                    self.event(reference, "Warning", GANG_ROLLBACK, &text).await;
+                }
+            }
+        }
+    }
+
+    fn uid_of(&self, key: &str, stores: &Stores) -> Option<String> {
+        let (ns, name) = split_key(key);
+        stores
+            .pods
+            .get(&ObjectRef::new(name).within(ns))
+            .and_then(|p| p.metadata.uid.clone())
+    }
+
+    /// Evicts one pod through the Eviction API; on success writes the Event `done` (type,
+    /// reason, message) on it and returns true. A pod a disruption budget protects is not
+    /// asked again for a while; one already gone is not an error.
+    async fn evict_pod(
+        &mut self,
+        key: &str,
+        uid: Option<String>,
+        for_group: &str,
+        done: (&str, &str, &str),
+    ) -> bool {
+        if self.refused_evictions.contains_key(key) {
+            return false;
+        }
+        let (ns, name) = split_key(key);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        match api.evict(name, &EvictParams::default()).await {
+            Ok(_) => {
+                self.metrics.evictions.inc();
+                let (type_, reason, message) = done;
+                self.event(pod_ref(ns, name, uid), type_, reason, message)
+                    .await;
+                true
+            }
+            Err(e) => {
+                let (code, msg) = classify(&e);
+                if code == Some(429) {
+                    self.refused_evictions
+                        .insert(key.to_string(), Instant::now());
+                    tracing::warn!(pod = %key, error = %msg, "eviction refused by a disruption budget");
+                    let text = format!("Eviction for {for_group} refused: {msg}");
+                    self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text)
                         .await;
+                } else if code != Some(404) {
+                    tracing::warn!(pod = %key, error = %msg, "eviction failed");
                 }
-                Err(e) => {
-                    let (code, msg) = classify(&e);
-                    if code == Some(404) {
-                        continue;
-                    }
-                    if code == Some(429) {
-                        self.refused_evictions
-                            .insert(ev.pod.clone(), Instant::now());
-                        tracing::warn!(pod = %ev.pod, error = %msg, "eviction refused by a disruption budget");
-                        let text = format!("Eviction for {} refused: {msg}", ev.for_group);
-                        self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text)
-                            .await;
-                    } else {
-                        tracing::warn!(pod = %ev.pod, error = %msg, "eviction failed");
-                    }
-                }
+                false
             }
         }
     }
@@ -795,6 +878,7 @@ impl Scheduler {
         plan: &Plan,
         stores: &Stores,
         failed: &HashMap<String, (u32, String)>,
+        partial: &[PartialGang],
     ) {
         let now = jiff::Timestamp::now().to_string();
         for planned in &plan.pod_groups {
@@ -821,6 +905,26 @@ impl Scheduler {
                             "{n} bind(s) failed this cycle; retried next cycle (last: {last})"
                         )),
                         last_transition_time: Some(now.clone()),
+                    });
+            }
+            if let Some(p) = partial
+                .iter()
+                .find(|p| p.group == planned.name && !p.expired)
+            {
+                let held = group.status.as_ref().and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == PARTIALLY_BOUND && c.status == "True")
+                        .and_then(|c| c.last_transition_time.clone())
+                });
+                desired
+                    .conditions
+                    .push(basalt_crds::types::PodGroupCondition {
+                        type_: PARTIALLY_BOUND.into(),
+                        status: "True".into(),
+                        reason: Some(PARTIALLY_BOUND.into()),
+                        message: Some(p.message()),
+                        last_transition_time: Some(held.unwrap_or_else(|| now.clone())),
                     });
             }
             let current = group.status.clone().unwrap_or_default();
@@ -1020,6 +1124,27 @@ fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
         name: Some(name.into()),
         uid,
         ..Default::default()
+    }
+}
+
+/// Bound to a node and not finished: it holds what it asked for there.
+fn holds_a_node(p: &Pod) -> bool {
+    let bound = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+/// `3m0s`, `45s`, `1.5s`: a duration as people read it in Events.
+fn humantime(d: Duration) -> String {
+    let secs = d.as_secs();
+    match (secs / 60, secs % 60, d.subsec_millis()) {
+        (0, s, 0) => format!("{s}s"),
+        (0, s, ms) => format!("{s}.{ms:03}s"),
+        (m, s, _) => format!("{m}m{s}s"),
     }
 }
 

@@ -8,6 +8,7 @@ mod http;
 mod leader;
 mod owners;
 mod stores;
+mod stranded;
 mod volcano;
 
 use std::path::{Path, PathBuf};
@@ -61,6 +62,10 @@ struct Args {
     /// topology.volcano.sh/v1alpha1) are served, while they are not.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     volcano_discovery_interval: Duration,
+    /// How long a gang may stay partly bound (members bound, its minimum not, the others
+    /// unplaceable) before its bound members are evicted so it can start whole later.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    partial_gang_timeout: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -213,6 +218,7 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         args.bind_concurrency,
         identity,
         args.owner_cache_ttl,
+        args.partial_gang_timeout,
     );
     let min_gap = Duration::from_millis(50);
     loop {

@@ -279,6 +279,26 @@ impl Handle {
         st.create(res, &ns, obj).map(|o| (*o).clone())
     }
 
+    /// Deletes an object as a client would, without preconditions.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.shared.store();
+        let res = st.find_kind(api_version, kind).ok_or_else(|| {
+            ApiError::new(
+                404,
+                "NotFound",
+                format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
+            )
+        })?;
+        st.delete(res, namespace, name, &Value::Null)
+            .map(|o| (*o).clone())
+    }
+
     /// Stops serving: closes watches, finishes in-flight requests, releases the port.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
