@@ -227,7 +227,7 @@ fn backfill_access(session: &Session, job: &Job, starts: &Starts) -> ReservedNod
         .map(|&t| {
             snap.task(t)
                 .active_deadline_s
-                .map(|d| snap.now_ms + d * 1000)
+                .map(|d| snap.now_ms.saturating_add(d.saturating_mul(1000)))
         })
         .try_fold(i64::MIN, |acc, end| end.map(|e| acc.max(e)));
     match ends {

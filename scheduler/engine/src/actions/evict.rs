@@ -498,9 +498,9 @@ fn eligible<'a>(
                     let before = taken(q);
                     // What the queue keeps of `r` once this victim and those before it are gone.
                     let left = |r: ResourceId| {
-                        allocated.get(r)
-                            - v.request.get(r)
-                            - before.iter().flatten().map(|t| t.get(r)).sum::<i64>()
+                        let gone = (before.iter().flatten())
+                            .fold(v.request.get(r), |sum, t| sum.saturating_add(t.get(r)));
+                        allocated.get(r).saturating_sub(gone)
                     };
                     // Never below a guarantee, in any resource the victim holds; and only what
                     // the queue borrowed, in the resources the node is short of.
