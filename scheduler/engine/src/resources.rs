@@ -350,9 +350,20 @@ impl Resources {
     /// Whether `self` fits on a node holding `used` of `allocatable`, in every dimension it
     /// requests: `used + self <= allocatable`, without overflow.
     pub fn fits_on(&self, used: &Resources, allocatable: &Resources) -> bool {
-        self.iter().all(|(id, v)| {
-            v != i64::MAX && (used.get(id) as i128 + v as i128) <= allocatable.get(id) as i128
-        })
+        self.short_on(used, allocatable).next().is_none()
+    }
+
+    /// The dimensions where `self` does not fit on a node holding `used` of `allocatable`.
+    pub fn short_on<'a>(
+        &'a self,
+        used: &'a Resources,
+        allocatable: &'a Resources,
+    ) -> impl Iterator<Item = ResourceId> + 'a {
+        self.iter()
+            .filter(move |&(id, v)| {
+                v == i64::MAX || used.get(id) as i128 + v as i128 > allocatable.get(id) as i128
+            })
+            .map(|(id, _)| id)
     }
 
     /// Scales every entry by `num / den` (`den > 0`), rounding down and saturating at the

@@ -1067,14 +1067,12 @@ impl<'a> Session<'a> {
             let alloc = &node.allocatable;
             let used = &self.used[node.id.index()];
             let mut short = false;
-            for (id, v) in request.iter() {
-                if used.get(id) + v > alloc.get(id) {
-                    let name = self.snapshot.resources.name(id);
-                    *counts
-                        .entry(format!("insufficient {name}").into())
-                        .or_default() += 1;
-                    short = true;
-                }
+            for id in request.short_on(used, alloc) {
+                let name = self.snapshot.resources.name(id);
+                *counts
+                    .entry(format!("insufficient {name}").into())
+                    .or_default() += 1;
+                short = true;
             }
             if !short && !self.may_use(node.id, access) {
                 *counts

@@ -101,9 +101,7 @@ fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
     crate::snapshot::ancestors(session.snapshot, job.queue).all(|q| {
         let allocated = session.queue_allocated(q);
         let deserved = session.deserved(q);
-        request
-            .iter()
-            .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
+        request.fits_on(allocated, deserved)
     })
 }
 

@@ -212,9 +212,7 @@ fn find_in(session: &mut Session, task: TaskId, nodes: &[NodeId]) -> Option<Node
 fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
     let deserved = session.deserved(job.queue);
     let allocated = session.queue_allocated(job.queue);
-    request
-        .iter()
-        .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
+    request.fits_on(allocated, deserved)
 }
 
 /// Queues the job may take pods from: its own (preempt), or the reclaimable queues holding more
