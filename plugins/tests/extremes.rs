@@ -351,3 +351,44 @@ fn a_pod_asking_for_everything_is_not_placed_and_the_rest_are() {
     let message = &greedy.conditions.first().expect("with a reason").message;
     assert!(message.contains("memory"), "{message}");
 }
+
+/// A minMember beyond `u32` once wrapped (2^32 + 1 read as 1), so a gang of two started
+/// with either member alone. Such a count can never be met: nothing of the gang starts.
+#[test]
+fn a_min_member_beyond_u32_is_never_met() {
+    let mut spec = ClusterSpec {
+        nodes: vec![NodeSpec {
+            name: "n0".into(),
+            allocatable: list([8_000, 32 << 30, 0, 0]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    spec.groups.push(GroupSpec {
+        namespace: "ns".into(),
+        name: "g".into(),
+        queue: None,
+        min_member: (1 << 32) + 1,
+        min_task_member: BTreeMap::from([("worker".to_string(), (1 << 32) + 1)]),
+        min_resources: None,
+        priority: None,
+        created_ms: 1,
+        phase: JobPhase::Inqueue,
+        topology: Default::default(),
+        sub_groups: Vec::new(),
+    });
+    for i in 0..2 {
+        spec.pods.push(PodSpec {
+            namespace: "ns".into(),
+            name: format!("g-{i}"),
+            ours: true,
+            group: Some("g".into()),
+            role: Some("worker".into()),
+            request: list([1_000, 1 << 30, 0, 0]),
+            phase: PodPhase::Pending,
+            ..Default::default()
+        });
+    }
+    let plan = schedule(&Snapshot::build(spec).unwrap(), &Config::default());
+    assert!(plan.bindings.is_empty(), "{:?}", plan.bindings);
+}
