@@ -291,7 +291,7 @@ fn check(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn a_cycle_over_any_quantities_is_safe(spec in cluster(), backfill in any::<bool>()) {
@@ -391,4 +391,52 @@ fn a_min_member_beyond_u32_is_never_met() {
     }
     let plan = schedule(&Snapshot::build(spec).unwrap(), &Config::default());
     assert!(plan.bindings.is_empty(), "{:?}", plan.bindings);
+}
+
+/// A queue holding GPUs it deserves none of (its capability is zero) had an infinite share,
+/// which the plan printed as `inf` (and JSON as `null`). The plan reports the finite share of
+/// what it deserves and names the GPUs apart.
+#[test]
+fn a_queue_holding_what_it_deserves_none_of_reports_a_finite_share() {
+    let mut spec = ClusterSpec {
+        nodes: vec![NodeSpec {
+            name: "n0".into(),
+            allocatable: list([8_000, 32 << 30, 4, 0]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    spec.queues.push(QueueSpec {
+        capability: Some(ResourceList::from([("nvidia.com/gpu".to_string(), 0)])),
+        ..QueueSpec::new("capped")
+    });
+    spec.groups.push(GroupSpec {
+        namespace: "ns".into(),
+        name: "running".into(),
+        queue: Some("capped".into()),
+        min_member: 1,
+        min_task_member: BTreeMap::new(),
+        min_resources: None,
+        priority: None,
+        created_ms: 1,
+        phase: JobPhase::Running,
+        topology: Default::default(),
+        sub_groups: Vec::new(),
+    });
+    spec.pods.push(PodSpec {
+        namespace: "ns".into(),
+        name: "running-0".into(),
+        ours: true,
+        group: Some("running".into()),
+        request: list([1_000, 1 << 30, 2, 0]),
+        phase: PodPhase::Running,
+        node: Some("n0".into()),
+        ..Default::default()
+    });
+    let plan = schedule(&Snapshot::build(spec).unwrap(), &Config::default());
+    let q = plan.queues.iter().find(|q| q.name == "capped").unwrap();
+    assert!(q.share.is_finite(), "share {}", q.share);
+    assert_eq!(q.undeserved, vec!["nvidia.com/gpu".to_string()]);
+    let json = serde_json::to_string(&plan).unwrap();
+    assert!(!json.contains("null"), "{json}");
 }
