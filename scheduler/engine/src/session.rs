@@ -1367,13 +1367,14 @@ impl<'a> Session<'a> {
         }
         let names = &snap.resources;
         for q in snap.queues.iter().filter(|_| self.fw.report_queues) {
+            let (held, deserved) = (self.queue_allocated(q.id), self.deserved(q.id));
             plan.queues.push(QueueStatus {
                 name: q.name.clone(),
                 parent: q.parent.map(|p| snap.queue(p).name.clone()),
-                deserved: names.quantities(self.deserved(q.id)),
-                allocated: names.quantities(self.queue_allocated(q.id)),
-                share: Share::of_deserved(self.queue_allocated(q.id), self.deserved(q.id)).as_f64(),
-                undeserved: Share::undeserved(self.queue_allocated(q.id), self.deserved(q.id))
+                deserved: names.quantities(deserved),
+                allocated: names.quantities(held),
+                share: Share::of_deserved(held, deserved).as_f64(),
+                undeserved: (Share::undeserved(held, deserved))
                     .map(|r| names.name(r).to_string())
                     .collect(),
                 state: q.state,
