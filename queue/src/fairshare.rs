@@ -14,6 +14,8 @@
 //! Everything is integer arithmetic; leftovers of integer division go one unit at a time to the
 //! heaviest children, then by name.
 
+#[cfg(test)]
+use basalt_engine::ResourceList;
 use basalt_engine::{QueueId, ResourceId, Resources, Snapshot};
 
 /// One child in one dimension.
@@ -27,10 +29,13 @@ struct Kid {
 }
 
 /// Splits `amount` among `kids`; returns each kid's part. The parts never sum above `amount`.
+/// Sums are taken in `i128` and every loop is bounded by the number of kids (times the 64
+/// steps of a bisection over `i64`), whatever the size of the quantities.
 fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
     let amount = amount.max(0);
-    let floors: i64 = kids.iter().map(|k| k.floor).sum();
-    if floors >= amount {
+    let total = |parts: &mut dyn Iterator<Item = i64>| parts.map(i128::from).sum::<i128>();
+    let floors = total(&mut kids.iter().map(|k| k.floor));
+    if floors >= amount as i128 {
         return scale(kids.iter().map(|k| k.floor), amount);
     }
     let mut give: Vec<i64> = kids.iter().map(|k| k.floor).collect();
@@ -40,13 +45,15 @@ fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
         .iter()
         .map(|k| if k.explicit { k.target - k.floor } else { 0 })
         .collect();
-    let wanted: i64 = extra.iter().sum();
-    let granted = if wanted <= amount - floors {
+    // Below `amount`, so it is an `i64`.
+    let rest = (amount as i128 - floors) as i64;
+    let granted = if total(&mut extra.iter().copied()) <= rest as i128 {
         extra
     } else {
-        scale(extra.iter().copied(), amount - floors)
+        scale(extra.iter().copied(), rest)
     };
     for (g, e) in give.iter_mut().zip(&granted) {
+        // floor + part of (target - floor): at most the target.
         *g += e;
     }
 
@@ -56,52 +63,48 @@ fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
     let pool: Vec<usize> = (0..kids.len())
         .filter(|&i| !kids[i].explicit && kids[i].weight > 0)
         .collect();
-    let fixed: i64 = (0..kids.len())
-        .filter(|i| !pool.contains(i))
-        .map(|i| give[i])
-        .sum();
-    let room = amount - fixed;
-    let level = |i: usize, lambda: i64| -> i64 {
+    let fixed = total(
+        &mut (0..kids.len())
+            .filter(|i| !pool.contains(i))
+            .map(|i| give[i]),
+    );
+    let room = amount as i128 - fixed;
+    let level = |i: usize, lambda: i128| -> i64 {
         let k = &kids[i];
-        let wet = (k.weight as i128 * lambda as i128).min(i64::MAX as i128) as i64;
+        let wet = (k.weight as i128 * lambda).min(i64::MAX as i128) as i64;
         wet.clamp(k.floor, k.target.max(k.floor))
     };
-    let fill = |lambda: i64| -> i128 { pool.iter().map(|&i| level(i, lambda) as i128).sum() };
-    let (mut lo, mut hi) = (
-        0i64,
-        pool.iter().map(|&i| kids[i].target).max().unwrap_or(0),
-    );
-    if fill(hi) <= room as i128 {
-        lo = hi;
-    } else {
-        // Largest λ with fill(λ) ≤ room; fill(0) = the floors, which fit.
-        while lo < hi {
-            let mid = lo + (hi - lo + 1) / 2;
-            if fill(mid) <= room as i128 {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-    }
+    let fill = |lambda: i128| total(&mut pool.iter().map(|&i| level(i, lambda)));
+    // At λ = the largest target every kid is at its target (weights are at least 1).
+    let top = pool.iter().map(|&i| kids[i].target).max().unwrap_or(0) as i128;
+    // Largest λ with fill(λ) ≤ room; fill(0) = the floors, which fit.
+    let lo = last_true(0, top, |lambda| fill(lambda) <= room);
     for &i in &pool {
         give[i] = level(i, lo);
     }
-    // What λ + 1 would overshoot goes one unit at a time to the kids still rising, heaviest
-    // first, then by position.
-    let mut left = room - pool.iter().map(|&i| give[i]).sum::<i64>();
-    let mut rising: Vec<usize> = pool
+    // What λ + 1 would overshoot goes one unit at a time, round after round, to the kids still
+    // rising, heaviest first, then by position; each stops at its level for λ + 1.
+    let left = room - total(&mut pool.iter().map(|&i| give[i]));
+    let mut rising: Vec<(usize, i64)> = pool
         .iter()
-        .copied()
-        .filter(|&i| level(i, lo + 1) > give[i])
+        .map(|&i| (i, level(i, lo + 1) - give[i]))
+        .filter(|&(_, room)| room > 0)
         .collect();
-    rising.sort_by_key(|&i| (std::cmp::Reverse(kids[i].weight), i));
-    while left > 0 && !rising.is_empty() {
-        rising.retain(|&i| level(i, lo + 1) > give[i]);
-        for &i in &rising {
-            if left == 0 {
-                break;
-            }
+    rising.sort_by_key(|&(i, _)| (std::cmp::Reverse(kids[i].weight), i));
+    // The rounds every kid still rising takes whole, then one more unit to the first few.
+    let units = |rounds: i128| {
+        total(
+            &mut rising
+                .iter()
+                .map(|&(_, up)| (up as i128).min(rounds) as i64),
+        )
+    };
+    let most = rising.iter().map(|&(_, up)| up).max().unwrap_or(0) as i128;
+    let rounds = last_true(0, most, |r| units(r) <= left);
+    let mut left = left - units(rounds);
+    for &(i, up) in &rising {
+        give[i] += (up as i128).min(rounds) as i64;
+        if left > 0 && up as i128 > rounds {
             give[i] += 1;
             left -= 1;
         }
@@ -109,8 +112,23 @@ fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
     give
 }
 
+/// The largest `x` in `lo..=hi` for which `ok` holds, given that `ok(lo)` does and `ok` is
+/// monotone (true, then false). A bisection: at most 128 steps for any `i64` range.
+fn last_true(mut lo: i128, mut hi: i128, ok: impl Fn(i128) -> bool) -> i128 {
+    while lo < hi {
+        let mid = lo + (hi - lo + 1) / 2;
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// `values` scaled in proportion so that they sum to `amount` (which is below their sum);
-/// the units that rounding down leaves go to the largest remainders, then by position.
+/// the units that rounding down leaves go to the largest remainders, then by position (fewer
+/// units than values, so one pass).
 fn scale(values: impl Iterator<Item = i64>, amount: i64) -> Vec<i64> {
     let values: Vec<i64> = values.collect();
     let total: i128 = values.iter().map(|&v| v as i128).sum();
@@ -119,11 +137,11 @@ fn scale(values: impl Iterator<Item = i64>, amount: i64) -> Vec<i64> {
     }
     let exact: Vec<i128> = values.iter().map(|&v| v as i128 * amount as i128).collect();
     let mut out: Vec<i64> = exact.iter().map(|&e| (e / total) as i64).collect();
-    let mut left = amount - out.iter().sum::<i64>();
+    let mut left = amount as i128 - out.iter().map(|&v| v as i128).sum::<i128>();
     let mut order: Vec<usize> = (0..values.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(exact[i] % total), i));
     for i in order {
-        if left == 0 {
+        if left <= 0 {
             break;
         }
         out[i] += 1;
@@ -275,6 +293,151 @@ mod tests {
         assert_eq!(split(3, &[k(1, 0, 5), k(1, 0, 5)]).iter().sum::<i64>(), 3);
     }
 
+    /// What every split must give: never above the amount; floors first (when they fit);
+    /// nobody above its target; and nothing left over while someone still wants more.
+    fn check(amount: i64, kids: &[Kid], give: &[i64]) -> Result<(), String> {
+        let total: i128 = give.iter().map(|&g| g as i128).sum();
+        let floors: i128 = kids.iter().map(|k| k.floor as i128).sum();
+        if total > amount.max(0) as i128 {
+            return Err(format!("{total} given out of {amount}"));
+        }
+        for (k, &g) in kids.iter().zip(give) {
+            if g > k.target || g < 0 {
+                return Err(format!("{g} for {k:?}"));
+            }
+            if floors <= amount as i128 && g < k.floor {
+                return Err(format!("{g} below the floor of {k:?}"));
+            }
+            if total < amount as i128 && g != k.target && !k.explicit {
+                return Err(format!(
+                    "{g} < {} with {} left",
+                    k.target,
+                    amount as i128 - total
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    const MAX: i64 = i64::MAX;
+
+    /// A pod asking `i64::MAX` (or two whose requests sum to 2^63 - 1) sent the bisection's
+    /// midpoint out of range, and the leftover units went one per iteration: the cycle never
+    /// ended. Every split over the extremes finishes and stays sane.
+    #[test]
+    fn extreme_quantities_split_and_stay_sane() {
+        let half = MAX / 2;
+        let explicit = |floor, target| Kid {
+            weight: 1,
+            floor,
+            target,
+            explicit: true,
+        };
+        let cases: Vec<(i64, Vec<Kid>)> = vec![
+            (MAX, vec![k(1, 0, MAX)]),
+            (MAX, vec![k(1, 0, MAX), k(1, 0, MAX)]),
+            (MAX, vec![k(1, 0, MAX - 1), k(3, 0, MAX)]),
+            (MAX, vec![k(1, 0, half), k(1, 0, half + 1)]),
+            (MAX - 1, vec![k(1, 0, half), k(1, 0, half + 1)]),
+            (1000, vec![k(1, 0, MAX), k(2, 0, 5)]),
+            (MAX, vec![k(1, MAX, MAX), k(1, MAX, MAX)]),
+            (MAX, vec![k(1, half, MAX), k(1, half + 1, MAX)]),
+            (MAX, vec![k(1, MAX - 1, MAX), k(1, 0, MAX)]),
+            (MAX, vec![explicit(0, MAX), k(1, 0, MAX)]),
+            (MAX, vec![explicit(0, MAX), explicit(half, MAX)]),
+            (MAX, vec![explicit(0, half), k(1, 0, MAX)]),
+            (MAX, vec![k(u32::MAX as i64, 0, MAX), k(1, 0, MAX - 1)]),
+            (
+                MAX,
+                vec![k(u32::MAX as i64, 0, 3), k(u32::MAX as i64 - 1, 0, MAX)],
+            ),
+            (MAX - 2, (0..7).map(|w| k(w + 1, 0, MAX - w)).collect()),
+            (0, vec![k(1, MAX, MAX), k(1, 0, MAX)]),
+        ];
+        for (amount, kids) in cases {
+            let give = split(amount, &kids);
+            if let Err(e) = check(amount, &kids, &give) {
+                panic!("split({amount}, {kids:?}) = {give:?}: {e}");
+            }
+        }
+        // Two equal kids that want everything share it, one unit apart at most.
+        let give = split(MAX, &[k(1, 0, MAX), k(1, 0, MAX)]);
+        assert_eq!(give, vec![half + 1, half]);
+    }
+
+    /// Deserved shares down a queue tree whose guarantees, capabilities, entitlements and
+    /// demands sit at the ends of `i64`.
+    #[test]
+    fn deserved_shares_finish_on_extreme_queues() {
+        use basalt_engine::{ClusterSpec, NodeSpec, QueueSpec, GPU, MEMORY};
+        let mem = |v: i64| ResourceList::from([("memory".to_string(), v)]);
+        let queue = |name: &str, parent: Option<&str>| QueueSpec {
+            parent: parent.map(str::to_string),
+            ..QueueSpec::new(name)
+        };
+        let mut a = queue("a", None);
+        a.guarantee = Some(mem(MAX));
+        a.capability = Some(mem(MAX));
+        let mut b = queue("b", None);
+        b.deserved = Some(mem(MAX - 1));
+        let mut c = queue("c", Some("a"));
+        c.capability = Some(mem(MAX / 2));
+        let d = queue("d", Some("a"));
+        let node = |name: &str, memory: i64| NodeSpec {
+            name: name.into(),
+            allocatable: ResourceList::from([
+                ("memory".to_string(), memory),
+                ("nvidia.com/gpu".to_string(), 8),
+            ]),
+            ..Default::default()
+        };
+        let spec = ClusterSpec {
+            nodes: vec![node("n0", MAX), node("n1", MAX / 2 + 1)],
+            queues: vec![a, b, c, d],
+            ..Default::default()
+        };
+        let snap = Snapshot::build(spec).unwrap();
+        let dims = snap.resources.len();
+        let mut capacity = Resources::zero(dims);
+        for n in &snap.nodes {
+            capacity.add(&n.allocatable);
+        }
+        assert_eq!(
+            capacity.get(MEMORY),
+            MAX,
+            "the sum saturates instead of wrapping"
+        );
+        let mut demand = vec![Resources::zero(dims); snap.queues.len()];
+        for (i, d) in demand.iter_mut().enumerate() {
+            d.set(MEMORY, MAX - i as i64);
+            d.set(GPU, MAX / 2 + 1);
+        }
+        let out = deserved(&snap, &capacity, &demand);
+        let id = |name: &str| {
+            snap.queues
+                .iter()
+                .find(|q| q.name == name)
+                .unwrap()
+                .id
+                .index()
+        };
+        for r in [MEMORY, GPU] {
+            let top = out[id("a")].get(r) as i128 + out[id("b")].get(r) as i128;
+            assert!(
+                top <= capacity.get(r) as i128,
+                "{top} over {}",
+                capacity.get(r)
+            );
+            let under_a = out[id("c")].get(r) as i128 + out[id("d")].get(r) as i128;
+            assert!(under_a <= out[id("a")].get(r) as i128);
+            assert!(out.iter().all(|d| d.get(r) >= 0));
+        }
+        // The guarantee of `a` is a floor: it takes all the memory, `b`'s entitlement nothing.
+        assert_eq!(out[id("a")].get(MEMORY), MAX);
+        assert!(out[id("c")].get(MEMORY) <= MAX / 2);
+        assert_eq!(out[id("a")].get(GPU) + out[id("b")].get(GPU), 16);
+    }
+
     proptest::proptest! {
         /// Never more than the amount; floors first; nobody above its target; and nothing
         /// left over while someone still wants more (work-conserving).
@@ -288,20 +451,32 @@ mod tests {
                 .map(|(weight, floor, extra, explicit)| Kid { weight, floor, target: floor + extra, explicit })
                 .collect();
             let give = split(amount, &kids);
-            let total: i64 = give.iter().sum();
-            proptest::prop_assert!(total <= amount);
-            let floors: i64 = kids.iter().map(|k| k.floor).sum();
-            for (k, g) in kids.iter().zip(&give) {
-                proptest::prop_assert!(*g <= k.target);
-                if floors <= amount {
-                    proptest::prop_assert!(*g >= k.floor);
-                }
-            }
-            if total < amount {
-                for (k, g) in kids.iter().zip(&give) {
-                    proptest::prop_assert!(*g == k.target || k.explicit, "{g} < {} with {} left", k.target, amount - total);
-                }
-            }
+            proptest::prop_assert!(check(amount, &kids, &give).is_ok(), "{:?}", check(amount, &kids, &give));
         }
+
+        /// The same over the whole range of `i64`: small values mixed with huge ones.
+        #[test]
+        fn split_invariants_over_the_whole_range(
+            amount in quantity(),
+            kids in proptest::collection::vec((1i64..=u32::MAX as i64, quantity(), quantity(), proptest::bool::weighted(0.2)), 1..6),
+        ) {
+            let kids: Vec<Kid> = kids
+                .into_iter()
+                .map(|(weight, floor, target, explicit)| Kid { weight, floor, target: target.max(floor), explicit })
+                .collect();
+            let give = split(amount, &kids);
+            proptest::prop_assert!(check(amount, &kids, &give).is_ok(), "{:?}", check(amount, &kids, &give));
+        }
+    }
+
+    /// Quantities from 0 to `i64::MAX`: small, huge, at the very top, and halves of it.
+    fn quantity() -> impl proptest::strategy::Strategy<Value = i64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            0i64..100,
+            0i64..=MAX,
+            (0i64..4).prop_map(|d| MAX - d),
+            (0i64..2).prop_map(|d| MAX / 2 + d),
+        ]
     }
 }

@@ -98,10 +98,13 @@ pub fn check_guarantees(
                     .skip(1)
                     .any(|a| !path.contains(&a) && snap.queue(a).guarantee.get(r).is_some())
             })
-            .map(|(q, g)| (g - session.queue_allocated(q.id).get(r)).max(0))
-            .sum();
+            .map(|(q, g)| {
+                g.saturating_sub(session.queue_allocated(q.id).get(r))
+                    .max(0)
+            })
+            .fold(0, i64::saturating_add);
         // Only the guarantee is judged here; plain lack of room is the node search's to report.
-        if unmet > 0 && free.get(r) - unmet < want {
+        if unmet > 0 && (free.get(r) as i128 - unmet as i128) < want as i128 {
             return Err(format!(
                 "{} {} of the free capacity is guaranteed to other queues that have not used it",
                 snap.resources.format(r, unmet),

@@ -134,8 +134,9 @@ impl Framework {
     /// Whether `job` has waited long enough at `now_ms` to reserve the nodes it will start on
     /// ([`Framework::reserve_after_ms`]); a job without a creation time (0) has no known wait.
     pub fn waited_to_reserve(&self, job: &Job, now_ms: i64) -> bool {
-        self.reserve_after_ms
-            .is_some_and(|after| job.created_ms > 0 && now_ms - job.created_ms >= after)
+        self.reserve_after_ms.is_some_and(|after| {
+            job.created_ms > 0 && now_ms.saturating_sub(job.created_ms) >= after
+        })
     }
 
     pub fn node_order(&self) -> &dyn NodeOrder {

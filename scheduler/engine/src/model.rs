@@ -212,7 +212,7 @@ pub struct Task {
 impl Task {
     /// The latest time a bound task can still be running, when its deadline says so.
     pub fn ends_by_ms(&self) -> Option<i64> {
-        Some(self.started_ms? + self.active_deadline_s? * 1000)
+        Some((self.started_ms?).saturating_add(self.active_deadline_s?.saturating_mul(1000)))
     }
 }
 

@@ -43,8 +43,13 @@ pub struct QueueStatus {
     /// Quantities as Kubernetes writes them ("8", "64Gi").
     pub deserved: BTreeMap<String, String>,
     pub allocated: BTreeMap<String, String>,
-    /// Dominant share: allocated / deserved in the dimension where it is largest.
+    /// Dominant share: allocated / deserved in the resource where it is largest, over the
+    /// resources the queue deserves some of. Always finite.
     pub share: f64,
+    /// Resources the queue holds but deserves none of (nothing left to share, or a capability
+    /// of zero): in queue order its share counts as infinite, whatever `share` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undeserved: Vec<String>,
     pub state: QueueState,
 }
 

@@ -272,6 +272,11 @@ impl Resources {
         self.as_slice().get(id.0 as usize).copied().unwrap_or(0)
     }
 
+    /// An entry as a count (of GPUs, say): negatives read as zero, huge values as `u32::MAX`.
+    pub fn count(&self, id: ResourceId) -> u32 {
+        self.get(id).clamp(0, u32::MAX as i64) as u32
+    }
+
     pub fn set(&mut self, id: ResourceId, v: i64) {
         let i = id.0 as usize;
         if i >= self.as_slice().len() {
@@ -289,6 +294,8 @@ impl Resources {
             .map(|(i, &v)| (ResourceId(i as u16), v))
     }
 
+    /// Adds `other`, saturating at the ends of `i64`: a sum of external quantities never wraps.
+    /// A saturated entry (`i64::MAX`) stands for "at least this much", more than any node holds.
     pub fn add(&mut self, other: &Resources) {
         let theirs = other.as_slice();
         // Vectors of one snapshot are of one length: grow only when they differ.
@@ -296,37 +303,76 @@ impl Resources {
             self.grow(theirs.len());
         }
         for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
     }
 
+    /// The difference `self - other` of two quantities (free = allocatable - used), saturating.
     pub fn sub(&mut self, other: &Resources) {
         let theirs = other.as_slice();
         if theirs.len() > self.as_slice().len() {
             self.grow(theirs.len());
         }
         for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
-            *a -= b;
+            *a = a.saturating_sub(*b);
         }
     }
 
-    /// Whether `self` fits into `free` in every dimension it requests.
-    pub fn fits_in(&self, free: &Resources) -> bool {
-        self.iter().all(|(id, v)| v <= free.get(id))
+    /// Takes `part` back out of a sum it was [`add`](Self::add)ed to (usage, a queue's
+    /// allocation). Exact while the sum never saturated; an entry that did saturate
+    /// (`i64::MAX`) no longer knows its true value and stays saturated, so giving back a part
+    /// never frees capacity that was never held.
+    pub fn take_back(&mut self, part: &Resources) {
+        let theirs = part.as_slice();
+        if theirs.len() > self.as_slice().len() {
+            self.grow(theirs.len());
+        }
+        for (a, b) in self.as_mut_slice().iter_mut().zip(theirs) {
+            if *a != i64::MAX {
+                *a = a.saturating_sub(*b);
+            }
+        }
     }
 
-    /// The dimensions where `self` exceeds `free`.
+    /// Whether `self` fits into `free` in every dimension it requests. A saturated request
+    /// (`i64::MAX`) fits nowhere: it stands for more than can be counted.
+    pub fn fits_in(&self, free: &Resources) -> bool {
+        self.iter().all(|(id, v)| fits(v, free.get(id)))
+    }
+
+    /// The dimensions where `self` does not fit into `free` (see [`Self::fits_in`]).
     pub fn shortfall<'a>(&'a self, free: &'a Resources) -> impl Iterator<Item = ResourceId> + 'a {
         self.iter()
-            .filter(move |&(id, v)| v > free.get(id))
+            .filter(move |&(id, v)| !fits(v, free.get(id)))
             .map(|(id, _)| id)
     }
 
-    /// Scales every entry by `num / den`, rounding down.
+    /// Whether `self` fits on a node holding `used` of `allocatable`, in every dimension it
+    /// requests: `used + self <= allocatable`, without overflow.
+    pub fn fits_on(&self, used: &Resources, allocatable: &Resources) -> bool {
+        self.short_on(used, allocatable).next().is_none()
+    }
+
+    /// The dimensions where `self` does not fit on a node holding `used` of `allocatable`.
+    pub fn short_on<'a>(
+        &'a self,
+        used: &'a Resources,
+        allocatable: &'a Resources,
+    ) -> impl Iterator<Item = ResourceId> + 'a {
+        self.iter()
+            .filter(move |&(id, v)| {
+                v == i64::MAX || used.get(id) as i128 + v as i128 > allocatable.get(id) as i128
+            })
+            .map(|(id, _)| id)
+    }
+
+    /// Scales every entry by `num / den` (`den > 0`), rounding down and saturating at the
+    /// ends of `i64` (an overcommit factor above one on a huge allocatable).
     pub fn scaled(&self, num: i64, den: i64) -> Resources {
         let mut out = self.clone();
+        let den = den.max(1) as i128;
         for v in out.as_mut_slice() {
-            *v = ((*v as i128 * num as i128) / den as i128) as i64;
+            *v = saturate(*v as i128 * num as i128 / den);
         }
         out
     }
@@ -334,6 +380,16 @@ impl Resources {
     pub fn is_zero(&self) -> bool {
         self.as_slice().iter().all(|&v| v == 0)
     }
+}
+
+/// `v` of a request fits into `free`; `i64::MAX` never does.
+fn fits(v: i64, free: i64) -> bool {
+    v <= free && v != i64::MAX
+}
+
+/// `v` clamped into `i64`.
+fn saturate(v: i128) -> i64 {
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 impl fmt::Display for Resources {
@@ -404,5 +460,78 @@ mod tests {
         assert_eq!(req.shortfall(&free).collect::<Vec<_>>(), vec![GPU]);
         free.set(GPU, 2);
         assert!(req.fits_in(&free));
+    }
+
+    fn one(id: ResourceId, v: i64) -> Resources {
+        let mut r = Resources::zero(4);
+        r.set(id, v);
+        r
+    }
+
+    /// Sums of external quantities saturate instead of wrapping (2 × 2^62 GPUs once read as
+    /// zero and bound to a 1-GPU node), in release and without an overflow panic in debug.
+    #[test]
+    fn sums_saturate_and_never_wrap() {
+        let mut sum = one(GPU, 1 << 62);
+        sum.add(&one(GPU, 1 << 62));
+        assert_eq!(sum.get(GPU), i64::MAX);
+        let mut low = one(CPU, i64::MIN + 1);
+        low.add(&one(CPU, -5));
+        assert_eq!(low.get(CPU), i64::MIN);
+        let mut free = one(MEMORY, 10);
+        free.sub(&one(MEMORY, i64::MAX));
+        assert_eq!(free.get(MEMORY), 10 - i64::MAX);
+        free.sub(&one(MEMORY, i64::MAX));
+        assert_eq!(free.get(MEMORY), i64::MIN);
+    }
+
+    /// Giving back a request is exact until a sum saturates; a saturated sum stays saturated,
+    /// so releasing never frees capacity that was never held.
+    #[test]
+    fn taking_back_from_a_saturated_sum_frees_nothing() {
+        let mut used = one(MEMORY, 1 << 30);
+        used.add(&one(MEMORY, 5));
+        used.take_back(&one(MEMORY, 5));
+        assert_eq!(used.get(MEMORY), 1 << 30);
+        let held = i64::MAX - 1;
+        let mut used = one(MEMORY, held);
+        used.add(&one(MEMORY, 10));
+        used.take_back(&one(MEMORY, 10));
+        assert!(
+            used.get(MEMORY) >= held,
+            "{} freed",
+            held - used.get(MEMORY)
+        );
+        used.take_back(&one(MEMORY, i64::MAX));
+        assert_eq!(used.get(MEMORY), i64::MAX);
+    }
+
+    /// A saturated request fits nowhere, not even on a node of `i64::MAX`; the fit of a
+    /// request on a node's usage never overflows.
+    #[test]
+    fn saturated_requests_fit_nowhere() {
+        let max = one(MEMORY, i64::MAX);
+        assert!(!max.fits_in(&max));
+        assert_eq!(max.shortfall(&max).collect::<Vec<_>>(), vec![MEMORY]);
+        assert!(!max.fits_on(&Resources::zero(4), &max));
+        let big = one(MEMORY, i64::MAX - 1);
+        assert!(big.fits_in(&max));
+        assert!(big.fits_on(&one(MEMORY, 1), &max));
+        assert!(!big.fits_on(&one(MEMORY, 2), &max));
+        assert!(!one(MEMORY, 1).fits_on(&max, &max));
+    }
+
+    #[test]
+    fn scaling_and_counts_saturate() {
+        let r = one(CPU, i64::MAX / 2 + 1).scaled(3000, 1000);
+        assert_eq!(r.get(CPU), i64::MAX);
+        assert_eq!(one(CPU, 4000).scaled(1500, 1000).get(CPU), 6000);
+        assert_eq!(
+            one(CPU, 7).scaled(1, 0).get(CPU),
+            7,
+            "a zero denominator reads as one"
+        );
+        assert_eq!(one(GPU, (1 << 32) + 1).count(GPU), u32::MAX);
+        assert_eq!(one(GPU, -3).count(GPU), 0);
     }
 }

@@ -425,7 +425,7 @@ impl<'a> Session<'a> {
         }
         session.queue_capacity = {
             let mut foreign = node_used_sum;
-            foreign.sub(&ours_bound);
+            foreign.take_back(&ours_bound);
             let mut capacity = session.cluster_allocatable.clone();
             capacity.sub(&foreign);
             capacity
@@ -668,13 +668,13 @@ impl<'a> Session<'a> {
             if add {
                 self.queue_reserved[q.index()].add(min);
             } else {
-                self.queue_reserved[q.index()].sub(min);
+                self.queue_reserved[q.index()].take_back(min);
             }
         }
         if add {
             self.inqueue_reserved.add(min);
         } else {
-            self.inqueue_reserved.sub(min);
+            self.inqueue_reserved.take_back(min);
         }
     }
 
@@ -694,8 +694,8 @@ impl<'a> Session<'a> {
         for &(task, node) in &holds {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
-            self.used[node.index()].sub(request);
-            self.cluster_used.sub(request);
+            self.used[node.index()].take_back(request);
+            self.cluster_used.take_back(request);
             self.index_insert(node);
         }
         self.released += 1;
@@ -936,9 +936,7 @@ impl<'a> Session<'a> {
     pub fn fits(&self, node: NodeId, request: &Resources) -> bool {
         let alloc = &self.snapshot.nodes[node.index()].allocatable;
         let used = &self.used[node.index()];
-        request
-            .iter()
-            .all(|(id, v)| used.get(id) + v <= alloc.get(id))
+        request.fits_on(used, alloc)
     }
 
     pub(crate) fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
@@ -957,7 +955,7 @@ impl<'a> Session<'a> {
         island: Option<u32>,
     ) -> bool {
         let request = &self.snapshot.task(task).request;
-        let want = request.get(GPU).max(0) as u32;
+        let want = request.count(GPU);
         self.passes_filters(task, node)
             && self.may_use(node, access)
             && self.fits(node, request)
@@ -1019,7 +1017,7 @@ impl<'a> Session<'a> {
                 .filter(|&n| usable(n))
                 .for_each(&mut consider);
         } else {
-            let want_gpus = request.get(GPU).max(0) as u32;
+            let want_gpus = request.count(GPU);
             for (&(_, free_gpus), set) in &self.index.buckets {
                 if free_gpus < want_gpus {
                     continue;
@@ -1069,14 +1067,12 @@ impl<'a> Session<'a> {
             let alloc = &node.allocatable;
             let used = &self.used[node.id.index()];
             let mut short = false;
-            for (id, v) in request.iter() {
-                if used.get(id) + v > alloc.get(id) {
-                    let name = self.snapshot.resources.name(id);
-                    *counts
-                        .entry(format!("insufficient {name}").into())
-                        .or_default() += 1;
-                    short = true;
-                }
+            for id in request.short_on(used, alloc) {
+                let name = self.snapshot.resources.name(id);
+                *counts
+                    .entry(format!("insufficient {name}").into())
+                    .or_default() += 1;
+                short = true;
             }
             if !short && !self.may_use(node.id, access) {
                 *counts
@@ -1142,8 +1138,8 @@ impl<'a> Session<'a> {
             self.gpus_used[i] |= gpus;
             self.holding[t.job.index()] += 1;
         } else {
-            self.used[i].sub(&t.request);
-            self.cluster_used.sub(&t.request);
+            self.used[i].take_back(&t.request);
+            self.cluster_used.take_back(&t.request);
             self.gpus_used[i] &= !gpus;
             self.holding[t.job.index()] -= 1;
         }
@@ -1156,7 +1152,7 @@ impl<'a> Session<'a> {
             if add {
                 self.queue_allocated[q.index()].add(&t.request);
             } else {
-                self.queue_allocated[q.index()].sub(&t.request);
+                self.queue_allocated[q.index()].take_back(&t.request);
             }
         }
         // An admitted job's minResources stay reserved until it holds its first member.
@@ -1199,7 +1195,7 @@ impl<'a> Session<'a> {
         island: Option<u32>,
     ) {
         debug_assert_eq!(self.status[task.index()], TaskStatus::Pending);
-        let count = self.snapshot.task(task).request.get(GPU).max(0) as u32;
+        let count = self.snapshot.task(task).request.count(GPU);
         let gpus = self.pick_gpus(node, count, island);
         self.charge(task, node, gpus, true);
         self.placed[self.snapshot.task(task).job.index()] += 1;
@@ -1371,12 +1367,16 @@ impl<'a> Session<'a> {
         }
         let names = &snap.resources;
         for q in snap.queues.iter().filter(|_| self.fw.report_queues) {
+            let (held, deserved) = (self.queue_allocated(q.id), self.deserved(q.id));
             plan.queues.push(QueueStatus {
                 name: q.name.clone(),
                 parent: q.parent.map(|p| snap.queue(p).name.clone()),
-                deserved: names.quantities(self.deserved(q.id)),
-                allocated: names.quantities(self.queue_allocated(q.id)),
-                share: self.share(q.id).as_f64(),
+                deserved: names.quantities(deserved),
+                allocated: names.quantities(held),
+                share: Share::of_deserved(held, deserved).as_f64(),
+                undeserved: (Share::undeserved(held, deserved))
+                    .map(|r| names.name(r).to_string())
+                    .collect(),
                 state: q.state,
             });
         }

@@ -605,4 +605,36 @@ mod patched {
         }
         assert!(b.patched() >= 30, "patched {} of 40", b.patched());
     }
+
+    /// Usage patched by adding and taking back requests is exact only while no sum saturates:
+    /// two bound pods of 2^62 bytes each on one node, then one of them gone, must give the
+    /// full build's usage (the builder assembles anew instead of patching past `i64::MAX`).
+    #[test]
+    fn saturated_usage_is_assembled_anew_not_patched() {
+        let mut b = SnapshotBuilder::new(nodes()).unwrap();
+        let mut pods = BTreeMap::new();
+        let mut groups = BTreeMap::new();
+        let mut patched = Vec::new();
+        for (c, job) in ["j0", "j1", "j2", "j3"].into_iter().enumerate() {
+            let g = group(job, "a", 1);
+            groups.insert(("ns".to_string(), job.to_string()), g.clone());
+            b.set_group(g);
+            let mut p = pod(&format!("{job}-0"), Some(job), Some("n0"), &[]);
+            let memory = if c < 2 { 1i64 << 62 } else { 1 << 20 };
+            p.request = list(&[("cpu", 100), ("memory", memory)]);
+            pods.insert(("ns".to_string(), p.name.clone()), p.clone());
+            b.set_pod(p);
+            if c == 2 {
+                groups.remove(&("ns".to_string(), "j0".to_string()));
+                b.remove_group("ns", "j0");
+                pods.remove(&("ns".to_string(), "j0-0".to_string()));
+                b.remove_pod("ns", "j0-0");
+            }
+            check(&mut b, c as i64, &pods, &groups).unwrap();
+            patched.push(b.patched());
+        }
+        // Assembled: the first build, the one whose sum would pass i64::MAX and the one after
+        // it (its sum is saturated); the last one is patched again.
+        assert_eq!(patched, vec![0, 0, 0, 1]);
+    }
 }

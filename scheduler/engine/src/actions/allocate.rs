@@ -101,9 +101,7 @@ fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
     crate::snapshot::ancestors(session.snapshot, job.queue).all(|q| {
         let allocated = session.queue_allocated(q);
         let deserved = session.deserved(q);
-        request
-            .iter()
-            .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
+        request.fits_on(allocated, deserved)
     })
 }
 
@@ -227,7 +225,7 @@ fn backfill_access(session: &Session, job: &Job, starts: &Starts) -> ReservedNod
         .map(|&t| {
             snap.task(t)
                 .active_deadline_s
-                .map(|d| snap.now_ms + d * 1000)
+                .map(|d| snap.now_ms.saturating_add(d.saturating_mul(1000)))
         })
         .try_fold(i64::MIN, |acc, end| end.map(|e| acc.max(e)));
     match ends {

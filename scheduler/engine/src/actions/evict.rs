@@ -212,9 +212,7 @@ fn find_in(session: &mut Session, task: TaskId, nodes: &[NodeId]) -> Option<Node
 fn within_deserved(session: &Session, job: &Job, request: &Resources) -> bool {
     let deserved = session.deserved(job.queue);
     let allocated = session.queue_allocated(job.queue);
-    request
-        .iter()
-        .all(|(r, v)| allocated.get(r) + v <= deserved.get(r))
+    request.fits_on(allocated, deserved)
 }
 
 /// Queues the job may take pods from: its own (preempt), or the reclaimable queues holding more
@@ -498,9 +496,9 @@ fn eligible<'a>(
                     let before = taken(q);
                     // What the queue keeps of `r` once this victim and those before it are gone.
                     let left = |r: ResourceId| {
-                        allocated.get(r)
-                            - v.request.get(r)
-                            - before.iter().flatten().map(|t| t.get(r)).sum::<i64>()
+                        let gone = (before.iter().flatten())
+                            .fold(v.request.get(r), |sum, t| sum.saturating_add(t.get(r)));
+                        allocated.get(r).saturating_sub(gone)
                     };
                     // Never below a guarantee, in any resource the victim holds; and only what
                     // the queue borrowed, in the resources the node is short of.

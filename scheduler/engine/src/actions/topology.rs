@@ -95,7 +95,7 @@ fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
     tasks
         .iter()
         .map(|&t| session.snapshot.task(t).request.get(GPU).max(0))
-        .sum()
+        .fold(0, i64::saturating_add)
 }
 
 fn place_gang(
@@ -395,7 +395,7 @@ fn fill(
     let island = match pin {
         None => None,
         Some(node) => {
-            let want = gpus_of(session, tasks) as u32;
+            let want = gpus_of(session, tasks).clamp(0, u32::MAX as i64) as u32;
             let mut islands: Vec<u32> = session
                 .snapshot
                 .node(node)

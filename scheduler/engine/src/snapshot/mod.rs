@@ -1580,11 +1580,12 @@ fn new_job<'l>(
         id: refs.id,
         name: refs.name,
         queue: refs.queue,
-        min_member: g.min_member as u32,
+        // Counts beyond u32 can never be met, as u32::MAX cannot: saturate, never wrap.
+        min_member: u32::try_from(g.min_member).unwrap_or(u32::MAX),
         min_task_member: g
             .min_task_member
             .iter()
-            .map(|(k, &v)| (k.clone(), v as u32))
+            .map(|(k, &v)| (k.clone(), u32::try_from(v).unwrap_or(u32::MAX)))
             .collect(),
         min_resources: refs.min_resources,
         priority,

@@ -54,12 +54,28 @@ impl Usage {
             self.total.add(request);
             self.gpus[i] |= gpus;
         } else {
-            self.used[i].sub(request);
-            self.total.sub(request);
+            self.used[i].take_back(request);
+            self.total.take_back(request);
             self.gpus[i] &= !gpus;
         }
         self.changed.push(node);
     }
+}
+
+/// Whether `total` with every one of `added` on top stays short of `i64::MAX` in magnitude in
+/// every resource: then no node's usage, nor any queue's (each a part of the total), saturates.
+fn sums_stay_exact<'r>(total: &'r Resources, added: impl Iterator<Item = &'r Resources>) -> bool {
+    let mut sum: Vec<i128> = Vec::new();
+    for r in std::iter::once(total).chain(added) {
+        for (id, v) in r.iter() {
+            let i = id.0 as usize;
+            if i >= sum.len() {
+                sum.resize(i + 1, 0);
+            }
+            sum[i] += (v as i128).abs();
+        }
+    }
+    sum.iter().all(|&s| s < i64::MAX as i128)
 }
 
 /// The snapshot the builder would assemble, patched from its last one, with the nodes whose
@@ -232,6 +248,16 @@ pub(super) fn patch(
     fresh.sort_by(|a, c| a.name.cmp(c.name));
     gone.sort_unstable();
 
+    // Usage is patched by adding and taking back requests, exact only while no sum saturates:
+    // past that, the snapshot is assembled anew.
+    let added = (fresh.iter().flat_map(|f| &f.members))
+        .filter(|m| m.node.is_some())
+        .map(|m| &m.facts.request)
+        .chain(pinned.iter().map(|(_, p)| &p.request));
+    if !sums_stay_exact(&b.last.as_ref()?.used_total, added) {
+        return None;
+    }
+
     // From here on nothing fails.
     let mut last = b.last.take()?;
     let old_jobs = std::mem::take(&mut last.jobs);
@@ -289,7 +315,7 @@ pub(super) fn patch(
     for key in &held.changed_pinned {
         if let Some(old) = b.pinned_uses.remove(key) {
             usage.charge(old.node, &old.request, old.gpus, false);
-            queue_pinned[old.queue.index()].sub(&old.request);
+            queue_pinned[old.queue.index()].take_back(&old.request);
         }
     }
     for (key, new) in pinned {
