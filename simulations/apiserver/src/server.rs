@@ -1,6 +1,6 @@
 //! HTTP routing: parses Kubernetes API paths, applies faults, and calls the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -10,7 +10,9 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use serde::Serialize;
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 use crate::discovery;
 use crate::error::{json_response, success_status, ApiError};
@@ -27,6 +29,52 @@ pub struct Shared {
     pub faults: Arc<Mutex<FaultState>>,
     /// `http://127.0.0.1:PORT`, for discovery.
     pub server: Arc<str>,
+    /// Bumped whenever the fault settings are replaced or the server stops: stalled requests
+    /// wait for it.
+    pub released: Arc<watch::Sender<u64>>,
+    /// The writes answered so far, oldest first (at most `REQUEST_LOG_CAPACITY`).
+    pub requests: Arc<Mutex<RequestLog>>,
+}
+
+/// Writes kept in the request log; older ones are dropped first.
+pub const REQUEST_LOG_CAPACITY: usize = 100_000;
+
+/// One write (create, update, patch, delete) as answered, for telling clients apart in tests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// Order in which the server answered (counts from 0, also over dropped entries).
+    pub seq: u64,
+    pub verb: Verb,
+    /// Plural, with the subresource if any: `pods/binding`, `leases`.
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The client's `User-Agent` header (empty when none).
+    pub user_agent: String,
+    /// HTTP status of the answer.
+    pub code: u16,
+}
+
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    entries: VecDeque<RequestRecord>,
+    next_seq: u64,
+}
+
+impl RequestLog {
+    fn push(&mut self, mut r: RequestRecord) {
+        r.seq = self.next_seq;
+        self.next_seq += 1;
+        if self.entries.len() == REQUEST_LOG_CAPACITY {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(r);
+    }
+
+    pub fn entries(&self) -> Vec<RequestRecord> {
+        self.entries.iter().cloned().collect()
+    }
 }
 
 impl Shared {
@@ -37,6 +85,22 @@ impl Shared {
 
     pub fn faults(&self) -> MutexGuard<'_, FaultState> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn request_log(&self) -> MutexGuard<'_, RequestLog> {
+        self.requests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the fault settings (validated by the caller) and lets stalled requests go on.
+    pub fn replace_faults(&self, faults: Faults) {
+        self.store()
+            .set_drop_watches_after(faults.drop_watches_after);
+        self.faults().faults = faults;
+        self.release_stalled();
+    }
+
+    pub fn release_stalled(&self) {
+        self.released.send_modify(|n| *n += 1);
     }
 }
 
@@ -54,6 +118,7 @@ pub fn router(shared: Shared) -> Router {
             axum::routing::get(get_faults).put(put_faults),
         )
         .route("/admin/drop-watches", axum::routing::post(drop_watches))
+        .route("/admin/requests", axum::routing::get(get_requests))
         .fallback(api)
         .with_state(shared)
 }
@@ -73,9 +138,15 @@ async fn put_faults(State(s): State<Shared>, body: Bytes) -> Response {
     if let Err(e) = faults.validate() {
         return ApiError::bad_request(format!("fault settings: {e}")).into_response();
     }
-    s.store().set_drop_watches_after(faults.drop_watches_after);
-    s.faults().faults = faults;
+    s.replace_faults(faults);
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_requests(State(s): State<Shared>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"requests": s.request_log().entries()}),
+    )
 }
 
 async fn drop_watches(State(s): State<Shared>) -> Response {
@@ -201,11 +272,44 @@ async fn api(
                 None => not_found(),
             }
         }
-        Path::Resource(t) => match resource_request(&s, &method, t, &params, &headers, &body).await
-        {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        },
+        Path::Resource(t) => {
+            let user_agent = headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let write = verb_of(&method, &t, &params)
+                .ok()
+                .filter(|v| matches!(v, Verb::Create | Verb::Update | Verb::Patch | Verb::Delete));
+            let record = write.map(|verb| RequestRecord {
+                seq: 0,
+                verb,
+                resource: fault_resource(&t),
+                namespace: t.namespace.clone(),
+                name: t.name.clone(),
+                user_agent: user_agent.clone(),
+                code: 0,
+            });
+            let response =
+                match resource_request(&s, &method, t, &params, &headers, &body, &user_agent).await
+                {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                };
+            if let Some(mut r) = record {
+                r.code = response.status().as_u16();
+                s.request_log().push(r);
+            }
+            response
+        }
+    }
+}
+
+/// `pods`, or `pods/binding` for a subresource: what fault rules and the request log name.
+fn fault_resource(t: &Target) -> String {
+    match &t.sub {
+        Some(sub) => format!("{}/{sub}", t.plural),
+        None => t.plural.clone(),
     }
 }
 
@@ -253,13 +357,16 @@ async fn resource_request(
     params: &Params,
     headers: &HeaderMap,
     body: &Bytes,
+    user_agent: &str,
 ) -> Result<Response, ApiError> {
     let verb = verb_of(method, &t, params)?;
-    let fault_resource = match &t.sub {
-        Some(sub) => format!("{}/{sub}", t.plural),
-        None => t.plural.clone(),
-    };
-    let decision = s.faults().decide(verb, &fault_resource);
+    // Subscribed before deciding, so settings replaced in between still release this request.
+    let mut released = s.released.subscribe();
+    let decision = s.faults().decide(verb, &fault_resource(&t), user_agent);
+    if decision.stall {
+        // Dropped with the connection when the client goes away; otherwise held until released.
+        let _ = released.changed().await;
+    }
     if !decision.delay.is_zero() {
         tokio::time::sleep(decision.delay).await;
     }
