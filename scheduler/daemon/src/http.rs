@@ -48,6 +48,11 @@ impl Health {
         *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
+    /// Liveness: some progress within `max_gap`.
+    pub fn live(&self) -> bool {
+        self.stuck(Instant::now()).is_none()
+    }
+
     /// None while live; else why not.
     fn stuck(&self, now: Instant) -> Option<String> {
         let last = *self.progress.lock().unwrap_or_else(|p| p.into_inner());

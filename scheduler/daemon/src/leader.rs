@@ -17,6 +17,10 @@
 //!   at least G before anyone else may start;
 //! - attempts start every G / 2 and last at most G / 2, so while the API answers, each renewal
 //!   lands within G of the one before, and G <= D - G: leadership does not lapse between them.
+//!
+//! A leader whose scheduling loop is stuck (liveness failing) stops leading and gives the lease
+//! up, in that order, so a follower takes over without waiting for the kubelet's restart; it
+//! campaigns again once the loop goes on.
 
 use std::time::{Duration, Instant};
 
@@ -123,6 +127,8 @@ pub struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
     timing: Timing,
+    /// False while the scheduling loop is stuck (see `http::Health`).
+    live: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 /// The holder's record as last read, and when this replica saw it change.
@@ -132,11 +138,16 @@ struct Observed {
 }
 
 impl Elector {
-    pub fn new(client: Client, config: LeaseConfig) -> Result<Elector, String> {
+    pub fn new(
+        client: Client,
+        config: LeaseConfig,
+        live: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Result<Elector, String> {
         Ok(Elector {
             api: Api::namespaced(client, &config.namespace),
             timing: Timing::new(config.duration)?,
             config,
+            live: Box::new(live),
         })
     }
 
@@ -159,6 +170,18 @@ impl Elector {
                 break;
             }
             let started = Instant::now();
+            if !(self.live)() {
+                if *term.borrow() != Term::Follower {
+                    tracing::warn!(lease = %self.config.name, "no scheduling cycle finished in time; giving the lease up");
+                    // Not leading first: nothing more is written once another replica may lead.
+                    publish(Term::Follower);
+                    self.release_within(self.timing.step).await;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(self.timing.step) => continue,
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
             let attempt = tokio::select! {
                 r = tokio::time::timeout(self.timing.step, self.acquire_or_renew(&mut observed)) => r,
                 _ = stop.wait_for(|s| *s) => break,
@@ -183,7 +206,11 @@ impl Elector {
         // Gives the lease up so another replica takes over at once (bounded: exiting must not
         // wait on an API that does not answer).
         publish(Term::Follower);
-        match tokio::time::timeout(self.timing.duration, self.release()).await {
+        self.release_within(self.timing.duration).await;
+    }
+
+    async fn release_within(&self, bound: Duration) {
+        match tokio::time::timeout(bound, self.release()).await {
             Ok(Ok(true)) => tracing::info!(lease = %self.config.name, "lease released"),
             Ok(Ok(false)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot release the lease"),

@@ -274,6 +274,10 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
                     identity: identity.clone(),
                     duration: args.lease_duration,
                 },
+                {
+                    let health = health.clone();
+                    move || health.live()
+                },
             )
             .map_err(anyhow::Error::msg)?;
             Some(tokio::spawn(elector.run(term, stop_rx)))

@@ -340,3 +340,93 @@ async fn the_leader_is_ready_and_a_follower_not_yet_both_stay_live() {
     }
     assert_eq!(http_get(follower, "/readyz").map(|r| r.0), Some(503));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_cycle_hangs_gives_the_lease_up_and_the_follower_schedules() {
+    let c = cluster(2).await;
+    let (addr_a, addr_b) = (free_addr(), free_addr());
+    let elect = |addr: &str, id: &str| {
+        c.start(
+            addr,
+            &[
+                "--leader-elect",
+                "--lease-duration",
+                "3s",
+                "--identity",
+                id,
+                "--max-cycle-gap",
+                "2s",
+                "--kube-api-timeout",
+                "60s",
+            ],
+        )
+    };
+    let _a = elect(&addr_a, "replica-a");
+    let _b = elect(&addr_b, "replica-b");
+    eventually("one replica holds the lease", || c.holder().is_some()).await;
+    let old = c.holder().unwrap();
+    let (new, old_addr) = if old == "replica-a" {
+        ("replica-b", &addr_a)
+    } else {
+        ("replica-a", &addr_b)
+    };
+    c.job("warm-up");
+    eventually("the leader schedules", || c.bound("warm-up")).await;
+
+    // The leader's binds hang (a minute each): its cycle is stuck, so it stops leading and gives
+    // the lease up; the follower takes over and binds the pod the stuck cycle could not.
+    let mark = c.server.requests().last().map_or(0, |r| r.seq);
+    c.server
+        .add_fault(
+            FaultRule::stall(Some(Verb::Create), "pods/binding").from_client(&format!("({old})")),
+        )
+        .unwrap();
+    c.job("stuck");
+    eventually("the stuck leader is not live", || {
+        http_get(old_addr, "/healthz").is_some_and(|(code, _)| code == 503)
+    })
+    .await;
+    eventually("the follower took the lease", || {
+        c.holder().as_deref() == Some(new)
+    })
+    .await;
+    eventually("the new leader bound the pod", || c.bound("stuck")).await;
+    // The old leader's bind, sent while it led, is answered now: the pod is taken (409).
+    c.server.clear_faults();
+    eventually("the old leader is live again, as a follower", || {
+        http_get(old_addr, "/healthz").is_some_and(|(code, _)| code == 200)
+    })
+    .await;
+    c.job("after");
+    eventually("the last job bound", || c.bound("after")).await;
+
+    let log: Vec<_> = c
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.seq > mark)
+        .collect();
+    let takeover = log
+        .iter()
+        .find(|r| by(r, new) && r.resource == "leases" && succeeded(r))
+        .expect("the new leader wrote the lease")
+        .seq;
+    let late: Vec<_> = log
+        .iter()
+        .filter(|r| by(r, &old) && r.seq > takeover && succeeded(r) && r.resource != "leases")
+        .collect();
+    assert!(late.is_empty(), "{old} wrote after {new} led: {late:#?}");
+    let stuck_binds: Vec<_> = log
+        .iter()
+        .filter(|r| r.resource == "pods/binding" && r.name.as_deref() == Some("stuck"))
+        .map(|r| (r.user_agent.contains(new), r.code))
+        .collect();
+    assert!(stuck_binds.contains(&(true, 201)), "{stuck_binds:?}");
+    assert!(
+        stuck_binds
+            .iter()
+            .all(|(by_new, code)| *by_new || *code == 409),
+        "{stuck_binds:?}"
+    );
+    c.assert_no_node_over_capacity();
+}
