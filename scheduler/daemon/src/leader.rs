@@ -260,11 +260,11 @@ impl Elector {
         };
         let mine = holder.as_deref() == Some(me.as_str());
         if holder.is_some() && !mine {
+            // A record without a (sensible) duration is held for ours.
             let lasts = spec
                 .lease_duration_seconds
-                .map_or(self.timing.duration, |s| {
-                    Duration::from_secs(s.max(1) as u64)
-                });
+                .filter(|s| *s > 0)
+                .map_or(self.timing.duration, |s| Duration::from_secs(s as u64));
             if since.elapsed() < lasts {
                 return Ok(false);
             }

@@ -102,6 +102,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
+/// The liveness limit: the flag, or max(60 s, 10 periods). It must exceed the period, or a
+/// follower (which shows progress once a period) would never be live.
+fn max_cycle_gap(period: Duration, flag: Option<Duration>) -> Result<Duration, String> {
+    match flag {
+        None => Ok((period * 10).max(Duration::from_secs(60))),
+        Some(gap) if gap > period => Ok(gap),
+        Some(gap) => Err(format!(
+            "--max-cycle-gap {gap:?}: must be longer than --period ({period:?})"
+        )),
+    }
+}
+
 /// Reads and validates the config; errors name the file and the field.
 fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     let Some(path) = path else {
@@ -139,6 +151,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = max_cycle_gap(args.period, args.max_cycle_gap) {
+        eprintln!("basalt-scheduler: {e}");
+        return ExitCode::from(2);
+    }
     if args.leader_elect {
         if let Err(e) = leader::Timing::new(args.lease_duration) {
             eprintln!("basalt-scheduler: {e}");
@@ -236,9 +252,8 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         (None, leader::Leadership::unconditional())
     };
     let mut stores = stores::Stores::start(watch_client, args.volcano_discovery_interval);
-    let max_gap = args
-        .max_cycle_gap
-        .unwrap_or_else(|| (args.period * 10).max(Duration::from_secs(60)));
+    // Checked at start (exit 2).
+    let max_gap = max_cycle_gap(args.period, args.max_cycle_gap).map_err(anyhow::Error::msg)?;
     let health = Arc::new(http::Health::new(
         max_gap,
         leadership.clone(),
@@ -366,5 +381,23 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_liveness_limit_defaults_to_ten_periods_or_a_minute_and_exceeds_the_period() {
+        let s = Duration::from_secs;
+        assert_eq!(max_cycle_gap(s(1), None), Ok(s(60)));
+        assert_eq!(max_cycle_gap(s(30), None), Ok(s(300)));
+        assert_eq!(max_cycle_gap(s(1), Some(s(2))), Ok(s(2)));
+        let err = max_cycle_gap(s(10), Some(s(5))).unwrap_err();
+        assert!(
+            err.contains("--max-cycle-gap") && err.contains("--period"),
+            "{err}"
+        );
     }
 }

@@ -53,9 +53,9 @@ pub struct FaultRule {
     pub code: Option<u16>,
     #[serde(default)]
     pub delay_ms: u64,
-    /// Hold the request unanswered until the client goes away, the fault settings are replaced
-    /// or the server stops; then it goes on (delay, error or the normal answer), as a request
-    /// stuck in the network would.
+    /// Hold the request unanswered until the client goes away (the request is then dropped,
+    /// never committed), the fault settings are replaced or the server stops; then it goes on
+    /// (delay, error or the normal answer), as a request stuck in the network would.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stall: bool,
     /// Only requests whose `User-Agent` header contains this text (one client among several).
