@@ -22,6 +22,7 @@ mod discovery;
 mod error;
 mod faults;
 mod patch;
+mod requests;
 mod resources;
 mod selectors;
 mod server;
@@ -39,9 +40,9 @@ use tokio::task::JoinHandle;
 pub use error::{ApiError, Error};
 pub use faults::{FaultRule, Faults, Verb};
 pub use patch::PatchKind;
+pub use requests::{RequestRecord, REQUEST_LOG_CAPACITY};
 pub use resources::ResourceInfo;
 pub use selectors::{FieldSelector, LabelSelector};
-pub use server::{RequestRecord, REQUEST_LOG_CAPACITY};
 pub use store::REFUSE_EVICTION_ANNOTATION;
 
 use server::Shared;

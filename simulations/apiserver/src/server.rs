@@ -1,6 +1,6 @@
 //! HTTP routing: parses Kubernetes API paths, applies faults, and calls the store.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -10,7 +10,6 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -18,6 +17,7 @@ use crate::discovery;
 use crate::error::{json_response, success_status, ApiError};
 use crate::faults::{FaultState, Faults, Verb};
 use crate::patch::PatchKind;
+use crate::requests::{RequestLog, RequestRecord};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
@@ -32,49 +32,8 @@ pub struct Shared {
     /// Bumped whenever the fault settings are replaced or the server stops: stalled requests
     /// wait for it.
     pub released: Arc<watch::Sender<u64>>,
-    /// The writes answered so far, oldest first (at most `REQUEST_LOG_CAPACITY`).
+    /// The writes answered so far, oldest first.
     pub requests: Arc<Mutex<RequestLog>>,
-}
-
-/// Writes kept in the request log; older ones are dropped first.
-pub const REQUEST_LOG_CAPACITY: usize = 100_000;
-
-/// One write (create, update, patch, delete) as answered, for telling clients apart in tests.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestRecord {
-    /// Order in which the server answered (counts from 0, also over dropped entries).
-    pub seq: u64,
-    pub verb: Verb,
-    /// Plural, with the subresource if any: `pods/binding`, `leases`.
-    pub resource: String,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    /// The client's `User-Agent` header (empty when none).
-    pub user_agent: String,
-    /// HTTP status of the answer.
-    pub code: u16,
-}
-
-#[derive(Debug, Default)]
-pub struct RequestLog {
-    entries: VecDeque<RequestRecord>,
-    next_seq: u64,
-}
-
-impl RequestLog {
-    fn push(&mut self, mut r: RequestRecord) {
-        r.seq = self.next_seq;
-        self.next_seq += 1;
-        if self.entries.len() == REQUEST_LOG_CAPACITY {
-            self.entries.pop_front();
-        }
-        self.entries.push_back(r);
-    }
-
-    pub fn entries(&self) -> Vec<RequestRecord> {
-        self.entries.iter().cloned().collect()
-    }
 }
 
 impl Shared {

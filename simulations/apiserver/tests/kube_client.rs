@@ -764,8 +764,8 @@ async fn client_as(server: &Handle, agent: &str, read_timeout: Duration) -> Clie
     cfg.default_retry = false;
     cfg.read_timeout = Some(read_timeout);
     cfg.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_str(agent).unwrap(),
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(agent).unwrap(),
     ));
     Client::try_from(cfg).expect("client")
 }
@@ -836,6 +836,13 @@ async fn a_stall_holds_one_client_s_requests_until_the_faults_change_and_writes_
     };
     assert_eq!(log, vec![create("replica-a"), create("replica-b")]);
     assert!(server.requests().windows(2).all(|w| w[0].seq < w[1].seq));
+    // The same over HTTP.
+    let req = http::Request::get("/admin/requests").body(vec![]).unwrap();
+    let text = b.request_text(req).await.unwrap();
+    let served: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(served["requests"][1]["userAgent"], "replica-b");
+    assert_eq!(served["requests"][1]["verb"], "create");
+    assert_eq!(served["requests"][1]["code"], 201);
 
     // A request stalled forever does not hold the server's shutdown.
     server
