@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use crate::cycle::{pod_key, Origin, View};
 use crate::http::Metrics;
+use crate::leader::Leadership;
 use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
 use crate::stranded::{PartialGang, PartialGangs};
@@ -78,6 +79,8 @@ pub struct Scheduler {
     pub reported_warnings: HashSet<String>,
     /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
     partial_gangs: PartialGangs,
+    /// Checked right before every write: none is sent once leadership is lost.
+    pub leadership: Leadership,
 }
 
 enum BindResult {
@@ -131,6 +134,7 @@ impl Scheduler {
             collisions: HashSet::new(),
             reported_warnings: HashSet::new(),
             partial_gangs: PartialGangs::new(partial_gang_timeout),
+            leadership: Leadership::unconditional(),
         }
     }
 
@@ -272,6 +276,9 @@ impl Scheduler {
                     continue;
                 }
             };
+            if !self.leadership.leading() {
+                return;
+            }
             let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             match groups.create(&PostParams::default(), &group).await {
                 Ok(_) => {}
@@ -311,6 +318,9 @@ impl Scheduler {
                     give_up(self, key);
                     continue;
                 }
+            }
+            if !self.leadership.leading() {
+                return;
             }
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             let patch = json!({"metadata": {"annotations": {POD_GROUP: group_name}}});
@@ -406,6 +416,9 @@ impl Scheduler {
         if let Some(q) = &queue {
             spec["queue"] = json!(q);
         }
+        if !self.leadership.leading() {
+            return;
+        }
         let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
         match api
             .patch(
@@ -456,6 +469,9 @@ impl Scheduler {
                 tracing::warn!(group = %format!("{ns}/{name}"), error = %e, "cannot tell whether an auto PodGroup's owner still exists; retried next cycle");
                 return true;
             }
+        }
+        if !self.leadership.leading() {
+            return true;
         }
         let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
         let params = kube::api::DeleteParams {
@@ -669,11 +685,17 @@ impl Scheduler {
             })
             .collect();
         let client = self.client.clone();
+        let leadership = self.leadership.clone();
         let results: Vec<_> = futures::stream::iter(jobs)
             .map(|(key, node, gpus, uid)| {
                 let client = client.clone();
+                let leadership = leadership.clone();
                 async move {
-                    let r = bind(&client, &key, &node, &gpus, uid.clone()).await;
+                    let r = if leadership.leading() {
+                        bind(&client, &key, &node, &gpus, uid.clone()).await
+                    } else {
+                        BindResult::Failed("not sent: this replica is not the leader".into())
+                    };
                     (key, node, gpus, uid, r)
                 }
             })
@@ -819,6 +841,9 @@ impl Scheduler {
         if self.refused_evictions.contains_key(key) {
             return false;
         }
+        if !self.leadership.leading() {
+            return false;
+        }
         let (ns, name) = split_key(key);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         match api.evict(name, &EvictParams::default()).await {
@@ -861,6 +886,9 @@ impl Scheduler {
                 .and_then(|s| s.nominated_node_name.as_deref());
             if current == Some(n.node.as_str()) {
                 continue;
+            }
+            if !self.leadership.leading() {
+                return;
             }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             let patch = json!({"status": {"nominatedNodeName": n.node}});
@@ -937,6 +965,9 @@ impl Scheduler {
                 let params = PatchParams::default();
                 // Into the object the group was read from: Volcano's status subresource for
                 // a Volcano PodGroup (same fields).
+                if !self.leadership.leading() {
+                    return;
+                }
                 let result = match origin {
                     Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
                         .patch_status(name, &params, &patch)
@@ -1015,6 +1046,9 @@ impl Scheduler {
             body["allocated"] = Value::Object(allocated);
             let patch = Patch::Merge(json!({ "status": body }));
             let params = PatchParams::default();
+            if !self.leadership.leading() {
+                return;
+            }
             let result = match origin {
                 Origin::Basalt => Api::<basalt_crds::Queue>::all(self.client.clone())
                     .patch_status(&q.name, &params, &patch)
@@ -1086,6 +1120,9 @@ impl Scheduler {
 
     /// Writes a core/v1 Event; a failure is logged, never fatal.
     async fn event(&self, about: ObjectReference, type_: &str, reason: &str, message: &str) {
+        if !self.leadership.leading() {
+            return;
+        }
         let ns = about.namespace.clone().unwrap_or_else(|| "default".into());
         let now = jiff::Timestamp::now();
         let event = Event {

@@ -1,7 +1,8 @@
 //! `/healthz`, `/readyz` and `/metrics` (OpenMetrics text).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -18,6 +19,53 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use crate::leader::Leadership;
+use crate::stores::WatchHealth;
+
+/// What the probes look at.
+pub struct Health {
+    /// Last time the loop showed progress: a cycle finished, or a wait (for the caches, for
+    /// the lease) went round.
+    progress: Mutex<Instant>,
+    /// Liveness fails once progress is older than this.
+    pub max_gap: Duration,
+    pub leadership: Leadership,
+    pub watches: Arc<WatchHealth>,
+}
+
+impl Health {
+    pub fn new(max_gap: Duration, leadership: Leadership, watches: Arc<WatchHealth>) -> Health {
+        Health {
+            progress: Mutex::new(Instant::now()),
+            max_gap,
+            leadership,
+            watches,
+        }
+    }
+
+    pub fn progressed(&self) {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Liveness: some progress within `max_gap`.
+    pub fn live(&self) -> bool {
+        self.stuck(Instant::now()).is_none()
+    }
+
+    /// None while live; else why not.
+    fn stuck(&self, now: Instant) -> Option<String> {
+        let last = *self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        let gap = now.saturating_duration_since(last);
+        (gap > self.max_gap).then(|| {
+            format!(
+                "no scheduling cycle finished for {:.1}s (limit {:?})",
+                gap.as_secs_f64(),
+                self.max_gap
+            )
+        })
+    }
+}
 
 pub struct Metrics {
     /// The caches hold a full list: scheduling has started.
@@ -114,12 +162,19 @@ impl Metrics {
     }
 }
 
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: watch::Receiver<bool>) {
+type Probed = (Arc<Metrics>, Arc<Health>);
+
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: watch::Receiver<bool>,
+) {
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(metrics);
+        .with_state((metrics, health));
     let mut rx = shutdown;
     let stop = async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -132,15 +187,34 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, shutdown: watch
     }
 }
 
-async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    if m.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+async fn healthz(State((_, h)): State<Probed>) -> (StatusCode, String) {
+    match h.stuck(Instant::now()) {
+        None => (StatusCode::OK, "ok".into()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 
-async fn metrics_text(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+/// Ready: caches synced, leading (a follower is expected NotReady) and no watch stale.
+async fn readyz(State((m, h)): State<Probed>) -> (StatusCode, String) {
+    let unready = |why: String| (StatusCode::SERVICE_UNAVAILABLE, why);
+    if !m.ready.load(Ordering::Relaxed) {
+        return unready("caches not synced".into());
+    }
+    if !h.leadership.leading() {
+        return unready("not the leader".into());
+    }
+    let stale = h.watches.stale(Instant::now());
+    if !stale.is_empty() {
+        return unready(format!(
+            "watches failing for over {:?}: {}",
+            crate::stores::STALE_AFTER,
+            stale.join(", ")
+        ));
+    }
+    (StatusCode::OK, "ok".into())
+}
+
+async fn metrics_text(State((m, _)): State<Probed>) -> impl IntoResponse {
     let mut out = String::new();
     match encode(&mut out, &m.registry) {
         Ok(()) => (
@@ -156,5 +230,25 @@ async fn metrics_text(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
             [(header::CONTENT_TYPE, "text/plain")],
             e.to_string(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_fails_once_progress_is_older_than_the_limit() {
+        let h = Health::new(
+            Duration::from_secs(60),
+            Leadership::unconditional(),
+            Arc::default(),
+        );
+        let now = Instant::now();
+        assert_eq!(h.stuck(now), None);
+        let late = now + Duration::from_secs(61);
+        assert!(h.stuck(late).unwrap().contains("limit 60s"));
+        h.progressed();
+        assert_eq!(h.stuck(Instant::now()), None);
     }
 }

@@ -66,6 +66,15 @@ struct Args {
     /// unplaceable) before its bound members are evicted so it can start whole later.
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     partial_gang_timeout: Duration,
+    /// Bound on every ordinary API request (connect, send, each wait for an answer); lease
+    /// requests are bounded tighter (a sixth of --lease-duration). Watches have their own
+    /// bounds (below).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    kube_api_timeout: Duration,
+    /// /healthz fails when no scheduling cycle has finished for this long; default
+    /// max(60s, 10 × --period), room for a long cycle on a large cluster.
+    #[arg(long, value_parser = parse_duration)]
+    max_cycle_gap: Option<Duration>,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -96,6 +105,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: must be positive"));
     }
     Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// The liveness limit: the flag, or max(60 s, 10 periods). It must exceed the period, or a
+/// follower (which shows progress once a period) would never be live.
+fn max_cycle_gap(period: Duration, flag: Option<Duration>) -> Result<Duration, String> {
+    match flag {
+        None => Ok((period * 10).max(Duration::from_secs(60))),
+        Some(gap) if gap > period => Ok(gap),
+        Some(gap) => Err(format!(
+            "--max-cycle-gap {gap:?}: must be longer than --period ({period:?})"
+        )),
+    }
 }
 
 /// Reads and validates the config; errors name the file and the field.
@@ -135,8 +156,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = max_cycle_gap(args.period, args.max_cycle_gap) {
+        eprintln!("basalt-scheduler: {e}");
+        return ExitCode::from(2);
+    }
     if args.leader_elect {
-        if let Err(e) = leader::lease_seconds(args.lease_duration) {
+        if let Err(e) = leader::Timing::new(args.lease_duration) {
             eprintln!("basalt-scheduler: {e}");
             return ExitCode::from(2);
         }
@@ -157,18 +182,67 @@ fn main() -> ExitCode {
     }
 }
 
-async fn client() -> anyhow::Result<kube::Client> {
+/// A watch's read timeout: longer than kube's watcher waits on an idle stream (the server's
+/// 290 s `timeoutSeconds` plus 5 s), so a healthy idle watch is never cut, while a list or a
+/// watch start the API never answers fails.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Two clients on one kubeconfig: one for watches (long-lived streams), one for every other
+/// request, whose connect, write and read are each bounded by `timeout`. (A read timeout that
+/// short on the watch client would cut every watch idle for longer.) Both name the replica in
+/// their User-Agent, so the API server's audit log tells replicas apart.
+async fn clients(
+    identity: &str,
+    timeout: Duration,
+) -> anyhow::Result<(kube::Client, kube::Client)> {
+    use axum::http::{header, HeaderValue};
     let mut cfg = kube::Config::infer()
         .await
         .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?;
     // kube retries 429/503/504 for minutes by default; an eviction refused by a budget is a
     // 429 and bind errors are retried by the scheduler's own cycle, so answers must surface.
     cfg.default_retry = false;
-    kube::Client::try_from(cfg).context("cannot build the Kubernetes client")
+    let version = concat!("basalt-scheduler/", env!("CARGO_PKG_VERSION"));
+    let agent = HeaderValue::from_str(&format!("{version} ({identity})"))
+        .unwrap_or_else(|_| HeaderValue::from_static(version));
+    cfg.headers.push((header::USER_AGENT, agent));
+    // Timeouts count from the request, not from when a pooled connection went idle.
+    cfg.reset_reader_on_write = true;
+    cfg.connect_timeout = Some(timeout);
+    cfg.write_timeout = Some(timeout);
+    let mut watches = cfg.clone();
+    watches.read_timeout = Some(WATCH_READ_TIMEOUT);
+    cfg.read_timeout = Some(timeout);
+    let build = |c| kube::Client::try_from(c).context("cannot build the Kubernetes client");
+    Ok((build(watches)?, build(cfg)?))
+}
+
+/// Waits for every cache's first list; the wait counts as progress for liveness. False when
+/// asked to stop meanwhile.
+async fn wait_caches(
+    stores: &stores::Stores,
+    health: &http::Health,
+    every: Duration,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<bool> {
+    let ready = stores.wait_ready();
+    tokio::pin!(ready);
+    let mut rx = shutdown.clone();
+    loop {
+        tokio::select! {
+            r = &mut ready => { r?; return Ok(true) }
+            _ = tokio::time::sleep(every) => health.progressed(),
+            _ = rx.wait_for(|s| *s) => return Ok(false),
+        }
+    }
 }
 
 async fn run(args: Args, config: Config) -> anyhow::Result<()> {
-    let client = client().await?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
+        format!("{host}_{}", std::process::id())
+    });
+    let (watch_client, client) = clients(&identity, args.kube_api_timeout).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -176,40 +250,60 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         let _ = shutdown_tx.send(true);
     });
 
+    let (term_tx, leadership) = if args.leader_elect {
+        let (tx, leadership) = leader::Leadership::elected();
+        (Some(tx), leadership)
+    } else {
+        (None, leader::Leadership::unconditional())
+    };
+    let mut stores = stores::Stores::start(watch_client, args.volcano_discovery_interval);
+    // Checked at start (exit 2).
+    let max_gap = max_cycle_gap(args.period, args.max_cycle_gap).map_err(anyhow::Error::msg)?;
+    let health = Arc::new(http::Health::new(
+        max_gap,
+        leadership.clone(),
+        stores.health.clone(),
+    ));
     let metrics = Arc::new(http::Metrics::new());
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz, /metrics");
-    let server = tokio::spawn(http::serve(listener, metrics.clone(), shutdown_rx.clone()));
+    let server = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        health.clone(),
+        shutdown_rx.clone(),
+    ));
 
-    let stores = stores::Stores::start(client.clone(), args.volcano_discovery_interval);
-    let mut rx = shutdown_rx.clone();
-    tokio::select! {
-        r = stores.wait_ready() => r?,
-        _ = rx.wait_for(|s| *s) => { let _ = server.await; return Ok(()); }
+    if !wait_caches(&stores, &health, args.period, &shutdown_rx).await? {
+        let _ = server.await;
+        return Ok(());
     }
     metrics.ready.store(true, Ordering::Relaxed);
     tracing::info!(schedulers = ?config.scheduler_names, "caches synced; scheduling");
 
-    let identity = args.identity.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
-        format!("{host}_{}", std::process::id())
-    });
-    let (leader_tx, mut leader_rx) = watch::channel(!args.leader_elect);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let elector = args.leader_elect.then(|| {
-        let elector = leader::Elector::new(
-            client.clone(),
-            leader::LeaseConfig {
-                namespace: args.lease_namespace.clone(),
-                name: args.lease_name.clone(),
-                identity: identity.clone(),
-                duration: args.lease_duration,
-            },
-        );
-        tokio::spawn(elector.run(leader_tx.clone(), stop_rx))
-    });
+    let elector = match term_tx {
+        Some(term) => {
+            let elector = leader::Elector::new(
+                client.clone(),
+                leader::LeaseConfig {
+                    namespace: args.lease_namespace.clone(),
+                    name: args.lease_name.clone(),
+                    identity: identity.clone(),
+                    duration: args.lease_duration,
+                },
+                {
+                    let health = health.clone();
+                    move || health.live()
+                },
+            )
+            .map_err(anyhow::Error::msg)?;
+            Some(tokio::spawn(elector.run(term, stop_rx)))
+        }
+        None => None,
+    };
 
     let mut scheduler = apply::Scheduler::new(
         client,
@@ -220,20 +314,33 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
         args.owner_cache_ttl,
         args.partial_gang_timeout,
     );
+    scheduler.leadership = leadership.clone();
+    let mut waiting = leadership.clone();
     let min_gap = Duration::from_millis(50);
-    loop {
-        if !*leader_rx.borrow() {
+    'run: loop {
+        if !leadership.leading() {
             tracing::info!("not the leader; waiting for the lease");
-            let mut rx = shutdown_rx.clone();
-            tokio::select! {
-                r = leader_rx.wait_for(|l| *l) => if r.is_err() { break },
-                _ = rx.wait_for(|s| *s) => break,
+            // A follower runs no cycles: its wait counts as progress for liveness.
+            loop {
+                let mut rx = shutdown_rx.clone();
+                tokio::select! {
+                    led = waiting.wait_leading() => if led { break } else { break 'run },
+                    _ = tokio::time::sleep(args.period) => health.progressed(),
+                    _ = rx.wait_for(|s| *s) => break 'run,
+                }
             }
-            // The world moved on while another replica scheduled.
+            // The world moved on while another replica scheduled: nothing assumed is kept and
+            // the caches are listed afresh before anything is planned.
             scheduler.forget();
+            stores.relist();
+            if !wait_caches(&stores, &health, args.period, &shutdown_rx).await? {
+                break;
+            }
             tracing::info!("leading; scheduling");
+            continue;
         }
         let outcome = cycle::run_cycle(&mut scheduler, &stores).await;
+        health.progressed();
         if *shutdown_rx.borrow() {
             break;
         }
@@ -256,7 +363,6 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
     if let Some(e) = elector {
         let _ = e.await;
     }
-    drop(leader_tx);
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
@@ -281,5 +387,23 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_liveness_limit_defaults_to_ten_periods_or_a_minute_and_exceeds_the_period() {
+        let s = Duration::from_secs;
+        assert_eq!(max_cycle_gap(s(1), None), Ok(s(60)));
+        assert_eq!(max_cycle_gap(s(30), None), Ok(s(300)));
+        assert_eq!(max_cycle_gap(s(1), Some(s(2))), Ok(s(2)));
+        let err = max_cycle_gap(s(10), Some(s(5))).unwrap_err();
+        assert!(
+            err.contains("--max-cycle-gap") && err.contains("--period"),
+            "{err}"
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! Watches and their reflector stores: the scheduler's view of the cluster.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use basalt_crds::{NodeTopology, PodGroup, Queue};
 use futures::StreamExt;
@@ -33,6 +34,50 @@ pub struct Stores {
     pub hyper_nodes: Arc<HyperNodes>,
     /// Woken on every change, so a cycle runs soon after it.
     pub changed: Arc<Notify>,
+    /// Which of the watches above keep failing (readiness).
+    pub health: Arc<WatchHealth>,
+    client: Client,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A watch fails for this long without one good answer: its cache is stale.
+pub const STALE_AFTER: Duration = Duration::from_secs(60);
+/// kube's watcher retries at least every 30 s (its backoff's cap): a watch that has said no
+/// error for longer has recovered, even when no object changed since (a resumed watch that
+/// sees no change says nothing).
+const QUIET: Duration = Duration::from_secs(45);
+
+/// Failing streaks of the watches, by resource: the first and the last error since the last
+/// good answer (an event of any kind).
+#[derive(Default)]
+pub struct WatchHealth(Mutex<HashMap<&'static str, (Instant, Instant)>>);
+
+impl WatchHealth {
+    fn streaks(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, (Instant, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn answered(&self, what: &'static str) {
+        self.streaks().remove(what);
+    }
+
+    fn failed(&self, what: &'static str, now: Instant) {
+        self.streaks().entry(what).or_insert((now, now)).1 = now;
+    }
+
+    /// The watches failing for longer than `STALE_AFTER` and failing still, sorted.
+    pub fn stale(&self, now: Instant) -> Vec<&'static str> {
+        let mut out: Vec<_> = self
+            .streaks()
+            .iter()
+            .filter(|(_, (first, last))| {
+                now.duration_since(*first) >= STALE_AFTER && now.duration_since(*last) < QUIET
+            })
+            .map(|(what, _)| *what)
+            .collect();
+        out.sort_unstable();
+        out
+    }
 }
 
 impl Stores {
@@ -52,17 +97,49 @@ impl Stores {
                 .clone()
                 .supervise(client.clone(), volcano_every, changed.clone()),
         );
-        Stores {
+        let mut stores = Stores {
             volcano,
             hyper_nodes,
-            nodes: reflect(Api::all(client.clone()), "nodes", &changed),
-            pods: reflect(Api::all(client.clone()), "pods", &changed),
-            pod_groups: reflect(Api::all(client.clone()), "podgroups", &changed),
-            queues: reflect(Api::all(client.clone()), "queues", &changed),
-            priority_classes: reflect(Api::all(client.clone()), "priorityclasses", &changed),
-            topologies: reflect(Api::all(client), "nodetopologies", &changed),
+            nodes: reflector::store().0,
+            pods: reflector::store().0,
+            pod_groups: reflector::store().0,
+            queues: reflector::store().0,
+            priority_classes: reflector::store().0,
+            topologies: reflector::store().0,
             changed,
+            health: Arc::default(),
+            client,
+            tasks: Vec::new(),
+        };
+        stores.relist();
+        stores
+    }
+
+    /// Starts the core watches afresh, each with a new list (the old ones stopped, their
+    /// caches dropped): a replica that has just become leader acts on what the API says now,
+    /// not on a cache it kept while another replica wrote. Volcano's watches are kept.
+    pub fn relist(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
         }
+        let c = &self.client;
+        let (changed, health) = (&self.changed, &self.health);
+        let (nodes, t) = reflect(Api::all(c.clone()), "nodes", changed, health);
+        self.tasks.push(t);
+        let (pods, t) = reflect(Api::all(c.clone()), "pods", changed, health);
+        self.tasks.push(t);
+        let (pod_groups, t) = reflect(Api::all(c.clone()), "podgroups", changed, health);
+        self.tasks.push(t);
+        let (queues, t) = reflect(Api::all(c.clone()), "queues", changed, health);
+        self.tasks.push(t);
+        let (priority_classes, t) =
+            reflect(Api::all(c.clone()), "priorityclasses", changed, health);
+        self.tasks.push(t);
+        let (topologies, t) = reflect(Api::all(c.clone()), "nodetopologies", changed, health);
+        self.tasks.push(t);
+        (self.nodes, self.pods, self.pod_groups) = (nodes, pods, pod_groups);
+        (self.queues, self.priority_classes, self.topologies) =
+            (queues, priority_classes, topologies);
     }
 
     /// Returns once every store holds a full list.
@@ -95,12 +172,17 @@ impl Stores {
     }
 }
 
-fn reflect<K>(api: Api<K>, what: &'static str, changed: &Arc<Notify>) -> Store<K>
+fn reflect<K>(
+    api: Api<K>,
+    what: &'static str,
+    changed: &Arc<Notify>,
+    health: &Arc<WatchHealth>,
+) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    reflect_task(api, what, changed, None).0
+    spawn_reflector(api, what, changed, None, Some(health.clone()))
 }
 
 /// Where a watch reports that its resource is not served (404).
@@ -122,15 +204,36 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
+    spawn_reflector(api, what, changed, on_404, None)
+}
+
+/// The reflector task; with `health`, its errors and answers are counted there.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    what: &'static str,
+    changed: &Arc<Notify>,
+    on_404: Option<OnNotFound>,
+    health: Option<Arc<WatchHealth>>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
     let (store, writer) = reflector::store();
     let changed = changed.clone();
+    // Every event, list pages and their end included: each one is a good answer.
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+        .reflect(writer);
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
+            if let Some(h) = &health {
+                match &item {
+                    Ok(_) => h.answered(what),
+                    Err(_) => h.failed(what, Instant::now()),
+                }
+            }
             match item {
                 Ok(_) => changed.notify_one(),
                 Err(e) => match &on_404 {
@@ -155,5 +258,30 @@ fn not_found(e: &watcher::Error) -> bool {
         | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
         watcher::Error::WatchError(s) => s.code == 404,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_is_stale_after_failing_a_minute_and_fresh_again_once_answered_or_quiet() {
+        let h = WatchHealth::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        h.failed("pods", t0);
+        h.failed("pods", at(30));
+        assert!(h.stale(at(59)).is_empty(), "not yet a minute");
+        h.failed("pods", at(60));
+        assert_eq!(h.stale(at(61)), vec!["pods"]);
+        // No error for longer than the watcher's longest backoff: it recovered quietly.
+        assert!(h.stale(at(60 + 46)).is_empty());
+        h.answered("pods");
+        h.failed("nodes", at(0));
+        h.failed("nodes", at(70));
+        assert_eq!(h.stale(at(71)), vec!["nodes"]);
+        h.answered("nodes");
+        assert!(h.stale(at(71)).is_empty());
     }
 }

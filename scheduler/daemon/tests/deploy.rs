@@ -76,6 +76,25 @@ fn kustomize_renders_a_working_scheduler_install() {
         args.iter().any(|a| a == "--config=/etc/basalt/config.yaml"),
         "{args:?}"
     );
+    // Liveness on cycle progress, readiness on leading: a follower is never Ready, so a rolling
+    // update could not replace the leader; the Deployment recreates instead.
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(
+        probe_path(&container.liveness_probe).as_deref(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        probe_path(&container.readiness_probe).as_deref(),
+        Some("/readyz")
+    );
+    assert_eq!(
+        spec.strategy.and_then(|s| s.type_).as_deref(),
+        Some("Recreate")
+    );
 
     let config: ConfigMap =
         serde_json::from_value(find(&docs, "ConfigMap", "basalt-scheduler").clone()).unwrap();
@@ -140,7 +159,7 @@ fn kustomize_renders_a_working_scheduler_install() {
         "hypernodes",
         "patch"
     ));
-    // The Lease: created, then read and patched (kube-lease-manager) by name only.
+    // The Lease: created, then read and patched (with its resourceVersion) by name only.
     let lease_role: k8s_openapi::api::rbac::v1::Role =
         serde_json::from_value(find(&docs, "Role", "basalt-scheduler-leader").clone()).unwrap();
     let lease_rules = lease_role.rules.unwrap();

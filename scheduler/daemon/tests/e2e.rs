@@ -270,6 +270,7 @@ async fn a_scheduler_killed_in_the_middle_of_a_gang_is_replaced_and_the_gang_com
             code: None,
             delay_ms: 1000,
             remaining: None,
+            ..Default::default()
         })
         .unwrap();
     c.create(node("n1", 8));
@@ -1201,6 +1202,7 @@ async fn a_leader_that_cannot_renew_or_loses_its_lease_stops_and_sigterm_release
             code: Some(500),
             delay_ms: 0,
             remaining: None,
+            ..Default::default()
         })
         .unwrap();
     eventually("the leader steps down", || stepped_down() == 1).await;

@@ -1,4 +1,4 @@
-//! Fault injection: latency, errors by verb and resource, dropped watch streams.
+//! Fault injection: latency, stalls, errors by verb, resource and client, dropped watch streams.
 //! Randomness comes from a seed, so a single-threaded test sees the same faults every run.
 
 use std::time::Duration;
@@ -34,8 +34,8 @@ impl Verb {
     }
 }
 
-/// One fault: requests matching `verb` and `resource` (both optional) fail with `code`
-/// with `probability`, and/or are delayed by `delay_ms`.
+/// One fault: requests matching `verb`, `resource` and `user_agent` (each optional) fail with
+/// `code` with `probability`, and/or are delayed by `delay_ms`, and/or stalled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRule {
@@ -53,9 +53,33 @@ pub struct FaultRule {
     pub code: Option<u16>,
     #[serde(default)]
     pub delay_ms: u64,
+    /// Hold the request unanswered until the client goes away (the request is then dropped,
+    /// never committed), the fault settings are replaced or the server stops; then it goes on
+    /// (delay, error or the normal answer), as a request stuck in the network would.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stall: bool,
+    /// Only requests whose `User-Agent` header contains this text (one client among several).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
     /// Hit at most this many requests, then stay inert.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<u64>,
+}
+
+/// Every request, always (probability 1): set what the rule does and narrows it to.
+impl Default for FaultRule {
+    fn default() -> Self {
+        FaultRule {
+            verb: None,
+            resource: None,
+            probability: 1.0,
+            code: None,
+            delay_ms: 0,
+            stall: false,
+            user_agent: None,
+            remaining: None,
+        }
+    }
 }
 
 fn one() -> f64 {
@@ -70,9 +94,24 @@ impl FaultRule {
             resource: Some(resource.to_string()),
             probability,
             code: Some(code),
-            delay_ms: 0,
-            remaining: None,
+            ..Default::default()
         }
+    }
+
+    /// Holds every request of `verb` (any when None) on `resource` unanswered (see `stall`).
+    pub fn stall(verb: Option<Verb>, resource: &str) -> Self {
+        FaultRule {
+            verb,
+            resource: Some(resource.to_string()),
+            stall: true,
+            ..Default::default()
+        }
+    }
+
+    /// Narrows the rule to one client: requests whose `User-Agent` contains `text`.
+    pub fn from_client(mut self, text: &str) -> Self {
+        self.user_agent = Some(text.to_string());
+        self
     }
 
     /// Stops after `n` hits.
@@ -81,9 +120,13 @@ impl FaultRule {
         self
     }
 
-    fn matches(&self, verb: Verb, resource: &str) -> bool {
+    fn matches(&self, verb: Verb, resource: &str, user_agent: &str) -> bool {
         self.verb.is_none_or(|v| v == verb)
             && self.resource.as_deref().is_none_or(|r| r == resource)
+            && self
+                .user_agent
+                .as_deref()
+                .is_none_or(|a| user_agent.contains(a))
             && self.remaining != Some(0)
     }
 }
@@ -114,8 +157,10 @@ impl Faults {
                     return fail(format!("code {c} is not an HTTP error code (400..=599)"));
                 }
             }
-            if r.code.is_none() && r.delay_ms == 0 {
-                return fail("has neither a code nor a delayMs: it would do nothing".into());
+            if r.code.is_none() && r.delay_ms == 0 && !r.stall {
+                return fail(
+                    "has neither a code, a delayMs nor a stall: it would do nothing".into(),
+                );
             }
         }
         Ok(())
@@ -134,6 +179,8 @@ pub struct FaultState {
 /// What to do with a request.
 #[derive(Debug, Default)]
 pub struct Decision {
+    /// Held until released (see `FaultRule::stall`), before the delay.
+    pub stall: bool,
     pub delay: Duration,
     pub error: Option<ApiError>,
 }
@@ -147,14 +194,16 @@ impl FaultState {
         }
     }
 
-    /// Decides the fate of one request of `verb` on `resource` (`pods` or `pods/binding`).
-    pub fn decide(&mut self, verb: Verb, resource: &str) -> Decision {
+    /// Decides the fate of one request of `verb` on `resource` (`pods` or `pods/binding`) from
+    /// the client that says `user_agent`.
+    pub fn decide(&mut self, verb: Verb, resource: &str, user_agent: &str) -> Decision {
         let mut d = Decision {
+            stall: false,
             delay: Duration::from_millis(self.faults.latency_ms),
             error: None,
         };
         for rule in self.faults.rules.iter_mut() {
-            if !rule.matches(verb, resource) {
+            if !rule.matches(verb, resource, user_agent) {
                 continue;
             }
             // Draw for every matching rule, so one rule's outcome does not shift another's sequence.
@@ -166,6 +215,7 @@ impl FaultState {
                 *n -= 1;
             }
             d.delay += Duration::from_millis(rule.delay_ms);
+            d.stall |= rule.stall;
             if let (Some(code), None) = (rule.code, &d.error) {
                 self.injected += 1;
                 d.error = Some(ApiError::from_code(
@@ -212,7 +262,7 @@ mod tests {
         let run = |seed| {
             let mut s = FaultState::new(faults.clone(), seed);
             (0..1000)
-                .map(|_| s.decide(Verb::Create, "pods/binding").error.is_some())
+                .map(|_| s.decide(Verb::Create, "pods/binding", "").error.is_some())
                 .collect::<Vec<_>>()
         };
         let a = run(7);
@@ -220,8 +270,8 @@ mod tests {
         let hits = a.iter().filter(|x| **x).count();
         assert!((200..400).contains(&hits), "{hits}");
         let mut s = FaultState::new(faults, 7);
-        assert!(s.decide(Verb::Create, "pods").error.is_none());
-        assert!(s.decide(Verb::Get, "pods/binding").error.is_none());
+        assert!(s.decide(Verb::Create, "pods", "").error.is_none());
+        assert!(s.decide(Verb::Get, "pods/binding", "").error.is_none());
     }
 
     #[test]
@@ -232,9 +282,41 @@ mod tests {
         };
         let mut s = FaultState::new(faults, 1);
         let codes: Vec<_> = (0..4)
-            .map(|_| s.decide(Verb::Create, "pods/binding").error.map(|e| e.code))
+            .map(|_| {
+                s.decide(Verb::Create, "pods/binding", "")
+                    .error
+                    .map(|e| e.code)
+            })
             .collect();
         assert_eq!(codes, vec![Some(409), Some(409), None, None]);
+    }
+
+    #[test]
+    fn stalls_match_one_client_and_count_as_a_fault_that_does_something() {
+        let faults = Faults {
+            rules: vec![FaultRule::stall(None, "leases").from_client("replica-a")],
+            ..Default::default()
+        };
+        assert!(faults.validate().is_ok());
+        let mut s = FaultState::new(faults, 1);
+        let ua = "basalt-scheduler/0.1.0 (replica-a)";
+        assert!(s.decide(Verb::Patch, "leases", ua).stall);
+        assert!(s.decide(Verb::Get, "leases", ua).stall);
+        assert!(
+            !s.decide(Verb::Patch, "leases", "basalt-scheduler/0.1.0 (replica-b)")
+                .stall
+        );
+        assert!(!s.decide(Verb::Patch, "pods", ua).stall);
+        // Nothing injected as an error: a stall alone answers normally once released.
+        assert!(s.decide(Verb::Patch, "leases", ua).error.is_none());
+        let json = serde_json::to_value(FaultRule::stall(Some(Verb::Update), "leases")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"verb": "update", "resource": "leases", "probability": 1.0,
+                               "delayMs": 0, "stall": true})
+        );
+        let inert: Faults = serde_json::from_str(r#"{"rules": [{"resource": "leases"}]}"#).unwrap();
+        assert!(inert.validate().unwrap_err().to_string().contains("stall"));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `kubectl` (discovery, create, get, get -w, apply, delete): JSON objects stored by resource,
 //! one global resourceVersion, list + watch with resumption and 410 Gone, label and field
 //! selectors, status subresources, `pods/binding`, `pods/eviction` with disruption budgets,
-//! CRD registration, and fault injection (latency, errors by verb and resource, dropped watches).
+//! CRD registration, fault injection (latency, stalls, errors by verb, resource and client,
+//! dropped watches) and a log of the writes answered, by client.
 //!
 //! Depends on no other Basalt crate: it is test support that knows Kubernetes, not Basalt.
 //!
@@ -21,6 +22,7 @@ mod discovery;
 mod error;
 mod faults;
 mod patch;
+mod requests;
 mod resources;
 mod selectors;
 mod server;
@@ -38,6 +40,7 @@ use tokio::task::JoinHandle;
 pub use error::{ApiError, Error};
 pub use faults::{FaultRule, Faults, Verb};
 pub use patch::PatchKind;
+pub use requests::{RequestRecord, REQUEST_LOG_CAPACITY};
 pub use resources::ResourceInfo;
 pub use selectors::{FieldSelector, LabelSelector};
 pub use store::REFUSE_EVICTION_ANNOTATION;
@@ -110,6 +113,8 @@ impl ApiServer {
                 config.seed,
             ))),
             server: format!("http://{addr}").into(),
+            released: Arc::new(tokio::sync::watch::channel(0).0),
+            requests: Default::default(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = server::router(shared.clone());
@@ -129,8 +134,9 @@ impl ApiServer {
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     let _ = stop_rx.await;
-                    // Open watch streams would hold graceful shutdown forever.
+                    // Open watch streams and stalled requests would hold graceful shutdown forever.
                     stopping.store().drop_watches();
+                    stopping.release_stalled();
                 })
                 .await;
             bookmarks.abort();
@@ -192,10 +198,7 @@ impl Handle {
     /// Replaces the fault settings (and the watch event budget of open watches).
     pub fn set_faults(&self, faults: Faults) -> Result<(), Error> {
         faults.validate()?;
-        self.shared
-            .store()
-            .set_drop_watches_after(faults.drop_watches_after);
-        self.shared.faults().faults = faults;
+        self.shared.replace_faults(faults);
         Ok(())
     }
 
@@ -209,9 +212,16 @@ impl Handle {
         self.set_faults(f)
     }
 
+    /// No faults any more; stalled requests go on.
     pub fn clear_faults(&self) {
-        self.shared.store().set_drop_watches_after(None);
-        self.shared.faults().faults = Faults::default();
+        self.shared.replace_faults(Faults::default());
+    }
+
+    /// The writes (create, update, patch, delete, subresources included) answered so far, in
+    /// the order answered, each with the client's `User-Agent` and the status code; the newest
+    /// `REQUEST_LOG_CAPACITY` are kept. Also served as `GET /admin/requests`.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.request_log().entries()
     }
 
     /// Requests failed by fault rules so far.

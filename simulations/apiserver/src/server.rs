@@ -11,11 +11,13 @@ use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 use crate::discovery;
 use crate::error::{json_response, success_status, ApiError};
 use crate::faults::{FaultState, Faults, Verb};
 use crate::patch::PatchKind;
+use crate::requests::{RequestLog, RequestRecord};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
@@ -27,6 +29,11 @@ pub struct Shared {
     pub faults: Arc<Mutex<FaultState>>,
     /// `http://127.0.0.1:PORT`, for discovery.
     pub server: Arc<str>,
+    /// Bumped whenever the fault settings are replaced or the server stops: stalled requests
+    /// wait for it.
+    pub released: Arc<watch::Sender<u64>>,
+    /// The writes answered so far, oldest first.
+    pub requests: Arc<Mutex<RequestLog>>,
 }
 
 impl Shared {
@@ -37,6 +44,22 @@ impl Shared {
 
     pub fn faults(&self) -> MutexGuard<'_, FaultState> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn request_log(&self) -> MutexGuard<'_, RequestLog> {
+        self.requests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the fault settings (validated by the caller) and lets stalled requests go on.
+    pub fn replace_faults(&self, faults: Faults) {
+        self.store()
+            .set_drop_watches_after(faults.drop_watches_after);
+        self.faults().faults = faults;
+        self.release_stalled();
+    }
+
+    pub fn release_stalled(&self) {
+        self.released.send_modify(|n| *n += 1);
     }
 }
 
@@ -54,6 +77,7 @@ pub fn router(shared: Shared) -> Router {
             axum::routing::get(get_faults).put(put_faults),
         )
         .route("/admin/drop-watches", axum::routing::post(drop_watches))
+        .route("/admin/requests", axum::routing::get(get_requests))
         .fallback(api)
         .with_state(shared)
 }
@@ -73,9 +97,15 @@ async fn put_faults(State(s): State<Shared>, body: Bytes) -> Response {
     if let Err(e) = faults.validate() {
         return ApiError::bad_request(format!("fault settings: {e}")).into_response();
     }
-    s.store().set_drop_watches_after(faults.drop_watches_after);
-    s.faults().faults = faults;
+    s.replace_faults(faults);
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_requests(State(s): State<Shared>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"requests": s.request_log().entries()}),
+    )
 }
 
 async fn drop_watches(State(s): State<Shared>) -> Response {
@@ -201,11 +231,44 @@ async fn api(
                 None => not_found(),
             }
         }
-        Path::Resource(t) => match resource_request(&s, &method, t, &params, &headers, &body).await
-        {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        },
+        Path::Resource(t) => {
+            let user_agent = headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let write = verb_of(&method, &t, &params)
+                .ok()
+                .filter(|v| matches!(v, Verb::Create | Verb::Update | Verb::Patch | Verb::Delete));
+            let record = write.map(|verb| RequestRecord {
+                seq: 0,
+                verb,
+                resource: fault_resource(&t),
+                namespace: t.namespace.clone(),
+                name: t.name.clone(),
+                user_agent: user_agent.clone(),
+                code: 0,
+            });
+            let response =
+                match resource_request(&s, &method, t, &params, &headers, &body, &user_agent).await
+                {
+                    Ok(r) => r,
+                    Err(e) => e.into_response(),
+                };
+            if let Some(mut r) = record {
+                r.code = response.status().as_u16();
+                s.request_log().push(r);
+            }
+            response
+        }
+    }
+}
+
+/// `pods`, or `pods/binding` for a subresource: what fault rules and the request log name.
+fn fault_resource(t: &Target) -> String {
+    match &t.sub {
+        Some(sub) => format!("{}/{sub}", t.plural),
+        None => t.plural.clone(),
     }
 }
 
@@ -253,13 +316,16 @@ async fn resource_request(
     params: &Params,
     headers: &HeaderMap,
     body: &Bytes,
+    user_agent: &str,
 ) -> Result<Response, ApiError> {
     let verb = verb_of(method, &t, params)?;
-    let fault_resource = match &t.sub {
-        Some(sub) => format!("{}/{sub}", t.plural),
-        None => t.plural.clone(),
-    };
-    let decision = s.faults().decide(verb, &fault_resource);
+    // Subscribed before deciding, so settings replaced in between still release this request.
+    let mut released = s.released.subscribe();
+    let decision = s.faults().decide(verb, &fault_resource(&t), user_agent);
+    if decision.stall {
+        // Dropped with the connection when the client goes away; otherwise held until released.
+        let _ = released.changed().await;
+    }
     if !decision.delay.is_zero() {
         tokio::time::sleep(decision.delay).await;
     }

@@ -753,3 +753,105 @@ async fn injected_faults_reach_the_client() {
         .unwrap();
     assert_eq!(api_code(http.request_text(bad).await.unwrap_err()).0, 400);
 }
+
+/// A client that names itself, with a read timeout (a stalled request then fails on time).
+async fn client_as(server: &Handle, agent: &str, read_timeout: Duration) -> Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).expect("kubeconfig parses");
+    let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kube config");
+    cfg.default_retry = false;
+    cfg.read_timeout = Some(read_timeout);
+    cfg.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(agent).unwrap(),
+    ));
+    Client::try_from(cfg).expect("client")
+}
+
+#[tokio::test]
+async fn a_stall_holds_one_client_s_requests_until_the_faults_change_and_writes_are_logged() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (server, _) = start(Config::default()).await;
+    let a = client_as(&server, "replica-a", Duration::from_millis(300)).await;
+    let b = client_as(&server, "replica-b", Duration::from_secs(30)).await;
+    let lease = |name: &str| -> Lease {
+        serde_json::from_value(json!({"metadata": {"name": name},
+                                      "spec": {"holderIdentity": "replica-a"}}))
+        .unwrap()
+    };
+    let leases_a: Api<Lease> = Api::namespaced(a.clone(), "kube-system");
+    let leases_b: Api<Lease> = Api::namespaced(b.clone(), "kube-system");
+    leases_a
+        .create(&PostParams::default(), &lease("l1"))
+        .await
+        .expect("no fault yet");
+    server
+        .add_fault(FaultRule::stall(None, "leases").from_client("replica-a"))
+        .unwrap();
+    // replica-a's lease requests hang until its own read timeout gives up on them.
+    let err = leases_a.get("l1").await.unwrap_err();
+    assert!(
+        !matches!(err, kube::Error::Api(_)),
+        "a stall is no answer: {err:?}"
+    );
+    // Another client, and replica-a's other resources, are not held.
+    leases_b.get("l1").await.expect("replica-b is answered");
+    Api::<Pod>::namespaced(a.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("pods are answered");
+    // A stalled write goes on once the settings change, as a request stuck in the network.
+    server
+        .set_faults(Faults {
+            rules: vec![FaultRule::stall(Some(Verb::Create), "leases")],
+            ..Default::default()
+        })
+        .unwrap();
+    let held = tokio::spawn({
+        let leases = leases_b.clone();
+        async move { leases.create(&PostParams::default(), &lease("l2")).await }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    server.clear_faults();
+    held.await.unwrap().expect("answered once released");
+
+    // The log has the writes, by client, in the order answered; reads are not logged.
+    let log: Vec<_> = server
+        .requests()
+        .into_iter()
+        .map(|r| (r.verb, r.resource, r.namespace, r.user_agent, r.code))
+        .collect();
+    let create = |agent: &str| {
+        (
+            Verb::Create,
+            "leases".to_string(),
+            Some("kube-system".to_string()),
+            agent.to_string(),
+            201,
+        )
+    };
+    assert_eq!(log, vec![create("replica-a"), create("replica-b")]);
+    assert!(server.requests().windows(2).all(|w| w[0].seq < w[1].seq));
+    // The same over HTTP.
+    let req = http::Request::get("/admin/requests").body(vec![]).unwrap();
+    let text = b.request_text(req).await.unwrap();
+    let served: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(served["requests"][1]["userAgent"], "replica-b");
+    assert_eq!(served["requests"][1]["verb"], "create");
+    assert_eq!(served["requests"][1]["code"], 201);
+
+    // A request stalled forever does not hold the server's shutdown.
+    server
+        .add_fault(FaultRule::stall(Some(Verb::Get), "leases"))
+        .unwrap();
+    let stuck = tokio::spawn(async move { leases_b.get("l1").await });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    server.shutdown().await;
+    let _ = stuck.await;
+}
