@@ -9,20 +9,22 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use basalt_engine::{
-    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
-    PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,
-    Snapshot, SnapshotError, Taint, TaintEffect, Toleration, TolerationOperator, MAX_GPUS_PER_NODE,
+    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSpec, PodSpec, QueueSpec, ResourceList, Snapshot,
+    SnapshotError, Taint, TaintEffect, MAX_GPUS_PER_NODE,
 };
-use k8s_openapi::api::core::v1::NodeSelectorRequirement;
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use thiserror::Error;
 
 use crate::quantity;
 use crate::read::Object;
+
+mod pod;
+
 use crate::types::volcano::{self, HyperNode, MemberType};
 use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
+pub use pod::RANK_LABELS;
 
 /// Label or annotation naming a pod's PodGroup (same namespace).
 pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";
@@ -182,7 +184,9 @@ impl Context {
                 &self.hyper_labels,
                 warnings,
             )?),
-            Object::Pod(p) => Converted::Pod(pod(&cx, p, &self.priorities, options)?),
+            Object::Pod(p) => {
+                Converted::Pod(pod::pod(&cx, p, &self.priorities, options, warnings)?)
+            }
             Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
             Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {
@@ -255,6 +259,29 @@ impl Cx<'_> {
     ) -> Result<ResourceList, ConvertError> {
         quantity::parse_list(list)
             .map_err(|(name, e)| self.err(format!("{field}[{name}]"), e.to_string()))
+    }
+
+    /// A node's resource list at `field`: a value beyond [`quantity::MAX_QUANTITY`] is taken as
+    /// that, with a warning. It is what the node reports, and no request beyond it exists
+    /// (pods of ours are refused, other pods clamped), so the node fits exactly the same pods.
+    fn capacity(
+        &self,
+        field: &str,
+        list: &BTreeMap<String, Quantity>,
+        warnings: &mut Vec<String>,
+    ) -> Result<ResourceList, ConvertError> {
+        let mut out = ResourceList::new();
+        for (name, q) in list {
+            let at = format!("{field}[{name}]");
+            let (v, clamped) =
+                quantity::parse_clamped(name, &q.0).map_err(|e| self.err(&at, e.to_string()))?;
+            if clamped {
+                warnings
+                    .push(self.warning(&at, format!("{}; taken as 2^60", quantity::above_limit())));
+            }
+            out.insert(name.clone(), v);
+        }
+        Ok(out)
     }
 
     /// A warning in the style of [`ConvertError`]'s message.
@@ -495,8 +522,8 @@ fn node(
         status.and_then(|s| s.allocatable.as_ref()),
         status.and_then(|s| s.capacity.as_ref()),
     ) {
-        (Some(a), _) => cx.resources("status.allocatable", a)?,
-        (None, Some(c)) => cx.resources("status.capacity", c)?,
+        (Some(a), _) => cx.capacity("status.allocatable", a, warnings)?,
+        (None, Some(c)) => cx.capacity("status.capacity", c, warnings)?,
         (None, None) => ResourceList::new(),
     };
     Ok(NodeSpec {
@@ -791,318 +818,6 @@ fn label_selector<'s>(
                 }
             })
     }))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Pods
-// ---------------------------------------------------------------------------------------------
-
-fn pod(
-    cx: &Cx,
-    p: &Pod,
-    priorities: &Priorities,
-    options: &ConvertOptions,
-) -> Result<PodSpec, ConvertError> {
-    let meta = &p.metadata;
-    let name = cx.name(meta)?.to_string();
-    let Some(spec) = p.spec.as_ref() else {
-        return Err(cx.err("spec", "missing"));
-    };
-    let scheduler = spec
-        .scheduler_name
-        .as_deref()
-        .unwrap_or("default-scheduler");
-    let ours = options.scheduler_names.iter().any(|s| s == scheduler);
-
-    let priority = match (spec.priority, spec.priority_class_name.as_deref()) {
-        (Some(v), _) => v,
-        (None, Some(class)) if !class.is_empty() => {
-            priorities.lookup(cx, "spec.priorityClassName", class)?
-        }
-        _ => priorities.global_default.unwrap_or(0),
-    };
-
-    let preemption_never = match spec.preemption_policy.as_deref() {
-        Some(policy) => policy == "Never",
-        None => spec
-            .priority_class_name
-            .as_deref()
-            .is_some_and(|c| priorities.never_preempts(c)),
-    };
-    let node = spec.node_name.clone().filter(|n| !n.is_empty());
-    let phase = match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
-        None | Some("Pending") => PodPhase::Pending,
-        Some("Running") => PodPhase::Running,
-        Some("Succeeded") => PodPhase::Succeeded,
-        Some("Failed") => PodPhase::Failed,
-        // The kubelet lost touch; a bound pod still holds its node's resources.
-        Some("Unknown") if node.is_some() => PodPhase::Running,
-        Some("Unknown") => PodPhase::Pending,
-        Some(other) => return Err(cx.err("status.phase", format!("unknown phase {other:?}"))),
-    };
-
-    let group = label_or_annotation(meta, POD_GROUP)
-        .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
-        .or_else(|| {
-            meta.labels
-                .as_ref()?
-                .get(SCHEDULER_PLUGINS_POD_GROUP)
-                .map(String::as_str)
-        })
-        .filter(|g| !g.is_empty())
-        .map(str::to_string);
-    let role = label_or_annotation(meta, ROLE)
-        .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
-        .map(str::to_string);
-    let non_preemptable = [PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
-        let get = |m: &Option<BTreeMap<String, String>>| {
-            m.as_ref()
-                .and_then(|m| m.get(*key))
-                .is_some_and(|v| v == "false")
-        };
-        get(&meta.labels) || get(&meta.annotations)
-    });
-    let gpu_ids = match annotation(meta, GPU_IDS) {
-        None => Vec::new(),
-        Some(s) => parse_gpu_ids(s).ok_or_else(|| {
-            cx.err(
-                format!("metadata.annotations[{GPU_IDS}]"),
-                format!("expected comma-separated GPU indices, got {s:?}"),
-            )
-        })?,
-    };
-
-    Ok(PodSpec {
-        namespace: namespace(meta),
-        name,
-        ours,
-        group,
-        role,
-        request: pod_request(cx, spec)?,
-        rules: placement_rules(cx, spec)?,
-        priority,
-        created_ms: created_ms(meta),
-        phase,
-        node,
-        gpu_ids,
-        nominated_node: p
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.clone())
-            .filter(|n| !n.is_empty()),
-        non_preemptable,
-        preemption_never,
-        started_ms: p
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-            .map(|Time(t)| t.as_millisecond()),
-        active_deadline_s: spec.active_deadline_seconds,
-        labels: meta.labels.clone().unwrap_or_default(),
-        rank: pod_rank(cx, meta)?,
-        pinned_queue: None,
-    })
-}
-
-/// Labels (or annotations) that give a pod's index in its workload, most specific first.
-pub const RANK_LABELS: [&str; 5] = [
-    "batch.kubernetes.io/job-completion-index",
-    "apps.kubernetes.io/pod-index",
-    "training.kubeflow.org/replica-index",
-    "leaderworkerset.sigs.k8s.io/worker-index",
-    "volcano.sh/task-index",
-];
-
-/// The pod's rank from the first index label it carries.
-fn pod_rank(cx: &Cx, meta: &ObjectMeta) -> Result<Option<u32>, ConvertError> {
-    for key in RANK_LABELS {
-        if let Some(v) = label_or_annotation(meta, key) {
-            return v.parse().map(Some).map_err(|_| {
-                cx.err(
-                    format!("metadata.labels[{key}]"),
-                    format!("expected a non-negative integer index, got {v:?}"),
-                )
-            });
-        }
-    }
-    Ok(None)
-}
-
-fn parse_gpu_ids(s: &str) -> Option<Vec<u32>> {
-    if s.trim().is_empty() {
-        return Some(Vec::new());
-    }
-    s.split(',').map(|x| x.trim().parse().ok()).collect()
-}
-
-/// A container's requests, with limits standing in for requests it does not state (the API
-/// server defaults them so).
-fn container_request(cx: &Cx, field: &str, c: &Container) -> Result<ResourceList, ConvertError> {
-    let Some(res) = c.resources.as_ref() else {
-        return Ok(ResourceList::new());
-    };
-    let mut out = match &res.requests {
-        Some(r) => cx.resources(&format!("{field}.resources.requests"), r)?,
-        None => ResourceList::new(),
-    };
-    if let Some(limits) = &res.limits {
-        let limits = cx.resources(&format!("{field}.resources.limits"), limits)?;
-        for (name, v) in limits {
-            out.entry(name).or_insert(v);
-        }
-    }
-    Ok(out)
-}
-
-fn add(into: &mut ResourceList, other: &ResourceList) {
-    for (k, v) in other {
-        *into.entry(k.clone()).or_insert(0) += v;
-    }
-}
-
-fn max_into(into: &mut ResourceList, other: &ResourceList) {
-    for (k, &v) in other {
-        let e = into.entry(k.clone()).or_insert(0);
-        *e = (*e).max(v);
-    }
-}
-
-/// The pod's effective request, as Kubernetes computes it: the sum of its containers and
-/// sidecars (init containers with `restartPolicy: Always`), at least each ordinary init
-/// container plus the sidecars started before it, plus the pod overhead.
-fn pod_request(
-    cx: &Cx,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) -> Result<ResourceList, ConvertError> {
-    let mut total = ResourceList::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        add(
-            &mut total,
-            &container_request(cx, &format!("spec.containers[{i}]"), c)?,
-        );
-    }
-    let mut sidecars = ResourceList::new();
-    let mut init_peak = ResourceList::new();
-    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let req = container_request(cx, &format!("spec.initContainers[{i}]"), c)?;
-        if c.restart_policy.as_deref() == Some("Always") {
-            add(&mut total, &req);
-            add(&mut sidecars, &req);
-            max_into(&mut init_peak, &sidecars);
-        } else {
-            let mut running = req;
-            add(&mut running, &sidecars);
-            max_into(&mut init_peak, &running);
-        }
-    }
-    max_into(&mut total, &init_peak);
-    if let Some(overhead) = &spec.overhead {
-        add(&mut total, &cx.resources("spec.overhead", overhead)?);
-    }
-    Ok(total)
-}
-
-fn placement_rules(
-    cx: &Cx,
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) -> Result<PlacementRules, ConvertError> {
-    let mut tolerations = Vec::new();
-    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
-        let operator = match t.operator.as_deref() {
-            None | Some("") | Some("Equal") => TolerationOperator::Equal,
-            Some("Exists") => TolerationOperator::Exists,
-            Some(other) => {
-                return Err(cx.err(
-                    format!("spec.tolerations[{i}].operator"),
-                    format!("unknown operator {other:?}"),
-                ))
-            }
-        };
-        let effect = match t.effect.as_deref() {
-            None | Some("") => None,
-            Some(e) => Some(taint_effect(e).ok_or_else(|| {
-                cx.err(
-                    format!("spec.tolerations[{i}].effect"),
-                    format!("unknown effect {e:?}"),
-                )
-            })?),
-        };
-        tolerations.push(Toleration {
-            key: t.key.clone().unwrap_or_default(),
-            operator,
-            value: t.value.clone().unwrap_or_default(),
-            effect,
-        });
-    }
-
-    const REQUIRED: &str =
-        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
-    let required = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| {
-            na.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-    let affinity = match required {
-        None => None,
-        Some(sel) => {
-            let mut terms = Vec::with_capacity(sel.node_selector_terms.len());
-            for (i, term) in sel.node_selector_terms.iter().enumerate() {
-                let base = format!("{REQUIRED}.nodeSelectorTerms[{i}]");
-                terms.push(NodeSelectorTerm {
-                    match_expressions: requirements(
-                        cx,
-                        &format!("{base}.matchExpressions"),
-                        term.match_expressions.as_deref(),
-                    )?,
-                    match_fields: requirements(
-                        cx,
-                        &format!("{base}.matchFields"),
-                        term.match_fields.as_deref(),
-                    )?,
-                });
-            }
-            Some(RequiredNodeAffinity { terms })
-        }
-    };
-
-    Ok(PlacementRules {
-        node_selector: spec.node_selector.clone().unwrap_or_default(),
-        affinity,
-        tolerations,
-    })
-}
-
-fn requirements(
-    cx: &Cx,
-    field: &str,
-    reqs: Option<&[NodeSelectorRequirement]>,
-) -> Result<Vec<SelectorRequirement>, ConvertError> {
-    let mut out = Vec::new();
-    for (i, r) in reqs.unwrap_or_default().iter().enumerate() {
-        let operator = match r.operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            "Gt" => SelectorOperator::Gt,
-            "Lt" => SelectorOperator::Lt,
-            other => {
-                return Err(cx.err(
-                    format!("{field}[{i}].operator"),
-                    format!("unknown operator {other:?}"),
-                ))
-            }
-        };
-        out.push(SelectorRequirement {
-            key: r.key.clone(),
-            operator,
-            values: r.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------

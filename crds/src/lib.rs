@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod crdgen;
+pub mod limits;
 pub mod quantity;
 pub mod read;
 pub mod tolerant;
@@ -34,10 +35,18 @@ pub use types::{
 /// Anything [`load_files`] can fail with.
 #[derive(Debug, Error)]
 pub enum Error {
-    #[error("{}: cannot read: {source}", path.display())]
+    // Not a `source`: the message says it once, also where the error chain is printed.
+    #[error("{}: cannot read: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+    /// Not UTF-8 text (a binary file): no YAML or JSON manifest.
+    #[error("{}: not a text file: invalid UTF-8 at byte {offset} (line {line})", path.display())]
+    NotText {
+        path: PathBuf,
+        offset: usize,
+        line: usize,
     },
     #[error(transparent)]
     Read(#[from] ReadError),
@@ -66,9 +75,20 @@ pub fn load_files(
 
 /// Reads one manifest file, labelled by its path as given.
 pub fn read_file(path: &Path) -> Result<Loaded, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+    let bytes = std::fs::read(path).map_err(|error| Error::Io {
         path: path.to_path_buf(),
-        source,
+        error,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        Error::NotText {
+            path: path.to_path_buf(),
+            offset,
+            line: 1 + e.as_bytes()[..offset]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+        }
     })?;
     Ok(read_objects(&path.display().to_string(), &text)?)
 }

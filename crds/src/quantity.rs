@@ -26,39 +26,71 @@ fn fail(text: &str, reason: impl Into<String>) -> QuantityError {
     }
 }
 
+/// The largest quantity Basalt takes for any resource, in engine units: 2^60, that is 1 EiB of
+/// memory, 2^60 milli-CPU (over 10^15 cores) or 2^60 devices. No node holds anywhere near
+/// that, and eight such values still sum within an `i64`.
+pub const MAX_QUANTITY: i64 = 1 << 60;
+
 /// Parses a quantity for the named resource into engine units: milli-units for `cpu`, base
 /// units for every other resource, rounding up. Negative values are rejected, since these are
-/// requests and capacities.
+/// requests and capacities, and so are values above [`MAX_QUANTITY`].
 pub fn parse_for_resource(resource: &str, text: &str) -> Result<i64, QuantityError> {
+    match parse_clamped(resource, text)? {
+        (v, false) => Ok(v),
+        (_, true) => Err(fail(text, above_limit())),
+    }
+}
+
+/// [`parse_for_resource`], but a value above [`MAX_QUANTITY`], however large, is taken as
+/// [`MAX_QUANTITY`]; the flag says so. For what is already there (a node's allocatable, a pod
+/// another scheduler placed), where refusing would hide more than it protects.
+pub fn parse_clamped(resource: &str, text: &str) -> Result<(i64, bool), QuantityError> {
     let scale = if resource == CPU_NAME { 1000 } else { 1 };
-    parse_scaled(text, scale)
+    Ok(match exact(text, scale)? {
+        Some(v) if v <= MAX_QUANTITY as u128 => (v as i64, false),
+        _ => (MAX_QUANTITY, true),
+    })
+}
+
+/// The message for a value above [`MAX_QUANTITY`].
+pub fn above_limit() -> String {
+    "larger than Basalt's limit of 2^60 units (no node holds that much)".to_string()
 }
 
 /// Parses `text` and returns `ceil(value * scale)`.
 pub fn parse_scaled(text: &str, scale: u32) -> Result<i64, QuantityError> {
+    exact(text, scale)?
+        .and_then(|v| i64::try_from(v).ok())
+        .ok_or_else(|| fail(text, "out of range (larger than 2^63-1)"))
+}
+
+/// `ceil(value * scale)` of a valid quantity, `None` when that does not fit a u128.
+fn exact(text: &str, scale: u32) -> Result<Option<u128>, QuantityError> {
     let parsed = Parsed::from_str(text)?;
     if parsed.negative && parsed.mantissa != 0 {
         return Err(fail(text, "must not be negative"));
     }
     // value * scale = mantissa * 2^bin * 10^exp10 * scale
-    let numerator = parsed
+    let Some(numerator) = parsed
         .mantissa
         .checked_mul(1u128 << parsed.binary_exp)
         .and_then(|n| n.checked_mul(u128::from(scale)))
-        .ok_or_else(|| fail(text, "out of range"))?;
-    let value = if parsed.decimal_exp >= 0 {
+    else {
+        return Ok(None);
+    };
+    Ok(if parsed.decimal_exp >= 0 {
         10u128
             .checked_pow(parsed.decimal_exp as u32)
             .and_then(|p| numerator.checked_mul(p))
-            .ok_or_else(|| fail(text, "out of range"))?
     } else {
-        match 10u128.checked_pow(parsed.decimal_exp.unsigned_abs()) {
-            Some(den) => numerator.div_ceil(den),
-            // The divisor exceeds any u128 numerator: the value is in (0, 1], rounded up to 1.
-            None => u128::from(numerator != 0),
-        }
-    };
-    i64::try_from(value).map_err(|_| fail(text, "out of range (larger than 2^63-1)"))
+        Some(
+            match 10u128.checked_pow(parsed.decimal_exp.unsigned_abs()) {
+                Some(den) => numerator.div_ceil(den),
+                // The divisor exceeds any u128 numerator: the value is in (0, 1], rounded up to 1.
+                None => u128::from(numerator != 0),
+            },
+        )
+    })
 }
 
 /// Parses every entry of a Kubernetes resource list. On failure returns the offending
@@ -126,8 +158,9 @@ impl Parsed {
                 .parse::<u128>()
                 .map_err(|_| fail(text, "expected a number"))?
         };
-        let decimal_exp = decimal_exp
-            .checked_sub(frac_part.len() as i32)
+        let decimal_exp = i32::try_from(frac_part.len())
+            .ok()
+            .and_then(|len| decimal_exp.checked_sub(len))
             .ok_or_else(|| fail(text, "exponent out of range"))?;
         Ok(Parsed {
             negative,
@@ -199,7 +232,7 @@ mod tests {
         assert_eq!(base(".5"), 1);
         assert_eq!(base("5."), 5);
         assert_eq!(base("007"), 7);
-        assert_eq!(base("9223372036854775807"), i64::MAX);
+        assert_eq!(base("1152921504606846976"), MAX_QUANTITY);
     }
 
     #[test]
@@ -265,8 +298,12 @@ mod tests {
             ("1 Gi", "unknown suffix \" Gi\""),
             ("-1", "must not be negative"),
             ("-100m", "must not be negative"),
-            ("10E", "out of range (larger than 2^63-1)"),
-            ("8Ei", "out of range (larger than 2^63-1)"),
+            ("10E", LIMIT),
+            ("8Ei", LIMIT),
+            ("1025Pi", LIMIT),
+            ("9223372036854775807", LIMIT),
+            ("1e18Ei", "unknown suffix \"e18Ei\""),
+            ("99999999999999999999999999999999999999Ei", LIMIT),
             ("1e5000", "exponent out of range"),
             (
                 "123456789012345678901234567890123456789",
@@ -281,6 +318,25 @@ mod tests {
             );
         }
         assert!(parse_for_resource("cpu", "9223372036854775807").is_err());
+        assert!(parse_for_resource("cpu", "9223372036854775807m").is_err());
+        assert_eq!(cpu("1152921504606846976m"), MAX_QUANTITY);
+        assert!(parse_for_resource("cpu", "1152921504606846977m").is_err());
+    }
+
+    const LIMIT: &str = "larger than Basalt's limit of 2^60 units (no node holds that much)";
+
+    #[test]
+    fn clamped_takes_anything_large_as_the_limit() {
+        for text in ["1Ei", "8Ei", "9223372036854775807", "1e30", "1e1000"] {
+            let (v, clamped) = parse_clamped("memory", text).unwrap();
+            assert_eq!(v, MAX_QUANTITY, "{text}");
+            assert_eq!(clamped, text != "1Ei", "{text}");
+        }
+        assert_eq!(parse_clamped("cpu", "2").unwrap(), (2000, false));
+        assert!(parse_clamped("memory", "abc").is_err());
+        assert!(parse_clamped("memory", "-1").is_err());
+        assert_eq!(parse_scaled("9223372036854775807", 1).unwrap(), i64::MAX);
+        assert!(parse_scaled("9223372036854775808", 1).is_err());
     }
 
     #[test]

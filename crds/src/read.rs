@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::limits;
 use crate::types::volcano::HyperNode;
 use crate::types::{self, NodeTopology, PodGroup, Queue};
 
@@ -136,12 +137,24 @@ impl Place<'_> {
 }
 
 /// Reads every object of a manifest file. `file_label` names the file in labels and errors.
+/// The text is checked against [`crate::limits`] first.
 pub fn read_objects(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
+    limits::check(file_label, text).map_err(|e| ReadError {
+        file: file_label.to_string(),
+        document: e.line.map_or(1, |line| document_at(text, line)),
+        item: None,
+        object: None,
+        field: None,
+        message: match e.line {
+            Some(line) => format!("line {line}: {}", e.message),
+            None => e.message,
+        },
+    })?;
     let mut loaded = Loaded::default();
-    let trimmed = text.trim_start();
     // JSON is read with serde_json (YAML parsers reject some valid JSON, such as tab indents);
-    // `kubectl get -o json` prints one value, but a stream of values is accepted too.
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+    // `kubectl get -o json` prints one value, but a stream of values is accepted too. A stream
+    // with YAML document markers is YAML, even when its documents are JSON-style `{...}`.
+    if is_json(text) {
         let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
         for (i, doc) in stream.enumerate() {
             let place = Place {
@@ -175,6 +188,35 @@ pub fn read_objects(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
         }
     }
     Ok(loaded)
+}
+
+/// Whether the text is JSON: it opens with `{` or `[` and has no YAML document marker (`---` or
+/// `...` opening a line, which JSON never has outside a string, and its strings hold no line
+/// breaks).
+fn is_json(text: &str) -> bool {
+    let trimmed = text.trim_start_matches(|c: char| c.is_whitespace() || c == '\u{FEFF}');
+    trimmed.starts_with(['{', '[']) && !text.lines().any(is_document_marker)
+}
+
+fn is_document_marker(line: &str) -> bool {
+    (line.starts_with("---") || line.starts_with("..."))
+        && line[3..].chars().next().is_none_or(char::is_whitespace)
+}
+
+/// The 1-based document that holds a 1-based line: documents are separated by markers after
+/// some content (a marker opening the file starts the first document).
+fn document_at(text: &str, line: usize) -> usize {
+    let mut document = 1;
+    let mut content = false;
+    for l in text.lines().take(line.saturating_sub(1)) {
+        if is_document_marker(l) {
+            document += usize::from(content);
+            content = !l[3..].trim().is_empty();
+        } else if !l.trim().is_empty() && !l.trim_start().starts_with('#') {
+            content = true;
+        }
+    }
+    document
 }
 
 /// A top-level document: empty (skipped), a JSON array of objects, or one object.

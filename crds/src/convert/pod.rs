@@ -1,0 +1,438 @@
+//! Pods to the engine's [`PodSpec`]: requests as Kubernetes computes them, placement rules,
+//! priority and the labels and annotations Basalt honours.
+//!
+//! A pod of another scheduler (`ours == false`) only takes room on its node, so fields that
+//! matter only to Basalt's own pods (GPU ids, rank, priority class, placement rules) are read
+//! leniently on it: a bad value is left out with a warning rather than failing the pod, and a
+//! request beyond [`quantity::MAX_QUANTITY`] is clamped to it (the pod is already there).
+
+use std::collections::BTreeMap;
+
+use basalt_engine::{
+    NodeSelectorTerm, PlacementRules, PodPhase, PodSpec, RequiredNodeAffinity, ResourceList,
+    SelectorOperator, SelectorRequirement, Toleration, TolerationOperator,
+};
+use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use super::{
+    annotation, created_ms, label_or_annotation, namespace, taint_effect, ConvertError,
+    ConvertOptions, Cx, Priorities, GPU_IDS, POD_GROUP, PREEMPTABLE, ROLE,
+    SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
+};
+use crate::quantity::{self, MAX_QUANTITY};
+
+/// Where conversion notes what it left out or clamped on a pod of another scheduler.
+struct Lenience<'w> {
+    ours: bool,
+    warnings: &'w mut Vec<String>,
+}
+
+impl Lenience<'_> {
+    /// A field's value: an error on a pod of ours; on another scheduler's pod, `default` and a
+    /// warning naming the pod and the field.
+    fn or<T>(&mut self, result: Result<T, ConvertError>, default: T) -> Result<T, ConvertError> {
+        match result {
+            Err(e) if !self.ours => {
+                self.warnings
+                    .push(format!("{e}; ignored on a pod of another scheduler"));
+                Ok(default)
+            }
+            other => other,
+        }
+    }
+}
+
+pub(super) fn pod(
+    cx: &Cx,
+    p: &Pod,
+    priorities: &Priorities,
+    options: &ConvertOptions,
+    warnings: &mut Vec<String>,
+) -> Result<PodSpec, ConvertError> {
+    let meta = &p.metadata;
+    let name = cx.name(meta)?.to_string();
+    let Some(spec) = p.spec.as_ref() else {
+        return Err(cx.err("spec", "missing"));
+    };
+    let scheduler = spec
+        .scheduler_name
+        .as_deref()
+        .unwrap_or("default-scheduler");
+    let ours = options.scheduler_names.iter().any(|s| s == scheduler);
+    let mut lenient = Lenience { ours, warnings };
+
+    let priority = match (spec.priority, spec.priority_class_name.as_deref()) {
+        (Some(v), _) => v,
+        (None, Some(class)) if !class.is_empty() => {
+            lenient.or(priorities.lookup(cx, "spec.priorityClassName", class), 0)?
+        }
+        _ => priorities.global_default.unwrap_or(0),
+    };
+
+    let preemption_never = match spec.preemption_policy.as_deref() {
+        Some(policy) => policy == "Never",
+        None => spec
+            .priority_class_name
+            .as_deref()
+            .is_some_and(|c| priorities.never_preempts(c)),
+    };
+    let node = spec.node_name.clone().filter(|n| !n.is_empty());
+    let phase = match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        None | Some("Pending") => PodPhase::Pending,
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        // The kubelet lost touch; a bound pod still holds its node's resources.
+        Some("Unknown") if node.is_some() => PodPhase::Running,
+        Some("Unknown") => PodPhase::Pending,
+        // Another scheduler's pod of an unknown phase holds its node, if it has one.
+        Some(other) => lenient.or(
+            Err(cx.err("status.phase", format!("unknown phase {other:?}"))),
+            if node.is_some() {
+                PodPhase::Running
+            } else {
+                PodPhase::Pending
+            },
+        )?,
+    };
+
+    let group = label_or_annotation(meta, POD_GROUP)
+        .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
+        .or_else(|| {
+            meta.labels
+                .as_ref()?
+                .get(SCHEDULER_PLUGINS_POD_GROUP)
+                .map(String::as_str)
+        })
+        .filter(|g| !g.is_empty())
+        .map(str::to_string);
+    let role = label_or_annotation(meta, ROLE)
+        .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
+        .map(str::to_string);
+    let non_preemptable = [PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
+        let get = |m: &Option<BTreeMap<String, String>>| {
+            m.as_ref()
+                .and_then(|m| m.get(*key))
+                .is_some_and(|v| v == "false")
+        };
+        get(&meta.labels) || get(&meta.annotations)
+    });
+    let gpu_ids = match annotation(meta, GPU_IDS) {
+        None => Vec::new(),
+        Some(s) => {
+            let ids = parse_gpu_ids(s).ok_or_else(|| {
+                cx.err(
+                    format!("metadata.annotations[{GPU_IDS}]"),
+                    format!("expected comma-separated GPU indices, got {s:?}"),
+                )
+            });
+            lenient.or(ids, Vec::new())?
+        }
+    };
+    let request = pod_request(cx, spec, &mut lenient)?;
+    let rules = placement_rules(cx, spec);
+    let rules = lenient.or(rules, PlacementRules::default())?;
+    let rank = lenient.or(pod_rank(cx, meta), None)?;
+
+    Ok(PodSpec {
+        namespace: namespace(meta),
+        name,
+        ours,
+        group,
+        role,
+        request,
+        rules,
+        priority,
+        created_ms: created_ms(meta),
+        phase,
+        node,
+        gpu_ids,
+        nominated_node: p
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty()),
+        non_preemptable,
+        preemption_never,
+        started_ms: p
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|Time(t)| t.as_millisecond()),
+        active_deadline_s: spec.active_deadline_seconds,
+        labels: meta.labels.clone().unwrap_or_default(),
+        rank,
+        pinned_queue: None,
+    })
+}
+
+/// Labels (or annotations) that give a pod's index in its workload, most specific first.
+pub const RANK_LABELS: [&str; 5] = [
+    "batch.kubernetes.io/job-completion-index",
+    "apps.kubernetes.io/pod-index",
+    "training.kubeflow.org/replica-index",
+    "leaderworkerset.sigs.k8s.io/worker-index",
+    "volcano.sh/task-index",
+];
+
+/// The pod's rank from the first index label it carries.
+fn pod_rank(cx: &Cx, meta: &ObjectMeta) -> Result<Option<u32>, ConvertError> {
+    for key in RANK_LABELS {
+        if let Some(v) = label_or_annotation(meta, key) {
+            return v.parse().map(Some).map_err(|_| {
+                cx.err(
+                    format!("metadata.labels[{key}]"),
+                    format!("expected a non-negative integer index, got {v:?}"),
+                )
+            });
+        }
+    }
+    Ok(None)
+}
+
+fn parse_gpu_ids(s: &str) -> Option<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Some(Vec::new());
+    }
+    s.split(',').map(|x| x.trim().parse().ok()).collect()
+}
+
+/// Resource name to its value and the field it came from, to name that field in errors.
+type Entries = BTreeMap<String, (i64, String)>;
+
+/// A container's requests, with limits standing in for requests it does not state (the API
+/// server defaults them so).
+fn container_request(
+    cx: &Cx,
+    field: &str,
+    c: &Container,
+    lenient: &mut Lenience,
+) -> Result<Entries, ConvertError> {
+    let Some(res) = c.resources.as_ref() else {
+        return Ok(Entries::new());
+    };
+    let mut out = match &res.requests {
+        Some(r) => entries(cx, &format!("{field}.resources.requests"), r, lenient)?,
+        None => Entries::new(),
+    };
+    if let Some(limits) = &res.limits {
+        for (name, v) in entries(cx, &format!("{field}.resources.limits"), limits, lenient)? {
+            out.entry(name).or_insert(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a resource list at `field`: strictly for a pod of ours; for another scheduler's pod
+/// a value beyond [`MAX_QUANTITY`] is clamped to it, with a warning.
+fn entries(
+    cx: &Cx,
+    field: &str,
+    list: &BTreeMap<String, Quantity>,
+    lenient: &mut Lenience,
+) -> Result<Entries, ConvertError> {
+    let mut out = Entries::new();
+    for (name, q) in list {
+        let at = format!("{field}[{name}]");
+        let value = match lenient.ours {
+            true => quantity::parse_for_resource(name, &q.0),
+            false => quantity::parse_clamped(name, &q.0).map(|(v, clamped)| {
+                if clamped {
+                    lenient.warnings.push(clamp_warning(cx, &at));
+                }
+                v
+            }),
+        };
+        let value = value.map_err(|e| cx.err(&at, e.to_string()))?;
+        out.insert(name.clone(), (value, at));
+    }
+    Ok(out)
+}
+
+fn clamp_warning(cx: &Cx, field: &str) -> String {
+    cx.warning(
+        field,
+        format!(
+            "{}; counted as 2^60 on a pod of another scheduler",
+            quantity::above_limit()
+        ),
+    )
+}
+
+/// Adds `other` to `into`, within [`MAX_QUANTITY`]: a pod of ours beyond it is an error at the
+/// field whose value crossed it, another scheduler's pod stops at it (with a warning).
+fn add(
+    cx: &Cx,
+    into: &mut Entries,
+    other: &Entries,
+    lenient: &mut Lenience,
+) -> Result<(), ConvertError> {
+    for (name, (v, field)) in other {
+        let entry = into.entry(name.clone()).or_insert((0, field.clone()));
+        match entry.0.checked_add(*v).filter(|&sum| sum <= MAX_QUANTITY) {
+            Some(sum) => *entry = (sum, field.clone()),
+            None if lenient.ours => {
+                return Err(cx.err(
+                    field,
+                    format!("the pod's request sum {}", quantity::above_limit()),
+                ))
+            }
+            None => {
+                lenient.warnings.push(clamp_warning(cx, field));
+                *entry = (MAX_QUANTITY, field.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn max_into(into: &mut Entries, other: &Entries) {
+    for (k, v) in other {
+        let e = into.entry(k.clone()).or_insert_with(|| v.clone());
+        if v.0 > e.0 {
+            *e = v.clone();
+        }
+    }
+}
+
+/// The pod's effective request, as Kubernetes computes it (`PodRequests` in
+/// `k8s.io/component-helpers`): the larger of (a) the sum of its containers and sidecars (init
+/// containers with `restartPolicy: Always`) and (b) the peak of each ordinary init container
+/// plus the sidecars started before it, or of the sidecars alone as each starts; plus the pod
+/// overhead. Every sum stays within [`MAX_QUANTITY`].
+fn pod_request(
+    cx: &Cx,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    lenient: &mut Lenience,
+) -> Result<ResourceList, ConvertError> {
+    let mut total = Entries::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        let req = container_request(cx, &format!("spec.containers[{i}]"), c, lenient)?;
+        add(cx, &mut total, &req, lenient)?;
+    }
+    let mut sidecars = Entries::new();
+    let mut init_peak = Entries::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let req = container_request(cx, &format!("spec.initContainers[{i}]"), c, lenient)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            add(cx, &mut total, &req, lenient)?;
+            add(cx, &mut sidecars, &req, lenient)?;
+            max_into(&mut init_peak, &sidecars);
+        } else {
+            let mut running = req;
+            add(cx, &mut running, &sidecars, lenient)?;
+            max_into(&mut init_peak, &running);
+        }
+    }
+    max_into(&mut total, &init_peak);
+    if let Some(overhead) = &spec.overhead {
+        let overhead = entries(cx, "spec.overhead", overhead, lenient)?;
+        add(cx, &mut total, &overhead, lenient)?;
+    }
+    Ok(total.into_iter().map(|(k, (v, _))| (k, v)).collect())
+}
+
+fn placement_rules(
+    cx: &Cx,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<PlacementRules, ConvertError> {
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        let operator = match t.operator.as_deref() {
+            None | Some("") | Some("Equal") => TolerationOperator::Equal,
+            Some("Exists") => TolerationOperator::Exists,
+            Some(other) => {
+                return Err(cx.err(
+                    format!("spec.tolerations[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ))
+            }
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(taint_effect(e).ok_or_else(|| {
+                cx.err(
+                    format!("spec.tolerations[{i}].effect"),
+                    format!("unknown effect {e:?}"),
+                )
+            })?),
+        };
+        tolerations.push(Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+
+    const REQUIRED: &str =
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let affinity = match required {
+        None => None,
+        Some(sel) => {
+            let mut terms = Vec::with_capacity(sel.node_selector_terms.len());
+            for (i, term) in sel.node_selector_terms.iter().enumerate() {
+                let base = format!("{REQUIRED}.nodeSelectorTerms[{i}]");
+                terms.push(NodeSelectorTerm {
+                    match_expressions: requirements(
+                        cx,
+                        &format!("{base}.matchExpressions"),
+                        term.match_expressions.as_deref(),
+                    )?,
+                    match_fields: requirements(
+                        cx,
+                        &format!("{base}.matchFields"),
+                        term.match_fields.as_deref(),
+                    )?,
+                });
+            }
+            Some(RequiredNodeAffinity { terms })
+        }
+    };
+
+    Ok(PlacementRules {
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        affinity,
+        tolerations,
+    })
+}
+
+fn requirements(
+    cx: &Cx,
+    field: &str,
+    reqs: Option<&[NodeSelectorRequirement]>,
+) -> Result<Vec<SelectorRequirement>, ConvertError> {
+    let mut out = Vec::new();
+    for (i, r) in reqs.unwrap_or_default().iter().enumerate() {
+        let operator = match r.operator.as_str() {
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            "Gt" => SelectorOperator::Gt,
+            "Lt" => SelectorOperator::Lt,
+            other => {
+                return Err(cx.err(
+                    format!("{field}[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ))
+            }
+        };
+        out.push(SelectorRequirement {
+            key: r.key.clone(),
+            operator,
+            values: r.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
