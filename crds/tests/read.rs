@@ -203,3 +203,64 @@ fn queue_without_spec_gets_defaults() {
     assert_eq!(q.spec.weight, 1);
     assert!(q.spec.reclaimable);
 }
+
+#[test]
+fn yaml_stream_of_json_style_documents() {
+    // Valid YAML that kubectl reads: JSON-style documents between `---` markers.
+    let text = "{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"a\"}}\n---\n{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"b\"}}\n";
+    let loaded = read_objects("nodes.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let keys: Vec<_> = loaded
+        .objects
+        .iter()
+        .map(|(label, o)| (label.as_str(), o.key()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("nodes.yaml: document 1", "a".to_string()),
+            ("nodes.yaml: document 2", "b".to_string())
+        ]
+    );
+    // A broken second document is reported as YAML, at its document and line.
+    let broken = text.replace("\"b\"}}", "\"b\"}");
+    let err = read_objects("nodes.yaml", &broken).unwrap_err().to_string();
+    assert!(
+        err.starts_with("nodes.yaml: document 2: invalid YAML at line "),
+        "{err}"
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    // 250 KB of nested flow maps: 45 s in the YAML parser (debug build) before this check.
+    let text = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {}1{}\n",
+        "{a: ".repeat(50_000),
+        "}".repeat(50_000)
+    );
+    let err = read_objects("deep.yaml", &text).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "deep.yaml: document 2: line 8: nested more than 64 deep, the limit"
+    );
+    let seqs = format!("a: {}\n", "[".repeat(100_000));
+    let err = read_objects("deep.yaml", &seqs).unwrap_err().to_string();
+    assert!(err.contains("line 1: nested more than 64 deep"), "{err}");
+}
+
+#[test]
+fn binary_file_gets_one_message() {
+    let path = std::env::temp_dir().join(format!("basalt-binary-{}.yaml", std::process::id()));
+    std::fs::write(&path, b"apiVersion: v1\n\xff\xfe\x00binary").unwrap();
+    let err = basalt_crds::read_file(&path).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: not a text file: invalid UTF-8 at byte 15 (line 2)",
+            path.display()
+        )
+    );
+    // Nothing repeats it where the error chain is printed (`{:#}` in the command-line tools).
+    assert!(std::error::Error::source(&err).is_none());
+}
