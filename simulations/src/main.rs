@@ -264,6 +264,7 @@ fn serve(command: Command) -> anyhow::Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("--faults {}: cannot read", path.display()))?;
+            basalt_crds::limits::check(&format!("--faults {}", path.display()), &text)?;
             serde_yaml::from_str(&text)
                 .with_context(|| format!("--faults {}: not valid fault settings", path.display()))?
         }

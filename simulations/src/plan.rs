@@ -27,6 +27,7 @@ pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
+    basalt_crds::limits::check(label, text)?;
     let config: Config = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
     config
         .validate()

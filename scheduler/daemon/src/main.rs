@@ -129,6 +129,7 @@ fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     if text.trim().is_empty() {
         return Ok(Config::default());
     }
+    basalt_crds::limits::check(&label, &text)?;
     let config: Config =
         serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
     config
