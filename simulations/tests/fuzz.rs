@@ -534,3 +534,31 @@ fn the_plan_check_catches_an_overcommitted_node() {
     plan.bindings.push(plan.bindings[0].clone());
     assert!(check_plan(&snapshot, &plan).is_err());
 }
+
+/// Sums over many values, each within Basalt's limit of 2^60, still overflow in the engine and
+/// the queue crate: nine foreign pods clamped to 2^60 bytes on one node (`Resources::add` in
+/// `Snapshot::build`: in a release build the node's usage wraps negative and it looks free),
+/// and eight queues deserving 2^60 pods (the sum over children in
+/// `basalt_queue::fairshare::split`). Fixed by H1's saturating engine and queue arithmetic; run
+/// with `--ignored` once that is in.
+#[test]
+#[ignore = "depends on H1: engine and queue sums over many values within 2^60 overflow"]
+fn many_large_values_sum_safely() {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nstatus: {allocatable: {memory: 1Ei, pods: '110'}}\n";
+    let mut pods = node.to_string();
+    for i in 0..9 {
+        pods.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec: {{nodeName: n0, containers: [{{name: c, resources: {{requests: {{memory: 8Ei}}}}}}]}}\nstatus: {{phase: Running}}\n"
+        ));
+    }
+    pods.push_str("---\napiVersion: v1\nkind: Pod\nmetadata: {name: mine}\nspec: {schedulerName: basalt, containers: [{name: c, resources: {requests: {memory: '1'}}}]}\n");
+    let mut queues = node.to_string();
+    for i in 0..8 {
+        queues.push_str(&format!(
+            "---\napiVersion: scheduling.basalt.dev/v1alpha1\nkind: Queue\nmetadata: {{name: q{i}}}\nspec: {{weight: 1, deserved: {{pods: 1Ei}}}}\n"
+        ));
+    }
+    for text in [pods, queues] {
+        assert!(run(&text).is_ok(), "{text}");
+    }
+}
