@@ -154,6 +154,20 @@ impl<'a> Scan<'a> {
         self.col += 1;
     }
 
+    /// Moves over a run of printable ASCII bytes outside `stop`: the bulk of any scalar, taken
+    /// at once. Returns whether it moved.
+    fn skip_run(&mut self, stop: &[u8]) -> bool {
+        let start = self.i;
+        while let Some(&c) = self.b.get(self.i) {
+            if !(b'!'..=b'~').contains(&c) || stop.contains(&c) {
+                break;
+            }
+            self.i += 1;
+        }
+        self.col += (self.i - start) as i64;
+        self.i > start
+    }
+
     /// Moves over one line break.
     fn skip_line(&mut self) {
         let width = match self.b[self.i..] {
@@ -374,6 +388,10 @@ impl<'a> Scan<'a> {
                 break;
             }
             while !self.is_blankz(0) {
+                if self.skip_run(b":,[]{}") {
+                    leading_blanks = false;
+                    continue;
+                }
                 let c = self.at(0);
                 if self.flow > 0 && c == b':' && b",?[]{}".contains(&self.at(1)) {
                     return Err(Stop::Invalid);
@@ -416,6 +434,9 @@ impl<'a> Scan<'a> {
                 return Err(Stop::Invalid);
             }
             while !self.is_blankz(0) {
+                if self.skip_run(b"'\"\\") {
+                    continue;
+                }
                 let c = self.at(0);
                 if single && c == b'\'' && self.at(1) == b'\'' {
                     self.skip();

@@ -160,3 +160,19 @@ fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N
         line(out, std::array::from_fn(|i| row[i].as_str()));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deeply_nested_config_is_refused_before_parsing() {
+        // 60 s in the YAML parser before the limit (issue 13, defect 6).
+        let text = format!("tiers: {}\n", "[".repeat(200_000));
+        let err = parse_config("deep.yaml", &text).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "deep.yaml: line 1: nested more than 64 deep, the limit"
+        );
+    }
+}
