@@ -72,6 +72,10 @@ enum Command {
         /// Decide and report only: write nothing, change no GPU.
         #[arg(long)]
         dry_run: bool,
+        /// Never change MIG instances; the nvidia.com/mig.config label is then ignored (with a
+        /// warning). For nodes without MIG and the unprivileged DaemonSet.
+        #[arg(long)]
+        no_mig: bool,
         /// Time between rounds: 30s, 5m, 1h, 500ms.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         interval: Duration,
@@ -169,6 +173,7 @@ fn main() -> ExitCode {
             node_name,
             fake,
             dry_run,
+            no_mig,
             interval,
             once,
             listen,
@@ -179,6 +184,7 @@ fn main() -> ExitCode {
             let cfg = AgentConfig {
                 node_name,
                 dry_run,
+                no_mig,
                 mig_config_map,
                 mig_config_key,
                 device_plugin_config_map,
