@@ -14,6 +14,12 @@ pub const MIB: i64 = 1 << 20;
 pub const GIB: i64 = 1 << 30;
 /// Duration of a job that never leaves (a trace without deletion times).
 pub const FOREVER: i64 = i64::MAX / 4;
+/// The latest time, and the longest duration, a trace may give: 10^12 s (about 31,700 years).
+/// In milliseconds a time plus a duration plus [`FOREVER`] still fits an i64, so the replay's
+/// clock never wraps.
+pub const MAX_TRACE_SECONDS: i64 = 1_000_000_000_000;
+/// The most pods one job may have, over all its rows or roles.
+pub const MAX_PODS_PER_JOB: i64 = 100_000;
 
 #[derive(Debug, Error)]
 pub enum TraceError {
@@ -213,10 +219,36 @@ fn nonneg(col: &str, v: i64) -> Result<i64, String> {
 }
 
 fn seconds_to_ms(col: &str, s: f64) -> Result<i64, String> {
-    if !(0.0..1e12).contains(&s) {
-        return Err(format!("{col}: {s} seconds is out of range"));
+    if !(0.0..MAX_TRACE_SECONDS as f64).contains(&s) {
+        return Err(format!(
+            "{col}: {s} seconds is out of range (0 to {MAX_TRACE_SECONDS})"
+        ));
     }
     Ok((s * 1000.0).round() as i64)
+}
+
+/// Whole seconds to milliseconds: negative times are refused (no format here defines them),
+/// and so is anything past [`MAX_TRACE_SECONDS`], before it is scaled.
+fn whole_seconds_to_ms(col: &str, s: i64) -> Result<i64, String> {
+    if s < 0 {
+        return Err(format!("{col}: {s} s is negative"));
+    }
+    if s > MAX_TRACE_SECONDS {
+        return Err(format!(
+            "{col}: {s} s overflows (at most {MAX_TRACE_SECONDS} s)"
+        ));
+    }
+    Ok(s * 1000)
+}
+
+fn mib_to_bytes(col: &str, mib: i64) -> Result<i64, String> {
+    mib.checked_mul(MIB)
+        .ok_or_else(|| format!("{col}: {mib} MiB overflows"))
+}
+
+/// A count that must fit a u32 (`min_member`, `tp_size`): never truncated.
+fn count_u32(col: &str, v: i64) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("{col}: {v} is out of range (0 to {})", u32::MAX))
 }
 
 /// How fractional-GPU pods (`gpu_milli` < 1000) are mapped onto an engine without GPU sharing.
@@ -268,7 +300,7 @@ pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
     table.rows(|r| {
         let name = r.str("name")?.to_string();
         let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let mem = nonneg("memory_mib", r.int("memory_mib")?)?;
+        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
         let gpus = nonneg("num_gpu", r.int("num_gpu")?)?;
         let milli = nonneg("gpu_milli", r.int("gpu_milli")?)?;
         if gpus > 64 {
@@ -297,34 +329,35 @@ pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
                     .collect()
             })
             .unwrap_or_default();
-        let created = nonneg("creation_time", r.opt_int("creation_time")?.unwrap_or(0))?;
-        let scheduled = r.opt_int("scheduled_time")?;
-        let duration = match r.opt_int("deletion_time")? {
+        let ms = |col: &str| {
+            r.opt_int(col)?
+                .map(|s| whole_seconds_to_ms(col, s).map(|ms| (s, ms)))
+                .transpose()
+        };
+        let created = ms("creation_time")?.unwrap_or((0, 0));
+        let scheduled = ms("scheduled_time")?;
+        let duration = match ms("deletion_time")? {
             None => FOREVER,
-            Some(d) => {
-                let from = scheduled.unwrap_or(created);
+            Some((d, d_ms)) => {
+                let ((from, from_ms), from_col) = match scheduled {
+                    Some(s) => (s, "scheduled_time"),
+                    None => (created, "creation_time"),
+                };
                 if d < from {
-                    return Err(format!(
-                        "deletion_time: {d} is before {} {from}",
-                        if scheduled.is_some() {
-                            "scheduled_time"
-                        } else {
-                            "creation_time"
-                        }
-                    ));
+                    return Err(format!("deletion_time: {d} is before {from_col} {from}"));
                 }
-                (d - from) * 1000
+                d_ms - from_ms
             }
         };
         jobs.push(TraceJob {
             name,
             queue: "default".into(),
             priority: 0,
-            submit_ms: created * 1000,
+            submit_ms: created.1,
             duration_ms: duration,
             pods: vec![PodShape {
                 cpu_milli: cpu,
-                memory: mem * MIB,
+                memory,
                 gpus: gpus as u32,
                 gpu_milli: if gpus == 0 { 0 } else { milli as u32 },
                 gpu_models: models,
@@ -360,7 +393,7 @@ pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
     table.rows(|r| {
         let name = r.str("sn")?.to_string();
         let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let mem = nonneg("memory_mib", r.int("memory_mib")?)?;
+        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
         let gpus = nonneg("gpu", r.int("gpu")?)?;
         if gpus > basalt_engine::MAX_GPUS_PER_NODE as i64 {
             return Err(format!(
@@ -372,7 +405,7 @@ pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
         if let Some(m) = r.opt("model") {
             labels.insert(GPU_MODEL_LABEL.to_string(), m.to_string());
         }
-        nodes.push(node_spec(name, labels, cpu, mem * MIB, gpus));
+        nodes.push(node_spec(name, labels, cpu, memory, gpus));
         Ok(())
     })?;
     Ok(Cluster {
@@ -443,7 +476,7 @@ pub fn read_philly(path: &Source) -> Result<Workload, TraceError> {
     table.rows(|r| {
         let submit = parse_datetime(r.str("timestamp")?).ok_or_else(|| {
             format!(
-                "timestamp: {:?} is not YYYY-MM-DD HH:MM:SS",
+                "timestamp: {:?} is not YYYY-MM-DD HH:MM:SS (years 1 to 9999)",
                 r.str("timestamp").unwrap_or("")
             )
         })?;
@@ -500,7 +533,7 @@ pub fn read_philly(path: &Source) -> Result<Workload, TraceError> {
     Ok(w)
 }
 
-/// Seconds since the Unix epoch of `YYYY-MM-DD HH:MM:SS` (UTC).
+/// Seconds since the Unix epoch of `YYYY-MM-DD HH:MM:SS` (UTC), years 1 to 9999.
 pub fn parse_datetime(s: &str) -> Option<i64> {
     let (date, time) = s.split_once(' ')?;
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
@@ -510,7 +543,14 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     if d.next().is_some() || t.next().is_some() {
         return None;
     }
-    if !(1..=12).contains(&m) || !(1..=31).contains(&dd) || hh > 23 || mm > 59 || ss > 60 {
+    // Bounded fields keep the arithmetic below far from overflow.
+    if !(1..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&dd)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm).
@@ -563,8 +603,8 @@ pub fn read_native_csv(path: &Source) -> Result<Workload, TraceError> {
         let submit = seconds_to_ms("submit_s", r.num("submit_s")?)?;
         let duration = seconds_to_ms("duration_s", r.num("duration_s")?)?;
         let count = r.opt_int("pods")?.unwrap_or(1);
-        if !(1..=100_000).contains(&count) {
-            return Err(format!("pods: {count} is out of range (1..100000)"));
+        if !(1..=MAX_PODS_PER_JOB).contains(&count) {
+            return Err(format!("pods: {count} is out of range (1..{MAX_PODS_PER_JOB})"));
         }
         let shape = native_pod(
             r.str("cpu")?,
@@ -573,15 +613,21 @@ pub fn read_native_csv(path: &Source) -> Result<Workload, TraceError> {
             r.opt_int("gpu_milli")?.unwrap_or(1000),
             r.opt("gpu_models").unwrap_or(""),
         )?;
-        let min_member = nonneg("min_member", r.opt_int("min_member")?.unwrap_or(0))? as u32;
-        let tp_size = nonneg("tp_size", r.opt_int("tp_size")?.unwrap_or(0))? as u32;
-        let pods = vec![shape; count as usize];
+        let min_member = count_u32("min_member", r.opt_int("min_member")?.unwrap_or(0))?;
+        let tp_size = count_u32("tp_size", r.opt_int("tp_size")?.unwrap_or(0))?;
         match by_name.get(&name) {
             Some(&i) => {
                 let j = &mut jobs[i];
                 if j.queue != queue || j.priority != priority || j.submit_ms != submit || j.duration_ms != duration || j.tp_size != tp_size {
                     return Err(format!("job {name}: queue, priority, submit_s, duration_s and tp_size must match its earlier rows"));
                 }
+                let total = j.pods.len() as i64 + count;
+                if total > MAX_PODS_PER_JOB {
+                    return Err(format!(
+                        "pods: job {name} has {total} pods over its rows, more than {MAX_PODS_PER_JOB}"
+                    ));
+                }
+                let pods = vec![shape; count as usize];
                 if min_member != 0 {
                     j.min_member = min_member;
                 }
@@ -595,7 +641,7 @@ pub fn read_native_csv(path: &Source) -> Result<Workload, TraceError> {
                     priority,
                     submit_ms: submit,
                     duration_ms: duration,
-                    pods,
+                    pods: vec![shape; count as usize],
                     min_member,
                     tp_size,
                 });
@@ -734,20 +780,55 @@ pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
         line: e.line() as u64,
         message: e.to_string(),
     })?;
+    let field = |message: String| TraceError::File {
+        file: file.clone(),
+        message,
+    };
+    let mut queue_at: HashMap<&str, usize> = HashMap::new();
+    for (i, q) in parsed.queues.iter().enumerate() {
+        if let Some(first) = queue_at.insert(&q.name, i) {
+            return Err(field(format!(
+                "queues[{i}].name: duplicate queue {:?} (first at queues[{first}])",
+                q.name
+            )));
+        }
+        if q.weight == 0 {
+            return Err(field(format!(
+                "queues[{i}].weight: queue {:?}: must be at least 1",
+                q.name
+            )));
+        }
+    }
+    let mut job_at: HashMap<&str, usize> = HashMap::new();
+    for (i, j) in parsed.jobs.iter().enumerate() {
+        if let Some(first) = job_at.insert(&j.name, i) {
+            return Err(field(format!(
+                "jobs[{i}].name: duplicate job {:?} (first at jobs[{first}])",
+                j.name
+            )));
+        }
+    }
     let mut jobs = Vec::new();
-    for (i, j) in parsed.jobs.into_iter().enumerate() {
-        let at = |m: String| TraceError::File {
-            file: file.clone(),
-            message: format!("jobs[{i}] ({}): {m}", j.name),
-        };
-        let mut pods = Vec::new();
+    for (i, j) in parsed.jobs.iter().enumerate() {
+        let at = |m: String| field(format!("jobs[{i}] ({}): {m}", j.name));
+        // Checked before anything is sized by them.
+        let mut total = 0i64;
         for (k, role) in j.pods.iter().enumerate() {
-            if !(1..=100_000).contains(&role.count) {
+            if !(1..=MAX_PODS_PER_JOB).contains(&role.count) {
                 return Err(at(format!(
-                    "pods[{k}].count: {} is out of range",
+                    "pods[{k}].count: {} is out of range (1..{MAX_PODS_PER_JOB})",
                     role.count
                 )));
             }
+            total += role.count;
+            if total > MAX_PODS_PER_JOB {
+                return Err(at(format!(
+                    "pods[{k}].count: {total} pods over its roles, more than {MAX_PODS_PER_JOB}"
+                )));
+            }
+        }
+        let mut pods = Vec::new();
+        for (k, role) in j.pods.iter().enumerate() {
             let shape = native_pod(
                 &role.cpu,
                 &role.memory,
@@ -763,7 +844,7 @@ pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
         }
         jobs.push(TraceJob {
             name: j.name.clone(),
-            queue: j.queue,
+            queue: j.queue.clone(),
             priority: j.priority,
             submit_ms: seconds_to_ms("submit", j.submit).map_err(at)?,
             duration_ms: seconds_to_ms("duration", j.duration).map_err(at)?,
@@ -771,14 +852,6 @@ pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
             min_member: j.min_member,
             tp_size: j.tp_size,
         });
-    }
-    for q in &parsed.queues {
-        if q.weight == 0 {
-            return Err(TraceError::File {
-                file,
-                message: format!("queues: {}: weight must be at least 1", q.name),
-            });
-        }
     }
     let mut w = Workload {
         source: format!("native JSON {}", path.label()),
