@@ -8,6 +8,7 @@
 //! - [`report`]: summary.json, CSV time series, charts and report.md.
 
 pub mod metrics;
+pub mod native;
 pub mod readers;
 pub mod report;
 pub mod sim;
