@@ -279,6 +279,24 @@ fn run_needs_a_node_name_and_a_valid_interval() {
     ]);
     assert_eq!(out.status.code(), Some(64));
     assert!(text(&out.stderr).contains("must be more than zero"));
+    // n × 60 overflowed a u64 (a panic, or a wrapped interval in release); absurd ones too.
+    for interval in ["307445734561825861m", "18446744073709551615ms", "25h"] {
+        let out = bin(&[
+            "run",
+            "--fake",
+            &fixture("no-gpu.yaml"),
+            "--node-name",
+            "n",
+            "--interval",
+            interval,
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{interval}");
+        assert!(
+            text(&out.stderr).contains(&format!("{interval:?}: must be at most 24h")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
     let out = bin(&["run", "--fake", &fixture("no-gpu.yaml")]);
     assert_eq!(out.status.code(), Some(64));
     assert!(text(&out.stderr).contains("--node-name"));
