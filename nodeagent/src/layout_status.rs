@@ -12,7 +12,7 @@ use kube::Client;
 use serde_json::json;
 
 use crate::mig::config::MIG_CONFIG_LABEL;
-use crate::publish::FIELD_MANAGER;
+use crate::publish::{Report, Write, FIELD_MANAGER};
 
 pub const MIG_LAYOUT_CONDITION: &str = "MigLayoutValid";
 /// The Event's reason when the layout cannot be used.
@@ -81,13 +81,51 @@ pub fn event_message(current: &[PodGroupCondition], next: &[PodGroupCondition]) 
     (ours(current).as_ref() != Some(&now)).then_some(now)
 }
 
+/// Stores `wanted` as the layout condition of the node's NodeTopology when it differs from
+/// `stored`, and writes a Warning Event on `node` when the layout turns bad. Failures are
+/// warnings in `report`: they must not stop the round that publishes the topology. Without the
+/// stored condition no Event is written either, since the condition is what keeps it from
+/// repeating every round.
+pub async fn report_on_node(
+    client: &Client,
+    node: &Node,
+    stored: &[PodGroupCondition],
+    wanted: Option<PodGroupCondition>,
+    dry_run: bool,
+    report: &mut Report,
+) {
+    let Some(next) = next_conditions(stored, wanted) else {
+        return;
+    };
+    if dry_run {
+        report.mig_layout_condition = Some(Write::DryRun);
+        return;
+    }
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    if let Err(e) = write_conditions(client, name, &next).await {
+        report.warnings.push(format!(
+            "cannot write the {MIG_LAYOUT_CONDITION} condition of NodeTopology {name}: {e}"
+        ));
+        return;
+    }
+    report.mig_layout_condition = Some(Write::Updated);
+    if let Some(message) = event_message(stored, &next) {
+        match warn_on_node(client, node, MIG_LAYOUT_INVALID, &message).await {
+            Ok(()) => report.events.push(message),
+            Err(e) => report
+                .warnings
+                .push(format!("cannot write an Event on Node {name}: {e}")),
+        }
+    }
+}
+
 /// Now, as the RFC 3339 text conditions carry.
 pub fn now() -> String {
     Timestamp::now().to_string()
 }
 
 /// Writes `conditions` into NodeTopology `name`'s status (a merge patch: the list is ours).
-pub async fn write_conditions(
+async fn write_conditions(
     client: &Client,
     name: &str,
     conditions: &[PodGroupCondition],
@@ -100,7 +138,7 @@ pub async fn write_conditions(
 }
 
 /// Writes a Warning Event about `node`.
-pub async fn warn_on_node(
+async fn warn_on_node(
     client: &Client,
     node: &Node,
     reason: &str,

@@ -313,35 +313,8 @@ pub async fn reconcile_once(
     let wanted = layout.map(|l| {
         layout_status::layout_condition(l, layout_problem.as_deref(), &layout_status::now())
     });
-    if let Some(next) = layout_status::next_conditions(&conditions, wanted) {
-        let event = layout_status::event_message(&conditions, &next);
-        report.mig_layout_condition =
-            Some(if cfg.dry_run || report.topology == Some(Write::DryRun) {
-                Write::DryRun
-            } else {
-                layout_status::write_conditions(client, &cfg.node_name, &next)
-                    .await
-                    .map_err(kube_err(format!("{what} status")))?;
-                Write::Updated
-            });
-        if let (Some(message), false) = (event, cfg.dry_run) {
-            // An Event that cannot be written is a warning: the condition already says it.
-            match layout_status::warn_on_node(
-                client,
-                &node,
-                layout_status::MIG_LAYOUT_INVALID,
-                &message,
-            )
-            .await
-            {
-                Ok(()) => report.events.push(message),
-                Err(e) => report.warnings.push(format!(
-                    "cannot write an Event on Node {}: {e}",
-                    cfg.node_name
-                )),
-            }
-        }
-    }
+    layout_status::report_on_node(client, &node, &conditions, wanted, cfg.dry_run, &mut report)
+        .await;
 
     // Node labels.
     report.node_labels = Some(
@@ -365,7 +338,7 @@ pub async fn reconcile_once(
     report.gpus = discovery.gpus.len();
     report.islands = discovery.islands.clone();
     report.clique_id = discovery.clique_id.clone();
-    report.warnings = discovery.warnings;
+    report.warnings.extend(discovery.warnings);
     Ok(report)
 }
 

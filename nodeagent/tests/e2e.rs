@@ -845,3 +845,66 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
     assert!(!stderr.contains("panicked"), "{stderr}");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_status_that_cannot_be_written_does_not_stop_the_round() {
+    use basalt_apiserver::{FaultRule, Verb};
+    let (server, client) = start().await;
+    let gb200 = backend("gb200-nvl72-tray.yaml");
+    // A bad layout (no ConfigMap), and an install whose RBAC lacks nodetopologies/status.
+    create_node(&client, "st-1", json!({MIG_LABEL: "small"})).await;
+    server
+        .add_fault(FaultRule::error(
+            Verb::Patch,
+            "nodetopologies/status",
+            1.0,
+            403,
+        ))
+        .unwrap();
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("cannot write the MigLayoutValid condition of NodeTopology st-1")),
+        "{:?}",
+        r.warnings
+    );
+    // The rest of the round happened: topology published, clique label set; no Event without
+    // the condition that keeps it from repeating.
+    assert_eq!(r.topology, Some(Write::Created));
+    assert_eq!(r.node_labels, Some(Write::Updated));
+    assert_eq!(
+        labels(&get_node(&client, "st-1").await)
+            .get(CLIQUE_LABEL)
+            .map(String::as_str),
+        Some(GB200_CLIQUE)
+    );
+    assert!(node_events(&client, "st-1").await.is_empty());
+
+    server.clear_faults();
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert_eq!(r.mig_layout_condition, Some(Write::Updated));
+    assert_eq!(r.events.len(), 1, "{:?}", r.events);
+    assert_eq!(layout_condition(&client, "st-1").await.0, "False");
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert_eq!((r.mig_layout_condition, r.events.len()), (None, 0));
+    assert_eq!(node_events(&client, "st-1").await.len(), 1);
+
+    // With --no-mig the label is not read: a warning, no steps, no condition.
+    create_node(&client, "st-2", json!({MIG_LABEL: "small"})).await;
+    let no_mig = AgentConfig {
+        no_mig: true,
+        ..agent("st-2")
+    };
+    let r = reconcile(&client, &gb200, &no_mig).await;
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("ignored: MIG changes are off (--no-mig)")),
+        "{:?}",
+        r.warnings
+    );
+    assert!(r.errors.is_empty() && r.mig_steps.is_empty() && r.mig_layout.is_none());
+    assert!(topology(&client, "st-2").await.unwrap().status.is_none());
+    server.shutdown().await;
+}
