@@ -375,7 +375,7 @@ pub struct NodeTopologySpec {
 #[serde(rename_all = "camelCase")]
 pub struct NodeTopologyStatus {
     /// `MigLayoutValid`: whether the MIG layout the node's `nvidia.com/mig.config` label names
-    /// could be read (absent when the node names none). Kubernetes-style conditions, as
+    /// could be read and fits the GPUs it selects (absent when the node names none). Kubernetes-style conditions, as
     /// PodGroups have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<PodGroupCondition>,

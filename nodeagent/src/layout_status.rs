@@ -26,7 +26,7 @@ pub fn layout_condition(layout: &str, problem: Option<&str>, now: &str) -> PodGr
         None => (
             "True",
             "LayoutValid",
-            format!("MIG layout {layout:?} (node label {MIG_CONFIG_LABEL}) was read"),
+            format!("MIG layout {layout:?} (node label {MIG_CONFIG_LABEL}) was read and fits every GPU it selects"),
         ),
         Some(p) => (
             "False",

@@ -230,6 +230,11 @@ pub async fn reconcile_once(
         report.mig_layout = Some(layout.clone());
         match mig_wants(client, cfg, layout, &raw.gpus).await {
             Ok(wants) => {
+                let problems = applier::layout_problems(&raw.gpus, &wants);
+                if !problems.is_empty() {
+                    layout_problem = Some(problems.join("; "));
+                    report.errors.extend(problems);
+                }
                 let steps = applier::plan_steps(&raw.gpus, &wants);
                 let applied = applier::apply(backend, &raw.gpus, steps, cfg.dry_run);
                 let changed = applied.iter().any(|s| s.outcome == Outcome::Done);

@@ -331,6 +331,10 @@ mig-configs:
     - devices: [1, 3]
       mig-enabled: true
       mig-devices: {"3g.20gb": 2}
+  three-halves:
+    - devices: [1, 3]
+      mig-enabled: true
+      mig-devices: {"3g.20gb": 3}
 "#;
 
 async fn create_mig_config(client: &Client) {
@@ -397,7 +401,7 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
         layout_condition(&client, "a100-1").await,
         (
             "True".to_string(),
-            "MIG layout \"small\" (node label nvidia.com/mig.config) was read".to_string()
+            "MIG layout \"small\" (node label nvidia.com/mig.config) was read and fits every GPU it selects".to_string()
         )
     );
 
@@ -495,6 +499,21 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
         r.errors
     );
     assert_eq!(r.topology, Some(Write::Unchanged));
+    assert_eq!(instances(&a100, 3), all("3g.20gb", &[0, 4]));
+
+    // A layout no A100-40GB can hold is a bad layout too: condition False naming the GPUs and
+    // the rule, an Event; the GPUs are left as they are.
+    label_node(&client, "a100-1", json!({MIG_LABEL: "three-halves"})).await;
+    let events = node_events(&client, "a100-1").await.len();
+    let r = reconcile(&client, &a100, &agent("a100-1")).await;
+    let (status, message) = layout_condition(&client, "a100-1").await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("GPU 1, 3: no MIG layout on A100-40GB gives 3g.20gb=3: A100-40GB allows at most 2 3g.20gb instance(s), 3 wanted"),
+        "{message}"
+    );
+    assert_eq!(r.events, vec![message]);
+    assert_eq!(node_events(&client, "a100-1").await.len(), events + 1);
     assert_eq!(instances(&a100, 3), all("3g.20gb", &[0, 4]));
     server.shutdown().await;
 }
