@@ -215,7 +215,8 @@ pub async fn reconcile_once(
     let mut raw = backend.report()?;
     let mut discovery = discover(&raw)?;
 
-    // MIG. A layout that cannot be read is reported on the node (condition, Event) and the
+    // MIG. A layout that cannot be read, or fits no GPU it selects, is reported on the node
+    // (condition, Event) and the
     // round goes on.
     let mut layout_problem: Option<String> = None;
     let mut layout = labels.get(MIG_CONFIG_LABEL);
