@@ -216,8 +216,7 @@ pub async fn reconcile_once(
     let mut discovery = discover(&raw)?;
 
     // MIG. A layout that cannot be read, or fits no GPU it selects, is reported on the node
-    // (condition, Event) and the
-    // round goes on.
+    // (condition, Event) and the round goes on.
     let mut layout_problem: Option<String> = None;
     let mut layout = labels.get(MIG_CONFIG_LABEL);
     if cfg.no_mig {
