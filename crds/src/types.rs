@@ -329,6 +329,7 @@ pub struct QueueStatus {
     group = "scheduling.basalt.dev",
     version = "v1alpha1",
     kind = "NodeTopology",
+    status = "NodeTopologyStatus",
     derive = "PartialEq",
     derive = "Default",
     doc = "The GPUs of one node and their NVLink islands, published by Basalt's node agent. Named like the node.",
@@ -367,6 +368,17 @@ pub struct NodeTopologySpec {
     /// The multi-node NVLink fabric (NVL72 rack) cluster UUID the GPUs report, when they do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric_cluster_uuid: Option<String>,
+}
+
+/// What the node agent reports on the node besides its topology.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTopologyStatus {
+    /// `MigLayoutValid`: whether the MIG layout the node's `nvidia.com/mig.config` label names
+    /// could be read and fits the GPUs it selects (absent when the node names none). Kubernetes-style conditions, as
+    /// PodGroups have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<PodGroupCondition>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

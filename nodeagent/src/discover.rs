@@ -399,6 +399,7 @@ impl Discovery {
                 },
                 fabric_cluster_uuid: self.fabric_cluster_uuid.clone(),
             },
+            status: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod discover;
 pub mod fake;
+pub mod layout_status;
 pub mod metrics;
 pub mod mig;
 pub mod nvml;

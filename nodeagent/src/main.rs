@@ -72,6 +72,10 @@ enum Command {
         /// Decide and report only: write nothing, change no GPU.
         #[arg(long)]
         dry_run: bool,
+        /// Never change MIG instances; the nvidia.com/mig.config label is then ignored (with a
+        /// warning). For nodes without MIG and the unprivileged DaemonSet.
+        #[arg(long)]
+        no_mig: bool,
         /// Time between rounds: 30s, 5m, 1h, 500ms.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         interval: Duration,
@@ -91,6 +95,8 @@ enum Command {
     },
 }
 
+const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -98,13 +104,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("{s:?}: want a duration like 30s, 5m, 500ms"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
         _ => return Err(format!("{s:?}: unknown unit {unit:?}; use ms, s, m or h")),
     };
+    // Bounded so that no clock arithmetic on it can overflow.
+    let d = n
+        .checked_mul(ms_per_unit)
+        .map(Duration::from_millis)
+        .filter(|d| *d <= MAX_INTERVAL)
+        .ok_or_else(|| format!("{s:?}: must be at most 24h"))?;
     if d.is_zero() {
         return Err(format!("{s:?}: must be more than zero"));
     }
@@ -169,6 +181,7 @@ fn main() -> ExitCode {
             node_name,
             fake,
             dry_run,
+            no_mig,
             interval,
             once,
             listen,
@@ -179,6 +192,7 @@ fn main() -> ExitCode {
             let cfg = AgentConfig {
                 node_name,
                 dry_run,
+                no_mig,
                 mig_config_map,
                 mig_config_key,
                 device_plugin_config_map,

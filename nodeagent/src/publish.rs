@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::backend::{BackendError, GpuBackend};
 use crate::discover::{discover, DiscoverError, Discovery};
+use crate::layout_status;
 use crate::mig::applier::{self, AppliedStep, Outcome};
 use crate::mig::config::{self, MIG_CONFIG_LABEL};
 use crate::timeslice::{self, LabelChange};
@@ -58,6 +59,9 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Decide and report, write nothing, change no GPU.
     pub dry_run: bool,
+    /// Never change MIG instances (nodes without MIG, the unprivileged DaemonSet): a layout
+    /// label is then reported as a warning and not read.
+    pub no_mig: bool,
     /// mig-parted config (the layouts `nvidia.com/mig.config` names).
     pub mig_config_map: ConfigMapRef,
     /// Key of the mig-parted config in that ConfigMap.
@@ -89,6 +93,10 @@ pub struct Report {
     pub node_labels: Option<Write>,
     pub mig_layout: Option<String>,
     pub mig_steps: Vec<AppliedStep>,
+    /// The `MigLayoutValid` condition in the NodeTopology's status.
+    pub mig_layout_condition: Option<Write>,
+    /// Warning Events written about the Node (their messages).
+    pub events: Vec<String>,
     pub time_slice_replicas: Option<u32>,
     pub time_slicing_config: Option<Write>,
     pub warnings: Vec<String>,
@@ -207,11 +215,26 @@ pub async fn reconcile_once(
     let mut raw = backend.report()?;
     let mut discovery = discover(&raw)?;
 
-    // MIG.
-    if let Some(layout) = labels.get(MIG_CONFIG_LABEL) {
+    // MIG. A layout that cannot be read, or fits no GPU it selects, is reported on the node
+    // (condition, Event) and the round goes on.
+    let mut layout_problem: Option<String> = None;
+    let mut layout = labels.get(MIG_CONFIG_LABEL);
+    if cfg.no_mig {
+        if let Some(l) = layout.take() {
+            report.warnings.push(format!(
+                "node label {MIG_CONFIG_LABEL}={l:?} ignored: MIG changes are off (--no-mig)"
+            ));
+        }
+    }
+    if let Some(layout) = layout {
         report.mig_layout = Some(layout.clone());
         match mig_wants(client, cfg, layout, &raw.gpus).await {
             Ok(wants) => {
+                let problems = applier::layout_problems(&raw.gpus, &wants);
+                if !problems.is_empty() {
+                    layout_problem = Some(problems.join("; "));
+                    report.errors.extend(problems);
+                }
                 let steps = applier::plan_steps(&raw.gpus, &wants);
                 let applied = applier::apply(backend, &raw.gpus, steps, cfg.dry_run);
                 let changed = applied.iter().any(|s| s.outcome == Outcome::Done);
@@ -226,7 +249,10 @@ pub async fn reconcile_once(
                     discovery = discover(&raw)?;
                 }
             }
-            Err(e) => report.errors.push(e),
+            Err(e) => {
+                report.errors.push(e.clone());
+                layout_problem = Some(e);
+            }
         }
     }
 
@@ -250,40 +276,50 @@ pub async fn reconcile_once(
     let desired = desired_topology(&node, &discovery, report.time_slice_replicas);
     let topologies: Api<NodeTopology> = Api::all(client.clone());
     let what = format!("NodeTopology {}", cfg.node_name);
-    report.topology = Some(
-        match topologies
-            .get_opt(&cfg.node_name)
-            .await
-            .map_err(kube_err(&what))?
+    let current = topologies
+        .get_opt(&cfg.node_name)
+        .await
+        .map_err(kube_err(&what))?;
+    let conditions = current
+        .as_ref()
+        .and_then(|t| t.status.as_ref())
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    report.topology = Some(match current {
+        None if cfg.dry_run => Write::DryRun,
+        None => {
+            topologies
+                .create(&PostParams::default(), &desired)
+                .await
+                .map_err(kube_err(&what))?;
+            Write::Created
+        }
+        Some(cur)
+            if cur.spec == desired.spec
+                && cur.metadata.owner_references == desired.metadata.owner_references =>
         {
-            None if cfg.dry_run => Write::DryRun,
-            None => {
-                topologies
-                    .create(&PostParams::default(), &desired)
-                    .await
-                    .map_err(kube_err(&what))?;
-                Write::Created
-            }
-            Some(cur)
-                if cur.spec == desired.spec
-                    && cur.metadata.owner_references == desired.metadata.owner_references =>
-            {
-                Write::Unchanged
-            }
-            Some(_) if cfg.dry_run => Write::DryRun,
-            Some(cur) => {
-                let mut next = desired.clone();
-                next.metadata.resource_version = cur.metadata.resource_version.clone();
-                next.metadata.labels = cur.metadata.labels.clone();
-                next.metadata.annotations = cur.metadata.annotations.clone();
-                topologies
-                    .replace(&cfg.node_name, &PostParams::default(), &next)
-                    .await
-                    .map_err(kube_err(&what))?;
-                Write::Updated
-            }
-        },
-    );
+            Write::Unchanged
+        }
+        Some(_) if cfg.dry_run => Write::DryRun,
+        Some(cur) => {
+            let mut next = desired.clone();
+            next.metadata.resource_version = cur.metadata.resource_version.clone();
+            next.metadata.labels = cur.metadata.labels.clone();
+            next.metadata.annotations = cur.metadata.annotations.clone();
+            topologies
+                .replace(&cfg.node_name, &PostParams::default(), &next)
+                .await
+                .map_err(kube_err(&what))?;
+            Write::Updated
+        }
+    });
+
+    // The layout's condition, and an Event when it turns bad.
+    let wanted = layout.map(|l| {
+        layout_status::layout_condition(l, layout_problem.as_deref(), &layout_status::now())
+    });
+    layout_status::report_on_node(client, &node, &conditions, wanted, cfg.dry_run, &mut report)
+        .await;
 
     // Node labels.
     report.node_labels = Some(
@@ -307,7 +343,7 @@ pub async fn reconcile_once(
     report.gpus = discovery.gpus.len();
     report.islands = discovery.islands.clone();
     report.clique_id = discovery.clique_id.clone();
-    report.warnings = discovery.warnings;
+    report.warnings.extend(discovery.warnings);
     Ok(report)
 }
 

@@ -279,7 +279,53 @@ fn run_needs_a_node_name_and_a_valid_interval() {
     ]);
     assert_eq!(out.status.code(), Some(64));
     assert!(text(&out.stderr).contains("must be more than zero"));
+    // n × 60 overflowed a u64 (a panic, or a wrapped interval in release); absurd ones too.
+    for interval in ["307445734561825861m", "18446744073709551615ms", "25h"] {
+        let out = bin(&[
+            "run",
+            "--fake",
+            &fixture("no-gpu.yaml"),
+            "--node-name",
+            "n",
+            "--interval",
+            interval,
+        ]);
+        assert_eq!(out.status.code(), Some(64), "{interval}");
+        assert!(
+            text(&out.stderr).contains(&format!("{interval:?}: must be at most 24h")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
     let out = bin(&["run", "--fake", &fixture("no-gpu.yaml")]);
     assert_eq!(out.status.code(), Some(64));
     assert!(text(&out.stderr).contains("--node-name"));
+}
+
+#[test]
+fn mig_plan_refuses_counts_no_gpu_holds_as_a_malformed_list() {
+    for (profiles, count) in [
+        ("3g.40gb=4294967295", "4294967295"),
+        ("3g.40gb=99999999999999999999", "99999999999999999999"),
+        ("1g.10gb=4,1g.10gb=4", "8"),
+    ] {
+        let out = bin(&["mig-plan", "--model", "H100-80GB", "--profiles", profiles]);
+        assert_eq!(out.status.code(), Some(1), "{profiles}");
+        let profile = profiles.split('=').next().unwrap();
+        assert_eq!(
+            text(&out.stderr),
+            format!("error: {profile}: {count} instances wanted; no GPU holds more than 7 of one profile\n")
+        );
+        assert!(out.stdout.is_empty());
+    }
+    // Within what a GPU can hold but over this model's limit: impossible, as before.
+    let out = bin(&[
+        "mig-plan",
+        "--model",
+        "H100-80GB",
+        "--profiles",
+        "3g.40gb=7",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("at most 2 3g.40gb instance(s), 7 wanted"));
 }

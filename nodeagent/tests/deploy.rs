@@ -86,6 +86,21 @@ fn rbac_grants_exactly_what_the_agent_calls() {
     };
     assert_eq!(verbs("nodes"), ["get", "patch"]);
     assert_eq!(verbs("nodetopologies"), ["get", "create", "update"]);
+    assert_eq!(verbs("nodetopologies/status"), ["patch"]);
+    // Events about its Node, in `default` only.
+    let events = docs()
+        .into_iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "basalt-nodeagent-events")
+        .unwrap();
+    let events: Role = serde_json::from_value(events).unwrap();
+    assert_eq!(events.metadata.namespace.as_deref(), Some("default"));
+    let rules = events.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["events".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["create"]);
     let role: Role = serde_json::from_value(kind("Role")).unwrap();
     assert!(role.rules.unwrap().iter().all(|r| !r
         .verbs

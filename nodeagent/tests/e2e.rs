@@ -14,7 +14,7 @@ use basalt_nodeagent::mig::applier::{Outcome, Step};
 use basalt_nodeagent::publish::{
     reconcile_once, AgentConfig, Report, Write, CLIQUE_LABEL, CLIQUE_OWNER_ANNOTATION,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -62,6 +62,7 @@ fn agent(node: &str) -> AgentConfig {
     AgentConfig {
         node_name: node.into(),
         dry_run: false,
+        no_mig: false,
         mig_config_map: "gpu-operator/default-mig-parted-config".parse().unwrap(),
         mig_config_key: "config.yaml".into(),
         device_plugin_config_map: "gpu-operator/basalt-device-plugin-config".parse().unwrap(),
@@ -109,6 +110,41 @@ async fn topology(client: &Client, name: &str) -> Option<NodeTopology> {
         .get_opt(name)
         .await
         .unwrap()
+}
+
+/// (status, message) of the NodeTopology's `MigLayoutValid` condition.
+async fn layout_condition(client: &Client, name: &str) -> (String, String) {
+    let t = topology(client, name).await.expect("NodeTopology");
+    let c = t
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "MigLayoutValid")
+        .unwrap_or_else(|| panic!("no MigLayoutValid condition on NodeTopology {name}"));
+    (c.status, c.message.unwrap_or_default())
+}
+
+/// The Events about Node `name`, as (type, reason, message).
+async fn node_events(client: &Client, name: &str) -> Vec<(String, String, String)> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Node")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 async fn reconcile(client: &Client, b: &FakeBackend, cfg: &AgentConfig) -> Report {
@@ -295,6 +331,10 @@ mig-configs:
     - devices: [1, 3]
       mig-enabled: true
       mig-devices: {"3g.20gb": 2}
+  three-halves:
+    - devices: [1, 3]
+      mig-enabled: true
+      mig-devices: {"3g.20gb": 3}
 "#;
 
 async fn create_mig_config(client: &Client) {
@@ -329,6 +369,8 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
     );
     assert_eq!(r.topology, Some(Write::Created));
     assert!(r.mig_steps.is_empty());
+    assert_eq!(layout_condition(&client, "a100-1").await.0, "False");
+    assert_eq!(node_events(&client, "a100-1").await.len(), 1);
 
     // Layout "small": GPU 1 already has seven 1g.5gb (kept), GPU 3 gets seven.
     create_mig_config(&client).await;
@@ -353,6 +395,14 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
     assert_eq!(
         published_instances(&t, 3),
         all("1g.5gb", &[0, 1, 2, 3, 4, 5, 6])
+    );
+
+    assert_eq!(
+        layout_condition(&client, "a100-1").await,
+        (
+            "True".to_string(),
+            "MIG layout \"small\" (node label nvidia.com/mig.config) was read and fits every GPU it selects".to_string()
+        )
     );
 
     // Reconciling again changes nothing.
@@ -449,6 +499,21 @@ async fn a_mig_layout_label_change_is_reconciled_and_a_busy_instance_survives() 
         r.errors
     );
     assert_eq!(r.topology, Some(Write::Unchanged));
+    assert_eq!(instances(&a100, 3), all("3g.20gb", &[0, 4]));
+
+    // A layout no A100-40GB can hold is a bad layout too: condition False naming the GPUs and
+    // the rule, an Event; the GPUs are left as they are.
+    label_node(&client, "a100-1", json!({MIG_LABEL: "three-halves"})).await;
+    let events = node_events(&client, "a100-1").await.len();
+    let r = reconcile(&client, &a100, &agent("a100-1")).await;
+    let (status, message) = layout_condition(&client, "a100-1").await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("GPU 1, 3: no MIG layout on A100-40GB gives 3g.20gb=3: A100-40GB allows at most 2 3g.20gb instance(s), 3 wanted"),
+        "{message}"
+    );
+    assert_eq!(r.events, vec![message]);
+    assert_eq!(node_events(&client, "a100-1").await.len(), events + 1);
     assert_eq!(instances(&a100, 3), all("3g.20gb", &[0, 4]));
     server.shutdown().await;
 }
@@ -690,5 +755,175 @@ async fn the_binary_publishes_once_and_a_dry_run_writes_nothing() {
     assert!(!out.status.success());
     assert!(stderr.contains("ghost"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    server.shutdown().await;
+}
+
+/// Polls `check` every 50 ms for at most 60 s (a bound for a hung test, not a timing claim).
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "gave up after 60 s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_running() {
+    let (server, client) = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let layouts = "version: v1\nmig-configs:\n  huge:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 4294967295}\n";
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "default-mig-parted-config", "namespace": "gpu-operator"},
+        "data": {"config.yaml": layouts},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "gpu-operator")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    create_node(&client, "huge-1", json!({MIG_LABEL: "huge"})).await;
+
+    // The real agent in `run` mode, a round every 100 ms. Before the fix it aborted in its first
+    // round (a 32 GB allocation), so nothing was ever published.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let a100 = fixture("a100-mig.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_basalt-nodeagent"))
+        .args(["run", "--interval", "100ms", "--node-name", "huge-1"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--fake")
+        .arg(&a100)
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+
+    wait_for(
+        "the NodeTopology with a MigLayoutValid condition",
+        || async {
+            topology(&client, "huge-1")
+                .await
+                .and_then(|t| t.status)
+                .is_some_and(|s| !s.conditions.is_empty())
+        },
+    )
+    .await;
+    let (status, message) = layout_condition(&client, "huge-1").await;
+    assert_eq!(status, "False");
+    let reason = "MIG layout \"huge\" (node label nvidia.com/mig.config): ConfigMap gpu-operator/default-mig-parted-config key config.yaml: mig-configs.huge[0].mig-devices.\"1g.5gb\": 4294967295 instances; no GPU holds more than 7 of one profile";
+    assert_eq!(message, reason);
+    let t = topology(&client, "huge-1").await.unwrap();
+    assert_eq!(t.spec.gpus.len(), 8, "the topology is still published");
+    wait_for("the Warning Event on the Node", || async {
+        !node_events(&client, "huge-1").await.is_empty()
+    })
+    .await;
+
+    // Still reconciling: a time-slicing label set now is acted on by a later round.
+    label_node(&client, "huge-1", json!({REPLICAS_LABEL: "2"})).await;
+    wait_for(
+        "the agent to act on a label set after the bad layout",
+        || async {
+            topology(&client, "huge-1")
+                .await
+                .is_some_and(|t| t.spec.time_slice_replicas == Some(2))
+        },
+    )
+    .await;
+    assert!(child.try_wait().unwrap().is_none(), "the agent exited");
+    // Many rounds, one Event: the unchanged problem is not reported again.
+    assert_eq!(
+        node_events(&client, "huge-1").await,
+        vec![(
+            "Warning".to_string(),
+            "MigLayoutInvalid".to_string(),
+            reason.to_string()
+        )]
+    );
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("4294967295 instances"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_status_that_cannot_be_written_does_not_stop_the_round() {
+    use basalt_apiserver::{FaultRule, Verb};
+    let (server, client) = start().await;
+    let gb200 = backend("gb200-nvl72-tray.yaml");
+    // A bad layout (no ConfigMap), and an install whose RBAC lacks nodetopologies/status.
+    create_node(&client, "st-1", json!({MIG_LABEL: "small"})).await;
+    server
+        .add_fault(FaultRule::error(
+            Verb::Patch,
+            "nodetopologies/status",
+            1.0,
+            403,
+        ))
+        .unwrap();
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("cannot write the MigLayoutValid condition of NodeTopology st-1")),
+        "{:?}",
+        r.warnings
+    );
+    // The rest of the round happened: topology published, clique label set; no Event without
+    // the condition that keeps it from repeating.
+    assert_eq!(r.topology, Some(Write::Created));
+    assert_eq!(r.node_labels, Some(Write::Updated));
+    assert_eq!(
+        labels(&get_node(&client, "st-1").await)
+            .get(CLIQUE_LABEL)
+            .map(String::as_str),
+        Some(GB200_CLIQUE)
+    );
+    assert!(node_events(&client, "st-1").await.is_empty());
+
+    server.clear_faults();
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert_eq!(r.mig_layout_condition, Some(Write::Updated));
+    assert_eq!(r.events.len(), 1, "{:?}", r.events);
+    assert_eq!(layout_condition(&client, "st-1").await.0, "False");
+    let r = reconcile(&client, &gb200, &agent("st-1")).await;
+    assert_eq!((r.mig_layout_condition, r.events.len()), (None, 0));
+    assert_eq!(node_events(&client, "st-1").await.len(), 1);
+
+    // With --no-mig the label is not read: a warning, no steps, no condition.
+    create_node(&client, "st-2", json!({MIG_LABEL: "small"})).await;
+    let no_mig = AgentConfig {
+        no_mig: true,
+        ..agent("st-2")
+    };
+    let r = reconcile(&client, &gb200, &no_mig).await;
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("ignored: MIG changes are off (--no-mig)")),
+        "{:?}",
+        r.warnings
+    );
+    assert!(r.errors.is_empty() && r.mig_steps.is_empty() && r.mig_layout.is_none());
+    assert!(topology(&client, "st-2").await.unwrap().status.is_none());
     server.shutdown().await;
 }

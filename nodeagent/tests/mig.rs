@@ -231,3 +231,40 @@ fn an_instance_that_turns_busy_before_destroy_survives_and_stops_the_gpu() {
     let after = b.report().unwrap();
     assert_eq!(layout(&after, 1).len(), 7);
 }
+
+#[test]
+fn a_huge_instance_count_is_refused_by_the_layout_reader() {
+    // 4294967295 sized a 32 GB allocation before the count was checked.
+    let text = "mig-configs:\n  huge:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.5gb\": 1, \"3g.20gb\": 4294967295}\n";
+    let cfg = config::parse("cm", text).unwrap();
+    let raw = a100().report().unwrap();
+    let e = config::wanted_for_gpus("cm", &cfg, "huge", &raw.gpus).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "cm: mig-configs.huge[0].mig-devices.\"3g.20gb\": 4294967295 instances; no GPU holds more than 7 of one profile"
+    );
+    // Other layouts of the same config still resolve.
+    let fine = "  fine:\n    - devices: all\n      mig-enabled: false\n";
+    let cfg = config::parse("cm", &format!("{text}{fine}")).unwrap();
+    assert!(config::wanted_for_gpus("cm", &cfg, "fine", &raw.gpus).is_ok());
+}
+
+#[test]
+fn the_planner_checks_counts_before_sizing_anything_by_them() {
+    use basalt_nodeagent::mig::planner::{plan_around, Placement, Wanted};
+    use basalt_nodeagent::mig::profiles::A100_40GB;
+    // Built directly, past the readers: u32::MAX wanted besides one kept (the sum wraps in u32).
+    let kept = [Placement {
+        profile: A100_40GB.profile("1g.5gb").unwrap(),
+        start: 0,
+    }];
+    let wanted = Wanted([("1g.5gb".to_string(), u32::MAX)].into());
+    let e = plan_around(&A100_40GB, &wanted, &kept, |_, _| 0).unwrap_err();
+    assert!(e.is_impossible(), "{e}");
+    assert!(
+        e.to_string().contains(
+            "A100-40GB allows at most 7 1g.5gb instance(s), 4294967295 wanted besides 1 that must stay"
+        ),
+        "{e}"
+    );
+}

@@ -266,3 +266,44 @@ fn node_list_without_gpus_is_refused() {
         &["no GPUs"],
     );
 }
+
+#[test]
+fn quantities_that_would_overflow_a_score_are_refused() {
+    // MiB × 2^20 (the basalt policy) and 50 · cpuFree · cpu (dotprod, in i128) overflowed.
+    let nodes = scratch(
+        "huge-memory.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,8,G2\nn1,96000,8796093022208,8,G2\n",
+    );
+    assert_rejected(
+        &sim(&[
+            "fgd",
+            "--nodes",
+            &nodes,
+            "--pods",
+            &sample("pods.csv"),
+            "--policy",
+            "basalt",
+        ]),
+        &[
+            "huge-memory.csv:3",
+            "memory_mib",
+            "8796093022208 is out of range (0 to 1099511627776)",
+        ],
+    );
+    let pods = scratch(
+        "huge-cpu.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,2305843009213693951,1024,1,1000\n",
+    );
+    assert_rejected(
+        &sim(&[
+            "fgd",
+            "--nodes",
+            &sample("nodes.csv"),
+            "--pods",
+            &pods,
+            "--policy",
+            "dotprod",
+        ]),
+        &["huge-cpu.csv:2", "cpu_milli", "out of range"],
+    );
+}

@@ -396,3 +396,180 @@ fn kept_specs_give_the_same_run_as_rebuilding_every_cycle() {
     // The comparison covered runs that evict (the paths differ most there).
     assert!(evictions > 0);
 }
+
+/// Loads `text` as trace `name` (with `extra` arguments) and returns the error.
+fn trace_err(name: &str, text: &str, extra: &[&str]) -> String {
+    let p = tmp(name, text);
+    let mut args = vec!["--trace", p.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    load_err(&args)
+}
+
+#[test]
+fn scaled_trace_values_never_wrap() {
+    const OPENB: &str =
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time\n";
+    let openb = |name: &str, row: &str| {
+        trace_err(
+            name,
+            &format!("{OPENB}p0,1,1,1,1000,0,10,0\n{row}\n"),
+            &["--nodes", "1"],
+        )
+    };
+    // MiB × 2^20 and s × 1000 overflowed silently; the messages name file, line and field.
+    let e = openb("mib.csv", "p1,1,9223372036854775807,1,1000,0,10,0");
+    assert!(
+        e.contains("mib.csv: line 3: memory_mib: 9223372036854775807 MiB overflows"),
+        "{e}"
+    );
+    let e = openb("created.csv", "p1,1,1,1,1000,9223372036854775,,");
+    assert!(e.contains("created.csv: line 3: creation_time: 9223372036854775 s overflows (at most 1000000000000 s)"), "{e}");
+    let e = openb("deleted.csv", "p1,1,1,1,1000,0,9223372036854775807,0");
+    assert!(
+        e.contains("deleted.csv: line 3: deletion_time: 9223372036854775807 s overflows"),
+        "{e}"
+    );
+    // A negative scheduled time made the duration (deletion − scheduled) wrap.
+    let e = openb("negative.csv", "p1,1,1,1,1000,0,10,-9223372036854775807");
+    assert!(
+        e.contains("negative.csv: line 3: scheduled_time: -9223372036854775807 s is negative"),
+        "{e}"
+    );
+
+    let nodes = tmp(
+        "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu\nn0,1000,9007199254740992,1\n",
+    );
+    let e = trace_err(
+        "ok.csv",
+        &format!("{OPENB}p0,1,1,1,1000,0,10,0\n"),
+        &["--nodes-csv", nodes.to_str().unwrap()],
+    );
+    assert!(
+        e.contains("nodes.csv: line 2: memory_mib: 9007199254740992 MiB overflows"),
+        "{e}"
+    );
+
+    // A year far out overflowed the day count.
+    let e = trace_err(
+        "philly-year.csv",
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,10,1,10,vc\n99999999999999-10-01 00:00:00,10,1,10,vc\n",
+        &[],
+    );
+    assert!(
+        e.contains("philly-year.csv: line 3: timestamp") && e.contains("years 1 to 9999"),
+        "{e}"
+    );
+
+    // Counts were truncated to u32: 4294967297 became 1.
+    let e = trace_err(
+        "min.csv",
+        "job,submit_s,duration_s,cpu,memory,pods,min_member\nj,0,10,1,1Gi,2,4294967297\n",
+        &["--format", "csv"],
+    );
+    assert!(
+        e.contains("min.csv: line 2: min_member: 4294967297 is out of range"),
+        "{e}"
+    );
+    let e = trace_err(
+        "tp.csv",
+        "job,submit_s,duration_s,cpu,memory,tp_size\nj,0,10,1,1Gi,-1\n",
+        &["--format", "csv"],
+    );
+    assert!(
+        e.contains("tp.csv: line 2: tp_size: -1 is out of range"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pods_per_job_are_bounded_over_all_rows_and_roles() {
+    let e = trace_err(
+        "rows.csv",
+        "job,submit_s,duration_s,cpu,memory,pods\nj,0,10,1,1Gi,60000\nj,0,10,1,1Gi,60000\n",
+        &["--format", "csv"],
+    );
+    assert!(
+        e.contains("rows.csv: line 3: pods: job j has 120000 pods over its rows, more than 100000"),
+        "{e}"
+    );
+    let e = trace_err(
+        "roles.json",
+        r#"{"jobs": [{"name": "j", "submit": 0, "duration": 1, "pods": [{"count": 60000, "cpu": "1", "memory": "1Gi"}, {"count": 60000, "cpu": "1", "memory": "1Gi"}]}]}"#,
+        &[],
+    );
+    assert!(
+        e.contains(
+            "roles.json: jobs[0] (j): pods[1].count: 120000 pods over its roles, more than 100000"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicates_in_a_native_json_trace_are_named_when_read() {
+    let job = |name: &str| {
+        format!(
+            r#"{{"name": "{name}", "submit": 0, "duration": 1, "pods": [{{"cpu": "1", "memory": "1Gi"}}]}}"#
+        )
+    };
+    let e = trace_err(
+        "queues.json",
+        &format!(
+            r#"{{"queues": [{{"name": "b"}}, {{"name": "a"}}, {{"name": "c"}}, {{"name": "a", "weight": 2}}], "jobs": [{}]}}"#,
+            job("j")
+        ),
+        &[],
+    );
+    assert!(
+        e.contains(r#"queues.json: queues[3].name: duplicate queue "a" (first at queues[1])"#),
+        "{e}"
+    );
+    let e = trace_err(
+        "jobs.json",
+        &format!(r#"{{"jobs": [{}, {}, {}]}}"#, job("x"), job("y"), job("x")),
+        &[],
+    );
+    assert!(
+        e.contains(r#"jobs.json: jobs[2].name: duplicate job "x" (first at jobs[0])"#),
+        "{e}"
+    );
+    let e = trace_err(
+        "weight.json",
+        &format!(
+            r#"{{"queues": [{{"name": "a", "weight": 0}}], "jobs": [{}]}}"#,
+            job("j")
+        ),
+        &[],
+    );
+    assert!(
+        e.contains(r#"weight.json: queues[0].weight: queue "a": must be at least 1"#),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_synthetic_load_too_low_for_the_clock_is_refused() {
+    let e = load_err(&[
+        "--synthetic-jobs",
+        "10",
+        "--nodes",
+        "1",
+        "--synthetic-load",
+        "1e-300",
+    ]);
+    assert!(
+        e.contains("--synthetic-load: 1e-300") && e.contains("raise the load"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_node_scale_that_would_overflow_the_cluster_size_is_refused() {
+    // Each VC's weight saturated at u32::MAX and their u32 sum wrapped.
+    let e = load_err(&["--node-scale", "1e300"]);
+    assert!(
+        e.contains("--node-scale 1e300") && e.contains("more than 1000000"),
+        "{e}"
+    );
+}

@@ -152,3 +152,37 @@ fn bad_input_is_rejected_without_a_report() {
     let out = sim(&dir, &["replay", "--trace", "missing.csv"]);
     assert_rejected(&dir, &out, &["missing.csv"]);
 }
+
+#[test]
+fn a_trace_value_that_would_wrap_is_rejected_without_a_report() {
+    let dir = workdir("wrap");
+    std::fs::write(
+        dir.join("trace.csv"),
+        "job,submit_s,duration_s,cpu,memory,min_member\nj,0,10,1,1Gi,1\nk,0,10,1,1Gi,4294967297\n",
+    )
+    .unwrap();
+    let out = sim(&dir, &["replay", "--trace", "trace.csv"]);
+    assert_rejected(
+        &dir,
+        &out,
+        &["trace.csv: line 3: min_member: 4294967297 is out of range"],
+    );
+    std::fs::write(
+        dir.join("trace.json"),
+        r#"{"queues": [{"name": "a"}, {"name": "a"}], "jobs": [{"name": "j", "queue": "a", "submit": 0, "duration": 1, "pods": [{"cpu": "1", "memory": "1Gi"}]}]}"#,
+    )
+    .unwrap();
+    let out = sim(&dir, &["replay", "--trace", "trace.json"]);
+    assert_rejected(
+        &dir,
+        &out,
+        &[r#"trace.json: queues[1].name: duplicate queue "a" (first at queues[0])"#],
+    );
+    let out = sim(
+        &dir,
+        &["compare", "--trace", "trace.json", "--config", "default"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("queues[1].name"));
+    assert!(!dir.join("basalt-compare").exists());
+}

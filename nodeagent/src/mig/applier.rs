@@ -122,6 +122,31 @@ pub fn plan_steps(gpus: &[RawGpu], wants: &BTreeMap<u32, GpuWant>) -> Vec<Step> 
     steps
 }
 
+/// What makes `wants` impossible whatever runs on the GPUs: a wanted set that no layout of the
+/// GPU's model gives, or a profile the model lacks; one line per reason, naming its GPUs. Busy
+/// instances, MIG mode and boards without a table are reported by the steps instead.
+pub fn layout_problems(gpus: &[RawGpu], wants: &BTreeMap<u32, GpuWant>) -> Vec<String> {
+    let mut gpus_by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for g in gpus {
+        let Some(want) = wants.get(&g.index).filter(|w| w.mig_enabled) else {
+            continue;
+        };
+        let Some(model) = profiles::model_for_device(&g.name, g.memory_mib) else {
+            continue;
+        };
+        if let Err(e) = planner::plan(model, &want.wanted) {
+            gpus_by_reason
+                .entry(e.to_string())
+                .or_default()
+                .push(g.index.to_string());
+        }
+    }
+    gpus_by_reason
+        .into_iter()
+        .map(|(reason, gpus)| format!("GPU {}: {reason}", gpus.join(", ")))
+        .collect()
+}
+
 fn plan_gpu(g: &RawGpu, want: &GpuWant) -> Vec<Step> {
     let gpu = g.index;
     let blocked = |reason: String| Step::Blocked { gpu, reason };

@@ -92,6 +92,15 @@ pub enum ConfigError {
         entry: usize,
         message: String,
     },
+    #[error("{source_name}: mig-configs.{name}[{entry}].mig-devices.{profile:?}: {count} instances; no GPU holds more than {max} of one profile")]
+    TooMany {
+        source_name: String,
+        name: String,
+        entry: usize,
+        profile: String,
+        count: u32,
+        max: u32,
+    },
 }
 
 /// What one GPU should look like.
@@ -112,7 +121,8 @@ pub fn parse(source_name: &str, text: &str) -> Result<MigPartedConfig, ConfigErr
 }
 
 /// The wanted state of each of `gpus` under layout `name`. GPUs no entry selects are absent
-/// (left alone).
+/// (left alone). Only layout `name` is checked: a bad layout elsewhere in the config does not
+/// stop nodes that use another one.
 pub fn wanted_for_gpus(
     source_name: &str,
     config: &MigPartedConfig,
@@ -127,6 +137,19 @@ pub fn wanted_for_gpus(
             name: name.to_string(),
             known: config.mig_configs.keys().cloned().collect(),
         })?;
+    let max = super::profiles::max_instances_of_any_profile();
+    for (i, entry) in entries.iter().enumerate() {
+        if let Some((profile, &count)) = entry.mig_devices.iter().find(|(_, &c)| c > max) {
+            return Err(ConfigError::TooMany {
+                source_name: source_name.to_string(),
+                name: name.to_string(),
+                entry: i,
+                profile: profile.clone(),
+                count,
+                max,
+            });
+        }
+    }
     let mut out = BTreeMap::new();
     let mut chosen_by: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, entry) in entries.iter().enumerate() {

@@ -15,19 +15,16 @@ use super::profiles::{self, GpuModel, MigProfile, MODELS};
 pub struct Wanted(pub BTreeMap<String, u32>);
 
 impl Wanted {
-    /// Parses `3g.40gb=2,1g.10gb=1` (a profile without `=N` counts once; repeats add up).
+    /// Parses `3g.40gb=2,1g.10gb=1` (a profile without `=N` counts once; repeats add up). A
+    /// count no GPU could hold (over [`profiles::max_instances_of_any_profile`]) is refused here,
+    /// as a malformed list, so nothing is ever sized by it.
     pub fn parse(text: &str) -> Result<Self, PlanError> {
+        let max = profiles::max_instances_of_any_profile();
         let mut out = BTreeMap::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (name, count) = match part.split_once('=') {
-                Some((n, c)) => {
-                    let c = c.trim().parse::<u32>().map_err(|_| PlanError::Syntax {
-                        text: text.to_string(),
-                        reason: format!("{part:?}: the count after '=' must be a whole number"),
-                    })?;
-                    (n.trim(), c)
-                }
-                None => (part, 1),
+                Some((n, c)) => (n.trim(), c.trim()),
+                None => (part, "1"),
             };
             if name.is_empty() {
                 return Err(PlanError::Syntax {
@@ -35,14 +32,34 @@ impl Wanted {
                     reason: format!("{part:?}: missing profile name"),
                 });
             }
-            *out.entry(name.to_string()).or_insert(0) += count;
+            if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(PlanError::Syntax {
+                    text: text.to_string(),
+                    reason: format!("{part:?}: the count after '=' must be a whole number"),
+                });
+            }
+            let too_many = |count: String| PlanError::TooMany {
+                profile: name.to_string(),
+                count,
+                max,
+            };
+            // Digits only: a parse failure is a number beyond u32.
+            let count: u32 = count.parse().map_err(|_| too_many(count.to_string()))?;
+            let sum = out
+                .get(name)
+                .map_or(Some(count), |&c: &u32| c.checked_add(count));
+            match sum {
+                Some(sum) if sum <= max => out.insert(name.to_string(), sum),
+                Some(sum) => return Err(too_many(sum.to_string())),
+                None => return Err(too_many(format!("more than {}", u32::MAX))),
+            };
         }
         out.retain(|_, c| *c > 0);
         Ok(Wanted(out))
     }
 
     pub fn total(&self) -> u32 {
-        self.0.values().sum()
+        self.0.values().fold(0, |sum, &c| sum.saturating_add(c))
     }
 }
 
@@ -134,6 +151,13 @@ pub enum PlanError {
     },
     #[error("bad profile list {text:?}: {reason}")]
     Syntax { text: String, reason: String },
+    #[error("{profile}: {count} instances wanted; no GPU holds more than {max} of one profile")]
+    TooMany {
+        profile: String,
+        /// As written (it may not fit a u32).
+        count: String,
+        max: u32,
+    },
     #[error("no MIG layout on {model} gives {wanted}: {reason}")]
     Impossible {
         model: &'static str,
@@ -176,17 +200,6 @@ pub fn plan_around(
     fixed: &[Placement],
     score: impl Fn(&MigProfile, u32) -> u32,
 ) -> Result<Plan, PlanError> {
-    let mut items: Vec<&'static MigProfile> = Vec::new();
-    for (name, &count) in &wanted.0 {
-        let p = model
-            .profile(name)
-            .ok_or_else(|| PlanError::UnknownProfile {
-                model: model.key,
-                profile: name.clone(),
-                known: model.profile_names(),
-            })?;
-        items.extend(std::iter::repeat_n(p, count as usize));
-    }
     let impossible = |reason: String| PlanError::Impossible {
         model: model.key,
         wanted: wanted.to_string(),
@@ -204,10 +217,22 @@ pub fn plan_around(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // Counts are checked against the table before anything is sized by them: a wanted count
+    // comes from a ConfigMap or the command line and can be anything up to u32::MAX.
+    let mut items: Vec<&'static MigProfile> = Vec::new();
     for (name, &count) in &wanted.0 {
-        let p = model.profile(name).expect("checked above");
-        let kept = fixed.iter().filter(|f| f.profile.name == p.name).count() as u32;
-        if count + kept > p.max_instances {
+        let p = model
+            .profile(name)
+            .ok_or_else(|| PlanError::UnknownProfile {
+                model: model.key,
+                profile: name.clone(),
+                known: model.profile_names(),
+            })?;
+        let kept = fixed.iter().filter(|f| f.profile.name == p.name).count();
+        let total = u32::try_from(kept)
+            .ok()
+            .and_then(|kept| kept.checked_add(count));
+        if total.is_none_or(|total| total > p.max_instances) {
             return Err(impossible(format!(
                 "{} allows at most {} {} instance(s), {} wanted{}",
                 model.key,
@@ -221,6 +246,7 @@ pub fn plan_around(
                 }
             )));
         }
+        items.extend(std::iter::repeat_n(p, count as usize));
     }
     // Media extensions exist once per GPU: one `+me` instance in all.
     let me = items.iter().filter(|p| p.name.ends_with("+me")).count()

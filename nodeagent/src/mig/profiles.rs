@@ -172,6 +172,17 @@ pub static H200_141GB: GpuModel = GpuModel {
 
 pub static MODELS: [&GpuModel; 5] = [&A30_24GB, &A100_40GB, &A100_80GB, &H100_80GB, &H200_141GB];
 
+/// The most instances of one profile any GPU in the tables holds (7: one per compute slice). A
+/// count above it is no layout for any GPU, so readers refuse it before planning anything.
+pub fn max_instances_of_any_profile() -> u32 {
+    MODELS
+        .iter()
+        .flat_map(|m| m.profiles)
+        .map(|p| p.max_instances)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The model by its key (`H100-80GB`), ignoring case.
 pub fn model_by_key(key: &str) -> Option<&'static GpuModel> {
     MODELS
@@ -228,8 +239,10 @@ mod tests {
                     p.name
                 );
                 assert!(p.name.starts_with(&format!("{}g.", p.compute_slices)));
+                assert!(p.max_instances <= m.compute_slices, "{} {}", m.key, p.name);
             }
         }
+        assert_eq!(max_instances_of_any_profile(), 7);
     }
 
     #[test]

@@ -15,11 +15,12 @@ fn deploy() -> PathBuf {
 }
 
 fn kustomize() -> Option<Vec<serde_json::Value>> {
-    let out = match Command::new("kubectl")
-        .arg("kustomize")
-        .arg(deploy())
-        .output()
-    {
+    render(&deploy())
+}
+
+/// `kubectl kustomize DIR`, parsed; `None` (the test skips) without kubectl.
+fn render(dir: &Path) -> Option<Vec<serde_json::Value>> {
+    let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
         Ok(out) => out,
         Err(e) => {
             eprintln!("skipping: kubectl is not available ({e})");
@@ -197,4 +198,183 @@ fn examples_read_as_basalt_objects() {
     assert_eq!(kinds, ["Queue", "PriorityClass", "PodGroup"]);
     // The Job itself is not something the planner reads; it is skipped with a warning.
     assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node agent
+// ---------------------------------------------------------------------------------------------
+
+const NODEAGENT_SA: &str = "system:serviceaccount:basalt-system:basalt-nodeagent";
+
+#[test]
+fn the_node_agent_may_write_only_its_own_node() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let Some(docs) = kustomize() else { return };
+    find(&docs, "ServiceAccount", "basalt-nodeagent");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(
+        find(
+            &docs,
+            "ValidatingAdmissionPolicy",
+            "basalt-nodeagent-own-node",
+        )
+        .clone(),
+    )
+    .expect("the policy parses as admissionregistration.k8s.io/v1");
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    // It applies to the agent's ServiceAccount, and only to it.
+    let conditions = spec.match_conditions.unwrap();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(
+        conditions[0].expression,
+        format!("request.userInfo.username == '{NODEAGENT_SA}'")
+    );
+    // It covers every write the agent makes that names a node.
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    let covers = |resource: &str, op: &str| {
+        rules.iter().any(|r| {
+            r.resources
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|x| x == resource)
+                && r.operations
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|o| o == op)
+        })
+    };
+    for (resource, op) in [
+        ("nodes", "UPDATE"),
+        ("nodetopologies", "CREATE"),
+        ("nodetopologies", "UPDATE"),
+        ("nodetopologies/status", "UPDATE"),
+        ("events", "CREATE"),
+    ] {
+        assert!(covers(resource, op), "{op} {resource} not covered");
+    }
+    // The node comes from the token's node-name claim, and every name is checked against it.
+    let variables = spec.variables.unwrap();
+    let node_name = variables.iter().find(|v| v.name == "nodeName").unwrap();
+    assert!(node_name
+        .expression
+        .contains("request.userInfo.extra['authentication.kubernetes.io/node-name'][0]"));
+    let validations = spec.validations.unwrap();
+    let checks = |fragment: &str| validations.iter().any(|v| v.expression.contains(fragment));
+    assert!(checks("object.metadata.name == variables.nodeName"));
+    assert!(checks("object.involvedObject.name == variables.nodeName"));
+    assert!(checks("object.spec == oldObject.spec"));
+    assert!(checks("variables.ownedLabels"));
+    assert!(checks("variables.ownedAnnotations"));
+    // The labels and annotation it may change are exactly the agent's own.
+    let owned = |name: &str| {
+        &variables
+            .iter()
+            .find(|v| v.name == name)
+            .unwrap()
+            .expression
+    };
+    assert_eq!(
+        owned("ownedLabels"),
+        "['nvidia.com/gpu.clique', 'nvidia.com/device-plugin.config']"
+    );
+    assert_eq!(
+        owned("ownedAnnotations"),
+        "['scheduling.basalt.dev/clique-label-owner']"
+    );
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(
+        find(
+            &docs,
+            "ValidatingAdmissionPolicyBinding",
+            "basalt-nodeagent-own-node",
+        )
+        .clone(),
+    )
+    .unwrap();
+    let binding = binding.spec.unwrap();
+    assert_eq!(
+        binding.policy_name.as_deref(),
+        Some("basalt-nodeagent-own-node")
+    );
+    assert_eq!(binding.validation_actions, Some(vec!["Deny".to_string()]));
+}
+
+/// Relative path from `from` to `to` (kustomize refuses absolute ones).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let (from, to) = (from.canonicalize().unwrap(), to.canonicalize().unwrap());
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push("..");
+    }
+    out.extend(to.components().skip(common));
+    out
+}
+
+#[test]
+fn the_unprivileged_node_agent_has_no_privilege_and_no_mig() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nodeagent-unprivileged");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = relative(&dir, &deploy());
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "resources:\n  - {0}\ncomponents:\n  - {0}/nodeagent/unprivileged\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    let Some(docs) = render(&dir) else { return };
+    let ds: DaemonSet =
+        serde_json::from_value(find(&docs, "DaemonSet", "basalt-nodeagent").clone()).unwrap();
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("basalt-nodeagent")
+    );
+    assert!(pod.host_pid != Some(true) && pod.host_network != Some(true));
+    assert!(
+        pod.volumes
+            .unwrap_or_default()
+            .iter()
+            .all(|v| v.host_path.is_none()),
+        "no host paths"
+    );
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.clone().unwrap_or_default();
+        assert_eq!(sc.privileged, Some(false), "{} is privileged", c.name);
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(sc.run_as_non_root, Some(true), "{}", c.name);
+        let caps = sc.capabilities.unwrap_or_default();
+        assert_eq!(caps.drop, Some(vec!["ALL".to_string()]), "{}", c.name);
+        assert_eq!(caps.add, None, "{}", c.name);
+    }
+    let args = pod.containers[0].args.clone().unwrap();
+    assert!(args.iter().any(|a| a == "--no-mig"), "{args:?}");
+    // The policy and everything else of the install are still there.
+    find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-nodeagent-own-node",
+    );
+    find(&docs, "Deployment", "basalt-scheduler");
+
+    // The default install keeps the privileged agent that applies MIG layouts.
+    let docs = kustomize().unwrap();
+    let ds: DaemonSet =
+        serde_json::from_value(find(&docs, "DaemonSet", "basalt-nodeagent").clone()).unwrap();
+    let c = &ds.spec.unwrap().template.spec.unwrap().containers[0];
+    assert!(!c.args.as_ref().unwrap().iter().any(|a| a == "--no-mig"));
 }

@@ -9,6 +9,11 @@ use super::FgdError;
 
 /// At most this many GPUs per node (per-GPU state lives in small arrays).
 pub const MAX_GPUS: u32 = 64;
+/// At most 2^40 milli-CPUs (about a billion cores) and 2^40 MiB (an exbibyte) per row, far
+/// beyond any node: MiB × 2^20 and the scores' products (50 · cpuFree · cpu in i128) then fit
+/// with room for sums, where i64::MAX / 4 overflowed both.
+pub const MAX_CPU_MILLI: i64 = 1 << 40;
+pub const MAX_MEMORY_MIB: i64 = 1 << 40;
 /// One GPU's share, in milli.
 pub const GPU_MILLI: u32 = 1000;
 
@@ -160,8 +165,8 @@ pub fn read_nodes(file: &str, text: &str) -> Result<Vec<NodeSpec>, FgdError> {
         }
         nodes.push(NodeSpec {
             name,
-            cpu_milli: row.int(c(1), "cpu_milli", i64::MAX / 4)?,
-            memory_mib: row.int(c(2), "memory_mib", i64::MAX / 4)?,
+            cpu_milli: row.int(c(1), "cpu_milli", MAX_CPU_MILLI)?,
+            memory_mib: row.int(c(2), "memory_mib", MAX_MEMORY_MIB)?,
             gpus: row.int(c(3), "gpu", MAX_GPUS as i64)? as u32,
             model: row.text(c(4)).to_string(),
         });
@@ -222,8 +227,8 @@ pub fn read_pods(file: &str, text: &str) -> Result<Vec<PodSpec>, FgdError> {
         };
         pods.push(PodSpec {
             name,
-            cpu_milli: row.int(c(1), "cpu_milli", i64::MAX / 4)?,
-            memory_mib: row.int(c(2), "memory_mib", i64::MAX / 4)?,
+            cpu_milli: row.int(c(1), "cpu_milli", MAX_CPU_MILLI)?,
+            memory_mib: row.int(c(2), "memory_mib", MAX_MEMORY_MIB)?,
             num_gpu,
             gpu_milli,
             gpu_spec,

@@ -8,6 +8,7 @@
 //! - [`report`]: summary.json, CSV time series, charts and report.md.
 
 pub mod metrics;
+pub mod native;
 pub mod readers;
 pub mod report;
 pub mod sim;
@@ -222,7 +223,12 @@ impl TraceArgs {
                     missing.join(", ")
                 ));
             }
-            let nodes: u32 = workload.queues.iter().map(|q| q.weight).sum();
+            // Weights are at most u32::MAX each (the cast saturates); their sum sizes the cluster.
+            let nodes: u64 = workload.queues.iter().map(|q| u64::from(q.weight)).sum();
+            anyhow::ensure!(
+                nodes <= MAX_VC_NODES,
+                "--node-scale {scale:?}: the virtual clusters would have {nodes} nodes, more than {MAX_VC_NODES}"
+            );
             vc_cluster = Some(Generator {
                 nodes: nodes as usize,
                 gpus_per_node: readers::PHILLY_GPUS_PER_NODE,
@@ -326,6 +332,9 @@ impl TraceArgs {
         }
     }
 }
+
+/// The most nodes a cluster built from Philly's virtual-cluster node counts may have.
+const MAX_VC_NODES: u64 = 1_000_000;
 
 /// One run of the loaded trace under `config`; `tick` sees the number of events so far.
 pub fn execute(

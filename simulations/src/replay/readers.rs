@@ -1,19 +1,26 @@
 //! Trace and cluster readers: the Alibaba 2023 "openb" pod and node lists, the Philly job table
 //! (and its per-VC node counts), Basalt's native CSV / JSON workload format, Kubernetes manifests
-//! and a generator. Errors name the file and the line (or the column).
+//! and a generator (the native formats are in [`super::native`]). Errors name the file and the
+//! line (or the column); values are range-checked before they are scaled, so none wraps.
 
 use std::collections::{BTreeMap, HashMap};
 
 use basalt_engine::{NodeSpec, ResourceList};
-use serde::Deserialize;
 use thiserror::Error;
 
+pub use super::native::{read_native_csv, read_native_json, NATIVE_COLUMNS};
 use super::workload::*;
 
 pub const MIB: i64 = 1 << 20;
 pub const GIB: i64 = 1 << 30;
 /// Duration of a job that never leaves (a trace without deletion times).
 pub const FOREVER: i64 = i64::MAX / 4;
+/// The latest time, and the longest duration, a trace may give: 10^12 s (about 31,700 years).
+/// In milliseconds a time plus a duration plus [`FOREVER`] still fits an i64, so the replay's
+/// clock never wraps.
+pub const MAX_TRACE_SECONDS: i64 = 1_000_000_000_000;
+/// The most pods one job may have, over all its rows or roles.
+pub const MAX_PODS_PER_JOB: i64 = 100_000;
 
 #[derive(Debug, Error)]
 pub enum TraceError {
@@ -80,14 +87,18 @@ impl Source {
 }
 
 /// A CSV file with named columns, checked against the columns a format knows.
-struct Table {
+pub(super) struct Table {
     file: String,
     reader: csv::Reader<Box<dyn std::io::Read>>,
     index: HashMap<String, usize>,
 }
 
 impl Table {
-    fn open(source: &Source, known: &[&str], required: &[&str]) -> Result<Table, TraceError> {
+    pub(super) fn open(
+        source: &Source,
+        known: &[&str],
+        required: &[&str],
+    ) -> Result<Table, TraceError> {
         let file = source.label();
         let f: Box<dyn std::io::Read> = match source {
             Source::File(path) => {
@@ -133,7 +144,10 @@ impl Table {
     }
 
     /// Calls `row` for every record with its line number.
-    fn rows(mut self, mut row: impl FnMut(&Row) -> Result<(), String>) -> Result<(), TraceError> {
+    pub(super) fn rows(
+        mut self,
+        mut row: impl FnMut(&Row) -> Result<(), String>,
+    ) -> Result<(), TraceError> {
         let mut record = csv::StringRecord::new();
         loop {
             match self.reader.read_record(&mut record) {
@@ -162,31 +176,31 @@ impl Table {
     }
 }
 
-struct Row<'a> {
+pub(super) struct Row<'a> {
     record: &'a csv::StringRecord,
     index: &'a HashMap<String, usize>,
 }
 
 impl Row<'_> {
     /// The cell, or `None` when the column is absent or the cell is empty.
-    fn opt(&self, col: &str) -> Option<&str> {
+    pub(super) fn opt(&self, col: &str) -> Option<&str> {
         self.index
             .get(col)
             .and_then(|&i| self.record.get(i))
             .filter(|s| !s.is_empty())
     }
 
-    fn str(&self, col: &str) -> Result<&str, String> {
+    pub(super) fn str(&self, col: &str) -> Result<&str, String> {
         self.opt(col).ok_or_else(|| format!("{col}: empty"))
     }
 
-    fn int(&self, col: &str) -> Result<i64, String> {
+    pub(super) fn int(&self, col: &str) -> Result<i64, String> {
         let s = self.str(col)?;
         s.parse::<i64>()
             .map_err(|_| format!("{col}: {s:?} is not an integer"))
     }
 
-    fn opt_int(&self, col: &str) -> Result<Option<i64>, String> {
+    pub(super) fn opt_int(&self, col: &str) -> Result<Option<i64>, String> {
         self.opt(col)
             .map(|s| {
                 s.parse::<i64>()
@@ -195,7 +209,7 @@ impl Row<'_> {
             .transpose()
     }
 
-    fn num(&self, col: &str) -> Result<f64, String> {
+    pub(super) fn num(&self, col: &str) -> Result<f64, String> {
         let s = self.str(col)?;
         match s.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(v),
@@ -204,7 +218,7 @@ impl Row<'_> {
     }
 }
 
-fn nonneg(col: &str, v: i64) -> Result<i64, String> {
+pub(super) fn nonneg(col: &str, v: i64) -> Result<i64, String> {
     if v < 0 {
         Err(format!("{col}: must not be negative, got {v}"))
     } else {
@@ -212,11 +226,37 @@ fn nonneg(col: &str, v: i64) -> Result<i64, String> {
     }
 }
 
-fn seconds_to_ms(col: &str, s: f64) -> Result<i64, String> {
-    if !(0.0..1e12).contains(&s) {
-        return Err(format!("{col}: {s} seconds is out of range"));
+pub(super) fn seconds_to_ms(col: &str, s: f64) -> Result<i64, String> {
+    if !(0.0..MAX_TRACE_SECONDS as f64).contains(&s) {
+        return Err(format!(
+            "{col}: {s} seconds is out of range (0 to {MAX_TRACE_SECONDS})"
+        ));
     }
     Ok((s * 1000.0).round() as i64)
+}
+
+/// Whole seconds to milliseconds: negative times are refused (no format here defines them),
+/// and so is anything past [`MAX_TRACE_SECONDS`], before it is scaled.
+fn whole_seconds_to_ms(col: &str, s: i64) -> Result<i64, String> {
+    if s < 0 {
+        return Err(format!("{col}: {s} s is negative"));
+    }
+    if s > MAX_TRACE_SECONDS {
+        return Err(format!(
+            "{col}: {s} s overflows (at most {MAX_TRACE_SECONDS} s)"
+        ));
+    }
+    Ok(s * 1000)
+}
+
+fn mib_to_bytes(col: &str, mib: i64) -> Result<i64, String> {
+    mib.checked_mul(MIB)
+        .ok_or_else(|| format!("{col}: {mib} MiB overflows"))
+}
+
+/// A count that must fit a u32 (`min_member`, `tp_size`): never truncated.
+pub(super) fn count_u32(col: &str, v: i64) -> Result<u32, String> {
+    u32::try_from(v).map_err(|_| format!("{col}: {v} is out of range (0 to {})", u32::MAX))
 }
 
 /// How fractional-GPU pods (`gpu_milli` < 1000) are mapped onto an engine without GPU sharing.
@@ -268,7 +308,7 @@ pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
     table.rows(|r| {
         let name = r.str("name")?.to_string();
         let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let mem = nonneg("memory_mib", r.int("memory_mib")?)?;
+        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
         let gpus = nonneg("num_gpu", r.int("num_gpu")?)?;
         let milli = nonneg("gpu_milli", r.int("gpu_milli")?)?;
         if gpus > 64 {
@@ -297,34 +337,35 @@ pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
                     .collect()
             })
             .unwrap_or_default();
-        let created = nonneg("creation_time", r.opt_int("creation_time")?.unwrap_or(0))?;
-        let scheduled = r.opt_int("scheduled_time")?;
-        let duration = match r.opt_int("deletion_time")? {
+        let ms = |col: &str| {
+            r.opt_int(col)?
+                .map(|s| whole_seconds_to_ms(col, s).map(|ms| (s, ms)))
+                .transpose()
+        };
+        let created = ms("creation_time")?.unwrap_or((0, 0));
+        let scheduled = ms("scheduled_time")?;
+        let duration = match ms("deletion_time")? {
             None => FOREVER,
-            Some(d) => {
-                let from = scheduled.unwrap_or(created);
+            Some((d, d_ms)) => {
+                let ((from, from_ms), from_col) = match scheduled {
+                    Some(s) => (s, "scheduled_time"),
+                    None => (created, "creation_time"),
+                };
                 if d < from {
-                    return Err(format!(
-                        "deletion_time: {d} is before {} {from}",
-                        if scheduled.is_some() {
-                            "scheduled_time"
-                        } else {
-                            "creation_time"
-                        }
-                    ));
+                    return Err(format!("deletion_time: {d} is before {from_col} {from}"));
                 }
-                (d - from) * 1000
+                d_ms - from_ms
             }
         };
         jobs.push(TraceJob {
             name,
             queue: "default".into(),
             priority: 0,
-            submit_ms: created * 1000,
+            submit_ms: created.1,
             duration_ms: duration,
             pods: vec![PodShape {
                 cpu_milli: cpu,
-                memory: mem * MIB,
+                memory,
                 gpus: gpus as u32,
                 gpu_milli: if gpus == 0 { 0 } else { milli as u32 },
                 gpu_models: models,
@@ -360,7 +401,7 @@ pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
     table.rows(|r| {
         let name = r.str("sn")?.to_string();
         let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let mem = nonneg("memory_mib", r.int("memory_mib")?)?;
+        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
         let gpus = nonneg("gpu", r.int("gpu")?)?;
         if gpus > basalt_engine::MAX_GPUS_PER_NODE as i64 {
             return Err(format!(
@@ -372,7 +413,7 @@ pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
         if let Some(m) = r.opt("model") {
             labels.insert(GPU_MODEL_LABEL.to_string(), m.to_string());
         }
-        nodes.push(node_spec(name, labels, cpu, mem * MIB, gpus));
+        nodes.push(node_spec(name, labels, cpu, memory, gpus));
         Ok(())
     })?;
     Ok(Cluster {
@@ -443,7 +484,7 @@ pub fn read_philly(path: &Source) -> Result<Workload, TraceError> {
     table.rows(|r| {
         let submit = parse_datetime(r.str("timestamp")?).ok_or_else(|| {
             format!(
-                "timestamp: {:?} is not YYYY-MM-DD HH:MM:SS",
+                "timestamp: {:?} is not YYYY-MM-DD HH:MM:SS (years 1 to 9999)",
                 r.str("timestamp").unwrap_or("")
             )
         })?;
@@ -500,7 +541,7 @@ pub fn read_philly(path: &Source) -> Result<Workload, TraceError> {
     Ok(w)
 }
 
-/// Seconds since the Unix epoch of `YYYY-MM-DD HH:MM:SS` (UTC).
+/// Seconds since the Unix epoch of `YYYY-MM-DD HH:MM:SS` (UTC), years 1 to 9999.
 pub fn parse_datetime(s: &str) -> Option<i64> {
     let (date, time) = s.split_once(' ')?;
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
@@ -510,7 +551,14 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     if d.next().is_some() || t.next().is_some() {
         return None;
     }
-    if !(1..=12).contains(&m) || !(1..=31).contains(&dd) || hh > 23 || mm > 59 || ss > 60 {
+    // Bounded fields keep the arithmetic below far from overflow.
+    if !(1..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&dd)
+        || !(0..=23).contains(&hh)
+        || !(0..=59).contains(&mm)
+        || !(0..=60).contains(&ss)
+    {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm).
@@ -522,273 +570,6 @@ pub fn parse_datetime(s: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
-}
-
-/// Columns of the native CSV format: one row per role (a set of identical pods) of a job;
-/// rows with the same `job` form one job and must agree on its job-level fields.
-pub const NATIVE_COLUMNS: [&str; 13] = [
-    "job",
-    "queue",
-    "priority",
-    "submit_s",
-    "duration_s",
-    "pods",
-    "cpu",
-    "memory",
-    "gpus",
-    "gpu_milli",
-    "gpu_models",
-    "min_member",
-    "tp_size",
-];
-
-fn quantity(col: &str, resource: &str, s: &str) -> Result<i64, String> {
-    basalt_crds::quantity::parse_for_resource(resource, s).map_err(|e| format!("{col}: {e}"))
-}
-
-/// Basalt's native CSV workload (see the README for the format).
-pub fn read_native_csv(path: &Source) -> Result<Workload, TraceError> {
-    let table = Table::open(
-        path,
-        &NATIVE_COLUMNS,
-        &["job", "submit_s", "duration_s", "cpu", "memory"],
-    )?;
-    let mut jobs: Vec<TraceJob> = Vec::new();
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    table.rows(|r| {
-        let name = r.str("job")?.to_string();
-        let queue = r.opt("queue").unwrap_or("default").to_string();
-        let priority = r.opt_int("priority")?.unwrap_or(0);
-        let priority = i32::try_from(priority).map_err(|_| format!("priority: {priority} is out of range"))?;
-        let submit = seconds_to_ms("submit_s", r.num("submit_s")?)?;
-        let duration = seconds_to_ms("duration_s", r.num("duration_s")?)?;
-        let count = r.opt_int("pods")?.unwrap_or(1);
-        if !(1..=100_000).contains(&count) {
-            return Err(format!("pods: {count} is out of range (1..100000)"));
-        }
-        let shape = native_pod(
-            r.str("cpu")?,
-            r.str("memory")?,
-            r.opt_int("gpus")?.unwrap_or(0),
-            r.opt_int("gpu_milli")?.unwrap_or(1000),
-            r.opt("gpu_models").unwrap_or(""),
-        )?;
-        let min_member = nonneg("min_member", r.opt_int("min_member")?.unwrap_or(0))? as u32;
-        let tp_size = nonneg("tp_size", r.opt_int("tp_size")?.unwrap_or(0))? as u32;
-        let pods = vec![shape; count as usize];
-        match by_name.get(&name) {
-            Some(&i) => {
-                let j = &mut jobs[i];
-                if j.queue != queue || j.priority != priority || j.submit_ms != submit || j.duration_ms != duration || j.tp_size != tp_size {
-                    return Err(format!("job {name}: queue, priority, submit_s, duration_s and tp_size must match its earlier rows"));
-                }
-                if min_member != 0 {
-                    j.min_member = min_member;
-                }
-                j.pods.extend(pods);
-            }
-            None => {
-                by_name.insert(name.clone(), jobs.len());
-                jobs.push(TraceJob {
-                    name,
-                    queue,
-                    priority,
-                    submit_ms: submit,
-                    duration_ms: duration,
-                    pods,
-                    min_member,
-                    tp_size,
-                });
-            }
-        }
-        Ok(())
-    })?;
-    let mut w = Workload {
-        source: format!("native CSV {}", path.label()),
-        jobs,
-        queues: vec![],
-        notes: vec![],
-    };
-    check_min_member(&w, &path.label().to_string())?;
-    w.complete_queues();
-    Ok(w)
-}
-
-fn check_min_member(w: &Workload, file: &str) -> Result<(), TraceError> {
-    for j in &w.jobs {
-        if j.min_member as usize > j.pods.len() {
-            return Err(TraceError::File {
-                file: file.to_string(),
-                message: format!(
-                    "job {}: min_member {} is more than its {} pods",
-                    j.name,
-                    j.min_member,
-                    j.pods.len()
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn native_pod(
-    cpu: &str,
-    memory: &str,
-    gpus: i64,
-    milli: i64,
-    models: &str,
-) -> Result<PodShape, String> {
-    let cpu = quantity("cpu", "cpu", cpu)?;
-    let memory = quantity("memory", "memory", memory)?;
-    let gpus = nonneg("gpus", gpus)?;
-    if gpus > basalt_engine::MAX_GPUS_PER_NODE as i64 {
-        return Err(format!("gpus: {gpus} is more than a node can hold"));
-    }
-    if !(1..=1000).contains(&milli) {
-        return Err(format!("gpu_milli: {milli} is out of range (1..1000)"));
-    }
-    if gpus > 1 && milli != 1000 {
-        return Err(format!(
-            "gpu_milli: {milli} with gpus {gpus}; a share below 1000 needs gpus 1"
-        ));
-    }
-    Ok(PodShape {
-        cpu_milli: cpu,
-        memory,
-        gpus: gpus as u32,
-        gpu_milli: if gpus == 0 { 0 } else { milli as u32 },
-        gpu_models: models
-            .split('|')
-            .filter(|m| !m.is_empty())
-            .map(str::to_string)
-            .collect(),
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NativeFile {
-    #[serde(default)]
-    queues: Vec<QueueDef>,
-    jobs: Vec<NativeJob>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct NativeJob {
-    name: String,
-    #[serde(default = "default_queue")]
-    queue: String,
-    #[serde(default)]
-    priority: i32,
-    /// Seconds.
-    submit: f64,
-    duration: f64,
-    #[serde(default)]
-    min_member: u32,
-    #[serde(default)]
-    tp_size: u32,
-    pods: Vec<NativeRole>,
-}
-
-fn default_queue() -> String {
-    "default".into()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct NativeRole {
-    #[serde(default = "one")]
-    count: i64,
-    cpu: String,
-    memory: String,
-    #[serde(default)]
-    gpus: i64,
-    #[serde(default = "thousand")]
-    gpu_milli: i64,
-    #[serde(default)]
-    gpu_models: Vec<String>,
-}
-
-fn one() -> i64 {
-    1
-}
-fn thousand() -> i64 {
-    1000
-}
-
-/// Basalt's native JSON workload: `{"queues": [{"name", "weight"}], "jobs": [{"name", "queue",
-/// "priority", "submit", "duration", "minMember", "tpSize", "pods": [{"count", "cpu", "memory",
-/// "gpus", "gpuMilli", "gpuModels"}]}]}` (times in seconds, quantities as Kubernetes writes them).
-pub fn read_native_json(path: &Source) -> Result<Workload, TraceError> {
-    let file = path.label();
-    let text = match path {
-        Source::File(p) => std::fs::read_to_string(p).map_err(|e| TraceError::Io {
-            file: file.clone(),
-            message: e.to_string(),
-        })?,
-        Source::Text { text, .. } => text.to_string(),
-    };
-    let parsed: NativeFile = serde_json::from_str(&text).map_err(|e| TraceError::Row {
-        file: file.clone(),
-        line: e.line() as u64,
-        message: e.to_string(),
-    })?;
-    let mut jobs = Vec::new();
-    for (i, j) in parsed.jobs.into_iter().enumerate() {
-        let at = |m: String| TraceError::File {
-            file: file.clone(),
-            message: format!("jobs[{i}] ({}): {m}", j.name),
-        };
-        let mut pods = Vec::new();
-        for (k, role) in j.pods.iter().enumerate() {
-            if !(1..=100_000).contains(&role.count) {
-                return Err(at(format!(
-                    "pods[{k}].count: {} is out of range",
-                    role.count
-                )));
-            }
-            let shape = native_pod(
-                &role.cpu,
-                &role.memory,
-                role.gpus,
-                role.gpu_milli,
-                &role.gpu_models.join("|"),
-            )
-            .map_err(|m| at(format!("pods[{k}].{m}")))?;
-            pods.extend(std::iter::repeat_n(shape, role.count as usize));
-        }
-        if pods.is_empty() {
-            return Err(at("pods: must not be empty".into()));
-        }
-        jobs.push(TraceJob {
-            name: j.name.clone(),
-            queue: j.queue,
-            priority: j.priority,
-            submit_ms: seconds_to_ms("submit", j.submit).map_err(at)?,
-            duration_ms: seconds_to_ms("duration", j.duration).map_err(at)?,
-            pods,
-            min_member: j.min_member,
-            tp_size: j.tp_size,
-        });
-    }
-    for q in &parsed.queues {
-        if q.weight == 0 {
-            return Err(TraceError::File {
-                file,
-                message: format!("queues: {}: weight must be at least 1", q.name),
-            });
-        }
-    }
-    let mut w = Workload {
-        source: format!("native JSON {}", path.label()),
-        jobs,
-        queues: parsed.queues,
-        notes: vec![],
-    };
-    check_min_member(&w, &file)?;
-    w.complete_queues();
-    Ok(w)
 }
 
 /// Nodes (and Queues) from Kubernetes manifests, read by `basalt-crds`; pods in the files are

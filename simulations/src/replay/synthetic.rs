@@ -2,7 +2,7 @@
 //! durations from one minute to one day, Poisson arrivals at a given offered load, four queues
 //! of weights 1–4. The same seed gives the same trace.
 
-use super::readers::{PHILLY_CPU_PER_GPU, PHILLY_MEM_PER_GPU};
+use super::readers::{MAX_TRACE_SECONDS, PHILLY_CPU_PER_GPU, PHILLY_MEM_PER_GPU};
 use super::workload::{PodShape, QueueDef, TraceJob, Workload};
 use crate::fgd::rng::SplitMix64;
 
@@ -18,6 +18,8 @@ const SIZES: [(u32, f64); 7] = [
 ];
 const MIN_S: f64 = 60.0;
 const MAX_S: f64 = 86_400.0;
+/// The most jobs a synthetic trace may have (the sizing runs use up to a few million).
+pub const MAX_JOBS: usize = 100_000_000;
 
 pub fn workload(
     jobs: usize,
@@ -34,6 +36,10 @@ pub fn workload(
         cluster_gpus > 0,
         "the synthetic trace needs a cluster with GPUs"
     );
+    anyhow::ensure!(
+        jobs <= MAX_JOBS,
+        "--synthetic-jobs: {jobs} is more than {MAX_JOBS}"
+    );
     let mean_gpus: f64 = SIZES.iter().map(|(g, p)| *g as f64 * p).sum();
     let mean_duration = (MAX_S - MIN_S) / (MAX_S / MIN_S).ln();
     // Arrival rate that asks for `load` of the cluster's GPU-time.
@@ -44,6 +50,11 @@ pub fn workload(
     let width = jobs.saturating_sub(1).to_string().len();
     for i in 0..jobs {
         t += -(1.0 - rng.unit()).ln() / rate;
+        // A load so low that arrivals run past any trace's span would saturate the clock.
+        anyhow::ensure!(
+            t < MAX_TRACE_SECONDS as f64,
+            "--synthetic-load: {load:?} spaces arrivals so far apart that job {i} would arrive after {MAX_TRACE_SECONDS} s; raise the load"
+        );
         let mut u = rng.unit();
         let mut gpus = SIZES[SIZES.len() - 1].0;
         for (g, p) in SIZES {
