@@ -535,14 +535,12 @@ fn the_plan_check_catches_an_overcommitted_node() {
     assert!(check_plan(&snapshot, &plan).is_err());
 }
 
-/// Sums over many values, each within Basalt's limit of 2^60, still overflow in the engine and
-/// the queue crate: nine foreign pods clamped to 2^60 bytes on one node (`Resources::add` in
-/// `Snapshot::build`: in a release build the node's usage wraps negative and it looks free),
-/// and eight queues deserving 2^60 pods (the sum over children in
-/// `basalt_queue::fairshare::split`). Fixed by H1's saturating engine and queue arithmetic; run
-/// with `--ignored` once that is in.
+/// Sums over many values, each within Basalt's limit of 2^60, overflowed in the engine and the
+/// queue crate before their sums saturated: nine foreign pods clamped to 2^60 bytes on one node
+/// (`Resources::add` in `Snapshot::build`: in a release build the node's usage wrapped negative
+/// and it looked free), and eight queues deserving 2^60 pods (the sum over children in
+/// `basalt_queue::fairshare::split`).
 #[test]
-#[ignore = "depends on H1: engine and queue sums over many values within 2^60 overflow"]
 fn many_large_values_sum_safely() {
     let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n0}\nstatus: {allocatable: {memory: 1Ei, pods: '110'}}\n";
     let mut pods = node.to_string();

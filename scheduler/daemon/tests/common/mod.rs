@@ -110,7 +110,10 @@ impl Cluster {
                 .as_str()
                 .map_or(0, |s| s.parse().unwrap());
             *used.entry(node.to_string()).or_default() += gpus;
-            if let Some(a) = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"].as_str()
+            // Malformed ids (some tests plant them) name no GPU.
+            if let Some(a) = p["metadata"]["annotations"]["scheduling.basalt.dev/gpu-ids"]
+                .as_str()
+                .filter(|a| a.split(',').all(|id| id.parse::<u32>().is_ok()))
             {
                 let list = ids.entry(node.to_string()).or_default();
                 for id in a.split(',') {

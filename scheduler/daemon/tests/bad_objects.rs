@@ -1,0 +1,75 @@
+//! Bad objects affect only themselves: other schedulers' pods with fields Basalt reads only on
+//! its own pods malformed, and Basalt's own bad pods and PodGroups, never stop a cycle or take a
+//! node out of scheduling.
+
+mod common;
+
+use basalt_apiserver::Config;
+use common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_bad_foreign_pods_and_bad_own_objects_do_not_stop_scheduling() {
+    let c = cluster(Config::default()).await;
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("q"));
+    // 300 running pods of another scheduler, 100 on each node, whose rank label and GPU ids
+    // annotation (fields Basalt reads only on its own pods) are malformed.
+    for i in 0..300 {
+        let mut p = busy_pod(&format!("foreign-{i}"), &format!("n{}", i % 3), 0, None);
+        p["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "10m"}});
+        p["metadata"]["labels"] =
+            json!({"batch.kubernetes.io/job-completion-index": "not-a-number"});
+        p["metadata"]["annotations"] = json!({"scheduling.basalt.dev/gpu-ids": "zero,one"});
+        c.create(p);
+    }
+    // Basalt's own bad objects: a PodGroup naming a missing queue with a member running on n0
+    // (2 GPUs, still counted there), and a pod whose GPU ids cannot be read, running on n1.
+    c.create(group("lost", 2, "nope"));
+    let mut lost = pod("lost-0", "lost", 2);
+    lost["spec"]["nodeName"] = json!("n0");
+    lost["status"] = json!({"phase": "Running"});
+    c.create(lost);
+    let mut garbled = pod("garbled", "", 2);
+    garbled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    garbled["metadata"]["annotations"] = json!({"scheduling.basalt.dev/gpu-ids": "x"});
+    garbled["spec"]["nodeName"] = json!("n1");
+    garbled["status"] = json!({"phase": "Running"});
+    c.create(garbled);
+
+    let _s = c.start_scheduler();
+    // A gang that needs 6 GPUs on every node: only fits if no node dropped out and the bad
+    // bound pods' GPUs are counted (8 - 2 on n0 and n1).
+    c.create(group("train", 3, "q"));
+    for i in 0..3 {
+        c.create(pod(&format!("train-{i}"), "train", 6));
+    }
+    eventually("the gang is bound on all three nodes", || {
+        (0..3).all(|i| c.node_of(&format!("train-{i}")).is_some())
+    })
+    .await;
+    let mut nodes: Vec<String> = (0..3)
+        .map(|i| c.node_of(&format!("train-{i}")).unwrap())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n0", "n1", "n2"]);
+    c.assert_no_node_over_capacity();
+    // The own bad objects are reported, the foreign pods are not Basalt's to complain about.
+    eventually("the bad PodGroup is reported", || {
+        !c.events("InvalidObject", "lost").is_empty()
+    })
+    .await;
+    assert!(c.events("InvalidObject", "foreign-7").is_empty());
+
+    // And it keeps scheduling: a later job on what is left (2 GPUs, on n2).
+    c.create(group("small", 1, "q"));
+    c.create(pod("small-0", "small", 2));
+    eventually("the later job is bound", || c.node_of("small-0").is_some()).await;
+    assert_eq!(c.node_of("small-0").as_deref(), Some("n2"));
+    c.assert_no_node_over_capacity();
+}
