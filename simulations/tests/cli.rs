@@ -176,3 +176,35 @@ fn bench_reports_json() {
     assert_eq!(v["podsPlaced"], 80);
     assert_eq!(v["gangsRunning"], 10);
 }
+
+/// A pod asking 2^63-1 of memory, milli-CPU or GPUs, or two containers summing past 2^60: `plan`
+/// finishes (it used to loop forever in the fair-share water-filling) with an error naming the
+/// pod and the field.
+#[test]
+fn requests_of_two_to_the_sixty_three_finish_with_the_pod_named() {
+    for (file, field) in [
+        (
+            "huge-memory.yaml",
+            "spec.containers[0].resources.requests[memory]",
+        ),
+        (
+            "huge-cpu.yaml",
+            "spec.containers[0].resources.requests[cpu]",
+        ),
+        (
+            "huge-nvidia-com-gpu.yaml",
+            "spec.containers[0].resources.requests[nvidia.com/gpu]",
+        ),
+        (
+            "huge-sum.yaml",
+            "spec.containers[1].resources.requests[memory]",
+        ),
+    ] {
+        let pod = if file == "huge-sum.yaml" {
+            "Pod team/pair"
+        } else {
+            "Pod team/greedy"
+        };
+        assert_rejected(&plan(&bad(file)), &[file, pod, field]);
+    }
+}
