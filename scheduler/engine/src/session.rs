@@ -644,6 +644,29 @@ impl<'a> Session<'a> {
         c
     }
 
+    /// Whether the job still meets every gang minimum ([`Job::meets_minimums`]) without the
+    /// members `gone` marks, counting members that hold a node (bound, placed or pipelined) or
+    /// succeeded.
+    pub fn meets_minimums(&self, job: JobId, gone: impl Fn(TaskId) -> bool) -> bool {
+        let j = self.snapshot.job(job);
+        let counts = |t: &TaskId| {
+            !gone(*t)
+                && matches!(
+                    self.status[t.index()],
+                    TaskStatus::Bound(_)
+                        | TaskStatus::Allocated { .. }
+                        | TaskStatus::Pipelined { .. }
+                        | TaskStatus::Succeeded
+                )
+        };
+        let members = j.tasks.iter().filter(|t| counts(t)).count() as u32;
+        j.meets_minimums(members, |role| {
+            (j.tasks.iter())
+                .filter(|t| counts(t) && self.snapshot.task(**t).role_name() == role)
+                .count() as u32
+        })
+    }
+
     // ----- job phase, conditions, reservations -----
 
     /// Moves a job into the schedulable set, reserving its minResources until it holds members.
@@ -1332,7 +1355,15 @@ impl<'a> Session<'a> {
                     ..MemberCounts::default()
                 }
             };
-            let phase = if c.running + c.succeeded >= job.min_member {
+            // Running only while every minimum holds (pipelined members are not running yet).
+            let meets = if job.min_task_member.is_empty() {
+                c.running + c.succeeded >= job.min_member
+            } else {
+                self.meets_minimums(job.id, |t| {
+                    matches!(self.status[t.index()], TaskStatus::Pipelined { .. })
+                })
+            };
+            let phase = if meets {
                 if c.running == 0 && c.pending == 0 && c.pipelined == 0 {
                     JobPhase::Completed
                 } else {
