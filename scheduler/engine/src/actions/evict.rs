@@ -14,10 +14,11 @@
 //!   eviction) in a resource the member lacks; the reclaimer never ends above its own deserved
 //!   share in those resources, and the others it asks for (idle ones) never block it.
 
-use super::victims::{best_victims, cost_of, Cost, Goal};
+use super::victims::{best_victims, cost_of, Cost, Goal, Victims};
 use super::{placement_order, schedulable_jobs};
 use crate::hash::Set;
 use crate::model::{Job, NodeId, QueueId, ShapeId, TaskId};
+use crate::resources::ResourceId;
 use crate::session::{ReservedNodes, Session, Statement};
 
 pub const PREEMPT: &str = "preempt";
@@ -138,6 +139,8 @@ fn attempt(
     let order = placement_order(session, job);
     let mut stmt = session.statement();
     let mut evicted_any = false;
+    // The resources victims were taken for.
+    let mut reclaimed: Vec<ResourceId> = Vec::new();
     let mut holding = {
         let c = session.counts(job.id);
         c.running + c.pipelined + c.succeeded
@@ -177,11 +180,13 @@ fn attempt(
             request: &t.request,
             needs_admission: !admitted,
         };
-        let Some((node, victims)) = best_victims(session, job, &goal, mode, within) else {
+        let Some(Victims { node, tasks, short }) = best_victims(session, job, &goal, mode, within)
+        else {
             failed.insert(key);
             continue;
         };
-        for v in victims {
+        reclaimed.extend(short);
+        for v in tasks {
             session.evict(&mut stmt, v, reason, job.id);
             evicted_any = true;
         }
@@ -190,12 +195,29 @@ fn attempt(
             holding += 1;
         }
     }
-    if evicted_any && fw.job_ready(session, job.id) {
+    if evicted_any
+        && fw.job_ready(session, job.id)
+        && !ends_above_share(session, job, mode, &reclaimed)
+    {
         Some(stmt)
     } else {
         session.discard(stmt);
         None
     }
+}
+
+/// Whether a reclaimer ends above its deserved share in a resource it took victims for, counting
+/// its members placed on free capacity too (capacity the victims freed is not idle); such a
+/// reclaim would be taken back, a ping-pong.
+fn ends_above_share(session: &Session, job: &Job, mode: Mode, reclaimed: &[ResourceId]) -> bool {
+    let (allocated, deserved) = (
+        session.queue_allocated(job.queue),
+        session.deserved(job.queue),
+    );
+    mode == Mode::Reclaim
+        && reclaimed
+            .iter()
+            .any(|&r| allocated.get(r) > deserved.get(r))
 }
 
 /// The best node among `nodes` with room for the task now.

@@ -35,16 +35,24 @@ pub struct Goal<'r> {
     pub needs_admission: bool,
 }
 
-/// The node needing the cheapest victims for the goal's task, and the victims (whole gangs
-/// where a single eviction would break one). Only nodes hosting pods of the victim queues are
-/// searched, not the whole cluster.
+/// Where and whom to evict for one task.
+pub struct Victims {
+    pub node: NodeId,
+    /// Whole gangs where a single eviction would break one.
+    pub tasks: Vec<TaskId>,
+    /// The resources the task lacked on the node: those the eviction is for.
+    pub short: Vec<ResourceId>,
+}
+
+/// The node needing the cheapest victims for the goal's task, and the victims. Only nodes
+/// hosting pods of the victim queues are searched, not the whole cluster.
 pub fn best_victims(
     session: &mut Session,
     job: &Job,
     goal: &Goal,
     mode: Mode,
     within: Option<&[NodeId]>,
-) -> Option<(NodeId, Vec<TaskId>)> {
+) -> Option<Victims> {
     let snap = session.snapshot;
     let queues = victim_queues(session, job, goal.request, mode);
     let mut nodes: Vec<NodeId> = queues
@@ -56,7 +64,7 @@ pub fn best_victims(
     if let Some(within) = within {
         nodes.retain(|n| within.binary_search(n).is_ok());
     }
-    let mut best: Option<(Cost, NodeId, Vec<TaskId>)> = None;
+    let mut best: Option<(Cost, Victims)> = None;
     for node in nodes {
         if !session.may_use(node, ReservedNodes::Avoid(job.id))
             || !session.passes_filters(goal.task, node)
@@ -67,11 +75,11 @@ pub fn best_victims(
         let Some((cost, victims)) = victims_on(session, job, node, goal, mode) else {
             continue;
         };
-        if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
-            best = Some((cost, node, victims));
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, victims));
         }
     }
-    best.map(|(_, node, victims)| (node, victims))
+    best.map(|(_, victims)| victims)
 }
 
 /// Queues the job may take pods from: its own (preempt), or the reclaimable queues holding more
@@ -104,7 +112,7 @@ fn victims_on(
     node: NodeId,
     goal: &Goal,
     mode: Mode,
-) -> Option<(Cost, Vec<TaskId>)> {
+) -> Option<(Cost, Victims)> {
     let snap = session.snapshot;
     let search = NodeSearch::new(session, job, node, goal, mode)?;
     let candidates = search.candidates();
@@ -127,7 +135,14 @@ fn victims_on(
             best = Some((cost, units));
         }
     }
-    best.map(|(cost, units)| (cost, units.into_iter().flatten().collect()))
+    best.map(|(cost, units)| {
+        let victims = Victims {
+            node,
+            tasks: units.into_iter().flatten().collect(),
+            short: search.short.clone(),
+        };
+        (cost, victims)
+    })
 }
 
 pub(super) fn cost_of(snap: &Snapshot, victims: &[TaskId]) -> Cost {
