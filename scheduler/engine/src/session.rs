@@ -645,12 +645,17 @@ impl<'a> Session<'a> {
     }
 
     /// Whether the job still meets every gang minimum ([`Job::meets_minimums`]) without the
-    /// members `gone` marks, counting members that hold a node (bound, placed or pipelined) or
-    /// succeeded.
-    pub fn meets_minimums(&self, job: JobId, gone: impl Fn(TaskId) -> bool) -> bool {
+    /// members in `gone` (each holding a node now), counting members that hold a node (bound,
+    /// placed or pipelined) or succeeded. Without role minimums this is a count, not a scan.
+    pub fn meets_minimums(&self, job: JobId, gone: &[TaskId]) -> bool {
         let j = self.snapshot.job(job);
+        let succeeded = self.start_counts[job.index()].succeeded;
+        let members = (self.holding[job.index()] + succeeded).saturating_sub(gone.len() as u32);
+        if j.min_task_member.is_empty() {
+            return members >= j.min_member;
+        }
         let counts = |t: &TaskId| {
-            !gone(*t)
+            !gone.contains(t)
                 && matches!(
                     self.status[t.index()],
                     TaskStatus::Bound(_)
@@ -659,7 +664,6 @@ impl<'a> Session<'a> {
                         | TaskStatus::Succeeded
                 )
         };
-        let members = j.tasks.iter().filter(|t| counts(t)).count() as u32;
         j.meets_minimums(members, |role| {
             (j.tasks.iter())
                 .filter(|t| counts(t) && self.snapshot.task(**t).role_name() == role)
@@ -1359,9 +1363,10 @@ impl<'a> Session<'a> {
             let meets = if job.min_task_member.is_empty() {
                 c.running + c.succeeded >= job.min_member
             } else {
-                self.meets_minimums(job.id, |t| {
-                    matches!(self.status[t.index()], TaskStatus::Pipelined { .. })
-                })
+                let pipelined: Vec<TaskId> = (job.tasks.iter().copied())
+                    .filter(|t| matches!(self.status[t.index()], TaskStatus::Pipelined { .. }))
+                    .collect();
+                self.meets_minimums(job.id, &pipelined)
             };
             let phase = if meets {
                 if c.running == 0 && c.pending == 0 && c.pipelined == 0 {

@@ -216,32 +216,21 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         Some(search)
     }
 
-    /// Whether the task fits once `units` are gone: room on the node (whole GPUs counted per
-    /// device) and, for a capped preempt, admission with what the units give back to the queue.
+    /// Whether the task fits once `units` are gone.
     fn fits(&self, units: &[Vec<TaskId>]) -> bool {
-        let snap = self.session.snapshot;
-        let (mut free, mut free_gpus) = (self.free.clone(), self.free_gpus);
-        let mut given_back = Resources::zero(snap.resources.len());
+        let mut freed = self.nothing_freed();
         for &m in units.iter().flatten() {
-            let t = snap.task(m);
-            if self.session.task_status(m).node() == Some(self.node) {
-                free.add(&t.request);
-                free_gpus += t.gpus.count_ones() as i64;
-            }
-            given_back.add(&t.request);
+            freed.take(self, m);
         }
-        let request = self.goal.request;
-        if !(request.fits_in(&free) && free_gpus >= request.get(GPU)) {
-            return false;
+        freed.fits(self)
+    }
+
+    fn nothing_freed(&self) -> Freed {
+        Freed {
+            free: self.free.clone(),
+            free_gpus: self.free_gpus,
+            given_back: Resources::zero(self.session.snapshot.resources.len()),
         }
-        if !self.goal.needs_admission {
-            return true;
-        }
-        // Preempt victims are of the preemptor's queue: the task adds only the difference.
-        let mut net = request.clone();
-        net.sub(&given_back);
-        let fw = self.session.framework();
-        fw.admit_task(self.session, self.goal.task, &net).is_ok()
     }
 
     /// Bound pods on the node that free something the task lacks, in victim order: lowest pod
@@ -290,9 +279,10 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
                 .map(|(_, v)| v),
         );
         let mut tally = Tally::default();
+        let mut freed = self.nothing_freed();
         let mut units: Vec<Vec<TaskId>> = Vec::new();
         for v in order {
-            if self.fits(&units) {
+            if freed.fits(self) {
                 break;
             }
             if tally.has(v) {
@@ -304,10 +294,11 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             };
             for &m in &unit {
                 tally.take(self.session, m);
+                freed.take(self, m);
             }
             units.push(unit);
         }
-        (!units.is_empty() && self.fits(&units)).then_some(units)
+        (!units.is_empty() && freed.fits(self)).then_some(units)
     }
 
     /// Drops, first to last, each unit the task fits without. A unit shares its job with no
@@ -332,6 +323,43 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             }
         }
         units
+    }
+}
+
+/// What the node has free once some victims are gone, and what they give back to their queues.
+struct Freed {
+    free: Resources,
+    free_gpus: i64,
+    given_back: Resources,
+}
+
+impl Freed {
+    fn take(&mut self, search: &NodeSearch, task: TaskId) {
+        let t = search.session.snapshot.task(task);
+        if search.session.task_status(task).node() == Some(search.node) {
+            self.free.add(&t.request);
+            self.free_gpus += t.gpus.count_ones() as i64;
+        }
+        self.given_back.add(&t.request);
+    }
+
+    /// Room on the node (whole GPUs counted per device) and, for a capped preempt, admission
+    /// with what the victims give back to the queue.
+    fn fits(&self, search: &NodeSearch) -> bool {
+        let request = search.goal.request;
+        if !(request.fits_in(&self.free) && self.free_gpus >= request.get(GPU)) {
+            return false;
+        }
+        if !search.goal.needs_admission {
+            return true;
+        }
+        // Preempt victims are of the preemptor's queue: the task adds only the difference.
+        let mut net = request.clone();
+        net.sub(&self.given_back);
+        let session = search.session;
+        (session.framework())
+            .admit_task(session, search.goal.task, &net)
+            .is_ok()
     }
 }
 
@@ -377,7 +405,11 @@ fn unit_of(
 ) -> Option<Vec<TaskId>> {
     let snap = session.snapshot;
     let vjob = snap.job(snap.task(victim).job);
-    let unit: Vec<TaskId> = if session.meets_minimums(vjob.id, |t| t == victim || tally.has(t)) {
+    let mut gone: Vec<TaskId> = (tally.taken.iter().copied())
+        .filter(|&t| snap.task(t).job == vjob.id)
+        .collect();
+    gone.push(victim);
+    let unit: Vec<TaskId> = if session.meets_minimums(vjob.id, &gone) {
         vec![victim]
     } else {
         vjob.tasks
