@@ -6,7 +6,8 @@
 //! taken greedily until the task fits. One greedy pass can walk into a dead end: a cheap first
 //! victim can leave the gang that must go impossible to take. So when the first pass fails or
 //! takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more passes start from each of
-//! the next candidates instead (one victim ends the search); the cheapest set found wins (fewest victims, then the lowest
+//! the next candidates instead (one victim ends the search, and a start that would only repeat
+//! the best set is skipped); the cheapest set found wins (fewest victims, then the lowest
 //! highest priority among them, then the least work lost). Units a set does not need (the task
 //! fits without them) are dropped.
 
@@ -124,6 +125,18 @@ fn victims_on(
         // One victim is as few as it gets.
         if first > 0 && best.as_ref().is_some_and(|(cost, _)| cost.0 <= 1) {
             break;
+        }
+        // A start already in the best set, that would go the same way again (alone, or
+        // dragging the same whole gang), can only repeat that set.
+        let start = candidates[first];
+        let repeats = |units: &Vec<Vec<TaskId>>| {
+            units.iter().any(|u| {
+                u.contains(&start)
+                    && (u.len() == 1 || !session.meets_minimums(snap.task(start).job, &[start]))
+            })
+        };
+        if first > 0 && best.as_ref().is_some_and(|(_, units)| repeats(units)) {
+            continue;
         }
         let Some(units) = search.greedy(&candidates, first) else {
             continue;
