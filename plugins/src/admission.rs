@@ -77,6 +77,9 @@ impl Admit for Capability {
     }
 }
 
+/// Per task: `request` is what the task adds to its queue; for a preemptor, net of what its
+/// victims of the same queue give back (negative entries are never over a capability), so a
+/// queue at its capability can still preempt inside itself.
 impl TaskAdmit for Capability {
     fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
         let snap = session.snapshot;

@@ -34,7 +34,9 @@ pub trait Admit: Send + Sync {
 }
 
 /// A per-task check on the job's side of a placement (e.g. its queue's capability), evaluated
-/// before any node is searched. `request` is what the task would add.
+/// before any node is searched. `request` is what the task would add to its queue: for a
+/// preemptor, net of what its victims (of the same queue) give back, so some entries may be
+/// negative.
 pub trait TaskAdmit: Send + Sync {
     fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason>;
 }

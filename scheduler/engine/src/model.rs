@@ -210,6 +210,11 @@ pub struct Task {
 }
 
 impl Task {
+    /// The pod's role; a pod without a role label belongs to role `""`.
+    pub fn role_name(&self) -> &str {
+        self.role.as_deref().unwrap_or("")
+    }
+
     /// The latest time a bound task can still be running, when its deadline says so.
     pub fn ends_by_ms(&self) -> Option<i64> {
         Some((self.started_ms?).saturating_add(self.active_deadline_s?.saturating_mul(1000)))
@@ -260,6 +265,20 @@ pub struct Job {
     pub topology: crate::snapshot::TopologySpec,
     /// Members that must share a tighter domain (e.g. tensor-parallel groups).
     pub sub_groups: Vec<SubGroup>,
+}
+
+impl Job {
+    /// Whether `members` members (those holding a node or done), `by_role` of them in each
+    /// role, meet every minimum of the gang: `minMember`, and each role's `minTaskMember` where
+    /// those gate (Volcano's elastic rule: not when `minMember` is below their sum, which its
+    /// job controller sets to every task's replica count). The one rule readiness, evictions
+    /// and the reported phase share.
+    pub fn meets_minimums(&self, members: u32, by_role: impl Fn(&str) -> u32) -> bool {
+        let role_sum = (self.min_task_member.values()).fold(0u32, |s, &m| s.saturating_add(m));
+        members >= self.min_member
+            && (self.min_member < role_sum
+                || (self.min_task_member.iter()).all(|(role, &min)| by_role(role) >= min))
+    }
 }
 
 /// Members of a gang that must share a domain, in rank order.

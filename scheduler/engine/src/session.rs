@@ -644,6 +644,33 @@ impl<'a> Session<'a> {
         c
     }
 
+    /// Whether the job still meets every gang minimum ([`Job::meets_minimums`]) without the
+    /// members in `gone` (each holding a node now), counting members that hold a node (bound,
+    /// placed or pipelined) or succeeded. Without role minimums this is a count, not a scan.
+    pub fn meets_minimums(&self, job: JobId, gone: &[TaskId]) -> bool {
+        let j = self.snapshot.job(job);
+        let succeeded = self.start_counts[job.index()].succeeded;
+        let members = (self.holding[job.index()] + succeeded).saturating_sub(gone.len() as u32);
+        if j.min_task_member.is_empty() {
+            return members >= j.min_member;
+        }
+        let counts = |t: &TaskId| {
+            !gone.contains(t)
+                && matches!(
+                    self.status[t.index()],
+                    TaskStatus::Bound(_)
+                        | TaskStatus::Allocated { .. }
+                        | TaskStatus::Pipelined { .. }
+                        | TaskStatus::Succeeded
+                )
+        };
+        j.meets_minimums(members, |role| {
+            (j.tasks.iter())
+                .filter(|t| counts(t) && self.snapshot.task(**t).role_name() == role)
+                .count() as u32
+        })
+    }
+
     // ----- job phase, conditions, reservations -----
 
     /// Moves a job into the schedulable set, reserving its minResources until it holds members.
@@ -1332,7 +1359,16 @@ impl<'a> Session<'a> {
                     ..MemberCounts::default()
                 }
             };
-            let phase = if c.running + c.succeeded >= job.min_member {
+            // Running only while every minimum holds (pipelined members are not running yet).
+            let meets = if job.min_task_member.is_empty() {
+                c.running + c.succeeded >= job.min_member
+            } else {
+                let pipelined: Vec<TaskId> = (job.tasks.iter().copied())
+                    .filter(|t| matches!(self.status[t.index()], TaskStatus::Pipelined { .. }))
+                    .collect();
+                self.meets_minimums(job.id, &pipelined)
+            };
+            let phase = if meets {
                 if c.running == 0 && c.pending == 0 && c.pipelined == 0 {
                     JobPhase::Completed
                 } else {

@@ -5,6 +5,7 @@ mod allocate;
 mod enqueue;
 mod evict;
 mod topology;
+mod victims;
 
 pub use allocate::allocate;
 pub use enqueue::enqueue;
