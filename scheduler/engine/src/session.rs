@@ -636,8 +636,12 @@ impl<'a> Session<'a> {
                 }
             };
             if holds {
-                if let Some(role) = &self.snapshot.task(t).role {
-                    *c.by_role.entry(role.clone()).or_default() += 1;
+                let role = self.snapshot.task(t).role();
+                match c.by_role.get_mut(role) {
+                    Some(n) => *n += 1,
+                    None => {
+                        c.by_role.insert(role.to_string(), 1);
+                    }
                 }
             }
         }
@@ -1349,11 +1353,13 @@ impl<'a> Session<'a> {
             if settled && !self.fw.report_settled_groups {
                 continue;
             }
-            let conditions = if c.pending + c.pipelined > 0 {
-                self.conditions[job.id.index()].clone()
-            } else {
-                Vec::new()
-            };
+            // Why members wait matters only while some do; warnings hold as long as the spec.
+            let waiting = c.pending + c.pipelined > 0;
+            let conditions = self.conditions[job.id.index()]
+                .iter()
+                .filter(|c| waiting || c.kind != crate::actions::UNSCHEDULABLE)
+                .cloned()
+                .collect();
             plan.pod_groups.push(PodGroupStatus {
                 name: job.name.clone(),
                 phase,

@@ -11,11 +11,15 @@ use basalt_topology::{DomainId, TierId, Topology};
 
 use super::placement_order;
 use crate::model::{Job, NodeId, TaskId};
-use crate::resources::GPU;
+use crate::resources::{CPU, GPU, MEMORY};
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus, TopoState};
 use crate::snapshot::TopologySpec;
 
 pub const INVALID_TOPOLOGY: &str = "InvalidTopology";
+/// The condition type of a topology warning: the job is scheduled, the warning says how.
+pub const TOPOLOGY_WARNING: &str = "TopologyWarning";
+/// A preferred tier the topology does not know: the preference does not apply.
+pub const UNKNOWN_PREFERRED_TIER: &str = "UnknownPreferredTier";
 
 /// Candidate domains tried per tier before moving one tier up: the aggregate free GPUs say a
 /// domain may fit; the dry run says whether it does.
@@ -31,25 +35,35 @@ struct Reach {
     required: Option<TierId>,
 }
 
-fn reach(topo: &Topology, spec: &TopologySpec, field: &str) -> Result<Reach, String> {
-    let resolve = |which: &str, name: &String| {
-        topo.tier_id(name).ok_or_else(|| {
-            format!(
-                "{field}.{which}: unknown tier {name:?} (tiers: {})",
-                topo.tier_names().join(", ")
-            )
-        })
+/// The job's reach at `field`, and a warning when its preferred tier is one the topology does
+/// not know: a preference that cannot apply is dropped, never an error. Only a required tier
+/// that does not exist (or tiers of two ladders) is.
+fn reach(
+    topo: &Topology,
+    spec: &TopologySpec,
+    field: &str,
+) -> Result<(Reach, Option<String>), String> {
+    let unknown = |which: &str, name: &String| {
+        format!(
+            "{field}.{which}: unknown tier {name:?} (tiers: {})",
+            topo.tier_names().join(", ")
+        )
     };
-    let required = spec
-        .required
-        .as_ref()
-        .map(|n| resolve("required", n))
-        .transpose()?;
-    let preferred = spec
-        .preferred
-        .as_ref()
-        .map(|n| resolve("preferred", n))
-        .transpose()?;
+    let required = match &spec.required {
+        Some(n) => Some(topo.tier_id(n).ok_or_else(|| unknown("required", n))?),
+        None => None,
+    };
+    let mut warning = None;
+    let preferred = spec.preferred.as_ref().and_then(|n| {
+        let id = topo.tier_id(n);
+        if id.is_none() {
+            warning = Some(format!(
+                "{}; the preference does not apply",
+                unknown("preferred", n)
+            ));
+        }
+        id
+    });
     let ladder = topo.ladder_for(required.into_iter().chain(preferred));
     let mut tiers: Vec<TierId> = ladder.iter().rev().copied().collect();
     if let Some(r) = required {
@@ -58,7 +72,7 @@ fn reach(topo: &Topology, spec: &TopologySpec, field: &str) -> Result<Reach, Str
             None => return Err(format!("{field}: tiers of two different ladders")),
         }
     }
-    Ok(Reach { tiers, required })
+    Ok((Reach { tiers, required }, warning))
 }
 
 /// Places the job through the topology, or `None` when topology does not apply (no topology
@@ -76,17 +90,35 @@ pub(super) fn place(
         return None;
     }
     let invalid = |m: String| Some(Err((INVALID_TOPOLOGY, m)));
+    let mut warnings = Vec::new();
     let gang = match reach(&topo.topology, &job.topology, "spec.topology") {
-        Ok(r) => r,
+        Ok((r, w)) => {
+            warnings.extend(w);
+            r
+        }
         Err(m) => return invalid(m),
     };
     let mut subs = Vec::with_capacity(job.sub_groups.len());
     for g in &job.sub_groups {
         let field = format!("spec.subGroups[{}].topology", g.name);
         match reach(&topo.topology, &g.topology, &field) {
-            Ok(r) => subs.push(r),
+            Ok((r, w)) => {
+                // Sub-groups of one spec share its topology: one warning for them all.
+                warnings.extend(w.filter(|w| !warnings.contains(w)));
+                subs.push(r)
+            }
             Err(m) => return invalid(m),
         }
+    }
+    for message in warnings {
+        session.add_condition(
+            job.id,
+            crate::plan::Condition {
+                kind: TOPOLOGY_WARNING.to_string(),
+                reason: UNKNOWN_PREFERRED_TIER.to_string(),
+                message,
+            },
+        );
     }
     Some(place_gang(session, job, &gang, &subs, access, admissible))
 }
@@ -253,8 +285,12 @@ fn best_fits(
 }
 
 /// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
-/// one domain of its tiers, then the members outside any sub-group. A sub-group that fits
-/// nowhere is left out (the gang's readiness decides); the error says why.
+/// one domain of its tiers, then the members outside any sub-group. Sub-groups are assigned to
+/// domains by a bounded backtracking search (largest first, every candidate domain of each, a
+/// choice undone when the sub-groups after it cannot all be placed), so a placement is found
+/// whatever the order of the spec's entries. When none holds them all, each goes where it fits
+/// alone and one that fits nowhere is left out (the gang's readiness decides); the error says
+/// why.
 #[allow(clippy::too_many_arguments)]
 fn place_members(
     session: &mut Session,
@@ -266,53 +302,65 @@ fn place_members(
     access: ReservedNodes,
     admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
 ) -> Result<(), String> {
-    let mut failure: Option<String> = None;
+    let mut groups: Vec<Pending> = Vec::new();
     for (i, group) in job.sub_groups.iter().enumerate() {
-        let pending: Vec<TaskId> = group
+        let tasks: Vec<TaskId> = group
             .tasks
             .iter()
             .copied()
             .filter(|&t| *session.task_status(t) == TaskStatus::Pending && members.contains(&t))
             .collect();
-        if pending.is_empty() {
-            continue;
+        if !tasks.is_empty() {
+            let demand = demand_of(session, &tasks);
+            groups.push(Pending {
+                sub: i,
+                tasks,
+                demand,
+            });
         }
-        let gpus = gpus_of(session, &pending);
-        let mut done = false;
-        'tiers: for &tier in &subs[i].tiers {
-            for d in sub_domains(session, within, tier, gpus, subs[i].required) {
-                let mut sub = session.statement();
-                let pin = nvlink_pin(session, subs[i].required, d);
-                match fill(session, &mut sub, &pending, d, pin, access, admissible) {
-                    Ok(()) => {
-                        stmt.append(sub);
-                        done = true;
-                        break 'tiers;
-                    }
-                    Err(m) => {
-                        session.discard(sub);
-                        failure = Some(m);
-                    }
-                }
-            }
+    }
+    // The hardest to fit first, while the most room is left; ties in spec order.
+    groups.sort_by_key(|g| (std::cmp::Reverse(g.demand), g.sub));
+    let mut failure: Option<String> = None;
+    let mut search = Search {
+        job,
+        groups: &groups,
+        within,
+        subs,
+        access,
+        admissible,
+        budget: SEARCH_BUDGET,
+        chosen: Vec::new(),
+        failure: None,
+    };
+    if search.place(session, 0) {
+        for sub in search.chosen {
+            stmt.append(sub);
         }
-        if !done && subs[i].required.is_none() {
-            // Nothing required: the members go wherever they fit inside the gang's domain.
-            for &t in &pending {
-                if let Err(m) = place_one(session, stmt, t, within, None, None, access, admissible)
-                {
+    } else {
+        failure = search.failure;
+        for g in &groups {
+            let mut sub = session.statement();
+            match place_sub_group(
+                session, &mut sub, job, g, within, subs, access, admissible, None,
+            ) {
+                Ok(()) => stmt.append(sub),
+                Err(m) => {
+                    session.discard(sub);
                     failure = Some(m);
+                    if subs[g.sub].required.is_none() {
+                        // Nothing required: each member that fits is placed (extras beyond
+                        // the gang's minimum need not come in whole sub-groups).
+                        for &t in &g.tasks {
+                            if let Err(m) =
+                                place_one(session, stmt, t, within, None, None, access, admissible)
+                            {
+                                failure = Some(m);
+                            }
+                        }
+                    }
                 }
             }
-        } else if !done {
-            let topo = &session.topology().expect("topology").topology;
-            let tier = &topo.tier(subs[i].required.expect("required")).name;
-            failure = Some(format!(
-                "sub-group {} ({} pods, {gpus} GPUs) fits in no {tier} domain{}",
-                group.name,
-                pending.len(),
-                failure.map(|f| format!(" ({f})")).unwrap_or_default()
-            ));
         }
     }
     let mut prev = None;
@@ -330,17 +378,197 @@ fn place_members(
     failure.map_or(Ok(()), Err)
 }
 
-/// Domains of `tier` inside `within` (and inside one domain of `required`) with at least
-/// `gpus` free, best fit first.
+/// Domain choices tried per gang placement by the sub-group search, over all its levels: each
+/// is one placement of a sub-group's members.
+const SEARCH_BUDGET: u32 = 256;
+
+/// Candidate domains of one tier tried for a sub-group (best fit first).
+const SUB_DOMAINS: usize = 8;
+
+/// A sub-group's pending members and what they ask for in total.
+struct Pending {
+    /// Index in the job's `sub_groups`.
+    sub: usize,
+    tasks: Vec<TaskId>,
+    demand: Demand,
+}
+
+/// GPUs, CPU and memory: the resources a domain's free totals are compared in.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Demand {
+    gpus: i64,
+    cpu: i64,
+    memory: i64,
+}
+
+fn demand_of(session: &Session, tasks: &[TaskId]) -> Demand {
+    let mut d = Demand {
+        gpus: 0,
+        cpu: 0,
+        memory: 0,
+    };
+    for &t in tasks {
+        let r = &session.snapshot.task(t).request;
+        d.gpus = d.gpus.saturating_add(r.get(GPU).max(0));
+        d.cpu = d.cpu.saturating_add(r.get(CPU).max(0));
+        d.memory = d.memory.saturating_add(r.get(MEMORY).max(0));
+    }
+    d
+}
+
+/// The bounded backtracking search of [`place_members`].
+struct Search<'a> {
+    job: &'a Job,
+    groups: &'a [Pending],
+    within: Option<DomainId>,
+    subs: &'a [Reach],
+    access: ReservedNodes,
+    admissible: &'a dyn Fn(&Session, TaskId) -> Result<(), String>,
+    budget: u32,
+    /// One statement per sub-group placed so far, in order (undone newest first).
+    chosen: Vec<Statement>,
+    failure: Option<String>,
+}
+
+impl Search<'_> {
+    /// Places `groups[k..]`, each in one of its candidate domains; on `false` nothing of them
+    /// is left placed.
+    fn place(&mut self, session: &mut Session, k: usize) -> bool {
+        let Some(g) = self.groups.get(k) else {
+            return true;
+        };
+        let reach = &self.subs[g.sub];
+        let mut candidates: Vec<Option<DomainId>> = Vec::new();
+        for &tier in &reach.tiers {
+            for d in sub_domains(session, self.within, tier, g.demand, reach.required) {
+                if !candidates.contains(&Some(d)) {
+                    candidates.push(Some(d));
+                }
+            }
+        }
+        if reach.required.is_none() {
+            // Nothing required: anywhere inside the gang's domain is the last choice.
+            candidates.push(None);
+        }
+        for d in candidates {
+            if self.budget == 0 {
+                return false;
+            }
+            self.budget -= 1;
+            let mut sub = session.statement();
+            let placed = place_sub_group(
+                session,
+                &mut sub,
+                self.job,
+                g,
+                self.within,
+                self.subs,
+                self.access,
+                self.admissible,
+                Some(d),
+            );
+            match placed {
+                Ok(()) => {
+                    self.chosen.push(sub);
+                    if self.place(session, k + 1) {
+                        return true;
+                    }
+                    let sub = self.chosen.pop().expect("pushed above");
+                    session.discard(sub);
+                }
+                Err(m) => {
+                    session.discard(sub);
+                    self.failure = Some(m);
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Places all of a sub-group's pending members or fails: in `choice` when given (`Some(None)`:
+/// anywhere inside `within`), else in the first of its candidate domains that holds it (and,
+/// with nothing required, member by member wherever each fits).
+#[allow(clippy::too_many_arguments)]
+fn place_sub_group(
+    session: &mut Session,
+    stmt: &mut Statement,
+    job: &Job,
+    g: &Pending,
+    within: Option<DomainId>,
+    subs: &[Reach],
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+    choice: Option<Option<DomainId>>,
+) -> Result<(), String> {
+    let reach = &subs[g.sub];
+    let scatter = |session: &mut Session, stmt: &mut Statement| -> Result<(), String> {
+        for &t in &g.tasks {
+            place_one(session, stmt, t, within, None, None, access, admissible)?;
+        }
+        Ok(())
+    };
+    match choice {
+        Some(Some(d)) => {
+            let pin = nvlink_pin(session, reach.required, d);
+            return fill(session, stmt, &g.tasks, d, pin, access, admissible);
+        }
+        Some(None) => return scatter(session, stmt),
+        None => {}
+    }
+    let mut failure = None;
+    for &tier in &reach.tiers {
+        for d in sub_domains(session, within, tier, g.demand, reach.required) {
+            let mut sub = session.statement();
+            let pin = nvlink_pin(session, reach.required, d);
+            match fill(session, &mut sub, &g.tasks, d, pin, access, admissible) {
+                Ok(()) => {
+                    stmt.append(sub);
+                    return Ok(());
+                }
+                Err(m) => {
+                    session.discard(sub);
+                    failure = Some(m);
+                }
+            }
+        }
+    }
+    let Some(required) = reach.required else {
+        // Nothing required: the members go wherever they fit inside the gang's domain.
+        return scatter(session, stmt);
+    };
+    let topo = &session.topology().expect("topology").topology;
+    Err(format!(
+        "sub-group {} ({} pods, {} GPUs) fits in no {} domain{}",
+        job.sub_groups[g.sub].name,
+        g.tasks.len(),
+        g.demand.gpus,
+        topo.tier(required).name,
+        failure.map(|f| format!(" ({f})")).unwrap_or_default()
+    ))
+}
+
+/// Domains of `tier` inside `within` (and inside one domain of `required`) whose free GPUs,
+/// CPU and memory hold `demand`, best fit first, at most [`SUB_DOMAINS`].
 fn sub_domains(
     session: &Session,
     within: Option<DomainId>,
     tier: TierId,
-    gpus: i64,
+    demand: Demand,
     required: Option<TierId>,
 ) -> Vec<DomainId> {
     let topo = session.topology().expect("topology");
     let t = &topo.topology;
+    let room = |d: DomainId| {
+        let (mut cpu, mut memory) = (0i64, 0i64);
+        for &n in &t.domain(d).nodes {
+            let free = session.free(NodeId(n));
+            cpu = cpu.saturating_add(free.get(CPU));
+            memory = memory.saturating_add(free.get(MEMORY));
+        }
+        cpu >= demand.cpu && memory >= demand.memory
+    };
+    let inside_required = |d: DomainId| required.is_none_or(|r| t.enclosing(d, r).is_some());
     let mut found: Vec<DomainId> = match within {
         Some(w) => {
             let w_tier = t.domain(w).tier;
@@ -353,14 +581,18 @@ fn sub_domains(
             ds.sort_unstable();
             ds.dedup();
             // A tier coarser than the gang's domain is no tighter than the domain itself.
-            ds.retain(|&d| topo.free(d) >= gpus && t.enclosing(d, w_tier) == Some(w));
+            ds.retain(|&d| topo.free(d) >= demand.gpus && t.enclosing(d, w_tier) == Some(w));
             ds.sort_by_key(|&d| (topo.free(d), d));
             ds
         }
-        None => topo.fitting(tier, gpus).take(4 * TRIES_PER_TIER).collect(),
+        None => topo
+            .fitting(tier, demand.gpus)
+            .filter(|&d| inside_required(d))
+            .take(4 * SUB_DOMAINS)
+            .collect(),
     };
-    found.retain(|&d| required.is_none_or(|r| t.enclosing(d, r).is_some()));
-    found.truncate(TRIES_PER_TIER);
+    found.retain(|&d| inside_required(d) && room(d));
+    found.truncate(SUB_DOMAINS);
     found
 }
 
@@ -507,6 +739,7 @@ pub(super) fn eviction_domains(session: &Session, job: &Job) -> Option<Vec<Vec<N
     let topo = session.topology()?;
     let required = reach(&topo.topology, &job.topology, "spec.topology")
         .ok()?
+        .0
         .required?;
     let t = &topo.topology;
     let mut domains: Vec<DomainId> = (0..t.domains.len() as u32)
