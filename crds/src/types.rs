@@ -80,7 +80,7 @@ fn yes() -> bool {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
-    /// How many pods must be placed together before any of them starts.
+    /// How many pods must be placed together before any of them starts; 0: no gang minimum.
     #[serde(default = "one_i32")]
     pub min_member: i32,
     /// Per-role minimums (role from the pod's `scheduling.basalt.dev/role` label).

@@ -380,7 +380,7 @@ fn place_members(
 
 /// Domain choices tried per gang placement by the sub-group search, over all its levels: each
 /// is one placement of a sub-group's members.
-const SEARCH_BUDGET: u32 = 256;
+const SEARCH_BUDGET: u32 = 1024;
 
 /// Candidate domains of one tier tried for a sub-group (best fit first).
 const SUB_DOMAINS: usize = 8;
