@@ -61,11 +61,14 @@ impl JobValid for Gang {
         let snap = session.snapshot;
         let j = snap.job(job);
         let live_task = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
+        let roles = roles_gate(j) && !j.min_task_member.is_empty();
         let mut live = 0u32;
         let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
         for &t in j.tasks.iter().filter(|&&t| live_task(t)) {
             live += 1;
-            *by_role.entry(snap.task(t).role()).or_default() += 1;
+            if roles {
+                *by_role.entry(snap.task(t).role()).or_default() += 1;
+            }
         }
         let fail = |message: String| Condition {
             kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
@@ -78,7 +81,7 @@ impl JobValid for Gang {
                 j.min_member
             )));
         }
-        if roles_gate(j) {
+        if roles {
             for (role, &min) in &j.min_task_member {
                 let have = by_role.get(role.as_str()).copied().unwrap_or(0);
                 if have < min {

@@ -108,7 +108,8 @@ pub struct MemberCounts {
     pub pending: u32,
     /// Placed on capacity that evictions are freeing (nominated, not bound).
     pub pipelined: u32,
-    /// Per role: running + pipelined + succeeded.
+    /// Per role named in `minTaskMember` (a pod without a role is role `""`): running +
+    /// pipelined + succeeded.
     pub by_role: BTreeMap<String, u32>,
 }
 
@@ -612,6 +613,7 @@ impl<'a> Session<'a> {
 
     pub fn counts(&self, job: JobId) -> MemberCounts {
         let mut c = MemberCounts::default();
+        let minimums = &self.snapshot.job(job).min_task_member;
         for &t in &self.snapshot.job(job).tasks {
             let holds = match self.status[t.index()] {
                 TaskStatus::Pending | TaskStatus::Evicted(_) => {
@@ -635,8 +637,12 @@ impl<'a> Session<'a> {
                     false
                 }
             };
-            if holds {
+            // Only roles with a minimum are counted: nothing else reads them.
+            if holds && !minimums.is_empty() {
                 let role = self.snapshot.task(t).role();
+                if !minimums.contains_key(role) {
+                    continue;
+                }
                 match c.by_role.get_mut(role) {
                     Some(n) => *n += 1,
                     None => {
