@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use basalt_engine::{
-    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSpec, PodSpec, QueueSpec, ResourceList, Snapshot,
-    SnapshotError, Taint, TaintEffect, MAX_GPUS_PER_NODE,
+    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSpec, PodSpec, QueueSpec, ResourceList,
+    SelectorOperator, SelectorRequirement, Snapshot, SnapshotError, Taint, TaintEffect,
+    MAX_GPUS_PER_NODE,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use thiserror::Error;
 
 use crate::quantity;
@@ -188,7 +189,7 @@ impl Context {
             Object::Pod(p) => {
                 Converted::Pod(pod::pod(&cx, p, &self.priorities, options, warnings)?)
             }
-            Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities)?),
+            Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
             Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {
                 return Ok(None)
@@ -547,28 +548,107 @@ fn taint_effect(s: &str) -> Option<TaintEffect> {
 }
 
 // ---------------------------------------------------------------------------------------------
+/// A Kubernetes label selector as a predicate over a label map; an empty selector matches
+/// everything, as in Kubernetes.
+#[allow(clippy::type_complexity)]
+fn label_selector(
+    cx: &Cx,
+    field: &str,
+    selector: &LabelSelector,
+) -> Result<Box<dyn Fn(&BTreeMap<String, String>) -> bool>, ConvertError> {
+    let requirements = selector_requirements(cx, field, selector)?;
+    Ok(Box::new(move |labels: &BTreeMap<String, String>| {
+        requirements
+            .iter()
+            .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
+    }))
+}
+
+/// A Kubernetes label selector as requirements that must all hold (`matchLabels` entries
+/// become `In` with one value); fails at the first operator or value list Kubernetes refuses.
+fn selector_requirements(
+    cx: &Cx,
+    field: &str,
+    selector: &LabelSelector,
+) -> Result<Vec<SelectorRequirement>, ConvertError> {
+    let mut out: Vec<SelectorRequirement> = (selector.match_labels.iter().flatten())
+        .map(|(k, v)| SelectorRequirement {
+            key: k.clone(),
+            operator: SelectorOperator::In,
+            values: vec![v.clone()],
+        })
+        .collect();
+    let exprs = selector.match_expressions.as_deref().unwrap_or_default();
+    for (j, e) in exprs.iter().enumerate() {
+        let at = format!("{field}.matchExpressions[{j}]");
+        let values = e.values.clone().unwrap_or_default();
+        let operator = match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(cx.err(
+                    format!("{at}.values"),
+                    format!("operator {} needs at least one value", e.operator),
+                ))
+            }
+            "In" => SelectorOperator::In,
+            "NotIn" => SelectorOperator::NotIn,
+            "Exists" => SelectorOperator::Exists,
+            "DoesNotExist" => SelectorOperator::DoesNotExist,
+            other => {
+                return Err(cx.err(
+                    format!("{at}.operator"),
+                    format!(
+                        "unknown operator {other:?}: expected In, NotIn, Exists or DoesNotExist"
+                    ),
+                ))
+            }
+        };
+        out.push(SelectorRequirement {
+            key: e.key.clone(),
+            operator,
+            values,
+        });
+    }
+    Ok(out)
+}
+
 // PodGroups and queues
 // ---------------------------------------------------------------------------------------------
 
-fn group(cx: &Cx, g: &PodGroup, priorities: &Priorities) -> Result<GroupSpec, ConvertError> {
+fn group(
+    cx: &Cx,
+    g: &PodGroup,
+    priorities: &Priorities,
+    warnings: &mut Vec<String>,
+) -> Result<GroupSpec, ConvertError> {
     let name = cx.name(&g.metadata)?.to_string();
     let s = &g.spec;
     let min_resources = match s.min_resources.is_empty() {
         true => None,
         false => Some(cx.resources("spec.minResources", &s.min_resources)?),
     };
-    // No class means no group priority: the engine then takes the highest of its pods.
+    // No class means no group priority: the engine then takes the highest of its pods. A class
+    // that does not exist gets the default priority, as in Volcano (a warning, not an error:
+    // the group is legal and its pods carry their own priorities).
     let priority = match s.priority_class_name.as_deref() {
-        Some(class) if !class.is_empty() => {
-            Some(priorities.lookup(cx, "spec.priorityClassName", class)?)
-        }
+        Some(class) if !class.is_empty() => Some(
+            priorities
+                .lookup(cx, "spec.priorityClassName", class)
+                .unwrap_or_else(|e| {
+                    let default = priorities.global_default.unwrap_or(0);
+                    warnings.push(cx.warning(
+                        &e.field,
+                        format!("{}; the default priority {default} is used", e.message),
+                    ));
+                    default
+                }),
+        ),
         _ => None,
     };
     Ok(GroupSpec {
         namespace: namespace(&g.metadata),
         name,
         queue: s.queue.clone().filter(|q| !q.is_empty()),
-        // Widened as is: the engine rejects minMember < 1 with its own message.
+        // Widened as is: the engine rejects a negative minMember with its own message.
         min_member: i64::from(s.min_member),
         min_task_member: s
             .min_task_member
@@ -634,10 +714,22 @@ fn sub_groups(
         if let Some(j) = g.match_label_keys.iter().position(String::is_empty) {
             return Err(cx.err(format!("{at}.matchLabelKeys[{j}]"), "must not be empty"));
         }
+        let min_sub_groups = u32::try_from(g.min_sub_groups).map_err(|_| {
+            cx.err(
+                format!("{at}.minSubGroups"),
+                format!("must not be negative, got {}", g.min_sub_groups),
+            )
+        })?;
+        let selector = match &g.label_selector {
+            Some(s) => selector_requirements(cx, &format!("{at}.labelSelector"), s)?,
+            None => Vec::new(),
+        };
         out.push(basalt_engine::SubGroupSpec {
             name: g.name.clone(),
             size,
             match_label_keys: g.match_label_keys.clone(),
+            selector,
+            min_sub_groups,
             topology: topology(cx, &format!("{at}.topology"), &g.topology)?,
         });
     }

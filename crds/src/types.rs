@@ -42,6 +42,10 @@ fn one_u32() -> u32 {
     1
 }
 
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
 fn yes() -> bool {
     true
 }
@@ -76,7 +80,7 @@ fn yes() -> bool {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
-    /// How many pods must be placed together before any of them starts.
+    /// How many pods must be placed together before any of them starts; 0: no gang minimum.
     #[serde(default = "one_i32")]
     pub min_member: i32,
     /// Per-role minimums (role from the pod's `scheduling.basalt.dev/role` label).
@@ -128,7 +132,7 @@ impl TopologyConstraint {
 }
 
 /// Pods of a gang that must share a domain, e.g. a tensor-parallel group.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SubGroup {
     /// Unique within the PodGroup; the sub-groups formed are named `<name>-<i>` (rank blocks)
@@ -144,6 +148,15 @@ pub struct SubGroup {
     /// one of the keys are left to later entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_label_keys: Vec<String>,
+    /// Only pods matching this selector belong to the entry; the others are left to later
+    /// entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// The gang starts only when at least this many of the entry's sub-groups are complete
+    /// (hold `size` pods each); 0, the default, gates nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub min_sub_groups: i32,
     /// The tier one domain of which must (or should) hold each sub-group.
     #[serde(default, skip_serializing_if = "TopologyConstraint::is_empty")]
     pub topology: TopologyConstraint,
@@ -660,10 +673,8 @@ pub mod volcano {
         pub match_label_keys: Vec<String>,
         #[serde(default)]
         pub network_topology: Option<NetworkTopology>,
-        /// Not honoured (Basalt forms sub-groups by `matchLabelKeys` alone): a warning.
         #[serde(default)]
-        pub label_selector: Option<serde_json::Value>,
-        /// Not honoured (the whole gang's `minMember` applies): a warning when above 0.
+        pub label_selector: Option<LabelSelector>,
         #[serde(default)]
         pub min_sub_groups: Option<i32>,
     }
@@ -722,11 +733,11 @@ pub mod volcano {
     }
 
     impl PodGroup {
-        /// The Basalt form of this PodGroup, with warnings about what Basalt does not honour.
+        /// The Basalt form of this PodGroup, with warnings about what Basalt does not honour
+        /// (none at present).
         /// Fails on the first bad field.
         pub fn into_basalt(self) -> Result<(super::PodGroup, Vec<Issue>), Issue> {
             let s = self.spec;
-            let mut warnings = Vec::new();
             let topology = match &s.network_topology {
                 Some(nt) => nt.to_basalt("spec.networkTopology")?,
                 None => super::TopologyConstraint::default(),
@@ -760,16 +771,11 @@ pub mod volcano {
                         "must not be empty".into(),
                     ));
                 }
-                if p.label_selector.is_some() {
-                    warnings.push((
-                        format!("{at}.labelSelector"),
-                        "ignored: Basalt forms sub-groups by matchLabelKeys alone".into(),
-                    ));
-                }
-                if p.min_sub_groups.is_some_and(|m| m > 0) {
-                    warnings.push((
+                let min_sub_groups = p.min_sub_groups.unwrap_or(0);
+                if min_sub_groups < 0 {
+                    return Err((
                         format!("{at}.minSubGroups"),
-                        "ignored: the whole gang's minMember applies".into(),
+                        format!("must not be negative, got {min_sub_groups}"),
                     ));
                 }
                 let topology = match &p.network_topology {
@@ -780,6 +786,8 @@ pub mod volcano {
                     name: p.name,
                     size,
                     match_label_keys: p.match_label_keys,
+                    label_selector: p.label_selector,
+                    min_sub_groups,
                     topology,
                 });
             }
@@ -796,7 +804,8 @@ pub mod volcano {
                 },
                 status: self.status,
             };
-            Ok((group, warnings))
+            // Every field is honoured today; the list stays for fields Volcano adds later.
+            Ok((group, Vec::new()))
         }
     }
 

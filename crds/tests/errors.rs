@@ -4,7 +4,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use basalt_crds::{build_snapshot, cluster_spec, load_files, read_objects, ConvertOptions, Error};
+use basalt_crds::{
+    build_snapshot, build_snapshot_with_warnings, cluster_spec, load_files, read_objects,
+    ConvertOptions, Error,
+};
 
 /// Reads `text` as `file` and builds a snapshot, returning the error message.
 fn fail(file: &str, text: &str) -> String {
@@ -82,13 +85,23 @@ fn broken_yaml() {
 }
 
 #[test]
-fn min_member_zero_reaches_engine_validation() {
+fn negative_min_member_reaches_engine_validation() {
     let text = "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n---\n\
-                apiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: g, namespace: ml}\nspec: {minMember: 0}\n";
-    assert_prefix(
-        &fail("groups.yaml", text),
-        "groups.yaml: document 2: PodGroup ml/g: spec.minMember: ",
+                apiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: g, namespace: ml}\nspec: {minMember: -1}\n";
+    assert_eq!(
+        fail("groups.yaml", text),
+        "groups.yaml: document 2: PodGroup ml/g: spec.minMember: must not be negative, got -1",
     );
+    // 0 is Volcano's "no gang minimum", legal in both formats.
+    for api in [
+        "scheduling.basalt.dev/v1alpha1",
+        "scheduling.volcano.sh/v1beta1",
+    ] {
+        let text = format!("apiVersion: {api}\nkind: PodGroup\nmetadata: {{name: g, namespace: ml}}\nspec: {{minMember: 0}}\n");
+        let objects = read_objects("groups.yaml", &text).unwrap().objects;
+        let snapshot = build_snapshot(&objects, &ConvertOptions::default()).unwrap();
+        assert_eq!(snapshot.jobs[0].min_member, 0, "{api}");
+    }
 }
 
 #[test]
@@ -116,11 +129,33 @@ fn missing_priority_class() {
         fail("p.yaml", pod),
         "p.yaml: document 1: Pod ns/p: spec.priorityClassName: names PriorityClass gold, which does not exist"
     );
-    let group = "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: g, namespace: ns}\nspec: {priorityClassName: gold}\n";
-    assert_eq!(
-        fail("g.yaml", group),
-        "g.yaml: document 1: PodGroup ns/g: spec.priorityClassName: names PriorityClass gold, which does not exist"
-    );
+}
+
+/// A PodGroup naming a PriorityClass that does not exist is legal (Volcano gives it the default
+/// priority): a warning, the globalDefault class's value, else 0.
+#[test]
+fn pod_group_with_a_missing_priority_class_gets_the_default() {
+    let group = |api: &str| {
+        format!("apiVersion: {api}\nkind: PodGroup\nmetadata: {{name: g, namespace: ns}}\nspec: {{priorityClassName: gold}}\n")
+    };
+    let default_class = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: std}\nvalue: 7\nglobalDefault: true\n---\n";
+    for api in [
+        "scheduling.basalt.dev/v1alpha1",
+        "scheduling.volcano.sh/v1beta1",
+    ] {
+        for (classes, want) in [("", 0), (default_class, 7)] {
+            let text = format!("{classes}{}", group(api));
+            let objects = read_objects("g.yaml", &text).unwrap().objects;
+            let (snapshot, warnings) =
+                build_snapshot_with_warnings(&objects, &ConvertOptions::default()).unwrap();
+            assert_eq!(snapshot.jobs[0].priority, want, "{api}");
+            let doc = if classes.is_empty() { 1 } else { 2 };
+            assert_eq!(
+                warnings,
+                [format!("g.yaml: document {doc}: PodGroup ns/g: spec.priorityClassName: names PriorityClass gold, which does not exist; the default priority {want} is used")]
+            );
+        }
+    }
 }
 
 #[test]

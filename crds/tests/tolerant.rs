@@ -60,11 +60,11 @@ kind: Pod
 metadata: {name: lost-1, namespace: ml, labels: {scheduling.basalt.dev/pod-group: lost}}
 spec: {schedulerName: basalt, containers: [{name: c, resources: {requests: {nvidia.com/gpu: "4"}}}]}
 ---
-# The engine refuses a minimum of 0 for Basalt's own PodGroup: left out, its bound pod counts.
+# The engine refuses a negative minimum: left out, its bound pod counts.
 apiVersion: scheduling.basalt.dev/v1alpha1
 kind: PodGroup
 metadata: {name: zero, namespace: ml}
-spec: {minMember: 0, queue: team}
+spec: {minMember: -1, queue: team}
 ---
 apiVersion: v1
 kind: Pod

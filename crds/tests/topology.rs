@@ -11,7 +11,7 @@ use basalt_crds::{
     build_snapshot, build_snapshot_with_warnings, cluster_spec, cluster_spec_with_warnings,
     load_files, read_objects, ConvertOptions, Object, PodGroup,
 };
-use basalt_engine::{GroupSpec, SubGroupSpec, TopologySpec};
+use basalt_engine::{GroupSpec, SelectorOperator, SelectorRequirement, SubGroupSpec, TopologySpec};
 use common::{data, objects};
 
 fn tiers(required: Option<&str>, preferred: Option<&str>) -> TopologySpec {
@@ -53,6 +53,7 @@ fn basalt_topology_and_sub_groups_reach_the_group_spec() {
             size: 2,
             match_label_keys: vec![],
             topology: tiers(Some("nvlink"), None),
+            ..SubGroupSpec::default()
         }]
     );
     let pd = group(&spec.groups, "pd");
@@ -64,6 +65,7 @@ fn basalt_topology_and_sub_groups_reach_the_group_spec() {
             size: 1,
             match_label_keys: vec!["example.com/tp-group".into()],
             topology: tiers(None, Some("nvlink")),
+            ..SubGroupSpec::default()
         }]
     );
     let ranks: BTreeMap<&str, Option<u32>> = spec
@@ -233,6 +235,7 @@ fn volcano_network_topology_and_sub_group_policy() {
                 size: 2,
                 match_label_keys: vec!["volcano.sh/partition-id".into()],
                 topology: tiers(Some("volcano-tier-1"), None),
+                ..SubGroupSpec::default()
             },
             SubGroupSpec {
                 name: "rest".into(),
@@ -240,6 +243,7 @@ fn volcano_network_topology_and_sub_group_policy() {
                 match_label_keys: vec![],
                 // Soft without a tier: the closest tier, preferred.
                 topology: tiers(None, Some("volcano-tier-1")),
+                ..SubGroupSpec::default()
             }
         ]
     );
@@ -372,12 +376,58 @@ fn load_files_reports_read_and_conversion_warnings() {
     assert_eq!(
         warnings,
         [
-            format!("{file}: document 4: PodGroup ml/j: spec.subGroupPolicy[0].labelSelector: ignored: Basalt forms sub-groups by matchLabelKeys alone"),
-            format!("{file}: document 4: PodGroup ml/j: spec.subGroupPolicy[0].minSubGroups: ignored: the whole gang's minMember applies"),
             format!("{file}: document 3: HyperNode b: spec.members: node n0 is also in HyperNode a of tier 1; a wins (first by name)"),
         ]
     );
     assert_eq!(snapshot.nodes.len(), 2);
+    // labelSelector and minSubGroups are honoured, not warned about.
+    let job = &snapshot.jobs[0];
+    assert_eq!(job.sub_group_policies[0].min_sub_groups, 2);
+}
+
+#[test]
+fn sub_group_label_selector_and_min_sub_groups_convert() {
+    let text = format!(
+        "{VPG_HEAD}spec:\n  subGroupPolicy:\n  - name: p\n    matchLabelKeys: [part]\n    minSubGroups: 1\n    \
+         labelSelector: {{matchLabels: {{role: w}}, matchExpressions: [{{key: tier, operator: NotIn, values: [x]}}]}}\n"
+    );
+    let spec = cluster_spec(&objects("v.yaml", &text), &ConvertOptions::default()).unwrap();
+    let sg = &spec.groups[0].sub_groups[0];
+    assert_eq!(sg.min_sub_groups, 1);
+    assert_eq!(
+        sg.selector,
+        [
+            SelectorRequirement {
+                key: "role".into(),
+                operator: SelectorOperator::In,
+                values: vec!["w".into()],
+            },
+            SelectorRequirement {
+                key: "tier".into(),
+                operator: SelectorOperator::NotIn,
+                values: vec!["x".into()],
+            },
+        ]
+    );
+    for (bad, field) in [
+        (
+            "minSubGroups: -1",
+            "spec.subGroupPolicy[0].minSubGroups: must not be negative, got -1",
+        ),
+        (
+            "labelSelector: {matchExpressions: [{key: a, operator: Near}]}",
+            "labelSelector.matchExpressions[0].operator: unknown operator \"Near\"",
+        ),
+    ] {
+        let text = format!("{VPG_HEAD}spec:\n  subGroupPolicy:\n  - name: p\n    {bad}\n");
+        let err = match read_objects("v.yaml", &text) {
+            Err(e) => e.to_string(),
+            Ok(l) => cluster_spec(&l.objects, &ConvertOptions::default())
+                .unwrap_err()
+                .to_string(),
+        };
+        assert!(err.contains(field), "{err}");
+    }
 }
 
 const VPG_HEAD: &str =

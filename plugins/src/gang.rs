@@ -1,29 +1,67 @@
-//! Gang admission: a job starts only when at least `minMember` of its members (and
-//! `minTaskMember` per role) hold a node together, counting members already bound or succeeded
-//! and those placed in the open statement.
+//! Gang admission, with Volcano's rules: a job starts only when at least `minMember` of its
+//! members hold a node together (bound, succeeded, or placed in the open statement), each role
+//! holds its `minTaskMember` (a pod without a role label is role `""`), and each sub-group spec
+//! has `minSubGroups` complete sub-groups.
+//!
+//! - `minMember: 0` means no gang minimum: the job is always valid and ready.
+//! - When `minMember` is below the sum of `minTaskMember`, the per-role minimums gate nothing
+//!   (Volcano's job controller fills `minTaskMember` with every task's replicas, so an elastic
+//!   job with `minAvailable` below its replicas must still start partially).
+//! - A sub-group is complete when it holds its size (all of a short last rank block).
 
 use std::collections::BTreeMap;
 
-use basalt_engine::{Condition, JobId, JobReady, JobValid, Session, TaskStatus};
+use basalt_engine::{Condition, Job, JobId, JobReady, JobValid, Session, TaskId, TaskStatus};
 
 pub const NOT_ENOUGH_PODS: &str = "NotEnoughPods";
 
 pub struct Gang;
 
+/// Sub-groups of each spec with at least their size of members passing `counts`, by spec
+/// index, for the specs that set `minSubGroups`; the first spec short of it, as
+/// `(spec name, have, min)`.
+fn short_sub_groups(job: &Job, counts: impl Fn(TaskId) -> bool) -> Option<(&str, u32, u32)> {
+    if job.sub_group_policies.iter().all(|p| p.min_sub_groups == 0) {
+        return None;
+    }
+    let mut complete = vec![0u32; job.sub_group_policies.len()];
+    for g in &job.sub_groups {
+        let have = g.tasks.iter().filter(|&&t| counts(t)).count() as u32;
+        if have >= g.min_member {
+            complete[g.policy as usize] += 1;
+        }
+    }
+    job.sub_group_policies
+        .iter()
+        .zip(complete)
+        .find(|(p, have)| *have < p.min_sub_groups)
+        .map(|(p, have)| (p.name.as_str(), have, p.min_sub_groups))
+}
+
+/// Holds a node (or has finished on one): counts toward the gang's minimums.
+fn holds(status: &TaskStatus) -> bool {
+    matches!(
+        status,
+        TaskStatus::Bound(_)
+            | TaskStatus::Allocated { .. }
+            | TaskStatus::Pipelined { .. }
+            | TaskStatus::Succeeded
+    )
+}
+
 impl JobValid for Gang {
-    /// A gang with fewer live pods than its minimum can never start: report it, place nothing.
+    /// A gang with fewer live pods than its minimums can never start: report it, place nothing.
     fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition> {
         let snap = session.snapshot;
         let j = snap.job(job);
+        let live_task = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
+        let roles = j.roles_gate() && !j.min_task_member.is_empty();
         let mut live = 0u32;
         let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
-        for &t in &j.tasks {
-            if *session.task_status(t) == TaskStatus::Failed {
-                continue;
-            }
+        for &t in j.tasks.iter().filter(|&&t| live_task(t)) {
             live += 1;
-            if let Some(role) = &snap.task(t).role {
-                *by_role.entry(role).or_default() += 1;
+            if roles {
+                *by_role.entry(snap.task(t).role()).or_default() += 1;
             }
         }
         let fail = |message: String| Condition {
@@ -37,13 +75,21 @@ impl JobValid for Gang {
                 j.min_member
             )));
         }
-        for (role, &min) in &j.min_task_member {
-            let have = by_role.get(role.as_str()).copied().unwrap_or(0);
-            if have < min {
-                return Err(fail(format!(
-                    "role {role}: {have}/{min} pods exist; waiting for minTaskMember"
-                )));
+        if roles {
+            for (role, &min) in &j.min_task_member {
+                let have = by_role.get(role.as_str()).copied().unwrap_or(0);
+                if have < min {
+                    return Err(fail(format!(
+                        "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
+                    )));
+                }
             }
+        }
+        if let Some((name, have, min)) = short_sub_groups(j, live_task) {
+            return Err(fail(format!(
+                "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
+                 minSubGroups"
+            )));
         }
         Ok(())
     }
@@ -53,9 +99,8 @@ impl JobReady for Gang {
     fn ready(&self, session: &Session, job: JobId) -> bool {
         let j = session.snapshot.job(job);
         let c = session.counts(job);
-        c.running + c.pipelined + c.succeeded >= j.min_member
-            && j.min_task_member
-                .iter()
-                .all(|(role, &min)| c.by_role.get(role).copied().unwrap_or(0) >= min)
+        j.meets_minimums(c.running + c.pipelined + c.succeeded, |role| {
+            c.by_role.get(role).copied().unwrap_or(0)
+        }) && short_sub_groups(j, |t| holds(session.task_status(t))).is_none()
     }
 }

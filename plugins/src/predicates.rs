@@ -3,8 +3,7 @@
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
 use basalt_engine::{
-    Node, NodeFilter, NodeSelectorTerm, PlacementRules, Reason, SelectorOperator,
-    SelectorRequirement, Taint, TaintEffect, Toleration,
+    Node, NodeFilter, NodeSelectorTerm, PlacementRules, Reason, Taint, TaintEffect, Toleration,
 };
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -60,36 +59,18 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     }
     term.match_expressions
         .iter()
-        .all(|r| requirement_matches(r, node.labels.get(&r.key).map(String::as_str)))
+        .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
         && term.match_fields.iter().all(|r| {
             // `metadata.name` is the only node field Kubernetes supports here.
-            r.key == "metadata.name" && requirement_matches(r, Some(node.name.as_str()))
+            r.key == "metadata.name" && r.matches(Some(node.name.as_str()))
         })
-}
-
-fn requirement_matches(r: &SelectorRequirement, value: Option<&str>) -> bool {
-    match r.operator {
-        SelectorOperator::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        SelectorOperator::NotIn => value.is_none_or(|v| !r.values.iter().any(|x| x == v)),
-        SelectorOperator::Exists => value.is_some(),
-        SelectorOperator::DoesNotExist => value.is_none(),
-        SelectorOperator::Gt | SelectorOperator::Lt => {
-            let (Some(v), [bound]) = (value, r.values.as_slice()) else {
-                return false;
-            };
-            match (v.parse::<i64>(), bound.parse::<i64>()) {
-                (Ok(v), Ok(b)) if r.operator == SelectorOperator::Gt => v > b,
-                (Ok(v), Ok(b)) => v < b,
-                _ => false,
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use basalt_engine::{NodeId, RequiredNodeAffinity, Resources, TolerationOperator};
+    use basalt_engine::{SelectorOperator, SelectorRequirement};
     use std::collections::BTreeMap;
 
     fn node(labels: &[(&str, &str)]) -> Node {

@@ -155,6 +155,7 @@ fn spec(ns: &[N], gs: &[G]) -> ClusterSpec {
                         required: Some(TIERS[tier].to_string()),
                         preferred: None,
                     },
+                    ..SubGroupSpec::default()
                 })
                 .into_iter()
                 .collect(),

@@ -198,6 +198,7 @@ impl Synthetic {
                         size,
                         match_label_keys: Vec::new(),
                         topology: topo("nvlink"),
+                        ..SubGroupSpec::default()
                     })
                     .into_iter()
                     .collect(),

@@ -50,13 +50,14 @@ fn broken_yaml_names_file_and_position() {
 }
 
 #[test]
-fn min_member_below_one() {
+fn min_member_negative() {
+    // 0 is legal (no gang minimum, see scenarios/min-member-zero); below 0 is not.
     assert_rejected(
-        &plan(&bad("min-member-zero.yaml")),
+        &plan(&bad("min-member-negative.yaml")),
         &[
-            "min-member-zero.yaml",
+            "min-member-negative.yaml",
             "PodGroup team/broken",
-            "spec.minMember",
+            "spec.minMember: must not be negative, got -1",
         ],
     );
 }

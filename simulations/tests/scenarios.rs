@@ -18,6 +18,8 @@
 //!   reason: NotEnoughResources     # optional: a condition with this reason must be present
 //!   message: "0/2 nodes"           # optional: ... whose message contains this text
 //!   noConditions: true             # optional: the group must have no condition
+//! warnings:                 # optional: each must be part of a `basalt-sim: warning:` line
+//! - "spec.priorityClassName"
 //! ```
 
 use std::collections::BTreeSet;
@@ -36,6 +38,8 @@ struct Expected {
     queues: Vec<ExpectedQueue>,
     #[serde(default)]
     pod_groups: Vec<ExpectedGroup>,
+    #[serde(default)]
+    warnings: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -88,7 +92,8 @@ fn scenario_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios")
 }
 
-fn run_plan(manifest: &Path, config: Option<&Path>) -> serde_json::Value {
+/// The plan `basalt-sim plan` prints, and the warnings it writes on stderr.
+fn run_plan(manifest: &Path, config: Option<&Path>) -> (serde_json::Value, Vec<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt-sim"));
     // A fixed instant: waiting times in scenarios do not depend on the wall clock.
     cmd.args(["plan", "--output", "json", "--now", "2026-12-01T00:00:00Z"])
@@ -104,11 +109,30 @@ fn run_plan(manifest: &Path, config: Option<&Path>) -> serde_json::Value {
         manifest.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("plan JSON")
+    let warnings = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.strip_prefix("basalt-sim: warning: "))
+        .map(str::to_string)
+        .collect();
+    (
+        serde_json::from_slice(&out.stdout).expect("plan JSON"),
+        warnings,
+    )
 }
 
-fn check(name: &str, plan: &serde_json::Value, expected: &Expected) -> Vec<String> {
+fn check(
+    name: &str,
+    (plan, warnings): &(serde_json::Value, Vec<String>),
+    expected: &Expected,
+) -> Vec<String> {
     let mut problems = Vec::new();
+    for want in &expected.warnings {
+        if !warnings.iter().any(|w| w.contains(want.as_str())) {
+            problems.push(format!(
+                "{name}: no warning containing {want:?}; got {warnings:?}"
+            ));
+        }
+    }
     let got: BTreeSet<(String, String)> = plan["bindings"]
         .as_array()
         .unwrap()

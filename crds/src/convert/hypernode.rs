@@ -4,9 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-use super::{ConvertError, Cx};
+use super::{label_selector, ConvertError, Cx};
 use crate::read::Object;
 use crate::types::volcano::{self, HyperNode, MemberType};
 
@@ -229,54 +227,4 @@ fn check_hypernode<'a>(
         nodes: direct,
         children,
     })
-}
-
-/// A Kubernetes label selector as a predicate over a label map; an empty selector matches
-/// everything, as in Kubernetes.
-#[allow(clippy::type_complexity)]
-fn label_selector<'s>(
-    cx: &Cx,
-    field: &str,
-    selector: &'s LabelSelector,
-) -> Result<Box<dyn Fn(&BTreeMap<String, String>) -> bool + 's>, ConvertError> {
-    let exprs = selector.match_expressions.as_deref().unwrap_or_default();
-    for (j, e) in exprs.iter().enumerate() {
-        let at = format!("{field}.matchExpressions[{j}]");
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(cx.err(
-                    format!("{at}.values"),
-                    format!("operator {} needs at least one value", e.operator),
-                ))
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(cx.err(
-                    format!("{at}.operator"),
-                    format!(
-                        "unknown operator {other:?}: expected In, NotIn, Exists or DoesNotExist"
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(Box::new(move |labels: &BTreeMap<String, String>| {
-        let by_label = selector
-            .match_labels
-            .iter()
-            .flatten()
-            .all(|(k, v)| labels.get(k) == Some(v));
-        by_label
-            && exprs.iter().all(|e| {
-                let values = e.values.as_deref().unwrap_or_default();
-                let value = labels.get(&e.key);
-                match e.operator.as_str() {
-                    "In" => value.is_some_and(|v| values.contains(v)),
-                    "NotIn" => !value.is_some_and(|v| values.contains(v)),
-                    "Exists" => value.is_some(),
-                    _ => value.is_none(),
-                }
-            })
-    }))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::convert::{GPU_IDS, POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
-use basalt_crds::{ConvertError, PodGroup};
+use basalt_crds::PodGroup;
 use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
 use basalt_plugins::Config;
 use futures::StreamExt;
@@ -55,7 +55,7 @@ pub struct Scheduler {
     refused_evictions: HashMap<String, Instant>,
     /// Last FailedScheduling message per object, so an unchanged reason is not repeated.
     reported_unschedulable: HashMap<String, String>,
-    reported_convert_errors: HashSet<String>,
+    pub(crate) reported_convert_errors: HashSet<String>,
     /// This replica's name in Events.
     identity: String,
     /// Auto PodGroups made for groupless pods (pod key → group name) whose group the watch
@@ -501,42 +501,6 @@ impl Scheduler {
         self.reported_unschedulable.clear();
         self.reported_convert_errors.clear();
         self.partial_gangs.clear();
-    }
-
-    /// Logs objects left out of the snapshot (once each while they stay bad) and reports
-    /// those naming a pod or PodGroup as a Warning Event on it.
-    pub async fn report_convert_errors(&mut self, errors: &[ConvertError]) {
-        let now: HashSet<String> = errors.iter().map(|e| e.to_string()).collect();
-        for e in errors {
-            let text = e.to_string();
-            if self.reported_convert_errors.contains(&text) {
-                continue;
-            }
-            tracing::error!(error = %text, "object left out of scheduling");
-            let (ns, name) = split_key(&e.object);
-            let group_api = if e.origin.as_deref() == Some(crate::volcano::ORIGIN) {
-                Origin::Volcano.api_version()
-            } else {
-                Origin::Basalt.api_version()
-            };
-            let target = match e.kind.as_str() {
-                "Pod" => Some(("v1", "Pod")),
-                "PodGroup" => Some((group_api, "PodGroup")),
-                _ => None,
-            };
-            if let Some((api_version, kind)) = target {
-                let reference = ObjectReference {
-                    api_version: Some(api_version.into()),
-                    kind: Some(kind.into()),
-                    namespace: Some(ns.into()),
-                    name: Some(name.into()),
-                    ..Default::default()
-                };
-                self.event(reference, "Warning", "InvalidObject", &text)
-                    .await;
-            }
-        }
-        self.reported_convert_errors = now;
     }
 
     /// Applies `plan`; returns how long to back off before the next cycle.
@@ -1119,7 +1083,13 @@ impl Scheduler {
     }
 
     /// Writes a core/v1 Event; a failure is logged, never fatal.
-    async fn event(&self, about: ObjectReference, type_: &str, reason: &str, message: &str) {
+    pub(crate) async fn event(
+        &self,
+        about: ObjectReference,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) {
         if !self.leadership.leading() {
             return;
         }

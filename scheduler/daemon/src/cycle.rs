@@ -15,7 +15,7 @@ use crate::stores::Stores;
 use crate::volcano;
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
-const SOURCE: &str = "cluster";
+pub const SOURCE: &str = "cluster";
 
 /// The API a PodGroup or Queue of this cycle was read from, where its status is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     errors.extend(unreadable);
     s.report_convert_errors(&errors).await;
     warnings.extend(built.warnings);
-    report_warnings(s, warnings);
+    s.report_warnings(warnings).await;
     let Some(snapshot) = built.snapshot else {
         s.metrics
             .cycle_duration
@@ -87,22 +87,6 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         .cycle_duration
         .observe(started.elapsed().as_secs_f64());
     Outcome { backoff }
-}
-
-/// Logs each conversion warning (a node in two HyperNodes of one tier, a Volcano field not
-/// honoured, ...) once while it lasts, not every cycle: a warning that goes away and comes back
-/// is logged again.
-fn report_warnings(s: &mut Scheduler, warnings: Vec<String>) {
-    let now: HashSet<String> = warnings.into_iter().collect();
-    let mut new: Vec<&String> = now
-        .iter()
-        .filter(|w| !s.reported_warnings.contains(*w))
-        .collect();
-    new.sort();
-    for w in new {
-        tracing::warn!(warning = %w, "conversion warning");
-    }
-    s.reported_warnings = now;
 }
 
 /// The stores' objects, with pods this scheduler bound but the watch does not show bound yet

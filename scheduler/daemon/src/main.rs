@@ -7,6 +7,7 @@ mod cycle;
 mod http;
 mod leader;
 mod owners;
+mod report;
 mod stores;
 mod stranded;
 mod volcano;

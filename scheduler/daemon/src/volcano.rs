@@ -556,12 +556,9 @@ mod tests {
             b.spec.sub_groups[0].topology.preferred.as_deref(),
             Some("volcano-tier-1")
         );
-        assert_eq!(
-            warnings,
-            vec![format!(
-                "{ORIGIN}: PodGroup ml/g: spec.subGroupPolicy[0].minSubGroups: ignored: the whole gang's minMember applies"
-            )]
-        );
+        // minSubGroups is honoured: no warning.
+        assert_eq!(b.spec.sub_groups[0].min_sub_groups, 1);
+        assert!(warnings.is_empty(), "{warnings:?}");
 
         let hard_without_tier: VolcanoPodGroup = serde_json::from_value(json!({
             "metadata": {"name": "h", "namespace": "ml"},

@@ -64,6 +64,19 @@ async fn three_hundred_bad_foreign_pods_and_bad_own_objects_do_not_stop_scheduli
         !c.events("InvalidObject", "lost").is_empty()
     })
     .await;
+    eventually("the bad PodGroup's status says it is invalid", || {
+        c.group("lost")["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|k| {
+                k["type"] == "InvalidObject"
+                    && k["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("names queue nope"))
+            })
+    })
+    .await;
     assert!(c.events("InvalidObject", "foreign-7").is_empty());
 
     // And it keeps scheduling: a later job on what is left (2 GPUs, on n2).

@@ -119,6 +119,29 @@ pub struct SelectorRequirement {
     pub values: Vec<String>,
 }
 
+impl SelectorRequirement {
+    /// Whether a label (or field) `value`, `None` when absent, satisfies the requirement, as
+    /// Kubernetes reads it (`Gt` / `Lt` compare integers).
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            SelectorOperator::NotIn => value.is_none_or(|v| !self.values.iter().any(|x| x == v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+            SelectorOperator::Gt | SelectorOperator::Lt => {
+                let (Some(v), [bound]) = (value, self.values.as_slice()) else {
+                    return false;
+                };
+                match (v.parse::<i64>(), bound.parse::<i64>()) {
+                    (Ok(v), Ok(b)) if self.operator == SelectorOperator::Gt => v > b,
+                    (Ok(v), Ok(b)) => v < b,
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
 /// A node selector term: all of its requirements must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NodeSelectorTerm {
@@ -181,7 +204,7 @@ pub struct Task {
     /// `namespace/name` (shared: snapshots of a builder reuse it cycle after cycle).
     pub name: std::sync::Arc<str>,
     pub job: JobId,
-    /// The pod's role inside its gang, for per-role minimums.
+    /// The pod's role inside its gang, for per-role minimums (see [`Task::role`]).
     pub role: Option<String>,
     pub request: Resources,
     pub rules: RulesId,
@@ -210,8 +233,9 @@ pub struct Task {
 }
 
 impl Task {
-    /// The pod's role; a pod without a role label belongs to role `""`.
-    pub fn role_name(&self) -> &str {
+    /// The role counted against `minTaskMember`: a pod without a role label belongs to role
+    /// `""`, as in Volcano.
+    pub fn role(&self) -> &str {
         self.role.as_deref().unwrap_or("")
     }
 
@@ -265,6 +289,17 @@ pub struct Job {
     pub topology: crate::snapshot::TopologySpec,
     /// Members that must share a tighter domain (e.g. tensor-parallel groups).
     pub sub_groups: Vec<SubGroup>,
+    /// The sub-group specs (Volcano's `subGroupPolicy` entries) in spec order; a sub-group's
+    /// `policy` indexes this.
+    pub sub_group_policies: Vec<SubGroupPolicy>,
+}
+
+/// One sub-group spec's gang rule: the job starts only with `min_sub_groups` of its sub-groups
+/// complete (Volcano's `minSubGroups`; 0 gates nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubGroupPolicy {
+    pub name: String,
+    pub min_sub_groups: u32,
 }
 
 impl Job {
@@ -274,10 +309,15 @@ impl Job {
     /// job controller sets to every task's replica count). The one rule readiness, evictions
     /// and the reported phase share.
     pub fn meets_minimums(&self, members: u32, by_role: impl Fn(&str) -> u32) -> bool {
-        let role_sum = (self.min_task_member.values()).fold(0u32, |s, &m| s.saturating_add(m));
         members >= self.min_member
-            && (self.min_member < role_sum
+            && (!self.roles_gate()
                 || (self.min_task_member.iter()).all(|(role, &min)| by_role(role) >= min))
+    }
+
+    /// Whether the per-role minimums gate the job: not when `minMember` is below their sum.
+    pub fn roles_gate(&self) -> bool {
+        let role_sum = (self.min_task_member.values()).fold(0u32, |s, &m| s.saturating_add(m));
+        self.min_member >= role_sum
     }
 }
 
@@ -288,6 +328,11 @@ pub struct SubGroup {
     pub name: String,
     pub topology: crate::snapshot::TopologySpec,
     pub tasks: Vec<TaskId>,
+    /// Index of the spec that formed it in its job's `sub_group_policies`.
+    pub policy: u32,
+    /// Members it must hold to be complete: the spec's size (a short last rank block, all of
+    /// its members).
+    pub min_member: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

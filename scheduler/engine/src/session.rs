@@ -108,7 +108,8 @@ pub struct MemberCounts {
     pub pending: u32,
     /// Placed on capacity that evictions are freeing (nominated, not bound).
     pub pipelined: u32,
-    /// Per role: running + pipelined + succeeded.
+    /// Per role named in `minTaskMember` (a pod without a role is role `""`): running +
+    /// pipelined + succeeded.
     pub by_role: BTreeMap<String, u32>,
 }
 
@@ -612,6 +613,7 @@ impl<'a> Session<'a> {
 
     pub fn counts(&self, job: JobId) -> MemberCounts {
         let mut c = MemberCounts::default();
+        let minimums = &self.snapshot.job(job).min_task_member;
         for &t in &self.snapshot.job(job).tasks {
             let holds = match self.status[t.index()] {
                 TaskStatus::Pending | TaskStatus::Evicted(_) => {
@@ -635,9 +637,17 @@ impl<'a> Session<'a> {
                     false
                 }
             };
-            if holds {
-                if let Some(role) = &self.snapshot.task(t).role {
-                    *c.by_role.entry(role.clone()).or_default() += 1;
+            // Only roles with a minimum are counted: nothing else reads them.
+            if holds && !minimums.is_empty() {
+                let role = self.snapshot.task(t).role();
+                if !minimums.contains_key(role) {
+                    continue;
+                }
+                match c.by_role.get_mut(role) {
+                    Some(n) => *n += 1,
+                    None => {
+                        c.by_role.insert(role.to_string(), 1);
+                    }
                 }
             }
         }
@@ -666,7 +676,7 @@ impl<'a> Session<'a> {
         };
         j.meets_minimums(members, |role| {
             (j.tasks.iter())
-                .filter(|t| counts(t) && self.snapshot.task(**t).role_name() == role)
+                .filter(|t| counts(t) && self.snapshot.task(**t).role() == role)
                 .count() as u32
         })
     }
@@ -1385,11 +1395,13 @@ impl<'a> Session<'a> {
             if settled && !self.fw.report_settled_groups {
                 continue;
             }
-            let conditions = if c.pending + c.pipelined > 0 {
-                self.conditions[job.id.index()].clone()
-            } else {
-                Vec::new()
-            };
+            // Why members wait matters only while some do; warnings hold as long as the spec.
+            let waiting = c.pending + c.pipelined > 0;
+            let conditions = self.conditions[job.id.index()]
+                .iter()
+                .filter(|c| waiting || c.kind != crate::actions::UNSCHEDULABLE)
+                .cloned()
+                .collect();
             plan.pod_groups.push(PodGroupStatus {
                 name: job.name.clone(),
                 phase,

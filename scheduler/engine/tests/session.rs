@@ -98,11 +98,11 @@ fn failure_message_aggregates_reasons() {
 #[test]
 fn snapshot_errors_name_object_and_field() {
     let mut s = spec(1, 4, 1);
-    s.groups[0].min_member = 0;
+    s.groups[0].min_member = -1;
     let e = Snapshot::build(s).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "PodGroup ns/g: spec.minMember: must be at least 1, got 0"
+        "PodGroup ns/g: spec.minMember: must not be negative, got -1"
     );
 
     let mut s = spec(1, 4, 1);

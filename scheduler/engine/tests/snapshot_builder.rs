@@ -484,6 +484,7 @@ mod patched {
                         size,
                         match_label_keys: if size == 2 { vec!["tp".into()] } else { vec![] },
                         topology: Default::default(),
+                        ..Default::default()
                     });
                     g.min_task_member.insert("role1".into(), 1);
                 }

@@ -204,3 +204,97 @@ pub fn busy_pod(name: &str, node: &str, gpus: u32, ids: Option<&str>) -> Value {
     p["status"] = json!({"phase": "Running"});
     p
 }
+
+// ---------------------------------------------------------------------------------------------
+// JSON logs and Volcano's objects
+// ---------------------------------------------------------------------------------------------
+
+/// The scheduler's stderr, one parsed JSON log line each (`--log-format json`), gathered on a
+/// thread while it runs.
+pub struct Logs(pub std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+impl Logs {
+    pub fn lines(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn any(&self, f: impl Fn(&Value) -> bool) -> bool {
+        self.0.lock().unwrap().iter().any(f)
+    }
+
+    /// Warnings and errors so far, as text.
+    pub fn problems(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["level"] == "WARN" || l["level"] == "ERROR")
+            .map(|l| l.to_string())
+            .collect()
+    }
+}
+
+impl Cluster {
+    /// The scheduler with JSON logs collected.
+    pub fn start_logged(&self, extra: &[&str]) -> (Scheduler, Logs) {
+        let mut child = Command::new(BIN)
+            .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+            .args(["--log-format", "json"])
+            .args(extra)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("scheduler starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        (Scheduler(child), Logs(lines))
+    }
+
+    pub fn volcano_group(&self, name: &str) -> Value {
+        self.server
+            .get("scheduling.volcano.sh/v1beta1", "PodGroup", "default", name)
+            .unwrap_or_else(|| panic!("Volcano PodGroup {name} exists"))
+    }
+
+    /// A kube client on the same kubeconfig, for writes the server's handle does not offer.
+    pub async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.dir.path().join("kubeconfig"))
+            .expect("kubeconfig reads");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("kubeconfig loads");
+        kube::Client::try_from(cfg).expect("client")
+    }
+}
+
+pub fn volcano_queue(name: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": name}, "spec": {"weight": 1, "reclaimable": true},
+    })
+}
+
+pub fn volcano_group(name: &str, min_member: u32, queue: &str) -> Value {
+    json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": min_member, "queue": queue},
+    })
+}
+
+/// A pod in a Volcano PodGroup, named the way Volcano's job controller names it.
+pub fn volcano_pod(name: &str, group: &str, gpus: u32) -> Value {
+    let mut p = pod(name, group, gpus);
+    p["metadata"].as_object_mut().unwrap().remove("labels");
+    p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": group});
+    p
+}

@@ -104,12 +104,7 @@ pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
         if *session.task_status(t) != TaskStatus::Pending {
             continue;
         }
-        let slot = snap
-            .task(t)
-            .role
-            .as_ref()
-            .and_then(|r| need.get_mut(r))
-            .filter(|n| **n > 0);
+        let slot = need.get_mut(snap.task(t).role()).filter(|n| **n > 0);
         match slot {
             Some(n) => {
                 *n -= 1;

@@ -2,10 +2,11 @@
 //! it (node, NVLink domain, rack, spine, ..., up to its required tier), and among that tier's
 //! domains to the best fit: the one left with the fewest free GPUs, so large free domains stay
 //! whole for the gangs that need them. Each candidate is tried in a statement and only the one
-//! that works is kept. Inside it, each sub-group (e.g. a tensor-parallel group) goes to the
-//! tightest domain of its own tiers, and consecutive ranks to the same node; a sub-group that
-//! requires an NVLink tier on a node without a multi-node NVLink domain gets its GPUs inside one
-//! of the node's NVLink islands.
+//! that works is kept. Inside it, the sub-groups (e.g. tensor-parallel groups) are assigned to
+//! domains of their own tiers by a bounded search ([`sub_groups`]), and consecutive ranks go to
+//! the same node; a sub-group that requires an NVLink tier on a node without a multi-node NVLink
+//! domain gets its GPUs inside one of the node's NVLink islands. A preferred tier the topology
+//! does not know is dropped with a warning condition; only an unknown required tier is an error.
 
 use basalt_topology::{DomainId, TierId, Topology};
 
@@ -14,8 +15,15 @@ use crate::model::{Job, NodeId, TaskId};
 use crate::resources::GPU;
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus, TopoState};
 use crate::snapshot::TopologySpec;
+use sub_groups::place_members;
+
+mod sub_groups;
 
 pub const INVALID_TOPOLOGY: &str = "InvalidTopology";
+/// The condition type of a topology warning: the job is scheduled, the warning says how.
+pub const TOPOLOGY_WARNING: &str = "TopologyWarning";
+/// A preferred tier the topology does not know: the preference does not apply.
+pub const UNKNOWN_PREFERRED_TIER: &str = "UnknownPreferredTier";
 
 /// Candidate domains tried per tier before moving one tier up: the aggregate free GPUs say a
 /// domain may fit; the dry run says whether it does.
@@ -31,25 +39,35 @@ struct Reach {
     required: Option<TierId>,
 }
 
-fn reach(topo: &Topology, spec: &TopologySpec, field: &str) -> Result<Reach, String> {
-    let resolve = |which: &str, name: &String| {
-        topo.tier_id(name).ok_or_else(|| {
-            format!(
-                "{field}.{which}: unknown tier {name:?} (tiers: {})",
-                topo.tier_names().join(", ")
-            )
-        })
+/// The job's reach at `field`, and a warning when its preferred tier is one the topology does
+/// not know: a preference that cannot apply is dropped, never an error. Only a required tier
+/// that does not exist (or tiers of two ladders) is.
+fn reach(
+    topo: &Topology,
+    spec: &TopologySpec,
+    field: &str,
+) -> Result<(Reach, Option<String>), String> {
+    let unknown = |which: &str, name: &String| {
+        format!(
+            "{field}.{which}: unknown tier {name:?} (tiers: {})",
+            topo.tier_names().join(", ")
+        )
     };
-    let required = spec
-        .required
-        .as_ref()
-        .map(|n| resolve("required", n))
-        .transpose()?;
-    let preferred = spec
-        .preferred
-        .as_ref()
-        .map(|n| resolve("preferred", n))
-        .transpose()?;
+    let required = match &spec.required {
+        Some(n) => Some(topo.tier_id(n).ok_or_else(|| unknown("required", n))?),
+        None => None,
+    };
+    let mut warning = None;
+    let preferred = spec.preferred.as_ref().and_then(|n| {
+        let id = topo.tier_id(n);
+        if id.is_none() {
+            warning = Some(format!(
+                "{}; the preference does not apply",
+                unknown("preferred", n)
+            ));
+        }
+        id
+    });
     let ladder = topo.ladder_for(required.into_iter().chain(preferred));
     let mut tiers: Vec<TierId> = ladder.iter().rev().copied().collect();
     if let Some(r) = required {
@@ -58,7 +76,7 @@ fn reach(topo: &Topology, spec: &TopologySpec, field: &str) -> Result<Reach, Str
             None => return Err(format!("{field}: tiers of two different ladders")),
         }
     }
-    Ok(Reach { tiers, required })
+    Ok((Reach { tiers, required }, warning))
 }
 
 /// Places the job through the topology, or `None` when topology does not apply (no topology
@@ -76,17 +94,35 @@ pub(super) fn place(
         return None;
     }
     let invalid = |m: String| Some(Err((INVALID_TOPOLOGY, m)));
+    let mut warnings = Vec::new();
     let gang = match reach(&topo.topology, &job.topology, "spec.topology") {
-        Ok(r) => r,
+        Ok((r, w)) => {
+            warnings.extend(w);
+            r
+        }
         Err(m) => return invalid(m),
     };
     let mut subs = Vec::with_capacity(job.sub_groups.len());
     for g in &job.sub_groups {
         let field = format!("spec.subGroups[{}].topology", g.name);
         match reach(&topo.topology, &g.topology, &field) {
-            Ok(r) => subs.push(r),
+            Ok((r, w)) => {
+                // Sub-groups of one spec share its topology: one warning for them all.
+                warnings.extend(w.filter(|w| !warnings.contains(w)));
+                subs.push(r)
+            }
             Err(m) => return invalid(m),
         }
+    }
+    for message in warnings {
+        session.add_condition(
+            job.id,
+            crate::plan::Condition {
+                kind: TOPOLOGY_WARNING.to_string(),
+                reason: UNKNOWN_PREFERRED_TIER.to_string(),
+                message,
+            },
+        );
     }
     Some(place_gang(session, job, &gang, &subs, access, admissible))
 }
@@ -252,118 +288,6 @@ fn best_fits(
     found
 }
 
-/// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
-/// one domain of its tiers, then the members outside any sub-group. A sub-group that fits
-/// nowhere is left out (the gang's readiness decides); the error says why.
-#[allow(clippy::too_many_arguments)]
-fn place_members(
-    session: &mut Session,
-    stmt: &mut Statement,
-    job: &Job,
-    members: &[TaskId],
-    within: Option<DomainId>,
-    subs: &[Reach],
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Result<(), String> {
-    let mut failure: Option<String> = None;
-    for (i, group) in job.sub_groups.iter().enumerate() {
-        let pending: Vec<TaskId> = group
-            .tasks
-            .iter()
-            .copied()
-            .filter(|&t| *session.task_status(t) == TaskStatus::Pending && members.contains(&t))
-            .collect();
-        if pending.is_empty() {
-            continue;
-        }
-        let gpus = gpus_of(session, &pending);
-        let mut done = false;
-        'tiers: for &tier in &subs[i].tiers {
-            for d in sub_domains(session, within, tier, gpus, subs[i].required) {
-                let mut sub = session.statement();
-                let pin = nvlink_pin(session, subs[i].required, d);
-                match fill(session, &mut sub, &pending, d, pin, access, admissible) {
-                    Ok(()) => {
-                        stmt.append(sub);
-                        done = true;
-                        break 'tiers;
-                    }
-                    Err(m) => {
-                        session.discard(sub);
-                        failure = Some(m);
-                    }
-                }
-            }
-        }
-        if !done && subs[i].required.is_none() {
-            // Nothing required: the members go wherever they fit inside the gang's domain.
-            for &t in &pending {
-                if let Err(m) = place_one(session, stmt, t, within, None, None, access, admissible)
-                {
-                    failure = Some(m);
-                }
-            }
-        } else if !done {
-            let topo = &session.topology().expect("topology").topology;
-            let tier = &topo.tier(subs[i].required.expect("required")).name;
-            failure = Some(format!(
-                "sub-group {} ({} pods, {gpus} GPUs) fits in no {tier} domain{}",
-                group.name,
-                pending.len(),
-                failure.map(|f| format!(" ({f})")).unwrap_or_default()
-            ));
-        }
-    }
-    let mut prev = None;
-    for &t in members {
-        if *session.task_status(t) != TaskStatus::Pending
-            || session.snapshot.task(t).sub_group.is_some()
-        {
-            continue;
-        }
-        match place_one(session, stmt, t, within, prev, None, access, admissible) {
-            Ok(node) => prev = Some(node),
-            Err(m) => failure = Some(m),
-        }
-    }
-    failure.map_or(Ok(()), Err)
-}
-
-/// Domains of `tier` inside `within` (and inside one domain of `required`) with at least
-/// `gpus` free, best fit first.
-fn sub_domains(
-    session: &Session,
-    within: Option<DomainId>,
-    tier: TierId,
-    gpus: i64,
-    required: Option<TierId>,
-) -> Vec<DomainId> {
-    let topo = session.topology().expect("topology");
-    let t = &topo.topology;
-    let mut found: Vec<DomainId> = match within {
-        Some(w) => {
-            let w_tier = t.domain(w).tier;
-            let mut ds: Vec<DomainId> = t
-                .domain(w)
-                .nodes
-                .iter()
-                .map(|&n| t.domain_of(n as usize, tier))
-                .collect();
-            ds.sort_unstable();
-            ds.dedup();
-            // A tier coarser than the gang's domain is no tighter than the domain itself.
-            ds.retain(|&d| topo.free(d) >= gpus && t.enclosing(d, w_tier) == Some(w));
-            ds.sort_by_key(|&d| (topo.free(d), d));
-            ds
-        }
-        None => topo.fitting(tier, gpus).take(4 * TRIES_PER_TIER).collect(),
-    };
-    found.retain(|&d| required.is_none_or(|r| t.enclosing(d, r).is_some()));
-    found.truncate(TRIES_PER_TIER);
-    found
-}
-
 /// The NVLink island a sub-group must use: when its required tier is an NVLink tier and the
 /// domain is a single node outside any multi-node NVLink domain.
 fn nvlink_pin(session: &Session, required: Option<TierId>, d: DomainId) -> Option<NodeId> {
@@ -507,6 +431,7 @@ pub(super) fn eviction_domains(session: &Session, job: &Job) -> Option<Vec<Vec<N
     let topo = session.topology()?;
     let required = reach(&topo.topology, &job.topology, "spec.topology")
         .ok()?
+        .0
         .required?;
     let t = &topo.topology;
     let mut domains: Vec<DomainId> = (0..t.domains.len() as u32)

@@ -113,6 +113,12 @@ pub struct SubGroupSpec {
     /// Pods with equal values of these labels form one sub-group; without keys, sub-groups are
     /// contiguous blocks of `size` pods in rank order.
     pub match_label_keys: Vec<String>,
+    /// Only pods whose labels satisfy all of these belong to the spec (Volcano's
+    /// `labelSelector`); empty: every pod.
+    pub selector: Vec<SelectorRequirement>,
+    /// The job starts only with this many of the spec's sub-groups complete (Volcano's
+    /// `minSubGroups`); 0 gates nothing.
+    pub min_sub_groups: u32,
     pub topology: TopologySpec,
 }
 
@@ -1042,10 +1048,11 @@ impl PartialOrd for JobKey<'_> {
 /// The checks a PodGroup's spec must pass on its own (`key` names it in the error).
 fn check_group(g: &GroupSpec, key: &str) -> Result<(), SnapshotError> {
     let invalid = |field, message| Err(err("PodGroup", key, field, message));
-    if g.min_member < 1 {
+    // 0 is Volcano's "no gang minimum": every member may start alone.
+    if g.min_member < 0 {
         return invalid(
             "spec.minMember",
-            format!("must be at least 1, got {}", g.min_member),
+            format!("must not be negative, got {}", g.min_member),
         );
     }
     if let Some((role, v)) = g.min_task_member.iter().find(|(_, &v)| v < 0) {
@@ -1595,13 +1602,21 @@ fn new_job<'l>(
         implicit: refs.implicit,
         topology: g.topology.clone(),
         sub_groups,
+        sub_group_policies: g
+            .sub_groups
+            .iter()
+            .map(|sg| SubGroupPolicy {
+                name: sg.name.clone(),
+                min_sub_groups: sg.min_sub_groups,
+            })
+            .collect(),
     }
 }
 
 /// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
-/// (one with label keys claims the members carrying all of them, grouped by their values; one
-/// without claims the rest, cut into blocks of `size` in rank order). Records each member's
-/// sub-group on its task.
+/// (its selector, if any, must match; then one with label keys claims the members carrying all
+/// of them, grouped by their values; one without claims the rest, cut into blocks of `size` in
+/// rank order). Records each member's sub-group on its task.
 fn form_sub_groups<'l>(
     specs: &[SubGroupSpec],
     members: &[TaskId],
@@ -1610,16 +1625,25 @@ fn form_sub_groups<'l>(
 ) -> Vec<SubGroup> {
     let mut groups: Vec<SubGroup> = Vec::new();
     let mut free: Vec<TaskId> = members.to_vec();
-    for spec in specs {
+    for (policy, spec) in specs.iter().enumerate() {
+        let policy = policy as u32;
         let mut claimed: BTreeMap<Vec<&str>, Vec<TaskId>> = BTreeMap::new();
         let mut rest = Vec::new();
         for &t in &free {
             let l = labels(t);
-            let values: Option<Vec<&str>> = spec
-                .match_label_keys
+            let selected = spec
+                .selector
                 .iter()
-                .map(|k| l.get(k).map(String::as_str))
-                .collect();
+                .all(|r| r.matches(l.get(&r.key).map(String::as_str)));
+            // Volcano skips a key whose value is empty, as if the pod lacked it.
+            let values: Option<Vec<&str>> = selected
+                .then(|| {
+                    spec.match_label_keys
+                        .iter()
+                        .map(|k| l.get(k).map(String::as_str).filter(|v| !v.is_empty()))
+                        .collect()
+                })
+                .flatten();
             match values {
                 Some(v) if !spec.match_label_keys.is_empty() => {
                     claimed.entry(v).or_default().push(t)
@@ -1635,6 +1659,8 @@ fn form_sub_groups<'l>(
                         name: format!("{}-{i}", spec.name),
                         topology: spec.topology.clone(),
                         tasks: block.to_vec(),
+                        policy,
+                        min_member: block.len() as u32,
                     });
                 }
             } else {
@@ -1642,6 +1668,9 @@ fn form_sub_groups<'l>(
                     name: format!("{}-{}", spec.name, values.join(",")),
                     topology: spec.topology.clone(),
                     tasks: ts,
+                    policy,
+                    // As Volcano: a sub-group with fewer pods than its size is never complete.
+                    min_member: spec.size,
                 });
             }
         }

@@ -1,0 +1,322 @@
+//! Sub-groups of a gang (e.g. tensor-parallel groups) placed inside the gang's domain: a bounded
+//! backtracking search over assignments of sub-groups to domains, each domain checked for the
+//! sub-group's GPUs, CPU and memory before its members are placed node by node.
+
+use basalt_topology::{DomainId, TierId};
+
+use super::{fill, nvlink_pin, place_one, Reach};
+use crate::model::{Job, NodeId, TaskId};
+use crate::resources::{CPU, GPU, MEMORY};
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
+
+/// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
+/// one domain of its tiers, then the members outside any sub-group. Sub-groups are assigned to
+/// domains by a bounded backtracking search (largest first, every candidate domain of each, a
+/// choice undone when the sub-groups after it cannot all be placed), so a placement is found
+/// whatever the order of the spec's entries. When none holds them all, each goes where it fits
+/// alone and one that fits nowhere is left out (the gang's readiness decides); the error says
+/// why.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn place_members(
+    session: &mut Session,
+    stmt: &mut Statement,
+    job: &Job,
+    members: &[TaskId],
+    within: Option<DomainId>,
+    subs: &[Reach],
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut groups: Vec<Pending> = Vec::new();
+    for (i, group) in job.sub_groups.iter().enumerate() {
+        let tasks: Vec<TaskId> = group
+            .tasks
+            .iter()
+            .copied()
+            .filter(|&t| *session.task_status(t) == TaskStatus::Pending && members.contains(&t))
+            .collect();
+        if !tasks.is_empty() {
+            let demand = demand_of(session, &tasks);
+            groups.push(Pending {
+                sub: i,
+                tasks,
+                demand,
+            });
+        }
+    }
+    // The hardest to fit first, while the most room is left; ties in spec order.
+    groups.sort_by_key(|g| (std::cmp::Reverse(g.demand), g.sub));
+    let mut failure: Option<String> = None;
+    let mut search = Search {
+        job,
+        groups: &groups,
+        within,
+        subs,
+        access,
+        admissible,
+        budget: SEARCH_BUDGET,
+        chosen: Vec::new(),
+        failure: None,
+    };
+    if search.place(session, 0) {
+        for sub in search.chosen {
+            stmt.append(sub);
+        }
+    } else {
+        failure = search.failure;
+        for g in &groups {
+            let mut sub = session.statement();
+            match place_sub_group(
+                session, &mut sub, job, g, within, subs, access, admissible, None,
+            ) {
+                Ok(()) => stmt.append(sub),
+                Err(m) => {
+                    session.discard(sub);
+                    failure = Some(m);
+                    if subs[g.sub].required.is_none() {
+                        // Nothing required: each member that fits is placed (extras beyond
+                        // the gang's minimum need not come in whole sub-groups).
+                        for &t in &g.tasks {
+                            if let Err(m) =
+                                place_one(session, stmt, t, within, None, None, access, admissible)
+                            {
+                                failure = Some(m);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut prev = None;
+    for &t in members {
+        if *session.task_status(t) != TaskStatus::Pending
+            || session.snapshot.task(t).sub_group.is_some()
+        {
+            continue;
+        }
+        match place_one(session, stmt, t, within, prev, None, access, admissible) {
+            Ok(node) => prev = Some(node),
+            Err(m) => failure = Some(m),
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Domain choices tried per gang placement by the sub-group search, over all its levels: each
+/// is one placement of a sub-group's members.
+const SEARCH_BUDGET: u32 = 1024;
+
+/// Candidate domains of one tier tried for a sub-group (best fit first).
+const SUB_DOMAINS: usize = 8;
+
+/// A sub-group's pending members and what they ask for in total.
+struct Pending {
+    /// Index in the job's `sub_groups`.
+    sub: usize,
+    tasks: Vec<TaskId>,
+    demand: Demand,
+}
+
+/// GPUs, CPU and memory: the resources a domain's free totals are compared in.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Demand {
+    gpus: i64,
+    cpu: i64,
+    memory: i64,
+}
+
+fn demand_of(session: &Session, tasks: &[TaskId]) -> Demand {
+    let mut d = Demand {
+        gpus: 0,
+        cpu: 0,
+        memory: 0,
+    };
+    for &t in tasks {
+        let r = &session.snapshot.task(t).request;
+        d.gpus = d.gpus.saturating_add(r.get(GPU).max(0));
+        d.cpu = d.cpu.saturating_add(r.get(CPU).max(0));
+        d.memory = d.memory.saturating_add(r.get(MEMORY).max(0));
+    }
+    d
+}
+
+/// The bounded backtracking search of [`place_members`].
+struct Search<'a> {
+    job: &'a Job,
+    groups: &'a [Pending],
+    within: Option<DomainId>,
+    subs: &'a [Reach],
+    access: ReservedNodes,
+    admissible: &'a dyn Fn(&Session, TaskId) -> Result<(), String>,
+    budget: u32,
+    /// One statement per sub-group placed so far, in order (undone newest first).
+    chosen: Vec<Statement>,
+    failure: Option<String>,
+}
+
+impl Search<'_> {
+    /// Places `groups[k..]`, each in one of its candidate domains; on `false` nothing of them
+    /// is left placed.
+    fn place(&mut self, session: &mut Session, k: usize) -> bool {
+        let Some(g) = self.groups.get(k) else {
+            return true;
+        };
+        let reach = &self.subs[g.sub];
+        let mut candidates: Vec<Option<DomainId>> = Vec::new();
+        for &tier in &reach.tiers {
+            for d in sub_domains(session, self.within, tier, g.demand, reach.required) {
+                if !candidates.contains(&Some(d)) {
+                    candidates.push(Some(d));
+                }
+            }
+        }
+        if reach.required.is_none() {
+            // Nothing required: anywhere inside the gang's domain is the last choice.
+            candidates.push(None);
+        }
+        for d in candidates {
+            if self.budget == 0 {
+                return false;
+            }
+            self.budget -= 1;
+            let mut sub = session.statement();
+            let placed = place_sub_group(
+                session,
+                &mut sub,
+                self.job,
+                g,
+                self.within,
+                self.subs,
+                self.access,
+                self.admissible,
+                Some(d),
+            );
+            match placed {
+                Ok(()) => {
+                    self.chosen.push(sub);
+                    if self.place(session, k + 1) {
+                        return true;
+                    }
+                    let sub = self.chosen.pop().expect("pushed above");
+                    session.discard(sub);
+                }
+                Err(m) => {
+                    session.discard(sub);
+                    self.failure = Some(m);
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Places all of a sub-group's pending members or fails: in `choice` when given (`Some(None)`:
+/// anywhere inside `within`), else in the first of its candidate domains that holds it (and,
+/// with nothing required, member by member wherever each fits).
+#[allow(clippy::too_many_arguments)]
+fn place_sub_group(
+    session: &mut Session,
+    stmt: &mut Statement,
+    job: &Job,
+    g: &Pending,
+    within: Option<DomainId>,
+    subs: &[Reach],
+    access: ReservedNodes,
+    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
+    choice: Option<Option<DomainId>>,
+) -> Result<(), String> {
+    let reach = &subs[g.sub];
+    let scatter = |session: &mut Session, stmt: &mut Statement| -> Result<(), String> {
+        for &t in &g.tasks {
+            place_one(session, stmt, t, within, None, None, access, admissible)?;
+        }
+        Ok(())
+    };
+    match choice {
+        Some(Some(d)) => {
+            let pin = nvlink_pin(session, reach.required, d);
+            return fill(session, stmt, &g.tasks, d, pin, access, admissible);
+        }
+        Some(None) => return scatter(session, stmt),
+        None => {}
+    }
+    let mut failure = None;
+    for &tier in &reach.tiers {
+        for d in sub_domains(session, within, tier, g.demand, reach.required) {
+            let mut sub = session.statement();
+            let pin = nvlink_pin(session, reach.required, d);
+            match fill(session, &mut sub, &g.tasks, d, pin, access, admissible) {
+                Ok(()) => {
+                    stmt.append(sub);
+                    return Ok(());
+                }
+                Err(m) => {
+                    session.discard(sub);
+                    failure = Some(m);
+                }
+            }
+        }
+    }
+    let Some(required) = reach.required else {
+        // Nothing required: the members go wherever they fit inside the gang's domain.
+        return scatter(session, stmt);
+    };
+    let topo = &session.topology().expect("topology").topology;
+    Err(format!(
+        "sub-group {} ({} pods, {} GPUs) fits in no {} domain{}",
+        job.sub_groups[g.sub].name,
+        g.tasks.len(),
+        g.demand.gpus,
+        topo.tier(required).name,
+        failure.map(|f| format!(" ({f})")).unwrap_or_default()
+    ))
+}
+
+/// Domains of `tier` inside `within` (and inside one domain of `required`) whose free GPUs,
+/// CPU and memory hold `demand`, best fit first, at most [`SUB_DOMAINS`].
+fn sub_domains(
+    session: &Session,
+    within: Option<DomainId>,
+    tier: TierId,
+    demand: Demand,
+    required: Option<TierId>,
+) -> Vec<DomainId> {
+    let topo = session.topology().expect("topology");
+    let t = &topo.topology;
+    let room = |d: DomainId| {
+        let (mut cpu, mut memory) = (0i64, 0i64);
+        for &n in &t.domain(d).nodes {
+            let free = session.free(NodeId(n));
+            cpu = cpu.saturating_add(free.get(CPU));
+            memory = memory.saturating_add(free.get(MEMORY));
+        }
+        cpu >= demand.cpu && memory >= demand.memory
+    };
+    let inside_required = |d: DomainId| required.is_none_or(|r| t.enclosing(d, r).is_some());
+    let mut found: Vec<DomainId> = match within {
+        Some(w) => {
+            let w_tier = t.domain(w).tier;
+            let mut ds: Vec<DomainId> = t
+                .domain(w)
+                .nodes
+                .iter()
+                .map(|&n| t.domain_of(n as usize, tier))
+                .collect();
+            ds.sort_unstable();
+            ds.dedup();
+            // A tier coarser than the gang's domain is no tighter than the domain itself.
+            ds.retain(|&d| topo.free(d) >= demand.gpus && t.enclosing(d, w_tier) == Some(w));
+            ds.sort_by_key(|&d| (topo.free(d), d));
+            ds
+        }
+        None => topo
+            .fitting(tier, demand.gpus)
+            .filter(|&d| inside_required(d))
+            .take(4 * SUB_DOMAINS)
+            .collect(),
+    };
+    found.retain(|&d| inside_required(d) && room(d));
+    found.truncate(SUB_DOMAINS);
+    found
+}
