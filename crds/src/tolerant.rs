@@ -42,7 +42,7 @@ pub fn build_snapshot_tolerant(
     let (context, warnings) = context(objects, &mut errors);
     // Objects the engine refused, by kind and key, with how often.
     let mut refused: HashMap<(String, String), u32> = HashMap::new();
-    loop {
+    let (snapshot, warnings) = loop {
         let mut round = Round {
             warnings: warnings.clone(),
             errors: Vec::new(),
@@ -50,44 +50,35 @@ pub fn build_snapshot_tolerant(
             bad_groups: HashSet::new(),
         };
         let spec = round.convert_all(&context, objects, options, &refused);
-        match Snapshot::build(spec) {
+        let e = match Snapshot::build(spec) {
             Ok(snapshot) => {
                 errors.extend(round.errors);
-                name_origins(objects, &mut errors);
-                return TolerantSnapshot {
-                    snapshot: Some(snapshot),
-                    warnings: round.warnings,
-                    errors,
-                };
+                break (Some(snapshot), round.warnings);
             }
-            Err(e) => {
-                let e = locate(objects, e);
-                let Some(key) = refused_object(objects, &e) else {
-                    errors.extend(round.errors);
-                    errors.push(e);
-                    return TolerantSnapshot {
-                        snapshot: None,
-                        warnings: round.warnings,
-                        errors,
-                    };
-                };
-                // Refused once: a bound pod is kept as another scheduler's; twice: left out.
-                let times = refused.entry(key).or_insert(0);
-                *times += 1;
-                if *times > 2 {
-                    errors.extend(round.errors);
-                    errors.push(e);
-                    return TolerantSnapshot {
-                        snapshot: None,
-                        warnings: round.warnings,
-                        errors,
-                    };
-                }
-                if *times == 1 {
-                    errors.push(e);
-                }
+            Err(e) => locate(objects, e),
+        };
+        // Refused once: a bound pod is kept as another scheduler's; twice: left out.
+        let times = refused_object(objects, &e).map(|key| {
+            let times = refused.entry(key).or_insert(0);
+            *times += 1;
+            *times
+        });
+        match times {
+            Some(1) => errors.push(e),
+            Some(2) => {}
+            // Nothing to leave out, or refused however it is read.
+            _ => {
+                errors.extend(round.errors);
+                errors.push(e);
+                break (None, round.warnings);
             }
         }
+    };
+    name_origins(objects, &mut errors);
+    TolerantSnapshot {
+        snapshot,
+        warnings,
+        errors,
     }
 }
 

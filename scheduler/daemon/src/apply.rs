@@ -925,29 +925,38 @@ impl Scheduler {
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
                     .unwrap_or_else(|_| Value::Array(vec![]));
-                let patch = Patch::Merge(json!({ "status": body }));
-                let params = PatchParams::default();
-                // Into the object the group was read from: Volcano's status subresource for
-                // a Volcano PodGroup (same fields).
                 if !self.leadership.leading() {
                     return;
                 }
-                let result = match origin {
-                    Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
-                        .patch_status(name, &params, &patch)
-                        .await
-                        .map(drop),
-                    Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
-                        .patch_status(name, &params, &patch)
-                        .await
-                        .map(drop),
-                };
-                if let Err(e) = result {
+                let patch = Patch::Merge(json!({ "status": body }));
+                if let Err(e) = self.patch_group_status(ns, name, origin, &patch).await {
                     tracing::warn!(group = %planned.name, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
                 }
             }
             self.report_unschedulable(planned, &group, origin, stores)
                 .await;
+        }
+    }
+
+    /// Patches a PodGroup's status in the object it was read from: Volcano's status
+    /// subresource for a Volcano PodGroup (same fields).
+    pub(crate) async fn patch_group_status(
+        &self,
+        ns: &str,
+        name: &str,
+        origin: Origin,
+        patch: &Patch<Value>,
+    ) -> kube::Result<()> {
+        let params = PatchParams::default();
+        match origin {
+            Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
+                .patch_status(name, &params, patch)
+                .await
+                .map(drop),
+            Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
+                .patch_status(name, &params, patch)
+                .await
+                .map(drop),
         }
     }
 

@@ -7,15 +7,14 @@
 use std::collections::HashSet;
 
 use basalt_crds::types::PodGroupCondition;
-use basalt_crds::{ConvertError, PodGroup};
+use basalt_crds::ConvertError;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Patch, PatchParams};
-use kube::Api;
+use kube::api::Patch;
 use serde_json::json;
 
 use crate::apply::Scheduler;
 use crate::cycle::{Origin, SOURCE};
-use crate::volcano::{self, VolcanoPodGroup};
+use crate::volcano;
 
 /// Condition (and Event reason) of a PodGroup left out of scheduling.
 pub const INVALID_OBJECT: &str = "InvalidObject";
@@ -87,17 +86,7 @@ impl Scheduler {
             last_transition_time: Some(jiff::Timestamp::now().to_string()),
         };
         let patch = Patch::Merge(json!({"status": {"conditions": [condition]}}));
-        let params = PatchParams::default();
-        let result = match origin {
-            Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
-                .patch_status(name, &params, &patch)
-                .await
-                .map(drop),
-            Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
-                .patch_status(name, &params, &patch)
-                .await
-                .map(drop),
-        };
+        let result = self.patch_group_status(ns, name, origin, &patch).await;
         if let Err(e) = result {
             tracing::warn!(group = %key, error = %e, "cannot mark the PodGroup invalid");
         }
