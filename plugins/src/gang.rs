@@ -8,6 +8,8 @@
 //!   (Volcano's job controller fills `minTaskMember` with every task's replicas, so an elastic
 //!   job with `minAvailable` below its replicas must still start partially).
 //! - A sub-group is complete when it holds its size (all of a short last rank block).
+//! - Members Basalt may not place (a `Hold`: scheduling gates, DRA claims) do not count toward
+//!   the minimums: a gang that needs them waits whole, its condition naming them.
 
 use std::collections::BTreeMap;
 
@@ -51,48 +53,64 @@ fn holds(status: &TaskStatus) -> bool {
 
 impl JobValid for Gang {
     /// A gang with fewer live pods than its minimums can never start: report it, place nothing.
+    /// Nor can one whose minimums need members Basalt may not place (gated, or claiming DRA
+    /// resources): it waits whole, naming them, rather than start short.
     fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition> {
-        let snap = session.snapshot;
-        let j = snap.job(job);
-        let live_task = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
-        let roles = j.roles_gate() && !j.min_task_member.is_empty();
-        let mut live = 0u32;
-        let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
-        for &t in j.tasks.iter().filter(|&&t| live_task(t)) {
-            live += 1;
-            if roles {
-                *by_role.entry(snap.task(t).role()).or_default() += 1;
-            }
+        let live = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
+        if let Some(message) = shortfall(session, job, live) {
+            return Err(Condition {
+                kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
+                reason: NOT_ENOUGH_PODS.to_string(),
+                message,
+            });
         }
-        let fail = |message: String| Condition {
-            kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
-            reason: NOT_ENOUGH_PODS.to_string(),
-            message,
+        let Some(held) = basalt_engine::actions::held_condition(session, job) else {
+            return Ok(());
         };
-        if live < j.min_member {
-            return Err(fail(format!(
-                "{live}/{} pods of the gang exist; waiting for minMember",
-                j.min_member
-            )));
+        let placeable = |t: TaskId| live(t) && session.snapshot.task(t).hold.is_none();
+        match shortfall(session, job, placeable) {
+            Some(_) => Err(held),
+            None => Ok(()),
         }
+    }
+}
+
+/// What the job's members passing `counts` leave short of its minimums (`minMember`, each
+/// role's `minTaskMember`, `minSubGroups`), or `None` when they meet them all.
+fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> Option<String> {
+    let snap = session.snapshot;
+    let j = snap.job(job);
+    let roles = j.roles_gate() && !j.min_task_member.is_empty();
+    let mut have = 0u32;
+    let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
+    for &t in j.tasks.iter().filter(|&&t| counts(t)) {
+        have += 1;
         if roles {
-            for (role, &min) in &j.min_task_member {
-                let have = by_role.get(role.as_str()).copied().unwrap_or(0);
-                if have < min {
-                    return Err(fail(format!(
-                        "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
-                    )));
-                }
+            *by_role.entry(snap.task(t).role()).or_default() += 1;
+        }
+    }
+    if have < j.min_member {
+        return Some(format!(
+            "{have}/{} pods of the gang exist; waiting for minMember",
+            j.min_member
+        ));
+    }
+    if roles {
+        for (role, &min) in &j.min_task_member {
+            let have = by_role.get(role.as_str()).copied().unwrap_or(0);
+            if have < min {
+                return Some(format!(
+                    "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
+                ));
             }
         }
-        if let Some((name, have, min)) = short_sub_groups(j, live_task) {
-            return Err(fail(format!(
-                "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
-                 minSubGroups"
-            )));
-        }
-        Ok(())
     }
+    short_sub_groups(j, counts).map(|(name, have, min)| {
+        format!(
+            "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
+             minSubGroups"
+        )
+    })
 }
 
 impl JobReady for Gang {
