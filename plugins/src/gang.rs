@@ -122,3 +122,90 @@ impl JobReady for Gang {
         }) && short_sub_groups(j, |t| holds(session.task_status(t))).is_none()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use basalt_engine::{
+        ClusterSpec, GroupSpec, JobId, JobPhase, JobValid, NodeSpec, PodSpec, Session, Snapshot,
+    };
+
+    use super::Gang;
+
+    /// Gang `g` (minimum `min`) of pods `g-0..`, each made by `pod(i)` from a plain member.
+    fn validate(min: i64, pods: usize, pod: impl Fn(usize, &mut PodSpec)) -> Result<(), String> {
+        let mut spec = ClusterSpec {
+            nodes: vec![NodeSpec {
+                name: "n".into(),
+                allocatable: BTreeMap::from([("cpu".into(), 64_000)]),
+                ..Default::default()
+            }],
+            groups: vec![GroupSpec {
+                namespace: "ns".into(),
+                name: "g".into(),
+                queue: None,
+                min_member: min,
+                min_task_member: BTreeMap::new(),
+                min_resources: None,
+                priority: None,
+                created_ms: 0,
+                phase: JobPhase::Inqueue,
+                topology: Default::default(),
+                sub_groups: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        for i in 0..pods {
+            let mut p = PodSpec {
+                namespace: "ns".into(),
+                name: format!("g-{i}"),
+                ours: true,
+                group: Some("g".into()),
+                ..Default::default()
+            };
+            pod(i, &mut p);
+            spec.pods.push(p);
+        }
+        let snapshot = Snapshot::build(spec).unwrap();
+        let fw = crate::framework(&Default::default(), &snapshot.resources);
+        let session = Session::new(&snapshot, &fw);
+        Gang.validate(&session, JobId(0))
+            .map_err(|c| format!("{}: {}", c.reason, c.message))
+    }
+
+    #[test]
+    fn a_gang_whose_minimum_needs_held_members_is_not_valid() {
+        let gate = |i: usize, p: &mut PodSpec| {
+            if i == 1 {
+                p.scheduling_gates = vec!["example.com/quota".into()];
+            }
+        };
+        assert_eq!(
+            validate(2, 2, gate),
+            Err("SchedulingGated: 1 pod(s) gated: ns/g-1 (example.com/quota)".into())
+        );
+        // Without the gated member the minimum is still met: valid, the gated one just waits.
+        assert_eq!(validate(2, 3, gate), Ok(()));
+        let claims = |i: usize, p: &mut PodSpec| p.resource_claims = i == 0;
+        assert_eq!(
+            validate(1, 1, claims),
+            Err(
+                "DRAUnsupported: pod ns/g-0 has spec.resourceClaims; Basalt does not allocate \
+                 DRA ResourceClaims yet"
+                    .into()
+            )
+        );
+        // Bound with claims (another scheduler's DRA driver placed it): it counts as usual.
+        let bound = |_: usize, p: &mut PodSpec| {
+            p.resource_claims = true;
+            p.node = Some("n".into());
+            p.phase = basalt_engine::PodPhase::Running;
+        };
+        assert_eq!(validate(1, 1, bound), Ok(()));
+        // Too few pods at all is still NotEnoughPods, whatever is held.
+        assert!(validate(3, 2, gate)
+            .unwrap_err()
+            .starts_with("NotEnoughPods"));
+    }
+}
