@@ -223,7 +223,7 @@ proptest! {
             if placeable < g.min_member {
                 let prefix = format!("ns/{}-", g.name);
                 prop_assert!(!plan.bindings.iter().any(|b| b.pod.starts_with(&prefix)), "gang {} needs held pods", g.name);
-                let status = plan.pod_groups.iter().find(|s| &*s.name == format!("ns/{}", g.name)).unwrap();
+                let status = plan.pod_groups.iter().find(|s| *s.name == format!("ns/{}", g.name)).unwrap();
                 prop_assert!(
                     status.conditions.iter().any(|c| c.reason == "SchedulingGated" || c.reason == "DRAUnsupported"),
                     "gang {} waits for held pods without saying so: {:?}", g.name, status.conditions
