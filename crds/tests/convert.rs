@@ -231,6 +231,26 @@ fn init_containers_count_at_their_peak() {
 }
 
 #[test]
+fn scheduling_gates_and_resource_claims_are_read() {
+    let p = one_pod(
+        "spec:
+  schedulingGates: [{name: example.com/quota}, {name: example.com/image}]
+  resourceClaims: [{name: gpu, resourceClaimName: gpu-claim}]
+  containers: [{name: a}]
+",
+    );
+    assert_eq!(
+        p.scheduling_gates,
+        ["example.com/quota", "example.com/image"]
+    );
+    assert!(p.resource_claims);
+
+    let p =
+        one_pod("spec:\n  schedulingGates: []\n  resourceClaims: []\n  containers: [{name: a}]\n");
+    assert!(p.scheduling_gates.is_empty() && !p.resource_claims);
+}
+
+#[test]
 fn sidecar_init_containers_add_to_the_sum() {
     let p = one_pod(
         "spec:

@@ -8,6 +8,8 @@
 //!   (Volcano's job controller fills `minTaskMember` with every task's replicas, so an elastic
 //!   job with `minAvailable` below its replicas must still start partially).
 //! - A sub-group is complete when it holds its size (all of a short last rank block).
+//! - Members Basalt may not place (a `Hold`: scheduling gates, DRA claims) do not count toward
+//!   the minimums: a gang that needs them waits whole, its condition naming them.
 
 use std::collections::BTreeMap;
 
@@ -51,48 +53,64 @@ fn holds(status: &TaskStatus) -> bool {
 
 impl JobValid for Gang {
     /// A gang with fewer live pods than its minimums can never start: report it, place nothing.
+    /// Nor can one whose minimums need members Basalt may not place (gated, or claiming DRA
+    /// resources): it waits whole, naming them, rather than start short.
     fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition> {
-        let snap = session.snapshot;
-        let j = snap.job(job);
-        let live_task = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
-        let roles = j.roles_gate() && !j.min_task_member.is_empty();
-        let mut live = 0u32;
-        let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
-        for &t in j.tasks.iter().filter(|&&t| live_task(t)) {
-            live += 1;
-            if roles {
-                *by_role.entry(snap.task(t).role()).or_default() += 1;
-            }
+        let live = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
+        if let Some(message) = shortfall(session, job, live) {
+            return Err(Condition {
+                kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
+                reason: NOT_ENOUGH_PODS.to_string(),
+                message,
+            });
         }
-        let fail = |message: String| Condition {
-            kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
-            reason: NOT_ENOUGH_PODS.to_string(),
-            message,
+        let Some(held) = basalt_engine::actions::held_condition(session, job) else {
+            return Ok(());
         };
-        if live < j.min_member {
-            return Err(fail(format!(
-                "{live}/{} pods of the gang exist; waiting for minMember",
-                j.min_member
-            )));
+        let placeable = |t: TaskId| live(t) && session.snapshot.task(t).hold.is_none();
+        match shortfall(session, job, placeable) {
+            Some(_) => Err(held),
+            None => Ok(()),
         }
+    }
+}
+
+/// What the job's members passing `counts` leave short of its minimums (`minMember`, each
+/// role's `minTaskMember`, `minSubGroups`), or `None` when they meet them all.
+fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> Option<String> {
+    let snap = session.snapshot;
+    let j = snap.job(job);
+    let roles = j.roles_gate() && !j.min_task_member.is_empty();
+    let mut have = 0u32;
+    let mut by_role: BTreeMap<&str, u32> = BTreeMap::new();
+    for &t in j.tasks.iter().filter(|&&t| counts(t)) {
+        have += 1;
         if roles {
-            for (role, &min) in &j.min_task_member {
-                let have = by_role.get(role.as_str()).copied().unwrap_or(0);
-                if have < min {
-                    return Err(fail(format!(
-                        "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
-                    )));
-                }
+            *by_role.entry(snap.task(t).role()).or_default() += 1;
+        }
+    }
+    if have < j.min_member {
+        return Some(format!(
+            "{have}/{} pods of the gang exist; waiting for minMember",
+            j.min_member
+        ));
+    }
+    if roles {
+        for (role, &min) in &j.min_task_member {
+            let have = by_role.get(role.as_str()).copied().unwrap_or(0);
+            if have < min {
+                return Some(format!(
+                    "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
+                ));
             }
         }
-        if let Some((name, have, min)) = short_sub_groups(j, live_task) {
-            return Err(fail(format!(
-                "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
-                 minSubGroups"
-            )));
-        }
-        Ok(())
     }
+    short_sub_groups(j, counts).map(|(name, have, min)| {
+        format!(
+            "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
+             minSubGroups"
+        )
+    })
 }
 
 impl JobReady for Gang {
@@ -102,5 +120,92 @@ impl JobReady for Gang {
         j.meets_minimums(c.running + c.pipelined + c.succeeded, |role| {
             c.by_role.get(role).copied().unwrap_or(0)
         }) && short_sub_groups(j, |t| holds(session.task_status(t))).is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use basalt_engine::{
+        ClusterSpec, GroupSpec, JobId, JobPhase, JobValid, NodeSpec, PodSpec, Session, Snapshot,
+    };
+
+    use super::Gang;
+
+    /// Gang `g` (minimum `min`) of pods `g-0..`, each made by `pod(i)` from a plain member.
+    fn validate(min: i64, pods: usize, pod: impl Fn(usize, &mut PodSpec)) -> Result<(), String> {
+        let mut spec = ClusterSpec {
+            nodes: vec![NodeSpec {
+                name: "n".into(),
+                allocatable: BTreeMap::from([("cpu".into(), 64_000)]),
+                ..Default::default()
+            }],
+            groups: vec![GroupSpec {
+                namespace: "ns".into(),
+                name: "g".into(),
+                queue: None,
+                min_member: min,
+                min_task_member: BTreeMap::new(),
+                min_resources: None,
+                priority: None,
+                created_ms: 0,
+                phase: JobPhase::Inqueue,
+                topology: Default::default(),
+                sub_groups: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        for i in 0..pods {
+            let mut p = PodSpec {
+                namespace: "ns".into(),
+                name: format!("g-{i}"),
+                ours: true,
+                group: Some("g".into()),
+                ..Default::default()
+            };
+            pod(i, &mut p);
+            spec.pods.push(p);
+        }
+        let snapshot = Snapshot::build(spec).unwrap();
+        let fw = crate::framework(&Default::default(), &snapshot.resources);
+        let session = Session::new(&snapshot, &fw);
+        Gang.validate(&session, JobId(0))
+            .map_err(|c| format!("{}: {}", c.reason, c.message))
+    }
+
+    #[test]
+    fn a_gang_whose_minimum_needs_held_members_is_not_valid() {
+        let gate = |i: usize, p: &mut PodSpec| {
+            if i == 1 {
+                p.scheduling_gates = vec!["example.com/quota".into()];
+            }
+        };
+        assert_eq!(
+            validate(2, 2, gate),
+            Err("SchedulingGated: 1 pod(s) gated: ns/g-1 (example.com/quota)".into())
+        );
+        // Without the gated member the minimum is still met: valid, the gated one just waits.
+        assert_eq!(validate(2, 3, gate), Ok(()));
+        let claims = |i: usize, p: &mut PodSpec| p.resource_claims = i == 0;
+        assert_eq!(
+            validate(1, 1, claims),
+            Err(
+                "DRAUnsupported: pod ns/g-0 has spec.resourceClaims; Basalt does not allocate \
+                 DRA ResourceClaims yet"
+                    .into()
+            )
+        );
+        // Bound with claims (another scheduler's DRA driver placed it): it counts as usual.
+        let bound = |_: usize, p: &mut PodSpec| {
+            p.resource_claims = true;
+            p.node = Some("n".into());
+            p.phase = basalt_engine::PodPhase::Running;
+        };
+        assert_eq!(validate(1, 1, bound), Ok(()));
+        // Too few pods at all is still NotEnoughPods, whatever is held.
+        assert!(validate(3, 2, gate)
+            .unwrap_err()
+            .starts_with("NotEnoughPods"));
     }
 }

@@ -142,6 +142,12 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                         } else {
                             PodPhase::Pending
                         },
+                        // Now and then a pending member is gated or claims DRA resources.
+                        scheduling_gates: match (cpu + p as i64) % 7 {
+                            0 => vec!["example.com/gate".into()],
+                            _ => Vec::new(),
+                        },
+                        resource_claims: (mem + p as i64) % 11 == 0,
                         node,
                         ..Default::default()
                     });
@@ -203,6 +209,26 @@ proptest! {
             let new = plan.bindings.iter().filter(|b| b.pod.starts_with(&prefix)).count() as i64;
             let old = spec.pods.iter().filter(|p| p.group.as_deref() == Some(&g.name) && p.node.is_some()).count() as i64;
             prop_assert!(new == 0 || new + old >= g.min_member, "gang {} half placed: {} new + {} old < {}", g.name, new, old, g.min_member);
+        }
+
+        // Held pods (gated, DRA claims) are never bound nor nominated; a gang whose minimum
+        // needs them places nothing and says why.
+        let held = |p: &PodSpec| p.node.is_none() && (!p.scheduling_gates.is_empty() || p.resource_claims);
+        for pod in plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().map(|n| &n.pod)) {
+            prop_assert!(!held(pods[pod]), "held pod {} bound or nominated", pod);
+        }
+        for g in &spec.groups {
+            let members: Vec<&PodSpec> = spec.pods.iter().filter(|p| p.group.as_deref() == Some(&g.name)).collect();
+            let placeable = members.iter().filter(|p| !held(p)).count() as i64;
+            if placeable < g.min_member {
+                let prefix = format!("ns/{}-", g.name);
+                prop_assert!(!plan.bindings.iter().any(|b| b.pod.starts_with(&prefix)), "gang {} needs held pods", g.name);
+                let status = plan.pod_groups.iter().find(|s| *s.name == format!("ns/{}", g.name)).unwrap();
+                prop_assert!(
+                    status.conditions.iter().any(|c| c.reason == "SchedulingGated" || c.reason == "DRAUnsupported"),
+                    "gang {} waits for held pods without saying so: {:?}", g.name, status.conditions
+                );
+            }
         }
 
         // Determinism: same input, same bytes; shuffled input, same bytes.

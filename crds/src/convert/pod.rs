@@ -1,5 +1,6 @@
 //! Pods to the engine's [`PodSpec`]: requests as Kubernetes computes them, placement rules,
-//! priority and the labels and annotations Basalt honours.
+//! priority, scheduling gates, whether it claims DRA resources, and the labels and annotations
+//! Basalt honours.
 //!
 //! A pod of another scheduler (`ours == false`) only takes room on its node, so fields that
 //! matter only to Basalt's own pods (GPU ids, rank, priority class, placement rules) are read
@@ -165,6 +166,10 @@ pub(super) fn pod(
         labels: meta.labels.clone().unwrap_or_default(),
         rank,
         pinned_queue: None,
+        scheduling_gates: (spec.scheduling_gates.iter().flatten())
+            .map(|g| g.name.clone())
+            .collect(),
+        resource_claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
     })
 }
 

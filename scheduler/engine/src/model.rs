@@ -230,6 +230,20 @@ pub struct Task {
     pub rank: Option<u32>,
     /// Index into its job's `sub_groups`.
     pub sub_group: Option<u32>,
+    /// Set on a pending pod of ours that may not be placed at all, whatever the nodes offer.
+    pub hold: Option<Hold>,
+}
+
+/// Why a pending pod is never placed: it is not ready for scheduling, or it needs what Basalt
+/// does not allocate. It stays pending (and counts as pending) but is no candidate for a node,
+/// a nomination or its queue's demand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// `spec.schedulingGates`, by name: the API server refuses its binding until every gate is
+    /// removed.
+    Gated(Vec<String>),
+    /// `spec.resourceClaims`: Basalt does not allocate DRA ResourceClaims yet.
+    ResourceClaims,
 }
 
 impl Task {

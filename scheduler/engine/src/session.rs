@@ -298,7 +298,10 @@ impl<'a> Session<'a> {
             let counts = &mut start_counts[t.job.index()];
             status.push(match t.state {
                 TaskState::Pending => {
-                    queue_pending[queue.index()].add(&t.request);
+                    // A held pod is no demand its queue could use this cycle.
+                    if t.hold.is_none() {
+                        queue_pending[queue.index()].add(&t.request);
+                    }
                     counts.pending += 1;
                     TaskStatus::Pending
                 }
@@ -780,6 +783,10 @@ impl<'a> Session<'a> {
     /// Records that a member of a reserving job waits for this node; reported as a nomination
     /// unless the member is placed in the same cycle.
     pub fn nominate(&mut self, task: TaskId, node: NodeId) {
+        debug_assert!(
+            self.snapshot.task(task).hold.is_none(),
+            "a held task is nominated"
+        );
         self.reservations.push((task, node));
     }
 
@@ -1232,6 +1239,10 @@ impl<'a> Session<'a> {
         island: Option<u32>,
     ) {
         debug_assert_eq!(self.status[task.index()], TaskStatus::Pending);
+        debug_assert!(
+            self.snapshot.task(task).hold.is_none(),
+            "a held task is placed"
+        );
         let count = self.snapshot.task(task).request.count(GPU);
         let gpus = self.pick_gpus(node, count, island);
         self.charge(task, node, gpus, true);

@@ -419,6 +419,12 @@ mod patched {
                 if selector {
                     p.rules.node_selector.insert("rack".into(), "r0".into());
                 }
+                // Now and then gated (nominated too, on phase 4) or claiming DRA resources
+                // (bound or not): a held pod's task must match a full build's too.
+                if phase >= 3 && rank == Some(phase as u32 - 3) {
+                    p.scheduling_gates = vec!["example.com/gate".into()];
+                }
+                p.resource_claims = rank == Some(2) && phase != 3;
                 p.rank = rank;
                 if let Some(tp) = tp {
                     p.labels.insert("tp".into(), tp.to_string());

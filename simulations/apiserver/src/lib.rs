@@ -309,6 +309,29 @@ impl Handle {
             .map(|o| (*o).clone())
     }
 
+    /// Patches an object as a client would (`kind` says how the body reads), e.g. a merge patch
+    /// `{"spec": {"schedulingGates": null}}` that ungates a pod.
+    pub fn patch(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        patch: PatchKind,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.shared.store();
+        let res = st.find_kind(api_version, kind).ok_or_else(|| {
+            ApiError::new(
+                404,
+                "NotFound",
+                format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
+            )
+        })?;
+        st.patch(res, namespace, name, patch, body, store::Part::Main)
+            .map(|(o, _)| (*o).clone())
+    }
+
     /// Stops serving: closes watches, finishes in-flight requests, releases the port.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {

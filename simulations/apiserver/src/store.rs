@@ -894,7 +894,7 @@ impl Store {
         }
     }
 
-    /// `pods/binding`: sets spec.nodeName (409 when already bound) and copies the binding's
+    /// `pods/binding`: sets spec.nodeName (409 when already bound or gated) and copies the binding's
     /// annotations onto the pod, as the real binding REST does.
     pub fn bind(
         &mut self,
@@ -947,6 +947,16 @@ impl Store {
         {
             return Err(conflict(format!(
                 "pod {name} is already assigned to node {node:?}"
+            )));
+        }
+        // A pod is not ready for scheduling while it has gates.
+        if old
+            .pointer("/spec/schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty())
+        {
+            return Err(conflict(format!(
+                "pod {name} has non-empty .spec.schedulingGates"
             )));
         }
         let mut pod = (*old).clone();

@@ -253,6 +253,64 @@ async fn binding_sets_node_name_once() {
     );
 }
 
+/// kube-apiserver's binding REST refuses a pod that is not ready for scheduling: 409, "pod p
+/// has non-empty .spec.schedulingGates"; once the gates are removed the same binding succeeds.
+#[tokio::test]
+async fn binding_a_gated_pod_conflicts_until_ungated() {
+    let (server, client) = start(Config::default()).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut gated = pod("p", json!({}));
+    gated.spec.as_mut().unwrap().scheduling_gates = Some(vec![serde_json::from_value(
+        json!({"name": "example.com/gate"}),
+    )
+    .unwrap()]);
+    pods.create(&PostParams::default(), &gated).await.unwrap();
+    let binding = json!({"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
+    let e = pods
+        .create_subresource::<_, kube::core::Status>(
+            "binding",
+            "p",
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = e else {
+        panic!("expected an API error, got {e:?}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        status.message,
+        "Operation cannot be fulfilled on pods/binding \"p\": pod p has non-empty .spec.schedulingGates"
+    );
+    assert!(server.get("v1", "Pod", "default", "p").unwrap()["spec"]
+        .get("nodeName")
+        .is_none());
+
+    server
+        .patch(
+            "v1",
+            "Pod",
+            "default",
+            "p",
+            basalt_apiserver::PatchKind::Merge,
+            &json!({"spec": {"schedulingGates": null}}),
+        )
+        .unwrap();
+    pods.create_subresource::<_, kube::core::Status>(
+        "binding",
+        "p",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        server.get("v1", "Pod", "default", "p").unwrap()["spec"]["nodeName"],
+        "n1"
+    );
+}
+
 #[tokio::test]
 async fn eviction_respects_budgets_and_the_refusal_annotation() {
     let (server, client) = start(Config {

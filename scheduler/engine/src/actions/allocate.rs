@@ -131,6 +131,10 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
     let fw = session.framework();
     let job = snap.job(job_id);
     let order = placement_order(session, job);
+    // Members that may not be placed wait, and say why, whatever happens to the others.
+    if let Some(c) = super::held_condition(session, job_id).filter(|_| pass == Pass::Lend) {
+        session.add_condition(job_id, c);
+    }
     let admissible = |session: &Session, task: TaskId| -> Result<(), String> {
         let request = &session.snapshot.task(task).request;
         match fw.admit_task(session, task, request) {

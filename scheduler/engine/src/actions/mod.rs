@@ -12,7 +12,7 @@ pub use enqueue::enqueue;
 pub use evict::{preempt, reclaim};
 
 use crate::framework::{Action, Framework};
-use crate::model::{Job, JobId, JobPhase, QueueState, TaskId};
+use crate::model::{Hold, Job, JobId, JobPhase, QueueState, TaskId};
 use crate::plan::{Condition, Plan};
 use crate::session::{Session, TaskStatus};
 use crate::snapshot::Snapshot;
@@ -20,6 +20,10 @@ use crate::snapshot::Snapshot;
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
 pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
+/// Some members are not ready for scheduling (`spec.schedulingGates`).
+pub const SCHEDULING_GATED: &str = "SchedulingGated";
+/// Some members need DRA ResourceClaims, which Basalt does not allocate yet.
+pub const DRA_UNSUPPORTED: &str = "DRAUnsupported";
 
 /// One scheduling cycle: `(Snapshot, Framework) -> Plan`.
 pub fn schedule(snapshot: &Snapshot, fw: &Framework) -> Plan {
@@ -41,6 +45,55 @@ pub(crate) fn unschedulable(reason: &str, message: String) -> Condition {
         reason: reason.to_string(),
         message,
     }
+}
+
+/// How many pod names a condition lists before it says how many more there are.
+const NAMES_LISTED: usize = 10;
+
+/// Why the job's held pending members ([`Hold`]) are not placed, or `None` when it has none:
+/// reason `SchedulingGated` (kube-scheduler's reason for a gated pod) when some are gated,
+/// else `DRAUnsupported`. Names the pods, up to [`NAMES_LISTED`] of each kind.
+pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
+    let snap = session.snapshot;
+    let mut gated = Vec::new();
+    let mut claims = Vec::new();
+    for &t in &snap.job(job).tasks {
+        let task = snap.task(t);
+        match &task.hold {
+            Some(Hold::Gated(gates)) => gated.push(format!("{} ({})", task.name, gates.join(", "))),
+            Some(Hold::ResourceClaims) => claims.push(task.name.to_string()),
+            None => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if !gated.is_empty() {
+        parts.push(format!("{} pod(s) gated: {}", gated.len(), listed(&gated)));
+    }
+    match claims.len() {
+        0 => {}
+        1 => parts.push(format!("pod {} has spec.resourceClaims", claims[0])),
+        n => parts.push(format!(
+            "{n} pods have spec.resourceClaims: {}",
+            listed(&claims)
+        )),
+    }
+    if !claims.is_empty() {
+        parts.push("Basalt does not allocate DRA ResourceClaims yet".into());
+    }
+    let reason = match (gated.is_empty(), claims.is_empty()) {
+        (true, true) => return None,
+        (false, _) => SCHEDULING_GATED,
+        (true, false) => DRA_UNSUPPORTED,
+    };
+    Some(unschedulable(reason, parts.join("; ")))
+}
+
+fn listed(names: &[String]) -> String {
+    let mut out = names[..names.len().min(NAMES_LISTED)].join(", ");
+    if names.len() > NAMES_LISTED {
+        out.push_str(&format!(" and {} more", names.len() - NAMES_LISTED));
+    }
+    out
 }
 
 pub(crate) fn has_pending(session: &Session, job: &Job) -> bool {
@@ -89,7 +142,8 @@ pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
 }
 
 /// Pending members in placement order: members that a role still needs for its minimum first
-/// (so optional pods never take the capacity a required role needs), then by name.
+/// (so optional pods never take the capacity a required role needs), then by name. Held
+/// members ([`crate::model::Hold`]) are never candidates.
 pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
     let snap = session.snapshot;
     let mut need = job.min_task_member.clone();
@@ -101,7 +155,7 @@ pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
     let mut required = Vec::new();
     let mut optional = Vec::new();
     for &t in &job.tasks {
-        if *session.task_status(t) != TaskStatus::Pending {
+        if *session.task_status(t) != TaskStatus::Pending || snap.task(t).hold.is_some() {
             continue;
         }
         let slot = need.get_mut(snap.task(t).role()).filter(|n| **n > 0);

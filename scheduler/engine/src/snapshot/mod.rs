@@ -81,6 +81,10 @@ pub struct PodSpec {
     /// stands for), but it is no task of any job, so it is never moved, evicted or reported.
     /// `ours`, `group` and the placement fields do not apply.
     pub pinned_queue: Option<String>,
+    /// `spec.schedulingGates` names: while any is left the pod is not ready for scheduling.
+    pub scheduling_gates: Vec<String>,
+    /// `spec.resourceClaims` is not empty: the pod needs DRA ResourceClaims allocated.
+    pub resource_claims: bool,
 }
 
 impl PodSpec {
@@ -1490,6 +1494,15 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         (_, Some(n)) => TaskState::Bound(n),
         (_, None) => TaskState::Pending,
     };
+    // Only a pending pod is held: a bound one cannot have gates (the API server refuses the
+    // binding and forbids adding gates later), and one bound with claims counts as usual.
+    let hold = match state {
+        TaskState::Pending if !p.scheduling_gates.is_empty() => {
+            Some(Hold::Gated(p.scheduling_gates.clone()))
+        }
+        TaskState::Pending if p.resource_claims => Some(Hold::ResourceClaims),
+        _ => None,
+    };
     Task {
         id,
         name,
@@ -1501,9 +1514,9 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         priority: p.priority,
         state,
         gpus,
-        // A nomination to a node that is gone is simply dropped.
+        // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
         nominated: match node {
-            None if p.phase == PodPhase::Pending => facts.nominated,
+            None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,
             _ => None,
         },
         non_preemptable: p.non_preemptable,
@@ -1513,6 +1526,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         active_deadline_s: p.active_deadline_s,
         rank: p.rank,
         sub_group: None,
+        hold,
     }
 }
 
