@@ -24,7 +24,7 @@ async fn a_partly_bound_gang_that_cannot_complete_is_wholly_unbound_within_the_t
     c.create(pod("g-1", "g", 4));
     c.create(busy_pod("other", "n2", 4, None));
 
-    let _s = c.start_with(&["--partial-gang-timeout", "2s"]);
+    let _s = c.start_with(&["--partial-gang-timeout", "5s"]);
     let partly_bound = |c: &Cluster| {
         c.group("g")["status"]["conditions"]
             .as_array()
