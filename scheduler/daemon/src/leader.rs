@@ -282,13 +282,15 @@ impl Elector {
             "spec": {"holderIdentity": me, "renewTime": now, "acquireTime": acquired,
                      "leaseDurationSeconds": seconds, "leaseTransitions": transitions},
         });
+        self.write(&patch).await
+    }
+
+    /// Merge-patches the lease (its resourceVersion in `patch` makes a rival's write a 409).
+    async fn write(&self, patch: &serde_json::Value) -> kube::Result<bool> {
+        let params = PatchParams::default();
         settled(
             self.api
-                .patch(
-                    &self.config.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+                .patch(&self.config.name, &params, &Patch::Merge(patch))
                 .await,
         )
     }
@@ -307,15 +309,7 @@ impl Elector {
             "spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null,
                      "leaseDurationSeconds": null},
         });
-        settled(
-            self.api
-                .patch(
-                    &self.config.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await,
-        )
+        self.write(&patch).await
     }
 }
 

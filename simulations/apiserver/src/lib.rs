@@ -274,13 +274,7 @@ impl Handle {
             obj.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
             obj.get("kind").and_then(Value::as_str).unwrap_or(""),
         );
-        let res = st.find_kind(av, kind).ok_or_else(|| {
-            ApiError::new(
-                404,
-                "NotFound",
-                format!("no resource serves apiVersion {av:?} kind {kind:?}"),
-            )
-        })?;
+        let res = served(&st, av, kind)?;
         let ns = obj
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
@@ -298,13 +292,7 @@ impl Handle {
         name: &str,
     ) -> Result<Value, ApiError> {
         let mut st = self.shared.store();
-        let res = st.find_kind(api_version, kind).ok_or_else(|| {
-            ApiError::new(
-                404,
-                "NotFound",
-                format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
-            )
-        })?;
+        let res = served(&st, api_version, kind)?;
         st.delete(res, namespace, name, &Value::Null)
             .map(|o| (*o).clone())
     }
@@ -321,13 +309,7 @@ impl Handle {
         body: &Value,
     ) -> Result<Value, ApiError> {
         let mut st = self.shared.store();
-        let res = st.find_kind(api_version, kind).ok_or_else(|| {
-            ApiError::new(
-                404,
-                "NotFound",
-                format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
-            )
-        })?;
+        let res = served(&st, api_version, kind)?;
         st.patch(res, namespace, name, patch, body, store::Part::Main)
             .map(|(o, _)| (*o).clone())
     }
@@ -341,6 +323,17 @@ impl Handle {
             let _ = task.await;
         }
     }
+}
+
+/// The resource serving `api_version` / `kind`, or the 404 a client would get.
+fn served(st: &Store, api_version: &str, kind: &str) -> Result<store::ResId, ApiError> {
+    st.find_kind(api_version, kind).ok_or_else(|| {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("no resource serves apiVersion {api_version:?} kind {kind:?}"),
+        )
+    })
 }
 
 impl Drop for Handle {
