@@ -186,10 +186,15 @@ impl Round {
             ..ClusterSpec::default()
         };
         for (origin, object) in objects {
-            let times = refused
-                .get(&(object.kind().to_string(), object.key()))
-                .copied()
-                .unwrap_or(0);
+            // Empty in the first round, which is every cycle without an engine refusal: no
+            // key is made then.
+            let times = if refused.is_empty() {
+                0
+            } else {
+                (refused.get(&(object.kind().to_string(), object.key())))
+                    .copied()
+                    .unwrap_or(0)
+            };
             // `Err(None)`: refused by the engine in an earlier round.
             let converted = if times > 0 {
                 Err(None)
@@ -264,36 +269,36 @@ impl Round {
             bad_groups.insert(key);
             false
         });
-        let groups: HashSet<String> = spec
-            .groups
-            .iter()
-            .map(|g| format!("{}/{}", g.namespace, g.name))
+        // Borrowed names: this runs over every pod every cycle, so nothing is allocated for
+        // a pod that passes.
+        let groups: HashSet<(&str, &str)> = (spec.groups.iter())
+            .map(|g| (g.namespace.as_str(), g.name.as_str()))
             .collect();
         let nodes: HashSet<&str> = spec.nodes.iter().map(|n| n.name.as_str()).collect();
         spec.pods.retain_mut(|p| {
-            let key = format!("{}/{}", p.namespace, p.name);
+            let key = || format!("{}/{}", p.namespace, p.name);
             let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
             if let (Some(node), true) = (&p.node, live) {
                 if !nodes.contains(node.as_str()) {
                     let message = format!("names node {node}, which does not exist");
-                    errors.push(error("Pod", &key, "spec.nodeName", message));
+                    errors.push(error("Pod", &key(), "spec.nodeName", message));
                     return false;
                 }
             }
             let Some(group) = p.group.as_deref().filter(|_| p.ours) else {
                 return true;
             };
-            let group_key = format!("{}/{group}", p.namespace);
-            if groups.contains(&group_key) {
+            if groups.contains(&(p.namespace.as_str(), group)) {
                 return true;
             }
+            let group_key = format!("{}/{group}", p.namespace);
             let message = if bad_groups.contains(&group_key) {
                 format!("its PodGroup {group_key} is invalid (see the PodGroup)")
             } else {
                 format!("names PodGroup {group_key}, which does not exist")
             };
             let field = "metadata.labels/annotations (pod group)";
-            errors.push(error("Pod", &key, field, message));
+            errors.push(error("Pod", &key(), field, message));
             if p.node.is_some() && live {
                 // Bound: its request stays on its node, as another scheduler's pod.
                 p.ours = false;
