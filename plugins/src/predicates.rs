@@ -203,6 +203,7 @@ mod tests {
             }],
             node_selector: BTreeMap::new(),
             affinity: None,
+            volumes: Vec::new(),
         };
         assert!(Predicates.filter(&everything, &n).is_ok());
     }

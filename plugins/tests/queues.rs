@@ -397,6 +397,7 @@ proptest! {
                 pods: pods.values().cloned().collect(),
                 groups: groups.values().cloned().collect(),
                 queues: spec.queues.clone(),
+                namespaces: Vec::new(),
             }).unwrap(), &config);
             prop_assert_eq!(&plan, &fresh, "cycle {}", cycle);
             // The cluster carries the plan out, and one running pod ends.

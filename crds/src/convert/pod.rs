@@ -170,6 +170,8 @@ pub(super) fn pod(
             .map(|g| g.name.clone())
             .collect(),
         resource_claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
+        constraints: None,
+        waits: Vec::new(),
     })
 }
 
@@ -409,6 +411,7 @@ fn placement_rules(
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         affinity,
         tolerations,
+        volumes: Vec::new(),
     })
 }
 

@@ -7,6 +7,7 @@
 //! `basalt-crds`.
 
 pub mod actions;
+pub mod constraints;
 pub mod framework;
 mod hash;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod share;
 pub mod snapshot;
 
 pub use actions::schedule;
+pub use constraints::*;
 pub use framework::*;
 pub use model::*;
 pub use plan::*;

@@ -165,6 +165,20 @@ pub struct PlacementRules {
     pub node_selector: BTreeMap<String, String>,
     pub affinity: Option<RequiredNodeAffinity>,
     pub tolerations: Vec<Toleration>,
+    /// What the pod's volumes allow: each rule must hold.
+    pub volumes: Vec<VolumeNodeRule>,
+}
+
+/// A node restriction from one of the pod's volumes (kube-scheduler's VolumeBinding): the node
+/// must match one of `terms` (ORed, as in a node selector). Free of the claim's name, so pods
+/// whose volumes allow the same nodes share feasibility results.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VolumeNodeRule {
+    /// A bound PersistentVolume's `nodeAffinity` (refused: "had volume node affinity
+    /// conflict"); else where an unbound `WaitForFirstConsumer` claim can bind to an available
+    /// volume or be provisioned (refused: "didn't find available persistent volumes to bind").
+    pub bound: bool,
+    pub terms: Vec<NodeSelectorTerm>,
 }
 
 /// Index into [`crate::Snapshot::rules`].
@@ -244,6 +258,11 @@ pub enum Hold {
     Gated(Vec<String>),
     /// `spec.resourceClaims`: Basalt does not allocate DRA ResourceClaims yet.
     ResourceClaims,
+    /// Its volumes are not ready ([`crate::Wait::Volume`]), one message per claim.
+    Volumes(Vec<String>),
+    /// It states what Basalt does not understand ([`crate::Wait::Unsupported`]), one message
+    /// per field.
+    Unsupported(Vec<String>),
 }
 
 impl Task {

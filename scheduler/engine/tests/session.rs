@@ -42,6 +42,7 @@ fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
             sub_groups: Vec::new(),
         }],
         queues: vec![],
+        namespaces: vec![],
     }
 }
 

@@ -111,6 +111,7 @@ fn full(now: i64, nodes: &[NodeSpec], pods: &[PodSpec], groups: &[GroupSpec]) ->
         pods: pods.to_vec(),
         groups: groups.to_vec(),
         queues: queues(),
+        namespaces: Vec::new(),
     })
     .expect("builds");
     format!("{s:?}")
@@ -190,6 +191,7 @@ fn errors_match_a_full_build() {
         pods: pods.clone(),
         groups: groups.clone(),
         queues: queues(),
+        namespaces: Vec::new(),
     })
     .unwrap_err();
     assert_eq!(sync(&mut b, 0, &pods, &groups).unwrap_err(), want);
@@ -538,6 +540,7 @@ mod patched {
             pods: pods.values().cloned().collect(),
             groups: groups.values().cloned().collect(),
             queues: queues(),
+            namespaces: Vec::new(),
         });
         let got = b.build(now, &queues());
         match (got, want) {

@@ -665,6 +665,7 @@ impl<'a> Simulator<'a> {
             pods,
             groups,
             queues: self.queues.clone(),
+            namespaces: Vec::new(),
         }
     }
 

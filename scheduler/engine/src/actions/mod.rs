@@ -24,6 +24,10 @@ pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
 pub const SCHEDULING_GATED: &str = "SchedulingGated";
 /// Some members need DRA ResourceClaims, which Basalt does not allocate yet.
 pub const DRA_UNSUPPORTED: &str = "DRAUnsupported";
+/// Some members state a scheduling-relevant field Basalt does not understand.
+pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
+/// Some members' volumes are not ready (a missing claim or volume, a claim in use).
+pub const VOLUME_NOT_READY: &str = "VolumeNotReady";
 
 /// One scheduling cycle: `(Snapshot, Framework) -> Plan`.
 pub fn schedule(snapshot: &Snapshot, fw: &Framework) -> Plan {
@@ -50,17 +54,23 @@ pub(crate) fn unschedulable(reason: &str, message: String) -> Condition {
 /// How many pod names a condition lists before it says how many more there are.
 const NAMES_LISTED: usize = 10;
 
-/// Why the job's held pending members ([`Hold`]) are not placed, or `None` when it has none:
-/// reason `SchedulingGated` (kube-scheduler's reason for a gated pod) when some are gated,
-/// else `DRAUnsupported`. Names the pods, up to [`NAMES_LISTED`] of each kind.
+/// Why the job's held pending members ([`Hold`]) are not placed, or `None` when it has none.
+/// The reason is that of the first kind of hold present, in this order: `SchedulingGated`
+/// (kube-scheduler's reason for a gated pod), `UnsupportedField`, `VolumeNotReady`,
+/// `DRAUnsupported`; the message names the pods of every kind, up to [`NAMES_LISTED`] each.
 pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     let snap = session.snapshot;
     let mut gated = Vec::new();
+    let mut unsupported = Vec::new();
+    let mut volumes = Vec::new();
     let mut claims = Vec::new();
     for &t in &snap.job(job).tasks {
         let task = snap.task(t);
+        let with = |what: &[String], sep| format!("{} ({})", task.name, what.join(sep));
         match &task.hold {
-            Some(Hold::Gated(gates)) => gated.push(format!("{} ({})", task.name, gates.join(", "))),
+            Some(Hold::Gated(gates)) => gated.push(with(gates, ", ")),
+            Some(Hold::Unsupported(fields)) => unsupported.push(with(fields, "; ")),
+            Some(Hold::Volumes(problems)) => volumes.push(with(problems, "; ")),
             Some(Hold::ResourceClaims) => claims.push(task.name.to_string()),
             None => {}
         }
@@ -68,6 +78,20 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     let mut parts = Vec::new();
     if !gated.is_empty() {
         parts.push(format!("{} pod(s) gated: {}", gated.len(), listed(&gated)));
+    }
+    if !unsupported.is_empty() {
+        parts.push(format!(
+            "{} pod(s) state what Basalt does not support: {}",
+            unsupported.len(),
+            listed(&unsupported)
+        ));
+    }
+    if !volumes.is_empty() {
+        parts.push(format!(
+            "{} pod(s) wait for volumes: {}",
+            volumes.len(),
+            listed(&volumes)
+        ));
     }
     match claims.len() {
         0 => {}
@@ -80,10 +104,16 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     if !claims.is_empty() {
         parts.push("Basalt does not allocate DRA ResourceClaims yet".into());
     }
-    let reason = match (gated.is_empty(), claims.is_empty()) {
-        (true, true) => return None,
-        (false, _) => SCHEDULING_GATED,
-        (true, false) => DRA_UNSUPPORTED,
+    let reason = if !gated.is_empty() {
+        SCHEDULING_GATED
+    } else if !unsupported.is_empty() {
+        UNSUPPORTED_FIELD
+    } else if !volumes.is_empty() {
+        VOLUME_NOT_READY
+    } else if !claims.is_empty() {
+        DRA_UNSUPPORTED
+    } else {
+        return None;
     };
     Some(unschedulable(reason, parts.join("; ")))
 }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use basalt_topology::{TierSpec, Topology};
 use thiserror::Error;
 
+use crate::constraints::{NamespaceSpec, PodConstraints};
 use crate::hash::Map;
 use crate::model::*;
 use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
@@ -85,6 +86,22 @@ pub struct PodSpec {
     pub scheduling_gates: Vec<String>,
     /// `spec.resourceClaims` is not empty: the pod needs DRA ResourceClaims allocated.
     pub resource_claims: bool,
+    /// Inter-pod affinity, topology spread, host ports and preferences; `None` when it states
+    /// none (shared: the members of a gang usually state the same).
+    pub constraints: Option<Arc<PodConstraints>>,
+    /// Why the pod must wait whatever the nodes offer, as its reader found (a pending pod of
+    /// ours with any is held, see [`Hold`]).
+    pub waits: Vec<Wait>,
+}
+
+/// A reason a pending pod must wait whatever the nodes offer, found by the reader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// A volume is not ready: its claim is missing, bound to a volume that does not exist, or
+    /// a `ReadWriteOncePod` claim another pod uses. The message names the claim.
+    Volume(String),
+    /// A scheduling-relevant field Basalt does not understand: the field's path and why.
+    Unsupported { field: String, message: String },
 }
 
 impl PodSpec {
@@ -181,6 +198,8 @@ pub struct ClusterSpec {
     pub pods: Vec<PodSpec>,
     pub groups: Vec<GroupSpec>,
     pub queues: Vec<QueueSpec>,
+    /// Namespaces with their labels, for `namespaceSelector` (see [`NamespaceSpec`]).
+    pub namespaces: Vec<NamespaceSpec>,
 }
 
 /// A problem with one object of the input, naming the object and the field.
@@ -344,6 +363,8 @@ impl Snapshot {
             pods,
             groups,
             mut queues,
+            // Read by the constraints' namespace selectors (not yet resolved here).
+            namespaces: _,
         } = spec;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let pods = sorted_pods(&pods);
@@ -1500,6 +1521,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         TaskState::Pending if !p.scheduling_gates.is_empty() => {
             Some(Hold::Gated(p.scheduling_gates.clone()))
         }
+        TaskState::Pending if !p.waits.is_empty() => Some(held_for(&p.waits)),
         TaskState::Pending if p.resource_claims => Some(Hold::ResourceClaims),
         _ => None,
     };
@@ -1528,6 +1550,28 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         sub_group: None,
         hold,
     }
+}
+
+/// The hold for a pod's waits: what it does not understand first (nothing else about it can be
+/// trusted), then its volumes.
+fn held_for(waits: &[Wait]) -> Hold {
+    let unsupported: Vec<String> = (waits.iter())
+        .filter_map(|w| match w {
+            Wait::Unsupported { field, message } => Some(format!("{field}: {message}")),
+            Wait::Volume(_) => None,
+        })
+        .collect();
+    if !unsupported.is_empty() {
+        return Hold::Unsupported(unsupported);
+    }
+    Hold::Volumes(
+        (waits.iter())
+            .filter_map(|w| match w {
+                Wait::Volume(m) => Some(m.clone()),
+                Wait::Unsupported { .. } => None,
+            })
+            .collect(),
+    )
 }
 
 /// A job's queue: it must exist and be a leaf (`has_children` per queue).
