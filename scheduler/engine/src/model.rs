@@ -246,6 +246,9 @@ pub struct Task {
     pub sub_group: Option<u32>,
     /// Set on a pending pod of ours that may not be placed at all, whatever the nodes offer.
     pub hold: Option<Hold>,
+    /// What the pod states about other pods and its preferences, as its reader gave them
+    /// (namespaces not yet resolved); `None` when it states none.
+    pub constraints: Option<std::sync::Arc<crate::constraints::PodConstraints>>,
 }
 
 /// Why a pending pod is never placed: it is not ready for scheduling, or it needs what Basalt

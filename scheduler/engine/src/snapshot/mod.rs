@@ -1549,6 +1549,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         rank: p.rank,
         sub_group: None,
         hold,
+        constraints: p.constraints.clone(),
     }
 }
 
