@@ -191,9 +191,13 @@ impl Context {
             }
             Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
-            Object::PriorityClass(_) | Object::NodeTopology(_) | Object::HyperNode(_) => {
-                return Ok(None)
-            }
+            Object::PriorityClass(_)
+            | Object::NodeTopology(_)
+            | Object::HyperNode(_)
+            | Object::Namespace(_)
+            | Object::PersistentVolumeClaim(_)
+            | Object::PersistentVolume(_)
+            | Object::StorageClass(_) => return Ok(None),
         }))
     }
 }

@@ -7,8 +7,9 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -29,6 +30,12 @@ pub enum Object {
     Queue(Box<Queue>),
     NodeTopology(Box<NodeTopology>),
     HyperNode(Box<HyperNode>),
+    /// Read for its labels (`namespaceSelector` of pod affinity terms).
+    Namespace(Box<Namespace>),
+    /// Claims, volumes and classes: what a pod's volumes allow (kube-scheduler's VolumeBinding).
+    PersistentVolumeClaim(Box<PersistentVolumeClaim>),
+    PersistentVolume(Box<PersistentVolume>),
+    StorageClass(Box<StorageClass>),
 }
 
 impl Object {
@@ -41,6 +48,10 @@ impl Object {
             Object::Queue(_) => "Queue",
             Object::NodeTopology(_) => "NodeTopology",
             Object::HyperNode(_) => "HyperNode",
+            Object::Namespace(_) => "Namespace",
+            Object::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
+            Object::PersistentVolume(_) => "PersistentVolume",
+            Object::StorageClass(_) => "StorageClass",
         }
     }
 
@@ -55,6 +66,10 @@ impl Object {
             Object::Queue(o) => (&o.metadata, false),
             Object::NodeTopology(o) => (&o.metadata, false),
             Object::HyperNode(o) => (&o.metadata, false),
+            Object::Namespace(o) => (&o.metadata, false),
+            Object::PersistentVolumeClaim(o) => (&o.metadata, true),
+            Object::PersistentVolume(o) => (&o.metadata, false),
+            Object::StorageClass(o) => (&o.metadata, false),
         };
         let name = meta
             .name
@@ -290,13 +305,23 @@ fn read_value(
         }
     }
 
-    let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup");
+    let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup" | "PersistentVolumeClaim");
     let object_name = describe(&kind, map, namespaced);
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
         let object = match (api_version.as_str(), kind.as_str()) {
             ("v1", "Node") => Object::Node(typed(place, &object_name, value)?),
             ("v1", "Pod") => Object::Pod(typed(place, &object_name, value)?),
+            ("v1", "Namespace") => Object::Namespace(typed(place, &object_name, value)?),
+            ("v1", "PersistentVolumeClaim") => {
+                Object::PersistentVolumeClaim(typed(place, &object_name, value)?)
+            }
+            ("v1", "PersistentVolume") => {
+                Object::PersistentVolume(typed(place, &object_name, value)?)
+            }
+            ("storage.k8s.io/v1", "StorageClass") => {
+                Object::StorageClass(typed(place, &object_name, value)?)
+            }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 Object::PriorityClass(typed(place, &object_name, value)?)
             }
