@@ -10,6 +10,7 @@ pub mod actions;
 pub mod constraints;
 pub mod framework;
 mod hash;
+mod interpod;
 pub mod model;
 pub mod plan;
 mod queue_order;

@@ -249,6 +249,25 @@ pub struct Task {
     /// What the pod states about other pods and its preferences, as its reader gave them
     /// (namespaces not yet resolved); `None` when it states none.
     pub constraints: Option<std::sync::Arc<crate::constraints::PodConstraints>>,
+    /// Its namespace and labels, which other pods' affinity terms and spread constraints match.
+    pub meta: std::sync::Arc<PodMeta>,
+}
+
+/// What pod affinity terms and spread constraints select a pod by (shared: converted once
+/// per pod spec).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A bound pod of another scheduler, as far as inter-pod rules see it: where it runs, what
+/// selects it and what it states (its anti-affinity repels, its host ports are taken).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForeignPod {
+    pub node: NodeId,
+    pub meta: std::sync::Arc<PodMeta>,
+    pub constraints: Option<std::sync::Arc<crate::constraints::PodConstraints>>,
 }
 
 /// Why a pending pod is never placed: it is not ready for scheduling, or it needs what Basalt

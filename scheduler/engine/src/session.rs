@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::framework::{Framework, Reason};
 use crate::hash::Map;
+use crate::interpod::{Guard, InterPod};
 use crate::model::*;
 use crate::plan::{
     Binding, Condition, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
@@ -232,6 +233,8 @@ pub struct Session<'a> {
     moved: Vec<NodeId>,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
+    /// Inter-pod affinity, spread and host ports: counts per domain (see [`crate::interpod`]).
+    pods: InterPod,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -419,6 +422,7 @@ impl<'a> Session<'a> {
             committed: Vec::new(),
             moved: Vec::new(),
             topo: None,
+            pods: InterPod::new(snapshot),
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
@@ -1005,6 +1009,25 @@ impl<'a> Session<'a> {
             && self.fits(node, request)
             && self.free_gpus(node) >= want
             && island.is_none_or(|i| self.island_free(node, i) >= want)
+            && self.pod_rules_allow(task, node)
+    }
+
+    /// Whether the task's inter-pod rules (pod affinity and anti-affinity, the existing pods'
+    /// anti-affinity, `DoNotSchedule` spread, host ports) let it onto the node now.
+    pub fn pod_rules_allow(&self, task: TaskId, node: NodeId) -> bool {
+        self.pods.allows(self.snapshot, task, node).is_ok()
+    }
+
+    /// The task's inter-pod preference points on the node (see
+    /// `InterPod::preference_points` for the scale: per rule 0..=100 or ±weight).
+    pub fn pod_preference_points(&self, task: TaskId, node: NodeId) -> i64 {
+        self.pods.preference_points(self.snapshot, task, node)
+    }
+
+    /// Whether the task has inter-pod preferences at all (cached per task): without, its
+    /// points are 0 everywhere.
+    pub fn has_pod_preferences(&self, task: TaskId) -> bool {
+        self.pods.has_preferences(self.snapshot, task)
     }
 
     pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
@@ -1040,14 +1063,25 @@ impl<'a> Session<'a> {
         let t = snap.task(task);
         let (shape, rules) = (t.shape, t.rules);
         let access = self.effective(access);
-        if self.failures.get(&(shape, access)) == Some(&self.released) {
+        // A task with inter-pod rules does not share its shape's failures (see `Guard`).
+        let guard = self.pods.guard(snap, task);
+        let failed = match guard {
+            Guard::Free => self.failures.get(&(shape, access)) == Some(&self.released),
+            Guard::PerTask => self.pods.failed_at(task) == Some(self.released),
+            Guard::Never => false,
+        };
+        if failed {
             return None;
         }
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
         let statics = &self.statics[&rules];
-        let usable =
-            |n: NodeId| statics.ok[n.index()] && self.fits(n, request) && self.may_use(n, access);
+        let usable = |n: NodeId| {
+            statics.ok[n.index()]
+                && self.fits(n, request)
+                && self.may_use(n, access)
+                && (guard == Guard::Free || self.pods.allows(snap, task, n).is_ok())
+        };
         let mut best: Option<(u64, NodeId)> = None;
         let mut consider = |node: NodeId| {
             let cand = (self.key_with(node, request), node);
@@ -1072,7 +1106,13 @@ impl<'a> Session<'a> {
             }
         }
         if best.is_none() {
-            self.failures.insert((shape, access), self.released);
+            match guard {
+                Guard::Free => {
+                    self.failures.insert((shape, access), self.released);
+                }
+                Guard::PerTask => self.pods.note_failure(task, self.released),
+                Guard::Never => {}
+            }
         }
         best.map(|(_, node)| node)
     }
@@ -1087,24 +1127,39 @@ impl<'a> Session<'a> {
         let t = self.snapshot.task(task);
         let (shape, rules) = (t.shape, t.rules);
         let access = self.effective(access);
+        // With inter-pod rules the reason is the task's own, not its shape's.
+        if self.pods.guard(self.snapshot, task) != Guard::Free {
+            let request = &self.snapshot.shapes[shape.0 as usize].1;
+            return self.explain(task, rules, request, access);
+        }
         if let Some((epoch, message)) = self.explanations.get(&(shape, access)) {
             if *epoch == self.released {
                 return message.clone();
             }
         }
         let request = &self.snapshot.shapes[shape.0 as usize].1;
-        let message = self.explain(rules, request, access);
+        let message = self.explain(task, rules, request, access);
         self.explanations
             .insert((shape, access), (self.released, message.clone()));
         message
     }
 
     /// The aggregated reason no node fits, most frequent reasons first.
-    fn explain(&self, rules: RulesId, request: &Resources, access: ReservedNodes) -> String {
+    fn explain(
+        &self,
+        task: TaskId,
+        rules: RulesId,
+        request: &Resources,
+        access: ReservedNodes,
+    ) -> String {
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
         for node in &self.snapshot.nodes {
             if let Err(reason) = self.fw.filter_node(r, node) {
+                *counts.entry(reason).or_default() += 1;
+                continue;
+            }
+            if let Err(reason) = self.pods.allows(self.snapshot, task, node.id) {
                 *counts.entry(reason).or_default() += 1;
                 continue;
             }
@@ -1191,6 +1246,7 @@ impl<'a> Session<'a> {
             let n = gpus.count_ones() as i64;
             topo.change(node, if add { -n } else { n });
         }
+        self.pods.charge(snap, task, node, add);
         self.index_insert(node);
         for q in ancestors(snap, snap.job(t.job).queue) {
             if add {

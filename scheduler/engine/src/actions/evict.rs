@@ -190,7 +190,12 @@ fn attempt(
             session.evict(&mut stmt, v, reason, job.id);
             evicted_any = true;
         }
-        if session.fits(node, &t.request) && fw.admit_task(session, task, &t.request).is_ok() {
+        // Its inter-pod rules are checked after the evictions: a victim may have been what
+        // repelled it, or what it needed nearby.
+        if session.fits(node, &t.request)
+            && session.pod_rules_allow(task, node)
+            && fw.admit_task(session, task, &t.request).is_ok()
+        {
             session.pipeline(&mut stmt, task, node);
             holding += 1;
         }

@@ -244,6 +244,10 @@ pub struct Snapshot {
     pub used_total: Resources,
     /// Bound pods of other schedulers, counted on their nodes and never moved.
     pub foreign_pods: usize,
+    /// The same pods in pod order, for inter-pod rules (shared between patched snapshots).
+    pub foreign: Arc<Vec<ForeignPod>>,
+    /// Namespaces with their labels, sorted by name, for `namespaceSelector`.
+    pub namespaces: Arc<Vec<NamespaceSpec>>,
     /// What snapshots of the same nodes share (topologies, the last session's node state).
     node_cache: NodeCache,
     pub(crate) hint: NodeHint,
@@ -363,8 +367,7 @@ impl Snapshot {
             pods,
             groups,
             mut queues,
-            // Read by the constraints' namespace selectors (not yet resolved here).
-            namespaces: _,
+            namespaces,
         } = spec;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let pods = sorted_pods(&pods);
@@ -411,7 +414,10 @@ impl Snapshot {
             false,
             &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
-        .map(|a| a.snapshot)
+        .map(|a| Snapshot {
+            namespaces: sorted_namespaces(namespaces),
+            ..a.snapshot
+        })
     }
 
     pub fn node(&self, id: NodeId) -> &Node {
@@ -471,6 +477,8 @@ pub struct SnapshotBuilder {
     pinned_uses: HashMap<(String, String), PinnedUse>,
     /// Snapshots built so far (see [`NodeHint`]).
     generation: u64,
+    /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
+    namespaces: Arc<Vec<NamespaceSpec>>,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -695,7 +703,14 @@ impl SnapshotBuilder {
             patched: 0,
             pinned_uses: HashMap::new(),
             generation: 0,
+            namespaces: Arc::default(),
         })
+    }
+
+    /// The namespaces and their labels, for `namespaceSelector` ([`ClusterSpec::namespaces`]);
+    /// none until told.
+    pub fn set_namespaces(&mut self, namespaces: Vec<NamespaceSpec>) {
+        self.namespaces = sorted_namespaces(namespaces);
     }
 
     /// The node specs, sorted by name (index = [`NodeId`]).
@@ -891,6 +906,7 @@ impl SnapshotBuilder {
         self.generation += 1;
         let mut snapshot = assembled.snapshot;
         snapshot.hint.generation = Some(self.generation);
+        snapshot.namespaces = self.namespaces.clone();
         Ok(self.last.insert(snapshot))
     }
 }
@@ -995,6 +1011,7 @@ struct PodFacts {
     job_hash: u64,
     /// Its task's position in the builder's last snapshot (see [`Buffers`]).
     slot: std::cell::Cell<u32>,
+    meta: Arc<PodMeta>,
 }
 
 impl PodFacts {
@@ -1011,6 +1028,10 @@ impl PodFacts {
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
+            meta: Arc::new(PodMeta {
+                namespace: p.namespace.clone(),
+                labels: p.labels.clone(),
+            }),
         }
     }
 }
@@ -1285,6 +1306,7 @@ fn assemble(
         })
         .collect();
     let mut foreign_pods = 0;
+    let mut foreign = Vec::new();
     let mut claims_as_named = true;
     let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
     let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
@@ -1322,8 +1344,13 @@ fn assemble(
             continue;
         }
         if !p.ours {
-            if node.is_some() {
+            if let Some(node) = node {
                 foreign_pods += 1;
+                foreign.push(ForeignPod {
+                    node,
+                    meta: facts.meta.clone(),
+                    constraints: p.constraints.clone(),
+                });
             }
             continue;
         }
@@ -1422,6 +1449,8 @@ fn assemble(
             node_gpus_used,
             queue_pinned,
             foreign_pods,
+            foreign: Arc::new(foreign),
+            namespaces: Arc::default(),
             node_cache,
             hint: NodeHint::default(),
         },
@@ -1550,7 +1579,16 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         sub_group: None,
         hold,
         constraints: p.constraints.clone(),
+        meta: facts.meta.clone(),
     }
+}
+
+/// Namespaces sorted by name, the last of a duplicate kept.
+fn sorted_namespaces(mut list: Vec<NamespaceSpec>) -> Arc<Vec<NamespaceSpec>> {
+    list.reverse();
+    list.sort_by(|a, b| a.name.cmp(&b.name));
+    list.dedup_by(|a, b| a.name == b.name);
+    Arc::new(list)
 }
 
 /// The hold for a pod's waits: what it does not understand first (nothing else about it can be

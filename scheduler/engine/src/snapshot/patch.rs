@@ -432,6 +432,7 @@ pub(super) fn patch(
         resources,
         nodes,
         foreign_pods,
+        foreign,
         node_cache,
         allocatable_total,
         ..
@@ -451,6 +452,8 @@ pub(super) fn patch(
         allocatable_total,
         used_total: usage.total,
         foreign_pods,
+        foreign: foreign.clone(),
+        namespaces: b.namespaces.clone(),
         node_cache,
         // The builder says which snapshot this is.
         hint: NodeHint::default(),

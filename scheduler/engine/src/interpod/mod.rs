@@ -1,0 +1,560 @@
+//! Inter-pod rules, as kube-scheduler's InterPodAffinity, PodTopologySpread and NodePorts
+//! plugins enforce them: required pod affinity and anti-affinity (the symmetric rule
+//! included: an existing pod's required anti-affinity repels pods it selects), `DoNotSchedule`
+//! topology spread and host ports, plus the points of the soft forms for scoring.
+//!
+//! They depend on what is placed, so the session keeps, per distinct term (its selector over a
+//! resolved namespace set) and topology key, how many selected pods run in each domain, updated
+//! by [`InterPod::charge`] on every place, evict and undo; a check is a lookup. Pods are matched
+//! to terms through an index by label pair ([`terms::TermIndex`]), once per pod. Bound pods of
+//! other schedulers count as ours do. A cluster where no pod states any of this has no terms:
+//! every call returns at once.
+
+mod spread;
+mod terms;
+
+use std::cell::{OnceCell, RefCell};
+use std::sync::Arc;
+
+use crate::constraints::{HostPort, PodConstraints};
+use crate::framework::Reason;
+use crate::hash::Map;
+use crate::model::{NodeId, PodMeta, TaskId, TaskState};
+use crate::snapshot::Snapshot;
+
+use spread::{SpreadCache, SpreadRule, Verdict};
+use terms::{DomainCounts, Matcher, NamespaceLabels, TermIndex};
+
+pub(crate) const AFFINITY: &str = "didn't match pod affinity rules";
+pub(crate) const ANTI_AFFINITY: &str = "didn't match pod anti-affinity rules";
+pub(crate) const EXISTING_ANTI_AFFINITY: &str = "didn't satisfy existing pods anti-affinity rules";
+pub(crate) const SPREAD: &str = "didn't match pod topology spread constraints";
+pub(crate) const SPREAD_LABEL: &str =
+    "didn't match pod topology spread constraints (missing required label)";
+pub(crate) const PORTS: &str = "didn't have free ports for the requested pod ports";
+
+/// kube-scheduler's `hardPodAffinityWeight`: an existing pod's required affinity term that
+/// selects the incoming pod scores like a preferred term of this weight.
+const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
+
+/// Counts of pods a term selects, per domain: the incoming pod's view (its required affinity,
+/// as one conjunction of all its terms, as kube counts it; each anti-affinity, preferred and
+/// spread term).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CounterKey {
+    all: Vec<Matcher>,
+    keys: Vec<String>,
+}
+
+/// A term some pod holds, counted at the holders' domains: the symmetric view.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct HeldKey {
+    matcher: Matcher,
+    key: String,
+    /// `None`: required anti-affinity (a filter); else the points it gives a pod it selects.
+    weight: Option<i64>,
+}
+
+/// What one pod's constraints become once interned (shared by the members of a gang).
+#[derive(Default)]
+struct Rules {
+    /// The counter of pods matching all required affinity terms, and those terms' matchers.
+    affinity: Option<(u32, Vec<Matcher>)>,
+    anti: Vec<u32>,
+    /// (counter, weight): + for preferred affinity, − for preferred anti-affinity.
+    preferred: Vec<(u32, i64)>,
+    spread: Vec<(SpreadRule, Matcher)>,
+    /// Held terms this pod holds (the symmetric side).
+    holds: Vec<u32>,
+    ports: Vec<HostPort>,
+}
+
+impl Rules {
+    fn filters(&self) -> bool {
+        self.affinity.is_some()
+            || !self.anti.is_empty()
+            || !self.ports.is_empty()
+            || self.spread.iter().any(|(s, _)| s.hard)
+    }
+
+    /// Feasibility that can grow as pods are placed (required affinity, spread).
+    fn dynamic(&self) -> bool {
+        self.affinity.is_some() || self.spread.iter().any(|(s, _)| s.hard)
+    }
+}
+
+/// How a task's failures may be cached (see `Session::find_node_with`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// No inter-pod rule applies: its shape's cache holds.
+    Free,
+    /// Only rules that placing pods can make harder (anti-affinity, ports): a failure holds
+    /// until capacity is given back, but per task, not per shape.
+    PerTask,
+    /// Required affinity or spread: placing pods can make it feasible; never cached.
+    Never,
+}
+
+/// Per task, derived once when first asked.
+#[derive(Default)]
+struct TaskView {
+    /// Counters that select the pod (it counts in them when placed).
+    counts_in: Vec<u32>,
+    /// Held terms that select the pod.
+    selected_by: Vec<u32>,
+    guard: OnceCell<Guard>,
+    preferences: OnceCell<bool>,
+    /// Whether the pod matches all its own required affinity terms (the first-pod rule).
+    self_affinity: bool,
+    /// Per spread rule: whether the pod matches its selector.
+    self_spread: Vec<bool>,
+}
+
+pub(crate) struct InterPod {
+    active: bool,
+    namespaces: NamespaceLabels,
+    counter_keys: Vec<CounterKey>,
+    counters: Vec<DomainCounts>,
+    counter_index: TermIndex,
+    held_keys: Vec<HeldKey>,
+    held: Vec<DomainCounts>,
+    held_index: TermIndex,
+    /// Whether any pod holds a required anti-affinity term (else no pod is repelled).
+    any_hard_held: bool,
+    /// Per task with constraints, its interned rules.
+    task_rules: Vec<Option<Arc<Rules>>>,
+    views: Vec<OnceCell<TaskView>>,
+    foreign_rules: Vec<Option<Arc<Rules>>>,
+    /// Host ports taken per node.
+    ports: Map<NodeId, Vec<HostPort>>,
+    spread: RefCell<SpreadCache>,
+    /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
+    failures: Map<TaskId, u64>,
+}
+
+struct Interner {
+    counter_ids: Map<CounterKey, u32>,
+    counter_keys: Vec<CounterKey>,
+    held_ids: Map<HeldKey, u32>,
+    held_keys: Vec<HeldKey>,
+    /// Rules per constraints value and namespace (a gang's members share both).
+    cache: Map<(*const PodConstraints, String), Arc<Rules>>,
+}
+
+impl Interner {
+    fn counter(&mut self, all: Vec<Matcher>, keys: Vec<String>) -> u32 {
+        let key = CounterKey { all, keys };
+        if let Some(&id) = self.counter_ids.get(&key) {
+            return id;
+        }
+        let id = self.counter_keys.len() as u32;
+        self.counter_keys.push(key.clone());
+        self.counter_ids.insert(key, id);
+        id
+    }
+
+    fn held(&mut self, key: HeldKey) -> u32 {
+        if let Some(&id) = self.held_ids.get(&key) {
+            return id;
+        }
+        let id = self.held_keys.len() as u32;
+        self.held_keys.push(key.clone());
+        self.held_ids.insert(key, id);
+        id
+    }
+
+    fn rules(&mut self, c: &Arc<PodConstraints>, ns: &str) -> Arc<Rules> {
+        let cache_key = (Arc::as_ptr(c), ns.to_string());
+        if let Some(r) = self.cache.get(&cache_key) {
+            return r.clone();
+        }
+        let mut r = Rules {
+            ports: c.host_ports.clone(),
+            ..Rules::default()
+        };
+        // The symmetric side: what this pod's terms do to pods they select.
+        let mut hold = |this: &mut Self, term, weight| {
+            if let Some(matcher) = Matcher::of_term(term, ns) {
+                let key = (term.topology_key.clone(), weight);
+                r.holds.push(this.held(HeldKey {
+                    matcher,
+                    key: key.0,
+                    weight: key.1,
+                }));
+            }
+        };
+        for t in &c.anti_affinity.required {
+            hold(self, t, None);
+        }
+        for t in &c.affinity.required {
+            hold(self, t, Some(HARD_POD_AFFINITY_WEIGHT));
+        }
+        for w in &c.affinity.preferred {
+            hold(self, &w.term, Some(w.weight as i64));
+        }
+        for w in &c.anti_affinity.preferred {
+            hold(self, &w.term, Some(-(w.weight as i64)));
+        }
+        // The pod's own view. A required affinity term without a selector selects nothing:
+        // no node satisfies it (a counter that nothing ever increments).
+        if !c.affinity.required.is_empty() {
+            let terms = &c.affinity.required;
+            let matchers: Vec<Matcher> = (terms.iter())
+                .map(|t| Matcher::of_term(t, ns).unwrap_or_else(|| never(ns)))
+                .collect();
+            let keys = terms.iter().map(|t| t.topology_key.clone()).collect();
+            r.affinity = Some((self.counter(matchers.clone(), keys), matchers));
+        }
+        for t in &c.anti_affinity.required {
+            if let Some(m) = Matcher::of_term(t, ns) {
+                r.anti
+                    .push(self.counter(vec![m], vec![t.topology_key.clone()]));
+            }
+        }
+        for (w, sign) in (c.affinity.preferred.iter().map(|w| (w, 1)))
+            .chain(c.anti_affinity.preferred.iter().map(|w| (w, -1)))
+        {
+            if let Some(m) = Matcher::of_term(&w.term, ns) {
+                let id = self.counter(vec![m], vec![w.term.topology_key.clone()]);
+                r.preferred.push((id, sign * w.weight as i64));
+            }
+        }
+        let all: Vec<_> = c.spread.iter().collect();
+        for s in &c.spread {
+            let m = match &s.selector {
+                Some(sel) => Matcher::in_namespace(sel, ns),
+                None => never(ns),
+            };
+            let id = self.counter(vec![m.clone()], vec![s.topology_key.clone()]);
+            r.spread.push((SpreadRule::of(s, id, &all), m));
+        }
+        let r = Arc::new(r);
+        self.cache.insert(cache_key, r.clone());
+        r
+    }
+}
+
+/// A matcher that selects no pod (a term or constraint without a `labelSelector`).
+fn never(ns: &str) -> Matcher {
+    use crate::model::{SelectorOperator, SelectorRequirement};
+    let selector = crate::constraints::LabelSelector {
+        requirements: vec![SelectorRequirement {
+            key: String::new(),
+            operator: SelectorOperator::In,
+            values: Vec::new(),
+        }],
+    };
+    Matcher::in_namespace(&selector, ns)
+}
+
+impl InterPod {
+    /// Interns every pod's terms and counts the bound pods (ours and other schedulers').
+    pub(crate) fn new(snap: &Snapshot) -> Self {
+        let namespaces = NamespaceLabels::new(&snap.namespaces);
+        let any = snap.tasks.iter().any(|t| t.constraints.is_some())
+            || snap.foreign.iter().any(|p| p.constraints.is_some());
+        let mut this = InterPod {
+            active: any,
+            namespaces,
+            counter_keys: Vec::new(),
+            counters: Vec::new(),
+            counter_index: TermIndex::default(),
+            held_keys: Vec::new(),
+            held: Vec::new(),
+            held_index: TermIndex::default(),
+            any_hard_held: false,
+            task_rules: Vec::new(),
+            views: Vec::new(),
+            foreign_rules: Vec::new(),
+            ports: Map::default(),
+            spread: RefCell::default(),
+            failures: Map::default(),
+        };
+        if !any {
+            return this;
+        }
+        let mut interner = Interner {
+            counter_ids: Map::default(),
+            counter_keys: Vec::new(),
+            held_ids: Map::default(),
+            held_keys: Vec::new(),
+            cache: Map::default(),
+        };
+        let task_rules: Vec<Option<Arc<Rules>>> = (snap.tasks.iter())
+            .map(|t| {
+                let live = matches!(t.state, TaskState::Pending | TaskState::Bound(_));
+                let c = t.constraints.as_ref().filter(|_| live)?;
+                Some(interner.rules(c, &t.meta.namespace))
+            })
+            .collect();
+        let foreign_rules: Vec<Option<Arc<Rules>>> = (snap.foreign.iter())
+            .map(|p| {
+                let c = p.constraints.as_ref()?;
+                Some(interner.rules(c, &p.meta.namespace))
+            })
+            .collect();
+        let (counter_keys, held_keys) = (interner.counter_keys, interner.held_keys);
+        for (i, k) in counter_keys.iter().enumerate() {
+            this.counter_index.add(i as u32, &k.all[0].selector);
+        }
+        for (i, k) in held_keys.iter().enumerate() {
+            this.held_index.add(i as u32, &k.matcher.selector);
+        }
+        this.counters = (counter_keys.iter())
+            .map(|k| DomainCounts::new(k.keys.clone()))
+            .collect();
+        this.held = (held_keys.iter())
+            .map(|k| DomainCounts::new(vec![k.key.clone()]))
+            .collect();
+        this.any_hard_held = held_keys.iter().any(|k| k.weight.is_none());
+        (this.counter_keys, this.held_keys) = (counter_keys, held_keys);
+        this.views = (0..snap.tasks.len()).map(|_| OnceCell::new()).collect();
+        this.task_rules = task_rules;
+        this.foreign_rules = foreign_rules;
+        for (i, p) in snap.foreign.iter().enumerate() {
+            let counts_in = this.counts_in(&p.meta);
+            let rules = this.foreign_rules[i].clone();
+            this.change(snap, p.node, &counts_in, rules.as_deref(), true);
+        }
+        for t in &snap.tasks {
+            if let TaskState::Bound(node) = t.state {
+                this.charge(snap, t.id, node, true);
+            }
+        }
+        this
+    }
+
+    /// The counters that select a pod.
+    fn counts_in(&self, pod: &PodMeta) -> Vec<u32> {
+        let mut ids = self.counter_index.candidates(&pod.labels);
+        let ns = &self.namespaces;
+        ids.retain(|&c| (self.counter_keys[c as usize].all.iter()).all(|m| m.matches(pod, ns)));
+        ids
+    }
+
+    fn view(&self, snap: &Snapshot, task: TaskId) -> &TaskView {
+        self.views[task.index()].get_or_init(|| {
+            let meta = &snap.task(task).meta;
+            let ns = &self.namespaces;
+            let mut selected_by = self.held_index.candidates(&meta.labels);
+            selected_by.retain(|&h| self.held_keys[h as usize].matcher.matches(meta, ns));
+            let rules = self.task_rules[task.index()].as_deref();
+            TaskView {
+                counts_in: self.counts_in(meta),
+                selected_by,
+                self_affinity: (rules.and_then(|r| r.affinity.as_ref()))
+                    .is_some_and(|(_, all)| all.iter().all(|m| m.matches(meta, ns))),
+                self_spread: (rules.into_iter().flat_map(|r| &r.spread))
+                    .map(|(_, m)| m.matches(meta, ns))
+                    .collect(),
+                ..TaskView::default()
+            }
+        })
+    }
+
+    /// Moves a pod's counts, held terms and host ports on or off a node.
+    fn change(
+        &mut self,
+        snap: &Snapshot,
+        node: NodeId,
+        counts_in: &[u32],
+        rules: Option<&Rules>,
+        add: bool,
+    ) {
+        let labels = &snap.nodes[node.index()].labels;
+        for &c in counts_in {
+            self.counters[c as usize].change(node, labels, add);
+        }
+        let Some(rules) = rules else {
+            return;
+        };
+        for &h in &rules.holds {
+            self.held[h as usize].change(node, labels, add);
+        }
+        if !rules.ports.is_empty() {
+            let taken = self.ports.entry(node).or_default();
+            for p in &rules.ports {
+                if add {
+                    taken.push(p.clone());
+                } else if let Some(i) = taken.iter().position(|q| q == p) {
+                    taken.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// A task goes on (`add`) or off a node: called by the session's `charge`.
+    pub(crate) fn charge(&mut self, snap: &Snapshot, task: TaskId, node: NodeId, add: bool) {
+        if !self.active {
+            return;
+        }
+        let counts_in = std::mem::take(&mut self.view_mut(snap, task).counts_in);
+        let rules = self.task_rules[task.index()].clone();
+        self.change(snap, node, &counts_in, rules.as_deref(), add);
+        self.view_mut(snap, task).counts_in = counts_in;
+    }
+
+    fn view_mut(&mut self, snap: &Snapshot, task: TaskId) -> &mut TaskView {
+        self.view(snap, task);
+        self.views[task.index()]
+            .get_mut()
+            .expect("initialised above")
+    }
+
+    /// How the task's failures may be cached; [`Guard::Free`] for a task no rule concerns.
+    pub(crate) fn guard(&self, snap: &Snapshot, task: TaskId) -> Guard {
+        if !self.active {
+            return Guard::Free;
+        }
+        let view = self.view(snap, task);
+        *view.guard.get_or_init(|| {
+            let rules = self.task_rules[task.index()].as_deref();
+            let repelled = self.any_hard_held
+                && (view.selected_by.iter()).any(|&h| self.held_keys[h as usize].weight.is_none());
+            match rules {
+                Some(r) if r.dynamic() => Guard::Never,
+                Some(r) if r.filters() => Guard::PerTask,
+                _ if repelled => Guard::PerTask,
+                _ => Guard::Free,
+            }
+        })
+    }
+
+    pub(crate) fn failed_at(&self, task: TaskId) -> Option<u64> {
+        self.failures.get(&task).copied()
+    }
+
+    pub(crate) fn note_failure(&mut self, task: TaskId, epoch: u64) {
+        self.failures.insert(task, epoch);
+    }
+
+    /// Whether the task's inter-pod rules let it onto the node now; the reason, worded as
+    /// kube-scheduler words it, when not.
+    pub(crate) fn allows(&self, snap: &Snapshot, task: TaskId, node: NodeId) -> Result<(), Reason> {
+        if self.guard(snap, task) == Guard::Free {
+            return Ok(());
+        }
+        let view = self.view(snap, task);
+        let labels = &snap.nodes[node.index()].labels;
+        let rules = self.task_rules[task.index()].as_deref();
+        if let Some(r) = rules {
+            if let Some(taken) = self.ports.get(&node) {
+                if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
+                    return Err(PORTS.into());
+                }
+            }
+            if let Some((c, _)) = &r.affinity {
+                let counts = &self.counters[*c as usize];
+                let mut exist = true;
+                for (i, key) in counts.keys.iter().enumerate() {
+                    match labels.get(key) {
+                        Some(v) => exist &= counts.get(i, v) > 0,
+                        None => return Err(AFFINITY.into()),
+                    }
+                }
+                // kube's first-pod rule: nothing selected anywhere, and the pod selects itself.
+                if !exist && !(counts.total == 0 && view.self_affinity) {
+                    return Err(AFFINITY.into());
+                }
+            }
+            for &c in &r.anti {
+                let counts = &self.counters[c as usize];
+                if labels
+                    .get(&counts.keys[0])
+                    .is_some_and(|v| counts.get(0, v) > 0)
+                {
+                    return Err(ANTI_AFFINITY.into());
+                }
+            }
+        }
+        for &h in &view.selected_by {
+            let counts = &self.held[h as usize];
+            if self.held_keys[h as usize].weight.is_none()
+                && labels
+                    .get(&counts.keys[0])
+                    .is_some_and(|v| counts.get(0, v) > 0)
+            {
+                return Err(EXISTING_ANTI_AFFINITY.into());
+            }
+        }
+        if let Some(r) = rules {
+            let t = snap.task(task);
+            let placement = &snap.rules[t.rules.0 as usize];
+            let mut cache = self.spread.borrow_mut();
+            for (i, (s, _)) in r.spread.iter().enumerate().filter(|(_, (s, _))| s.hard) {
+                let counts = &self.counters[s.counter as usize];
+                let self_match = view.self_spread[i];
+                match cache.check(s, t.rules, placement, &snap.nodes, counts, node, self_match) {
+                    Verdict::Fits => {}
+                    Verdict::MissingLabel => return Err(SPREAD_LABEL.into()),
+                    Verdict::Skewed => return Err(SPREAD.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the task has any soft inter-pod rule (its own preferred terms or
+    /// `ScheduleAnyway` spread, or existing pods' terms that select it): without, its
+    /// [`InterPod::preference_points`] are 0 on every node.
+    pub(crate) fn has_preferences(&self, snap: &Snapshot, task: TaskId) -> bool {
+        if !self.active {
+            return false;
+        }
+        let view = self.view(snap, task);
+        *view.preferences.get_or_init(|| {
+            let own = self.task_rules[task.index()]
+                .as_deref()
+                .is_some_and(|r| !r.preferred.is_empty() || r.spread.iter().any(|(s, _)| !s.hard));
+            own || (view.selected_by.iter()).any(|&h| self.held_keys[h as usize].weight.is_some())
+        })
+    }
+
+    /// The task's inter-pod preference points for a node: the sum over rules, each on its own
+    /// 0..=100 scale (weights are 1..=100):
+    /// - its preferred affinity term: +weight when a pod it selects runs in the node's domain;
+    /// - its preferred anti-affinity term: −weight when one does;
+    /// - an existing pod's preferred affinity (anti-affinity) term that selects the task:
+    ///   +weight (−weight) when such a pod runs in the node's domain; an existing pod's
+    ///   required affinity term: +1 (kube's `hardPodAffinityWeight`), counted once per term;
+    /// - its `ScheduleAnyway` spread constraint: 0..=100, 100 where the node's domain holds
+    ///   the fewest pods the constraint selects, 0 where it holds the most or lacks the key.
+    ///
+    /// Presence, not counts: a rule scores alike whether one or ten pods satisfy it.
+    pub(crate) fn preference_points(&self, snap: &Snapshot, task: TaskId, node: NodeId) -> i64 {
+        if !self.has_preferences(snap, task) {
+            return 0;
+        }
+        let view = self.view(snap, task);
+        let labels = &snap.nodes[node.index()].labels;
+        let present = |counts: &DomainCounts| {
+            labels
+                .get(&counts.keys[0])
+                .is_some_and(|v| counts.get(0, v) > 0)
+        };
+        let mut points = 0;
+        for &h in &view.selected_by {
+            if let Some(w) = self.held_keys[h as usize].weight {
+                if present(&self.held[h as usize]) {
+                    points += w;
+                }
+            }
+        }
+        let Some(r) = self.task_rules[task.index()].as_deref() else {
+            return points;
+        };
+        for &(c, w) in &r.preferred {
+            if present(&self.counters[c as usize]) {
+                points += w;
+            }
+        }
+        let t = snap.task(task);
+        let placement = &snap.rules[t.rules.0 as usize];
+        let mut cache = self.spread.borrow_mut();
+        for (s, _) in r.spread.iter().filter(|(s, _)| !s.hard) {
+            let counts = &self.counters[s.counter as usize];
+            points += cache.points(s, t.rules, placement, &snap.nodes, counts, node);
+        }
+        points
+    }
+}

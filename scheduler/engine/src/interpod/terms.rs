@@ -1,0 +1,185 @@
+//! Which pods a term selects: label selectors over resolved namespace sets, an index from
+//! label pairs to the terms that may select a pod carrying them, and the per-domain counts of
+//! selected pods.
+
+use std::collections::BTreeMap;
+
+use crate::constraints::{LabelSelector, NamespaceSpec, PodAffinityTerm, NAMESPACE_NAME_LABEL};
+use crate::hash::Map;
+use crate::model::{NodeId, PodMeta, SelectorOperator};
+
+/// The labels of every namespace (`kubernetes.io/metadata.name` included, as the API server
+/// sets it); a namespace no spec describes has only that one.
+pub(crate) struct NamespaceLabels(Map<String, BTreeMap<String, String>>);
+
+impl NamespaceLabels {
+    pub(crate) fn new(specs: &[NamespaceSpec]) -> Self {
+        let mut map = Map::default();
+        for ns in specs {
+            let mut labels = ns.labels.clone();
+            labels.insert(NAMESPACE_NAME_LABEL.into(), ns.name.clone());
+            map.insert(ns.name.clone(), labels);
+        }
+        NamespaceLabels(map)
+    }
+
+    fn selects(&self, selector: &LabelSelector, namespace: &str) -> bool {
+        match self.0.get(namespace) {
+            Some(labels) => selector.matches(labels),
+            None => {
+                let only = [(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string())];
+                selector.matches(&only.into_iter().collect())
+            }
+        }
+    }
+}
+
+/// A label selector over a resolved set of namespaces: `names` ∪ those `ns_selector` selects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Matcher {
+    pub(crate) selector: LabelSelector,
+    /// Sorted.
+    names: Vec<String>,
+    ns_selector: Option<LabelSelector>,
+}
+
+impl Matcher {
+    /// The term of a pod in `own` namespace; `None` when it selects no pod (no `labelSelector`).
+    pub(crate) fn of_term(term: &PodAffinityTerm, own: &str) -> Option<Self> {
+        let selector = term.selector.clone()?;
+        let mut names = term.namespaces.clone();
+        if names.is_empty() && term.namespace_selector.is_none() {
+            names.push(own.to_string());
+        }
+        names.sort();
+        names.dedup();
+        Some(Matcher {
+            selector,
+            names,
+            ns_selector: term.namespace_selector.clone(),
+        })
+    }
+
+    /// A spread constraint's selector: pods of the pod's own namespace only.
+    pub(crate) fn in_namespace(selector: &LabelSelector, own: &str) -> Self {
+        Matcher {
+            selector: selector.clone(),
+            names: vec![own.to_string()],
+            ns_selector: None,
+        }
+    }
+
+    pub(crate) fn matches(&self, pod: &PodMeta, namespaces: &NamespaceLabels) -> bool {
+        let in_namespace = self.names.binary_search(&pod.namespace).is_ok()
+            || (self.ns_selector.as_ref()).is_some_and(|s| namespaces.selects(s, &pod.namespace));
+        in_namespace && self.selector.matches(&pod.labels)
+    }
+}
+
+/// Terms by a label pair every pod they select carries (an `In` requirement), so a pod is
+/// matched only against terms that could select it, not against every term.
+#[derive(Default)]
+pub(crate) struct TermIndex {
+    by_label: Map<(String, String), Vec<u32>>,
+    /// Terms without an `In` requirement: tried for every pod.
+    rest: Vec<u32>,
+}
+
+impl TermIndex {
+    pub(crate) fn add(&mut self, id: u32, selector: &LabelSelector) {
+        let key = (selector.requirements.iter()).find(|r| r.operator == SelectorOperator::In);
+        match key {
+            Some(r) => {
+                for v in &r.values {
+                    let list = self.by_label.entry((r.key.clone(), v.clone())).or_default();
+                    list.push(id);
+                }
+            }
+            None => self.rest.push(id),
+        }
+    }
+
+    /// The terms that may select a pod with these labels, sorted, without repeats.
+    pub(crate) fn candidates(&self, labels: &BTreeMap<String, String>) -> Vec<u32> {
+        let mut out = self.rest.clone();
+        if !self.by_label.is_empty() {
+            for (k, v) in labels {
+                // One lookup per label; the key pair is built only to hash it.
+                if let Some(list) = self.by_label.get(&(k.clone(), v.clone())) {
+                    out.extend_from_slice(list);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// Pods placed per domain: per topology key, per value of it, how many selected pods run on
+/// nodes with that value; per node too (spread counts only eligible nodes).
+#[derive(Default)]
+pub(crate) struct DomainCounts {
+    pub(crate) keys: Vec<String>,
+    by_value: Vec<Map<String, u32>>,
+    pub(crate) by_node: Map<NodeId, u32>,
+    /// Pods counted on nodes that carry at least one of the keys.
+    pub(crate) total: u32,
+    /// Bumped on every change (spread caches what it derives from the counts).
+    pub(crate) version: u64,
+}
+
+impl DomainCounts {
+    pub(crate) fn new(keys: Vec<String>) -> Self {
+        DomainCounts {
+            by_value: vec![Map::default(); keys.len()],
+            keys,
+            ..DomainCounts::default()
+        }
+    }
+
+    pub(crate) fn get(&self, key: usize, value: &str) -> u32 {
+        self.by_value[key].get(value).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn change(&mut self, node: NodeId, labels: &BTreeMap<String, String>, add: bool) {
+        self.version += 1;
+        let mut any = false;
+        for (i, key) in self.keys.iter().enumerate() {
+            let Some(value) = labels.get(key) else {
+                continue;
+            };
+            any = true;
+            let map = &mut self.by_value[i];
+            match map.get_mut(value.as_str()) {
+                Some(n) if add => *n += 1,
+                Some(n) => {
+                    *n -= 1;
+                    if *n == 0 {
+                        map.remove(value.as_str());
+                    }
+                }
+                None if add => {
+                    map.insert(value.clone(), 1);
+                }
+                None => debug_assert!(false, "a pod leaves a domain it was not counted in"),
+            }
+        }
+        let n = self.by_node.entry(node).or_default();
+        if add {
+            *n += 1;
+        } else {
+            *n -= 1;
+            if *n == 0 {
+                self.by_node.remove(&node);
+            }
+        }
+        if any {
+            if add {
+                self.total += 1;
+            } else {
+                self.total -= 1;
+            }
+        }
+    }
+}
