@@ -14,7 +14,10 @@ fn list(items: &[(&str, i64)]) -> ResourceList {
 }
 
 fn labels(items: &[(&str, &str)]) -> BTreeMap<String, String> {
-    items.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    items
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// A node with 16 CPUs, its hostname label and a zone when given.
@@ -221,11 +224,23 @@ fn an_anti_affinity_gang_goes_one_member_per_node() {
     );
 }
 
+/// Fullest node first: without anti-affinity a gang would pile onto one node.
+struct Packing;
+
+impl NodeOrder for Packing {
+    fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
+        u64::MAX - LeastAllocated.key(allocatable, used)
+    }
+}
+
 #[test]
 fn a_512_member_anti_affinity_gang_takes_512_nodes() {
     let nodes: Vec<NodeSpec> = (0..512).map(|i| node(&format!("n{i:03}"), None)).collect();
     let (pods, g) = anti_gang(512);
-    let p = plan(spec(nodes, pods, vec![g]));
+    let snap = Snapshot::build(spec(nodes, pods, vec![g])).expect("builds");
+    let mut fw = Framework::new(vec![Action::Allocate], Box::new(Packing));
+    fw.job_ready.push(Box::new(Gang));
+    let p = schedule(&snap, &fw);
     let at = placed(&p);
     assert_eq!(at.len(), 512);
     let distinct: std::collections::BTreeSet<&String> = at.values().collect();
@@ -234,7 +249,11 @@ fn a_512_member_anti_affinity_gang_takes_512_nodes() {
 
 #[test]
 fn affinity_follows_an_existing_pod_into_its_zone() {
-    let nodes = vec![node("a0", Some("a")), node("a1", Some("a")), node("b0", Some("b"))];
+    let nodes = vec![
+        node("a0", Some("a")),
+        node("a1", Some("a")),
+        node("b0", Some("b")),
+    ];
     let mut db = foreign("db", "b0", &[("app", "db")], PodConstraints::default());
     // The db pod makes b0 the fullest node: least-allocated alone would avoid it.
     db.request = list(&[("cpu", 8000)]);
@@ -247,11 +266,21 @@ fn affinity_follows_an_existing_pod_into_its_zone() {
 fn the_first_pod_of_a_self_affine_group_may_go_anywhere() {
     let nodes = vec![node("a0", Some("a")), node("b0", Some("b"))];
     // It selects itself: nothing else matches, so it may start the group.
-    let first = pod("first", None, &[("app", "x")], affinity(&[("app", "x")], ZONE));
+    let first = pod(
+        "first",
+        None,
+        &[("app", "x")],
+        affinity(&[("app", "x")], ZONE),
+    );
     let p = plan(spec(nodes.clone(), vec![first], vec![]));
     assert_eq!(p.bindings.len(), 1);
     // It selects what does not exist and is not itself: no node.
-    let lonely = pod("lonely", None, &[("app", "y")], affinity(&[("app", "x")], ZONE));
+    let lonely = pod(
+        "lonely",
+        None,
+        &[("app", "y")],
+        affinity(&[("app", "x")], ZONE),
+    );
     let p = plan(spec(nodes, vec![lonely], vec![]));
     assert!(p.bindings.is_empty());
     assert!(
@@ -270,7 +299,11 @@ fn an_existing_pods_anti_affinity_repels_pods_it_selects() {
     let mut filler = foreign("filler", "n0", &[], PodConstraints::default());
     filler.request = list(&[("cpu", 8000)]);
     let web = pod("web", None, &[("app", "web")], PodConstraints::default());
-    let p = plan(spec(nodes.clone(), vec![guard.clone(), filler, web.clone()], vec![]));
+    let p = plan(spec(
+        nodes.clone(),
+        vec![guard.clone(), filler, web.clone()],
+        vec![],
+    ));
     assert_eq!(placed(&p)["ns/web"], "n0");
     // Only the guarded node: refused, with kube's wording.
     let p = plan(spec(vec![node("n1", None)], vec![guard, web], vec![]));
@@ -288,8 +321,17 @@ fn anti_affinity_counts_only_the_namespaces_it_names() {
     let mut other = foreign("other", "n0", &[("app", "web")], PodConstraints::default());
     other.namespace = "elsewhere".into();
     // Its own namespace only: the pod elsewhere does not count.
-    let web = pod("web", None, &[("app", "web")], anti(&[("app", "web")], HOST));
-    let p = plan(spec(nodes.clone(), vec![other.clone(), web.clone()], vec![]));
+    let web = pod(
+        "web",
+        None,
+        &[("app", "web")],
+        anti(&[("app", "web")], HOST),
+    );
+    let p = plan(spec(
+        nodes.clone(),
+        vec![other.clone(), web.clone()],
+        vec![],
+    ));
     assert_eq!(p.bindings.len(), 1);
     // A namespace selector over the namespaces' labels brings it in.
     let mut c = anti(&[("app", "web")], HOST);
@@ -317,7 +359,11 @@ fn per_zone(p: &Plan, existing: &[(&str, u32)]) -> BTreeMap<String, u32> {
 #[test]
 fn spread_keeps_the_skew_within_max_skew_counting_existing_pods() {
     // Zone a has two existing matching pods; zone b is small, so least-allocated prefers a.
-    let mut nodes = vec![node("a0", Some("a")), node("a1", Some("a")), node("b0", Some("b"))];
+    let mut nodes = vec![
+        node("a0", Some("a")),
+        node("a1", Some("a")),
+        node("b0", Some("b")),
+    ];
     nodes[2].allocatable = list(&[("cpu", 4000), ("pods", 1000)]);
     let mut pods = vec![
         foreign("x0", "a0", &[("app", "s")], PodConstraints::default()),
@@ -346,7 +392,10 @@ fn with_fewer_domains_than_min_domains_each_takes_max_skew() {
             .collect::<Vec<_>>()
     };
     // One zone: the skew within it is always 0.
-    assert_eq!(plan(spec(nodes.clone(), pods(None), vec![])).bindings.len(), 3);
+    assert_eq!(
+        plan(spec(nodes.clone(), pods(None), vec![])).bindings.len(),
+        3
+    );
     // Two domains wanted, one exists: the global minimum is 0, so the zone takes one pod.
     let p = plan(spec(nodes, pods(Some(2)), vec![]));
     assert_eq!(p.bindings.len(), 1);
@@ -399,12 +448,15 @@ fn inclusion_policies_decide_which_nodes_are_domains() {
 fn a_node_without_the_spread_key_is_refused() {
     let nodes = vec![node("n0", None), node("n1", None)];
     let c = spreading(spread(&[("app", "s")], ZONE, 1));
-    let p = plan(spec(nodes, vec![pod("s", None, &[("app", "s")], c)], vec![]));
+    let p = plan(spec(
+        nodes,
+        vec![pod("s", None, &[("app", "s")], c)],
+        vec![],
+    ));
     assert!(p.bindings.is_empty());
     assert!(
-        message(&p).contains(
-            "2 didn't match pod topology spread constraints (missing required label)"
-        ),
+        message(&p)
+            .contains("2 didn't match pod topology spread constraints (missing required label)"),
         "{}",
         message(&p)
     );
@@ -418,7 +470,11 @@ fn host_ports_conflict_with_foreign_pods_and_inside_a_gang() {
     let mut filler = foreign("filler", "n0", &[], PodConstraints::default());
     filler.request = list(&[("cpu", 8000)]);
     let web = pod("web", None, &[], port(8080));
-    let p = plan(spec(nodes.clone(), vec![holder.clone(), filler, web.clone()], vec![]));
+    let p = plan(spec(
+        nodes.clone(),
+        vec![holder.clone(), filler, web.clone()],
+        vec![],
+    ));
     assert_eq!(placed(&p)["ns/web"], "n0");
     let p = plan(spec(vec![node("n1", None)], vec![holder, web], vec![]));
     assert!(p.bindings.is_empty());
@@ -429,7 +485,11 @@ fn host_ports_conflict_with_foreign_pods_and_inside_a_gang() {
     );
 
     // Two members asking the same port: different nodes, or none on one node.
-    let gang = || (0..2).map(|i| pod(&format!("m{i}"), Some("g"), &[], port(9000))).collect();
+    let gang = || {
+        (0..2)
+            .map(|i| pod(&format!("m{i}"), Some("g"), &[], port(9000)))
+            .collect()
+    };
     let p = plan(spec(nodes, gang(), vec![group("g", 2)]));
     let at = placed(&p);
     assert_eq!(at.len(), 2);

@@ -648,3 +648,56 @@ mod patched {
         assert_eq!(patched, vec![0, 0, 0, 1]);
     }
 }
+
+/// Labels, constraints, pods of other schedulers and namespaces reach the snapshot the same
+/// way through the builder (assembled and patched) as through a full build.
+#[test]
+fn constraints_and_namespaces_match_a_full_build() {
+    use std::sync::Arc;
+    let anti = Arc::new(PodConstraints {
+        anti_affinity: PodAffinityRules {
+            required: vec![PodAffinityTerm {
+                selector: Some(LabelSelector::from_labels([("app", "x")])),
+                topology_key: "kubernetes.io/hostname".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let namespaces = vec![NamespaceSpec {
+        name: "ns".into(),
+        labels: [("team".to_string(), "t".to_string())].into(),
+    }];
+    let mut b = SnapshotBuilder::new(nodes()).unwrap();
+    b.set_namespaces(namespaces.clone());
+    let (mut pods, mut groups) = workload(1);
+    for p in &mut pods {
+        p.labels = [("app".to_string(), "x".to_string())].into();
+        p.constraints = Some(anti.clone());
+    }
+    let mut other = pod("other", None, Some("n1"), &[]);
+    other.ours = false;
+    other.labels = [("app".to_string(), "y".to_string())].into();
+    other.constraints = Some(anti);
+    pods.push(other);
+    for cycle in 0..3 {
+        if cycle == 2 {
+            // One job changes: the builder may patch, foreign pods and namespaces carried over.
+            groups.push(group("late", "a", 1));
+            pods.push(pod("late-0", Some("late"), None, &[]));
+        }
+        let got = format!("{:?}", sync(&mut b, cycle, &pods, &groups).unwrap());
+        let want = Snapshot::build(ClusterSpec {
+            now_ms: cycle,
+            nodes: nodes(),
+            pods: pods.clone(),
+            groups: groups.clone(),
+            queues: queues(),
+            namespaces: namespaces.clone(),
+        })
+        .unwrap();
+        assert_eq!(got, format!("{want:?}"), "cycle {cycle}");
+        assert!(got.contains("team") && got.contains("ForeignPod"));
+    }
+}

@@ -453,7 +453,8 @@ impl InterPod {
                     }
                 }
                 // kube's first-pod rule: nothing selected anywhere, and the pod selects itself.
-                if !exist && !(counts.total == 0 && view.self_affinity) {
+                let first_pod = counts.total == 0 && view.self_affinity;
+                if !(exist || first_pod) {
                     return Err(AFFINITY.into());
                 }
             }
