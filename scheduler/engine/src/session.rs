@@ -1065,11 +1065,9 @@ impl<'a> Session<'a> {
         let access = self.effective(access);
         // A task with inter-pod rules does not share its shape's failures (see `Guard`).
         let guard = self.pods.guard(snap, task);
-        let failed = match guard {
-            Guard::Free => self.failures.get(&(shape, access)) == Some(&self.released),
-            Guard::PerTask => self.pods.failed_at(task) == Some(self.released),
-            Guard::Never => false,
-        };
+        // Inter-pod rules only take nodes away: where the shape found none, neither does the task.
+        let failed = self.failures.get(&(shape, access)) == Some(&self.released)
+            || (guard == Guard::PerTask && self.pods.failed_at(task) == Some(self.released));
         if failed {
             return None;
         }

@@ -2,7 +2,6 @@
 //! constraint's inclusion policies, and the skew a placement would cause.
 
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 use crate::constraints::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::hash::Map;
@@ -48,27 +47,17 @@ impl SpreadRule {
         }
     }
 
-    fn eligibility_key(&self, rules: RulesId) -> EligibilityKey {
-        (
-            rules,
-            self.affinity_policy,
-            self.taints_policy,
-            self.all_keys.clone(),
-            self.key.clone(),
-        )
+    /// Rules live as long as the session (interned once, shared), so their address names them.
+    fn cache_key(&self, rules: RulesId) -> CacheKey {
+        (rules, self as *const SpreadRule as usize)
     }
 }
 
-type EligibilityKey = (
-    RulesId,
-    InclusionPolicy,
-    InclusionPolicy,
-    Vec<String>,
-    String,
-);
+/// The pod's placement rules (which nodes it could use) and the constraint.
+type CacheKey = (RulesId, usize);
 
 /// The nodes that count as domains and every domain value (with no pods yet: 0).
-pub(crate) struct Eligible {
+struct Eligible {
     ok: Vec<bool>,
     domains: BTreeMap<String, u32>,
 }
@@ -83,8 +72,7 @@ struct State {
 
 #[derive(Default)]
 pub(crate) struct SpreadCache {
-    eligible: Map<EligibilityKey, Rc<Eligible>>,
-    states: Map<(EligibilityKey, u32), (Rc<Eligible>, State)>,
+    states: Map<CacheKey, (Eligible, State)>,
 }
 
 /// Whether a node passes the pod's node selector and required node affinity.
@@ -124,10 +112,10 @@ impl SpreadCache {
         nodes: &[Node],
         counts: &DomainCounts,
     ) -> &'a State {
-        let key = rule.eligibility_key(rules_id);
-        let eligible = match self.eligible.get(&key) {
-            Some(e) => e.clone(),
-            None => {
+        let entry = self
+            .states
+            .entry(rule.cache_key(rules_id))
+            .or_insert_with(|| {
                 let ok: Vec<bool> = (nodes.iter())
                     .map(|n| {
                         rule.all_keys.iter().all(|k| n.labels.contains_key(k))
@@ -142,20 +130,14 @@ impl SpreadCache {
                     .filter_map(|n| n.labels.get(&rule.key))
                     .map(|v| (v.clone(), 0))
                     .collect();
-                let e = Rc::new(Eligible { ok, domains });
-                self.eligible.insert(key.clone(), e.clone());
-                e
-            }
-        };
-        let entry = self.states.entry((key, rule.counter)).or_insert_with(|| {
-            let state = State {
-                version: u64::MAX,
-                counts: BTreeMap::new(),
-                min: 0,
-                max: 0,
-            };
-            (eligible.clone(), state)
-        });
+                let state = State {
+                    version: u64::MAX,
+                    counts: BTreeMap::new(),
+                    min: 0,
+                    max: 0,
+                };
+                (Eligible { ok, domains }, state)
+            });
         let (eligible, state) = (&entry.0, &mut entry.1);
         if state.version != counts.version {
             state.counts.clone_from(&eligible.domains);

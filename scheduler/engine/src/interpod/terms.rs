@@ -80,7 +80,8 @@ impl Matcher {
 /// matched only against terms that could select it, not against every term.
 #[derive(Default)]
 pub(crate) struct TermIndex {
-    by_label: Map<(String, String), Vec<u32>>,
+    /// Label key → value → terms.
+    by_label: Map<String, Map<String, Vec<u32>>>,
     /// Terms without an `In` requirement: tried for every pod.
     rest: Vec<u32>,
 }
@@ -90,9 +91,9 @@ impl TermIndex {
         let key = (selector.requirements.iter()).find(|r| r.operator == SelectorOperator::In);
         match key {
             Some(r) => {
+                let values = self.by_label.entry(r.key.clone()).or_default();
                 for v in &r.values {
-                    let list = self.by_label.entry((r.key.clone(), v.clone())).or_default();
-                    list.push(id);
+                    values.entry(v.clone()).or_default().push(id);
                 }
             }
             None => self.rest.push(id),
@@ -102,12 +103,13 @@ impl TermIndex {
     /// The terms that may select a pod with these labels, sorted, without repeats.
     pub(crate) fn candidates(&self, labels: &BTreeMap<String, String>) -> Vec<u32> {
         let mut out = self.rest.clone();
-        if !self.by_label.is_empty() {
-            for (k, v) in labels {
-                // One lookup per label; the key pair is built only to hash it.
-                if let Some(list) = self.by_label.get(&(k.clone(), v.clone())) {
-                    out.extend_from_slice(list);
-                }
+        for (k, v) in labels {
+            if let Some(list) = self
+                .by_label
+                .get(k.as_str())
+                .and_then(|m| m.get(v.as_str()))
+            {
+                out.extend_from_slice(list);
             }
         }
         out.sort_unstable();
