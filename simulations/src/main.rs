@@ -83,6 +83,12 @@ enum Command {
         /// 32-GPU gangs of TP=8 groups (required rack), TP=8 jobs (required nvlink), 1-GPU pods.
         #[arg(long)]
         fabric: bool,
+        /// Nodes in zones (one per 10 racks) and a constrained backlog: of the pending gangs,
+        /// 20 % one member per node (required hostname anti-affinity on the gang's label),
+        /// 20 % spread over zones (`maxSkew: 1`, DoNotSchedule), 10 % preferring to share a
+        /// zone with their own members (preferred pod affinity).
+        #[arg(long)]
+        constrained: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -377,6 +383,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             running,
             runs,
             fabric,
+            constrained,
             config,
             output,
         } => {
@@ -393,6 +400,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 queues,
                 running,
                 fabric,
+                constrained,
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;

@@ -3,10 +3,12 @@
 //! backlog of pending gangs of identical pods.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use basalt_engine::{
-    ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, QueueSpec, ResourceList,
-    SubGroupSpec, TopologySpec,
+    ClusterSpec, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec, PodAffinityTerm,
+    PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList, SubGroupSpec, TopologySpec,
+    TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 
 /// What to build.
@@ -26,6 +28,9 @@ pub struct Synthetic {
     /// NVL72-style NVLink clique, and a mixed topology-constrained backlog (see
     /// [`Synthetic::fabric_backlog`]).
     pub fabric: bool,
+    /// Zones (one per 10 racks) and inter-pod rules on part of the backlog (see
+    /// [`constraints_of`]).
+    pub constrained: bool,
 }
 
 impl Synthetic {
@@ -39,6 +44,7 @@ impl Synthetic {
             queues: 0,
             running: 0,
             fabric: false,
+            constrained: false,
         }
     }
 }
@@ -66,6 +72,9 @@ impl Synthetic {
             }
         } else {
             put(RACK, format!("rack-{:03}", i / 32));
+        }
+        if self.constrained {
+            put(ZONE, format!("zone-{:02}", i / 320));
         }
         labels
     }
@@ -122,6 +131,9 @@ impl Synthetic {
                     topology: Default::default(),
                     sub_groups: Vec::new(),
                 });
+                let constraints = (self.constrained && !running)
+                    .then(|| constraints_of(job, &name))
+                    .flatten();
                 for m in 0..members {
                     let node = running.then(|| {
                         let n = slot / per_node;
@@ -146,6 +158,8 @@ impl Synthetic {
                             PodPhase::Pending
                         },
                         node,
+                        labels: BTreeMap::from([(GANG_LABEL.to_string(), name.clone())]),
+                        constraints: constraints.clone(),
                         ..Default::default()
                     });
                 }
@@ -223,6 +237,41 @@ impl Synthetic {
             job += 1;
         }
     }
+}
+
+const GANG_LABEL: &str = "bench.basalt.dev/gang";
+const HOSTNAME: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The constrained backlog's rules for pending job `job`, by job number out of ten: 0-1 one
+/// member per node (required hostname anti-affinity on the gang's label), 2-3 spread over
+/// zones (`maxSkew: 1`), 4 preferring its own members' zone; the rest none.
+pub fn constraints_of(job: usize, name: &str) -> Option<Arc<PodConstraints>> {
+    let selector = Some(LabelSelector::from_labels([(GANG_LABEL, name)]));
+    let term = |key: &str| PodAffinityTerm {
+        selector: selector.clone(),
+        topology_key: key.to_string(),
+        ..Default::default()
+    };
+    let mut c = PodConstraints::default();
+    match job % 10 {
+        0 | 1 => c.anti_affinity.required.push(term(HOSTNAME)),
+        2 | 3 => c.spread.push(TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            selector: selector.clone(),
+            min_domains: None,
+            node_affinity_policy: InclusionPolicy::Honor,
+            node_taints_policy: InclusionPolicy::Ignore,
+        }),
+        4 => c.affinity.preferred.push(WeightedPodAffinityTerm {
+            weight: 50,
+            term: term(ZONE),
+        }),
+        _ => return None,
+    }
+    Some(Arc::new(c))
 }
 
 const SPINE: &str = "topology.basalt.dev/spine";

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use crate::constraints::{HostPort, PodConstraints};
 use crate::framework::Reason;
 use crate::hash::Map;
-use crate::model::{NodeId, PodMeta, TaskId, TaskState};
+use crate::model::{Node, NodeId, PodMeta, TaskId, TaskState};
 use crate::snapshot::Snapshot;
 
 use spread::{SpreadCache, SpreadRule, Verdict};
-use terms::{DomainCounts, Matcher, NamespaceLabels, TermIndex};
+use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 
 pub(crate) const AFFINITY: &str = "didn't match pod affinity rules";
 pub(crate) const ANTI_AFFINITY: &str = "didn't match pod anti-affinity rules";
@@ -113,6 +113,7 @@ struct TaskView {
 pub(crate) struct InterPod {
     active: bool,
     namespaces: NamespaceLabels,
+    domains: Domains,
     counter_keys: Vec<CounterKey>,
     counters: Vec<DomainCounts>,
     counter_index: TermIndex,
@@ -132,7 +133,9 @@ pub(crate) struct InterPod {
     failures: Map<TaskId, u64>,
 }
 
-struct Interner {
+struct Interner<'n> {
+    nodes: &'n [Node],
+    domains: Domains,
     counter_ids: Map<CounterKey, u32>,
     counter_keys: Vec<CounterKey>,
     held_ids: Map<HeldKey, u32>,
@@ -141,7 +144,7 @@ struct Interner {
     cache: Map<(*const PodConstraints, String), Arc<Rules>>,
 }
 
-impl Interner {
+impl Interner<'_> {
     fn counter(&mut self, all: Vec<Matcher>, keys: Vec<String>) -> u32 {
         let key = CounterKey { all, keys };
         if let Some(&id) = self.counter_ids.get(&key) {
@@ -226,7 +229,8 @@ impl Interner {
                 None => never(ns),
             };
             let id = self.counter(vec![m.clone()], vec![s.topology_key.clone()]);
-            r.spread.push((SpreadRule::of(s, id, &all), m));
+            let rule = SpreadRule::of(s, id, &all, &mut self.domains, self.nodes);
+            r.spread.push((rule, m));
         }
         let r = Arc::new(r);
         self.cache.insert(cache_key, r.clone());
@@ -256,6 +260,7 @@ impl InterPod {
         let mut this = InterPod {
             active: any,
             namespaces,
+            domains: Domains::default(),
             counter_keys: Vec::new(),
             counters: Vec::new(),
             counter_index: TermIndex::default(),
@@ -274,6 +279,8 @@ impl InterPod {
             return this;
         }
         let mut interner = Interner {
+            nodes: &snap.nodes,
+            domains: Domains::default(),
             counter_ids: Map::default(),
             counter_keys: Vec::new(),
             held_ids: Map::default(),
@@ -294,18 +301,27 @@ impl InterPod {
             })
             .collect();
         let (counter_keys, held_keys) = (interner.counter_keys, interner.held_keys);
+        let mut domains = interner.domains;
+        let mut key_ids = |keys: &[String]| -> Vec<u32> {
+            keys.iter().map(|k| domains.key(k, &snap.nodes)).collect()
+        };
+        let counter_ids: Vec<Vec<u32>> = counter_keys.iter().map(|k| key_ids(&k.keys)).collect();
+        let held_ids: Vec<Vec<u32>> = (held_keys.iter())
+            .map(|k| key_ids(std::slice::from_ref(&k.key)))
+            .collect();
         for (i, k) in counter_keys.iter().enumerate() {
             this.counter_index.add(i as u32, &k.all[0].selector);
         }
         for (i, k) in held_keys.iter().enumerate() {
             this.held_index.add(i as u32, &k.matcher.selector);
         }
-        this.counters = (counter_keys.iter())
-            .map(|k| DomainCounts::new(k.keys.clone()))
+        this.counters = (counter_ids.into_iter())
+            .map(|k| DomainCounts::new(k, &domains))
             .collect();
-        this.held = (held_keys.iter())
-            .map(|k| DomainCounts::new(vec![k.key.clone()]))
+        this.held = (held_ids.into_iter())
+            .map(|k| DomainCounts::new(k, &domains))
             .collect();
+        this.domains = domains;
         this.any_hard_held = held_keys.iter().any(|k| k.weight.is_none());
         (this.counter_keys, this.held_keys) = (counter_keys, held_keys);
         this.views = (0..snap.tasks.len()).map(|_| OnceCell::new()).collect();
@@ -314,7 +330,7 @@ impl InterPod {
         for (i, p) in snap.foreign.iter().enumerate() {
             let counts_in = this.counts_in(&p.meta);
             let rules = this.foreign_rules[i].clone();
-            this.change(snap, p.node, &counts_in, rules.as_deref(), true);
+            this.change(p.node, &counts_in, rules.as_deref(), true);
         }
         for t in &snap.tasks {
             if let TaskState::Bound(node) = t.state {
@@ -353,23 +369,15 @@ impl InterPod {
     }
 
     /// Moves a pod's counts, held terms and host ports on or off a node.
-    fn change(
-        &mut self,
-        snap: &Snapshot,
-        node: NodeId,
-        counts_in: &[u32],
-        rules: Option<&Rules>,
-        add: bool,
-    ) {
-        let labels = &snap.nodes[node.index()].labels;
+    fn change(&mut self, node: NodeId, counts_in: &[u32], rules: Option<&Rules>, add: bool) {
         for &c in counts_in {
-            self.counters[c as usize].change(node, labels, add);
+            self.counters[c as usize].change(node, &self.domains, add);
         }
         let Some(rules) = rules else {
             return;
         };
         for &h in &rules.holds {
-            self.held[h as usize].change(node, labels, add);
+            self.held[h as usize].change(node, &self.domains, add);
         }
         if !rules.ports.is_empty() {
             let taken = self.ports.entry(node).or_default();
@@ -390,7 +398,7 @@ impl InterPod {
         }
         let counts_in = std::mem::take(&mut self.view_mut(snap, task).counts_in);
         let rules = self.task_rules[task.index()].clone();
-        self.change(snap, node, &counts_in, rules.as_deref(), add);
+        self.change(node, &counts_in, rules.as_deref(), add);
         self.view_mut(snap, task).counts_in = counts_in;
     }
 
@@ -435,7 +443,8 @@ impl InterPod {
             return Ok(());
         }
         let view = self.view(snap, task);
-        let labels = &snap.nodes[node.index()].labels;
+        let domains = &self.domains;
+        let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
         let rules = self.task_rules[task.index()].as_deref();
         if let Some(r) = rules {
             if let Some(taken) = self.ports.get(&node) {
@@ -446,9 +455,9 @@ impl InterPod {
             if let Some((c, _)) = &r.affinity {
                 let counts = &self.counters[*c as usize];
                 let mut exist = true;
-                for (i, key) in counts.keys.iter().enumerate() {
-                    match labels.get(key) {
-                        Some(v) => exist &= counts.get(i, v) > 0,
+                for i in 0..counts.keys.len() {
+                    match counts.at(i, node, domains) {
+                        Some(n) => exist &= n > 0,
                         None => return Err(AFFINITY.into()),
                     }
                 }
@@ -459,22 +468,13 @@ impl InterPod {
                 }
             }
             for &c in &r.anti {
-                let counts = &self.counters[c as usize];
-                if labels
-                    .get(&counts.keys[0])
-                    .is_some_and(|v| counts.get(0, v) > 0)
-                {
+                if present(&self.counters[c as usize]) {
                     return Err(ANTI_AFFINITY.into());
                 }
             }
         }
         for &h in &view.selected_by {
-            let counts = &self.held[h as usize];
-            if self.held_keys[h as usize].weight.is_none()
-                && labels
-                    .get(&counts.keys[0])
-                    .is_some_and(|v| counts.get(0, v) > 0)
-            {
+            if self.held_keys[h as usize].weight.is_none() && present(&self.held[h as usize]) {
                 return Err(EXISTING_ANTI_AFFINITY.into());
             }
         }
@@ -485,7 +485,16 @@ impl InterPod {
             for (i, (s, _)) in r.spread.iter().enumerate().filter(|(_, (s, _))| s.hard) {
                 let counts = &self.counters[s.counter as usize];
                 let self_match = view.self_spread[i];
-                match cache.check(s, t.rules, placement, &snap.nodes, counts, node, self_match) {
+                let verdict = cache.check(
+                    s,
+                    t.rules,
+                    placement,
+                    (&snap.nodes, domains),
+                    counts,
+                    node,
+                    self_match,
+                );
+                match verdict {
                     Verdict::Fits => {}
                     Verdict::MissingLabel => return Err(SPREAD_LABEL.into()),
                     Verdict::Skewed => return Err(SPREAD.into()),
@@ -527,12 +536,8 @@ impl InterPod {
             return 0;
         }
         let view = self.view(snap, task);
-        let labels = &snap.nodes[node.index()].labels;
-        let present = |counts: &DomainCounts| {
-            labels
-                .get(&counts.keys[0])
-                .is_some_and(|v| counts.get(0, v) > 0)
-        };
+        let domains = &self.domains;
+        let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
         let mut points = 0;
         for &h in &view.selected_by {
             if let Some(w) = self.held_keys[h as usize].weight {
@@ -554,7 +559,7 @@ impl InterPod {
         let mut cache = self.spread.borrow_mut();
         for (s, _) in r.spread.iter().filter(|(s, _)| !s.hard) {
             let counts = &self.counters[s.counter as usize];
-            points += cache.points(s, t.rules, placement, &snap.nodes, counts, node);
+            points += cache.points(s, t.rules, placement, (&snap.nodes, domains), counts, node);
         }
         points
     }

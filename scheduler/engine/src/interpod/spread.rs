@@ -1,26 +1,25 @@
 //! Topology spread (kube-scheduler's PodTopologySpread): which nodes count as domains under a
 //! constraint's inclusion policies, and the skew a placement would cause.
 
-use std::collections::BTreeMap;
-
 use crate::constraints::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::hash::Map;
 use crate::model::{Node, NodeId, PlacementRules, RulesId, TaintEffect};
 
-use super::terms::DomainCounts;
+use super::terms::{DomainCounts, Domains};
 
 /// One constraint of a pod, its selector interned as a counter.
 #[derive(Clone, Debug)]
 pub(crate) struct SpreadRule {
     pub(crate) counter: u32,
-    pub(crate) key: String,
+    /// The topology key, interned in [`Domains`].
+    key: u32,
     pub(crate) max_skew: u32,
     pub(crate) min_domains: Option<u32>,
     pub(crate) hard: bool,
     affinity_policy: InclusionPolicy,
     taints_policy: InclusionPolicy,
     /// The keys of all the pod's constraints of the same kind: a node lacking one is no domain.
-    all_keys: Vec<String>,
+    all_keys: Vec<u32>,
 }
 
 impl SpreadRule {
@@ -28,16 +27,18 @@ impl SpreadRule {
         c: &TopologySpreadConstraint,
         counter: u32,
         all: &[&TopologySpreadConstraint],
+        domains: &mut Domains,
+        nodes: &[Node],
     ) -> Self {
-        let mut all_keys: Vec<String> = (all.iter())
+        let mut all_keys: Vec<u32> = (all.iter())
             .filter(|o| o.when_unsatisfiable == c.when_unsatisfiable)
-            .map(|o| o.topology_key.clone())
+            .map(|o| domains.key(&o.topology_key, nodes))
             .collect();
-        all_keys.sort();
+        all_keys.sort_unstable();
         all_keys.dedup();
         SpreadRule {
             counter,
-            key: c.topology_key.clone(),
+            key: domains.key(&c.topology_key, nodes),
             max_skew: c.max_skew.max(1),
             min_domains: c.min_domains,
             hard: c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule,
@@ -51,21 +52,27 @@ impl SpreadRule {
     fn cache_key(&self, rules: RulesId) -> CacheKey {
         (rules, self as *const SpreadRule as usize)
     }
+
+    fn has_keys(&self, node: NodeId, domains: &Domains) -> bool {
+        self.all_keys.iter().all(|&k| domains.of(k, node).is_some())
+    }
 }
 
 /// The pod's placement rules (which nodes it could use) and the constraint.
 type CacheKey = (RulesId, usize);
 
-/// The nodes that count as domains and every domain value (with no pods yet: 0).
+/// Which nodes count as domains (their domains are the eligible ones).
 struct Eligible {
-    ok: Vec<bool>,
-    domains: BTreeMap<String, u32>,
+    node: Vec<bool>,
+    domain: Vec<bool>,
+    domains: usize,
 }
 
 /// Per-constraint results derived from the counts, valid while the counter's version holds.
 struct State {
     version: u64,
-    counts: BTreeMap<String, u32>,
+    /// Per domain of the key (0 for those not eligible).
+    counts: Vec<u32>,
     min: u32,
     max: u32,
 }
@@ -109,53 +116,57 @@ impl SpreadCache {
         rule: &SpreadRule,
         rules_id: RulesId,
         rules: &PlacementRules,
-        nodes: &[Node],
+        (nodes, domains): (&[Node], &Domains),
         counts: &DomainCounts,
-    ) -> &'a State {
-        let entry = self
-            .states
-            .entry(rule.cache_key(rules_id))
-            .or_insert_with(|| {
-                let ok: Vec<bool> = (nodes.iter())
-                    .map(|n| {
-                        rule.all_keys.iter().all(|k| n.labels.contains_key(k))
-                            && (rule.affinity_policy == InclusionPolicy::Ignore
-                                || node_affinity_ok(rules, n))
-                            && (rule.taints_policy == InclusionPolicy::Ignore
-                                || taints_ok(rules, n))
-                    })
-                    .collect();
-                let domains = (nodes.iter())
-                    .filter(|n| ok[n.id.index()])
-                    .filter_map(|n| n.labels.get(&rule.key))
-                    .map(|v| (v.clone(), 0))
-                    .collect();
-                let state = State {
-                    version: u64::MAX,
-                    counts: BTreeMap::new(),
-                    min: 0,
-                    max: 0,
-                };
-                (Eligible { ok, domains }, state)
-            });
-        let (eligible, state) = (&entry.0, &mut entry.1);
-        if state.version != counts.version {
-            state.counts.clone_from(&eligible.domains);
-            for (&node, &n) in &counts.by_node {
-                if !eligible.ok[node.index()] {
-                    continue;
-                }
-                if let Some(c) = (nodes[node.index()].labels.get(&rule.key))
-                    .and_then(|v| state.counts.get_mut(v.as_str()))
-                {
-                    *c += n;
+    ) -> (usize, &'a State) {
+        let entry = (self.states.entry(rule.cache_key(rules_id))).or_insert_with(|| {
+            let node: Vec<bool> = (nodes.iter())
+                .map(|n| {
+                    rule.has_keys(n.id, domains)
+                        && (rule.affinity_policy == InclusionPolicy::Ignore
+                            || node_affinity_ok(rules, n))
+                        && (rule.taints_policy == InclusionPolicy::Ignore || taints_ok(rules, n))
+                })
+                .collect();
+            let mut domain = vec![false; domains.len(rule.key)];
+            for n in nodes.iter().filter(|n| node[n.id.index()]) {
+                if let Some(d) = domains.of(rule.key, n.id) {
+                    domain[d as usize] = true;
                 }
             }
-            state.min = state.counts.values().copied().min().unwrap_or(0);
-            state.max = state.counts.values().copied().max().unwrap_or(0);
+            let eligible = Eligible {
+                domains: domain.iter().filter(|&&e| e).count(),
+                node,
+                domain,
+            };
+            let state = State {
+                version: u64::MAX,
+                counts: Vec::new(),
+                min: 0,
+                max: 0,
+            };
+            (eligible, state)
+        });
+        let (eligible, state) = (&entry.0, &mut entry.1);
+        if state.version != counts.version {
+            state.counts.clear();
+            state.counts.resize(eligible.domain.len(), 0);
+            for (&node, &n) in &counts.by_node {
+                if eligible.node[node.index()] {
+                    if let Some(d) = domains.of(rule.key, node) {
+                        state.counts[d as usize] += n;
+                    }
+                }
+            }
+            let mut eligible_counts = (state.counts.iter().zip(&eligible.domain))
+                .filter(|(_, &e)| e)
+                .map(|(&c, _)| c);
+            let first = eligible_counts.next().unwrap_or(0);
+            (state.min, state.max) =
+                eligible_counts.fold((first, first), |(lo, hi), c| (lo.min(c), hi.max(c)));
             state.version = counts.version;
         }
-        state
+        (eligible.domains, state)
     }
 
     /// Whether placing the pod on `node` keeps the constraint's skew within `maxSkew`
@@ -166,25 +177,27 @@ impl SpreadCache {
         rule: &SpreadRule,
         rules_id: RulesId,
         rules: &PlacementRules,
-        nodes: &[Node],
+        nodes: (&[Node], &Domains),
         counts: &DomainCounts,
         node: NodeId,
         self_match: bool,
     ) -> Verdict {
-        let labels = &nodes[node.index()].labels;
-        if !rule.all_keys.iter().all(|k| labels.contains_key(k)) {
+        let domains = nodes.1;
+        if !rule.has_keys(node, domains) {
             return Verdict::MissingLabel;
         }
-        let value = &labels[&rule.key];
-        let state = self.state(rule, rules_id, rules, nodes, counts);
-        if state.counts.is_empty() {
+        let Some(d) = domains.of(rule.key, node) else {
+            return Verdict::MissingLabel;
+        };
+        let (domain_count, state) = self.state(rule, rules_id, rules, nodes, counts);
+        if domain_count == 0 {
             return Verdict::Fits;
         }
         let few = rule
             .min_domains
-            .is_some_and(|m| (state.counts.len() as u64) < m as u64);
+            .is_some_and(|m| (domain_count as u64) < m as u64);
         let min = if few { 0 } else { state.min };
-        let here = state.counts.get(value.as_str()).copied().unwrap_or(0);
+        let here = state.counts[d as usize];
         let skew = here as i64 + self_match as i64 - min as i64;
         if skew > rule.max_skew as i64 {
             Verdict::Skewed
@@ -201,22 +214,18 @@ impl SpreadCache {
         rule: &SpreadRule,
         rules_id: RulesId,
         rules: &PlacementRules,
-        nodes: &[Node],
+        nodes: (&[Node], &Domains),
         counts: &DomainCounts,
         node: NodeId,
     ) -> i64 {
-        let Some(value) = nodes[node.index()].labels.get(&rule.key) else {
+        let Some(d) = nodes.1.of(rule.key, node) else {
             return 0;
         };
-        let state = self.state(rule, rules_id, rules, nodes, counts);
-        let here = state
-            .counts
-            .get(value.as_str())
-            .copied()
-            .unwrap_or(state.max);
+        let (_, state) = self.state(rule, rules_id, rules, nodes, counts);
         if state.max == state.min {
             return 0;
         }
-        (state.max - here.min(state.max)) as i64 * 100 / (state.max - state.min) as i64
+        let here = state.counts[d as usize].clamp(state.min, state.max);
+        (state.max - here) as i64 * 100 / (state.max - state.min) as i64
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::constraints::{LabelSelector, NamespaceSpec, PodAffinityTerm, NAMESPACE_NAME_LABEL};
 use crate::hash::Map;
-use crate::model::{NodeId, PodMeta, SelectorOperator};
+use crate::model::{Node, NodeId, PodMeta, SelectorOperator};
 
 /// The labels of every namespace (`kubernetes.io/metadata.name` included, as the API server
 /// sets it); a namespace no spec describes has only that one.
@@ -118,12 +118,58 @@ impl TermIndex {
     }
 }
 
-/// Pods placed per domain: per topology key, per value of it, how many selected pods run on
-/// nodes with that value; per node too (spread counts only eligible nodes).
+/// Topology keys interned, and per key every node's domain: label values numbered, so a
+/// count is an array index, not a string lookup.
+#[derive(Default)]
+pub(crate) struct Domains {
+    ids: Map<String, u32>,
+    /// Per key: per node its value's number (`NONE` without the label), and how many values.
+    of_node: Vec<Vec<u32>>,
+    len: Vec<u32>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Domains {
+    pub(crate) fn key(&mut self, key: &str, nodes: &[Node]) -> u32 {
+        if let Some(&id) = self.ids.get(key) {
+            return id;
+        }
+        let mut values: Map<&str, u32> = Map::default();
+        let of_node = (nodes.iter())
+            .map(|n| match n.labels.get(key) {
+                Some(v) => {
+                    let next = values.len() as u32;
+                    *values.entry(v.as_str()).or_insert(next)
+                }
+                None => NONE,
+            })
+            .collect();
+        let id = self.of_node.len() as u32;
+        self.of_node.push(of_node);
+        self.len.push(values.len() as u32);
+        self.ids.insert(key.to_string(), id);
+        id
+    }
+
+    /// The node's domain under the key; `None` when it lacks the label.
+    pub(crate) fn of(&self, key: u32, node: NodeId) -> Option<u32> {
+        let d = self.of_node[key as usize][node.index()];
+        (d != NONE).then_some(d)
+    }
+
+    /// How many domains the key has.
+    pub(crate) fn len(&self, key: u32) -> usize {
+        self.len[key as usize] as usize
+    }
+}
+
+/// Pods placed per domain: per topology key, per domain of it, how many selected pods run
+/// there; per node too (spread counts only eligible nodes).
 #[derive(Default)]
 pub(crate) struct DomainCounts {
-    pub(crate) keys: Vec<String>,
-    by_value: Vec<Map<String, u32>>,
+    pub(crate) keys: Vec<u32>,
+    by_domain: Vec<Vec<u32>>,
     pub(crate) by_node: Map<NodeId, u32>,
     /// Pods counted on nodes that carry at least one of the keys.
     pub(crate) total: u32,
@@ -132,39 +178,29 @@ pub(crate) struct DomainCounts {
 }
 
 impl DomainCounts {
-    pub(crate) fn new(keys: Vec<String>) -> Self {
+    pub(crate) fn new(keys: Vec<u32>, domains: &Domains) -> Self {
         DomainCounts {
-            by_value: vec![Map::default(); keys.len()],
+            by_domain: keys.iter().map(|&k| vec![0; domains.len(k)]).collect(),
             keys,
             ..DomainCounts::default()
         }
     }
 
-    pub(crate) fn get(&self, key: usize, value: &str) -> u32 {
-        self.by_value[key].get(value).copied().unwrap_or(0)
+    /// Pods in the node's domain under the `i`th key; `None` when the node lacks that key.
+    pub(crate) fn at(&self, i: usize, node: NodeId, domains: &Domains) -> Option<u32> {
+        domains
+            .of(self.keys[i], node)
+            .map(|d| self.by_domain[i][d as usize])
     }
 
-    pub(crate) fn change(&mut self, node: NodeId, labels: &BTreeMap<String, String>, add: bool) {
+    pub(crate) fn change(&mut self, node: NodeId, domains: &Domains, add: bool) {
         self.version += 1;
         let mut any = false;
-        for (i, key) in self.keys.iter().enumerate() {
-            let Some(value) = labels.get(key) else {
-                continue;
-            };
-            any = true;
-            let map = &mut self.by_value[i];
-            match map.get_mut(value.as_str()) {
-                Some(n) if add => *n += 1,
-                Some(n) => {
-                    *n -= 1;
-                    if *n == 0 {
-                        map.remove(value.as_str());
-                    }
-                }
-                None if add => {
-                    map.insert(value.clone(), 1);
-                }
-                None => debug_assert!(false, "a pod leaves a domain it was not counted in"),
+        for (i, &key) in self.keys.iter().enumerate() {
+            if let Some(d) = domains.of(key, node) {
+                any = true;
+                let n = &mut self.by_domain[i][d as usize];
+                *n = if add { *n + 1 } else { *n - 1 };
             }
         }
         let n = self.by_node.entry(node).or_default();
@@ -177,11 +213,7 @@ impl DomainCounts {
             }
         }
         if any {
-            if add {
-                self.total += 1;
-            } else {
-                self.total -= 1;
-            }
+            self.total = if add { self.total + 1 } else { self.total - 1 };
         }
     }
 }
