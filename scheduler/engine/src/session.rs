@@ -1152,6 +1152,7 @@ impl<'a> Session<'a> {
     ) -> String {
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
+        let mut shortages: BTreeMap<crate::resources::ResourceId, usize> = BTreeMap::new();
         for node in &self.snapshot.nodes {
             if let Err(reason) = self.fw.filter_node(r, node) {
                 *counts.entry(reason).or_default() += 1;
@@ -1164,11 +1165,9 @@ impl<'a> Session<'a> {
             let alloc = &node.allocatable;
             let used = &self.used[node.id.index()];
             let mut short = false;
+            // Counted per resource and worded once: a message per node is an allocation.
             for id in request.short_on(used, alloc) {
-                let name = self.snapshot.resources.name(id);
-                *counts
-                    .entry(format!("insufficient {name}").into())
-                    .or_default() += 1;
+                *shortages.entry(id).or_default() += 1;
                 short = true;
             }
             if !short && !self.may_use(node.id, access) {
@@ -1176,6 +1175,12 @@ impl<'a> Session<'a> {
                     .entry("were reserved for a starving gang".into())
                     .or_default() += 1;
             }
+        }
+        for (id, n) in shortages {
+            let name = self.snapshot.resources.name(id);
+            *counts
+                .entry(format!("insufficient {name}").into())
+                .or_default() += n;
         }
         let mut list: Vec<(Reason, usize)> = counts.into_iter().collect();
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
