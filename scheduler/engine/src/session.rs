@@ -1074,11 +1074,12 @@ impl<'a> Session<'a> {
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
         let statics = &self.statics[&rules];
+        let check = self.pods.prepare(snap, task);
         let usable = |n: NodeId| {
             statics.ok[n.index()]
                 && self.fits(n, request)
                 && self.may_use(n, access)
-                && (guard == Guard::Free || self.pods.allows(snap, task, n).is_ok())
+                && check.as_ref().is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(u64, NodeId)> = None;
         let mut consider = |node: NodeId| {
@@ -1153,12 +1154,13 @@ impl<'a> Session<'a> {
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
         let mut shortages: BTreeMap<crate::resources::ResourceId, usize> = BTreeMap::new();
+        let check = self.pods.prepare(self.snapshot, task);
         for node in &self.snapshot.nodes {
             if let Err(reason) = self.fw.filter_node(r, node) {
                 *counts.entry(reason).or_default() += 1;
                 continue;
             }
-            if let Err(reason) = self.pods.allows(self.snapshot, task, node.id) {
+            if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node.id)) {
                 *counts.entry(reason).or_default() += 1;
                 continue;
             }

@@ -22,7 +22,7 @@ use crate::hash::Map;
 use crate::model::{Node, NodeId, PodMeta, TaskId, TaskState};
 use crate::snapshot::Snapshot;
 
-use spread::{SpreadCache, SpreadRule, Verdict};
+use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 
 pub(crate) const AFFINITY: &str = "didn't match pod affinity rules";
@@ -439,71 +439,35 @@ impl InterPod {
     /// Whether the task's inter-pod rules let it onto the node now; the reason, worded as
     /// kube-scheduler words it, when not.
     pub(crate) fn allows(&self, snap: &Snapshot, task: TaskId, node: NodeId) -> Result<(), Reason> {
+        self.prepare(snap, task).map_or(Ok(()), |c| c.check(node))
+    }
+
+    /// The task's rules with their counts taken once, for checks of many nodes in a row;
+    /// `None` when no rule concerns it.
+    pub(crate) fn prepare(&self, snap: &Snapshot, task: TaskId) -> Option<Check<'_>> {
         if self.guard(snap, task) == Guard::Free {
-            return Ok(());
+            return None;
         }
         let view = self.view(snap, task);
-        let domains = &self.domains;
-        let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
         let rules = self.task_rules[task.index()].as_deref();
-        if let Some(r) = rules {
-            if let Some(taken) = self.ports.get(&node) {
-                if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
-                    return Err(PORTS.into());
-                }
-            }
-            if let Some((c, _)) = &r.affinity {
-                let counts = &self.counters[*c as usize];
-                let mut exist = true;
-                for i in 0..counts.keys.len() {
-                    match counts.at(i, node, domains) {
-                        Some(n) => exist &= n > 0,
-                        None => return Err(AFFINITY.into()),
-                    }
-                }
-                // kube's first-pod rule: nothing selected anywhere, and the pod selects itself.
-                let first_pod = counts.total == 0 && view.self_affinity;
-                if !(exist || first_pod) {
-                    return Err(AFFINITY.into());
-                }
-            }
-            for &c in &r.anti {
-                if present(&self.counters[c as usize]) {
-                    return Err(ANTI_AFFINITY.into());
-                }
-            }
-        }
-        for &h in &view.selected_by {
-            if self.held_keys[h as usize].weight.is_none() && present(&self.held[h as usize]) {
-                return Err(EXISTING_ANTI_AFFINITY.into());
-            }
-        }
-        if let Some(r) = rules {
+        let mut spread = Vec::new();
+        if let Some(r) = rules.filter(|r| r.spread.iter().any(|(s, _)| s.hard)) {
             let t = snap.task(task);
-            let placement = &snap.rules[t.rules.0 as usize];
+            let placement = (t.rules, &snap.rules[t.rules.0 as usize]);
             let mut cache = self.spread.borrow_mut();
             for (i, (s, _)) in r.spread.iter().enumerate().filter(|(_, (s, _))| s.hard) {
                 let counts = &self.counters[s.counter as usize];
-                let self_match = view.self_spread[i];
-                let verdict = cache.check(
-                    s,
-                    t.rules,
-                    placement,
-                    (&snap.nodes, domains),
-                    counts,
-                    node,
-                    self_match,
-                );
-                match verdict {
-                    Verdict::Fits => {}
-                    Verdict::MissingLabel => return Err(SPREAD_LABEL.into()),
-                    Verdict::Skewed => return Err(SPREAD.into()),
-                }
+                let nodes = (snap.nodes.as_slice(), &self.domains);
+                spread.push(cache.view(s, placement, nodes, counts, view.self_spread[i]));
             }
         }
-        Ok(())
+        Some(Check {
+            pods: self,
+            view,
+            rules,
+            spread,
+        })
     }
-
     /// Whether the task has any soft inter-pod rule (its own preferred terms or
     /// `ScheduleAnyway` spread, or existing pods' terms that select it): without, its
     /// [`InterPod::preference_points`] are 0 on every node.
@@ -559,8 +523,65 @@ impl InterPod {
         let mut cache = self.spread.borrow_mut();
         for (s, _) in r.spread.iter().filter(|(s, _)| !s.hard) {
             let counts = &self.counters[s.counter as usize];
-            points += cache.points(s, t.rules, placement, (&snap.nodes, domains), counts, node);
+            let nodes = (snap.nodes.as_slice(), domains);
+            points += cache.points(s, (t.rules, placement), nodes, counts, node);
         }
         points
+    }
+}
+
+/// A task's inter-pod rules ready to check node after node (see [`InterPod::prepare`]).
+pub(crate) struct Check<'a> {
+    pods: &'a InterPod,
+    view: &'a TaskView,
+    rules: Option<&'a Rules>,
+    spread: Vec<SpreadView<'a>>,
+}
+
+impl Check<'_> {
+    pub(crate) fn check(&self, node: NodeId) -> Result<(), Reason> {
+        let pods = self.pods;
+        let domains = &pods.domains;
+        let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
+        if let Some(r) = self.rules {
+            if let Some(taken) = pods.ports.get(&node) {
+                if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
+                    return Err(PORTS.into());
+                }
+            }
+            if let Some((c, _)) = &r.affinity {
+                let counts = &pods.counters[*c as usize];
+                let mut exist = true;
+                for i in 0..counts.keys.len() {
+                    match counts.at(i, node, domains) {
+                        Some(n) => exist &= n > 0,
+                        None => return Err(AFFINITY.into()),
+                    }
+                }
+                // kube's first-pod rule: nothing selected anywhere, and the pod selects itself.
+                let first_pod = counts.total == 0 && self.view.self_affinity;
+                if !(exist || first_pod) {
+                    return Err(AFFINITY.into());
+                }
+            }
+            for &c in &r.anti {
+                if present(&pods.counters[c as usize]) {
+                    return Err(ANTI_AFFINITY.into());
+                }
+            }
+        }
+        for &h in &self.view.selected_by {
+            if pods.held_keys[h as usize].weight.is_none() && present(&pods.held[h as usize]) {
+                return Err(EXISTING_ANTI_AFFINITY.into());
+            }
+        }
+        for s in &self.spread {
+            match s.check(node, domains) {
+                Verdict::Fits => {}
+                Verdict::MissingLabel => return Err(SPREAD_LABEL.into()),
+                Verdict::Skewed => return Err(SPREAD.into()),
+            }
+        }
+        Ok(())
     }
 }

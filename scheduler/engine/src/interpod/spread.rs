@@ -1,6 +1,8 @@
 //! Topology spread (kube-scheduler's PodTopologySpread): which nodes count as domains under a
 //! constraint's inclusion policies, and the skew a placement would cause.
 
+use std::rc::Rc;
+
 use crate::constraints::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::hash::Map;
 use crate::model::{Node, NodeId, PlacementRules, RulesId, TaintEffect};
@@ -71,8 +73,8 @@ struct Eligible {
 /// Per-constraint results derived from the counts, valid while the counter's version holds.
 struct State {
     version: u64,
-    /// Per domain of the key (0 for those not eligible).
-    counts: Vec<u32>,
+    /// Per domain of the key (0 for those not eligible); shared with the views taken of it.
+    counts: Rc<Vec<u32>>,
     min: u32,
     max: u32,
 }
@@ -141,7 +143,7 @@ impl SpreadCache {
             };
             let state = State {
                 version: u64::MAX,
-                counts: Vec::new(),
+                counts: Rc::default(),
                 min: 0,
                 max: 0,
             };
@@ -149,15 +151,15 @@ impl SpreadCache {
         });
         let (eligible, state) = (&entry.0, &mut entry.1);
         if state.version != counts.version {
-            state.counts.clear();
-            state.counts.resize(eligible.domain.len(), 0);
+            let mut per_domain = vec![0; eligible.domain.len()];
             for (&node, &n) in &counts.by_node {
                 if eligible.node[node.index()] {
                     if let Some(d) = domains.of(rule.key, node) {
-                        state.counts[d as usize] += n;
+                        per_domain[d as usize] += n;
                     }
                 }
             }
+            state.counts = Rc::new(per_domain);
             let mut eligible_counts = (state.counts.iter().zip(&eligible.domain))
                 .filter(|(_, &e)| e)
                 .map(|(&c, _)| c);
@@ -169,40 +171,25 @@ impl SpreadCache {
         (eligible.domains, state)
     }
 
-    /// Whether placing the pod on `node` keeps the constraint's skew within `maxSkew`
-    /// (`self_match`: the pod itself matches the selector and so adds one).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn check(
+    /// The constraint as it stands, for checks of many nodes in a row.
+    pub(crate) fn view<'r>(
         &mut self,
-        rule: &SpreadRule,
-        rules_id: RulesId,
-        rules: &PlacementRules,
+        rule: &'r SpreadRule,
+        (rules_id, rules): (RulesId, &PlacementRules),
         nodes: (&[Node], &Domains),
         counts: &DomainCounts,
-        node: NodeId,
         self_match: bool,
-    ) -> Verdict {
-        let domains = nodes.1;
-        if !rule.has_keys(node, domains) {
-            return Verdict::MissingLabel;
-        }
-        let Some(d) = domains.of(rule.key, node) else {
-            return Verdict::MissingLabel;
-        };
+    ) -> SpreadView<'r> {
         let (domain_count, state) = self.state(rule, rules_id, rules, nodes, counts);
-        if domain_count == 0 {
-            return Verdict::Fits;
-        }
         let few = rule
             .min_domains
             .is_some_and(|m| (domain_count as u64) < m as u64);
-        let min = if few { 0 } else { state.min };
-        let here = state.counts[d as usize];
-        let skew = here as i64 + self_match as i64 - min as i64;
-        if skew > rule.max_skew as i64 {
-            Verdict::Skewed
-        } else {
-            Verdict::Fits
+        SpreadView {
+            rule,
+            counts: state.counts.clone(),
+            min: if few { 0 } else { state.min },
+            open: domain_count == 0,
+            self_match,
         }
     }
 
@@ -212,8 +199,7 @@ impl SpreadCache {
     pub(crate) fn points(
         &mut self,
         rule: &SpreadRule,
-        rules_id: RulesId,
-        rules: &PlacementRules,
+        (rules_id, rules): (RulesId, &PlacementRules),
         nodes: (&[Node], &Domains),
         counts: &DomainCounts,
         node: NodeId,
@@ -227,5 +213,37 @@ impl SpreadCache {
         }
         let here = state.counts[d as usize].clamp(state.min, state.max);
         (state.max - here) as i64 * 100 / (state.max - state.min) as i64
+    }
+}
+
+/// A constraint's counts taken once (see [`SpreadCache::view`]): checking a node is a lookup.
+pub(crate) struct SpreadView<'r> {
+    rule: &'r SpreadRule,
+    counts: Rc<Vec<u32>>,
+    /// The global minimum (0 with fewer eligible domains than `minDomains`).
+    min: u32,
+    /// No eligible domain at all: nothing to skew.
+    open: bool,
+    self_match: bool,
+}
+
+impl SpreadView<'_> {
+    /// Whether placing the pod on `node` keeps the skew within `maxSkew`.
+    pub(crate) fn check(&self, node: NodeId, domains: &Domains) -> Verdict {
+        let Some(d) = domains.of(self.rule.key, node) else {
+            return Verdict::MissingLabel;
+        };
+        if !self.rule.has_keys(node, domains) {
+            return Verdict::MissingLabel;
+        }
+        if self.open {
+            return Verdict::Fits;
+        }
+        let here = self.counts[d as usize] as i64 + self.self_match as i64;
+        if here - self.min as i64 > self.rule.max_skew as i64 {
+            Verdict::Skewed
+        } else {
+            Verdict::Fits
+        }
     }
 }
