@@ -83,6 +83,11 @@ enum Command {
         /// 32-GPU gangs of TP=8 groups (required rack), TP=8 jobs (required nvlink), 1-GPU pods.
         #[arg(long)]
         fabric: bool,
+        /// Nodes in ten zones and a backlog with pod constraints: of every ten jobs, two
+        /// keep one member per node (required hostname anti-affinity), two spread over zones
+        /// (`maxSkew: 1`), one prefers its members' zone (preferred pod affinity).
+        #[arg(long, conflicts_with = "fabric")]
+        constrained: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -377,6 +382,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             running,
             runs,
             fabric,
+            constrained,
             config,
             output,
         } => {
@@ -393,6 +399,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 queues,
                 running,
                 fabric,
+                constrained,
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;

@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use basalt_engine::{
-    ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, QueueSpec, ResourceList,
-    SubGroupSpec, TopologySpec,
+    ClusterSpec, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec, PodAffinityRules,
+    PodAffinityTerm, PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList, SubGroupSpec,
+    TopologySpec, TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 
 /// What to build.
@@ -26,6 +29,9 @@ pub struct Synthetic {
     /// NVL72-style NVLink clique, and a mixed topology-constrained backlog (see
     /// [`Synthetic::fabric_backlog`]).
     pub fabric: bool,
+    /// Nodes in ten zones, and a backlog whose jobs state pod constraints (see
+    /// [`Synthetic::constraints`]).
+    pub constrained: bool,
 }
 
 impl Synthetic {
@@ -39,6 +45,7 @@ impl Synthetic {
             queues: 0,
             running: 0,
             fabric: false,
+            constrained: false,
         }
     }
 }
@@ -66,6 +73,9 @@ impl Synthetic {
             }
         } else {
             put(RACK, format!("rack-{:03}", i / 32));
+        }
+        if self.constrained {
+            put(ZONE, format!("zone-{}", i * ZONES / self.nodes.max(1)));
         }
         labels
     }
@@ -122,6 +132,10 @@ impl Synthetic {
                     topology: Default::default(),
                     sub_groups: Vec::new(),
                 });
+                let (labels, constraints) = match running {
+                    false => self.constraints(job, &name),
+                    true => (BTreeMap::new(), None),
+                };
                 for m in 0..members {
                     let node = running.then(|| {
                         let n = slot / per_node;
@@ -146,6 +160,8 @@ impl Synthetic {
                             PodPhase::Pending
                         },
                         node,
+                        labels: labels.clone(),
+                        constraints: constraints.clone(),
                         ..Default::default()
                     });
                 }
@@ -156,6 +172,60 @@ impl Synthetic {
             self.fabric_backlog(&mut spec, job);
         }
         spec
+    }
+
+    /// With `constrained`, what a pending job's pods state, by job number in tens: two jobs in
+    /// ten keep one member per node (required hostname anti-affinity on the job's label), two
+    /// spread over zones with `maxSkew: 1`, one prefers its members' zone (preferred pod
+    /// affinity); the rest state nothing. Every pending pod carries its job's label.
+    fn constraints(
+        &self,
+        job: usize,
+        name: &str,
+    ) -> (BTreeMap<String, String>, Option<Arc<PodConstraints>>) {
+        if !self.constrained {
+            return (BTreeMap::new(), None);
+        }
+        let labels = BTreeMap::from([(JOB_LABEL.to_string(), name.to_string())]);
+        let own = Some(LabelSelector::from_labels([(JOB_LABEL, name)]));
+        let term = |topology_key: &str| PodAffinityTerm {
+            selector: own.clone(),
+            topology_key: topology_key.to_string(),
+            ..Default::default()
+        };
+        let constraints = match job % 10 {
+            0 | 1 => PodConstraints {
+                anti_affinity: PodAffinityRules {
+                    required: vec![term("kubernetes.io/hostname")],
+                    preferred: vec![],
+                },
+                ..Default::default()
+            },
+            2 | 3 => PodConstraints {
+                spread: vec![TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: ZONE.to_string(),
+                    when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                    selector: own.clone(),
+                    min_domains: None,
+                    node_affinity_policy: InclusionPolicy::Honor,
+                    node_taints_policy: InclusionPolicy::Ignore,
+                }],
+                ..Default::default()
+            },
+            4 => PodConstraints {
+                affinity: PodAffinityRules {
+                    required: vec![],
+                    preferred: vec![WeightedPodAffinityTerm {
+                        weight: 100,
+                        term: term(ZONE),
+                    }],
+                },
+                ..Default::default()
+            },
+            _ => return (labels, None),
+        };
+        (labels, Some(Arc::new(constraints)))
     }
 
     /// A mixed backlog of `pods` pods, cycling through four kinds of job: a 512-GPU gang (64
@@ -228,6 +298,12 @@ impl Synthetic {
 const SPINE: &str = "topology.basalt.dev/spine";
 const RACK: &str = "topology.basalt.dev/rack";
 const CLIQUE: &str = "nvidia.com/gpu.clique";
+/// The zone label of `constrained` clusters, and their number of zones.
+const ZONE: &str = "topology.kubernetes.io/zone";
+const ZONES: usize = 10;
+/// The label every pending pod of a `constrained` backlog carries: its job's name.
+const JOB_LABEL: &str = "bench.basalt.dev/job";
+
 /// Nodes per rack and racks per spine of the fabric.
 const FABRIC_RACK: usize = 20;
 const FABRIC_SPINE: usize = 25;
