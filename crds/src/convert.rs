@@ -135,7 +135,7 @@ pub(crate) struct Context {
 /// One object's part of a [`ClusterSpec`].
 pub(crate) enum Converted {
     Node(NodeSpec),
-    Pod(PodSpec),
+    Pod(Box<PodSpec>),
     Group(GroupSpec),
     Queue(QueueSpec),
 }
@@ -144,7 +144,7 @@ impl Converted {
     pub(crate) fn add_to(self, spec: &mut ClusterSpec) {
         match self {
             Converted::Node(n) => spec.nodes.push(n),
-            Converted::Pod(p) => spec.pods.push(p),
+            Converted::Pod(p) => spec.pods.push(*p),
             Converted::Group(g) => spec.groups.push(g),
             Converted::Queue(q) => spec.queues.push(q),
         }
@@ -186,9 +186,13 @@ impl Context {
                 &self.hyper_labels,
                 warnings,
             )?),
-            Object::Pod(p) => {
-                Converted::Pod(pod::pod(&cx, p, &self.priorities, options, warnings)?)
-            }
+            Object::Pod(p) => Converted::Pod(Box::new(pod::pod(
+                &cx,
+                p,
+                &self.priorities,
+                options,
+                warnings,
+            )?)),
             Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
             Object::PriorityClass(_)

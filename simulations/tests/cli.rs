@@ -204,7 +204,10 @@ fn bench_constrained_backlog_places_every_gang() {
     assert_eq!(v["podsPlaced"], 160);
     assert_eq!(v["gangsRunning"], 20);
     let both = sim(&["bench", "--constrained", "--fabric"]);
-    assert!(!both.status.success(), "--constrained with --fabric is refused");
+    assert!(
+        !both.status.success(),
+        "--constrained with --fabric is refused"
+    );
 }
 
 /// A pod asking 2^63-1 of memory, milli-CPU or GPUs, or two containers summing past 2^60: `plan`
