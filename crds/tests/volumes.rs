@@ -124,7 +124,33 @@ fn bound_local_volume_pins_the_pod() {
             terms: vec![hostname_term("n2")],
         }]
     );
-    // A bound volume without node affinity allows every node.
+    // kube-scheduler's VolumeZone: the volume's zone labels restrict it too.
+    let zoned = pod("p", None, CLAIM)
+        + &claim("{volumeName: local1}")
+        + &pv("local1", &format!("{{{LOCAL_AFFINITY}}}"), "Bound")
+            .replace("labels: {", "labels: {topology.kubernetes.io/zone: a__b, ");
+    let mut term = hostname_term("n2");
+    term.match_expressions
+        .extend(zone_term("topology.kubernetes.io/zone", &["a", "b"]).match_expressions);
+    assert_eq!(
+        first(&zoned).rules.volumes,
+        [VolumeNodeRule {
+            bound: true,
+            terms: vec![term],
+        }]
+    );
+    let zone_only = pod("p", None, CLAIM)
+        + &claim("{volumeName: ebs}")
+        + &pv("ebs", "{}", "Bound")
+            .replace("labels: {", "labels: {topology.kubernetes.io/zone: c, ");
+    assert_eq!(
+        first(&zone_only).rules.volumes,
+        [VolumeNodeRule {
+            bound: true,
+            terms: vec![zone_term("topology.kubernetes.io/zone", &["c"])],
+        }]
+    );
+    // A bound volume without node affinity or zone allows every node.
     let anywhere = pod("p", None, CLAIM) + &claim("{volumeName: nfs}") + &pv("nfs", "{}", "Bound");
     assert!(first(&anywhere).rules.volumes.is_empty());
 }

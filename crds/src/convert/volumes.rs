@@ -177,14 +177,21 @@ impl Volumes {
             let required = (pv.spec.as_ref())
                 .and_then(|s| s.node_affinity.as_ref())
                 .and_then(|a| a.required.as_ref());
-            return match required {
-                None => Ok(None),
-                Some(sel) => node_terms(sel)
-                    .map(|terms| Some(VolumeNodeRule { bound: true, terms }))
-                    .map_err(|e| {
-                        format!("persistentvolume \"{pv_name}\": spec.nodeAffinity.required: {e}")
-                    }),
+            let mut terms = match required {
+                None => vec![NodeSelectorTerm::default()],
+                Some(sel) => node_terms(sel).map_err(|e| {
+                    format!("persistentvolume \"{pv_name}\": spec.nodeAffinity.required: {e}")
+                })?,
             };
+            // kube-scheduler's VolumeZone: a volume's zone and region labels restrict it too.
+            let zones = zone_requirements(pv);
+            if zones.is_empty() && required.is_none() {
+                return Ok(None);
+            }
+            for t in &mut terms {
+                t.match_expressions.extend(zones.iter().cloned());
+            }
+            return Ok(Some(VolumeNodeRule { bound: true, terms }));
         }
         let class_name = spec
             .and_then(|s| s.storage_class_name.as_deref())
@@ -290,6 +297,26 @@ impl Volumes {
         };
         bound.or_else(earlier_ours).map(|u| u.pod.as_str())
     }
+}
+
+/// The zone and region labels of a volume (`a__b` lists several values), as requirements on
+/// the node's label of the same key.
+fn zone_requirements(pv: &PersistentVolume) -> Vec<SelectorRequirement> {
+    const ZONE_LABELS: [&str; 4] = [
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    ];
+    let labels = pv.metadata.labels.as_ref();
+    (ZONE_LABELS.iter())
+        .filter_map(|key| Some((key, labels?.get(*key)?)))
+        .map(|(key, value)| SelectorRequirement {
+            key: key.to_string(),
+            operator: SelectorOperator::In,
+            values: value.split("__").map(str::to_string).collect(),
+        })
+        .collect()
 }
 
 fn unbound_immediate(claim_key: &str) -> String {
