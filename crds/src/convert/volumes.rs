@@ -28,6 +28,9 @@ const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
 pub(super) struct Volumes {
     claims: HashMap<(String, String), PersistentVolumeClaim>,
     volumes: HashMap<String, PersistentVolume>,
+    /// The names of volumes in phase `Available`, per storage class, in name order: the
+    /// candidates of an unbound claim, found without a scan of every volume.
+    available: HashMap<String, Vec<String>>,
     classes: HashMap<String, StorageClass>,
     /// Per claim (`namespace`, `name`), the live pods that use it.
     users: HashMap<(String, String), Vec<User>>,
@@ -76,6 +79,17 @@ impl Volumes {
         }
         for users in out.users.values_mut() {
             users.sort_by(|a, b| a.pod.cmp(&b.pod));
+        }
+        for (pv_name, pv) in &out.volumes {
+            let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+            if phase != Some("Available") || pv.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let class = (pv.spec.as_ref()).and_then(|s| s.storage_class_name.clone());
+            (out.available.entry(class.unwrap_or_default()).or_default()).push(pv_name.clone());
+        }
+        for names in out.available.values_mut() {
+            names.sort();
         }
         out
     }
@@ -225,11 +239,10 @@ impl Volumes {
         class: &StorageClass,
     ) -> Result<Option<Vec<NodeSelectorTerm>>, String> {
         let mut terms = Vec::new();
-        let mut pvs: Vec<(&String, &PersistentVolume)> = self.volumes.iter().collect();
-        pvs.sort_by(|a, b| a.0.cmp(b.0));
         let class_name = name(&class.metadata);
-        for (_, pv) in pvs {
-            if !can_bind(claim_key, claim, &class_name, pv)? {
+        let candidates = self.available.get(&class_name).into_iter().flatten();
+        for pv in candidates.filter_map(|n| self.volumes.get(n)) {
+            if !can_bind(claim_key, claim, pv)? {
                 continue;
             }
             let required = (pv.spec.as_ref())
@@ -369,30 +382,22 @@ fn node_terms(sel: &NodeSelector) -> Result<Vec<NodeSelectorTerm>, String> {
     Ok(terms)
 }
 
-/// Whether an available volume could bind the claim, as the PV controller matches them:
-/// phase `Available`, not reserved for another claim, the claim's class, capacity at least the
-/// request, every access mode the claim asks for, the same volume mode, the claim's selector.
+/// Whether an available volume of the claim's class could bind the claim, as the PV controller
+/// matches them: not reserved for another claim, capacity at least the request, every access
+/// mode the claim asks for, the same volume mode, the claim's selector.
 fn can_bind(
     claim_key: &str,
     claim: &PersistentVolumeClaim,
-    class_name: &str,
     pv: &PersistentVolume,
 ) -> Result<bool, String> {
     let (Some(cs), Some(ps)) = (claim.spec.as_ref(), pv.spec.as_ref()) else {
         return Ok(false);
     };
-    let available = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available");
-    if !available || pv.metadata.deletion_timestamp.is_some() {
-        return Ok(false);
-    }
     if let Some(r) = &ps.claim_ref {
         let (ns, n) = claim_key.split_once('/').unwrap_or_default();
         if r.name.as_deref() != Some(n) || r.namespace.as_deref().unwrap_or("default") != ns {
             return Ok(false);
         }
-    }
-    if ps.storage_class_name.as_deref().unwrap_or_default() != class_name {
-        return Ok(false);
     }
     let request = (cs.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
