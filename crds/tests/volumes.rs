@@ -270,6 +270,17 @@ fn ephemeral_claim_must_belong_to_the_pod() {
         volume_waits(&first(&other)),
         ["PVC ns/p-v was not created for pod ns/p (pod is not owner)"]
     );
+    // Left by an earlier pod of the same name: the uid differs.
+    let mine = ok.replace(
+        "{name: p, namespace: ns}",
+        "{name: p, namespace: ns, uid: u1}",
+    );
+    assert!(first(&mine).waits.is_empty());
+    let earlier = ok.replace(
+        "{name: p, namespace: ns}",
+        "{name: p, namespace: ns, uid: u2}",
+    );
+    assert_eq!(volume_waits(&first(&earlier)).len(), 1);
 }
 
 #[test]

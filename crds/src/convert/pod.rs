@@ -151,8 +151,13 @@ pub(super) fn pod(
         waits = unsupported::unsupported(spec);
         // Only a pod still to be placed is judged by its volumes.
         if node.is_none() && phase == PodPhase::Pending {
-            let (volume_rules, volume_waits) =
-                (context.volumes).judge(&namespace, &name, spec, &options.scheduler_names);
+            let (volume_rules, volume_waits) = (context.volumes).judge(
+                &namespace,
+                &name,
+                meta.uid.as_deref(),
+                spec,
+                &options.scheduler_names,
+            );
             rules.volumes = volume_rules;
             waits.extend(volume_waits);
         }

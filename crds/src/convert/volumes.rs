@@ -122,6 +122,7 @@ impl Volumes {
         &self,
         namespace: &str,
         pod_name: &str,
+        uid: Option<&str>,
         spec: &PodSpec,
         schedulers: &[String],
     ) -> (Vec<VolumeNodeRule>, Vec<Wait>) {
@@ -145,7 +146,7 @@ impl Volumes {
                 )));
                 continue;
             }
-            if ephemeral && !owned_by(claim, pod_name) {
+            if ephemeral && !owned_by(claim, pod_name, uid) {
                 waits.push(Wait::Volume(format!(
                     "PVC {claim_key} was not created for pod {me} (pod is not owner)"
                 )));
@@ -341,16 +342,20 @@ fn name(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> St
 }
 
 /// Whether a generic ephemeral volume's claim was made for this pod: its controller owner is
-/// the pod (by name; the snapshot has one pod of each name in a namespace).
-fn owned_by(claim: &PersistentVolumeClaim, pod_name: &str) -> bool {
+/// the pod, by uid when the pod states one (a claim left by an earlier pod of the same name is
+/// not its), else by name.
+fn owned_by(claim: &PersistentVolumeClaim, pod_name: &str, uid: Option<&str>) -> bool {
     let owners = claim
         .metadata
         .owner_references
         .as_deref()
         .unwrap_or_default();
-    owners
-        .iter()
-        .any(|o| o.controller == Some(true) && o.kind == "Pod" && o.name == pod_name)
+    owners.iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "Pod"
+            && o.name == pod_name
+            && uid.is_none_or(|uid| o.uid == uid)
+    })
 }
 
 /// A PersistentVolume's required node affinity as node selector terms.
