@@ -1,6 +1,8 @@
 //! Pods to the engine's [`PodSpec`]: requests as Kubernetes computes them, placement rules,
 //! priority, scheduling gates, whether it claims DRA resources, and the labels and annotations
-//! Basalt honours.
+//! Basalt honours; its constraints on other pods ([`super::constraints`]), and for a pending
+//! pod of ours what its volumes allow ([`super::volumes`]) and what it states that Basalt does
+//! not act on ([`super::unsupported`]).
 //!
 //! A pod of another scheduler (`ours == false`) only takes room on its node, so fields that
 //! matter only to Basalt's own pods (GPU ids, rank, priority class, placement rules) are read
