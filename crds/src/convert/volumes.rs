@@ -45,16 +45,14 @@ struct User {
 
 /// The claim names a pod's volumes use: `persistentVolumeClaim.claimName`, and for a generic
 /// ephemeral volume the claim Kubernetes makes for it, `<pod>-<volume>`.
+/// Each comes with whether it is ephemeral.
 fn claim_names<'p>(
     pod_name: &'p str,
     spec: &'p PodSpec,
-) -> impl Iterator<Item = (usize, String, bool)> + 'p {
-    (spec.volumes.iter().flatten().enumerate()).filter_map(move |(i, v)| {
-        if let Some(c) = &v.persistent_volume_claim {
-            Some((i, c.claim_name.clone(), false))
-        } else {
-            (v.ephemeral.is_some()).then(|| (i, format!("{pod_name}-{}", v.name), true))
-        }
+) -> impl Iterator<Item = (String, bool)> + 'p {
+    (spec.volumes.iter().flatten()).filter_map(move |v| match &v.persistent_volume_claim {
+        Some(c) => Some((c.claim_name.clone(), false)),
+        None => (v.ephemeral.is_some()).then(|| (format!("{pod_name}-{}", v.name), true)),
     })
 }
 
@@ -103,7 +101,7 @@ impl Volumes {
             return;
         }
         let namespace = super::namespace(&p.metadata);
-        for (_, claim, _) in claim_names(pod_name, spec) {
+        for (claim, _) in claim_names(pod_name, spec) {
             self.users
                 .entry((namespace.clone(), claim))
                 .or_default()
@@ -129,7 +127,7 @@ impl Volumes {
         let mut rules = Vec::new();
         let mut waits = Vec::new();
         let me = format!("{namespace}/{pod_name}");
-        for (_, claim_name, ephemeral) in claim_names(pod_name, spec) {
+        for (claim_name, ephemeral) in claim_names(pod_name, spec) {
             let claim_key = format!("{namespace}/{claim_name}");
             let Some(claim) = self
                 .claims
