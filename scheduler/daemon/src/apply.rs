@@ -25,6 +25,7 @@ use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
 use crate::stranded::{PartialGang, PartialGangs};
 
+mod claims;
 mod evictions;
 use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
@@ -83,6 +84,9 @@ pub struct Scheduler {
     partial_gangs: PartialGangs,
     /// Checked right before every write: none is sent once leadership is lost.
     pub leadership: Leadership,
+    /// This cycle's pending pods held for what they state or their volumes (pod key → Event
+    /// reason and message), from the snapshot.
+    pub held: HashMap<String, (&'static str, String)>,
 }
 
 enum BindResult {
@@ -93,6 +97,24 @@ enum BindResult {
     Failed(String),
     /// 5xx, 429 or a transport error: retried with backoff.
     Retry(String),
+}
+
+impl BindResult {
+    fn message(&self) -> &str {
+        match self {
+            BindResult::Bound => "bound",
+            BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) => m,
+        }
+    }
+}
+
+/// One binding of the plan to send.
+struct BindJob {
+    key: String,
+    node: String,
+    /// The GPU ids annotation value (`0,1`), empty when none.
+    gpus: String,
+    uid: Option<String>,
 }
 
 fn split_key(key: &str) -> (&str, &str) {
@@ -137,6 +159,7 @@ impl Scheduler {
             reported_warnings: HashSet::new(),
             partial_gangs: PartialGangs::new(partial_gang_timeout),
             leadership: Leadership::unconditional(),
+            held: HashMap::new(),
         }
     }
 
@@ -515,6 +538,7 @@ impl Scheduler {
         self.roll_back(&partial, stores).await;
         self.nominate(plan, stores).await;
         self.write_groups(plan, stores, &failed, &partial).await;
+        self.report_held(stores).await;
         self.write_queues(plan).await;
 
         let pending: Vec<_> = stores
@@ -647,31 +671,45 @@ impl Scheduler {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(",");
-                (b.pod.clone(), b.node.clone(), gpus, uid)
+                BindJob {
+                    key: b.pod.clone(),
+                    node: b.node.clone(),
+                    gpus,
+                    uid,
+                }
             })
             .collect();
+        // Claims first (PreBind): a pod whose claim cannot point at its node is not bound.
+        let (jobs, mut results) = self.select_claims(jobs, stores).await;
         let client = self.client.clone();
         let leadership = self.leadership.clone();
-        let results: Vec<_> = futures::stream::iter(jobs)
-            .map(|(key, node, gpus, uid)| {
+        let bound: Vec<_> = futures::stream::iter(jobs)
+            .map(|job| {
                 let client = client.clone();
                 let leadership = leadership.clone();
                 async move {
                     let r = if leadership.leading() {
-                        bind(&client, &key, &node, &gpus, uid.clone()).await
+                        bind(&client, &job.key, &job.node, &job.gpus, job.uid.clone()).await
                     } else {
                         BindResult::Failed("not sent: this replica is not the leader".into())
                     };
-                    (key, node, gpus, uid, r)
+                    (job, r)
                 }
             })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
+        results.extend(bound);
 
         let mut retry = false;
         let mut failed: HashMap<String, (u32, String)> = HashMap::new();
-        for (key, node, gpus, uid, result) in results {
+        for (job, result) in results {
+            let BindJob {
+                key,
+                node,
+                gpus,
+                uid,
+            } = job;
             let (ns, name) = split_key(&key);
             if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
             {
@@ -966,18 +1004,35 @@ impl Scheduler {
                 continue;
             }
             let key = pod_key(&p);
+            if self.held.contains_key(&key) {
+                // Told why it is held instead ([`Self::report_held`]).
+                continue;
+            }
             let (_, pname) = split_key(&key);
             let reference = pod_ref(ns, pname, p.metadata.uid.clone());
             targets.push((format!("Pod/{key}"), reference));
         }
         for (key, reference) in targets {
-            if self.reported_unschedulable.get(&key) == Some(&message) {
-                continue;
-            }
-            self.event(reference, "Warning", "FailedScheduling", &message)
+            self.event_once(key, reference, "Warning", "FailedScheduling", &message)
                 .await;
-            self.reported_unschedulable.insert(key, message.clone());
         }
+    }
+
+    /// Writes an Event about `key` unless the last one written about it said the same.
+    pub(crate) async fn event_once(
+        &mut self,
+        key: String,
+        about: ObjectReference,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) {
+        let said = format!("{reason}: {message}");
+        if self.reported_unschedulable.get(&key) == Some(&said) {
+            return;
+        }
+        self.event(about, type_, reason, message).await;
+        self.reported_unschedulable.insert(key, said);
     }
 
     /// Writes a core/v1 Event; a failure is logged, never fatal.
@@ -1021,7 +1076,7 @@ impl Scheduler {
     }
 }
 
-fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
+pub(crate) fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
