@@ -30,6 +30,7 @@ use crate::stranded::{PartialGang, PartialGangs};
 mod auto_groups;
 mod claims;
 mod evictions;
+mod volumes;
 use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
 /// PodGroup condition of a gang left partly bound.

@@ -122,6 +122,7 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("", "persistentvolumeclaims", "patch"),
         ("", "persistentvolumes", "list"),
         ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumes", "patch"),
         ("storage.k8s.io", "storageclasses", "list"),
         ("storage.k8s.io", "storageclasses", "watch"),
         ("scheduling.basalt.dev", "podgroups", "watch"),
@@ -150,12 +151,13 @@ fn kustomize_renders_a_working_scheduler_install() {
     // Least privilege: nothing may delete pods or nodes except through the eviction API.
     assert!(!allows(&rules, "", "pods", "delete"));
     assert!(!allows(&rules, "", "nodes", "patch"));
-    // Claims are only annotated (selected-node); volumes, classes and namespaces only read.
+    // Claims are only annotated (selected-node) and volumes reserved (claimRef); classes and
+    // namespaces only read.
     for (group, resource, verb) in [
         ("", "persistentvolumeclaims", "update"),
         ("", "persistentvolumeclaims", "delete"),
-        ("", "persistentvolumes", "patch"),
         ("", "persistentvolumes", "update"),
+        ("", "persistentvolumes", "delete"),
         ("storage.k8s.io", "storageclasses", "patch"),
         ("", "namespaces", "patch"),
     ] {

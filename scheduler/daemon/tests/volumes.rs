@@ -223,3 +223,65 @@ async fn scheduling_goes_on_while_the_volume_watches_fail() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_volume_that_fits_on_the_node_is_reserved_for_a_waiting_claim_before_the_bind() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    c.create(queue("q"));
+    c.create(class("local", "WaitForFirstConsumer"));
+    let local_pv = |name: &str, size: &str| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "local", "local": {"path": "/mnt/disk"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchFields": [
+                         {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}})
+    };
+    for (name, size) in [("pv-big", "100Gi"), ("pv-small", "2Gi")] {
+        c.create(local_pv(name, size));
+        c.server
+            .patch_status(
+                "v1",
+                "PersistentVolume",
+                "",
+                name,
+                PatchKind::Merge,
+                &json!({"status": {"phase": "Available"}}),
+            )
+            .unwrap();
+    }
+    c.create(claim("data", "local"));
+    c.create(group("g", 1, "q"));
+    c.create(pod_with("g-0", "g", &["data"]));
+
+    let _s = c.start_scheduler();
+    eventually("the pod is bound", || c.node_of("g-0").is_some()).await;
+    let pv = c
+        .server
+        .get("v1", "PersistentVolume", "", "pv-small")
+        .unwrap();
+    let claim_uid = c
+        .server
+        .get("v1", "PersistentVolumeClaim", "default", "data")
+        .unwrap()["metadata"]["uid"]
+        .clone();
+    assert_eq!(
+        pv["spec"]["claimRef"],
+        json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": "default",
+               "name": "data", "uid": claim_uid}),
+        "the smallest volume that fits is reserved for the claim"
+    );
+    assert_eq!(
+        pv["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"],
+        "yes"
+    );
+    let big = c
+        .server
+        .get("v1", "PersistentVolume", "", "pv-big")
+        .unwrap();
+    assert!(big["spec"].get("claimRef").is_none());
+    // A claim given a static volume is not sent to the provisioner.
+    assert_eq!(selected_node(&c, "data"), None);
+    let reserved = first_write(&c, "persistentvolumes", "pv-small").expect("volume patched");
+    assert!(reserved < first_write(&c, "pods/binding", "g-0").unwrap());
+}

@@ -1,26 +1,27 @@
 //! Claims before binds, as kube-scheduler's VolumeBinding PreBind: a pod's unbound claims whose
-//! StorageClass waits for the first consumer get `volume.kubernetes.io/selected-node` set to the
-//! pod's node before the pod is bound, so the provisioner makes the volume where the pod runs. A
-//! pod whose claim cannot be pointed at its node is not bound this cycle, and neither is the rest
-//! of its gang in this plan (never a pod bound whose claim points elsewhere, never a gang bound in
-//! part for it).
+//! StorageClass waits for the first consumer are settled for the pod's node before the pod is
+//! bound: the smallest available static volume that fits there is reserved for the claim
+//! (`spec.claimRef`, `volumes.rs`; the PV controller binds no such claim by itself), else the
+//! claim gets `volume.kubernetes.io/selected-node` so the provisioner makes the volume there. A
+//! pod whose claim cannot be settled is not bound this cycle, and neither is the rest of its gang
+//! in this plan (never a pod bound whose claim points elsewhere, never a gang bound in part for
+//! it).
 //!
 //! Unlike kube-scheduler, Basalt does not wait for the PV controller to bind the claim before
-//! binding the pod: the kubelet waits for the volume. Static PersistentVolumes of a
-//! `WaitForFirstConsumer` class are not reserved here (`spec.claimRef` is not set): the PV
-//! controller binds the annotated claim to one that fits, or the provisioner makes one.
+//! binding the pod: the kubelet waits for the volume.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 use serde_json::json;
 
+use super::volumes;
 use super::{classify, member_of, pod_ref, split_key, BindJob, BindResult, Scheduler};
 use crate::stores::Stores;
 
@@ -29,19 +30,33 @@ pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// The class of a claim written before `spec.storageClassName` existed (still honoured).
 const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+/// kube-scheduler's mark on a volume it reserved for a claim.
+const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 
-/// A claim to point at the node its pod binds to.
+/// What a claim needs before its pod binds to `node`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Selection {
     pub namespace: String,
     pub claim: String,
     pub node: String,
+    /// A static volume that fits it there, to reserve (`spec.claimRef`); none: the claim is
+    /// annotated with the node, for the provisioner.
+    pub volume: Option<Reservation>,
 }
 
-/// Where claims and classes are read from: the stores, a map in tests.
+/// A static PersistentVolume reserved for a claim, written with the version it was read at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reservation {
+    pub volume: String,
+    pub resource_version: String,
+    pub claim_uid: String,
+}
+
+/// Where claims, classes and nodes are read from: the stores, a map in tests.
 pub trait Volumes {
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
     fn class(&self, name: &str) -> Option<Arc<StorageClass>>;
+    fn node_labels(&self, name: &str) -> BTreeMap<String, String>;
 }
 
 impl Volumes for Stores {
@@ -52,15 +67,47 @@ impl Volumes for Stores {
     fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
         self.storage_classes.get(&ObjectRef::new(name))
     }
+
+    fn node_labels(&self, name: &str) -> BTreeMap<String, String> {
+        (self.nodes.get(&ObjectRef::new(name)))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
 }
 
-/// The claims to point at `node` before `pod` binds there: its unbound claims of a
-/// `WaitForFirstConsumer` class not already selected for `node`. Err says why the pod may not
-/// bind now: a claim is missing or being deleted, or an ephemeral volume's claim is another's.
-pub fn selections(pod: &Pod, node: &str, volumes: &impl Volumes) -> Result<Vec<Selection>, String> {
+/// What this cycle has decided so far: the node each waiting claim goes to (and for which pod),
+/// and the static volumes reserved.
+#[derive(Default)]
+pub struct Decided {
+    nodes: HashMap<(String, String), (String, String)>,
+    reserved: HashSet<String>,
+}
+
+/// What `pod`'s claims need before it binds to `node`: its unbound claims of a
+/// `WaitForFirstConsumer` class get the smallest available static volume that fits them there,
+/// else the node annotation (unless they say that node already); a claim with a volume reserved
+/// for it (`claimRef`) needs nothing, the PV controller binds it. Err says why the pod may not
+/// bind now: a claim is missing or being deleted, an ephemeral volume's claim is another's, a
+/// claim's reserved volume does not admit the node, or another pod of this cycle wants the claim
+/// on another node. Decisions are added to `decided` only when the pod may bind.
+pub fn selections(
+    pod: &Pod,
+    node: &str,
+    volumes: &impl Volumes,
+    static_volumes: &[Arc<PersistentVolume>],
+    decided: &mut Decided,
+) -> Result<Vec<Selection>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    let pod_key = format!("{ns}/{pod_name}");
+    let labels = volumes.node_labels(node);
+    let at = volumes::Node {
+        name: node,
+        labels: &labels,
+    };
     let mut out = Vec::new();
+    let mut nodes = Vec::new();
+    let mut reserved = HashSet::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let (name, ephemeral) = match (&v.persistent_volume_claim, &v.ephemeral) {
             (Some(c), _) => (c.claim_name.clone(), false),
@@ -79,7 +126,7 @@ pub fn selections(pod: &Pod, node: &str, volumes: &impl Volumes) -> Result<Vec<S
         }
         if ephemeral && !owned_by(&claim, pod) {
             return Err(format!(
-                "persistentvolumeclaim \"{name}\" was not created for pod {ns}/{pod_name} (pod is not owner)"
+                "persistentvolumeclaim \"{name}\" was not created for pod {pod_key} (pod is not owner)"
             ));
         }
         let spec = claim.spec.as_ref();
@@ -97,14 +144,58 @@ pub fn selections(pod: &Pod, node: &str, volumes: &impl Volumes) -> Result<Vec<S
             && volumes
                 .class(&class)
                 .is_some_and(|c| c.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER));
-        if waits && annotation(&claim, SELECTED_NODE) != Some(node) {
+        if !waits {
+            continue;
+        }
+        let key = (ns.to_string(), name.clone());
+        if let Some((other_node, other)) = decided.nodes.get(&key) {
+            if other_node != node {
+                return Err(format!(
+                    "persistentvolumeclaim \"{name}\" is selected for node {other_node} by pod {other} in this cycle"
+                ));
+            }
+            // Decided (and written, if anything) for the other pod already.
+            continue;
+        }
+        nodes.push(key);
+        if let Some(v) = volumes::prebound(&claim, static_volumes) {
+            let volume = v.metadata.name.as_deref().unwrap_or("");
+            if !volumes::admits(v, &at) {
+                return Err(format!(
+                    "persistentvolume \"{volume}\" reserved for persistentvolumeclaim \"{name}\" does not admit node {node}"
+                ));
+            }
+            continue;
+        }
+        let taken: HashSet<String> = decided.reserved.union(&reserved).cloned().collect();
+        if let Some(v) = volumes::best_fit(&claim, &class, &at, static_volumes, &taken) {
+            let volume = v.metadata.name.clone().unwrap_or_default();
+            reserved.insert(volume.clone());
             out.push(Selection {
                 namespace: ns.to_string(),
                 claim: name,
                 node: node.to_string(),
+                volume: Some(Reservation {
+                    volume,
+                    resource_version: v.metadata.resource_version.clone().unwrap_or_default(),
+                    claim_uid: claim.metadata.uid.clone().unwrap_or_default(),
+                }),
+            });
+        } else if annotation(&claim, SELECTED_NODE) != Some(node) {
+            out.push(Selection {
+                namespace: ns.to_string(),
+                claim: name,
+                node: node.to_string(),
+                volume: None,
             });
         }
     }
+    for key in nodes {
+        decided
+            .nodes
+            .insert(key, (node.to_string(), pod_key.clone()));
+    }
+    decided.reserved.extend(reserved);
     Ok(out)
 }
 
@@ -135,31 +226,14 @@ impl Scheduler {
     ) -> (Vec<BindJob>, Vec<(BindJob, BindResult)>) {
         let mut refused: HashMap<String, BindResult> = HashMap::new();
         let mut wanted: Vec<(String, Vec<Selection>)> = Vec::new();
-        // The node each claim is selected for this cycle, and by which pod.
-        let mut chosen: HashMap<(String, String), (String, String)> = HashMap::new();
+        let mut decided = Decided::default();
+        let static_volumes = stores.volumes.state();
         for job in &jobs {
             let (ns, name) = split_key(&job.key);
             let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
                 continue;
             };
-            let found = selections(&pod, &job.node, stores).and_then(|list| {
-                for s in &list {
-                    let at = (s.namespace.clone(), s.claim.clone());
-                    match chosen.get(&at) {
-                        Some((node, other)) if *node != s.node => {
-                            return Err(format!(
-                                "persistentvolumeclaim \"{}\" is selected for node {node} by pod {other} in this cycle",
-                                s.claim
-                            ))
-                        }
-                        _ => {
-                            chosen.insert(at, (s.node.clone(), job.key.clone()));
-                        }
-                    }
-                }
-                Ok(list)
-            });
-            match found {
+            match selections(&pod, &job.node, stores, &static_volumes, &mut decided) {
                 Ok(list) if !list.is_empty() => wanted.push((job.key.clone(), list)),
                 Ok(_) => {}
                 Err(m) => {
@@ -184,12 +258,35 @@ impl Scheduler {
                         let why = "not sent: this replica is not the leader".to_string();
                         return (s, Err(BindResult::Failed(why)));
                     }
-                    let api: Api<PersistentVolumeClaim> = Api::namespaced(client, &s.namespace);
-                    let body = json!({"metadata": {"annotations": {SELECTED_NODE: s.node}}});
-                    let answer = api
-                        .patch(&s.claim, &PatchParams::default(), &Patch::Merge(&body))
-                        .await;
-                    let answer = answer.map(drop).map_err(|e| match classify(&e) {
+                    let params = PatchParams::default();
+                    let answer = match &s.volume {
+                        None => {
+                            let api: Api<PersistentVolumeClaim> =
+                                Api::namespaced(client, &s.namespace);
+                            let body =
+                                json!({"metadata": {"annotations": {SELECTED_NODE: s.node}}});
+                            api.patch(&s.claim, &params, &Patch::Merge(&body))
+                                .await
+                                .map(drop)
+                        }
+                        // As kube-scheduler: the claim named on the volume, marked as the
+                        // controller's binding; the version read makes a volume taken
+                        // meanwhile a 409.
+                        Some(r) => {
+                            let api: Api<PersistentVolume> = Api::all(client);
+                            let body = json!({
+                                "metadata": {"resourceVersion": r.resource_version,
+                                    "annotations": {BOUND_BY_CONTROLLER: "yes"}},
+                                "spec": {"claimRef": {"kind": "PersistentVolumeClaim",
+                                    "apiVersion": "v1", "namespace": s.namespace,
+                                    "name": s.claim, "uid": r.claim_uid}},
+                            });
+                            api.patch(&r.volume, &params, &Patch::Merge(&body))
+                                .await
+                                .map(drop)
+                        }
+                    };
+                    let answer = answer.map_err(|e| match classify(&e) {
                         (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
                         (None, m) => BindResult::Retry(m),
                         (Some(_), m) => BindResult::Failed(m),
@@ -203,21 +300,28 @@ impl Scheduler {
         for (key, list) in &wanted {
             for s in list {
                 match answers.get(s) {
-                    Some(Ok(())) => {
-                        tracing::info!(pod = %key, claim = %format!("{}/{}", s.namespace, s.claim), node = %s.node, "claim selected for the pod's node");
-                    }
+                    Some(Ok(())) => match &s.volume {
+                        None => {
+                            tracing::info!(pod = %key, claim = %format!("{}/{}", s.namespace, s.claim), node = %s.node, "claim selected for the pod's node")
+                        }
+                        Some(r) => {
+                            tracing::info!(pod = %key, claim = %format!("{}/{}", s.namespace, s.claim), volume = %r.volume, node = %s.node, "static volume reserved for the claim")
+                        }
+                    },
                     Some(Err(e)) => {
-                        let why = match e {
-                            BindResult::Retry(m) => BindResult::Retry(format!(
-                                "cannot select node {} on persistentvolumeclaim \"{}\": {m}",
+                        let what = match &s.volume {
+                            None => format!(
+                                "cannot select node {} on persistentvolumeclaim \"{}\"",
                                 s.node, s.claim
-                            )),
-                            other => BindResult::Failed(format!(
-                                "cannot select node {} on persistentvolumeclaim \"{}\": {}",
-                                s.node,
-                                s.claim,
-                                other.message()
-                            )),
+                            ),
+                            Some(r) => format!(
+                                "cannot reserve persistentvolume \"{}\" for persistentvolumeclaim \"{}\"",
+                                r.volume, s.claim
+                            ),
+                        };
+                        let why = match e {
+                            BindResult::Retry(m) => BindResult::Retry(format!("{what}: {m}")),
+                            other => BindResult::Failed(format!("{what}: {}", other.message())),
                         };
                         refused.entry(key.clone()).or_insert(why);
                     }
@@ -298,6 +402,9 @@ mod tests {
         fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
             self.classes.get(name).cloned()
         }
+        fn node_labels(&self, name: &str) -> BTreeMap<String, String> {
+            BTreeMap::from([("kubernetes.io/hostname".to_string(), name.to_string())])
+        }
     }
 
     impl Map {
@@ -364,6 +471,7 @@ mod tests {
                 namespace: "default".into(),
                 claim: c.to_string(),
                 node: "n1".into(),
+                volume: None,
             })
             .collect()
     }
@@ -397,7 +505,7 @@ mod tests {
             on("no-class"), on("unknown-class"), {"name": "scratch", "emptyDir": {}}]),
         );
         assert_eq!(
-            selections(&p, "n1", &map).unwrap(),
+            selections(&p, "n1", &map, &[], &mut Decided::default()).unwrap(),
             selected(&["a", "elsewhere"])
         );
     }
@@ -413,7 +521,14 @@ mod tests {
             .class_of("wfc", "WaitForFirstConsumer")
             .claim_of(c);
         assert_eq!(
-            selections(&pod(json!([on("a")])), "n1", &map).unwrap(),
+            selections(
+                &pod(json!([on("a")])),
+                "n1",
+                &map,
+                &[],
+                &mut Decided::default()
+            )
+            .unwrap(),
             selected(&["a"])
         );
     }
@@ -421,7 +536,14 @@ mod tests {
     #[test]
     fn a_missing_or_deleted_claim_or_another_pods_ephemeral_claim_refuses_the_bind() {
         let map = Map::default().class_of("wfc", "WaitForFirstConsumer");
-        let e = selections(&pod(json!([on("a")])), "n1", &map).unwrap_err();
+        let e = selections(
+            &pod(json!([on("a")])),
+            "n1",
+            &map,
+            &[],
+            &mut Decided::default(),
+        )
+        .unwrap_err();
         assert_eq!(e, "persistentvolumeclaim \"a\" not found (volume a)");
 
         let map = map.claim_of(claim(
@@ -429,7 +551,14 @@ mod tests {
             "wfc",
             json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}),
         ));
-        let e = selections(&pod(json!([on("a")])), "n1", &map).unwrap_err();
+        let e = selections(
+            &pod(json!([on("a")])),
+            "n1",
+            &map,
+            &[],
+            &mut Decided::default(),
+        )
+        .unwrap_err();
         assert_eq!(e, "persistentvolumeclaim \"a\" is being deleted");
 
         let ephemeral =
@@ -441,15 +570,83 @@ mod tests {
         let map = Map::default()
             .class_of("wfc", "WaitForFirstConsumer")
             .claim_of(claim("p-scratch", "wfc", owner("u-other")));
-        let e = selections(&pod(ephemeral.clone()), "n1", &map).unwrap_err();
+        let e = selections(
+            &pod(ephemeral.clone()),
+            "n1",
+            &map,
+            &[],
+            &mut Decided::default(),
+        )
+        .unwrap_err();
         assert_eq!(
             e,
             "persistentvolumeclaim \"p-scratch\" was not created for pod default/p (pod is not owner)"
         );
         let map = map.claim_of(claim("p-scratch", "wfc", owner("u-p")));
         assert_eq!(
-            selections(&pod(ephemeral), "n1", &map).unwrap(),
+            selections(&pod(ephemeral), "n1", &map, &[], &mut Decided::default()).unwrap(),
             selected(&["p-scratch"])
+        );
+    }
+
+    fn local_pv(name: &str, host: &str, extra: Value) -> Arc<PersistentVolume> {
+        let mut v = json!({"metadata": {"name": name, "resourceVersion": "7"},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": "wfc", "local": {"path": "/mnt"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}]}}},
+            "status": {"phase": "Available"}});
+        if let Some(r) = extra.get("claimRef") {
+            v["spec"]["claimRef"] = r.clone();
+        }
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn a_static_volume_on_the_node_is_reserved_once_and_one_reserved_elsewhere_refuses() {
+        let map = Map::default()
+            .class_of("wfc", "WaitForFirstConsumer")
+            .claim_of(claim("a", "wfc", json!({"uid": "u-a"})))
+            .claim_of(claim("b", "wfc", json!({})));
+        let pvs = vec![
+            local_pv("pv-n2", "n2", json!({})),
+            local_pv("pv-n1", "n1", json!({})),
+        ];
+        let mut decided = Decided::default();
+        let p = pod(json!([on("a"), on("b")]));
+        let got = selections(&p, "n1", &map, &pvs, &mut decided).unwrap();
+        // One volume fits on n1: the first claim gets it, the second the node annotation.
+        assert_eq!(
+            got[0].volume,
+            Some(Reservation {
+                volume: "pv-n1".into(),
+                resource_version: "7".into(),
+                claim_uid: "u-a".into()
+            })
+        );
+        assert_eq!(got[1].volume, None);
+        // Another pod of the cycle sharing the claim on another node is refused.
+        let mut q = pod(json!([on("a")]));
+        q.metadata.name = Some("q".into());
+        let e = selections(&q, "n2", &map, &pvs, &mut decided).unwrap_err();
+        assert_eq!(
+            e,
+            "persistentvolumeclaim \"a\" is selected for node n1 by pod default/p in this cycle"
+        );
+        // A claim with a volume reserved for it needs nothing where the volume is, and may not
+        // go anywhere else.
+        let reserved = vec![local_pv(
+            "pv-n1",
+            "n1",
+            json!({"claimRef": {"namespace": "default", "name": "a", "uid": "u-a"}}),
+        )];
+        let only_a = pod(json!([on("a")]));
+        let got = selections(&only_a, "n1", &map, &reserved, &mut Decided::default()).unwrap();
+        assert!(got.is_empty(), "{got:?}");
+        let e = selections(&only_a, "n2", &map, &reserved, &mut Decided::default()).unwrap_err();
+        assert_eq!(
+            e,
+            "persistentvolume \"pv-n1\" reserved for persistentvolumeclaim \"a\" does not admit node n2"
         );
     }
 }
