@@ -390,6 +390,8 @@ impl Scheduler {
                     );
                     tracing::info!(pod = %key, node = %node, "bound");
                     self.reported_unschedulable.remove(&format!("Pod/{key}"));
+                    self.reported_unschedulable
+                        .remove(&format!("PodClaims/{key}"));
                     let msg = format!("Successfully assigned {key} to {node}");
                     self.event(reference, "Normal", "Scheduled", &msg).await;
                 }

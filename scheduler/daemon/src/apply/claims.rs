@@ -224,6 +224,9 @@ impl Scheduler {
         jobs: Vec<BindJob>,
         stores: &Stores,
     ) -> (Vec<BindJob>, Vec<(BindJob, BindResult)>) {
+        if jobs.is_empty() {
+            return (jobs, Vec::new());
+        }
         let mut refused: HashMap<String, BindResult> = HashMap::new();
         let mut wanted: Vec<(String, Vec<Selection>)> = Vec::new();
         let mut decided = Decided::default();
@@ -336,7 +339,8 @@ impl Scheduler {
                 .find(|j| j.key == *key)
                 .and_then(|j| j.uid.clone());
             self.event_once(
-                format!("Pod/{key}"),
+                // Its own key: the group's FailedScheduling on the pod is another story.
+                format!("PodClaims/{key}"),
                 pod_ref(ns, name, uid),
                 "Warning",
                 "FailedScheduling",
