@@ -245,7 +245,7 @@ impl Scheduler {
             }
         }
         // Claims of a gang that does not bind now are left as they are.
-        let mut withheld = self.gangs_of(refused.keys(), stores);
+        let mut withheld = gangs_of(refused.keys(), stores);
         let patches: HashSet<Selection> = wanted
             .iter()
             .filter(|(key, _)| !refused.contains_key(key) && !withheld.contains(&gang(key, stores)))
@@ -261,39 +261,7 @@ impl Scheduler {
                         let why = "not sent: this replica is not the leader".to_string();
                         return (s, Err(BindResult::Failed(why)));
                     }
-                    let params = PatchParams::default();
-                    let answer = match &s.volume {
-                        None => {
-                            let api: Api<PersistentVolumeClaim> =
-                                Api::namespaced(client, &s.namespace);
-                            let body =
-                                json!({"metadata": {"annotations": {SELECTED_NODE: s.node}}});
-                            api.patch(&s.claim, &params, &Patch::Merge(&body))
-                                .await
-                                .map(drop)
-                        }
-                        // As kube-scheduler: the claim named on the volume, marked as the
-                        // controller's binding; the version read makes a volume taken
-                        // meanwhile a 409.
-                        Some(r) => {
-                            let api: Api<PersistentVolume> = Api::all(client);
-                            let body = json!({
-                                "metadata": {"resourceVersion": r.resource_version,
-                                    "annotations": {BOUND_BY_CONTROLLER: "yes"}},
-                                "spec": {"claimRef": {"kind": "PersistentVolumeClaim",
-                                    "apiVersion": "v1", "namespace": s.namespace,
-                                    "name": s.claim, "uid": r.claim_uid}},
-                            });
-                            api.patch(&r.volume, &params, &Patch::Merge(&body))
-                                .await
-                                .map(drop)
-                        }
-                    };
-                    let answer = answer.map_err(|e| match classify(&e) {
-                        (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
-                        (None, m) => BindResult::Retry(m),
-                        (Some(_), m) => BindResult::Failed(m),
-                    });
+                    let answer = settle(&client, &s).await;
                     (s, answer)
                 }
             })
@@ -332,7 +300,9 @@ impl Scheduler {
                 }
             }
         }
-        for (key, why) in &refused {
+        let mut told: Vec<_> = refused.iter().collect();
+        told.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, why) in told {
             let (ns, name) = split_key(key);
             let uid = jobs
                 .iter()
@@ -348,7 +318,7 @@ impl Scheduler {
             )
             .await;
         }
-        withheld.extend(self.gangs_of(refused.keys(), stores));
+        withheld.extend(gangs_of(refused.keys(), stores));
         let mut ready = Vec::new();
         let mut out = Vec::new();
         for job in jobs {
@@ -365,15 +335,44 @@ impl Scheduler {
         }
         (ready, out)
     }
+}
 
-    /// The gangs (`ns/group`, or the pod key for a pod without one) of these pods.
-    fn gangs_of<'a>(
-        &self,
-        keys: impl Iterator<Item = &'a String>,
-        stores: &Stores,
-    ) -> HashSet<String> {
-        keys.map(|k| gang(k, stores)).collect()
-    }
+/// Writes what the claim needs; a 5xx, 429 or transport error is retried with backoff.
+async fn settle(client: &kube::Client, s: &Selection) -> Result<(), BindResult> {
+    let params = PatchParams::default();
+    let answer = match &s.volume {
+        None => {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &s.namespace);
+            let body = json!({"metadata": {"annotations": {SELECTED_NODE: s.node}}});
+            api.patch(&s.claim, &params, &Patch::Merge(&body))
+                .await
+                .map(drop)
+        }
+        // As kube-scheduler: the claim named on the volume, marked as the controller's
+        // binding; the version read makes a volume taken meanwhile a 409.
+        Some(r) => {
+            let api: Api<PersistentVolume> = Api::all(client.clone());
+            let body = json!({
+                "metadata": {"resourceVersion": r.resource_version,
+                    "annotations": {BOUND_BY_CONTROLLER: "yes"}},
+                "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                    "namespace": s.namespace, "name": s.claim, "uid": r.claim_uid}},
+            });
+            api.patch(&r.volume, &params, &Patch::Merge(&body))
+                .await
+                .map(drop)
+        }
+    };
+    answer.map_err(|e| match classify(&e) {
+        (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
+        (None, m) => BindResult::Retry(m),
+        (Some(_), m) => BindResult::Failed(m),
+    })
+}
+
+/// The gangs (`ns/group`, or the pod key for a pod without one) of these pods.
+fn gangs_of<'a>(keys: impl Iterator<Item = &'a String>, stores: &Stores) -> HashSet<String> {
+    keys.map(|k| gang(k, stores)).collect()
 }
 
 /// A pod's gang: `ns/group` when it names a PodGroup, else the pod key itself.
