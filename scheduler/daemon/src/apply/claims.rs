@@ -75,11 +75,12 @@ impl Volumes for Stores {
     }
 }
 
-/// What this cycle has decided so far: the node each waiting claim goes to (and for which pod),
-/// and the static volumes reserved.
+/// What this cycle has decided so far: per waiting claim, its node, the pod that decided it and
+/// what it needs written (shared by every pod of the cycle using the claim, so each of them
+/// waits for that write); and the static volumes reserved.
 #[derive(Default)]
 pub struct Decided {
-    nodes: HashMap<(String, String), (String, String)>,
+    claims: HashMap<(String, String), (String, String, Option<Selection>)>,
     reserved: HashSet<String>,
 }
 
@@ -106,7 +107,7 @@ pub fn selections(
         labels: &labels,
     };
     let mut out = Vec::new();
-    let mut nodes = Vec::new();
+    let mut decisions = Vec::new();
     let mut reserved = HashSet::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let (name, ephemeral) = match (&v.persistent_volume_claim, &v.ephemeral) {
@@ -148,52 +149,45 @@ pub fn selections(
             continue;
         }
         let key = (ns.to_string(), name.clone());
-        if let Some((other_node, other)) = decided.nodes.get(&key) {
+        if let Some((other_node, other, write)) = decided.claims.get(&key) {
             if other_node != node {
                 return Err(format!(
                     "persistentvolumeclaim \"{name}\" is selected for node {other_node} by pod {other} in this cycle"
                 ));
             }
-            // Decided (and written, if anything) for the other pod already.
+            out.extend(write.clone());
             continue;
         }
-        nodes.push(key);
-        if let Some(v) = volumes::prebound(&claim, static_volumes) {
+        let write = if let Some(v) = volumes::prebound(&claim, static_volumes) {
             let volume = v.metadata.name.as_deref().unwrap_or("");
             if !volumes::admits(v, &at) {
                 return Err(format!(
                     "persistentvolume \"{volume}\" reserved for persistentvolumeclaim \"{name}\" does not admit node {node}"
                 ));
             }
-            continue;
-        }
-        let taken: HashSet<String> = decided.reserved.union(&reserved).cloned().collect();
-        if let Some(v) = volumes::best_fit(&claim, &class, &at, static_volumes, &taken) {
-            let volume = v.metadata.name.clone().unwrap_or_default();
-            reserved.insert(volume.clone());
-            out.push(Selection {
-                namespace: ns.to_string(),
-                claim: name,
-                node: node.to_string(),
-                volume: Some(Reservation {
-                    volume,
-                    resource_version: v.metadata.resource_version.clone().unwrap_or_default(),
-                    claim_uid: claim.metadata.uid.clone().unwrap_or_default(),
-                }),
+            None
+        } else {
+            let taken: HashSet<String> = decided.reserved.union(&reserved).cloned().collect();
+            let fit = volumes::best_fit(&claim, &class, &at, static_volumes, &taken);
+            let reservation = fit.map(|v| Reservation {
+                volume: v.metadata.name.clone().unwrap_or_default(),
+                resource_version: v.metadata.resource_version.clone().unwrap_or_default(),
+                claim_uid: claim.metadata.uid.clone().unwrap_or_default(),
             });
-        } else if annotation(&claim, SELECTED_NODE) != Some(node) {
-            out.push(Selection {
+            reserved.extend(reservation.iter().map(|r| r.volume.clone()));
+            let annotated = annotation(&claim, SELECTED_NODE) == Some(node);
+            (reservation.is_some() || !annotated).then(|| Selection {
                 namespace: ns.to_string(),
-                claim: name,
+                claim: name.clone(),
                 node: node.to_string(),
-                volume: None,
-            });
-        }
+                volume: reservation,
+            })
+        };
+        out.extend(write.clone());
+        decisions.push((key, write));
     }
-    for key in nodes {
-        decided
-            .nodes
-            .insert(key, (node.to_string(), pod_key.clone()));
+    for (key, write) in decisions {
+        (decided.claims).insert(key, (node.to_string(), pod_key.clone(), write));
     }
     decided.reserved.extend(reserved);
     Ok(out)
@@ -628,9 +622,12 @@ mod tests {
             })
         );
         assert_eq!(got[1].volume, None);
-        // Another pod of the cycle sharing the claim on another node is refused.
+        // Another pod of the cycle sharing the claim on the node waits for the same write; on
+        // another node it is refused.
         let mut q = pod(json!([on("a")]));
         q.metadata.name = Some("q".into());
+        let same = selections(&q, "n1", &map, &pvs, &mut decided).unwrap();
+        assert_eq!(same, vec![got[0].clone()]);
         let e = selections(&q, "n2", &map, &pvs, &mut decided).unwrap_err();
         assert_eq!(
             e,
