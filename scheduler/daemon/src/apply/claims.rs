@@ -149,6 +149,10 @@ pub fn selections(
             continue;
         }
         let key = (ns.to_string(), name.clone());
+        if decisions.iter().any(|(k, _)| *k == key) {
+            // Two volumes of the pod on one claim.
+            continue;
+        }
         if let Some((other_node, other, write)) = decided.claims.get(&key) {
             if other_node != node {
                 return Err(format!(
@@ -610,8 +614,11 @@ mod tests {
             local_pv("pv-n1", "n1", json!({})),
         ];
         let mut decided = Decided::default();
-        let p = pod(json!([on("a"), on("b")]));
+        let mut twice = on("a");
+        twice["name"] = json!("a-again");
+        let p = pod(json!([on("a"), on("b"), twice]));
         let got = selections(&p, "n1", &map, &pvs, &mut decided).unwrap();
+        assert_eq!(got.len(), 2, "one write per claim: {got:?}");
         // One volume fits on n1: the first claim gets it, the second the node annotation.
         assert_eq!(
             got[0].volume,
