@@ -184,7 +184,7 @@ async fn a_pod_whose_claim_is_missing_is_not_bound() {
             c.events(reason, "g-0").iter().any(|e| {
                 e["message"]
                     .as_str()
-                    .is_some_and(|m| m.contains("\"gone\""))
+                    .is_some_and(|m| m.contains("gone\""))
             })
         })
     })
