@@ -399,13 +399,14 @@ fn place_one(
                         .count()
                 })
             };
-            let mut best: Option<(std::cmp::Reverse<usize>, u64, NodeId)> = None;
+            let preferences = session.preferences(task);
+            let mut best: Option<(std::cmp::Reverse<usize>, i128, NodeId)> = None;
             for n in nodes.into_iter().map(NodeId) {
                 if usable(session, n) {
                     let t = &session.topology().expect("topology").topology;
                     let cand = (
                         std::cmp::Reverse(near(t, n)),
-                        session.key_with(n, request),
+                        session.placement_score(task, n, request, preferences.as_ref()),
                         n,
                     );
                     if best.is_none_or(|b| cand < b) {
