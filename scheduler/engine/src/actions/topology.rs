@@ -363,9 +363,9 @@ fn fill(
     Ok(())
 }
 
-/// Places one task inside `within` (or anywhere), on `prev` when it has room, else on the best
-/// node by the node order; with `island`, its GPUs come from that NVLink island. Returns the
-/// node.
+/// Places one task inside `within` (or anywhere), on `prev` when it has room (consecutive ranks
+/// together outrank preferences), else on the nearest best node by the node order and the
+/// task's preferences; with `island`, its GPUs come from that NVLink island. Returns the node.
 #[allow(clippy::too_many_arguments)]
 fn place_one(
     session: &mut Session,
