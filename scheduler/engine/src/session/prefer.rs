@@ -108,9 +108,12 @@ impl Session<'_> {
                     .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
                     .filter(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
                     .count() as i64;
-                (weights.node_affinity as i64 * affinity).saturating_sub(
-                    weights.taint_toleration as i64 * PREFER_NO_SCHEDULE_POINTS * untolerated,
-                )
+                // Saturating: a reader's weights are bounded (1..=100), the config's are not.
+                let penalty = (weights.taint_toleration as i64)
+                    .saturating_mul(PREFER_NO_SCHEDULE_POINTS * untolerated);
+                (weights.node_affinity as i64)
+                    .saturating_mul(affinity)
+                    .saturating_sub(penalty)
             })
             .collect();
         let classes = self.index.class.iter().max().map_or(0, |&c| c as usize + 1);
