@@ -327,7 +327,8 @@ struct P {
     weights: (u32, u32),
 }
 
-fn nodes() -> impl Strategy<Value = Vec<N>> {
+/// Nodes, each refused by a `NoSchedule` taint with probability `hard`.
+fn nodes(hard: f64) -> impl Strategy<Value = Vec<N>> {
     let n = (
         prop::sample::select(vec![4_000i64, 8_000]),
         prop::sample::select(vec![0i64, 4, 8]),
@@ -335,7 +336,7 @@ fn nodes() -> impl Strategy<Value = Vec<N>> {
         0..=8i64,
         0..4u8,
         prop::option::weighted(0.4, 0..2u8),
-        prop::bool::weighted(0.15),
+        prop::bool::weighted(hard),
     )
         .prop_map(|(cpu, gpus, cpu_used, gpus_used, zone, soft, hard)| N {
             cpu,
@@ -455,17 +456,27 @@ proptest! {
 
     /// The bucket walk with its stop rule finds the node a scan of every node finds.
     #[test]
-    fn the_search_finds_what_scoring_every_node_finds(ns in nodes(), p in pod()) {
-        let config = Config {
-            scoring: ScoringArgs {
-                node_affinity: p.weights.0,
-                taint_toleration: p.weights.1,
-                ..ScoringArgs::default()
-            },
-            ..Config::default()
-        };
-        let spec = cluster(&ns, &p);
-        let got = bound(spec, &config).remove("ns/p");
-        prop_assert_eq!(got, brute_force(&ns, &p));
+    fn the_search_finds_what_scoring_every_node_finds(ns in nodes(0.15), p in pod()) {
+        check_against_brute_force(&ns, &p)?;
     }
+
+    /// The same where few nodes pass the filters (the short list, not the buckets, is searched).
+    #[test]
+    fn the_short_list_finds_what_scoring_every_node_finds(ns in nodes(0.95), p in pod()) {
+        check_against_brute_force(&ns, &p)?;
+    }
+}
+
+fn check_against_brute_force(ns: &[N], p: &P) -> Result<(), TestCaseError> {
+    let config = Config {
+        scoring: ScoringArgs {
+            node_affinity: p.weights.0,
+            taint_toleration: p.weights.1,
+            ..ScoringArgs::default()
+        },
+        ..Config::default()
+    };
+    let got = bound(cluster(ns, p), &config).remove("ns/p");
+    prop_assert_eq!(got, brute_force(ns, p));
+    Ok(())
 }
