@@ -9,9 +9,12 @@
 //! untolerated `PreferNoSchedule` taint −100, whatever the other nodes offer.
 //!
 //! The search stays exact without scoring every node: the nodes of a bucket share their
-//! allocatable, so (as the plain search assumes) their keys after placing follow their order
-//! in the bucket; a walk down a bucket stops at the first node whose key, less the largest
-//! bonus any node of its capacity class can get, cannot beat the best score found.
+//! allocatable, so (the premise of the plain search, which takes a bucket's first fitting node)
+//! their keys after placing follow their order in the bucket; a walk down a bucket stops at the
+//! first node whose key, less the largest bonus any node of its capacity class can get, cannot
+//! beat the best score found. Where rounding breaks that premise (the plugins' utilisation
+//! rounds down to millionths), the walk and a full scan can differ only between nodes whose
+//! scores are within that rounding, as the plain search does.
 
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
@@ -22,10 +25,6 @@ use crate::framework::KEY_UNITS_PER_POINT;
 use crate::hash::Map;
 use crate::model::{NodeId, RulesId, TaintEffect, TaskId};
 use crate::resources::{Resources, GPU};
-
-/// Key units by which a node's key after placing may undercut that of a node before it in its
-/// bucket: the plugins' utilisation rounds down once per weighted resource.
-const KEY_ROUNDING_SLACK: i128 = 64;
 
 /// Points per untolerated `PreferNoSchedule` taint (kube-scheduler's full TaintToleration
 /// score).
@@ -182,15 +181,20 @@ impl Session<'_> {
         let usable =
             |n: NodeId| statics.ok[n.index()] && self.fits(n, request) && self.may_use(n, access);
         let mut best: Option<(i128, NodeId)> = None;
-        let consider = |best: &mut Option<(i128, NodeId)>, node: NodeId| {
-            let cand = (self.placement_score(task, node, request, Some(p)), node);
+        // Scores a node whose key after placing is `key`.
+        let consider = |best: &mut Option<(i128, NodeId)>, node: NodeId, key: i128| {
+            let cand = (
+                key - KEY_UNITS_PER_POINT * self.preference_points(task, node, p),
+                node,
+            );
             if best.is_none_or(|b| cand < b) {
                 *best = Some(cand);
             }
         };
+        let key_after = |node: NodeId| self.key_with(node, request) as i128;
         if let Some(few) = &statics.few {
             for &node in few.iter().filter(|&&n| usable(n)) {
-                consider(&mut best, node);
+                consider(&mut best, node, key_after(node));
             }
             return best.map(|(_, n)| n);
         }
@@ -201,21 +205,32 @@ impl Session<'_> {
                 continue;
             }
             if let Some(&first) = set.iter().find(|&&(_, n)| usable(n)) {
-                consider(&mut best, first.1);
-                walks.push((class, set, first));
+                let key = key_after(first.1);
+                consider(&mut best, first.1, key);
+                walks.push((class, set, first, key));
             }
         }
-        for (class, set, first) in walks {
+        let pod_reach = KEY_UNITS_PER_POINT * p.pod_ceiling as i128;
+        for (class, set, first, key) in walks {
             let ceiling = self.bonus_ceiling(p, class);
+            // No node further down the bucket has a lower key after placing than this.
+            let mut floor = key;
             for &(_, node) in set.range((Excluded(first), Unbounded)) {
-                if !usable(node) {
-                    continue;
-                }
-                let key = self.key_with(node, request) as i128;
-                if best.is_some_and(|(b, _)| key - ceiling - KEY_ROUNDING_SLACK > b) {
+                let Some(b) = best else { break };
+                // Nothing from here on can beat the best (ties go to the lower id: nodes of
+                // equal key follow in id order).
+                if (floor - ceiling, node) > b {
                     break;
                 }
-                consider(&mut best, node);
+                // This node cannot, whatever its key: skipped without computing it.
+                let reach = KEY_UNITS_PER_POINT
+                    * p.statics.as_ref().map_or(0, |s| s.points[node.index()]) as i128
+                    + pod_reach;
+                if (floor - reach, node) > b || !usable(node) {
+                    continue;
+                }
+                floor = key_after(node);
+                consider(&mut best, node, floor);
             }
         }
         best.map(|(_, n)| n)
