@@ -3,9 +3,7 @@
 //! volumes (kube-scheduler's VolumeBinding: each rule's terms ORed). Resource fit (CPU, memory,
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
-use basalt_engine::{
-    Node, NodeFilter, NodeSelectorTerm, PlacementRules, Reason, Taint, TaintEffect, Toleration,
-};
+use basalt_engine::{Node, NodeFilter, PlacementRules, Reason, Taint, TaintEffect, Toleration};
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -33,7 +31,7 @@ impl NodeFilter for Predicates {
             return Err("didn't match node selector".into());
         }
         if let Some(affinity) = &rules.affinity {
-            if !affinity.terms.iter().any(|term| term_matches(term, node)) {
+            if !affinity.terms.iter().any(|term| term.matches(node)) {
                 return Err("didn't match node affinity".into());
             }
         }
@@ -62,24 +60,12 @@ fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| t.tolerates(taint))
 }
 
-/// A term with no requirements matches nothing, as in Kubernetes.
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
-        return false;
-    }
-    term.match_expressions
-        .iter()
-        .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-        && term.match_fields.iter().all(|r| {
-            // `metadata.name` is the only node field Kubernetes supports here.
-            r.key == "metadata.name" && r.matches(Some(node.name.as_str()))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use basalt_engine::{NodeId, RequiredNodeAffinity, Resources, TolerationOperator};
+    use basalt_engine::{
+        NodeId, NodeSelectorTerm, RequiredNodeAffinity, Resources, TolerationOperator,
+    };
     use basalt_engine::{SelectorOperator, SelectorRequirement};
     use std::collections::BTreeMap;
 

@@ -16,6 +16,8 @@ use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
+mod prefer;
+
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskStatus {
@@ -232,6 +234,8 @@ pub struct Session<'a> {
     moved: Vec<NodeId>,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
+    /// Preference points of the tasks' placement rules and preferred node terms.
+    preference_cache: prefer::PreferenceCache,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -419,6 +423,7 @@ impl<'a> Session<'a> {
             committed: Vec::new(),
             moved: Vec::new(),
             topo: None,
+            preference_cache: prefer::PreferenceCache::default(),
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
@@ -1043,9 +1048,17 @@ impl<'a> Session<'a> {
         if self.failures.get(&(shape, access)) == Some(&self.released) {
             return None;
         }
+        let preferences = self.preferences(task);
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
         let statics = &self.statics[&rules];
+        if let Some(p) = &preferences {
+            let found = self.find_preferred(task, request, statics, access, p);
+            if found.is_none() {
+                self.failures.insert((shape, access), self.released);
+            }
+            return found;
+        }
         let usable =
             |n: NodeId| statics.ok[n.index()] && self.fits(n, request) && self.may_use(n, access);
         let mut best: Option<(u64, NodeId)> = None;
