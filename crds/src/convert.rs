@@ -5,15 +5,16 @@
 //! requests, init containers, priority classes) and Volcano where Basalt reads its objects.
 //! Every error names the source (file and document), the object and the field.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use basalt_engine::{
-    ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSpec, PodSpec, QueueSpec, ResourceList,
-    SelectorOperator, SelectorRequirement, Snapshot, SnapshotError, Taint, TaintEffect,
-    MAX_GPUS_PER_NODE,
+    ClusterSpec, Gpu, GroupSpec, JobPhase, NamespaceSpec, NodeSpec, PodConstraints, PodSpec,
+    QueueSpec, ResourceList, SelectorOperator, SelectorRequirement, Snapshot, SnapshotError, Taint,
+    TaintEffect, MAX_GPUS_PER_NODE,
 };
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use thiserror::Error;
@@ -22,8 +23,11 @@ use crate::quantity;
 use crate::read::Object;
 use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 
+mod constraints;
 mod hypernode;
 mod pod;
+mod unsupported;
+mod volumes;
 
 use hypernode::hypernode_labels;
 pub use pod::RANK_LABELS;
@@ -125,28 +129,34 @@ pub fn cluster_spec_with_warnings(
 }
 
 /// What converting one object may look up in the others: priority classes, NodeTopologies'
-/// per-GPU detail, the labels HyperNodes give nodes.
+/// per-GPU detail, the labels HyperNodes give nodes, the claims, volumes and classes pods'
+/// volumes need, and which pods use each claim.
 pub(crate) struct Context {
     priorities: Priorities,
     topologies: HashMap<String, Vec<Gpu>>,
     hyper_labels: HashMap<String, BTreeMap<String, String>>,
+    volumes: volumes::Volumes,
+    /// One `Arc` per distinct pod constraints: a gang's members usually state the same.
+    shared: Mutex<HashSet<Arc<PodConstraints>>>,
 }
 
 /// One object's part of a [`ClusterSpec`].
 pub(crate) enum Converted {
     Node(NodeSpec),
-    Pod(PodSpec),
+    Pod(Box<PodSpec>),
     Group(GroupSpec),
     Queue(QueueSpec),
+    Namespace(NamespaceSpec),
 }
 
 impl Converted {
     pub(crate) fn add_to(self, spec: &mut ClusterSpec) {
         match self {
             Converted::Node(n) => spec.nodes.push(n),
-            Converted::Pod(p) => spec.pods.push(p),
+            Converted::Pod(p) => spec.pods.push(*p),
             Converted::Group(g) => spec.groups.push(g),
             Converted::Queue(q) => spec.queues.push(q),
+            Converted::Namespace(n) => spec.namespaces.push(n),
         }
     }
 }
@@ -161,11 +171,25 @@ impl Context {
             priorities: Priorities::collect(objects)?,
             topologies: collect_topologies(objects)?,
             hyper_labels: hypernode_labels(objects, warnings)?,
+            volumes: volumes::Volumes::collect(objects),
+            shared: Mutex::default(),
         })
     }
 
+    /// The shared `Arc` of constraints equal to `c`.
+    fn share(&self, c: PodConstraints) -> Arc<PodConstraints> {
+        // A poisoned lock only means another conversion panicked: the set is still valid.
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = shared.get(&c) {
+            return existing.clone();
+        }
+        let c = Arc::new(c);
+        shared.insert(c.clone());
+        c
+    }
+
     /// Converts one object; `None` for the kinds that only inform others (PriorityClass,
-    /// NodeTopology, HyperNode).
+    /// NodeTopology, HyperNode, PersistentVolumeClaim, PersistentVolume, StorageClass).
     pub(crate) fn convert(
         &self,
         origin: &str,
@@ -186,15 +210,13 @@ impl Context {
                 &self.hyper_labels,
                 warnings,
             )?),
-            Object::Pod(p) => {
-                Converted::Pod(pod::pod(&cx, p, &self.priorities, options, warnings)?)
-            }
+            Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
             Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
+            Object::Namespace(n) => Converted::Namespace(namespace_spec(&cx, n)?),
             Object::PriorityClass(_)
             | Object::NodeTopology(_)
             | Object::HyperNode(_)
-            | Object::Namespace(_)
             | Object::PersistentVolumeClaim(_)
             | Object::PersistentVolume(_)
             | Object::StorageClass(_) => return Ok(None),
@@ -542,6 +564,15 @@ fn node(
     })
 }
 
+/// A namespace and its labels; the API server always sets `kubernetes.io/metadata.name`, so it
+/// is added where a manifest leaves it out.
+fn namespace_spec(cx: &Cx, n: &Namespace) -> Result<NamespaceSpec, ConvertError> {
+    let name = cx.name(&n.metadata)?.to_string();
+    let mut labels = n.metadata.labels.clone().unwrap_or_default();
+    (labels.entry(basalt_engine::NAMESPACE_NAME_LABEL.to_string())).or_insert_with(|| name.clone());
+    Ok(NamespaceSpec { name, labels })
+}
+
 fn taint_effect(s: &str) -> Option<TaintEffect> {
     match s {
         "NoSchedule" => Some(TaintEffect::NoSchedule),
@@ -591,6 +622,12 @@ fn selector_requirements(
                 return Err(cx.err(
                     format!("{at}.values"),
                     format!("operator {} needs at least one value", e.operator),
+                ))
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(cx.err(
+                    format!("{at}.values"),
+                    format!("must be empty for operator {}", e.operator),
                 ))
             }
             "In" => SelectorOperator::In,

@@ -100,6 +100,12 @@ fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Con
                     | Object::NodeTopology(_)
                     | Object::HyperNode(_)
                     | Object::Node(_)
+                    // Pods' volumes: the claims, volumes and classes, and the pods using
+                    // each claim.
+                    | Object::PersistentVolumeClaim(_)
+                    | Object::PersistentVolume(_)
+                    | Object::StorageClass(_)
+                    | Object::Pod(_)
             )
         })
         .cloned()

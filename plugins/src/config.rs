@@ -21,6 +21,7 @@ pub struct Config {
     pub fair_share: FairShareArgs,
     pub backfill: BackfillArgs,
     pub topology: TopologyArgs,
+    pub scoring: ScoringArgs,
 }
 
 impl Default for Config {
@@ -40,6 +41,7 @@ impl Default for Config {
             fair_share: FairShareArgs::default(),
             backfill: BackfillArgs::default(),
             topology: TopologyArgs::default(),
+            scoring: ScoringArgs::default(),
         }
     }
 }
@@ -162,6 +164,52 @@ impl Default for NodeOrderArgs {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+        }
+    }
+}
+
+/// How much a pod's soft preferences weigh against `nodeOrder`. A node's preference points of
+/// each kind (a matching preferred node-affinity term: its weight, 1..=100; an untolerated
+/// `PreferNoSchedule` taint: −100; preferred pod (anti-)affinity: ±its weight; `ScheduleAnyway`
+/// spread: up to 100 per constraint) are multiplied by that kind's weight, and each weighted
+/// point counts as 1 % utilisation: the pod goes to the node with the lowest `nodeOrder` score
+/// after placing less its weighted points. This is kube-scheduler's rule (each plugin's score
+/// times its weight, NodeResourcesFit weighing 1 with 100 points for the whole utilisation
+/// range), with its default weights, so a stated preference wins over a small utilisation
+/// difference: a weight-100 term (200 points) beats any packing difference, a weight-10 term
+/// (20 points) only a difference below 20 %. Unlike kube-scheduler, points are absolute, not
+/// normalised over the nodes (that needs a full scan per pod). All 0: pure packing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ScoringArgs {
+    /// Preferred node affinity (kube-scheduler's NodeAffinity weight).
+    pub node_affinity: u32,
+    /// Preferred pod affinity and anti-affinity (InterPodAffinity).
+    pub pod_affinity: u32,
+    /// `ScheduleAnyway` topology spread constraints (PodTopologySpread).
+    pub topology_spread: u32,
+    /// `PreferNoSchedule` taints the pod does not tolerate (TaintToleration).
+    pub taint_toleration: u32,
+}
+
+impl Default for ScoringArgs {
+    fn default() -> Self {
+        ScoringArgs {
+            node_affinity: 2,
+            pod_affinity: 2,
+            topology_spread: 2,
+            taint_toleration: 3,
+        }
+    }
+}
+
+impl From<&ScoringArgs> for basalt_engine::PreferenceWeights {
+    fn from(s: &ScoringArgs) -> Self {
+        basalt_engine::PreferenceWeights {
+            node_affinity: s.node_affinity,
+            pod_affinity: s.pod_affinity,
+            topology_spread: s.topology_spread,
+            taint_toleration: s.taint_toleration,
         }
     }
 }

@@ -49,6 +49,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
         .reserve_after_seconds
         .map(|s| s.saturating_mul(1000).min(i64::MAX as u64) as i64);
     fw.tiers = config.topology.tiers.clone();
+    fw.preferences = (&config.scoring).into();
     fw
 }
 

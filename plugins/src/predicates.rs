@@ -1,10 +1,9 @@
 //! Static node filters: `spec.unschedulable`, taints and tolerations (NoSchedule, NoExecute),
-//! `nodeSelector` and required node affinity with every operator. Resource fit (CPU, memory,
+//! `nodeSelector`, required node affinity with every operator, and the node rules of the pod's
+//! volumes (kube-scheduler's VolumeBinding: each rule's terms ORed). Resource fit (CPU, memory,
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
-use basalt_engine::{
-    Node, NodeFilter, NodeSelectorTerm, PlacementRules, Reason, Taint, TaintEffect, Toleration,
-};
+use basalt_engine::{Node, NodeFilter, PlacementRules, Reason, Taint, TaintEffect, Toleration};
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -32,9 +31,18 @@ impl NodeFilter for Predicates {
             return Err("didn't match node selector".into());
         }
         if let Some(affinity) = &rules.affinity {
-            if !affinity.terms.iter().any(|term| term_matches(term, node)) {
+            if !affinity.terms.iter().any(|term| term.matches(node)) {
                 return Err("didn't match node affinity".into());
             }
+        }
+        if let Some(rule) =
+            (rules.volumes.iter()).find(|v| !v.terms.iter().any(|term| term_matches(term, node)))
+        {
+            return Err(match rule.bound {
+                true => "had volume node affinity conflict",
+                false => "didn't find available persistent volumes to bind",
+            }
+            .into());
         }
         Ok(())
     }
@@ -52,24 +60,12 @@ fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| t.tolerates(taint))
 }
 
-/// A term with no requirements matches nothing, as in Kubernetes.
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    if term.match_expressions.is_empty() && term.match_fields.is_empty() {
-        return false;
-    }
-    term.match_expressions
-        .iter()
-        .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-        && term.match_fields.iter().all(|r| {
-            // `metadata.name` is the only node field Kubernetes supports here.
-            r.key == "metadata.name" && r.matches(Some(node.name.as_str()))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use basalt_engine::{NodeId, RequiredNodeAffinity, Resources, TolerationOperator};
+    use basalt_engine::{
+        NodeId, NodeSelectorTerm, RequiredNodeAffinity, Resources, TolerationOperator,
+    };
     use basalt_engine::{SelectorOperator, SelectorRequirement};
     use std::collections::BTreeMap;
 
@@ -157,6 +153,40 @@ mod tests {
             ..Default::default()
         };
         assert!(Predicates.filter(&empty, &n).is_err());
+    }
+
+    #[test]
+    fn volume_rules_each_hold_with_terms_ored() {
+        use basalt_engine::VolumeNodeRule;
+        let n = node(&[("zone", "a")]);
+        let term = |zone: &str| NodeSelectorTerm {
+            match_expressions: vec![req("zone", SelectorOperator::In, &[zone])],
+            match_fields: vec![],
+        };
+        let rules = |volumes| PlacementRules {
+            volumes,
+            ..Default::default()
+        };
+        let rule = |bound, terms| VolumeNodeRule { bound, terms };
+        let ok = rules(vec![
+            rule(true, vec![term("b"), term("a")]),
+            rule(false, vec![term("a")]),
+        ]);
+        assert!(Predicates.filter(&ok, &n).is_ok());
+        let bound = rules(vec![
+            rule(false, vec![term("a")]),
+            rule(true, vec![term("b")]),
+        ]);
+        assert_eq!(
+            Predicates.filter(&bound, &n).unwrap_err(),
+            "had volume node affinity conflict"
+        );
+        // No candidate volume and no provisioning: no node.
+        let unbound = rules(vec![rule(false, vec![])]);
+        assert_eq!(
+            Predicates.filter(&unbound, &n).unwrap_err(),
+            "didn't find available persistent volumes to bind"
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct BenchReport {
     pub gpus_per_pod: u32,
     /// The fabric layout and mixed topology-constrained backlog.
     pub fabric: bool,
+    /// Zones and a backlog with pod constraints (anti-affinity, spread, preferred affinity).
+    pub constrained: bool,
     pub pods_placed: usize,
     pub gangs_running: usize,
     pub evictions: usize,
@@ -59,6 +61,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         pods: setup.pods,
         gang_size: setup.gang_size,
         fabric: setup.fabric,
+        constrained: setup.constrained,
         gpus_per_node: setup.gpus_per_node,
         gpus_per_pod: setup.gpus_per_pod,
         pods_placed: placed,
@@ -90,8 +93,15 @@ impl BenchReport {
             )
         } else {
             format!(
-                "{} pods in gangs of {} ({} GPU each)",
-                self.pods, self.gang_size, self.gpus_per_pod
+                "{} pods in gangs of {} ({} GPU each){}",
+                self.pods,
+                self.gang_size,
+                self.gpus_per_pod,
+                if self.constrained {
+                    "; per 10 jobs 2 one pod per node, 2 zone spread, 1 preferred zone affinity"
+                } else {
+                    ""
+                }
             )
         };
         format!(

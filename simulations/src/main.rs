@@ -83,11 +83,10 @@ enum Command {
         /// 32-GPU gangs of TP=8 groups (required rack), TP=8 jobs (required nvlink), 1-GPU pods.
         #[arg(long)]
         fabric: bool,
-        /// Nodes in zones (one per 10 racks) and a constrained backlog: of the pending gangs,
-        /// 20 % one member per node (required hostname anti-affinity on the gang's label),
-        /// 20 % spread over zones (`maxSkew: 1`, DoNotSchedule), 10 % preferring to share a
-        /// zone with their own members (preferred pod affinity).
-        #[arg(long)]
+        /// Nodes in ten zones and a backlog with pod constraints: of every ten jobs, two
+        /// keep one member per node (required hostname anti-affinity), two spread over zones
+        /// (`maxSkew: 1`), one prefers its members' zone (preferred pod affinity).
+        #[arg(long, conflicts_with = "fabric")]
         constrained: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]

@@ -3,12 +3,13 @@
 //! backlog of pending gangs of identical pods.
 
 use std::collections::BTreeMap;
+
 use std::sync::Arc;
 
 use basalt_engine::{
-    ClusterSpec, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec, PodAffinityTerm,
-    PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList, SubGroupSpec, TopologySpec,
-    TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
+    ClusterSpec, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec, PodAffinityRules,
+    PodAffinityTerm, PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList, SubGroupSpec,
+    TopologySpec, TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 
 /// What to build.
@@ -28,8 +29,8 @@ pub struct Synthetic {
     /// NVL72-style NVLink clique, and a mixed topology-constrained backlog (see
     /// [`Synthetic::fabric_backlog`]).
     pub fabric: bool,
-    /// Zones (one per 10 racks) and inter-pod rules on part of the backlog (see
-    /// [`constraints_of`]).
+    /// Nodes in ten zones, and a backlog whose jobs state pod constraints (see
+    /// [`Synthetic::constraints`]).
     pub constrained: bool,
 }
 
@@ -74,7 +75,7 @@ impl Synthetic {
             put(RACK, format!("rack-{:03}", i / 32));
         }
         if self.constrained {
-            put(ZONE, format!("zone-{:02}", i / 320));
+            put(ZONE, format!("zone-{}", i * ZONES / self.nodes.max(1)));
         }
         labels
     }
@@ -131,9 +132,10 @@ impl Synthetic {
                     topology: Default::default(),
                     sub_groups: Vec::new(),
                 });
-                let constraints = (self.constrained && !running)
-                    .then(|| constraints_of(job, &name))
-                    .flatten();
+                let (labels, constraints) = match running {
+                    false => self.constraints(job, &name),
+                    true => (BTreeMap::new(), None),
+                };
                 for m in 0..members {
                     let node = running.then(|| {
                         let n = slot / per_node;
@@ -158,7 +160,7 @@ impl Synthetic {
                             PodPhase::Pending
                         },
                         node,
-                        labels: BTreeMap::from([(GANG_LABEL.to_string(), name.clone())]),
+                        labels: labels.clone(),
                         constraints: constraints.clone(),
                         ..Default::default()
                     });
@@ -170,6 +172,60 @@ impl Synthetic {
             self.fabric_backlog(&mut spec, job);
         }
         spec
+    }
+
+    /// With `constrained`, what a pending job's pods state, by job number in tens: two jobs in
+    /// ten keep one member per node (required hostname anti-affinity on the job's label), two
+    /// spread over zones with `maxSkew: 1`, one prefers its members' zone (preferred pod
+    /// affinity); the rest state nothing. Every pending pod carries its job's label.
+    fn constraints(
+        &self,
+        job: usize,
+        name: &str,
+    ) -> (BTreeMap<String, String>, Option<Arc<PodConstraints>>) {
+        if !self.constrained {
+            return (BTreeMap::new(), None);
+        }
+        let labels = BTreeMap::from([(JOB_LABEL.to_string(), name.to_string())]);
+        let own = Some(LabelSelector::from_labels([(JOB_LABEL, name)]));
+        let term = |topology_key: &str| PodAffinityTerm {
+            selector: own.clone(),
+            topology_key: topology_key.to_string(),
+            ..Default::default()
+        };
+        let constraints = match job % 10 {
+            0 | 1 => PodConstraints {
+                anti_affinity: PodAffinityRules {
+                    required: vec![term("kubernetes.io/hostname")],
+                    preferred: vec![],
+                },
+                ..Default::default()
+            },
+            2 | 3 => PodConstraints {
+                spread: vec![TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: ZONE.to_string(),
+                    when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                    selector: own.clone(),
+                    min_domains: None,
+                    node_affinity_policy: InclusionPolicy::Honor,
+                    node_taints_policy: InclusionPolicy::Ignore,
+                }],
+                ..Default::default()
+            },
+            4 => PodConstraints {
+                affinity: PodAffinityRules {
+                    required: vec![],
+                    preferred: vec![WeightedPodAffinityTerm {
+                        weight: 100,
+                        term: term(ZONE),
+                    }],
+                },
+                ..Default::default()
+            },
+            _ => return (labels, None),
+        };
+        (labels, Some(Arc::new(constraints)))
     }
 
     /// A mixed backlog of `pods` pods, cycling through four kinds of job: a 512-GPU gang (64
@@ -239,44 +295,15 @@ impl Synthetic {
     }
 }
 
-const GANG_LABEL: &str = "bench.basalt.dev/gang";
-const HOSTNAME: &str = "kubernetes.io/hostname";
-const ZONE: &str = "topology.kubernetes.io/zone";
-
-/// The constrained backlog's rules for pending job `job`, by job number out of ten: 0-1 one
-/// member per node (required hostname anti-affinity on the gang's label), 2-3 spread over
-/// zones (`maxSkew: 1`), 4 preferring its own members' zone; the rest none.
-pub fn constraints_of(job: usize, name: &str) -> Option<Arc<PodConstraints>> {
-    let selector = Some(LabelSelector::from_labels([(GANG_LABEL, name)]));
-    let term = |key: &str| PodAffinityTerm {
-        selector: selector.clone(),
-        topology_key: key.to_string(),
-        ..Default::default()
-    };
-    let mut c = PodConstraints::default();
-    match job % 10 {
-        0 | 1 => c.anti_affinity.required.push(term(HOSTNAME)),
-        2 | 3 => c.spread.push(TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: ZONE.into(),
-            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
-            selector: selector.clone(),
-            min_domains: None,
-            node_affinity_policy: InclusionPolicy::Honor,
-            node_taints_policy: InclusionPolicy::Ignore,
-        }),
-        4 => c.affinity.preferred.push(WeightedPodAffinityTerm {
-            weight: 50,
-            term: term(ZONE),
-        }),
-        _ => return None,
-    }
-    Some(Arc::new(c))
-}
-
 const SPINE: &str = "topology.basalt.dev/spine";
 const RACK: &str = "topology.basalt.dev/rack";
 const CLIQUE: &str = "nvidia.com/gpu.clique";
+/// The zone label of `constrained` clusters, and their number of zones.
+const ZONE: &str = "topology.kubernetes.io/zone";
+const ZONES: usize = 10;
+/// The label every pending pod of a `constrained` backlog carries: its job's name.
+const JOB_LABEL: &str = "bench.basalt.dev/job";
+
 /// Nodes per rack and racks per spine of the fabric.
 const FABRIC_RACK: usize = 20;
 const FABRIC_SPINE: usize = 25;

@@ -178,6 +178,38 @@ fn bench_reports_json() {
     assert_eq!(v["gangsRunning"], 10);
 }
 
+/// The constrained backlog: every job fits when the rules are kept (40 nodes of 8 GPUs for 20
+/// gangs of eight 1-GPU pods, four of them one pod per node, four spread over ten zones).
+#[test]
+fn bench_constrained_backlog_places_every_gang() {
+    let out = sim(&[
+        "bench",
+        "--nodes",
+        "40",
+        "--pods",
+        "160",
+        "--constrained",
+        "--runs",
+        "1",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["constrained"], true);
+    assert_eq!(v["podsPlaced"], 160);
+    assert_eq!(v["gangsRunning"], 20);
+    let both = sim(&["bench", "--constrained", "--fabric"]);
+    assert!(
+        !both.status.success(),
+        "--constrained with --fabric is refused"
+    );
+}
+
 /// A pod asking 2^63-1 of memory, milli-CPU or GPUs, or two containers summing past 2^60: `plan`
 /// finishes (it used to loop forever in the fair-share water-filling) with an error naming the
 /// pod and the field.

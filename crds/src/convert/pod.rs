@@ -1,6 +1,8 @@
 //! Pods to the engine's [`PodSpec`]: requests as Kubernetes computes them, placement rules,
 //! priority, scheduling gates, whether it claims DRA resources, and the labels and annotations
-//! Basalt honours.
+//! Basalt honours; its constraints on other pods ([`super::constraints`]), and for a pending
+//! pod of ours what its volumes allow ([`super::volumes`]) and what it states that Basalt does
+//! not act on ([`super::unsupported`]).
 //!
 //! A pod of another scheduler (`ours == false`) only takes room on its node, so fields that
 //! matter only to Basalt's own pods (GPU ids, rank, priority class, placement rules) are read
@@ -18,14 +20,15 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::{
-    annotation, created_ms, label_or_annotation, namespace, taint_effect, ConvertError,
-    ConvertOptions, Cx, Priorities, GPU_IDS, POD_GROUP, PREEMPTABLE, ROLE,
-    SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
+    annotation, created_ms, label_or_annotation, namespace, taint_effect, Context, ConvertError,
+    ConvertOptions, Cx, GPU_IDS, POD_GROUP, PREEMPTABLE, ROLE, SCHEDULER_PLUGINS_POD_GROUP,
+    VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
 };
+use super::{constraints, unsupported};
 use crate::quantity::{self, MAX_QUANTITY};
 
 /// Where conversion notes what it left out or clamped on a pod of another scheduler.
-struct Lenience<'w> {
+pub(super) struct Lenience<'w> {
     ours: bool,
     warnings: &'w mut Vec<String>,
 }
@@ -33,7 +36,11 @@ struct Lenience<'w> {
 impl Lenience<'_> {
     /// A field's value: an error on a pod of ours; on another scheduler's pod, `default` and a
     /// warning naming the pod and the field.
-    fn or<T>(&mut self, result: Result<T, ConvertError>, default: T) -> Result<T, ConvertError> {
+    pub(super) fn or<T>(
+        &mut self,
+        result: Result<T, ConvertError>,
+        default: T,
+    ) -> Result<T, ConvertError> {
         match result {
             Err(e) if !self.ours => {
                 self.warnings
@@ -48,7 +55,7 @@ impl Lenience<'_> {
 pub(super) fn pod(
     cx: &Cx,
     p: &Pod,
-    priorities: &Priorities,
+    context: &Context,
     options: &ConvertOptions,
     warnings: &mut Vec<String>,
 ) -> Result<PodSpec, ConvertError> {
@@ -63,6 +70,7 @@ pub(super) fn pod(
         .unwrap_or("default-scheduler");
     let ours = options.scheduler_names.iter().any(|s| s == scheduler);
     let mut lenient = Lenience { ours, warnings };
+    let priorities = &context.priorities;
 
     let priority = match (spec.priority, spec.priority_class_name.as_deref()) {
         (Some(v), _) => v,
@@ -134,11 +142,31 @@ pub(super) fn pod(
     };
     let request = pod_request(cx, spec, &mut lenient)?;
     let rules = placement_rules(cx, spec);
-    let rules = lenient.or(rules, PlacementRules::default())?;
+    let mut rules = lenient.or(rules, PlacementRules::default())?;
     let rank = lenient.or(pod_rank(cx, meta), None)?;
+    let labels = meta.labels.clone().unwrap_or_default();
+    let constraints = constraints::pod_constraints(cx, spec, &labels, &mut lenient)?;
+    let constraints = (!constraints.is_empty()).then(|| context.share(constraints));
+    let namespace = namespace(meta);
+    let mut waits = Vec::new();
+    if ours {
+        waits = unsupported::unsupported(spec);
+        // Only a pod still to be placed is judged by its volumes.
+        if node.is_none() && phase == PodPhase::Pending {
+            let (volume_rules, volume_waits) = (context.volumes).judge(
+                &namespace,
+                &name,
+                meta.uid.as_deref(),
+                spec,
+                &options.scheduler_names,
+            );
+            rules.volumes = volume_rules;
+            waits.extend(volume_waits);
+        }
+    }
 
     Ok(PodSpec {
-        namespace: namespace(meta),
+        namespace,
         name,
         ours,
         group,
@@ -163,15 +191,15 @@ pub(super) fn pod(
             .and_then(|s| s.start_time.as_ref())
             .map(|Time(t)| t.as_millisecond()),
         active_deadline_s: spec.active_deadline_seconds,
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels,
         rank,
         pinned_queue: None,
         scheduling_gates: (spec.scheduling_gates.iter().flatten())
             .map(|g| g.name.clone())
             .collect(),
         resource_claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
-        constraints: None,
-        waits: Vec::new(),
+        constraints,
+        waits,
     })
 }
 
@@ -334,6 +362,19 @@ fn pod_request(
         }
     }
     max_into(&mut total, &init_peak);
+    // Pod-level resources (PodLevelResources) replace the containers' aggregate for the
+    // resources they name; the API server defaults their requests to their limits.
+    if let Some(pod_level) = &spec.resources {
+        let mut stated = Entries::new();
+        if let Some(limits) = &pod_level.limits {
+            stated = entries(cx, "spec.resources.limits", limits, lenient)?;
+        }
+        if let Some(requests) = &pod_level.requests {
+            stated.extend(entries(cx, "spec.resources.requests", requests, lenient)?);
+        }
+        stated.retain(|name, _| unsupported::POD_LEVEL_RESOURCES.contains(&name.as_str()));
+        total.extend(stated);
+    }
     if let Some(overhead) = &spec.overhead {
         let overhead = entries(cx, "spec.overhead", overhead, lenient)?;
         add(cx, &mut total, &overhead, lenient)?;
@@ -415,7 +456,7 @@ fn placement_rules(
     })
 }
 
-fn requirements(
+pub(super) fn requirements(
     cx: &Cx,
     field: &str,
     reqs: Option<&[NodeSelectorRequirement]>,

@@ -1,32 +1,35 @@
-//! Applying a plan through the API: binds (GPU ids on the Binding), evictions (`evictions.rs`),
-//! nominated nodes, PodGroup status and Events. Every API answer is looked at; nothing here panics on one.
+//! Applying a plan through the API: binds (GPU ids on the Binding; claims settled for the node
+//! first, `claims.rs`), evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status
+//! (`status.rs`) and Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
+//! is looked at; nothing here panics on one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::convert::{GPU_IDS, POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
-use basalt_crds::PodGroup;
-use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
+use basalt_crds::convert::{GPU_IDS, POD_GROUP, VOLCANO_GROUP_NAME};
+use basalt_engine::Plan;
 use basalt_plugins::Config;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Event, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::cycle::{pod_key, Origin, View};
+use crate::cycle::{pod_key, View};
 use crate::http::Metrics;
 use crate::leader::Leadership;
-use crate::owners::{self, OwnerGroup};
+use crate::owners::OwnerGroup;
 use crate::stores::Stores;
-use crate::stranded::{PartialGang, PartialGangs};
+use crate::stranded::PartialGangs;
 
+mod auto_groups;
+mod claims;
 mod evictions;
-use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
+mod status;
+mod volumes;
 
 /// PodGroup condition of a gang left partly bound.
 const PARTIALLY_BOUND: &str = "PartiallyBound";
@@ -83,6 +86,9 @@ pub struct Scheduler {
     partial_gangs: PartialGangs,
     /// Checked right before every write: none is sent once leadership is lost.
     pub leadership: Leadership,
+    /// This cycle's pending pods held for what they state or their volumes (pod key → Event
+    /// reason and message), from the snapshot.
+    pub held: HashMap<String, (&'static str, String)>,
 }
 
 enum BindResult {
@@ -93,6 +99,24 @@ enum BindResult {
     Failed(String),
     /// 5xx, 429 or a transport error: retried with backoff.
     Retry(String),
+}
+
+impl BindResult {
+    fn message(&self) -> &str {
+        match self {
+            BindResult::Bound => "bound",
+            BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) => m,
+        }
+    }
+}
+
+/// One binding of the plan to send.
+struct BindJob {
+    key: String,
+    node: String,
+    /// The GPU ids annotation value (`0,1`), empty when none.
+    gpus: String,
+    uid: Option<String>,
 }
 
 fn split_key(key: &str) -> (&str, &str) {
@@ -137,362 +161,8 @@ impl Scheduler {
             reported_warnings: HashSet::new(),
             partial_gangs: PartialGangs::new(partial_gang_timeout),
             leadership: Leadership::unconditional(),
+            held: HashMap::new(),
         }
-    }
-
-    /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
-    /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
-    /// annotation. The group is created first, then the pod annotated to name it.
-    ///
-    /// A pod whose owner (its controller ownerReference, else its first) carries
-    /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
-    /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
-    ///
-    /// Owners are cached by uid for `owner_ttl`: an owner deleted and made again under the same
-    /// name is another uid, so it is read afresh; one whose annotations change is read again
-    /// once its entry expires, and its PodGroup, while not all of it runs, follows the new
-    /// min-member and queue ([`Self::follow_owners`]).
-    pub async fn auto_groups(&mut self, stores: &Stores) {
-        self.hold.clear();
-        let ttl = self.owner_ttl;
-        self.owners.retain(|_, (_, read)| read.elapsed() < ttl);
-        self.follow_owners(stores).await;
-        for p in stores.pods.state() {
-            let spec = p.spec.as_ref();
-            let ours = spec
-                .and_then(|s| s.scheduler_name.as_deref())
-                .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
-            let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
-            let pending = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .is_none_or(|ph| ph == "Pending");
-            let grouped = member_of(&p).is_some()
-                || p.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
-            let key = pod_key(&p);
-            if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let (ns, name) = split_key(&key);
-            if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
-                continue;
-            }
-            let owner_ref = owners::controller(&p.metadata);
-            let decision = match owner_ref {
-                None => OwnerGroup::None,
-                Some(r) => match self.owner_decision(ns, &r).await {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
-                        self.hold.insert(key);
-                        continue;
-                    }
-                },
-            };
-            let pod_queue = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(AUTO_QUEUE))
-                .cloned();
-            let pod_uid = p.metadata.uid.clone().unwrap_or_default();
-            // The uid the group's ownerReference must name, and what an owner's group should say.
-            let (expected_owner, wanted) = match &decision {
-                OwnerGroup::Gang {
-                    min_member,
-                    queue,
-                    owner,
-                    ..
-                } => (owner.3.clone(), Some((*min_member, queue.clone()))),
-                _ => (pod_uid.clone(), None),
-            };
-            let (group_name, group) = match decision {
-                OwnerGroup::Gang {
-                    group,
-                    min_member,
-                    queue,
-                    owner: (api_version, kind, owner_name, uid),
-                } => {
-                    let body = json!({
-                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
-                        "metadata": {"name": group, "namespace": ns,
-                            "labels": {"scheduling.basalt.dev/auto": "true"},
-                            "ownerReferences": [{"apiVersion": api_version, "kind": kind,
-                                "name": owner_name, "uid": uid, "controller": true}]},
-                        "spec": {"minMember": min_member, "queue": queue.or(pod_queue)},
-                    });
-                    // Held out of the snapshot from now until the group and the pod's
-                    // annotation are both watched.
-                    self.owner_members
-                        .insert(key.clone(), format!("{ns}/{group}"));
-                    (group, body)
-                }
-                other => {
-                    if let OwnerGroup::Invalid(reason) = other {
-                        tracing::warn!(pod = %key, reason = %reason, "owner gives no PodGroup; a group of one instead");
-                        let msg = format!("{reason}; scheduled as a PodGroup of one");
-                        self.event(
-                            pod_ref(ns, name, p.metadata.uid.clone()),
-                            "Warning",
-                            "OwnerGroupInvalid",
-                            &msg,
-                        )
-                        .await;
-                    }
-                    let group_name = format!("{name}-pg");
-                    if group_name.len() > 253 {
-                        continue;
-                    }
-                    let body = json!({
-                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
-                        "metadata": {"name": group_name, "namespace": ns,
-                            "labels": {"scheduling.basalt.dev/auto": "true"},
-                            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
-                                "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
-                        "spec": {"minMember": 1, "queue": pod_queue},
-                    });
-                    (group_name, body)
-                }
-            };
-            let gang = self.owner_members.contains_key(&key);
-            // A failure below leaves the pod for the next cycle, held if it is a gang member.
-            let give_up = |s: &mut Self, key: String| {
-                if s.owner_members.remove(&key).is_some() {
-                    s.hold.insert(key);
-                }
-            };
-            // Made before, and no longer right to join: wait for the next cycle.
-            let retry = |s: &mut Self, key: String| {
-                s.owner_members.remove(&key);
-                s.hold.insert(key);
-            };
-            let group: PodGroup = match serde_json::from_value(group) {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
-                    give_up(self, key);
-                    continue;
-                }
-            };
-            if !self.leadership.leading() {
-                return;
-            }
-            let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
-            match groups.create(&PostParams::default(), &group).await {
-                Ok(_) => {}
-                // Made before: by another member of the same owner, an earlier cycle, or for an
-                // owner (or pod) of the same name that was deleted since.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let existing = match stores
-                        .pod_groups
-                        .get(&ObjectRef::new(&group_name).within(ns))
-                    {
-                        Some(g) => Some(g),
-                        None => groups
-                            .get_opt(&group_name)
-                            .await
-                            .ok()
-                            .flatten()
-                            .map(Arc::new),
-                    };
-                    let Some(existing) = existing else {
-                        // Deleted meanwhile: made again next cycle.
-                        retry(self, key);
-                        continue;
-                    };
-                    if self
-                        .stale_auto_group(&existing, &expected_owner, stores)
-                        .await
-                    {
-                        retry(self, key);
-                        continue;
-                    }
-                    if let Some((min_member, queue)) = wanted {
-                        self.follow_owner(&existing, min_member, queue).await;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
-                    give_up(self, key);
-                    continue;
-                }
-            }
-            if !self.leadership.leading() {
-                return;
-            }
-            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            let patch = json!({"metadata": {"annotations": {POD_GROUP: group_name}}});
-            match pods
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
-                    if !gang {
-                        self.auto_groups.insert(key, group_name);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod");
-                    give_up(self, key);
-                }
-            }
-        }
-    }
-
-    /// What the owner says, from the cache while its entry is fresh, else read through the API.
-    async fn owner_decision(
-        &mut self,
-        ns: &str,
-        r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    ) -> Result<OwnerGroup, String> {
-        if let Some((d, _)) = self.owners.get(&r.uid) {
-            return Ok(d.clone());
-        }
-        let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
-        self.owners
-            .insert(r.uid.clone(), (d.clone(), Instant::now()));
-        Ok(d)
-    }
-
-    /// Owner PodGroups not all of whose members run follow their owner: once the owner's
-    /// cache entry has expired it is read again, and a changed min-member or queue is written
-    /// to the group (so lowering min-member on a waiting Job lets its gang start).
-    async fn follow_owners(&mut self, stores: &Stores) {
-        use basalt_crds::types::PodGroupPhase;
-        for g in stores.pod_groups.state() {
-            if !owners::is_auto(&g.metadata) || g.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let Some(r) = owners::controller(&g.metadata) else {
-                continue;
-            };
-            if r.kind == "Pod" && r.api_version == "v1" {
-                continue;
-            }
-            let phase = g.status.as_ref().map(|s| s.phase).unwrap_or_default();
-            if matches!(phase, PodGroupPhase::Running | PodGroupPhase::Completed) {
-                continue;
-            }
-            let ns = g
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let decision = match self.owner_decision(&ns, &r).await {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot read a PodGroup's owner; read again next cycle");
-                    continue;
-                }
-            };
-            if let OwnerGroup::Gang {
-                group,
-                min_member,
-                queue,
-                ..
-            } = decision
-            {
-                if g.metadata.name.as_deref() == Some(group.as_str()) {
-                    self.follow_owner(&g, min_member, queue).await;
-                }
-            }
-        }
-    }
-
-    /// Writes the owner's min-member (and queue, when the owner names one) to its PodGroup
-    /// when they differ.
-    async fn follow_owner(&self, g: &PodGroup, min_member: u32, queue: Option<String>) {
-        let min = i32::try_from(min_member).unwrap_or(i32::MAX);
-        let queue = queue.filter(|q| g.spec.queue.as_ref() != Some(q));
-        if g.spec.min_member == min && queue.is_none() {
-            return;
-        }
-        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
-        let name = g.metadata.name.as_deref().unwrap_or("");
-        let mut spec = json!({ "minMember": min });
-        if let Some(q) = &queue {
-            spec["queue"] = json!(q);
-        }
-        if !self.leadership.leading() {
-            return;
-        }
-        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
-        match api
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "spec": spec })),
-            )
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(group = %format!("{ns}/{name}"), min_member = min, queue = ?queue, "PodGroup follows its owner's annotations")
-            }
-            Err(e) => {
-                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot update a PodGroup to its owner's annotations")
-            }
-        }
-    }
-
-    /// An auto PodGroup left by an earlier owner (or pod) of the same name, which the garbage
-    /// collector has not removed yet: deleted here (only that object: its uid is a
-    /// precondition), so the new owner gets a group of its own. True when the group must not
-    /// be joined (this cycle). A group whose owner still exists is another object's that
-    /// happens to have the name: joined, as before.
-    async fn stale_auto_group(&self, g: &PodGroup, expected_owner: &str, stores: &Stores) -> bool {
-        let Some(owner) = owners::controller(&g.metadata) else {
-            return false;
-        };
-        if owner.uid == expected_owner || !owners::is_auto(&g.metadata) {
-            return false;
-        }
-        if g.metadata.deletion_timestamp.is_some() {
-            return true;
-        }
-        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
-        let name = g.metadata.name.as_deref().unwrap_or("");
-        let alive = if owner.kind == "Pod" && owner.api_version == "v1" {
-            Ok(stores
-                .pods
-                .get(&ObjectRef::new(&owner.name).within(ns))
-                .is_some_and(|p| p.metadata.uid.as_deref() == Some(owner.uid.as_str())))
-        } else {
-            owners::alive(&self.client, ns, &owner).await
-        };
-        match alive {
-            Ok(true) => return false,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(group = %format!("{ns}/{name}"), error = %e, "cannot tell whether an auto PodGroup's owner still exists; retried next cycle");
-                return true;
-            }
-        }
-        if !self.leadership.leading() {
-            return true;
-        }
-        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
-        let params = kube::api::DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                uid: g.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => {
-                tracing::info!(group = %format!("{ns}/{name}"), previous_owner = %format!("{} {} ({})", owner.kind, owner.name, owner.uid), "deleted an auto PodGroup left by an owner that is gone")
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => {
-                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot delete an auto PodGroup left by an owner that is gone")
-            }
-        }
-        true
     }
 
     /// Drops what this replica remembered from cycles it ran before another one led.
@@ -515,6 +185,7 @@ impl Scheduler {
         self.roll_back(&partial, stores).await;
         self.nominate(plan, stores).await;
         self.write_groups(plan, stores, &failed, &partial).await;
+        self.report_held(stores).await;
         self.write_queues(plan).await;
 
         let pending: Vec<_> = stores
@@ -647,31 +318,45 @@ impl Scheduler {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(",");
-                (b.pod.clone(), b.node.clone(), gpus, uid)
+                BindJob {
+                    key: b.pod.clone(),
+                    node: b.node.clone(),
+                    gpus,
+                    uid,
+                }
             })
             .collect();
+        // Claims first (PreBind): a pod whose claim cannot point at its node is not bound.
+        let (jobs, mut results) = self.select_claims(jobs, stores).await;
         let client = self.client.clone();
         let leadership = self.leadership.clone();
-        let results: Vec<_> = futures::stream::iter(jobs)
-            .map(|(key, node, gpus, uid)| {
+        let bound: Vec<_> = futures::stream::iter(jobs)
+            .map(|job| {
                 let client = client.clone();
                 let leadership = leadership.clone();
                 async move {
                     let r = if leadership.leading() {
-                        bind(&client, &key, &node, &gpus, uid.clone()).await
+                        bind(&client, &job.key, &job.node, &job.gpus, job.uid.clone()).await
                     } else {
                         BindResult::Failed("not sent: this replica is not the leader".into())
                     };
-                    (key, node, gpus, uid, r)
+                    (job, r)
                 }
             })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
+        results.extend(bound);
 
         let mut retry = false;
         let mut failed: HashMap<String, (u32, String)> = HashMap::new();
-        for (key, node, gpus, uid, result) in results {
+        for (job, result) in results {
+            let BindJob {
+                key,
+                node,
+                gpus,
+                uid,
+            } = job;
             let (ns, name) = split_key(&key);
             if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
             {
@@ -703,6 +388,8 @@ impl Scheduler {
                     );
                     tracing::info!(pod = %key, node = %node, "bound");
                     self.reported_unschedulable.remove(&format!("Pod/{key}"));
+                    self.reported_unschedulable
+                        .remove(&format!("PodClaims/{key}"));
                     let msg = format!("Successfully assigned {key} to {node}");
                     self.event(reference, "Normal", "Scheduled", &msg).await;
                 }
@@ -754,230 +441,21 @@ impl Scheduler {
         }
     }
 
-    async fn write_groups(
+    /// Writes an Event about `key` unless the last one written about it said the same.
+    pub(crate) async fn event_once(
         &mut self,
-        plan: &Plan,
-        stores: &Stores,
-        failed: &HashMap<String, (u32, String)>,
-        partial: &[PartialGang],
+        key: String,
+        about: ObjectReference,
+        type_: &str,
+        reason: &str,
+        message: &str,
     ) {
-        let now = jiff::Timestamp::now().to_string();
-        for planned in &plan.pod_groups {
-            let (ns, name) = split_key(&planned.name);
-            // Pods without a PodGroup are planned under an implicit one with nothing to write.
-            let Some((group, origin)) = self
-                .view
-                .groups
-                .get(&*planned.name)
-                .map(|g| (g.group.clone(), g.origin))
-            else {
-                continue;
-            };
-            let mut desired = desired_status(planned, group.status.as_ref(), &now);
-            if let Some((n, last)) = failed.get(&*planned.name) {
-                // The gang is partly bound: say so until a cycle binds the rest.
-                desired
-                    .conditions
-                    .push(basalt_crds::types::PodGroupCondition {
-                        type_: "BindFailed".into(),
-                        status: "True".into(),
-                        reason: Some("BindFailed".into()),
-                        message: Some(format!(
-                            "{n} bind(s) failed this cycle; retried next cycle (last: {last})"
-                        )),
-                        last_transition_time: Some(now.clone()),
-                    });
-            }
-            if let Some(p) = partial
-                .iter()
-                .find(|p| p.group == planned.name && !p.expired)
-            {
-                let held = group.status.as_ref().and_then(|s| {
-                    s.conditions
-                        .iter()
-                        .find(|c| c.type_ == PARTIALLY_BOUND && c.status == "True")
-                        .and_then(|c| c.last_transition_time.clone())
-                });
-                desired
-                    .conditions
-                    .push(basalt_crds::types::PodGroupCondition {
-                        type_: PARTIALLY_BOUND.into(),
-                        status: "True".into(),
-                        reason: Some(PARTIALLY_BOUND.into()),
-                        message: Some(p.message()),
-                        last_transition_time: Some(held.unwrap_or_else(|| now.clone())),
-                    });
-            }
-            let current = group.status.clone().unwrap_or_default();
-            if !same_status(&desired, &current) {
-                let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
-                // A merge patch keeps an omitted list: write an empty one to clear conditions.
-                body["conditions"] = serde_json::to_value(&desired.conditions)
-                    .unwrap_or_else(|_| Value::Array(vec![]));
-                if !self.leadership.leading() {
-                    return;
-                }
-                let patch = Patch::Merge(json!({ "status": body }));
-                if let Err(e) = self.patch_group_status(ns, name, origin, &patch).await {
-                    tracing::warn!(group = %planned.name, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
-                }
-            }
-            self.report_unschedulable(planned, &group, origin, stores)
-                .await;
-        }
-    }
-
-    /// Patches a PodGroup's status in the object it was read from: Volcano's status
-    /// subresource for a Volcano PodGroup (same fields).
-    pub(crate) async fn patch_group_status(
-        &self,
-        ns: &str,
-        name: &str,
-        origin: Origin,
-        patch: &Patch<Value>,
-    ) -> kube::Result<()> {
-        let params = PatchParams::default();
-        match origin {
-            Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
-                .patch_status(name, &params, patch)
-                .await
-                .map(drop),
-            Origin::Volcano => Api::<VolcanoPodGroup>::namespaced(self.client.clone(), ns)
-                .patch_status(name, &params, patch)
-                .await
-                .map(drop),
-        }
-    }
-
-    /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
-    /// PodGroup object; pods without one are not counted), written only when it changed.
-    async fn write_queues(&mut self, plan: &Plan) {
-        use basalt_crds::types::QueueState;
-        let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
-        for planned in &plan.pod_groups {
-            let Some(entry) = self.view.groups.get(&*planned.name) else {
-                continue;
-            };
-            let queue = entry
-                .group
-                .spec
-                .queue
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            let c = counts.entry(queue).or_default();
-            match planned.phase {
-                basalt_engine::JobPhase::Running => c.0 += 1,
-                basalt_engine::JobPhase::Pending => c.1 += 1,
-                basalt_engine::JobPhase::Inqueue => c.2 += 1,
-                _ => {}
-            }
-        }
-        for q in &plan.queues {
-            let Some(current) = self.view.queues.get(&q.name) else {
-                continue;
-            };
-            let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
-            let desired = basalt_crds::QueueStatus {
-                state: match q.state {
-                    basalt_engine::QueueState::Open => QueueState::Open,
-                    basalt_engine::QueueState::Closing => QueueState::Closing,
-                    basalt_engine::QueueState::Closed => QueueState::Closed,
-                },
-                allocated: q
-                    .allocated
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Quantity(v.clone())))
-                    .collect(),
-                running: Some(running),
-                pending: Some(pending),
-                inqueue: Some(inqueue),
-            };
-            if current.status.as_ref() == Some(&desired) {
-                continue;
-            }
-            let origin = current.origin;
-            let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
-            // A merge patch keeps omitted keys: resources no longer held are written as null.
-            let mut allocated = serde_json::Map::new();
-            for (k, v) in &desired.allocated {
-                allocated.insert(k.clone(), Value::String(v.0.clone()));
-            }
-            for k in current.status.iter().flat_map(|s| s.allocated.keys()) {
-                allocated.entry(k.clone()).or_insert(Value::Null);
-            }
-            body["allocated"] = Value::Object(allocated);
-            let patch = Patch::Merge(json!({ "status": body }));
-            let params = PatchParams::default();
-            if !self.leadership.leading() {
-                return;
-            }
-            let result = match origin {
-                Origin::Basalt => Api::<basalt_crds::Queue>::all(self.client.clone())
-                    .patch_status(&q.name, &params, &patch)
-                    .await
-                    .map(drop),
-                Origin::Volcano => Api::<VolcanoQueue>::all(self.client.clone())
-                    .patch_status(&q.name, &params, &patch)
-                    .await
-                    .map(drop),
-            };
-            if let Err(e) = result {
-                tracing::warn!(queue = %q.name, api = origin.api_version(), error = %classify(&e).1, "cannot write Queue status");
-            }
-        }
-    }
-
-    /// FailedScheduling Events on a group that cannot start and its waiting pods, once per
-    /// distinct reason.
-    async fn report_unschedulable(
-        &mut self,
-        planned: &PlannedGroup,
-        group: &PodGroup,
-        origin: Origin,
-        stores: &Stores,
-    ) {
-        let group_key = format!("PodGroup/{}", planned.name);
-        let Some(cond) = planned
-            .conditions
-            .iter()
-            .find(|c| c.kind == "Unschedulable")
-        else {
-            self.reported_unschedulable.remove(&group_key);
+        let said = format!("{reason}: {message}");
+        if self.reported_unschedulable.get(&key) == Some(&said) {
             return;
-        };
-        let message = format!("{}: {}", cond.reason, cond.message);
-        let (ns, name) = split_key(&planned.name);
-        let mut targets = vec![(
-            group_key,
-            ObjectReference {
-                api_version: Some(origin.api_version().into()),
-                kind: Some("PodGroup".into()),
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                uid: group.metadata.uid.clone(),
-                ..Default::default()
-            },
-        )];
-        for p in stores.pods.state() {
-            if p.metadata.namespace.as_deref().unwrap_or("default") != ns
-                || member_of(&p) != Some(name)
-                || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-            {
-                continue;
-            }
-            let key = pod_key(&p);
-            let (_, pname) = split_key(&key);
-            let reference = pod_ref(ns, pname, p.metadata.uid.clone());
-            targets.push((format!("Pod/{key}"), reference));
         }
-        for (key, reference) in targets {
-            if self.reported_unschedulable.get(&key) == Some(&message) {
-                continue;
-            }
-            self.event(reference, "Warning", "FailedScheduling", &message)
-                .await;
-            self.reported_unschedulable.insert(key, message.clone());
-        }
+        self.event(about, type_, reason, message).await;
+        self.reported_unschedulable.insert(key, said);
     }
 
     /// Writes a core/v1 Event; a failure is logged, never fatal.
@@ -1021,7 +499,7 @@ impl Scheduler {
     }
 }
 
-fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
+pub(crate) fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -1040,60 +518,6 @@ pub fn member_of(p: &Pod) -> Option<&str> {
     get(&p.metadata.labels, POD_GROUP)
         .or_else(|| get(&p.metadata.annotations, POD_GROUP))
         .or_else(|| get(&p.metadata.annotations, VOLCANO_GROUP_NAME))
-}
-
-/// The status to write: the plan's phase, conditions and counts; a condition keeps its
-/// `lastTransitionTime` while it holds.
-fn desired_status(
-    planned: &PlannedGroup,
-    current: Option<&basalt_crds::PodGroupStatus>,
-    now: &str,
-) -> basalt_crds::PodGroupStatus {
-    use basalt_crds::types::{PodGroupCondition, PodGroupPhase};
-    let phase = match planned.phase {
-        basalt_engine::JobPhase::Pending => PodGroupPhase::Pending,
-        basalt_engine::JobPhase::Inqueue => PodGroupPhase::Inqueue,
-        basalt_engine::JobPhase::Running => PodGroupPhase::Running,
-        basalt_engine::JobPhase::Unknown => PodGroupPhase::Unknown,
-        basalt_engine::JobPhase::Completed => PodGroupPhase::Completed,
-    };
-    let conditions = planned
-        .conditions
-        .iter()
-        .map(|c| {
-            let held = current
-                .and_then(|s| s.conditions.iter().find(|o| o.type_ == c.kind))
-                .filter(|o| o.status == "True")
-                .and_then(|o| o.last_transition_time.clone());
-            PodGroupCondition {
-                type_: c.kind.clone(),
-                status: "True".into(),
-                reason: Some(c.reason.clone()),
-                message: Some(c.message.clone()),
-                last_transition_time: Some(held.unwrap_or_else(|| now.to_string())),
-            }
-        })
-        .collect();
-    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    basalt_crds::PodGroupStatus {
-        phase,
-        conditions,
-        running: count(planned.running),
-        succeeded: count(planned.succeeded),
-        failed: count(planned.failed),
-    }
-}
-
-/// Equal but for condition times.
-fn same_status(a: &basalt_crds::PodGroupStatus, b: &basalt_crds::PodGroupStatus) -> bool {
-    let strip = |s: &basalt_crds::PodGroupStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time = None;
-        }
-        s
-    };
-    strip(a) == strip(b)
 }
 
 async fn bind(

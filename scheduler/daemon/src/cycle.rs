@@ -81,6 +81,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
             backoff: Duration::ZERO,
         };
     };
+    s.held = crate::report::held(&snapshot);
     let plan = basalt_plugins::schedule(&snapshot, &s.config);
     let backoff = s.apply(&plan, stores).await;
     s.metrics
@@ -110,6 +111,18 @@ fn collect(
     }
     for c in stores.priority_classes.state() {
         objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
+    }
+    for n in stores.namespaces.state() {
+        objects.push((src(), Object::Namespace(Box::new((*n).clone()))));
+    }
+    for c in stores.claims.state() {
+        objects.push((src(), Object::PersistentVolumeClaim(Box::new((*c).clone()))));
+    }
+    for v in stores.volumes.state() {
+        objects.push((src(), Object::PersistentVolume(Box::new((*v).clone()))));
+    }
+    for c in stores.storage_classes.state() {
+        objects.push((src(), Object::StorageClass(Box::new((*c).clone()))));
     }
     for q in stores.queues.state() {
         let name = q.metadata.name.clone().unwrap_or_default();

@@ -4,16 +4,20 @@
 //! that does not exist). Each is said once while it lasts; one that goes away and comes back
 //! is said again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use basalt_crds::types::PodGroupCondition;
 use basalt_crds::ConvertError;
+use basalt_engine::actions::{UNSUPPORTED_FIELD, VOLUME_NOT_READY};
+use basalt_engine::{Hold, Snapshot, TaskState};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Patch;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use crate::apply::Scheduler;
+use crate::apply::{pod_ref, Scheduler};
 use crate::cycle::{Origin, SOURCE};
+use crate::stores::Stores;
 use crate::volcano;
 
 /// Condition (and Event reason) of a PodGroup left out of scheduling.
@@ -73,6 +77,27 @@ impl Scheduler {
         self.reported_warnings = now;
     }
 
+    /// An Event on each pod held for what it states or for its volumes, its reason that of its
+    /// PodGroup's condition (`UnsupportedField`, `VolumeNotReady`); said once while it lasts,
+    /// like FailedScheduling (which such a pod gets instead).
+    pub async fn report_held(&mut self, stores: &Stores) {
+        let mut held: Vec<_> = self
+            .held
+            .iter()
+            .map(|(k, (r, m))| (k.clone(), *r, m.clone()))
+            .collect();
+        held.sort();
+        for (key, reason, message) in held {
+            let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
+            let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
+                continue;
+            };
+            let reference = pod_ref(ns, name, pod.metadata.uid.clone());
+            self.event_once(format!("Pod/{key}"), reference, "Warning", reason, &message)
+                .await;
+        }
+    }
+
     async fn mark_invalid(&self, key: &str, origin: Origin, message: &str) {
         if !self.leadership.leading() {
             return;
@@ -91,6 +116,34 @@ impl Scheduler {
             tracing::warn!(group = %key, error = %e, "cannot mark the PodGroup invalid");
         }
     }
+}
+
+/// The snapshot's pending pods held for what they state or for their volumes: pod key → Event
+/// reason and message (gated pods and DRA claims are told by their group's FailedScheduling).
+pub fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
+    snapshot
+        .tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Pending)
+        .filter_map(|t| {
+            let (reason, message) = match t.hold.as_ref()? {
+                Hold::Unsupported(fields) => (
+                    UNSUPPORTED_FIELD,
+                    format!(
+                        "pod {} states what Basalt does not support: {}",
+                        t.name,
+                        fields.join("; ")
+                    ),
+                ),
+                Hold::Volumes(problems) => (
+                    VOLUME_NOT_READY,
+                    format!("pod {} waits for volumes: {}", t.name, problems.join("; ")),
+                ),
+                Hold::Gated(_) | Hold::ResourceClaims => return None,
+            };
+            Some((t.name.to_string(), (reason, message)))
+        })
+        .collect()
 }
 
 /// The object an Event about `kind` `ns/name` goes on, for the kinds users look at.
@@ -124,6 +177,66 @@ fn about_group(warning: &str) -> Option<(Origin, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use basalt_crds::{build_snapshot_tolerant, ConvertOptions, Object};
+
+    #[test]
+    fn held_pods_are_told_by_their_hold_and_gated_or_bound_ones_are_not() {
+        let node = json!({"metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10"}}});
+        let pod = |name: &str, node: Option<&str>| {
+            let mut p = json!({"metadata": {"name": name, "namespace": "ml"},
+                "spec": {"schedulerName": "basalt", "containers": [{"name": "main"}]}});
+            if let Some(n) = node {
+                p["spec"]["nodeName"] = json!(n);
+                p["status"] = json!({"phase": "Running"});
+            }
+            Object::Pod(Box::new(serde_json::from_value(p).unwrap()))
+        };
+        let objects: Vec<(String, Object)> = vec![
+            (
+                SOURCE.into(),
+                Object::Node(Box::new(serde_json::from_value(node).unwrap())),
+            ),
+            (SOURCE.into(), pod("odd", None)),
+            (SOURCE.into(), pod("waiting", None)),
+            (SOURCE.into(), pod("gated", None)),
+            (SOURCE.into(), pod("running", Some("n1"))),
+        ];
+        let mut snapshot = build_snapshot_tolerant(&objects, &ConvertOptions::default())
+            .snapshot
+            .expect("a snapshot");
+        for t in &mut snapshot.tasks {
+            t.hold = match &*t.name {
+                "ml/odd" => Some(Hold::Unsupported(vec![
+                    "spec.a: not understood".into(),
+                    "spec.b: not understood".into(),
+                ])),
+                "ml/waiting" => Some(Hold::Volumes(vec![
+                    "persistentvolumeclaim \"data\" not found".into(),
+                ])),
+                "ml/gated" => Some(Hold::Gated(vec!["example.com/g".into()])),
+                // A hold on a bound pod means nothing.
+                _ => Some(Hold::Volumes(vec!["ignored".into()])),
+            };
+        }
+        let told = held(&snapshot);
+        assert_eq!(told.len(), 2, "{told:?}");
+        assert_eq!(
+            told["ml/odd"],
+            (
+                UNSUPPORTED_FIELD,
+                "pod ml/odd states what Basalt does not support: spec.a: not understood; spec.b: not understood".to_string()
+            )
+        );
+        assert_eq!(
+            told["ml/waiting"],
+            (
+                VOLUME_NOT_READY,
+                "pod ml/waiting waits for volumes: persistentvolumeclaim \"data\" not found"
+                    .to_string()
+            )
+        );
+    }
 
     #[test]
     fn warnings_about_podgroups_are_told_from_the_rest() {

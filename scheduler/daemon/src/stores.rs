@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use basalt_crds::{NodeTopology, PodGroup, Queue};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
@@ -28,6 +29,13 @@ pub struct Stores {
     pub queues: Store<Queue>,
     pub priority_classes: Store<PriorityClass>,
     pub topologies: Store<NodeTopology>,
+    /// Read for their labels (`namespaceSelector` of pod affinity terms).
+    pub namespaces: Store<Namespace>,
+    /// Claims, volumes and classes: where a pod's volumes let it go, and which claims need
+    /// the selected node before the bind.
+    pub claims: Store<PersistentVolumeClaim>,
+    pub volumes: Store<PersistentVolume>,
+    pub storage_classes: Store<StorageClass>,
     /// Volcano's PodGroups and Queues, while the cluster serves them.
     pub volcano: Arc<Volcano>,
     /// Volcano's HyperNodes, while the cluster serves them.
@@ -106,6 +114,10 @@ impl Stores {
             queues: reflector::store().0,
             priority_classes: reflector::store().0,
             topologies: reflector::store().0,
+            namespaces: reflector::store().0,
+            claims: reflector::store().0,
+            volumes: reflector::store().0,
+            storage_classes: reflector::store().0,
             changed,
             health: Arc::default(),
             client,
@@ -137,7 +149,22 @@ impl Stores {
         self.tasks.push(t);
         let (topologies, t) = reflect(Api::all(c.clone()), "nodetopologies", changed, health);
         self.tasks.push(t);
+        let (namespaces, t) = reflect(Api::all(c.clone()), "namespaces", changed, health);
+        self.tasks.push(t);
+        let (claims, t) = reflect(
+            Api::all(c.clone()),
+            "persistentvolumeclaims",
+            changed,
+            health,
+        );
+        self.tasks.push(t);
+        let (volumes, t) = reflect(Api::all(c.clone()), "persistentvolumes", changed, health);
+        self.tasks.push(t);
+        let (storage_classes, t) = reflect(Api::all(c.clone()), "storageclasses", changed, health);
+        self.tasks.push(t);
         (self.nodes, self.pods, self.pod_groups) = (nodes, pods, pod_groups);
+        (self.namespaces, self.claims) = (namespaces, claims);
+        (self.volumes, self.storage_classes) = (volumes, storage_classes);
         (self.queues, self.priority_classes, self.topologies) =
             (queues, priority_classes, topologies);
     }
@@ -166,6 +193,22 @@ impl Stores {
             .wait_until_ready()
             .await
             .map_err(|_| e("nodetopologies"))?;
+        self.namespaces
+            .wait_until_ready()
+            .await
+            .map_err(|_| e("namespaces"))?;
+        self.claims
+            .wait_until_ready()
+            .await
+            .map_err(|_| e("persistentvolumeclaims"))?;
+        self.volumes
+            .wait_until_ready()
+            .await
+            .map_err(|_| e("persistentvolumes"))?;
+        self.storage_classes
+            .wait_until_ready()
+            .await
+            .map_err(|_| e("storageclasses"))?;
         self.volcano.wait_decided().await;
         self.hyper_nodes.wait_decided().await;
         Ok(())

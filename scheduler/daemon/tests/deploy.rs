@@ -115,6 +115,16 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("", "pods/status", "patch"),
         ("", "events", "create"),
         ("scheduling.k8s.io", "priorityclasses", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
+        ("", "persistentvolumeclaims", "list"),
+        ("", "persistentvolumeclaims", "watch"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("", "persistentvolumes", "list"),
+        ("", "persistentvolumes", "watch"),
+        ("", "persistentvolumes", "patch"),
+        ("storage.k8s.io", "storageclasses", "list"),
+        ("storage.k8s.io", "storageclasses", "watch"),
         ("scheduling.basalt.dev", "podgroups", "watch"),
         ("scheduling.basalt.dev", "podgroups", "create"),
         ("scheduling.basalt.dev", "podgroups", "patch"),
@@ -141,6 +151,21 @@ fn kustomize_renders_a_working_scheduler_install() {
     // Least privilege: nothing may delete pods or nodes except through the eviction API.
     assert!(!allows(&rules, "", "pods", "delete"));
     assert!(!allows(&rules, "", "nodes", "patch"));
+    // Claims are only annotated (selected-node) and volumes reserved (claimRef); classes and
+    // namespaces only read.
+    for (group, resource, verb) in [
+        ("", "persistentvolumeclaims", "update"),
+        ("", "persistentvolumeclaims", "delete"),
+        ("", "persistentvolumes", "update"),
+        ("", "persistentvolumes", "delete"),
+        ("storage.k8s.io", "storageclasses", "patch"),
+        ("", "namespaces", "patch"),
+    ] {
+        assert!(
+            !allows(&rules, group, resource, verb),
+            "{verb} {group}/{resource} granted"
+        );
+    }
     // Volcano's objects are read and their status written, never created or changed.
     assert!(!allows(
         &rules,

@@ -100,6 +100,9 @@ pub struct Framework {
     /// [`NO_NODE_FITS`]. On by default (users read it); a replay, which never reads conditions,
     /// turns it off. Decisions never depend on it.
     pub explain_failures: bool,
+    /// How much a pod's stated preferences weigh against the node order (all 0 here: pure
+    /// packing; `basalt-plugins` sets its `scoring` defaults).
+    pub preferences: PreferenceWeights,
     /// Whether the plan lists the status of PodGroups this cycle leaves settled: no member
     /// placed, pipelined, evicted or pending, and the phase the snapshot gave them. On by
     /// default (the daemon writes every PodGroup's status); a replay, which reads only phase
@@ -107,6 +110,29 @@ pub struct Framework {
     /// Decisions never depend on it.
     pub report_settled_groups: bool,
 }
+
+/// Weights of a pod's soft preferences against the node order, per kind, as kube-scheduler's
+/// plugin weights. A node's preference points, times its kind's weight, count
+/// [`KEY_UNITS_PER_POINT`] each against its node-order key (lower is better): the search picks
+/// the node minimising `key after placing − Σ weight × points × KEY_UNITS_PER_POINT`. All 0 is
+/// pure packing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreferenceWeights {
+    /// Preferred node affinity: the weights (1..=100) of the pod's terms the node matches.
+    pub node_affinity: u32,
+    /// Preferred pod affinity (+weight) and anti-affinity (−weight), both the pod's own and
+    /// the symmetric terms of pods already placed.
+    pub pod_affinity: u32,
+    /// `ScheduleAnyway` topology spread constraints.
+    pub topology_spread: u32,
+    /// `PreferNoSchedule` taints: −100 points per such taint the pod does not tolerate.
+    pub taint_toleration: u32,
+}
+
+/// Node-order key units one weighted preference point is worth: 1 % utilisation on the
+/// plugins' 0..=1,000,000 scale, the way one kube-scheduler score point (0..=100 per plugin)
+/// is 1 % of NodeResourcesFit's.
+pub const KEY_UNITS_PER_POINT: i128 = 10_000;
 
 /// The reason a member was not placed when [`Framework::explain_failures`] is off.
 pub const NO_NODE_FITS: &str = "no node fits";
@@ -130,6 +156,7 @@ impl Framework {
             report_queues: true,
             explain_failures: true,
             report_settled_groups: true,
+            preferences: PreferenceWeights::default(),
         }
     }
 

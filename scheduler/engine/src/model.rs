@@ -152,6 +152,20 @@ pub struct NodeSelectorTerm {
     pub match_fields: Vec<SelectorRequirement>,
 }
 
+impl NodeSelectorTerm {
+    /// Whether the node satisfies every requirement. A term with no requirements matches
+    /// nothing, as in Kubernetes; `metadata.name` is the only node field it supports.
+    pub fn matches(&self, node: &Node) -> bool {
+        if self.match_expressions.is_empty() && self.match_fields.is_empty() {
+            return false;
+        }
+        (self.match_expressions.iter())
+            .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
+            && (self.match_fields.iter())
+                .all(|r| r.key == "metadata.name" && r.matches(Some(node.name.as_str())))
+    }
+}
+
 /// `requiredDuringSchedulingIgnoredDuringExecution`: the terms are ORed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RequiredNodeAffinity {

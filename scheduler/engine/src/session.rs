@@ -17,6 +17,8 @@ use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
+mod prefer;
+
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskStatus {
@@ -235,6 +237,8 @@ pub struct Session<'a> {
     topo: Option<TopoState>,
     /// Inter-pod affinity, spread and host ports: counts per domain (see [`crate::interpod`]).
     pods: InterPod,
+    /// Preference points of the tasks' placement rules and preferred node terms.
+    preference_cache: prefer::PreferenceCache,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -423,6 +427,7 @@ impl<'a> Session<'a> {
             moved: Vec::new(),
             topo: None,
             pods: InterPod::new(snapshot),
+            preference_cache: prefer::PreferenceCache::default(),
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
@@ -1018,18 +1023,6 @@ impl<'a> Session<'a> {
         self.pods.allows(self.snapshot, task, node).is_ok()
     }
 
-    /// The task's inter-pod preference points on the node (see
-    /// `InterPod::preference_points` for the scale: per rule 0..=100 or ±weight).
-    pub fn pod_preference_points(&self, task: TaskId, node: NodeId) -> i64 {
-        self.pods.preference_points(self.snapshot, task, node)
-    }
-
-    /// Whether the task has inter-pod preferences at all (cached per task): without, its
-    /// points are 0 everywhere.
-    pub fn has_pod_preferences(&self, task: TaskId) -> bool {
-        self.pods.has_preferences(self.snapshot, task)
-    }
-
     pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
         match (access, self.reserved_for[node.index()]) {
             (_, None) | (ReservedNodes::Use, _) => true,
@@ -1071,10 +1064,19 @@ impl<'a> Session<'a> {
         if failed {
             return None;
         }
+        let preferences = self.preferences(task);
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
         let statics = &self.statics[&rules];
         let check = self.pods.prepare(snap, task);
+        if let Some(p) = &preferences {
+            let found = self.find_preferred(task, request, statics, access, p, check.as_ref());
+            drop(check);
+            if found.is_none() {
+                self.note_no_node(task, shape, access, guard);
+            }
+            return found;
+        }
         let usable = |n: NodeId| {
             statics.ok[n.index()]
                 && self.fits(n, request)
@@ -1104,16 +1106,22 @@ impl<'a> Session<'a> {
                 }
             }
         }
+        drop(check);
         if best.is_none() {
-            match guard {
-                Guard::Free => {
-                    self.failures.insert((shape, access), self.released);
-                }
-                Guard::PerTask => self.pods.note_failure(task, self.released),
-                Guard::Never => {}
-            }
+            self.note_no_node(task, shape, access, guard);
         }
         best.map(|(_, node)| node)
+    }
+
+    /// Caches that the task found no node, as its inter-pod rules allow (see `Guard`).
+    fn note_no_node(&mut self, task: TaskId, shape: ShapeId, access: ReservedNodes, guard: Guard) {
+        match guard {
+            Guard::Free => {
+                self.failures.insert((shape, access), self.released);
+            }
+            Guard::PerTask => self.pods.note_failure(task, self.released),
+            Guard::Never => {}
+        }
     }
 
     /// Why no node takes the task now: "0/3 nodes are available: 2 insufficient

@@ -546,11 +546,14 @@ fn preference_points_follow_preferred_terms() {
     let web = pod("web", None, &[], c);
     let plain = pod("plain", None, &[], PodConstraints::default());
     let snap = Snapshot::build(spec(nodes, vec![db, plain, web], vec![])).unwrap();
-    let fw = framework();
+    let mut fw = framework();
+    fw.preferences.pod_affinity = 2;
     let s = Session::new(&snap, &fw);
     let (plain, web) = (TaskId(0), TaskId(1));
     assert!(s.has_pod_preferences(web));
     assert!(!s.has_pod_preferences(plain));
-    assert_eq!(s.pod_preference_points(web, NodeId(1)), 40);
+    // Weight 40, times the framework's pod-affinity weight 2.
+    assert_eq!(s.pod_preference_points(web, NodeId(1)), 80);
     assert_eq!(s.pod_preference_points(web, NodeId(0)), 0);
+    assert_eq!(s.pod_preference_ceiling(web), 80);
 }

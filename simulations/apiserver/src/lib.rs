@@ -314,6 +314,22 @@ impl Handle {
             .map(|(o, _)| (*o).clone())
     }
 
+    /// Patches an object's status subresource as a controller would (a claim's `phase: Bound`).
+    pub fn patch_status(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        patch: PatchKind,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.shared.store();
+        let res = served(&st, api_version, kind)?;
+        st.patch(res, namespace, name, patch, body, store::Part::Status)
+            .map(|(o, _)| (*o).clone())
+    }
+
     /// Stops serving: closes watches, finishes in-flight requests, releases the port.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {

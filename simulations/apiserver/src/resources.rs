@@ -99,6 +99,18 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ResourceInfo::builtin("", "v1", "Pod", "pods", true)
             .short(&["po"])
             .with_status(),
+        ResourceInfo::builtin(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        )
+        .short(&["pvc"])
+        .with_status(),
+        ResourceInfo::builtin("", "v1", "PersistentVolume", "persistentvolumes", false)
+            .short(&["pv"])
+            .with_status(),
         ResourceInfo::builtin("", "v1", "Event", "events", true).short(&["ev"]),
         ResourceInfo::builtin("", "v1", "ConfigMap", "configmaps", true).short(&["cm"]),
         ResourceInfo::builtin("events.k8s.io", "v1", "Event", "events", true).short(&["ev"]),
@@ -111,6 +123,14 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
         )
         .short(&["pc"]),
+        ResourceInfo::builtin(
+            "storage.k8s.io",
+            "v1",
+            "StorageClass",
+            "storageclasses",
+            false,
+        )
+        .short(&["sc"]),
         ResourceInfo::builtin(
             "policy",
             "v1",

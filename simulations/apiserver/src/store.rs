@@ -504,6 +504,20 @@ impl Store {
         prepare_create(&info, &mut obj);
         if info.is_core("pods") {
             validate_pod(&name, &obj)?;
+            let bound = obj
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
+            if bound && !gate_names(&obj).is_empty() {
+                return Err(ApiError::invalid(
+                    "Pod",
+                    &name,
+                    "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared",
+                ));
+            }
+        }
+        if info.group == "storage.k8s.io" && info.plural == "storageclasses" {
+            validate_storage_class(&name, &obj)?;
         }
         let registered = if info.group == "apiextensions.k8s.io" {
             let row = resources::from_crd(&obj)?;
@@ -722,6 +736,7 @@ impl Store {
         };
         if info.is_core("pods") && part == Part::Main {
             validate_pod(name, &result)?;
+            validate_gates_update(name, old, &result)?;
             if old.pointer("/spec/nodeName") != result.pointer("/spec/nodeName")
                 && old
                     .pointer("/spec/nodeName")
@@ -1302,6 +1317,18 @@ fn prepare_create(info: &ResourceInfo, obj: &mut Value) {
         obj["status"] = json!({"phase": "Pending"});
     } else if info.is_core("namespaces") {
         obj["status"] = json!({"phase": "Active"});
+    } else if info.is_core("persistentvolumeclaims") || info.is_core("persistentvolumes") {
+        // Claims and volumes start Pending; the PV controller moves them on.
+        obj["status"] = json!({"phase": "Pending"});
+    } else if info.group == "storage.k8s.io" && info.plural == "storageclasses" {
+        for (field, default) in [
+            ("volumeBindingMode", "Immediate"),
+            ("reclaimPolicy", "Delete"),
+        ] {
+            if obj.get(field).is_none_or(Value::is_null) {
+                obj[field] = json!(default);
+            }
+        }
     } else if info.custom && info.status_subresource {
         // Custom resources with a status subresource ignore status on create.
         if let Some(o) = obj.as_object_mut() {
@@ -1330,6 +1357,54 @@ fn validate_pod(name: &str, pod: &Value) -> Result<(), ApiError> {
                 &format!("spec.containers[{i}].name: Required value"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The names of a pod's `spec.schedulingGates`.
+fn gate_names(pod: &Value) -> Vec<&str> {
+    pod.pointer("/spec/schedulingGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("name").and_then(Value::as_str))
+        .collect()
+}
+
+/// As kube-apiserver: scheduling gates may only be removed from an existing pod, never added.
+fn validate_gates_update(name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let before = gate_names(old);
+    match gate_names(new).into_iter().find(|g| !before.contains(g)) {
+        Some(added) => Err(ApiError::invalid(
+            "Pod",
+            name,
+            &format!(
+                "spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate '{added}'"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn validate_storage_class(name: &str, class: &Value) -> Result<(), ApiError> {
+    if class
+        .get("provisioner")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return Err(ApiError::invalid(
+            "StorageClass",
+            name,
+            "provisioner: Required value",
+        ));
+    }
+    let mode = class.get("volumeBindingMode").and_then(Value::as_str);
+    if !matches!(mode, Some("Immediate" | "WaitForFirstConsumer")) {
+        return Err(ApiError::invalid(
+            "StorageClass",
+            name,
+            &format!("volumeBindingMode: Unsupported value: {}: supported values: \"Immediate\", \"WaitForFirstConsumer\"", class.get("volumeBindingMode").cloned().unwrap_or(Value::Null)),
+        ));
     }
     Ok(())
 }

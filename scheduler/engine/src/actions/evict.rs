@@ -225,14 +225,18 @@ fn ends_above_share(session: &Session, job: &Job, mode: Mode, reclaimed: &[Resou
             .any(|&r| allocated.get(r) > deserved.get(r))
 }
 
-/// The best node among `nodes` with room for the task now.
+/// The best node among `nodes` with room for the task now (node order and preferences).
 fn find_in(session: &mut Session, task: TaskId, nodes: &[NodeId]) -> Option<NodeId> {
     let access = ReservedNodes::Avoid(session.snapshot.task(task).job);
     let request = &session.snapshot.task(task).request;
-    let mut best: Option<(u64, NodeId)> = None;
+    let preferences = session.preferences(task);
+    let mut best: Option<(i128, NodeId)> = None;
     for &n in nodes {
         if session.can_take(task, n, access, None) {
-            let cand = (session.key_with(n, request), n);
+            let cand = (
+                session.placement_score(task, n, request, preferences.as_ref()),
+                n,
+            );
             if best.is_none_or(|b| cand < b) {
                 best = Some(cand);
             }

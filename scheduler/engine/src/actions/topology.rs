@@ -363,9 +363,9 @@ fn fill(
     Ok(())
 }
 
-/// Places one task inside `within` (or anywhere), on `prev` when it has room, else on the best
-/// node by the node order; with `island`, its GPUs come from that NVLink island. Returns the
-/// node.
+/// Places one task inside `within` (or anywhere), on `prev` when it has room (consecutive ranks
+/// together outrank preferences), else on the nearest best node by the node order and the
+/// task's preferences; with `island`, its GPUs come from that NVLink island. Returns the node.
 #[allow(clippy::too_many_arguments)]
 fn place_one(
     session: &mut Session,
@@ -399,13 +399,14 @@ fn place_one(
                         .count()
                 })
             };
-            let mut best: Option<(std::cmp::Reverse<usize>, u64, NodeId)> = None;
+            let preferences = session.preferences(task);
+            let mut best: Option<(std::cmp::Reverse<usize>, i128, NodeId)> = None;
             for n in nodes.into_iter().map(NodeId) {
                 if usable(session, n) {
                     let t = &session.topology().expect("topology").topology;
                     let cand = (
                         std::cmp::Reverse(near(t, n)),
-                        session.key_with(n, request),
+                        session.placement_score(task, n, request, preferences.as_ref()),
                         n,
                     );
                     if best.is_none_or(|b| cand < b) {

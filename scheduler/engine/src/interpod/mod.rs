@@ -484,49 +484,71 @@ impl InterPod {
         })
     }
 
-    /// The task's inter-pod preference points for a node: the sum over rules, each on its own
-    /// 0..=100 scale (weights are 1..=100):
-    /// - its preferred affinity term: +weight when a pod it selects runs in the node's domain;
-    /// - its preferred anti-affinity term: −weight when one does;
+    /// The task's inter-pod preference points for a node, as (pod affinity points, spread
+    /// points), each the sum over rules:
+    /// - its preferred affinity term: +weight (1..=100) when a pod it selects runs in the
+    ///   node's domain; its preferred anti-affinity term: −weight when one does;
     /// - an existing pod's preferred affinity (anti-affinity) term that selects the task:
     ///   +weight (−weight) when such a pod runs in the node's domain; an existing pod's
-    ///   required affinity term: +1 (kube's `hardPodAffinityWeight`), counted once per term;
+    ///   required affinity term: +1 (kube's `hardPodAffinityWeight`), once per distinct term;
     /// - its `ScheduleAnyway` spread constraint: 0..=100, 100 where the node's domain holds
     ///   the fewest pods the constraint selects, 0 where it holds the most or lacks the key.
     ///
-    /// Presence, not counts: a rule scores alike whether one or ten pods satisfy it.
-    pub(crate) fn preference_points(&self, snap: &Snapshot, task: TaskId, node: NodeId) -> i64 {
+    /// Presence, not counts: a term scores alike whether one or ten pods satisfy it.
+    pub(crate) fn preference_points(
+        &self,
+        snap: &Snapshot,
+        task: TaskId,
+        node: NodeId,
+    ) -> (i64, i64) {
         if !self.has_preferences(snap, task) {
-            return 0;
+            return (0, 0);
         }
         let view = self.view(snap, task);
         let domains = &self.domains;
         let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
-        let mut points = 0;
+        let mut affinity = 0;
         for &h in &view.selected_by {
             if let Some(w) = self.held_keys[h as usize].weight {
                 if present(&self.held[h as usize]) {
-                    points += w;
+                    affinity += w;
                 }
             }
         }
         let Some(r) = self.task_rules[task.index()].as_deref() else {
-            return points;
+            return (affinity, 0);
         };
         for &(c, w) in &r.preferred {
             if present(&self.counters[c as usize]) {
-                points += w;
+                affinity += w;
             }
         }
         let t = snap.task(task);
         let placement = &snap.rules[t.rules.0 as usize];
         let mut cache = self.spread.borrow_mut();
+        let mut spread = 0;
         for (s, _) in r.spread.iter().filter(|(s, _)| !s.hard) {
             let counts = &self.counters[s.counter as usize];
             let nodes = (snap.nodes.as_slice(), domains);
-            points += cache.points(s, (t.rules, placement), nodes, counts, node);
+            spread += cache.points(s, (t.rules, placement), nodes, counts, node);
         }
-        points
+        (affinity, spread)
+    }
+
+    /// An upper bound of [`InterPod::preference_points`] over all nodes.
+    pub(crate) fn preference_ceiling(&self, snap: &Snapshot, task: TaskId) -> (i64, i64) {
+        if !self.has_preferences(snap, task) {
+            return (0, 0);
+        }
+        let view = self.view(snap, task);
+        let held = (view.selected_by.iter()).filter_map(|&h| self.held_keys[h as usize].weight);
+        let rules = self.task_rules[task.index()].as_deref();
+        let own = rules
+            .into_iter()
+            .flat_map(|r| r.preferred.iter().map(|&(_, w)| w));
+        let affinity = held.chain(own).filter(|&w| w > 0).sum();
+        let soft = rules.map_or(0, |r| r.spread.iter().filter(|(s, _)| !s.hard).count());
+        (affinity, 100 * soft as i64)
     }
 }
 

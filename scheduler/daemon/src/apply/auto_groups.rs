@@ -1,0 +1,376 @@
+//! Auto PodGroups: a PodGroup of one for each pending Basalt pod without a group, or its
+//! owner's PodGroup when the owner asks for a gang (`scheduling.basalt.dev/min-member`), made
+//! before the cycle reads the stores.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use basalt_crds::convert::{POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP};
+use basalt_crds::PodGroup;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::Api;
+use serde_json::json;
+
+use super::{classify, member_of, pod_ref, split_key, Scheduler, AUTO_QUEUE};
+use crate::cycle::pod_key;
+use crate::owners::{self, OwnerGroup};
+use crate::stores::Stores;
+
+impl Scheduler {
+    /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
+    /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
+    /// annotation. The group is created first, then the pod annotated to name it.
+    ///
+    /// A pod whose owner (its controller ownerReference, else its first) carries
+    /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
+    /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
+    ///
+    /// Owners are cached by uid for `owner_ttl`: an owner deleted and made again under the same
+    /// name is another uid, so it is read afresh; one whose annotations change is read again
+    /// once its entry expires, and its PodGroup, while not all of it runs, follows the new
+    /// min-member and queue ([`Self::follow_owners`]).
+    pub async fn auto_groups(&mut self, stores: &Stores) {
+        self.hold.clear();
+        let ttl = self.owner_ttl;
+        self.owners.retain(|_, (_, read)| read.elapsed() < ttl);
+        self.follow_owners(stores).await;
+        for p in stores.pods.state() {
+            let spec = p.spec.as_ref();
+            let ours = spec
+                .and_then(|s| s.scheduler_name.as_deref())
+                .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
+            let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
+            let pending = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_none_or(|ph| ph == "Pending");
+            let grouped = member_of(&p).is_some()
+                || p.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
+            let key = pod_key(&p);
+            if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let (ns, name) = split_key(&key);
+            if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
+                continue;
+            }
+            let owner_ref = owners::controller(&p.metadata);
+            let decision = match owner_ref {
+                None => OwnerGroup::None,
+                Some(r) => match self.owner_decision(ns, &r).await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
+                        self.hold.insert(key);
+                        continue;
+                    }
+                },
+            };
+            let pod_queue = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AUTO_QUEUE))
+                .cloned();
+            let pod_uid = p.metadata.uid.clone().unwrap_or_default();
+            // The uid the group's ownerReference must name, and what an owner's group should say.
+            let (expected_owner, wanted) = match &decision {
+                OwnerGroup::Gang {
+                    min_member,
+                    queue,
+                    owner,
+                    ..
+                } => (owner.3.clone(), Some((*min_member, queue.clone()))),
+                _ => (pod_uid.clone(), None),
+            };
+            let (group_name, group) = match decision {
+                OwnerGroup::Gang {
+                    group,
+                    min_member,
+                    queue,
+                    owner: (api_version, kind, owner_name, uid),
+                } => {
+                    let body = json!({
+                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                        "metadata": {"name": group, "namespace": ns,
+                            "labels": {"scheduling.basalt.dev/auto": "true"},
+                            "ownerReferences": [{"apiVersion": api_version, "kind": kind,
+                                "name": owner_name, "uid": uid, "controller": true}]},
+                        "spec": {"minMember": min_member, "queue": queue.or(pod_queue)},
+                    });
+                    // Held out of the snapshot from now until the group and the pod's
+                    // annotation are both watched.
+                    self.owner_members
+                        .insert(key.clone(), format!("{ns}/{group}"));
+                    (group, body)
+                }
+                other => {
+                    if let OwnerGroup::Invalid(reason) = other {
+                        tracing::warn!(pod = %key, reason = %reason, "owner gives no PodGroup; a group of one instead");
+                        let msg = format!("{reason}; scheduled as a PodGroup of one");
+                        self.event(
+                            pod_ref(ns, name, p.metadata.uid.clone()),
+                            "Warning",
+                            "OwnerGroupInvalid",
+                            &msg,
+                        )
+                        .await;
+                    }
+                    let group_name = format!("{name}-pg");
+                    if group_name.len() > 253 {
+                        continue;
+                    }
+                    let body = json!({
+                        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+                        "metadata": {"name": group_name, "namespace": ns,
+                            "labels": {"scheduling.basalt.dev/auto": "true"},
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                                "uid": p.metadata.uid.clone().unwrap_or_default(), "controller": true}]},
+                        "spec": {"minMember": 1, "queue": pod_queue},
+                    });
+                    (group_name, body)
+                }
+            };
+            let gang = self.owner_members.contains_key(&key);
+            // A failure below leaves the pod for the next cycle, held if it is a gang member.
+            let give_up = |s: &mut Self, key: String| {
+                if s.owner_members.remove(&key).is_some() {
+                    s.hold.insert(key);
+                }
+            };
+            // Made before, and no longer right to join: wait for the next cycle.
+            let retry = |s: &mut Self, key: String| {
+                s.owner_members.remove(&key);
+                s.hold.insert(key);
+            };
+            let group: PodGroup = match serde_json::from_value(group) {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
+                    give_up(self, key);
+                    continue;
+                }
+            };
+            if !self.leadership.leading() {
+                return;
+            }
+            let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+            match groups.create(&PostParams::default(), &group).await {
+                Ok(_) => {}
+                // Made before: by another member of the same owner, an earlier cycle, or for an
+                // owner (or pod) of the same name that was deleted since.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let existing = match stores
+                        .pod_groups
+                        .get(&ObjectRef::new(&group_name).within(ns))
+                    {
+                        Some(g) => Some(g),
+                        None => groups
+                            .get_opt(&group_name)
+                            .await
+                            .ok()
+                            .flatten()
+                            .map(Arc::new),
+                    };
+                    let Some(existing) = existing else {
+                        // Deleted meanwhile: made again next cycle.
+                        retry(self, key);
+                        continue;
+                    };
+                    if self
+                        .stale_auto_group(&existing, &expected_owner, stores)
+                        .await
+                    {
+                        retry(self, key);
+                        continue;
+                    }
+                    if let Some((min_member, queue)) = wanted {
+                        self.follow_owner(&existing, min_member, queue).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
+                    give_up(self, key);
+                    continue;
+                }
+            }
+            if !self.leadership.leading() {
+                return;
+            }
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let patch = json!({"metadata": {"annotations": {POD_GROUP: group_name}}});
+            match pods
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
+                    if !gang {
+                        self.auto_groups.insert(key, group_name);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod");
+                    give_up(self, key);
+                }
+            }
+        }
+    }
+
+    /// What the owner says, from the cache while its entry is fresh, else read through the API.
+    async fn owner_decision(
+        &mut self,
+        ns: &str,
+        r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    ) -> Result<OwnerGroup, String> {
+        if let Some((d, _)) = self.owners.get(&r.uid) {
+            return Ok(d.clone());
+        }
+        let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
+        self.owners
+            .insert(r.uid.clone(), (d.clone(), Instant::now()));
+        Ok(d)
+    }
+
+    /// Owner PodGroups not all of whose members run follow their owner: once the owner's
+    /// cache entry has expired it is read again, and a changed min-member or queue is written
+    /// to the group (so lowering min-member on a waiting Job lets its gang start).
+    async fn follow_owners(&mut self, stores: &Stores) {
+        use basalt_crds::types::PodGroupPhase;
+        for g in stores.pod_groups.state() {
+            if !owners::is_auto(&g.metadata) || g.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(r) = owners::controller(&g.metadata) else {
+                continue;
+            };
+            if r.kind == "Pod" && r.api_version == "v1" {
+                continue;
+            }
+            let phase = g.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            if matches!(phase, PodGroupPhase::Running | PodGroupPhase::Completed) {
+                continue;
+            }
+            let ns = g
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            let decision = match self.owner_decision(&ns, &r).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read a PodGroup's owner; read again next cycle");
+                    continue;
+                }
+            };
+            if let OwnerGroup::Gang {
+                group,
+                min_member,
+                queue,
+                ..
+            } = decision
+            {
+                if g.metadata.name.as_deref() == Some(group.as_str()) {
+                    self.follow_owner(&g, min_member, queue).await;
+                }
+            }
+        }
+    }
+
+    /// Writes the owner's min-member (and queue, when the owner names one) to its PodGroup
+    /// when they differ.
+    async fn follow_owner(&self, g: &PodGroup, min_member: u32, queue: Option<String>) {
+        let min = i32::try_from(min_member).unwrap_or(i32::MAX);
+        let queue = queue.filter(|q| g.spec.queue.as_ref() != Some(q));
+        if g.spec.min_member == min && queue.is_none() {
+            return;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let mut spec = json!({ "minMember": min });
+        if let Some(q) = &queue {
+            spec["queue"] = json!(q);
+        }
+        if !self.leadership.leading() {
+            return;
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        match api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), min_member = min, queue = ?queue, "PodGroup follows its owner's annotations")
+            }
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot update a PodGroup to its owner's annotations")
+            }
+        }
+    }
+
+    /// An auto PodGroup left by an earlier owner (or pod) of the same name, which the garbage
+    /// collector has not removed yet: deleted here (only that object: its uid is a
+    /// precondition), so the new owner gets a group of its own. True when the group must not
+    /// be joined (this cycle). A group whose owner still exists is another object's that
+    /// happens to have the name: joined, as before.
+    async fn stale_auto_group(&self, g: &PodGroup, expected_owner: &str, stores: &Stores) -> bool {
+        let Some(owner) = owners::controller(&g.metadata) else {
+            return false;
+        };
+        if owner.uid == expected_owner || !owners::is_auto(&g.metadata) {
+            return false;
+        }
+        if g.metadata.deletion_timestamp.is_some() {
+            return true;
+        }
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        let name = g.metadata.name.as_deref().unwrap_or("");
+        let alive = if owner.kind == "Pod" && owner.api_version == "v1" {
+            Ok(stores
+                .pods
+                .get(&ObjectRef::new(&owner.name).within(ns))
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(owner.uid.as_str())))
+        } else {
+            owners::alive(&self.client, ns, &owner).await
+        };
+        match alive {
+            Ok(true) => return false,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %e, "cannot tell whether an auto PodGroup's owner still exists; retried next cycle");
+                return true;
+            }
+        }
+        if !self.leadership.leading() {
+            return true;
+        }
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: g.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(group = %format!("{ns}/{name}"), previous_owner = %format!("{} {} ({})", owner.kind, owner.name, owner.uid), "deleted an auto PodGroup left by an owner that is gone")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(group = %format!("{ns}/{name}"), error = %classify(&e).1, "cannot delete an auto PodGroup left by an owner that is gone")
+            }
+        }
+        true
+    }
+}
