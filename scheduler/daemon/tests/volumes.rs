@@ -181,11 +181,9 @@ async fn a_pod_whose_claim_is_missing_is_not_bound() {
     // Event names the claim.
     eventually("an Event names the missing claim", || {
         ["FailedScheduling", "VolumeNotReady"].iter().any(|reason| {
-            c.events(reason, "g-0").iter().any(|e| {
-                e["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("gone\""))
-            })
+            c.events(reason, "g-0")
+                .iter()
+                .any(|e| e["message"].as_str().is_some_and(|m| m.contains("gone\"")))
         })
     })
     .await;
