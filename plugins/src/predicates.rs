@@ -36,7 +36,7 @@ impl NodeFilter for Predicates {
             }
         }
         if let Some(rule) =
-            (rules.volumes.iter()).find(|v| !v.terms.iter().any(|term| term_matches(term, node)))
+            (rules.volumes.iter()).find(|v| !v.terms.iter().any(|term| term.matches(node)))
         {
             return Err(match rule.bound {
                 true => "had volume node affinity conflict",
