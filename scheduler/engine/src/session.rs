@@ -1134,6 +1134,7 @@ impl<'a> Session<'a> {
         let t = self.snapshot.task(task);
         let (shape, rules) = (t.shape, t.rules);
         let access = self.effective(access);
+        self.ensure_statics(rules);
         // With inter-pod rules the reason is the task's own, not its shape's.
         if self.pods.guard(self.snapshot, task) != Guard::Free {
             let request = &self.snapshot.shapes[shape.0 as usize].1;
@@ -1163,10 +1164,15 @@ impl<'a> Session<'a> {
         let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
         let mut shortages: BTreeMap<crate::resources::ResourceId, usize> = BTreeMap::new();
         let check = self.pods.prepare(self.snapshot, task);
+        // Nodes known to pass the static filters are not asked again (only failures are worded).
+        let passes = self.statics.get(&rules).map(|s| &s.ok);
         for node in &self.snapshot.nodes {
-            if let Err(reason) = self.fw.filter_node(r, node) {
-                *counts.entry(reason).or_default() += 1;
-                continue;
+            let known_ok = passes.is_some_and(|ok| ok[node.id.index()]);
+            if !known_ok {
+                if let Err(reason) = self.fw.filter_node(r, node) {
+                    *counts.entry(reason).or_default() += 1;
+                    continue;
+                }
             }
             if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node.id)) {
                 *counts.entry(reason).or_default() += 1;
