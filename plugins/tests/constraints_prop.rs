@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use basalt_engine::{
     ClusterSpec, GroupSpec, HostPort, InclusionPolicy, JobPhase, LabelSelector, NamespaceSpec,
-    NodeSpec, PlacementRules, PodAffinityRules, PodAffinityTerm, PodConstraints, PodPhase,
-    PodSpec, ResourceList, SelectorOperator, SelectorRequirement, Snapshot, Taint, TaintEffect,
-    Toleration, TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
+    NodeSpec, PlacementRules, PodAffinityRules, PodAffinityTerm, PodConstraints, PodPhase, PodSpec,
+    ResourceList, SelectorOperator, SelectorRequirement, Snapshot, Taint, TaintEffect, Toleration,
+    TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use basalt_plugins::config::ActionName;
 use basalt_plugins::{schedule, Config};
@@ -132,7 +132,10 @@ fn same_domain(nodes: &[TestNode], a: usize, b: usize, key: &str) -> bool {
 }
 
 fn passes_node_rules(rules: &Rules, node: &TestNode) -> bool {
-    rules.pool.as_ref().is_none_or(|p| node.labels.get("pool") == Some(p))
+    rules
+        .pool
+        .as_ref()
+        .is_none_or(|p| node.labels.get("pool") == Some(p))
 }
 
 fn tolerates(rules: &Rules, node: &TestNode) -> bool {
@@ -171,11 +174,17 @@ fn violation(
     }
     // Required affinity, with the first-pod rule.
     if !r.affinity.is_empty() {
-        if r.affinity.iter().any(|t| !nodes[node].labels.contains_key(t.key)) {
+        if r.affinity
+            .iter()
+            .any(|t| !nodes[node].labels.contains_key(t.key))
+        {
             return Some("affinity: node lacks a topology key".into());
         }
-        let matches_all =
-            |p: &TestPod| r.affinity.iter().all(|t| term_matches(t, &pod.namespace, p));
+        let matches_all = |p: &TestPod| {
+            r.affinity
+                .iter()
+                .all(|t| term_matches(t, &pod.namespace, p))
+        };
         let all_exist = r.affinity.iter().all(|t| {
             placed
                 .iter()
@@ -293,14 +302,16 @@ fn rules() -> impl Strategy<Value = Rules> {
         prop::option::of(prop::sample::select(vec!["p0", "p1"])),
         any::<bool>(),
     )
-        .prop_map(|(affinity, anti, spread, ports, pool, tolerates_dedicated)| Rules {
-            affinity,
-            anti,
-            spread,
-            ports: ports.into_iter().map(|p| ("TCP".to_string(), p)).collect(),
-            pool: pool.map(str::to_string),
-            tolerates_dedicated,
-        })
+        .prop_map(
+            |(affinity, anti, spread, ports, pool, tolerates_dedicated)| Rules {
+                affinity,
+                anti,
+                spread,
+                ports: ports.into_iter().map(|p| ("TCP".to_string(), p)).collect(),
+                pool: pool.map(str::to_string),
+                tolerates_dedicated,
+            },
+        )
 }
 
 fn labels() -> impl Strategy<Value = Labels> {
@@ -412,7 +423,10 @@ fn affinity_term(t: &Term) -> PodAffinityTerm {
         Namespaces::Own => (vec![], None),
         Namespaces::Listed(l) => (l.clone(), None),
         Namespaces::All => (vec![], Some(LabelSelector::default())),
-        Namespaces::Env(e) => (vec![], Some(LabelSelector::from_labels([("env", e.as_str())]))),
+        Namespaces::Env(e) => (
+            vec![],
+            Some(LabelSelector::from_labels([("env", e.as_str())])),
+        ),
     };
     PodAffinityTerm {
         selector: Some(selector(&t.select)),

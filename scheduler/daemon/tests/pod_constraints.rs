@@ -37,7 +37,10 @@ async fn an_anti_affinity_gang_lands_one_member_per_node() {
     c.create(queue("q"));
     c.create(group("spread", 4, "q"));
     for m in 0..4 {
-        c.create(one_per_node(pod(&format!("spread-{m}"), "spread", 1), "spread"));
+        c.create(one_per_node(
+            pod(&format!("spread-{m}"), "spread", 1),
+            "spread",
+        ));
     }
     // A gang without the rule, to show what binpack does on its own.
     c.create(group("stack", 2, "q"));
@@ -120,5 +123,8 @@ async fn a_namespace_selector_reads_the_namespace_labels() {
     })
     .await;
     let p = c.server.get("v1", "Pod", "ml", "shy").unwrap();
-    assert_eq!(p["spec"]["nodeName"], "n1", "binpack prefers n0, the guard keeps it off");
+    assert_eq!(
+        p["spec"]["nodeName"], "n1",
+        "binpack prefers n0, the guard keeps it off"
+    );
 }

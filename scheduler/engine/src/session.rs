@@ -17,6 +17,7 @@ use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
+mod domains;
 mod prefer;
 
 /// Where a task stands inside the session.
@@ -229,6 +230,13 @@ pub struct Session<'a> {
     failures: Map<(ShapeId, ReservedNodes), u64>,
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
+    /// While set, [`Session::why_no_node`] gives [`crate::framework::NO_NODE_FITS`] for a task
+    /// with inter-pod rules (whose reason is a scan of its own) without scanning: the caller
+    /// will not report it (see [`Session::set_quiet`]).
+    quiet: bool,
+    /// The same for tasks with inter-pod rules, per gang and shape, valid while nothing is
+    /// committed.
+    gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, String)>,
     committed: Vec<Op>,
     /// Nodes whose usage this session changed (with repeats): those of its operations and of
     /// its holds (noted when taken; releasing and restoring one changes no other node).
@@ -237,6 +245,8 @@ pub struct Session<'a> {
     topo: Option<TopoState>,
     /// Inter-pod affinity, spread and host ports: counts per domain (see [`crate::interpod`]).
     pods: InterPod,
+    /// Free nodes per domain of the topology keys inter-pod rules restrict on.
+    domain_index: domains::DomainIndex,
     /// Preference points of the tasks' placement rules and preferred node terms.
     preference_cache: prefer::PreferenceCache,
 }
@@ -423,14 +433,22 @@ impl<'a> Session<'a> {
             released: 0,
             failures: Map::default(),
             explanations: Map::default(),
+            gang_explanations: Map::default(),
+            quiet: false,
             committed: Vec::new(),
             moved: Vec::new(),
             topo: None,
             pods: InterPod::new(snapshot),
+            domain_index: domains::DomainIndex::default(),
             preference_cache: prefer::PreferenceCache::default(),
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
+        let coarse = session.pods.coarse_keys(snapshot.nodes.len());
+        if !coarse.is_empty() {
+            let entries = session.index.buckets.iter().map(|(&b, set)| (b, set));
+            session.domain_index = domains::DomainIndex::build(coarse, &session.pods, entries);
+        }
         session.topo = session.build_topology(kept_topo, constrained);
         session.cluster_used.add(&node_used_sum);
         for job in to_reserve {
@@ -919,11 +937,15 @@ impl<'a> Session<'a> {
         let free_gpus = self.free_gpus(node);
         let key = (self.fw.node_order()).key(&snap_node.allocatable, &self.used[i]);
         self.index.key[i] = (free_gpus, key);
+        let bucket = (self.index.class[i], free_gpus);
         self.index
             .buckets
-            .entry((self.index.class[i], free_gpus))
+            .entry(bucket)
             .or_default()
             .insert((key, node));
+        if !self.domain_index.is_empty() {
+            self.domain_index.insert(&self.pods, bucket, (key, node));
+        }
     }
 
     fn index_remove(&mut self, node: NodeId) {
@@ -935,6 +957,9 @@ impl<'a> Session<'a> {
             if set.is_empty() {
                 self.index.buckets.remove(&bucket);
             }
+        }
+        if !self.domain_index.is_empty() {
+            self.domain_index.remove(&self.pods, bucket, (key, node));
         }
     }
 
@@ -1019,6 +1044,32 @@ impl<'a> Session<'a> {
 
     /// Whether the task's inter-pod rules (pod affinity and anti-affinity, the existing pods'
     /// anti-affinity, `DoNotSchedule` spread, host ports) let it onto the node now.
+    /// The nodes of `nodes` that can take the task now ([`Session::can_take`] of each), its
+    /// inter-pod rules prepared once for all of them.
+    pub fn nodes_that_take(
+        &mut self,
+        task: TaskId,
+        nodes: impl IntoIterator<Item = NodeId>,
+        access: ReservedNodes,
+        island: Option<u32>,
+    ) -> Vec<NodeId> {
+        let t = self.snapshot.task(task);
+        self.ensure_statics(t.rules);
+        let (request, want) = (&t.request, t.request.count(GPU));
+        let statics = &self.statics[&t.rules];
+        let check = self.pods.prepare(self.snapshot, task);
+        (nodes.into_iter())
+            .filter(|&node| {
+                statics.ok[node.index()]
+                    && self.may_use(node, access)
+                    && self.fits(node, request)
+                    && self.free_gpus(node) >= want
+                    && island.is_none_or(|i| self.island_free(node, i) >= want)
+                    && check.as_ref().is_none_or(|c| c.check(node).is_ok())
+            })
+            .collect()
+    }
+
     pub fn pod_rules_allow(&self, task: TaskId, node: NodeId) -> bool {
         self.pods.allows(self.snapshot, task, node).is_ok()
     }
@@ -1097,13 +1148,28 @@ impl<'a> Session<'a> {
                 .for_each(&mut consider);
         } else {
             let want_gpus = request.count(GPU);
-            for (&(_, free_gpus), set) in &self.index.buckets {
-                if free_gpus < want_gpus {
-                    continue;
+            let mut walk = |buckets: &domains::Buckets| {
+                for (&(_, free_gpus), set) in buckets {
+                    if free_gpus < want_gpus {
+                        continue;
+                    }
+                    if let Some(&(_, node)) = set.iter().find(|&&(_, n)| usable(n)) {
+                        consider(node);
+                    }
                 }
-                if let Some(&(_, node)) = set.iter().find(|&&(_, n)| usable(n)) {
-                    consider(node);
+            };
+            // Where the inter-pod rules allow only some domains, only their nodes are walked.
+            let narrowed = (check.as_ref())
+                .and_then(|c| (self.domain_index.keys()).find_map(|k| Some((k, c.allowed(k)?))));
+            match narrowed {
+                Some((key, slots)) => {
+                    for slot in slots {
+                        if let Some(buckets) = self.domain_index.buckets(key, slot) {
+                            walk(buckets);
+                        }
+                    }
                 }
+                None => walk(&self.index.buckets),
             }
         }
         drop(check);
@@ -1111,6 +1177,14 @@ impl<'a> Session<'a> {
             self.note_no_node(task, shape, access, guard);
         }
         best.map(|(_, node)| node)
+    }
+
+    /// Whether reasons are wanted: an action that will not report why a pod found no node
+    /// (allocate's first pass) spares the scans of tasks with inter-pod rules (the others'
+    /// reasons are kept per shape, and the first pass's reason is the one reported when the
+    /// capacity has not changed since). Decisions never depend on it.
+    pub fn set_quiet(&mut self, quiet: bool) {
+        self.quiet = quiet;
     }
 
     /// Caches that the task found no node, as its inter-pod rules allow (see `Guard`).
@@ -1135,10 +1209,25 @@ impl<'a> Session<'a> {
         let (shape, rules) = (t.shape, t.rules);
         let access = self.effective(access);
         self.ensure_statics(rules);
-        // With inter-pod rules the reason is the task's own, not its shape's.
+        // With inter-pod rules the reason is the gang's own, not its shape's. A gang tries
+        // domain after domain before it commits or gives up, and reports one reason: its
+        // members of one shape are explained once per commit (the reason as the first try
+        // found it), not once per member and try, each a scan.
         if self.pods.guard(self.snapshot, task) != Guard::Free {
+            if self.quiet {
+                return crate::framework::NO_NODE_FITS.into();
+            }
+            let epoch = self.committed.len() as u64;
+            let key = (t.job, shape, access);
+            if let Some((at, message)) = self.gang_explanations.get(&key) {
+                if *at == epoch {
+                    return message.clone();
+                }
+            }
             let request = &self.snapshot.shapes[shape.0 as usize].1;
-            return self.explain(task, rules, request, access);
+            let message = self.explain(task, rules, request, access);
+            (self.gang_explanations).insert(key, (epoch, message.clone()));
+            return message;
         }
         if let Some((epoch, message)) = self.explanations.get(&(shape, access)) {
             if *epoch == self.released {
@@ -1174,7 +1263,9 @@ impl<'a> Session<'a> {
                     continue;
                 }
             }
-            if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node.id)) {
+            // In kube-scheduler's filter order: ports, resources, then the rules about pods
+            // (a full cluster is explained by its resources, without a look at the counts).
+            if let Some(Err(reason)) = check.as_ref().map(|c| c.check_ports(node.id)) {
                 *counts.entry(reason).or_default() += 1;
                 continue;
             }
@@ -1185,6 +1276,13 @@ impl<'a> Session<'a> {
             for id in request.short_on(used, alloc) {
                 *shortages.entry(id).or_default() += 1;
                 short = true;
+            }
+            if short {
+                continue;
+            }
+            if let Some(Err(reason)) = check.as_ref().map(|c| c.check_pods(node.id)) {
+                *counts.entry(reason).or_default() += 1;
+                continue;
             }
             if !short && !self.may_use(node.id, access) {
                 *counts

@@ -49,7 +49,10 @@ pub fn allocate(session: &mut Session) {
             session.restore_holds(job.id);
         }
     }
+    // Only the second pass reports why pods wait: the first need not word it.
+    session.set_quiet(true);
     serve(session, &jobs, &starts, Pass::WithinDeserved);
+    session.set_quiet(false);
     let left: Vec<&Job> = jobs
         .into_iter()
         .filter(|j| super::has_pending(session, j))

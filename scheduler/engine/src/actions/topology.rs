@@ -401,17 +401,16 @@ fn place_one(
             };
             let preferences = session.preferences(task);
             let mut best: Option<(std::cmp::Reverse<usize>, i128, NodeId)> = None;
-            for n in nodes.into_iter().map(NodeId) {
-                if usable(session, n) {
-                    let t = &session.topology().expect("topology").topology;
-                    let cand = (
-                        std::cmp::Reverse(near(t, n)),
-                        session.placement_score(task, n, request, preferences.as_ref()),
-                        n,
-                    );
-                    if best.is_none_or(|b| cand < b) {
-                        best = Some(cand);
-                    }
+            let able = session.nodes_that_take(task, nodes.into_iter().map(NodeId), access, island);
+            for n in able {
+                let t = &session.topology().expect("topology").topology;
+                let cand = (
+                    std::cmp::Reverse(near(t, n)),
+                    session.placement_score(task, n, request, preferences.as_ref()),
+                    n,
+                );
+                if best.is_none_or(|b| cand < b) {
+                    best = Some(cand);
                 }
             }
             best.map(|(_, _, n)| n)

@@ -560,17 +560,113 @@ pub(crate) struct Check<'a> {
     spread: Vec<SpreadView<'a>>,
 }
 
+/// The domain slot of nodes that lack a key, in [`InterPod::domain_slot`] numbering.
+pub(crate) const NO_DOMAIN: u32 = u32::MAX;
+
+impl InterPod {
+    /// Topology keys a hard rule restricts on whose domains are few (at most one per eight
+    /// nodes, as zones and racks are): the session indexes free nodes per domain of these, so a
+    /// pod whose rules allow only some domains searches those alone instead of stepping over
+    /// every node of the others (see [`Check::allowed`]). Hostname-like keys are left out: their
+    /// rules exclude few nodes.
+    pub(crate) fn coarse_keys(&self, nodes: usize) -> Vec<u32> {
+        let coarse = |k: u32| self.domains.len(k) * 8 <= nodes;
+        let mut keys: Vec<u32> = Vec::new();
+        let rules = (self.task_rules.iter()).flatten();
+        for r in rules {
+            let affinity = r
+                .affinity
+                .iter()
+                .flat_map(|(c, _)| &self.counters[*c as usize].keys);
+            let anti = r.anti.iter().flat_map(|&c| &self.counters[c as usize].keys);
+            let spread = r.spread.iter().filter(|(s, _)| s.hard).map(|(s, _)| &s.key);
+            keys.extend(
+                affinity
+                    .chain(anti)
+                    .chain(spread)
+                    .copied()
+                    .filter(|&k| coarse(k)),
+            );
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// The node's slot under a key: its domain, or [`NO_DOMAIN`].
+    pub(crate) fn domain_slot(&self, key: u32, node: NodeId) -> u32 {
+        self.domains.of(key, node).unwrap_or(NO_DOMAIN)
+    }
+}
+
 impl Check<'_> {
+    /// The slots of `key` (its domains, and [`NO_DOMAIN`] for nodes without it) outside which
+    /// [`Check::check`] refuses every node, when its hard rules rule some out; `None` when no
+    /// rule on the key narrows the search. A superset of what `check` allows, never less.
+    pub(crate) fn allowed(&self, key: u32) -> Option<Vec<u32>> {
+        let pods = self.pods;
+        let len = pods.domains.len(key) as u32;
+        let mut allowed: Option<Vec<bool>> = None;
+        let mut narrow = |keep: &dyn Fn(u32) -> bool, none_ok: bool| {
+            let slots = allowed.get_or_insert_with(|| vec![true; len as usize + 1]);
+            for d in 0..len {
+                slots[d as usize] &= keep(d);
+            }
+            slots[len as usize] &= none_ok;
+        };
+        if let Some(r) = self.rules {
+            if let Some((c, _)) = &r.affinity {
+                let counts = &pods.counters[*c as usize];
+                let first_pod = counts.total == 0 && self.view.self_affinity;
+                for (i, _) in counts.keys.iter().enumerate().filter(|(_, &k)| k == key) {
+                    if !first_pod {
+                        narrow(&|d| counts.in_domain(i, d) > 0, false);
+                    }
+                }
+            }
+            for &c in &r.anti {
+                let counts = &pods.counters[c as usize];
+                if counts.keys[0] == key {
+                    narrow(&|d| counts.in_domain(0, d) == 0, true);
+                }
+            }
+        }
+        for s in self.spread.iter().filter(|s| s.key() == key) {
+            if let Some(fits) = s.domains_that_fit() {
+                narrow(&|d| fits[d as usize], false);
+            }
+        }
+        let slots = allowed?;
+        (!slots.iter().all(|&ok| ok)).then(|| {
+            (0..=len)
+                .filter(|&d| slots[d as usize])
+                .map(|d| if d == len { NO_DOMAIN } else { d })
+                .collect()
+        })
+    }
+
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Reason> {
+        self.check_ports(node)?;
+        self.check_pods(node)
+    }
+
+    /// NodePorts alone (kube-scheduler asks it before resources fit).
+    pub(crate) fn check_ports(&self, node: NodeId) -> Result<(), Reason> {
+        if let (Some(r), Some(taken)) = (self.rules, self.pods.ports.get(&node)) {
+            if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
+                return Err(PORTS.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules about other pods: affinity, anti-affinity (both sides) and spread (asked
+    /// after resources fit, as kube-scheduler does).
+    pub(crate) fn check_pods(&self, node: NodeId) -> Result<(), Reason> {
         let pods = self.pods;
         let domains = &pods.domains;
         let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
         if let Some(r) = self.rules {
-            if let Some(taken) = pods.ports.get(&node) {
-                if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
-                    return Err(PORTS.into());
-                }
-            }
             if let Some((c, _)) = &r.affinity {
                 let counts = &pods.counters[*c as usize];
                 let mut exist = true;

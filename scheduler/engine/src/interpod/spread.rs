@@ -14,7 +14,7 @@ use super::terms::{DomainCounts, Domains};
 pub(crate) struct SpreadRule {
     pub(crate) counter: u32,
     /// The topology key, interned in [`Domains`].
-    key: u32,
+    pub(crate) key: u32,
     pub(crate) max_skew: u32,
     pub(crate) min_domains: Option<u32>,
     pub(crate) hard: bool,
@@ -228,6 +228,26 @@ pub(crate) struct SpreadView<'r> {
 }
 
 impl SpreadView<'_> {
+    pub(crate) fn key(&self) -> u32 {
+        self.rule.key
+    }
+
+    /// Per domain of the key, whether a node there keeps the skew within `maxSkew` (what
+    /// [`SpreadView::check`] says of a node with every key); `None` when nothing can skew.
+    pub(crate) fn domains_that_fit(&self) -> Option<Vec<bool>> {
+        if self.open {
+            return None;
+        }
+        let me = self.self_match as i64;
+        let limit = self.min as i64 + self.rule.max_skew as i64;
+        Some(
+            self.counts
+                .iter()
+                .map(|&c| c as i64 + me <= limit)
+                .collect(),
+        )
+    }
+
     /// Whether placing the pod on `node` keeps the skew within `maxSkew`.
     pub(crate) fn check(&self, node: NodeId, domains: &Domains) -> Verdict {
         let Some(d) = domains.of(self.rule.key, node) else {

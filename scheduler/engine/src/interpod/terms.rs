@@ -186,6 +186,11 @@ impl DomainCounts {
         }
     }
 
+    /// Pods in domain `d` of the `i`th key.
+    pub(crate) fn in_domain(&self, i: usize, d: u32) -> u32 {
+        self.by_domain[i][d as usize]
+    }
+
     /// Pods in the node's domain under the `i`th key; `None` when the node lacks that key.
     pub(crate) fn at(&self, i: usize, node: NodeId, domains: &Domains) -> Option<u32> {
         domains
