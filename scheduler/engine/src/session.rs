@@ -1070,6 +1070,11 @@ impl<'a> Session<'a> {
             .collect()
     }
 
+    /// Whether the task states a `DoNotSchedule` topology spread constraint.
+    pub fn must_spread(&self, task: TaskId) -> bool {
+        self.pods.must_spread(task)
+    }
+
     pub fn pod_rules_allow(&self, task: TaskId, node: NodeId) -> bool {
         self.pods.allows(self.snapshot, task, node).is_ok()
     }

@@ -158,7 +158,10 @@ fn place_gang(
         .collect();
     let mut tried: Vec<String> = Vec::new();
     let mut last: Option<String> = None;
-    for &tier in &gang.tiers {
+    // A gang whose members must spread is not packed into one preferred domain first: its
+    // rule asks for the opposite, and every such try would fail member by member.
+    let spreads = gang.required.is_none() && members.iter().any(|&t| session.must_spread(t));
+    for &tier in gang.tiers.iter().filter(|_| !spreads) {
         let topo = session.topology().expect("placed through the topology");
         let coarser: Vec<TierId> = gang
             .tiers

@@ -593,6 +593,12 @@ impl InterPod {
         keys
     }
 
+    /// Whether the task must spread (a `DoNotSchedule` topology spread constraint).
+    pub(crate) fn must_spread(&self, task: TaskId) -> bool {
+        (self.task_rules.get(task.index()).and_then(|r| r.as_deref()))
+            .is_some_and(|r| r.spread.iter().any(|(s, _)| s.hard))
+    }
+
     /// The node's slot under a key: its domain, or [`NO_DOMAIN`].
     pub(crate) fn domain_slot(&self, key: u32, node: NodeId) -> u32 {
         self.domains.of(key, node).unwrap_or(NO_DOMAIN)

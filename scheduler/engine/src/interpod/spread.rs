@@ -79,9 +79,15 @@ struct State {
     max: u32,
 }
 
+/// What decides which nodes count as a constraint's domains: the pod's placement rules, the
+/// key, the keys of its other constraints and the two policies, not the selector, so the
+/// constraints of many gangs alike share one.
+type EligibleKey = (RulesId, u32, Vec<u32>, InclusionPolicy, InclusionPolicy);
+
 #[derive(Default)]
 pub(crate) struct SpreadCache {
-    states: Map<CacheKey, (Eligible, State)>,
+    eligible: Map<EligibleKey, Rc<Eligible>>,
+    states: Map<CacheKey, (Rc<Eligible>, State)>,
 }
 
 /// Whether a node passes the pod's node selector and required node affinity.
@@ -121,33 +127,44 @@ impl SpreadCache {
         (nodes, domains): (&[Node], &Domains),
         counts: &DomainCounts,
     ) -> (usize, &'a State) {
+        let eligible_cache = &mut self.eligible;
         let entry = (self.states.entry(rule.cache_key(rules_id))).or_insert_with(|| {
-            let node: Vec<bool> = (nodes.iter())
-                .map(|n| {
-                    rule.has_keys(n.id, domains)
-                        && (rule.affinity_policy == InclusionPolicy::Ignore
-                            || node_affinity_ok(rules, n))
-                        && (rule.taints_policy == InclusionPolicy::Ignore || taints_ok(rules, n))
-                })
-                .collect();
-            let mut domain = vec![false; domains.len(rule.key)];
-            for n in nodes.iter().filter(|n| node[n.id.index()]) {
-                if let Some(d) = domains.of(rule.key, n.id) {
-                    domain[d as usize] = true;
+            let key = (
+                rules_id,
+                rule.key,
+                rule.all_keys.clone(),
+                rule.affinity_policy,
+                rule.taints_policy,
+            );
+            let eligible = eligible_cache.entry(key).or_insert_with(|| {
+                let node: Vec<bool> = (nodes.iter())
+                    .map(|n| {
+                        rule.has_keys(n.id, domains)
+                            && (rule.affinity_policy == InclusionPolicy::Ignore
+                                || node_affinity_ok(rules, n))
+                            && (rule.taints_policy == InclusionPolicy::Ignore
+                                || taints_ok(rules, n))
+                    })
+                    .collect();
+                let mut domain = vec![false; domains.len(rule.key)];
+                for n in nodes.iter().filter(|n| node[n.id.index()]) {
+                    if let Some(d) = domains.of(rule.key, n.id) {
+                        domain[d as usize] = true;
+                    }
                 }
-            }
-            let eligible = Eligible {
-                domains: domain.iter().filter(|&&e| e).count(),
-                node,
-                domain,
-            };
+                Rc::new(Eligible {
+                    domains: domain.iter().filter(|&&e| e).count(),
+                    node,
+                    domain,
+                })
+            });
             let state = State {
                 version: u64::MAX,
                 counts: Rc::default(),
                 min: 0,
                 max: 0,
             };
-            (eligible, state)
+            (eligible.clone(), state)
         });
         let (eligible, state) = (&entry.0, &mut entry.1);
         if state.version != counts.version {

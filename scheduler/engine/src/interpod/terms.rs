@@ -169,7 +169,7 @@ impl Domains {
 #[derive(Default)]
 pub(crate) struct DomainCounts {
     pub(crate) keys: Vec<u32>,
-    by_domain: Vec<Vec<u32>>,
+    by_domain: Vec<PerDomain>,
     pub(crate) by_node: Map<NodeId, u32>,
     /// Pods counted on nodes that carry at least one of the keys.
     pub(crate) total: u32,
@@ -177,10 +177,48 @@ pub(crate) struct DomainCounts {
     pub(crate) version: u64,
 }
 
+/// Counts per domain of one key: a vector over few domains (zones, racks), a map over many
+/// (hostnames), where a gang's counter touches a handful of the thousands and a vector each
+/// would be megabytes to zero every cycle. Allocated on the first pod counted.
+enum PerDomain {
+    Dense(Vec<u32>),
+    Sparse(Map<u32, u32>),
+}
+
+/// Keys with more domains than this count sparsely.
+const DENSE_DOMAINS: usize = 256;
+
+impl PerDomain {
+    fn get(&self, d: u32) -> u32 {
+        match self {
+            PerDomain::Dense(v) => v.get(d as usize).copied().unwrap_or(0),
+            PerDomain::Sparse(m) => m.get(&d).copied().unwrap_or(0),
+        }
+    }
+
+    fn change(&mut self, d: u32, len: usize, add: bool) {
+        let n = match self {
+            PerDomain::Dense(v) => {
+                if v.is_empty() {
+                    v.resize(len, 0);
+                }
+                &mut v[d as usize]
+            }
+            PerDomain::Sparse(m) => m.entry(d).or_default(),
+        };
+        *n = if add { *n + 1 } else { *n - 1 };
+    }
+}
+
 impl DomainCounts {
     pub(crate) fn new(keys: Vec<u32>, domains: &Domains) -> Self {
         DomainCounts {
-            by_domain: keys.iter().map(|&k| vec![0; domains.len(k)]).collect(),
+            by_domain: (keys.iter())
+                .map(|&k| match domains.len(k) > DENSE_DOMAINS {
+                    true => PerDomain::Sparse(Map::default()),
+                    false => PerDomain::Dense(Vec::new()),
+                })
+                .collect(),
             keys,
             ..DomainCounts::default()
         }
@@ -188,14 +226,14 @@ impl DomainCounts {
 
     /// Pods in domain `d` of the `i`th key.
     pub(crate) fn in_domain(&self, i: usize, d: u32) -> u32 {
-        self.by_domain[i][d as usize]
+        self.by_domain[i].get(d)
     }
 
     /// Pods in the node's domain under the `i`th key; `None` when the node lacks that key.
     pub(crate) fn at(&self, i: usize, node: NodeId, domains: &Domains) -> Option<u32> {
         domains
             .of(self.keys[i], node)
-            .map(|d| self.by_domain[i][d as usize])
+            .map(|d| self.by_domain[i].get(d))
     }
 
     pub(crate) fn change(&mut self, node: NodeId, domains: &Domains, add: bool) {
@@ -204,8 +242,7 @@ impl DomainCounts {
         for (i, &key) in self.keys.iter().enumerate() {
             if let Some(d) = domains.of(key, node) {
                 any = true;
-                let n = &mut self.by_domain[i][d as usize];
-                *n = if add { *n + 1 } else { *n - 1 };
+                self.by_domain[i].change(d, domains.len(key), add);
             }
         }
         let n = self.by_node.entry(node).or_default();
