@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::framework::{Framework, Reason};
+use crate::framework::Framework;
 use crate::hash::Map;
 use crate::interpod::{Guard, InterPod};
 use crate::model::*;
@@ -18,6 +18,7 @@ use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
 mod domains;
+mod explain;
 mod prefer;
 
 /// Where a task stands inside the session.
@@ -227,6 +228,14 @@ pub struct Session<'a> {
     kept_statics: Map<PlacementRules, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
+    /// Operations placed or evicted in statements not yet committed or discarded.
+    open_ops: usize,
+    /// Bumped whenever some node's usage may have fallen below what a kept explanation scan
+    /// saw (see `explain.rs`): capacity given back before the session's operations, or a
+    /// statement discarded after a scan was taken inside one.
+    scan_epoch: u64,
+    /// A scan was taken while operations were open.
+    scanned_open: bool,
     failures: Map<(ShapeId, ReservedNodes), u64>,
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
@@ -237,6 +246,8 @@ pub struct Session<'a> {
     /// The same for tasks with inter-pod rules, per gang and shape, valid while nothing is
     /// committed.
     gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, String)>,
+    /// Per shape, the scan its explanations start from (see `explain.rs`).
+    scans: Map<ShapeId, (u64, std::rc::Rc<explain::Scan>)>,
     committed: Vec<Op>,
     /// Nodes whose usage this session changed (with repeats): those of its operations and of
     /// its holds (noted when taken; releasing and restoring one changes no other node).
@@ -431,9 +442,13 @@ impl<'a> Session<'a> {
             statics: Map::default(),
             kept_statics: Map::default(),
             released: 0,
+            open_ops: 0,
+            scan_epoch: 0,
+            scanned_open: false,
             failures: Map::default(),
             explanations: Map::default(),
             gang_explanations: Map::default(),
+            scans: Map::default(),
             quiet: false,
             committed: Vec::new(),
             moved: Vec::new(),
@@ -766,6 +781,7 @@ impl<'a> Session<'a> {
             self.index_insert(node);
         }
         self.released += 1;
+        self.scan_epoch += 1;
         self.released_holds.insert(job, holds);
     }
 
@@ -1230,7 +1246,7 @@ impl<'a> Session<'a> {
                 }
             }
             let request = &self.snapshot.shapes[shape.0 as usize].1;
-            let message = self.explain(task, rules, request, access);
+            let message = self.explain(task, shape, rules, request, access);
             (self.gang_explanations).insert(key, (epoch, message.clone()));
             return message;
         }
@@ -1240,76 +1256,10 @@ impl<'a> Session<'a> {
             }
         }
         let request = &self.snapshot.shapes[shape.0 as usize].1;
-        let message = self.explain(task, rules, request, access);
+        let message = self.explain(task, shape, rules, request, access);
         self.explanations
             .insert((shape, access), (self.released, message.clone()));
         message
-    }
-
-    /// The aggregated reason no node fits, most frequent reasons first.
-    fn explain(
-        &self,
-        task: TaskId,
-        rules: RulesId,
-        request: &Resources,
-        access: ReservedNodes,
-    ) -> String {
-        let r = &self.snapshot.rules[rules.0 as usize];
-        let mut counts: BTreeMap<Reason, usize> = BTreeMap::new();
-        let mut shortages: BTreeMap<crate::resources::ResourceId, usize> = BTreeMap::new();
-        let check = self.pods.prepare(self.snapshot, task);
-        // Nodes known to pass the static filters are not asked again (only failures are worded).
-        let passes = self.statics.get(&rules).map(|s| &s.ok);
-        for node in &self.snapshot.nodes {
-            let known_ok = passes.is_some_and(|ok| ok[node.id.index()]);
-            if !known_ok {
-                if let Err(reason) = self.fw.filter_node(r, node) {
-                    *counts.entry(reason).or_default() += 1;
-                    continue;
-                }
-            }
-            // In kube-scheduler's filter order: ports, resources, then the rules about pods
-            // (a full cluster is explained by its resources, without a look at the counts).
-            if let Some(Err(reason)) = check.as_ref().map(|c| c.check_ports(node.id)) {
-                *counts.entry(reason).or_default() += 1;
-                continue;
-            }
-            let alloc = &node.allocatable;
-            let used = &self.used[node.id.index()];
-            let mut short = false;
-            // Counted per resource and worded once: a message per node is an allocation.
-            for id in request.short_on(used, alloc) {
-                *shortages.entry(id).or_default() += 1;
-                short = true;
-            }
-            if short {
-                continue;
-            }
-            if let Some(Err(reason)) = check.as_ref().map(|c| c.check_pods(node.id)) {
-                *counts.entry(reason).or_default() += 1;
-                continue;
-            }
-            if !short && !self.may_use(node.id, access) {
-                *counts
-                    .entry("were reserved for a starving gang".into())
-                    .or_default() += 1;
-            }
-        }
-        for (id, n) in shortages {
-            let name = self.snapshot.resources.name(id);
-            *counts
-                .entry(format!("insufficient {name}").into())
-                .or_default() += n;
-        }
-        let mut list: Vec<(Reason, usize)> = counts.into_iter().collect();
-        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let parts: Vec<String> = list.iter().map(|(r, c)| format!("{c} {r}")).collect();
-        let total = self.snapshot.nodes.len();
-        if parts.is_empty() {
-            format!("0/{total} nodes are available.")
-        } else {
-            format!("0/{total} nodes are available: {}.", parts.join(", "))
-        }
     }
 
     /// Whole GPUs for a task on a node: inside one NVLink island when one can hold them all
@@ -1430,6 +1380,7 @@ impl<'a> Session<'a> {
         } else {
             TaskStatus::Allocated { node, gpus }
         };
+        self.open_ops += 1;
         stmt.ops.push(Op::Allocate {
             task,
             node,
@@ -1447,6 +1398,8 @@ impl<'a> Session<'a> {
         self.charge(task, node, gpus, false);
         self.status[task.index()] = TaskStatus::Evicted(node);
         self.released += 1;
+        self.open_ops += 1;
+        self.scan_epoch += 1;
         stmt.ops.push(Op::Evict {
             task,
             node,
@@ -1457,11 +1410,17 @@ impl<'a> Session<'a> {
     }
 
     pub fn commit(&mut self, stmt: Statement) {
+        self.open_ops -= stmt.ops.len();
         self.committed.extend(stmt.ops);
     }
 
     /// Undoes every operation of the statement, newest first.
     pub fn discard(&mut self, stmt: Statement) {
+        self.open_ops -= stmt.ops.len();
+        if self.scanned_open && !stmt.ops.is_empty() {
+            self.scan_epoch += 1;
+            self.scanned_open = false;
+        }
         for op in stmt.ops.into_iter().rev() {
             match op {
                 Op::Allocate {
