@@ -228,14 +228,9 @@ pub struct Session<'a> {
     kept_statics: Map<PlacementRules, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
-    /// Operations placed or evicted in statements not yet committed or discarded.
-    open_ops: usize,
-    /// Bumped whenever some node's usage may have fallen below what a kept explanation scan
-    /// saw (see `explain.rs`): capacity given back before the session's operations, or a
-    /// statement discarded after a scan was taken inside one.
-    scan_epoch: u64,
-    /// A scan was taken while operations were open.
-    scanned_open: bool,
+    /// Every node whose usage changed, in order, since the session opened: what a kept
+    /// explanation scan looks at again (see `explain.rs`).
+    touched: Vec<NodeId>,
     failures: Map<(ShapeId, ReservedNodes), u64>,
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
@@ -247,7 +242,7 @@ pub struct Session<'a> {
     /// committed.
     gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, String)>,
     /// Per shape, the scan its explanations start from (see `explain.rs`).
-    scans: Map<ShapeId, (u64, std::rc::Rc<explain::Scan>)>,
+    scans: Map<ShapeId, explain::Scan>,
     committed: Vec<Op>,
     /// Nodes whose usage this session changed (with repeats): those of its operations and of
     /// its holds (noted when taken; releasing and restoring one changes no other node).
@@ -442,9 +437,7 @@ impl<'a> Session<'a> {
             statics: Map::default(),
             kept_statics: Map::default(),
             released: 0,
-            open_ops: 0,
-            scan_epoch: 0,
-            scanned_open: false,
+            touched: Vec::new(),
             failures: Map::default(),
             explanations: Map::default(),
             gang_explanations: Map::default(),
@@ -777,11 +770,11 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].take_back(request);
+            self.touched.push(node);
             self.cluster_used.take_back(request);
             self.index_insert(node);
         }
         self.released += 1;
-        self.scan_epoch += 1;
         self.released_holds.insert(job, holds);
     }
 
@@ -799,6 +792,7 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].add(request);
+            self.touched.push(node);
             self.cluster_used.add(request);
             self.index_insert(node);
         }
@@ -1303,6 +1297,7 @@ impl<'a> Session<'a> {
         self.index_remove(node);
         let i = node.index();
         self.moved.push(node);
+        self.touched.push(node);
         if add {
             self.used[i].add(&t.request);
             self.cluster_used.add(&t.request);
@@ -1380,7 +1375,6 @@ impl<'a> Session<'a> {
         } else {
             TaskStatus::Allocated { node, gpus }
         };
-        self.open_ops += 1;
         stmt.ops.push(Op::Allocate {
             task,
             node,
@@ -1398,8 +1392,6 @@ impl<'a> Session<'a> {
         self.charge(task, node, gpus, false);
         self.status[task.index()] = TaskStatus::Evicted(node);
         self.released += 1;
-        self.open_ops += 1;
-        self.scan_epoch += 1;
         stmt.ops.push(Op::Evict {
             task,
             node,
@@ -1410,17 +1402,11 @@ impl<'a> Session<'a> {
     }
 
     pub fn commit(&mut self, stmt: Statement) {
-        self.open_ops -= stmt.ops.len();
         self.committed.extend(stmt.ops);
     }
 
     /// Undoes every operation of the statement, newest first.
     pub fn discard(&mut self, stmt: Statement) {
-        self.open_ops -= stmt.ops.len();
-        if self.scanned_open && !stmt.ops.is_empty() {
-            self.scan_epoch += 1;
-            self.scanned_open = false;
-        }
         for op in stmt.ops.into_iter().rev() {
             match op {
                 Op::Allocate {

@@ -4,66 +4,109 @@
 //! the rules about other pods (ports among them), then reservations.
 //!
 //! The first two depend only on the shape (placement rules and request) and on usage: a scan
-//! of every node for them is kept per shape, with the nodes that passed, while no node's usage
-//! falls below what it saw (no eviction or released hold since, and no statement open at the
-//! scan discarded); nodes that filled since are checked again. A pod with inter-pod rules, whose reason is its own,
-//! checks its rules on those nodes alone, so a saturated cluster explains a thousand failing
-//! gangs with one scan instead of one each.
+//! of every node for them is kept per shape and brought up to date by looking again at the
+//! nodes whose usage changed since (the session logs them), so it is always exact. A pod with
+//! inter-pod rules, whose reason is its own, checks its rules only on the nodes with room: a
+//! saturated cluster explains a thousand failing gangs without a scan of the cluster each.
 
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{ReservedNodes, Session};
 use crate::framework::Reason;
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
 use crate::resources::{ResourceId, Resources};
 
-/// What a full scan found for a shape (see the module documentation).
+/// A node refused by a static filter (its class in [`Scan::class`]); other classes are the
+/// bit mask of the resources it is short of, 0 for room.
+const REFUSED: u64 = u64::MAX;
+
+/// What a scan of every node found for a shape, kept up to date (see the module docs).
 pub(crate) struct Scan {
-    /// Nodes refused by a static filter, by reason.
+    /// Per node: [`REFUSED`], or the resources it is short of as a bit mask (0: room).
+    class: Vec<u64>,
+    /// Nodes refused by a static filter, by reason (static: never changes in a session).
     refused: BTreeMap<Reason, usize>,
-    /// Nodes short of each resource (a node short of two counts under both).
-    short: BTreeMap<ResourceId, usize>,
-    /// Nodes that passed both when scanned.
-    room: Vec<NodeId>,
+    /// Nodes short of each resource, by resource index (a node short of two counts twice).
+    short: Vec<usize>,
+    room: BTreeSet<NodeId>,
+    /// How much of the session's log of changed nodes this scan has seen.
+    seen: usize,
+}
+
+/// Masks hold one bit per resource; a cluster with more resources than that is scanned whole
+/// every time.
+const MASKABLE: usize = 63;
+
+fn short_mask(request: &Resources, used: &Resources, alloc: &Resources) -> u64 {
+    request
+        .short_on(used, alloc)
+        .fold(0, |m, id| m | (1u64 << id.0))
+}
+
+impl Scan {
+    fn set(&mut self, node: NodeId, class: u64) {
+        let old = std::mem::replace(&mut self.class[node.index()], class);
+        for bit in 0..MASKABLE {
+            self.short[bit] -= ((old >> bit) & 1) as usize;
+            self.short[bit] += ((class >> bit) & 1) as usize;
+        }
+        match (old == 0, class == 0) {
+            (true, false) => {
+                self.room.remove(&node);
+            }
+            (false, true) => {
+                self.room.insert(node);
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Session<'_> {
-    fn scan(&mut self, shape: ShapeId, rules: RulesId, request: &Resources) -> Rc<Scan> {
-        if let Some((epoch, scan)) = self.scans.get(&shape) {
-            if *epoch == self.scan_epoch {
-                return scan.clone();
+    /// The shape's scan, up to date.
+    fn scan(&mut self, shape: ShapeId, rules: RulesId, request: &Resources) -> Scan {
+        let maskable = self.snapshot.resources.len() <= MASKABLE;
+        if let Some(mut scan) = self.scans.remove(&shape).filter(|_| maskable) {
+            for &node in &self.touched[scan.seen..] {
+                if scan.class[node.index()] != REFUSED {
+                    let alloc = &self.snapshot.nodes[node.index()].allocatable;
+                    scan.set(node, short_mask(request, &self.used[node.index()], alloc));
+                }
             }
+            scan.seen = self.touched.len();
+            return scan;
         }
-        self.scanned_open |= self.open_ops > 0;
         let r = &self.snapshot.rules[rules.0 as usize];
         let mut scan = Scan {
+            class: vec![0; self.snapshot.nodes.len()],
             refused: BTreeMap::new(),
-            short: BTreeMap::new(),
-            room: Vec::new(),
+            short: vec![0; MASKABLE.max(self.snapshot.resources.len())],
+            room: BTreeSet::new(),
+            seen: self.touched.len(),
         };
         // Nodes known to pass the static filters are not asked again (only failures are worded).
         let passes = self.statics.get(&rules).map(|s| &s.ok);
+        let mut room = Vec::new();
         for node in &self.snapshot.nodes {
-            let known_ok = passes.is_some_and(|ok| ok[node.id.index()]);
-            if !known_ok {
+            let i = node.id.index();
+            if !passes.is_some_and(|ok| ok[i]) {
                 if let Err(reason) = self.fw.filter_node(r, node) {
                     *scan.refused.entry(reason).or_default() += 1;
+                    scan.class[i] = REFUSED;
                     continue;
                 }
             }
-            let mut short = false;
-            // Counted per resource and worded once: a message per node is an allocation.
-            for id in request.short_on(&self.used[node.id.index()], &node.allocatable) {
-                *scan.short.entry(id).or_default() += 1;
-                short = true;
+            let mut mask = 0;
+            for id in request.short_on(&self.used[i], &node.allocatable) {
+                scan.short[id.0 as usize] += 1;
+                mask |= 1u64.checked_shl(id.0 as u32).unwrap_or(0);
             }
-            if !short {
-                scan.room.push(node.id);
+            scan.class[i] = mask;
+            if mask == 0 {
+                room.push(node.id);
             }
         }
-        let scan = Rc::new(scan);
-        self.scans.insert(shape, (self.scan_epoch, scan.clone()));
+        scan.room = room.into_iter().collect();
         scan
     }
 
@@ -78,19 +121,8 @@ impl Session<'_> {
     ) -> String {
         let scan = self.scan(shape, rules, request);
         let mut counts = scan.refused.clone();
-        let mut short = scan.short.clone();
         let check = self.pods.prepare(self.snapshot, task);
         for &node in &scan.room {
-            let alloc = &self.snapshot.nodes[node.index()].allocatable;
-            // Filled since the scan (usage only grows until capacity is given back).
-            let now_short: Vec<ResourceId> =
-                request.short_on(&self.used[node.index()], alloc).collect();
-            if !now_short.is_empty() {
-                for id in now_short {
-                    *short.entry(id).or_default() += 1;
-                }
-                continue;
-            }
             if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node)) {
                 *counts.entry(reason).or_default() += 1;
                 continue;
@@ -101,12 +133,14 @@ impl Session<'_> {
                     .or_default() += 1;
             }
         }
-        for (id, n) in short {
-            let name = self.snapshot.resources.name(id);
+        for (id, &n) in scan.short.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let name = self.snapshot.resources.name(ResourceId(id as u16));
             *counts
                 .entry(format!("insufficient {name}").into())
                 .or_default() += n;
         }
+        drop(check);
+        self.scans.insert(shape, scan);
         let mut list: Vec<(Reason, usize)> = counts.into_iter().collect();
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let parts: Vec<String> = list.iter().map(|(r, c)| format!("{c} {r}")).collect();
