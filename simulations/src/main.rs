@@ -43,7 +43,8 @@ enum Command {
     /// Without --snapshot, plans the built-in example cluster.
     Plan {
         /// Manifest files: multi-document YAML, JSON, or `kind: List` as `kubectl get -o yaml`
-        /// prints them (Nodes, Pods, PriorityClasses, PodGroups, Queues, NodeTopologies).
+        /// prints them (Nodes, Pods, PriorityClasses, PodGroups, Queues, NodeTopologies,
+        /// HyperNodes, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses).
         #[arg(long = "snapshot", value_name = "FILE")]
         snapshots: Vec<PathBuf>,
         /// Scheduler config (YAML); defaults apply to absent fields.
