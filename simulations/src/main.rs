@@ -84,9 +84,10 @@ enum Command {
         /// 32-GPU gangs of TP=8 groups (required rack), TP=8 jobs (required nvlink), 1-GPU pods.
         #[arg(long)]
         fabric: bool,
-        /// Nodes in ten zones and a backlog with pod constraints: of every ten jobs, two
-        /// keep one member per node (required hostname anti-affinity), two spread over zones
-        /// (`maxSkew: 1`), one prefers its members' zone (preferred pod affinity).
+        /// Nodes in ten zones (whole racks dealt in turn) and a backlog with pod constraints:
+        /// of every ten jobs, two keep one member per node (required hostname anti-affinity),
+        /// two spread over zones (`maxSkew: 1`), one prefers its members' zone (preferred pod
+        /// affinity).
         #[arg(long, conflicts_with = "fabric")]
         constrained: bool,
         /// Cycles to run; the best is reported.

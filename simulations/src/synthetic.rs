@@ -29,7 +29,8 @@ pub struct Synthetic {
     /// NVL72-style NVLink clique, and a mixed topology-constrained backlog (see
     /// [`Synthetic::fabric_backlog`]).
     pub fabric: bool,
-    /// Nodes in ten zones, and a backlog whose jobs state pod constraints (see
+    /// Nodes in ten zones (whole racks of 32, dealt in turn), and a backlog whose jobs state
+    /// pod constraints (see
     /// [`Synthetic::constraints`]).
     pub constrained: bool,
 }
@@ -75,7 +76,8 @@ impl Synthetic {
             put(RACK, format!("rack-{:03}", i / 32));
         }
         if self.constrained {
-            put(ZONE, format!("zone-{}", i * ZONES / self.nodes.max(1)));
+            // Whole racks, dealt to the zones in turn (node names do not follow zones).
+            put(ZONE, format!("zone-{}", (i / 32) % ZONES));
         }
         labels
     }

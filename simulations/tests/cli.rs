@@ -178,16 +178,17 @@ fn bench_reports_json() {
     assert_eq!(v["gangsRunning"], 10);
 }
 
-/// The constrained backlog: every job fits when the rules are kept (40 nodes of 8 GPUs for 20
-/// gangs of eight 1-GPU pods, four of them one pod per node, four spread over ten zones).
+/// The constrained backlog: every job fits when the rules are kept (320 nodes of 8 GPUs in ten
+/// zones of a rack each, for 80 gangs of eight 1-GPU pods: 16 of them one pod per node, 16
+/// spread over the zones).
 #[test]
 fn bench_constrained_backlog_places_every_gang() {
     let out = sim(&[
         "bench",
         "--nodes",
-        "40",
+        "320",
         "--pods",
-        "160",
+        "640",
         "--constrained",
         "--runs",
         "1",
@@ -201,8 +202,8 @@ fn bench_constrained_backlog_places_every_gang() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["constrained"], true);
-    assert_eq!(v["podsPlaced"], 160);
-    assert_eq!(v["gangsRunning"], 20);
+    assert_eq!(v["podsPlaced"], 640);
+    assert_eq!(v["gangsRunning"], 80);
     let both = sim(&["bench", "--constrained", "--fabric"]);
     assert!(
         !both.status.success(),
