@@ -89,7 +89,7 @@ pub(super) fn place_members(
         }
     }
     let mut prev = None;
-    for &t in members {
+    for (i, &t) in members.iter().enumerate() {
         if *session.task_status(t) != TaskStatus::Pending
             || session.snapshot.task(t).sub_group.is_some()
         {
@@ -97,7 +97,16 @@ pub(super) fn place_members(
         }
         match place_one(session, stmt, t, within, prev, None, access, admissible) {
             Ok(node) => prev = Some(node),
-            Err(m) => failure = Some(m),
+            Err(m) => {
+                failure = Some(m);
+                // A try inside one domain is over once the gang's minimum is out of reach
+                // (the caller tries the next); the last, cluster-wide try places every member
+                // it can, so its report counts them.
+                let left = (members.len() - i - 1) as u32;
+                if within.is_some() && session.holding(job.id) + left < job.min_member {
+                    break;
+                }
+            }
         }
     }
     failure.map_or(Ok(()), Err)
