@@ -1080,6 +1080,11 @@ impl<'a> Session<'a> {
             .collect()
     }
 
+    /// Whether no two of the tasks may share a node (see `InterPod::one_per_node`).
+    pub fn one_per_node(&self, tasks: &[TaskId]) -> bool {
+        self.pods.one_per_node(self.snapshot, tasks)
+    }
+
     /// Whether the task states a `DoNotSchedule` topology spread constraint.
     pub fn must_spread(&self, task: TaskId) -> bool {
         self.pods.must_spread(task)

@@ -134,6 +134,23 @@ fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
         .fold(0, i64::saturating_add)
 }
 
+/// Whether domain `d` has a node for each of `members` when no two may share one (hostname
+/// anti-affinity on their own label), each with the whole GPUs the smallest of them asks: a
+/// domain without is not tried, which spares placing and undoing the members that fit (a
+/// single-node domain of a finer tier would take one member each time).
+fn room_for_one_per_node(session: &Session, members: &[TaskId], d: DomainId) -> bool {
+    let snap = session.snapshot;
+    let want = (members.iter())
+        .map(|&t| snap.task(t).request.count(GPU))
+        .min()
+        .unwrap_or(0);
+    let t = &session.topology().expect("topology").topology;
+    let with_room = (t.domain(d).nodes.iter())
+        .filter(|&&n| session.free_gpus(NodeId(n)) >= want)
+        .count();
+    with_room >= members.len()
+}
+
 fn place_gang(
     session: &mut Session,
     job: &Job,
@@ -161,6 +178,7 @@ fn place_gang(
     // A gang whose members must spread is not packed into one preferred domain first: its
     // rule asks for the opposite, and every such try would fail member by member.
     let spreads = gang.required.is_none() && members.iter().any(|&t| session.must_spread(t));
+    let separate = session.one_per_node(&members[..need]);
     for &tier in gang.tiers.iter().filter(|_| !spreads) {
         let topo = session.topology().expect("placed through the topology");
         let coarser: Vec<TierId> = gang
@@ -178,6 +196,11 @@ fn place_gang(
                 && gang.required.is_none_or(|r| t.enclosing(d, r).is_some())
         });
         for d in candidates {
+            if separate && !room_for_one_per_node(session, &members[..need], d) {
+                let t = &session.topology().expect("topology").topology;
+                tried.push(t.domain(d).name.clone());
+                continue;
+            }
             let mut stmt = session.statement();
             let outcome = place_members(
                 session,

@@ -593,6 +593,25 @@ impl InterPod {
         keys
     }
 
+    /// Whether no two of `tasks` may share a node: one required anti-affinity term on a key
+    /// every node has its own value of (the hostname) is held by each of them and selects each
+    /// of them (the training pattern: anti-affinity on the gang's own label).
+    pub(crate) fn one_per_node(&self, snap: &Snapshot, tasks: &[TaskId]) -> bool {
+        let rules = |t: TaskId| self.task_rules.get(t.index()).and_then(|r| r.as_deref());
+        let Some(first) = tasks.first().and_then(|&t| rules(t)) else {
+            return false;
+        };
+        let nodes = snap.nodes.len();
+        (first.anti.iter())
+            .filter(|&&c| self.domains.len(self.counters[c as usize].keys[0]) == nodes)
+            .any(|c| {
+                tasks.iter().all(|&t| {
+                    rules(t).is_some_and(|r| r.anti.contains(c))
+                        && self.view(snap, t).counts_in.contains(c)
+                })
+            })
+    }
+
     /// Whether the task must spread (a `DoNotSchedule` topology spread constraint).
     pub(crate) fn must_spread(&self, task: TaskId) -> bool {
         (self.task_rules.get(task.index()).and_then(|r| r.as_deref()))
