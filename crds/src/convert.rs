@@ -31,6 +31,7 @@ mod volumes;
 
 use hypernode::hypernode_labels;
 pub use pod::RANK_LABELS;
+pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// Label or annotation naming a pod's PodGroup (same namespace).
 pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";

@@ -385,6 +385,32 @@ fn node_terms(sel: &NodeSelector) -> Result<Vec<NodeSelectorTerm>, String> {
     Ok(terms)
 }
 
+/// Whether the volume's `nodeAffinity.required` admits a node of this name and labels (none:
+/// every node; terms ORed, an empty term admits none; one that cannot be read admits none).
+pub fn volume_admits_node(
+    pv: &PersistentVolume,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let required = (pv.spec.as_ref())
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref());
+    let Some(required) = required else {
+        return true;
+    };
+    node_terms(required).is_ok_and(|terms| terms.iter().any(|t| t.matches_labels(name, labels)))
+}
+
+/// [`can_bind`] for the daemon's bind-time choice of a static volume: a claim or volume that
+/// cannot be read binds nothing.
+pub fn volume_can_bind(
+    claim_key: &str,
+    claim: &PersistentVolumeClaim,
+    pv: &PersistentVolume,
+) -> bool {
+    can_bind(claim_key, claim, pv).unwrap_or(false)
+}
+
 /// Whether an available volume of the claim's class could bind the claim, as the PV controller
 /// matches them: not reserved for another claim, capacity at least the request, every access
 /// mode the claim asks for, the same volume mode, the claim's selector.

@@ -156,13 +156,16 @@ impl NodeSelectorTerm {
     /// Whether the node satisfies every requirement. A term with no requirements matches
     /// nothing, as in Kubernetes; `metadata.name` is the only node field it supports.
     pub fn matches(&self, node: &Node) -> bool {
+        self.matches_labels(&node.name, &node.labels)
+    }
+
+    /// [`NodeSelectorTerm::matches`] for a node known by its name and labels.
+    pub fn matches_labels(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
         if self.match_expressions.is_empty() && self.match_fields.is_empty() {
             return false;
         }
-        (self.match_expressions.iter())
-            .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-            && (self.match_fields.iter())
-                .all(|r| r.key == "metadata.name" && r.matches(Some(node.name.as_str())))
+        (self.match_expressions.iter()).all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
+            && (self.match_fields.iter()).all(|r| r.key == "metadata.name" && r.matches(Some(name)))
     }
 }
 

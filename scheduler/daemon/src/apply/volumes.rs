@@ -6,11 +6,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use basalt_engine::{SelectorOperator, SelectorRequirement};
-use k8s_openapi::api::core::v1::{
-    NodeSelectorRequirement, PersistentVolume, PersistentVolumeClaim,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use basalt_crds::convert::{volume_admits_node, volume_can_bind};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 /// What a claim's pod needs of the node's labels and a volume's fit.
 pub struct Node<'a> {
@@ -38,8 +35,9 @@ fn reserved_for(v: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool {
             .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
 }
 
-/// The smallest available volume of the claim's class that fits it (capacity, access modes,
-/// volume mode, the claim's selector) and whose node affinity admits `node`, not in `taken`.
+/// The smallest available volume of the claim's class that fits it (as the reader matches a
+/// volume to a claim: capacity, access modes, volume mode, the claim's selector) and whose node
+/// affinity admits `node`, not in `taken`.
 pub fn best_fit<'a>(
     claim: &PersistentVolumeClaim,
     class: &str,
@@ -47,16 +45,11 @@ pub fn best_fit<'a>(
     volumes: &'a [Arc<PersistentVolume>],
     taken: &HashSet<String>,
 ) -> Option<&'a Arc<PersistentVolume>> {
-    let spec = claim.spec.as_ref()?;
-    let wanted = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"))
-        .and_then(|q| basalt_crds::quantity::parse_scaled(&q.0, 1).ok())
-        .unwrap_or(0);
-    let modes = spec.access_modes.clone().unwrap_or_default();
-    let mode = spec.volume_mode.as_deref().unwrap_or("Filesystem");
+    let claim_key = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or("default"),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    );
     volumes
         .iter()
         .filter_map(|v| {
@@ -72,13 +65,7 @@ pub fn best_fit<'a>(
                 && vs.claim_ref.is_none()
                 && !taken.contains(v.metadata.name.as_deref().unwrap_or(""))
                 && vs.storage_class_name.as_deref().unwrap_or("") == class
-                && size >= wanted
-                && vs.volume_mode.as_deref().unwrap_or("Filesystem") == mode
-                && (modes.iter()).all(|m| vs.access_modes.iter().flatten().any(|h| h == m))
-                && spec
-                    .selector
-                    .as_ref()
-                    .is_none_or(|s| selects(s, v.metadata.labels.as_ref()))
+                && volume_can_bind(&claim_key, claim, v)
                 && admits(v, node);
             fits.then_some((size, v))
         })
@@ -92,71 +79,7 @@ pub fn best_fit<'a>(
 /// Whether the volume's `nodeAffinity.required` admits the node (none: every node). As in
 /// Kubernetes, the terms are ORed and a term with no requirement matches no node.
 pub fn admits(v: &PersistentVolume, node: &Node) -> bool {
-    let Some(required) = v
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-    else {
-        return true;
-    };
-    required.node_selector_terms.iter().any(|t| {
-        let exprs = t.match_expressions.iter().flatten();
-        let fields = t.match_fields.iter().flatten();
-        let mut any = false;
-        let exprs_hold = exprs.into_iter().all(|r| {
-            any = true;
-            requirement(r).is_some_and(|q| q.matches(node.labels.get(&r.key).map(String::as_str)))
-        });
-        let fields_hold = fields.into_iter().all(|r| {
-            any = true;
-            r.key == "metadata.name" && requirement(r).is_some_and(|q| q.matches(Some(node.name)))
-        });
-        any && exprs_hold && fields_hold
-    })
-}
-
-fn requirement(r: &NodeSelectorRequirement) -> Option<SelectorRequirement> {
-    Some(SelectorRequirement {
-        key: r.key.clone(),
-        operator: operator(&r.operator)?,
-        values: r.values.clone().unwrap_or_default(),
-    })
-}
-
-fn operator(text: &str) -> Option<SelectorOperator> {
-    Some(match text {
-        "In" => SelectorOperator::In,
-        "NotIn" => SelectorOperator::NotIn,
-        "Exists" => SelectorOperator::Exists,
-        "DoesNotExist" => SelectorOperator::DoesNotExist,
-        "Gt" => SelectorOperator::Gt,
-        "Lt" => SelectorOperator::Lt,
-        _ => return None,
-    })
-}
-
-/// A claim's `spec.selector` against a volume's labels (`Gt` / `Lt` are not label operators).
-fn selects(s: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    let pairs = s.match_labels.iter().flatten();
-    let exprs = s.match_expressions.iter().flatten();
-    pairs.into_iter().all(|(k, v)| labels.get(k) == Some(v))
-        && exprs.into_iter().all(|e| {
-            let op = match e.operator.as_str() {
-                "In" | "NotIn" | "Exists" | "DoesNotExist" => operator(&e.operator),
-                _ => None,
-            };
-            op.is_some_and(|operator| {
-                SelectorRequirement {
-                    key: e.key.clone(),
-                    operator,
-                    values: e.values.clone().unwrap_or_default(),
-                }
-                .matches(labels.get(&e.key).map(String::as_str))
-            })
-        })
+    volume_admits_node(v, node.name, node.labels)
 }
 
 #[cfg(test)]
