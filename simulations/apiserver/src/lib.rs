@@ -308,10 +308,14 @@ impl Handle {
         patch: PatchKind,
         body: &Value,
     ) -> Result<Value, ApiError> {
-        let mut st = self.shared.store();
-        let res = served(&st, api_version, kind)?;
-        st.patch(res, namespace, name, patch, body, store::Part::Main)
-            .map(|(o, _)| (*o).clone())
+        self.patch_part(
+            api_version,
+            kind,
+            (namespace, name),
+            patch,
+            body,
+            store::Part::Main,
+        )
     }
 
     /// Patches an object's status subresource as a controller would (a claim's `phase: Bound`).
@@ -324,9 +328,28 @@ impl Handle {
         patch: PatchKind,
         body: &Value,
     ) -> Result<Value, ApiError> {
+        self.patch_part(
+            api_version,
+            kind,
+            (namespace, name),
+            patch,
+            body,
+            store::Part::Status,
+        )
+    }
+
+    fn patch_part(
+        &self,
+        api_version: &str,
+        kind: &str,
+        (namespace, name): (&str, &str),
+        patch: PatchKind,
+        body: &Value,
+        part: store::Part,
+    ) -> Result<Value, ApiError> {
         let mut st = self.shared.store();
         let res = served(&st, api_version, kind)?;
-        st.patch(res, namespace, name, patch, body, store::Part::Status)
+        st.patch(res, namespace, name, patch, body, part)
             .map(|(o, _)| (*o).clone())
     }
 

@@ -93,14 +93,8 @@ pub(crate) struct SpreadCache {
 /// Whether a node passes the pod's node selector and required node affinity.
 fn node_affinity_ok(rules: &PlacementRules, node: &Node) -> bool {
     let selector_ok = (rules.node_selector.iter()).all(|(k, v)| node.labels.get(k) == Some(v));
-    let affinity_ok = rules.affinity.as_ref().is_none_or(|a| {
-        a.terms.iter().any(|t| {
-            (t.match_expressions.iter())
-                .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-                && (t.match_fields.iter())
-                    .all(|r| r.key == "metadata.name" && r.matches(Some(node.name.as_str())))
-        })
-    });
+    let affinity_ok =
+        (rules.affinity.as_ref()).is_none_or(|a| a.terms.iter().any(|t| t.matches(node)));
     selector_ok && affinity_ok
 }
 
