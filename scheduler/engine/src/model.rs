@@ -272,7 +272,7 @@ pub struct Task {
 
 /// What pod affinity terms and spread constraints select a pod by (shared: converted once
 /// per pod spec).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PodMeta {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,

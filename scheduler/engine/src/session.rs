@@ -152,6 +152,18 @@ struct FreeIndex {
     buckets: BTreeMap<(u32, u32), BTreeSet<(u64, NodeId)>>,
 }
 
+/// Per bucket (capacity class, free GPUs) with room for `want_gpus`, its first usable node, as
+/// (current key, node).
+fn first_usable<'b>(
+    buckets: &'b domains::Buckets,
+    want_gpus: u32,
+    usable: &'b dyn Fn(NodeId) -> bool,
+) -> impl Iterator<Item = ((u32, u32), (u64, NodeId))> + 'b {
+    (buckets.iter())
+        .filter(move |(&(_, free_gpus), _)| free_gpus >= want_gpus)
+        .filter_map(|(&b, set)| Some((b, *set.iter().find(|&&(_, n)| usable(n))?)))
+}
+
 /// Filter results kept for rules the last session did not use, at most (a node-sized vector
 /// each; a cluster with more distinct rules in use recomputes some).
 const MAX_KEPT_STATICS: usize = 256;
@@ -1168,28 +1180,26 @@ impl<'a> Session<'a> {
                 .for_each(&mut consider);
         } else {
             let want_gpus = request.count(GPU);
-            let mut walk = |buckets: &domains::Buckets| {
-                for (&(_, free_gpus), set) in buckets {
-                    if free_gpus < want_gpus {
-                        continue;
-                    }
-                    if let Some(&(_, node)) = set.iter().find(|&&(_, n)| usable(n)) {
-                        consider(node);
-                    }
-                }
-            };
+            let heads = |buckets| first_usable(buckets, want_gpus, &usable);
             // Where the inter-pod rules allow only some domains, only their nodes are walked.
             let narrowed = (check.as_ref())
                 .and_then(|c| (self.domain_index.keys()).find_map(|k| Some((k, c.allowed(k)?))));
             match narrowed {
                 Some((key, slots)) => {
+                    // The first usable node of a bucket over all allowed domains is the one
+                    // the walk of every node would take: one key to compute per bucket, not
+                    // one per bucket and domain.
+                    let mut first: BTreeMap<(u32, u32), (u64, NodeId)> = BTreeMap::new();
                     for slot in slots {
-                        if let Some(buckets) = self.domain_index.buckets(key, slot) {
-                            walk(buckets);
+                        let buckets = self.domain_index.buckets(key, slot);
+                        for (b, head) in buckets.into_iter().flat_map(heads) {
+                            let kept = first.entry(b).or_insert(head);
+                            *kept = (*kept).min(head);
                         }
                     }
+                    first.into_values().for_each(|(_, node)| consider(node));
                 }
-                None => walk(&self.index.buckets),
+                None => heads(&self.index.buckets).for_each(|(_, (_, node))| consider(node)),
             }
         }
         drop(check);

@@ -6,7 +6,8 @@
 //! They depend on what is placed, so the session keeps, per distinct term (its selector over a
 //! resolved namespace set) and topology key, how many selected pods run in each domain, updated
 //! by [`InterPod::charge`] on every place, evict and undo; a check is a lookup. Pods are matched
-//! to terms through an index by label pair ([`terms::TermIndex`]), once per pod. Bound pods of
+//! to terms through an index by label pair ([`terms::TermIndex`]), once per distinct
+//! (rules, namespace, labels the selectors read): a gang's members share one view. Bound pods of
 //! other schedulers count as ours do. A cluster where no pod states any of this has no terms:
 //! every call returns at once.
 
@@ -14,12 +15,13 @@ mod spread;
 mod terms;
 
 use std::cell::{OnceCell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::constraints::{HostPort, PodConstraints};
 use crate::framework::Reason;
 use crate::hash::Map;
-use crate::model::{Node, NodeId, PodMeta, TaskId, TaskState};
+use crate::model::{JobId, Node, NodeId, PodMeta, TaskId, TaskState};
 use crate::snapshot::Snapshot;
 
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
@@ -124,13 +126,26 @@ pub(crate) struct InterPod {
     any_hard_held: bool,
     /// Per task with constraints, its interned rules.
     task_rules: Vec<Option<Arc<Rules>>>,
-    views: Vec<OnceCell<TaskView>>,
+    views: Vec<OnceCell<Rc<TaskView>>>,
+    /// Label keys any term's selector reads: two pods alike in these, their namespace and
+    /// their rules have the same view (a gang's members, mostly), derived once.
+    selector_keys: Vec<String>,
+    shared_views: RefCell<SharedViews>,
     foreign_rules: Vec<Option<Arc<Rules>>>,
     /// Host ports taken per node.
     ports: Map<NodeId, Vec<HostPort>>,
     spread: RefCell<SpreadCache>,
     /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
     failures: Map<TaskId, u64>,
+}
+
+/// Views shared between tasks alike (see [`InterPod::view`]).
+#[derive(Default)]
+struct SharedViews {
+    /// By rules and metadata value (pods alike share one, see `snapshot::meta`).
+    by_meta: Map<(Option<*const Rules>, *const PodMeta), Rc<TaskView>>,
+    /// By [`InterPod::likeness`]: the tasks whose views were derived, to compare with.
+    by_likeness: Map<u64, Vec<(TaskId, Rc<TaskView>)>>,
 }
 
 struct Interner<'n> {
@@ -140,8 +155,8 @@ struct Interner<'n> {
     counter_keys: Vec<CounterKey>,
     held_ids: Map<HeldKey, u32>,
     held_keys: Vec<HeldKey>,
-    /// Rules per constraints value and namespace (a gang's members share both).
-    cache: Map<(*const PodConstraints, String), Arc<Rules>>,
+    /// Rules per constraints value, per namespace (a gang's members share both).
+    cache: Map<*const PodConstraints, Vec<(String, Arc<Rules>)>>,
 }
 
 impl Interner<'_> {
@@ -167,8 +182,8 @@ impl Interner<'_> {
     }
 
     fn rules(&mut self, c: &Arc<PodConstraints>, ns: &str) -> Arc<Rules> {
-        let cache_key = (Arc::as_ptr(c), ns.to_string());
-        if let Some(r) = self.cache.get(&cache_key) {
+        let cached = self.cache.get(&Arc::as_ptr(c)).into_iter().flatten();
+        if let Some((_, r)) = cached.into_iter().find(|(n, _)| n == ns) {
             return r.clone();
         }
         let mut r = Rules {
@@ -233,7 +248,8 @@ impl Interner<'_> {
             r.spread.push((rule, m));
         }
         let r = Arc::new(r);
-        self.cache.insert(cache_key, r.clone());
+        let cached = self.cache.entry(Arc::as_ptr(c)).or_default();
+        cached.push((ns.to_string(), r.clone()));
         r
     }
 }
@@ -270,6 +286,8 @@ impl InterPod {
             any_hard_held: false,
             task_rules: Vec::new(),
             views: Vec::new(),
+            selector_keys: Vec::new(),
+            shared_views: RefCell::default(),
             foreign_rules: Vec::new(),
             ports: Map::default(),
             spread: RefCell::default(),
@@ -287,11 +305,21 @@ impl InterPod {
             held_keys: Vec::new(),
             cache: Map::default(),
         };
+        // A job's pods share a namespace and mostly one constraints value: the last rules
+        // derived serve the next member without reading its namespace.
+        let mut last: Option<(JobId, *const PodConstraints, Arc<Rules>)> = None;
         let task_rules: Vec<Option<Arc<Rules>>> = (snap.tasks.iter())
             .map(|t| {
                 let live = matches!(t.state, TaskState::Pending | TaskState::Bound(_));
                 let c = t.constraints.as_ref().filter(|_| live)?;
-                Some(interner.rules(c, &t.meta.namespace))
+                if let Some((job, ptr, r)) = &last {
+                    if *job == t.job && *ptr == Arc::as_ptr(c) {
+                        return Some(r.clone());
+                    }
+                }
+                let r = interner.rules(c, &t.meta.namespace);
+                last = Some((t.job, Arc::as_ptr(c), r.clone()));
+                Some(r)
             })
             .collect();
         let foreign_rules: Vec<Option<Arc<Rules>>> = (snap.foreign.iter())
@@ -312,6 +340,13 @@ impl InterPod {
         for (i, k) in counter_keys.iter().enumerate() {
             this.counter_index.add(i as u32, &k.all[0].selector);
         }
+        let selectors =
+            (counter_keys.iter().flat_map(|k| &k.all)).chain(held_keys.iter().map(|k| &k.matcher));
+        this.selector_keys = (selectors.flat_map(|m| &m.selector.requirements))
+            .map(|r| r.key.clone())
+            .collect();
+        this.selector_keys.sort_unstable();
+        this.selector_keys.dedup();
         for (i, k) in held_keys.iter().enumerate() {
             this.held_index.add(i as u32, &k.matcher.selector);
         }
@@ -350,22 +385,74 @@ impl InterPod {
 
     fn view(&self, snap: &Snapshot, task: TaskId) -> &TaskView {
         self.views[task.index()].get_or_init(|| {
-            let meta = &snap.task(task).meta;
-            let ns = &self.namespaces;
-            let mut selected_by = self.held_index.candidates(&meta.labels);
-            selected_by.retain(|&h| self.held_keys[h as usize].matcher.matches(meta, ns));
-            let rules = self.task_rules[task.index()].as_deref();
-            TaskView {
-                counts_in: self.counts_in(meta),
-                selected_by,
-                self_affinity: (rules.and_then(|r| r.affinity.as_ref()))
-                    .is_some_and(|(_, all)| all.iter().all(|m| m.matches(meta, ns))),
-                self_spread: (rules.into_iter().flat_map(|r| &r.spread))
-                    .map(|(_, m)| m.matches(meta, ns))
-                    .collect(),
-                ..TaskView::default()
+            let rules = self.task_rules[task.index()].as_ref().map(Arc::as_ptr);
+            let same = (rules, Arc::as_ptr(&snap.task(task).meta));
+            let mut shared = self.shared_views.borrow_mut();
+            if let Some(v) = shared.by_meta.get(&same) {
+                return v.clone();
             }
+            let alike = shared
+                .by_likeness
+                .entry(self.likeness(snap, task))
+                .or_default();
+            let view = match alike.iter().find(|(t, _)| self.alike(snap, *t, task)) {
+                Some((_, v)) => v.clone(),
+                None => {
+                    let view = Rc::new(self.derive_view(snap, task));
+                    alike.push((task, view.clone()));
+                    view
+                }
+            };
+            shared.by_meta.insert(same, view.clone());
+            view
         })
+    }
+
+    /// The task's rules, namespace and the labels selectors read, hashed: what its view
+    /// depends on.
+    fn likeness(&self, snap: &Snapshot, task: TaskId) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let meta = &snap.task(task).meta;
+        let mut h = foldhash::fast::FixedState::default().build_hasher();
+        (self.task_rules[task.index()].as_ref())
+            .map(Arc::as_ptr)
+            .hash(&mut h);
+        meta.namespace.hash(&mut h);
+        for k in &self.selector_keys {
+            meta.labels.get(k).hash(&mut h);
+        }
+        h.finish()
+    }
+
+    fn alike(&self, snap: &Snapshot, a: TaskId, b: TaskId) -> bool {
+        let (ra, rb) = (&self.task_rules[a.index()], &self.task_rules[b.index()]);
+        let (ma, mb) = (&snap.task(a).meta, &snap.task(b).meta);
+        let same_rules = match (ra, rb) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            (None, None) => true,
+            _ => false,
+        };
+        same_rules
+            && ma.namespace == mb.namespace
+            && (self.selector_keys.iter()).all(|k| ma.labels.get(k) == mb.labels.get(k))
+    }
+
+    fn derive_view(&self, snap: &Snapshot, task: TaskId) -> TaskView {
+        let meta = &snap.task(task).meta;
+        let ns = &self.namespaces;
+        let mut selected_by = self.held_index.candidates(&meta.labels);
+        selected_by.retain(|&h| self.held_keys[h as usize].matcher.matches(meta, ns));
+        let rules = self.task_rules[task.index()].as_deref();
+        TaskView {
+            counts_in: self.counts_in(meta),
+            selected_by,
+            self_affinity: (rules.and_then(|r| r.affinity.as_ref()))
+                .is_some_and(|(_, all)| all.iter().all(|m| m.matches(meta, ns))),
+            self_spread: (rules.into_iter().flat_map(|r| &r.spread))
+                .map(|(_, m)| m.matches(meta, ns))
+                .collect(),
+            ..TaskView::default()
+        }
     }
 
     /// Moves a pod's counts, held terms and host ports on or off a node.
@@ -396,17 +483,13 @@ impl InterPod {
         if !self.active {
             return;
         }
-        let counts_in = std::mem::take(&mut self.view_mut(snap, task).counts_in);
-        let rules = self.task_rules[task.index()].clone();
-        self.change(node, &counts_in, rules.as_deref(), add);
-        self.view_mut(snap, task).counts_in = counts_in;
-    }
-
-    fn view_mut(&mut self, snap: &Snapshot, task: TaskId) -> &mut TaskView {
         self.view(snap, task);
-        self.views[task.index()]
-            .get_mut()
-            .expect("initialised above")
+        let view = self.views[task.index()]
+            .get()
+            .cloned()
+            .expect("derived above");
+        let rules = self.task_rules[task.index()].clone();
+        self.change(node, &view.counts_in, rules.as_deref(), add);
     }
 
     /// How the task's failures may be cached; [`Guard::Free`] for a task no rule concerns.

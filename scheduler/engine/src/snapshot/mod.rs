@@ -17,7 +17,10 @@ use crate::model::*;
 use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
 use crate::session::NodeState;
 
+mod meta;
 mod patch;
+
+use meta::MetaInterner;
 
 /// Kubelet's default pod limit, used when a node does not state its own.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -395,8 +398,9 @@ impl Snapshot {
             built_nodes.push(build_node(&names, id, n)?);
         }
         let node_id = |n: &str| node_ids.get(n).copied();
+        let mut metas = MetaInterner::default();
         let pod_facts: Vec<PodFacts> = (pods.iter())
-            .map(|&p| PodFacts::of(&names, p, &node_id))
+            .map(|&p| PodFacts::of(&names, p, &node_id, &mut metas))
             .collect();
         let group_facts: Vec<GroupFacts> =
             groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
@@ -479,6 +483,8 @@ pub struct SnapshotBuilder {
     generation: u64,
     /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
     namespaces: Arc<Vec<NamespaceSpec>>,
+    /// The pods' metadata values, shared between pods alike.
+    metas: MetaInterner,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -704,6 +710,7 @@ impl SnapshotBuilder {
             pinned_uses: HashMap::new(),
             generation: 0,
             namespaces: Arc::default(),
+            metas: MetaInterner::default(),
         })
     }
 
@@ -841,10 +848,12 @@ impl SnapshotBuilder {
         self.held.built();
         let ids = &self.ids;
         let node_id = |n: &str| ids.get(n).copied();
+        let metas = &mut self.metas;
+        metas.prune(self.pods.len());
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
             .map(|c| {
                 let facts =
-                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id));
+                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
                 (&c.spec, &*facts)
             })
             .collect();
@@ -1015,7 +1024,12 @@ struct PodFacts {
 }
 
 impl PodFacts {
-    fn of(names: &ResourceNames, p: &PodSpec, node_id: &dyn Fn(&str) -> Option<NodeId>) -> Self {
+    fn of(
+        names: &ResourceNames,
+        p: &PodSpec,
+        node_id: &dyn Fn(&str) -> Option<NodeId>,
+        metas: &mut MetaInterner,
+    ) -> Self {
         let mut request = names.resources(&p.request);
         // A pod takes one pod slot; a pinned pod as many as it says it stands for.
         if p.pinned_queue.is_none() || !p.request.contains_key("pods") {
@@ -1028,10 +1042,7 @@ impl PodFacts {
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
-            meta: Arc::new(PodMeta {
-                namespace: p.namespace.clone(),
-                labels: p.labels.clone(),
-            }),
+            meta: metas.intern(&p.namespace, &p.labels),
         }
     }
 }
