@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::framework::Framework;
 use crate::hash::Map;
-use crate::interpod::{Guard, InterPod};
+use crate::interpod::{Guard, InterPod, NO_DOMAIN};
 use crate::model::*;
 use crate::plan::{
     Binding, Condition, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
@@ -17,6 +17,7 @@ use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
+mod able;
 mod domains;
 mod explain;
 mod prefer;
@@ -267,6 +268,9 @@ pub struct Session<'a> {
     domain_index: domains::DomainIndex,
     /// Preference points of the tasks' placement rules and preferred node terms.
     preference_cache: prefer::PreferenceCache,
+    /// Placements, evictions and undos so far (see `able`).
+    charges: u64,
+    able: Option<able::AbleNodes>,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -461,6 +465,8 @@ impl<'a> Session<'a> {
             pods: InterPod::new(snapshot),
             domain_index: domains::DomainIndex::default(),
             preference_cache: prefer::PreferenceCache::default(),
+            charges: 0,
+            able: None,
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
@@ -1039,6 +1045,16 @@ impl<'a> Session<'a> {
         request.fits_on(used, alloc)
     }
 
+    /// The node's capacity class and node-order key now. Nodes of one class take the same
+    /// request in the order of their keys (the premise of the bucket search, see
+    /// `session::prefer`), so among them only the first by (key, id) can score best.
+    pub(crate) fn order_key(&self, node: NodeId) -> (u32, u64) {
+        (
+            self.index.class[node.index()],
+            self.index.key[node.index()].1,
+        )
+    }
+
     pub(crate) fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
         let mut after = self.used[node.index()].clone();
         after.add(request);
@@ -1185,6 +1201,27 @@ impl<'a> Session<'a> {
             let narrowed = (check.as_ref())
                 .and_then(|c| (self.domain_index.keys()).find_map(|k| Some((k, c.allowed(k)?))));
             match narrowed {
+                // Most domains allowed (a spread over zones): the walk of all nodes steps over
+                // few of the others.
+                Some((key, slots)) if slots.len() * 4 > self.pods.domain_count(key) => {
+                    let count = self.pods.domain_count(key);
+                    let index = |slot: u32| {
+                        if slot == NO_DOMAIN {
+                            count
+                        } else {
+                            slot as usize
+                        }
+                    };
+                    let mut allowed = vec![false; count + 1];
+                    for slot in slots {
+                        allowed[index(slot)] = true;
+                    }
+                    let pods = &self.pods;
+                    let usable_there =
+                        |n: NodeId| allowed[index(pods.domain_slot(key, n))] && usable(n);
+                    (first_usable(&self.index.buckets, want_gpus, &usable_there))
+                        .for_each(|(_, (_, node))| consider(node));
+                }
                 Some((key, slots)) => {
                     // The first usable node of a bucket over all allowed domains is the one
                     // the walk of every node would take: one key to compute per bucket, not
@@ -1309,6 +1346,7 @@ impl<'a> Session<'a> {
     fn charge(&mut self, task: TaskId, node: NodeId, gpus: u64, add: bool) {
         let snap = self.snapshot;
         let t = snap.task(task);
+        self.charges += 1;
         self.index_remove(node);
         let i = node.index();
         self.moved.push(node);

@@ -410,15 +410,14 @@ fn place_one(
         (Some(p), _) if usable(session, p) => Some(p),
         (_, None) => session.find_node_with(task, access),
         (_, Some(d)) => {
-            let t = &session.topology().expect("topology").topology;
-            let nodes = t.domain(d).nodes.clone();
+            let topology = session.topology().expect("topology").topology.clone();
+            let t = &*topology;
             // Closer to the previous member first: the more tiers of the ladder it shares with
             // it, the better (a spread gang fills one rack before the next).
-            let ladder = t.ladders[t.tier(t.domain(d).tier).ladder].clone();
-            let near = |t: &Topology, n: NodeId| {
+            let ladder = &t.ladders[t.tier(t.domain(d).tier).ladder];
+            let near = |n: NodeId| {
                 prev.map_or(0, |p| {
-                    ladder
-                        .iter()
+                    (ladder.iter())
                         .filter(|&&tier| {
                             t.domain_of(n.index(), tier) == t.domain_of(p.index(), tier)
                         })
@@ -426,12 +425,25 @@ fn place_one(
                 })
             };
             let preferences = session.preferences(task);
+            let able = session.able_in(task, d, &t.domain(d).nodes, access, island);
+            let mut candidates = able.clone();
+            if preferences.is_none() {
+                // A node's score is then its key after placing: per nearness and capacity
+                // class, only the first node by its key now can win (see `order_key`).
+                let mut heads: Vec<(usize, u32, (u64, NodeId))> = Vec::new();
+                for &n in &able {
+                    let ((class, key), near) = (session.order_key(n), near(n));
+                    match heads.iter_mut().find(|h| (h.0, h.1) == (near, class)) {
+                        Some(h) => h.2 = h.2.min((key, n)),
+                        None => heads.push((near, class, (key, n))),
+                    }
+                }
+                candidates = heads.into_iter().map(|(_, _, (_, n))| n).collect();
+            }
             let mut best: Option<(std::cmp::Reverse<usize>, i128, NodeId)> = None;
-            let able = session.nodes_that_take(task, nodes.into_iter().map(NodeId), access, island);
-            for n in able {
-                let t = &session.topology().expect("topology").topology;
+            for n in candidates {
                 let cand = (
-                    std::cmp::Reverse(near(t, n)),
+                    std::cmp::Reverse(near(n)),
                     session.placement_score(task, n, request, preferences.as_ref()),
                     n,
                 );
@@ -439,7 +451,16 @@ fn place_one(
                     best = Some(cand);
                 }
             }
-            best.map(|(_, _, n)| n)
+            if let Some((_, _, n)) = best {
+                match island {
+                    Some(i) => session.allocate_in_island(stmt, task, n, i),
+                    None => session.allocate(stmt, task, n),
+                }
+                // The next member alike may start from these (see `Session::able_in`).
+                session.keep_able(task, d, access, island, able, n);
+                return Ok(n);
+            }
+            None
         }
     };
     let node = node.ok_or_else(|| session.why_no_node(task, access))?;

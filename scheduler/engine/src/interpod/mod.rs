@@ -695,10 +695,44 @@ impl InterPod {
             })
     }
 
+    /// Whether placing the task changes what the rules of a task alike (same rules and view)
+    /// see on its node alone: it has no required affinity and no spread (both read counts
+    /// over all domains), and each anti-affinity term it states or holds against pods like it
+    /// is on a key every node has its own value of.
+    pub(crate) fn local_to_node(&self, snap: &Snapshot, task: TaskId) -> bool {
+        if !self.active {
+            return true;
+        }
+        let per_node = |key: u32| self.domains.len(key) == snap.nodes.len();
+        let view = self.view(snap, task);
+        let Some(r) = self.task_rules[task.index()].as_deref() else {
+            return true;
+        };
+        r.affinity.is_none()
+            && r.spread.is_empty()
+            && (r.anti.iter()).all(|&c| per_node(self.counters[c as usize].keys[0]))
+            && (r.holds.iter())
+                .filter(|h| view.selected_by.contains(h))
+                .all(|&h| per_node(self.held[h as usize].keys[0]))
+    }
+
+    /// Names the task's view: tasks with equal ids have equal rules and are selected alike.
+    pub(crate) fn view_id(&self, snap: &Snapshot, task: TaskId) -> usize {
+        if !self.active {
+            return 0;
+        }
+        self.view(snap, task) as *const TaskView as usize
+    }
+
     /// Whether the task must spread (a `DoNotSchedule` topology spread constraint).
     pub(crate) fn must_spread(&self, task: TaskId) -> bool {
         (self.task_rules.get(task.index()).and_then(|r| r.as_deref()))
             .is_some_and(|r| r.spread.iter().any(|(s, _)| s.hard))
+    }
+
+    /// How many domains the key has (slots `0..domain_count`, besides [`NO_DOMAIN`]).
+    pub(crate) fn domain_count(&self, key: u32) -> usize {
+        self.domains.len(key)
     }
 
     /// The node's slot under a key: its domain, or [`NO_DOMAIN`].
