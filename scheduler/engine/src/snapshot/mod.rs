@@ -20,7 +20,7 @@ use crate::session::NodeState;
 mod meta;
 mod patch;
 
-use meta::MetaInterner;
+use meta::PodValues;
 
 /// Kubelet's default pod limit, used when a node does not state its own.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -398,9 +398,9 @@ impl Snapshot {
             built_nodes.push(build_node(&names, id, n)?);
         }
         let node_id = |n: &str| node_ids.get(n).copied();
-        let mut metas = MetaInterner::default();
+        let mut values = PodValues::default();
         let pod_facts: Vec<PodFacts> = (pods.iter())
-            .map(|&p| PodFacts::of(&names, p, &node_id, &mut metas))
+            .map(|&p| PodFacts::of(&names, p, &node_id, &mut values))
             .collect();
         let group_facts: Vec<GroupFacts> =
             groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
@@ -483,8 +483,8 @@ pub struct SnapshotBuilder {
     generation: u64,
     /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
     namespaces: Arc<Vec<NamespaceSpec>>,
-    /// The pods' metadata values, shared between pods alike.
-    metas: MetaInterner,
+    /// The pods' metadata and constraints, shared between pods alike.
+    values: PodValues,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -710,7 +710,7 @@ impl SnapshotBuilder {
             pinned_uses: HashMap::new(),
             generation: 0,
             namespaces: Arc::default(),
-            metas: MetaInterner::default(),
+            values: PodValues::default(),
         })
     }
 
@@ -848,12 +848,12 @@ impl SnapshotBuilder {
         self.held.built();
         let ids = &self.ids;
         let node_id = |n: &str| ids.get(n).copied();
-        let metas = &mut self.metas;
-        metas.prune(self.pods.len());
+        let values = &mut self.values;
+        values.prune(self.pods.len());
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
             .map(|c| {
-                let facts =
-                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
+                let facts = (c.facts)
+                    .get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, values));
                 (&c.spec, &*facts)
             })
             .collect();
@@ -1021,6 +1021,8 @@ struct PodFacts {
     /// Its task's position in the builder's last snapshot (see [`Buffers`]).
     slot: std::cell::Cell<u32>,
     meta: Arc<PodMeta>,
+    /// Shared with the pods that state the same (see [`PodValues`]).
+    constraints: Option<Arc<PodConstraints>>,
 }
 
 impl PodFacts {
@@ -1028,7 +1030,7 @@ impl PodFacts {
         names: &ResourceNames,
         p: &PodSpec,
         node_id: &dyn Fn(&str) -> Option<NodeId>,
-        metas: &mut MetaInterner,
+        values: &mut PodValues,
     ) -> Self {
         let mut request = names.resources(&p.request);
         // A pod takes one pod slot; a pinned pod as many as it says it stands for.
@@ -1042,7 +1044,8 @@ impl PodFacts {
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
-            meta: metas.intern(&p.namespace, &p.labels),
+            meta: values.meta(&p.namespace, &p.labels),
+            constraints: p.constraints.as_ref().map(|c| values.constraints(c)),
         }
     }
 }
@@ -1360,7 +1363,7 @@ fn assemble(
                 foreign.push(ForeignPod {
                     node,
                     meta: facts.meta.clone(),
-                    constraints: p.constraints.clone(),
+                    constraints: facts.constraints.clone(),
                 });
             }
             continue;
@@ -1589,7 +1592,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         rank: p.rank,
         sub_group: None,
         hold,
-        constraints: p.constraints.clone(),
+        constraints: facts.constraints.clone(),
         meta: facts.meta.clone(),
     }
 }
