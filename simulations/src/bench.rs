@@ -30,6 +30,11 @@ pub struct BenchReport {
     /// One scheduling cycle (the engine only), best of `runs`.
     pub cycle_ms: f64,
     pub pods_per_second: f64,
+    /// With `constrained`: the cycle of the same cluster and backlog with every pod's
+    /// constraints dropped (labels kept), best of `runs`, run alternately with the
+    /// constrained one so both see the same machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unconstrained_cycle_ms: Option<f64>,
     pub runs: usize,
 }
 
@@ -46,13 +51,27 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         snapshot = Some(built);
     }
     let snapshot = snapshot.expect("at least one build");
+    // The baseline of the constrained backlog: the same cluster and pods, no constraints.
+    let unconstrained = setup.constrained.then(|| {
+        let mut spec = spec.clone();
+        spec.pods.iter_mut().for_each(|p| p.constraints = None);
+        Snapshot::build(spec)
+    });
+    let unconstrained = unconstrained.transpose()?;
     let mut best = f64::INFINITY;
+    let mut baseline = f64::INFINITY;
     let mut plan = None;
     for _ in 0..runs.max(1) {
         let start = Instant::now();
         let p = basalt_plugins::schedule(&snapshot, config);
         best = best.min(start.elapsed().as_secs_f64());
         plan = Some(p);
+        if let Some(unconstrained) = &unconstrained {
+            let start = Instant::now();
+            let p = basalt_plugins::schedule(unconstrained, config);
+            baseline = baseline.min(start.elapsed().as_secs_f64());
+            drop(p);
+        }
     }
     let plan = plan.expect("at least one run");
     let placed = plan.bindings.len();
@@ -79,6 +98,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         } else {
             0.0
         },
+        unconstrained_cycle_ms: unconstrained.is_some().then_some(baseline * 1e3),
         runs: runs.max(1),
     })
 }
@@ -104,12 +124,19 @@ impl BenchReport {
                 }
             )
         };
+        let baseline = match self.unconstrained_cycle_ms {
+            Some(ms) => format!(
+                "same backlog without constraints: {ms:.1} ms (constrained {:.2}×)\n",
+                self.cycle_ms / ms
+            ),
+            None => String::new(),
+        };
         format!(
             "cluster: {} nodes × {} GPUs; backlog: {backlog}\n\
              placed: {} pods, {} gangs running; {} evictions, {} nominations\n\
              snapshot build: {:.1} ms (best of {})\n\
              cycle: {:.1} ms (best of {})\n\
-             throughput: {:.0} pods/s\n",
+             {baseline}throughput: {:.0} pods/s\n",
             self.nodes,
             self.gpus_per_node,
             self.pods_placed,

@@ -87,7 +87,8 @@ enum Command {
         /// Nodes in ten zones (whole racks dealt in turn) and a backlog with pod constraints:
         /// of every ten jobs, two keep one member per node (required hostname anti-affinity),
         /// two spread over zones (`maxSkew: 1`), one prefers its members' zone (preferred pod
-        /// affinity).
+        /// affinity). The same cluster and pods without their constraints are timed alongside,
+        /// and the report gives the ratio.
         #[arg(long, conflicts_with = "fabric")]
         constrained: bool,
         /// Cycles to run; the best is reported.

@@ -176,6 +176,10 @@ fn bench_reports_json() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["podsPlaced"], 80);
     assert_eq!(v["gangsRunning"], 10);
+    assert!(
+        v.get("unconstrainedCycleMs").is_none(),
+        "only a constrained bench has one"
+    );
 }
 
 /// The constrained backlog: every job fits when the rules are kept (320 nodes of 8 GPUs in ten
@@ -204,6 +208,10 @@ fn bench_constrained_backlog_places_every_gang() {
     assert_eq!(v["constrained"], true);
     assert_eq!(v["podsPlaced"], 640);
     assert_eq!(v["gangsRunning"], 80);
+    // The same backlog without its constraints is timed beside it, for the ratio.
+    assert!(v["unconstrainedCycleMs"]
+        .as_f64()
+        .is_some_and(|ms| ms > 0.0));
     let both = sim(&["bench", "--constrained", "--fabric"]);
     assert!(
         !both.status.success(),

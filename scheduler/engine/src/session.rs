@@ -470,11 +470,8 @@ impl<'a> Session<'a> {
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
-        let coarse = session.pods.coarse_keys(snapshot.nodes.len());
-        if !coarse.is_empty() {
-            let entries = session.index.buckets.iter().map(|(&b, set)| (b, set));
-            session.domain_index = domains::DomainIndex::build(coarse, &session.pods, entries);
-        }
+        session.domain_index =
+            domains::DomainIndex::new(session.pods.coarse_keys(snapshot.nodes.len()));
         session.topo = session.build_topology(kept_topo, constrained);
         session.cluster_used.add(&node_used_sum);
         for job in to_reserve {
@@ -971,9 +968,7 @@ impl<'a> Session<'a> {
             .entry(bucket)
             .or_default()
             .insert((key, node));
-        if !self.domain_index.is_empty() {
-            self.domain_index.insert(&self.pods, bucket, (key, node));
-        }
+        self.domain_index.insert(&self.pods, bucket, (key, node));
     }
 
     fn index_remove(&mut self, node: NodeId) {
@@ -986,9 +981,7 @@ impl<'a> Session<'a> {
                 self.index.buckets.remove(&bucket);
             }
         }
-        if !self.domain_index.is_empty() {
-            self.domain_index.remove(&self.pods, bucket, (key, node));
-        }
+        self.domain_index.remove(&self.pods, bucket, (key, node));
     }
 
     fn ensure_statics(&mut self, rules: RulesId) {
@@ -1203,32 +1196,29 @@ impl<'a> Session<'a> {
             match narrowed {
                 // Most domains allowed (a spread over zones): the walk of all nodes steps over
                 // few of the others.
-                Some((key, slots)) if slots.len() * 4 > self.pods.domain_count(key) => {
-                    let count = self.pods.domain_count(key);
-                    let index = |slot: u32| {
-                        if slot == NO_DOMAIN {
-                            count
-                        } else {
-                            slot as usize
-                        }
-                    };
-                    let mut allowed = vec![false; count + 1];
-                    for slot in slots {
-                        allowed[index(slot)] = true;
-                    }
+                Some((key, allowed))
+                    if allowed.iter().filter(|&&a| a).count() * 4 >= allowed.len() =>
+                {
+                    let none = allowed.len() - 1;
                     let pods = &self.pods;
-                    let usable_there =
-                        |n: NodeId| allowed[index(pods.domain_slot(key, n))] && usable(n);
+                    let slot_allowed = |n: NodeId| match pods.domain_slot(key, n) {
+                        NO_DOMAIN => allowed[none],
+                        d => allowed[d as usize],
+                    };
+                    let usable_there = |n: NodeId| slot_allowed(n) && usable(n);
                     (first_usable(&self.index.buckets, want_gpus, &usable_there))
                         .for_each(|(_, (_, node))| consider(node));
                 }
-                Some((key, slots)) => {
+                Some((key, allowed)) => {
                     // The first usable node of a bucket over all allowed domains is the one
                     // the walk of every node would take: one key to compute per bucket, not
                     // one per bucket and domain.
+                    let none = allowed.len() - 1;
+                    let slots = (0..allowed.len()).filter(|&i| allowed[i]);
                     let mut first: BTreeMap<(u32, u32), (u64, NodeId)> = BTreeMap::new();
-                    for slot in slots {
-                        let buckets = self.domain_index.buckets(key, slot);
+                    for slot in slots.map(|i| if i == none { NO_DOMAIN } else { i as u32 }) {
+                        let all = &self.index.buckets;
+                        let buckets = self.domain_index.buckets(key, slot, &self.pods, all);
                         for (b, head) in buckets.into_iter().flat_map(heads) {
                             let kept = first.entry(b).or_insert(head);
                             *kept = (*kept).min(head);

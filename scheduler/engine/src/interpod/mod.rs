@@ -730,11 +730,6 @@ impl InterPod {
             .is_some_and(|r| r.spread.iter().any(|(s, _)| s.hard))
     }
 
-    /// How many domains the key has (slots `0..domain_count`, besides [`NO_DOMAIN`]).
-    pub(crate) fn domain_count(&self, key: u32) -> usize {
-        self.domains.len(key)
-    }
-
     /// The node's slot under a key: its domain, or [`NO_DOMAIN`].
     pub(crate) fn domain_slot(&self, key: u32, node: NodeId) -> u32 {
         self.domains.of(key, node).unwrap_or(NO_DOMAIN)
@@ -742,10 +737,10 @@ impl InterPod {
 }
 
 impl Check<'_> {
-    /// The slots of `key` (its domains, and [`NO_DOMAIN`] for nodes without it) outside which
-    /// [`Check::check`] refuses every node, when its hard rules rule some out; `None` when no
-    /// rule on the key narrows the search. A superset of what `check` allows, never less.
-    pub(crate) fn allowed(&self, key: u32) -> Option<Vec<u32>> {
+    /// Per slot of `key` (its domains `0..n`, then at `n` the nodes without it), whether
+    /// [`Check::check`] may allow a node there, when its hard rules rule some slots out; `None`
+    /// when no rule on the key narrows the search. A superset of what `check` allows.
+    pub(crate) fn allowed(&self, key: u32) -> Option<Vec<bool>> {
         let pods = self.pods;
         let len = pods.domains.len(key) as u32;
         let mut allowed: Option<Vec<bool>> = None;
@@ -778,13 +773,7 @@ impl Check<'_> {
                 narrow(&|d| fits[d as usize], false);
             }
         }
-        let slots = allowed?;
-        (!slots.iter().all(|&ok| ok)).then(|| {
-            (0..=len)
-                .filter(|&d| slots[d as usize])
-                .map(|d| if d == len { NO_DOMAIN } else { d })
-                .collect()
-        })
+        allowed.filter(|slots| !slots.iter().all(|&ok| ok))
     }
 
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Reason> {
