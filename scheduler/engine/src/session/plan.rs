@@ -1,0 +1,168 @@
+//! The session's result: the plan it hands to the binder and the status writers.
+
+use super::{MemberCounts, NodeState, Op, Session, TaskStatus, MAX_KEPT_STATICS};
+use crate::model::*;
+use crate::plan::{
+    Binding, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
+};
+use crate::share::Share;
+
+impl Session<'_> {
+    /// The plan: committed bindings, nominations and evictions in the order they were decided,
+    /// every job's status after the cycle and every queue's share, sorted by name.
+    pub fn into_plan(self) -> Plan {
+        let snap = self.snapshot;
+        let mut plan = Plan::default();
+        let gpu_indices = |node: NodeId, gpus: u64| -> Vec<u32> {
+            let n = snap.node(node);
+            (0..n.gpus.len())
+                .filter(|p| gpus & (1u64 << p) != 0)
+                .map(|p| n.gpus[p].index)
+                .collect()
+        };
+        for op in &self.committed {
+            match op {
+                Op::Allocate {
+                    task,
+                    node,
+                    gpus,
+                    pipelined: false,
+                } => plan.bindings.push(Binding {
+                    pod: snap.task(*task).name.to_string(),
+                    node: snap.node(*node).name.clone(),
+                    gpus: gpu_indices(*node, *gpus),
+                }),
+                Op::Allocate {
+                    task,
+                    node,
+                    pipelined: true,
+                    ..
+                } => plan.nominations.push(Nomination {
+                    pod: snap.task(*task).name.to_string(),
+                    node: snap.node(*node).name.clone(),
+                    reason: NominationReason::Evictions,
+                }),
+                Op::Evict {
+                    task,
+                    reason,
+                    for_job,
+                    ..
+                } => plan.evictions.push(Eviction {
+                    pod: snap.task(*task).name.to_string(),
+                    reason: reason.clone(),
+                    for_group: snap.job(*for_job).name.to_string(),
+                }),
+            }
+        }
+        for &(task, node) in &self.reservations {
+            if self.status[task.index()] == TaskStatus::Pending {
+                plan.nominations.push(Nomination {
+                    pod: snap.task(task).name.to_string(),
+                    node: snap.node(node).name.clone(),
+                    reason: NominationReason::Reservation,
+                });
+            }
+        }
+        // Jobs no committed operation touched stand as they did (discarded ones were undone).
+        let mut touched = vec![false; snap.jobs.len()];
+        for op in &self.committed {
+            let (Op::Allocate { task, .. } | Op::Evict { task, .. }) = op;
+            touched[snap.task(*task).job.index()] = true;
+        }
+        for job in &snap.jobs {
+            let c = if touched[job.id.index()] {
+                self.counts(job.id)
+            } else {
+                let s = self.start_counts[job.id.index()];
+                MemberCounts {
+                    running: s.bound,
+                    succeeded: s.succeeded,
+                    failed: s.failed,
+                    pending: s.pending,
+                    ..MemberCounts::default()
+                }
+            };
+            // Running only while every minimum holds (pipelined members are not running yet).
+            let meets = if job.min_task_member.is_empty() {
+                c.running + c.succeeded >= job.min_member
+            } else {
+                let pipelined: Vec<TaskId> = (job.tasks.iter().copied())
+                    .filter(|t| matches!(self.status[t.index()], TaskStatus::Pipelined { .. }))
+                    .collect();
+                self.meets_minimums(job.id, &pipelined)
+            };
+            let phase = if meets {
+                if c.running == 0 && c.pending == 0 && c.pipelined == 0 {
+                    JobPhase::Completed
+                } else {
+                    JobPhase::Running
+                }
+            } else if c.running > 0 {
+                JobPhase::Unknown
+            } else if self.phase[job.id.index()] == JobPhase::Pending {
+                JobPhase::Pending
+            } else {
+                JobPhase::Inqueue
+            };
+            let settled = !touched[job.id.index()] && c.pending == 0 && phase == job.phase;
+            if settled && !self.fw.report_settled_groups {
+                continue;
+            }
+            // Why members wait matters only while some do; warnings hold as long as the spec.
+            let waiting = c.pending + c.pipelined > 0;
+            let conditions = self.conditions[job.id.index()]
+                .iter()
+                .filter(|c| waiting || c.kind != crate::actions::UNSCHEDULABLE)
+                .cloned()
+                .collect();
+            plan.pod_groups.push(PodGroupStatus {
+                name: job.name.clone(),
+                phase,
+                conditions,
+                running: c.running,
+                succeeded: c.succeeded,
+                failed: c.failed,
+                pending: c.pending + c.pipelined,
+                min_member: job.min_member,
+            });
+        }
+        let names = &snap.resources;
+        for q in snap.queues.iter().filter(|_| self.fw.report_queues) {
+            let (held, deserved) = (self.queue_allocated(q.id), self.deserved(q.id));
+            plan.queues.push(QueueStatus {
+                name: q.name.clone(),
+                parent: q.parent.map(|p| snap.queue(p).name.clone()),
+                deserved: names.quantities(deserved),
+                allocated: names.quantities(held),
+                share: Share::of_deserved(held, deserved).as_f64(),
+                undeserved: (Share::undeserved(held, deserved))
+                    .map(|r| names.name(r).to_string())
+                    .collect(),
+                state: q.state,
+            });
+        }
+        // Filter results of rules this session used, and of those the last one did.
+        let mut statics = self.kept_statics;
+        if statics.len() > MAX_KEPT_STATICS {
+            statics.clear();
+        }
+        for (rules, s) in self.statics {
+            statics.insert(snap.rules[rules.0 as usize].clone(), s);
+        }
+        let mut moved = self.moved;
+        moved.sort_unstable();
+        moved.dedup();
+        snap.keep_node_state(NodeState {
+            statics,
+            framework: self.fw.id(),
+            generation: snap.hint.generation,
+            moved,
+            resources: names.clone(),
+            used: self.used,
+            gpus_used: self.gpus_used,
+            index: self.index,
+            topo: self.topo,
+        });
+        plan
+    }
+}
