@@ -342,6 +342,14 @@ fn read_value(
                 }
                 Object::PodGroup(Box::new(g))
             }
+            (types::scheduler_plugins::API_VERSION, "PodGroup") => {
+                let g: Box<types::scheduler_plugins::PodGroup> =
+                    typed(place, &object_name, with_spec(value))?;
+                let g = g.into_basalt().map_err(|(field, message)| {
+                    place.error(Some(object_name.clone()), Some(field), message)
+                })?;
+                Object::PodGroup(Box::new(g))
+            }
             (types::API_VERSION, "Queue") => {
                 Object::Queue(typed(place, &object_name, with_spec(value))?)
             }

@@ -469,6 +469,8 @@ pub struct MigDeviceInfo {
 /// Volcano's spelling of the Basalt Queue and PodGroup, read from manifests and converted to
 /// Basalt's on read; and Volcano's HyperNode, read as is (see `convert` for the node labels it
 /// becomes).
+pub mod scheduler_plugins;
+
 pub mod volcano {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};

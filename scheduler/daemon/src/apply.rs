@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::convert::{GPU_IDS, POD_GROUP, VOLCANO_GROUP_NAME};
+use basalt_crds::convert::{GPU_IDS, POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
 use basalt_engine::Plan;
 use basalt_plugins::Config;
 use futures::StreamExt;
@@ -510,7 +510,8 @@ pub(crate) fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectRefere
     }
 }
 
-/// The PodGroup a pod names (Basalt's label or annotation, or Volcano's annotation).
+/// The PodGroup a pod names (Basalt's label or annotation, Volcano's annotation, or
+/// scheduler-plugins' label), in the reader's order.
 pub fn member_of(p: &Pod) -> Option<&str> {
     fn get<'a>(m: &'a Option<BTreeMap<String, String>>, k: &str) -> Option<&'a str> {
         m.as_ref().and_then(|m| m.get(k)).map(String::as_str)
@@ -518,6 +519,8 @@ pub fn member_of(p: &Pod) -> Option<&str> {
     get(&p.metadata.labels, POD_GROUP)
         .or_else(|| get(&p.metadata.annotations, POD_GROUP))
         .or_else(|| get(&p.metadata.annotations, VOLCANO_GROUP_NAME))
+        .or_else(|| get(&p.metadata.labels, SCHEDULER_PLUGINS_POD_GROUP))
+        .filter(|g| !g.is_empty())
 }
 
 async fn bind(

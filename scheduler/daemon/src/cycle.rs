@@ -11,6 +11,7 @@ use basalt_crds::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
+use crate::scheduler_plugins;
 use crate::stores::Stores;
 use crate::volcano;
 
@@ -22,6 +23,8 @@ pub const SOURCE: &str = "cluster";
 pub enum Origin {
     Basalt,
     Volcano,
+    /// scheduler-plugins' coscheduling PodGroup: read, its status never written.
+    SchedulerPlugins,
 }
 
 impl Origin {
@@ -29,6 +32,7 @@ impl Origin {
         match self {
             Origin::Basalt => basalt_crds::types::API_VERSION,
             Origin::Volcano => volcano::API_VERSION,
+            Origin::SchedulerPlugins => scheduler_plugins::API_VERSION,
         }
     }
 }
@@ -229,9 +233,38 @@ fn collect(
             Err(e) => unreadable.push(e),
         }
     }
+    // Then scheduler-plugins' groups, where neither Basalt nor Volcano names the group.
+    let sigs = stores.scheduler_plugins.current();
+    for g in (sigs.iter()).flat_map(|s| s.kinds.pod_groups.state()) {
+        let key = format!(
+            "{}/{}",
+            g.metadata.namespace.as_deref().unwrap_or("default"),
+            g.metadata.name.as_deref().unwrap_or("")
+        );
+        if view.groups.contains_key(&key) {
+            collisions.insert(format!("PodGroup {key}"));
+            continue;
+        }
+        match g.to_basalt() {
+            Ok(b) => {
+                objects.push((
+                    scheduler_plugins::ORIGIN.to_string(),
+                    Object::PodGroup(Box::new(b.clone())),
+                ));
+                view.groups.insert(
+                    key,
+                    GroupEntry {
+                        group: Arc::new(b),
+                        origin: Origin::SchedulerPlugins,
+                    },
+                );
+            }
+            Err(e) => unreadable.push(e),
+        }
+    }
     for c in &collisions {
         if !s.collisions.contains(c) {
-            tracing::warn!(object = %c, "a Basalt and a Volcano object share this name; Basalt's is used, Volcano's ignored");
+            tracing::warn!(object = %c, "PodGroups of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
         }
     }
     s.collisions = collisions;

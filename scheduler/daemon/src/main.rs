@@ -8,6 +8,7 @@ mod http;
 mod leader;
 mod owners;
 mod report;
+mod scheduler_plugins;
 mod stores;
 mod stranded;
 mod volcano;
@@ -60,7 +61,8 @@ struct Args {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     owner_cache_ttl: Duration,
     /// How often to look again whether Volcano's CRDs (scheduling.volcano.sh/v1beta1,
-    /// topology.volcano.sh/v1alpha1) are served, while they are not.
+    /// topology.volcano.sh/v1alpha1) and scheduler-plugins' PodGroup
+    /// (scheduling.x-k8s.io/v1alpha1) are served, while they are not.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     volcano_discovery_interval: Duration,
     /// How long a gang may stay partly bound (members bound, its minimum not, the others

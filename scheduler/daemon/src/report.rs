@@ -37,10 +37,10 @@ impl Scheduler {
                 continue;
             }
             tracing::error!(error = %text, "object left out of scheduling");
-            let origin = if e.origin.as_deref() == Some(volcano::ORIGIN) {
-                Origin::Volcano
-            } else {
-                Origin::Basalt
+            let origin = match e.origin.as_deref() {
+                Some(volcano::ORIGIN) => Origin::Volcano,
+                Some(crate::scheduler_plugins::ORIGIN) => Origin::SchedulerPlugins,
+                _ => Origin::Basalt,
             };
             let Some(reference) = reference(&e.kind, &e.object, origin) else {
                 continue;

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::scheduler_plugins::SchedulerPlugins;
 use crate::volcano::{HyperNodes, Volcano};
 
 pub struct Stores {
@@ -38,6 +39,8 @@ pub struct Stores {
     pub storage_classes: Store<StorageClass>,
     /// Volcano's PodGroups and Queues, while the cluster serves them.
     pub volcano: Arc<Volcano>,
+    /// scheduler-plugins' PodGroups, while the cluster serves them.
+    pub scheduler_plugins: Arc<SchedulerPlugins>,
     /// Volcano's HyperNodes, while the cluster serves them.
     pub hyper_nodes: Arc<HyperNodes>,
     /// Woken on every change, so a cycle runs soon after it.
@@ -90,7 +93,8 @@ impl WatchHealth {
 
 impl Stores {
     /// Starts every watch; Volcano's kinds (its scheduling group and its HyperNodes, each on
-    /// its own) are looked up now and every `volcano_every` while they are not served.
+    /// its own) and scheduler-plugins' PodGroups are looked up now and every `volcano_every`
+    /// while they are not served.
     pub fn start(client: Client, volcano_every: Duration) -> Stores {
         let changed = Arc::new(Notify::new());
         let volcano = Arc::new(Volcano::new());
@@ -105,8 +109,15 @@ impl Stores {
                 .clone()
                 .supervise(client.clone(), volcano_every, changed.clone()),
         );
+        let scheduler_plugins = Arc::new(SchedulerPlugins::new());
+        tokio::spawn(scheduler_plugins.clone().supervise(
+            client.clone(),
+            volcano_every,
+            changed.clone(),
+        ));
         let mut stores = Stores {
             volcano,
+            scheduler_plugins,
             hyper_nodes,
             nodes: reflector::store().0,
             pods: reflector::store().0,
@@ -211,6 +222,7 @@ impl Stores {
             .map_err(|_| e("storageclasses"))?;
         self.volcano.wait_decided().await;
         self.hyper_nodes.wait_decided().await;
+        self.scheduler_plugins.wait_decided().await;
         Ok(())
     }
 }

@@ -136,6 +136,8 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.volcano.sh", "queues", "list"),
         ("scheduling.volcano.sh", "podgroups/status", "patch"),
         ("scheduling.volcano.sh", "queues/status", "patch"),
+        ("scheduling.x-k8s.io", "podgroups", "list"),
+        ("scheduling.x-k8s.io", "podgroups", "watch"),
         ("topology.volcano.sh", "hypernodes", "get"),
         ("topology.volcano.sh", "hypernodes", "list"),
         ("topology.volcano.sh", "hypernodes", "watch"),
@@ -185,6 +187,16 @@ fn kustomize_renders_a_working_scheduler_install() {
         "hypernodes",
         "patch"
     ));
+    // scheduler-plugins' groups are only read: their status is its controller's.
+    for verb in ["create", "patch", "update"] {
+        assert!(!allows(&rules, "scheduling.x-k8s.io", "podgroups", verb));
+        assert!(!allows(
+            &rules,
+            "scheduling.x-k8s.io",
+            "podgroups/status",
+            verb
+        ));
+    }
     // The Lease: created, then read and patched (with its resourceVersion) by name only.
     let lease_role: k8s_openapi::api::rbac::v1::Role =
         serde_json::from_value(find(&docs, "Role", "basalt-scheduler-leader").clone()).unwrap();

@@ -111,6 +111,8 @@ impl Scheduler {
                 .patch_status(name, &params, patch)
                 .await
                 .map(drop),
+            // scheduler-plugins' controller owns that status (its own phases and counts).
+            Origin::SchedulerPlugins => Ok(()),
         }
     }
 
@@ -185,6 +187,8 @@ impl Scheduler {
                     .patch_status(&q.name, &params, &patch)
                     .await
                     .map(drop),
+                // scheduler-plugins has no queues.
+                Origin::SchedulerPlugins => Ok(()),
             };
             if let Err(e) = result {
                 tracing::warn!(queue = %q.name, api = origin.api_version(), error = %classify(&e).1, "cannot write Queue status");

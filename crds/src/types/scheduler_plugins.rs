@@ -1,0 +1,106 @@
+//! The PodGroup of kubernetes-sigs/scheduler-plugins (`scheduling.x-k8s.io/v1alpha1`), the
+//! coscheduling plugin's gang, read unchanged: pods name it with the label
+//! `scheduling.x-k8s.io/pod-group`.
+//!
+//! - `minMember` is the gang's minimum. It defaults to 0 (no gang minimum), as the
+//!   plugin's `omitempty` field does; Basalt's own PodGroup defaults to 1.
+//! - `minResources` gates admission as Basalt's does.
+//! - `scheduleTimeoutSeconds` bounds how long the coscheduling plugin holds a partly placed
+//!   gang in Permit, reserving capacity. Basalt never holds a partial gang: its members wait
+//!   unbound until the whole minimum fits. So the timeout has nothing to bound, and it is
+//!   read and left unused.
+//! - The group has no queue (the `default` queue) and no priority (its pods' highest counts).
+//!   Its status belongs to scheduler-plugins' PodGroup controller.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const API_VERSION: &str = "scheduling.x-k8s.io/v1alpha1";
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct PodGroup {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodGroupSpec,
+    /// Written by scheduler-plugins' controller; not Basalt's to read or write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    #[serde(default)]
+    pub min_member: i32,
+    #[serde(default)]
+    pub min_resources: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+impl PodGroup {
+    /// Basalt's PodGroup for it, or the field that cannot be read.
+    pub fn into_basalt(self) -> Result<super::PodGroup, (String, String)> {
+        let s = self.spec;
+        if s.min_member < 0 {
+            return Err((
+                "spec.minMember".into(),
+                format!("must not be negative, got {}", s.min_member),
+            ));
+        }
+        if let Some(t) = s.schedule_timeout_seconds.filter(|&t| t < 0) {
+            return Err((
+                "spec.scheduleTimeoutSeconds".into(),
+                format!("must not be negative, got {t}"),
+            ));
+        }
+        Ok(super::PodGroup {
+            metadata: self.metadata,
+            spec: super::PodGroupSpec {
+                min_member: s.min_member,
+                min_resources: s.min_resources,
+                ..Default::default()
+            },
+            status: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{read_objects, Object};
+
+    #[test]
+    fn read_as_basalt_groups_with_the_plugin_s_defaults() {
+        let text = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n\
+                    metadata: {name: a, namespace: t}\n\
+                    spec: {minMember: 4, minResources: {cpu: \"8\"}, scheduleTimeoutSeconds: 30}\n\
+                    ---\napiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n\
+                    metadata: {name: b, namespace: t}\n";
+        let loaded = read_objects("f", text).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        let groups: Vec<_> = (loaded.objects.iter())
+            .map(|(_, o)| match o {
+                Object::PodGroup(g) => (g.spec.min_member, g.spec.min_resources.len()),
+                other => panic!("{}", other.kind()),
+            })
+            .collect();
+        assert_eq!(groups, [(4, 1), (0, 0)], "minMember defaults to 0");
+    }
+
+    #[test]
+    fn a_negative_minimum_names_the_object_and_field() {
+        let text = "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n\
+                    metadata: {name: a, namespace: t}\nspec: {minMember: -1}\n";
+        let e = read_objects("f", text).unwrap_err().to_string();
+        assert!(
+            e.contains("PodGroup t/a") && e.contains("spec.minMember"),
+            "{e}"
+        );
+    }
+}
