@@ -345,9 +345,15 @@ fn read_value(
             (types::scheduler_plugins::API_VERSION, "PodGroup") => {
                 let g: Box<types::scheduler_plugins::PodGroup> =
                     typed(place, &object_name, with_spec(value))?;
-                let g = g.into_basalt().map_err(|(field, message)| {
+                let (g, issues) = g.into_basalt().map_err(|(field, message)| {
                     place.error(Some(object_name.clone()), Some(field), message)
                 })?;
+                for (field, message) in issues {
+                    warnings.push(format!(
+                        "{}: {object_name}: {field}: {message}",
+                        place.label()
+                    ));
+                }
                 Object::PodGroup(Box::new(g))
             }
             (types::API_VERSION, "Queue") => {

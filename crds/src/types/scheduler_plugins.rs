@@ -5,10 +5,11 @@
 //! - `minMember` is the gang's minimum. It defaults to 0 (no gang minimum), as the
 //!   plugin's `omitempty` field does; Basalt's own PodGroup defaults to 1.
 //! - `minResources` gates admission as Basalt's does.
-//! - `scheduleTimeoutSeconds` bounds how long the coscheduling plugin holds a partly placed
-//!   gang in Permit, reserving capacity. Basalt never holds a partial gang: its members wait
-//!   unbound until the whole minimum fits. So the timeout has nothing to bound, and it is
-//!   read and left unused.
+//! - `scheduleTimeoutSeconds` bounds how long the coscheduling plugin lets a gang wait (in
+//!   Permit, holding capacity) before it gives up and retries later. Basalt's gangs wait
+//!   unbound, but a starving gang may hold node reservations and nominations; a gang wait
+//!   timeout that releases them is not built yet, so the field is reported as not honoured
+//!   (a warning naming it), never dropped in silence.
 //! - The group has no queue (the `default` queue) and no priority (its pods' highest counts).
 //!   Its status belongs to scheduler-plugins' PodGroup controller.
 
@@ -43,9 +44,13 @@ pub struct PodGroupSpec {
     pub schedule_timeout_seconds: Option<i32>,
 }
 
+/// A field path and a message.
+pub type Issue = (String, String);
+
 impl PodGroup {
-    /// Basalt's PodGroup for it, or the field that cannot be read.
-    pub fn into_basalt(self) -> Result<super::PodGroup, (String, String)> {
+    /// Basalt's PodGroup for it with the fields Basalt does not honour, or the field that
+    /// cannot be read.
+    pub fn into_basalt(self) -> Result<(super::PodGroup, Vec<Issue>), Issue> {
         let s = self.spec;
         if s.min_member < 0 {
             return Err((
@@ -59,7 +64,15 @@ impl PodGroup {
                 format!("must not be negative, got {t}"),
             ));
         }
-        Ok(super::PodGroup {
+        let mut issues = Vec::new();
+        if s.schedule_timeout_seconds.is_some() {
+            issues.push((
+                "spec.scheduleTimeoutSeconds".into(),
+                "not honoured: Basalt has no gang wait timeout yet; the gang waits until it fits"
+                    .into(),
+            ));
+        }
+        let group = super::PodGroup {
             metadata: self.metadata,
             spec: super::PodGroupSpec {
                 min_member: s.min_member,
@@ -67,7 +80,8 @@ impl PodGroup {
                 ..Default::default()
             },
             status: None,
-        })
+        };
+        Ok((group, issues))
     }
 }
 
@@ -83,7 +97,12 @@ mod tests {
                     ---\napiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n\
                     metadata: {name: b, namespace: t}\n";
         let loaded = read_objects("f", text).unwrap();
-        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(
+            loaded.warnings[0].contains("PodGroup t/a: spec.scheduleTimeoutSeconds: not honoured"),
+            "{:?}",
+            loaded.warnings
+        );
         let groups: Vec<_> = (loaded.objects.iter())
             .map(|(_, o)| match o {
                 Object::PodGroup(g) => (g.spec.min_member, g.spec.min_resources.len()),

@@ -246,7 +246,8 @@ fn collect(
             continue;
         }
         match g.to_basalt() {
-            Ok(b) => {
+            Ok((b, w)) => {
+                warnings.extend(w);
                 objects.push((
                     scheduler_plugins::ORIGIN.to_string(),
                     Object::PodGroup(Box::new(b.clone())),

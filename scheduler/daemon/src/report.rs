@@ -165,13 +165,17 @@ fn reference(kind: &str, key: &str, origin: Origin) -> Option<ObjectReference> {
 
 /// The PodGroup a conversion warning is about (`ORIGIN: PodGroup ns/name: field: message`).
 fn about_group(warning: &str) -> Option<(Origin, &str)> {
-    [(volcano::ORIGIN, Origin::Volcano), (SOURCE, Origin::Basalt)]
-        .into_iter()
-        .find_map(|(label, origin)| {
-            let rest = warning.strip_prefix(label)?.strip_prefix(": PodGroup ")?;
-            let (object, _) = rest.split_once(": ")?;
-            Some((origin, object))
-        })
+    [
+        (volcano::ORIGIN, Origin::Volcano),
+        (crate::scheduler_plugins::ORIGIN, Origin::SchedulerPlugins),
+        (SOURCE, Origin::Basalt),
+    ]
+    .into_iter()
+    .find_map(|(label, origin)| {
+        let rest = warning.strip_prefix(label)?.strip_prefix(": PodGroup ")?;
+        let (object, _) = rest.split_once(": ")?;
+        Some((origin, object))
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! `scheduling.x-k8s.io/pod-group` form the gang the group describes (see the crds crate's
 //! `types::scheduler_plugins` for what is read). Discovery works as for Volcano's kinds
 //! ([`Optional`]). Their status belongs to scheduler-plugins' PodGroup controller, so Basalt
-//! never writes it; why a gang waits still reaches its pods as Events.
+//! never writes it; why a gang waits still reaches its pods as Events, and a field Basalt does
+//! not honour (`scheduleTimeoutSeconds`) is a conversion warning.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -61,8 +62,9 @@ impl Resource for SigsPodGroup {
 }
 
 impl SigsPodGroup {
-    /// Basalt's form, or the field that cannot be read.
-    pub fn to_basalt(&self) -> Result<PodGroup, ConvertError> {
+    /// Basalt's form with warnings about fields Basalt does not honour
+    /// (`ORIGIN: PodGroup ns/name: field: message`), or the field that cannot be read.
+    pub fn to_basalt(&self) -> Result<(PodGroup, Vec<String>), ConvertError> {
         let key = format!(
             "{}/{}",
             self.metadata.namespace.as_deref().unwrap_or("default"),
@@ -84,7 +86,11 @@ impl SigsPodGroup {
             spec,
             status: None,
         };
-        group.into_basalt().map_err(|(field, m)| error(&field, m))
+        let (group, issues) = group.into_basalt().map_err(|(field, m)| error(&field, m))?;
+        let warnings = (issues.into_iter())
+            .map(|(field, m)| format!("{ORIGIN}: PodGroup {key}: {field}: {m}"))
+            .collect();
+        Ok((group, warnings))
     }
 }
 
@@ -133,8 +139,13 @@ mod tests {
             "status": {"phase": "Scheduling"},
         }))
         .unwrap();
-        let b = g.to_basalt().unwrap();
+        let (b, warnings) = g.to_basalt().unwrap();
         assert_eq!(b.spec.min_member, 3);
+        assert_eq!(
+            warnings,
+            ["cluster (scheduling.x-k8s.io/v1alpha1): PodGroup ml/g: spec.scheduleTimeoutSeconds: \
+              not honoured: Basalt has no gang wait timeout yet; the gang waits until it fits"]
+        );
         assert_eq!(b.spec.queue, None, "the default queue");
         let bad: SigsPodGroup = serde_json::from_value(json!({
             "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": "three"},

@@ -52,7 +52,7 @@ async fn coscheduling_podgroups_are_gangs_and_their_status_is_left_alone() {
     for i in 0..3 {
         c.create(coscheduling_pod(&format!("big-{i}"), "big", 8));
     }
-    let _s = c.start_scheduler();
+    let (_s, logs) = c.start_logged(&[]);
 
     eventually("the coscheduling gang bound", || {
         (0..2).all(|i| c.node_of(&format!("pair-{i}")).is_some())
@@ -88,4 +88,9 @@ async fn coscheduling_podgroups_are_gangs_and_their_status_is_left_alone() {
             .is_none(),
         "no Basalt PodGroup made up for a group that exists"
     );
+    // The timeout Basalt does not honour yet is said, not dropped.
+    eventually("a warning names scheduleTimeoutSeconds", || {
+        (logs.problems().iter()).any(|l| l.contains("spec.scheduleTimeoutSeconds: not honoured"))
+    })
+    .await;
 }
