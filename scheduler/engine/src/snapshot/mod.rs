@@ -20,7 +20,7 @@ use crate::session::NodeState;
 mod meta;
 mod patch;
 
-use meta::PodValues;
+use meta::MetaInterner;
 
 /// Kubelet's default pod limit, used when a node does not state its own.
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -398,9 +398,9 @@ impl Snapshot {
             built_nodes.push(build_node(&names, id, n)?);
         }
         let node_id = |n: &str| node_ids.get(n).copied();
-        let mut values = PodValues::default();
+        let mut metas = MetaInterner::default();
         let pod_facts: Vec<PodFacts> = (pods.iter())
-            .map(|&p| PodFacts::of(&names, p, &node_id, &mut values))
+            .map(|&p| PodFacts::of(&names, p, &node_id, &mut metas))
             .collect();
         let group_facts: Vec<GroupFacts> =
             groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
@@ -483,8 +483,8 @@ pub struct SnapshotBuilder {
     generation: u64,
     /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
     namespaces: Arc<Vec<NamespaceSpec>>,
-    /// The pods' metadata and constraints, shared between pods alike.
-    values: PodValues,
+    /// The pods' metadata values, shared between pods alike.
+    metas: MetaInterner,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -710,7 +710,7 @@ impl SnapshotBuilder {
             pinned_uses: HashMap::new(),
             generation: 0,
             namespaces: Arc::default(),
-            values: PodValues::default(),
+            metas: MetaInterner::default(),
         })
     }
 
@@ -848,12 +848,12 @@ impl SnapshotBuilder {
         self.held.built();
         let ids = &self.ids;
         let node_id = |n: &str| ids.get(n).copied();
-        let values = &mut self.values;
-        values.prune(self.pods.len());
+        let metas = &mut self.metas;
+        metas.prune(self.pods.len());
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
             .map(|c| {
-                let facts = (c.facts)
-                    .get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, values));
+                let facts =
+                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
                 (&c.spec, &*facts)
             })
             .collect();
@@ -1021,8 +1021,6 @@ struct PodFacts {
     /// Its task's position in the builder's last snapshot (see [`Buffers`]).
     slot: std::cell::Cell<u32>,
     meta: Arc<PodMeta>,
-    /// Shared with the pods that state the same (see [`PodValues`]).
-    constraints: Option<Arc<PodConstraints>>,
 }
 
 impl PodFacts {
@@ -1030,7 +1028,7 @@ impl PodFacts {
         names: &ResourceNames,
         p: &PodSpec,
         node_id: &dyn Fn(&str) -> Option<NodeId>,
-        values: &mut PodValues,
+        metas: &mut MetaInterner,
     ) -> Self {
         let mut request = names.resources(&p.request);
         // A pod takes one pod slot; a pinned pod as many as it says it stands for.
@@ -1044,8 +1042,7 @@ impl PodFacts {
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
-            meta: values.meta(&p.namespace, &p.labels),
-            constraints: p.constraints.as_ref().map(|c| values.constraints(c)),
+            meta: metas.intern(&p.namespace, &p.labels),
         }
     }
 }
@@ -1363,7 +1360,7 @@ fn assemble(
                 foreign.push(ForeignPod {
                     node,
                     meta: facts.meta.clone(),
-                    constraints: facts.constraints.clone(),
+                    constraints: p.constraints.clone(),
                 });
             }
             continue;
@@ -1592,7 +1589,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         rank: p.rank,
         sub_group: None,
         hold,
-        constraints: facts.constraints.clone(),
+        constraints: p.constraints.clone(),
         meta: facts.meta.clone(),
     }
 }

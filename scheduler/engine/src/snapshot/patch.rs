@@ -109,13 +109,13 @@ pub(super) fn patch(
         }
         for pod in held.members.get(&key).into_iter().flatten() {
             let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.values));
+            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
         }
     }
 
     for key in &held.changed_pinned {
         if let Some(c) = b.pods.get_mut(key) {
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.values));
+            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
         }
     }
 
