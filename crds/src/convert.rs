@@ -35,6 +35,9 @@ pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// Label or annotation naming a pod's PodGroup (same namespace).
 pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";
+/// Annotation (or label) naming a queue: on a pod without a PodGroup, its own job's; on a
+/// Namespace, the queue of its PodGroups and groupless pods that name none.
+pub const QUEUE: &str = "scheduling.basalt.dev/queue";
 /// Volcano's annotation naming a pod's PodGroup.
 pub const VOLCANO_GROUP_NAME: &str = "scheduling.k8s.io/group-name";
 /// scheduler-plugins' (coscheduling) label naming a pod's PodGroup.
@@ -139,6 +142,8 @@ pub(crate) struct Context {
     volumes: volumes::Volumes,
     /// One `Arc` per distinct pod constraints: a gang's members usually state the same.
     shared: Mutex<HashSet<Arc<PodConstraints>>>,
+    /// Per namespace, the queue its label or annotation [`QUEUE`] names.
+    namespace_queues: HashMap<String, String>,
 }
 
 /// One object's part of a [`ClusterSpec`].
@@ -174,7 +179,13 @@ impl Context {
             hyper_labels: hypernode_labels(objects, warnings)?,
             volumes: volumes::Volumes::collect(objects),
             shared: Mutex::default(),
+            namespace_queues: namespace_queues(objects),
         })
+    }
+
+    /// The queue a job of the namespace goes to when it names none (see [`QUEUE`]).
+    pub(crate) fn namespace_queue(&self, namespace: &str) -> Option<&str> {
+        self.namespace_queues.get(namespace).map(String::as_str)
     }
 
     /// The shared `Arc` of constraints equal to `c`.
@@ -212,7 +223,7 @@ impl Context {
                 warnings,
             )?),
             Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
-            Object::PodGroup(g) => Converted::Group(group(&cx, g, &self.priorities, warnings)?),
+            Object::PodGroup(g) => Converted::Group(group(&cx, g, self, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
             Object::Namespace(n) => Converted::Namespace(namespace_spec(&cx, n)?),
             Object::PriorityClass(_)
@@ -567,6 +578,28 @@ fn node(
 
 /// A namespace and its labels; the API server always sets `kubernetes.io/metadata.name`, so it
 /// is added where a manifest leaves it out.
+/// The queue a Namespace names for its jobs ([`QUEUE`]): its label first, then its
+/// annotation; empty values ignored.
+pub fn namespace_queue(namespace: &ObjectMeta) -> Option<&str> {
+    fn get(map: &Option<BTreeMap<String, String>>) -> Option<&str> {
+        (map.as_ref()?.get(QUEUE))
+            .filter(|q| !q.is_empty())
+            .map(String::as_str)
+    }
+    get(&namespace.labels).or_else(|| get(&namespace.annotations))
+}
+
+fn namespace_queues(objects: &[(String, Object)]) -> HashMap<String, String> {
+    let mut queues = HashMap::new();
+    for (_, o) in objects {
+        let Object::Namespace(n) = o else { continue };
+        if let (Some(name), Some(q)) = (&n.metadata.name, namespace_queue(&n.metadata)) {
+            queues.insert(name.clone(), q.to_string());
+        }
+    }
+    queues
+}
+
 fn namespace_spec(cx: &Cx, n: &Namespace) -> Result<NamespaceSpec, ConvertError> {
     let name = cx.name(&n.metadata)?.to_string();
     let mut labels = n.metadata.labels.clone().unwrap_or_default();
@@ -659,9 +692,10 @@ fn selector_requirements(
 fn group(
     cx: &Cx,
     g: &PodGroup,
-    priorities: &Priorities,
+    context: &Context,
     warnings: &mut Vec<String>,
 ) -> Result<GroupSpec, ConvertError> {
+    let priorities = &context.priorities;
     let name = cx.name(&g.metadata)?.to_string();
     let s = &g.spec;
     let min_resources = match s.min_resources.is_empty() {
@@ -689,7 +723,11 @@ fn group(
     Ok(GroupSpec {
         namespace: namespace(&g.metadata),
         name,
-        queue: s.queue.clone().filter(|q| !q.is_empty()),
+        queue: (s.queue.clone().filter(|q| !q.is_empty())).or_else(|| {
+            context
+                .namespace_queue(&namespace(&g.metadata))
+                .map(str::to_string)
+        }),
         // Widened as is: the engine rejects a negative minMember with its own message.
         min_member: i64::from(s.min_member),
         min_task_member: s

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::{
     annotation, created_ms, label_or_annotation, namespace, taint_effect, Context, ConvertError,
-    ConvertOptions, Cx, GPU_IDS, POD_GROUP, PREEMPTABLE, ROLE, SCHEDULER_PLUGINS_POD_GROUP,
+    ConvertOptions, Cx, GPU_IDS, POD_GROUP, PREEMPTABLE, QUEUE, ROLE, SCHEDULER_PLUGINS_POD_GROUP,
     VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
 };
 use super::{constraints, unsupported};
@@ -117,6 +117,13 @@ pub(super) fn pod(
         })
         .filter(|g| !g.is_empty())
         .map(str::to_string);
+    // A groupless pod's own job: its queue annotation, else its namespace's.
+    let queue = match &group {
+        Some(_) => None,
+        None => (label_or_annotation(meta, QUEUE).filter(|q| !q.is_empty()))
+            .or_else(|| context.namespace_queue(&namespace(meta)))
+            .map(str::to_string),
+    };
     let role = label_or_annotation(meta, ROLE)
         .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
         .map(str::to_string);
@@ -170,6 +177,7 @@ pub(super) fn pod(
         name,
         ours,
         group,
+        queue,
         role,
         request,
         rules,

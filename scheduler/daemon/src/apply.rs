@@ -218,13 +218,7 @@ impl Scheduler {
     fn queue_metrics(&self, plan: &Plan, pending: &[Arc<Pod>]) {
         let m = &self.metrics;
         let queue_of_group = |ns: &str, name: &str| {
-            self.view.groups.get(&format!("{ns}/{name}")).map(|g| {
-                g.group
-                    .spec
-                    .queue
-                    .clone()
-                    .unwrap_or_else(|| "default".into())
-            })
+            (self.view.groups.get(&format!("{ns}/{name}"))).map(|g| g.queue.clone())
         };
         let label = |q: &str| vec![("queue".to_string(), q.to_string())];
         let mut pods: BTreeMap<String, i64> = BTreeMap::new();
@@ -244,6 +238,7 @@ impl Scheduler {
                         .and_then(|a| a.get(AUTO_QUEUE))
                         .cloned()
                 })
+                .or_else(|| self.view.namespace_queues.get(ns).cloned())
                 .unwrap_or_else(|| "default".into());
             *pods.entry(queue).or_default() += 1;
         }

@@ -5,9 +5,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use basalt_crds::convert::namespace_queue;
 use basalt_crds::{
     build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
 };
+use basalt_engine::DEFAULT_QUEUE;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
@@ -40,6 +42,8 @@ impl Origin {
 pub struct GroupEntry {
     pub group: Arc<PodGroup>,
     pub origin: Origin,
+    /// The queue it goes to: its own, else its namespace's, else `default`.
+    pub queue: String,
 }
 
 pub struct QueueEntry {
@@ -54,6 +58,8 @@ pub struct QueueEntry {
 pub struct View {
     pub groups: HashMap<String, GroupEntry>,
     pub queues: HashMap<String, QueueEntry>,
+    /// Per namespace, the queue it names for its jobs (`scheduling.basalt.dev/queue`).
+    pub namespace_queues: HashMap<String, String>,
 }
 
 pub struct Outcome {
@@ -116,9 +122,19 @@ fn collect(
     for c in stores.priority_classes.state() {
         objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
     }
+    let mut namespace_queues = HashMap::new();
     for n in stores.namespaces.state() {
+        if let (Some(name), Some(q)) = (&n.metadata.name, namespace_queue(&n.metadata)) {
+            namespace_queues.insert(name.clone(), q.to_string());
+        }
         objects.push((src(), Object::Namespace(Box::new((*n).clone()))));
     }
+    let queue_of = |g: &PodGroup| {
+        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+        (g.spec.queue.clone().filter(|q| !q.is_empty()))
+            .or_else(|| namespace_queues.get(ns).cloned())
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_string())
+    };
     for c in stores.claims.state() {
         objects.push((src(), Object::PersistentVolumeClaim(Box::new((*c).clone()))));
     }
@@ -196,6 +212,7 @@ fn collect(
         view.groups.insert(
             key,
             GroupEntry {
+                queue: queue_of(&g),
                 group: g,
                 origin: Origin::Basalt,
             },
@@ -225,6 +242,7 @@ fn collect(
                 view.groups.insert(
                     key,
                     GroupEntry {
+                        queue: queue_of(&b),
                         group: Arc::new(b),
                         origin: Origin::Volcano,
                     },
@@ -255,6 +273,7 @@ fn collect(
                 view.groups.insert(
                     key,
                     GroupEntry {
+                        queue: queue_of(&b),
                         group: Arc::new(b),
                         origin: Origin::SchedulerPlugins,
                     },
@@ -269,6 +288,7 @@ fn collect(
         }
     }
     s.collisions = collisions;
+    view.namespace_queues = namespace_queues;
     s.view = view;
     // An auto PodGroup the watch shows: nothing left to bridge.
     s.auto_groups.retain(|pod, group| {

@@ -125,12 +125,7 @@ impl Scheduler {
             let Some(entry) = self.view.groups.get(&*planned.name) else {
                 continue;
             };
-            let queue = entry
-                .group
-                .spec
-                .queue
-                .clone()
-                .unwrap_or_else(|| "default".into());
+            let queue = entry.queue.clone();
             let c = counts.entry(queue).or_default();
             match planned.phase {
                 basalt_engine::JobPhase::Running => c.0 += 1,

@@ -57,6 +57,8 @@ pub struct PodSpec {
     pub ours: bool,
     /// The PodGroup it belongs to (same namespace), if any.
     pub group: Option<String>,
+    /// Without a PodGroup: the queue of its own job (`None`: the default queue).
+    pub queue: Option<String>,
     pub role: Option<String>,
     /// Sum of container requests (max with init containers), without the pod slot.
     pub request: ResourceList,
@@ -513,9 +515,9 @@ impl Held for PodSpec {
     fn resource_list(&self) -> Option<&ResourceList> {
         Some(&self.request)
     }
-    /// A pod of ours without a PodGroup is a job of its own, in the default queue.
+    /// A pod of ours without a PodGroup is a job of its own, in its queue.
     fn uses_default_queue(&self) -> bool {
-        self.is_member() && self.group.is_none()
+        self.is_member() && self.group.is_none() && self.queue.is_none()
     }
     fn namespace(&self) -> &str {
         &self.namespace
@@ -1135,12 +1137,12 @@ fn check_group(g: &GroupSpec, key: &str) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// The job of a pod of ours without a PodGroup: a gang of one, in the default queue.
+/// The job of a pod of ours without a PodGroup: a gang of one, in its queue.
 fn implicit_group(p: &PodSpec) -> GroupSpec {
     GroupSpec {
         namespace: p.namespace.clone(),
         name: p.name.clone(),
-        queue: None,
+        queue: p.queue.clone(),
         min_member: 1,
         min_task_member: BTreeMap::new(),
         min_resources: None,
