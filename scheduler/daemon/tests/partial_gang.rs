@@ -51,8 +51,11 @@ async fn a_partly_bound_gang_that_cannot_complete_is_wholly_unbound_within_the_t
         c.server.get("v1", "Pod", "default", "g-0").is_none()
     })
     .await;
-    assert!(!c.events("GangRollback", "g-0").is_empty());
-    assert!(!c.events("GangRollback", "g").is_empty());
+    // The Events follow the eviction (the pod's, then the group's once all are evicted).
+    eventually("GangRollback Events on the member and the group", || {
+        !c.events("GangRollback", "g-0").is_empty() && !c.events("GangRollback", "g").is_empty()
+    })
+    .await;
     assert_eq!(c.node_of("g-1"), None, "the other member was never bound");
     eventually("the condition clears", || !partly_bound(&c)).await;
 
