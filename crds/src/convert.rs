@@ -566,8 +566,31 @@ fn node(
         (None, Some(c)) => cx.capacity("status.capacity", c, warnings)?,
         (None, None) => ResourceList::new(),
     };
+    let gpus = topologies.get(&name).cloned();
+    let count = allocatable
+        .get(basalt_engine::GPU_NAME)
+        .copied()
+        .unwrap_or(0);
+    if let Some(listed) = gpus.as_ref().filter(|g| g.len() as i64 != count) {
+        let listed = listed.len() as i64;
+        // A whole multiple of the GPUs listed: a time-sliced node's replicas.
+        let replicas = listed > 0 && count > listed && count % listed == 0;
+        // The engine then takes the node's GPUs as uniform devices in one NVLink island.
+        warnings.push(cx.warning(
+            format!("status.allocatable[{}]", basalt_engine::GPU_NAME),
+            format!(
+                "{count} GPUs, but its NodeTopology lists {listed}: the topology is not used (its \
+                 GPUs are taken as alike, in one NVLink island){}",
+                if replicas {
+                    "; time-sliced GPUs (replicas) are not supported yet"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
     Ok(NodeSpec {
-        gpus: topologies.get(&name).cloned(),
+        gpus,
         name,
         labels,
         taints,
@@ -576,8 +599,6 @@ fn node(
     })
 }
 
-/// A namespace and its labels; the API server always sets `kubernetes.io/metadata.name`, so it
-/// is added where a manifest leaves it out.
 /// The queue a Namespace names for its jobs ([`QUEUE`]): its label first, then its
 /// annotation; empty values ignored.
 pub fn namespace_queue(namespace: &ObjectMeta) -> Option<&str> {
@@ -600,6 +621,8 @@ fn namespace_queues(objects: &[(String, Object)]) -> HashMap<String, String> {
     queues
 }
 
+/// A namespace and its labels; the API server always sets `kubernetes.io/metadata.name`, so it
+/// is added where a manifest leaves it out.
 fn namespace_spec(cx: &Cx, n: &Namespace) -> Result<NamespaceSpec, ConvertError> {
     let name = cx.name(&n.metadata)?.to_string();
     let mut labels = n.metadata.labels.clone().unwrap_or_default();

@@ -72,6 +72,16 @@ impl Scheduler {
                     self.event(reference, "Warning", CONVERSION_WARNING, &w)
                         .await;
                 }
+            } else if let Some(node) = about_node(&w) {
+                // What the node's own objects disagree on (its NodeTopology and allocatable).
+                let reference = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Node".into()),
+                    name: Some(node.into()),
+                    ..Default::default()
+                };
+                self.event(reference, "Warning", CONVERSION_WARNING, &w)
+                    .await;
             }
         }
         self.reported_warnings = now;
@@ -178,6 +188,12 @@ fn about_group(warning: &str) -> Option<(Origin, &str)> {
     })
 }
 
+/// The Node a conversion warning from the cluster is about (`cluster: Node name: ...`).
+fn about_node(warning: &str) -> Option<&str> {
+    let rest = warning.strip_prefix(SOURCE)?.strip_prefix(": Node ")?;
+    rest.split_once(": ").map(|(node, _)| node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +271,14 @@ mod tests {
         );
         assert_eq!(
             about_group("cluster: Node n1: status.allocatable: clamped"),
+            None
+        );
+        assert_eq!(
+            about_node("cluster: Node n1: status.allocatable: clamped"),
+            Some("n1")
+        );
+        assert_eq!(
+            about_node("cluster: Pod ml/p: metadata.labels[x]: ignored"),
             None
         );
     }
