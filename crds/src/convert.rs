@@ -14,7 +14,7 @@ use basalt_engine::{
     QueueSpec, ResourceList, SelectorOperator, SelectorRequirement, Snapshot, SnapshotError, Taint,
     TaintEffect, MAX_GPUS_PER_NODE,
 };
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use thiserror::Error;
@@ -25,11 +25,14 @@ use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 
 mod constraints;
 mod hypernode;
+mod namespaces;
 mod pod;
 mod unsupported;
 mod volumes;
 
 use hypernode::hypernode_labels;
+pub use namespaces::namespace_queue;
+use namespaces::{namespace_queues, namespace_spec};
 pub use pod::RANK_LABELS;
 pub use volumes::{volume_admits_node, volume_can_bind};
 
@@ -597,37 +600,6 @@ fn node(
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
     })
-}
-
-/// The queue a Namespace names for its jobs ([`QUEUE`]): its label first, then its
-/// annotation; empty values ignored.
-pub fn namespace_queue(namespace: &ObjectMeta) -> Option<&str> {
-    fn get(map: &Option<BTreeMap<String, String>>) -> Option<&str> {
-        (map.as_ref()?.get(QUEUE))
-            .filter(|q| !q.is_empty())
-            .map(String::as_str)
-    }
-    get(&namespace.labels).or_else(|| get(&namespace.annotations))
-}
-
-fn namespace_queues(objects: &[(String, Object)]) -> HashMap<String, String> {
-    let mut queues = HashMap::new();
-    for (_, o) in objects {
-        let Object::Namespace(n) = o else { continue };
-        if let (Some(name), Some(q)) = (&n.metadata.name, namespace_queue(&n.metadata)) {
-            queues.insert(name.clone(), q.to_string());
-        }
-    }
-    queues
-}
-
-/// A namespace and its labels; the API server always sets `kubernetes.io/metadata.name`, so it
-/// is added where a manifest leaves it out.
-fn namespace_spec(cx: &Cx, n: &Namespace) -> Result<NamespaceSpec, ConvertError> {
-    let name = cx.name(&n.metadata)?.to_string();
-    let mut labels = n.metadata.labels.clone().unwrap_or_default();
-    (labels.entry(basalt_engine::NAMESPACE_NAME_LABEL.to_string())).or_insert_with(|| name.clone());
-    Ok(NamespaceSpec { name, labels })
 }
 
 fn taint_effect(s: &str) -> Option<TaintEffect> {

@@ -331,30 +331,12 @@ fn read_value(
             (types::volcano::API_VERSION, "PodGroup") => {
                 let g: Box<types::volcano::PodGroup> =
                     typed(place, &object_name, with_spec(value))?;
-                let (g, issues) = g.into_basalt().map_err(|(field, message)| {
-                    place.error(Some(object_name.clone()), Some(field), message)
-                })?;
-                for (field, message) in issues {
-                    warnings.push(format!(
-                        "{}: {object_name}: {field}: {message}",
-                        place.label()
-                    ));
-                }
-                Object::PodGroup(Box::new(g))
+                peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
             }
             (types::scheduler_plugins::API_VERSION, "PodGroup") => {
                 let g: Box<types::scheduler_plugins::PodGroup> =
                     typed(place, &object_name, with_spec(value))?;
-                let (g, issues) = g.into_basalt().map_err(|(field, message)| {
-                    place.error(Some(object_name.clone()), Some(field), message)
-                })?;
-                for (field, message) in issues {
-                    warnings.push(format!(
-                        "{}: {object_name}: {field}: {message}",
-                        place.label()
-                    ));
-                }
-                Object::PodGroup(Box::new(g))
+                peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
             }
             (types::API_VERSION, "Queue") => {
                 Object::Queue(typed(place, &object_name, with_spec(value))?)
@@ -386,6 +368,22 @@ fn read_value(
         )),
     }
     Ok(())
+}
+
+/// A peer's PodGroup in Basalt's form, the fields Basalt does not honour as warnings; or the
+/// error naming the field that cannot be read.
+fn peer_group(
+    place: Place,
+    object: &str,
+    converted: Result<(PodGroup, Vec<types::Issue>), types::Issue>,
+    warnings: &mut Vec<String>,
+) -> Result<Object, ReadError> {
+    let (g, issues) = converted
+        .map_err(|(field, message)| place.error(Some(object.to_string()), Some(field), message))?;
+    for (field, message) in issues {
+        warnings.push(format!("{}: {object}: {field}: {message}", place.label()));
+    }
+    Ok(Object::PodGroup(Box::new(g)))
 }
 
 fn string_field(map: &serde_json::Map<String, Value>, key: &str) -> Option<String> {

@@ -471,6 +471,10 @@ pub struct MigDeviceInfo {
 /// becomes).
 pub mod scheduler_plugins;
 
+/// A field path and a message: a problem with one field of a peer's object (Volcano's,
+/// scheduler-plugins').
+pub type Issue = (String, String);
+
 pub mod volcano {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -592,8 +596,7 @@ pub mod volcano {
     // PodGroup
     // -----------------------------------------------------------------------------------------
 
-    /// A field path and a message: a problem with one field of a Volcano object.
-    pub type Issue = (String, String);
+    pub use super::Issue;
 
     /// The tier name Basalt gives Volcano's tier `n` (`volcano-tier-2`); the scheduler's
     /// topology configuration lists these tiers with the node label [`tier_label`]`(n)`.

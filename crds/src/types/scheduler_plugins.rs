@@ -20,6 +20,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::Issue;
+
 pub const API_VERSION: &str = "scheduling.x-k8s.io/v1alpha1";
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -43,9 +45,6 @@ pub struct PodGroupSpec {
     #[serde(default)]
     pub schedule_timeout_seconds: Option<i32>,
 }
-
-/// A field path and a message.
-pub type Issue = (String, String);
 
 impl PodGroup {
     /// Basalt's PodGroup for it with the fields Basalt does not honour, or the field that

@@ -218,69 +218,51 @@ fn collect(
             },
         );
     }
-    for g in volcano
-        .iter()
-        .flat_map(|v| v.kinds.pod_groups.iter())
-        .flat_map(|s| s.state())
-    {
-        let key = format!(
-            "{}/{}",
-            g.metadata.namespace.as_deref().unwrap_or("default"),
-            g.metadata.name.as_deref().unwrap_or("")
-        );
-        if group_keys.contains(&key) {
-            collisions.insert(format!("PodGroup {key}"));
-            continue;
-        }
-        match g.to_basalt() {
-            Ok((b, w)) => {
-                warnings.extend(w);
-                objects.push((
-                    volcano::ORIGIN.to_string(),
-                    Object::PodGroup(Box::new(b.clone())),
-                ));
-                view.groups.insert(
-                    key,
-                    GroupEntry {
-                        queue: queue_of(&b),
-                        group: Arc::new(b),
-                        origin: Origin::Volcano,
-                    },
-                );
-            }
-            Err(e) => unreadable.push(e),
-        }
-    }
-    // Then scheduler-plugins' groups, where neither Basalt nor Volcano names the group.
+    // Volcano's groups, then scheduler-plugins', each where no group before it has the name
+    // (Basalt's win, then Volcano's).
     let sigs = stores.scheduler_plugins.current();
-    for g in (sigs.iter()).flat_map(|s| s.kinds.pod_groups.state()) {
-        let key = format!(
-            "{}/{}",
-            g.metadata.namespace.as_deref().unwrap_or("default"),
-            g.metadata.name.as_deref().unwrap_or("")
-        );
-        if view.groups.contains_key(&key) {
-            collisions.insert(format!("PodGroup {key}"));
-            continue;
-        }
-        match g.to_basalt() {
-            Ok((b, w)) => {
-                warnings.extend(w);
-                objects.push((
-                    scheduler_plugins::ORIGIN.to_string(),
-                    Object::PodGroup(Box::new(b.clone())),
-                ));
-                view.groups.insert(
-                    key,
-                    GroupEntry {
-                        queue: queue_of(&b),
-                        group: Arc::new(b),
-                        origin: Origin::SchedulerPlugins,
-                    },
-                );
+    let mut add_peer =
+        |key: String,
+         origin: Origin,
+         convert: &dyn Fn() -> Result<(PodGroup, Vec<String>), ConvertError>| {
+            if view.groups.contains_key(&key) {
+                collisions.insert(format!("PodGroup {key}"));
+                return;
             }
-            Err(e) => unreadable.push(e),
-        }
+            match convert() {
+                Ok((b, w)) => {
+                    warnings.extend(w);
+                    let label = match origin {
+                        Origin::SchedulerPlugins => scheduler_plugins::ORIGIN,
+                        _ => volcano::ORIGIN,
+                    };
+                    objects.push((label.to_string(), Object::PodGroup(Box::new(b.clone()))));
+                    let queue = queue_of(&b);
+                    let group = Arc::new(b);
+                    view.groups.insert(
+                        key,
+                        GroupEntry {
+                            group,
+                            origin,
+                            queue,
+                        },
+                    );
+                }
+                Err(e) => unreadable.push(e),
+            }
+        };
+    let key_of = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        let ns = m.namespace.as_deref().unwrap_or("default");
+        format!("{ns}/{}", m.name.as_deref().unwrap_or(""))
+    };
+    let volcano_groups = (volcano.iter()).flat_map(|v| v.kinds.pod_groups.iter());
+    for g in volcano_groups.flat_map(|s| s.state()) {
+        add_peer(key_of(&g.metadata), Origin::Volcano, &|| g.to_basalt());
+    }
+    for g in (sigs.iter()).flat_map(|s| s.kinds.pod_groups.state()) {
+        add_peer(key_of(&g.metadata), Origin::SchedulerPlugins, &|| {
+            g.to_basalt()
+        });
     }
     for c in &collisions {
         if !s.collisions.contains(c) {

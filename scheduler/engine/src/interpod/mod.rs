@@ -11,8 +11,10 @@
 //! other schedulers count as ours do. A cluster where no pod states any of this has no terms:
 //! every call returns at once.
 
+mod intern;
 mod spread;
 mod terms;
+mod views;
 
 use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
@@ -21,11 +23,13 @@ use std::sync::Arc;
 use crate::constraints::{HostPort, PodConstraints};
 use crate::framework::Reason;
 use crate::hash::Map;
-use crate::model::{JobId, Node, NodeId, PodMeta, TaskId, TaskState};
+use crate::model::{JobId, NodeId, TaskId, TaskState};
 use crate::snapshot::Snapshot;
 
+use intern::Interner;
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
+use views::{SharedViews, TaskView};
 
 pub(crate) const AFFINITY: &str = "didn't match pod affinity rules";
 pub(crate) const ANTI_AFFINITY: &str = "didn't match pod anti-affinity rules";
@@ -97,21 +101,6 @@ pub(crate) enum Guard {
     Never,
 }
 
-/// Per task, derived once when first asked.
-#[derive(Default)]
-struct TaskView {
-    /// Counters that select the pod (it counts in them when placed).
-    counts_in: Vec<u32>,
-    /// Held terms that select the pod.
-    selected_by: Vec<u32>,
-    guard: OnceCell<Guard>,
-    preferences: OnceCell<bool>,
-    /// Whether the pod matches all its own required affinity terms (the first-pod rule).
-    self_affinity: bool,
-    /// Per spread rule: whether the pod matches its selector.
-    self_spread: Vec<bool>,
-}
-
 pub(crate) struct InterPod {
     active: bool,
     namespaces: NamespaceLabels,
@@ -137,134 +126,6 @@ pub(crate) struct InterPod {
     spread: RefCell<SpreadCache>,
     /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
     failures: Map<TaskId, u64>,
-}
-
-/// Views shared between tasks alike (see [`InterPod::view`]).
-#[derive(Default)]
-struct SharedViews {
-    /// By rules and metadata value (pods alike share one, see `snapshot::meta`).
-    by_meta: Map<(Option<*const Rules>, *const PodMeta), Rc<TaskView>>,
-    /// By [`InterPod::likeness`]: the tasks whose views were derived, to compare with.
-    by_likeness: Map<u64, Vec<(TaskId, Rc<TaskView>)>>,
-}
-
-struct Interner<'n> {
-    nodes: &'n [Node],
-    domains: Domains,
-    counter_ids: Map<CounterKey, u32>,
-    counter_keys: Vec<CounterKey>,
-    held_ids: Map<HeldKey, u32>,
-    held_keys: Vec<HeldKey>,
-    /// Rules per constraints value, per namespace (a gang's members share both).
-    cache: Map<*const PodConstraints, Vec<(String, Arc<Rules>)>>,
-}
-
-impl Interner<'_> {
-    fn counter(&mut self, all: Vec<Matcher>, keys: Vec<String>) -> u32 {
-        let key = CounterKey { all, keys };
-        if let Some(&id) = self.counter_ids.get(&key) {
-            return id;
-        }
-        let id = self.counter_keys.len() as u32;
-        self.counter_keys.push(key.clone());
-        self.counter_ids.insert(key, id);
-        id
-    }
-
-    fn held(&mut self, key: HeldKey) -> u32 {
-        if let Some(&id) = self.held_ids.get(&key) {
-            return id;
-        }
-        let id = self.held_keys.len() as u32;
-        self.held_keys.push(key.clone());
-        self.held_ids.insert(key, id);
-        id
-    }
-
-    fn rules(&mut self, c: &Arc<PodConstraints>, ns: &str) -> Arc<Rules> {
-        let cached = self.cache.get(&Arc::as_ptr(c)).into_iter().flatten();
-        if let Some((_, r)) = cached.into_iter().find(|(n, _)| n == ns) {
-            return r.clone();
-        }
-        let mut r = Rules {
-            ports: c.host_ports.clone(),
-            ..Rules::default()
-        };
-        // The symmetric side: what this pod's terms do to pods they select.
-        let mut hold = |this: &mut Self, term, weight| {
-            if let Some(matcher) = Matcher::of_term(term, ns) {
-                let key = (term.topology_key.clone(), weight);
-                r.holds.push(this.held(HeldKey {
-                    matcher,
-                    key: key.0,
-                    weight: key.1,
-                }));
-            }
-        };
-        for t in &c.anti_affinity.required {
-            hold(self, t, None);
-        }
-        for t in &c.affinity.required {
-            hold(self, t, Some(HARD_POD_AFFINITY_WEIGHT));
-        }
-        for w in &c.affinity.preferred {
-            hold(self, &w.term, Some(w.weight as i64));
-        }
-        for w in &c.anti_affinity.preferred {
-            hold(self, &w.term, Some(-(w.weight as i64)));
-        }
-        // The pod's own view. A required affinity term without a selector selects nothing:
-        // no node satisfies it (a counter that nothing ever increments).
-        if !c.affinity.required.is_empty() {
-            let terms = &c.affinity.required;
-            let matchers: Vec<Matcher> = (terms.iter())
-                .map(|t| Matcher::of_term(t, ns).unwrap_or_else(|| never(ns)))
-                .collect();
-            let keys = terms.iter().map(|t| t.topology_key.clone()).collect();
-            r.affinity = Some((self.counter(matchers.clone(), keys), matchers));
-        }
-        for t in &c.anti_affinity.required {
-            if let Some(m) = Matcher::of_term(t, ns) {
-                r.anti
-                    .push(self.counter(vec![m], vec![t.topology_key.clone()]));
-            }
-        }
-        for (w, sign) in (c.affinity.preferred.iter().map(|w| (w, 1)))
-            .chain(c.anti_affinity.preferred.iter().map(|w| (w, -1)))
-        {
-            if let Some(m) = Matcher::of_term(&w.term, ns) {
-                let id = self.counter(vec![m], vec![w.term.topology_key.clone()]);
-                r.preferred.push((id, sign * w.weight as i64));
-            }
-        }
-        let all: Vec<_> = c.spread.iter().collect();
-        for s in &c.spread {
-            let m = match &s.selector {
-                Some(sel) => Matcher::in_namespace(sel, ns),
-                None => never(ns),
-            };
-            let id = self.counter(vec![m.clone()], vec![s.topology_key.clone()]);
-            let rule = SpreadRule::of(s, id, &all, &mut self.domains, self.nodes);
-            r.spread.push((rule, m));
-        }
-        let r = Arc::new(r);
-        let cached = self.cache.entry(Arc::as_ptr(c)).or_default();
-        cached.push((ns.to_string(), r.clone()));
-        r
-    }
-}
-
-/// A matcher that selects no pod (a term or constraint without a `labelSelector`).
-fn never(ns: &str) -> Matcher {
-    use crate::model::{SelectorOperator, SelectorRequirement};
-    let selector = crate::constraints::LabelSelector {
-        requirements: vec![SelectorRequirement {
-            key: String::new(),
-            operator: SelectorOperator::In,
-            values: Vec::new(),
-        }],
-    };
-    Matcher::in_namespace(&selector, ns)
 }
 
 impl InterPod {
@@ -373,86 +234,6 @@ impl InterPod {
             }
         }
         this
-    }
-
-    /// The counters that select a pod.
-    fn counts_in(&self, pod: &PodMeta) -> Vec<u32> {
-        let mut ids = self.counter_index.candidates(&pod.labels);
-        let ns = &self.namespaces;
-        ids.retain(|&c| (self.counter_keys[c as usize].all.iter()).all(|m| m.matches(pod, ns)));
-        ids
-    }
-
-    fn view(&self, snap: &Snapshot, task: TaskId) -> &TaskView {
-        self.views[task.index()].get_or_init(|| {
-            let rules = self.task_rules[task.index()].as_ref().map(Arc::as_ptr);
-            let same = (rules, Arc::as_ptr(&snap.task(task).meta));
-            let mut shared = self.shared_views.borrow_mut();
-            if let Some(v) = shared.by_meta.get(&same) {
-                return v.clone();
-            }
-            let alike = shared
-                .by_likeness
-                .entry(self.likeness(snap, task))
-                .or_default();
-            let view = match alike.iter().find(|(t, _)| self.alike(snap, *t, task)) {
-                Some((_, v)) => v.clone(),
-                None => {
-                    let view = Rc::new(self.derive_view(snap, task));
-                    alike.push((task, view.clone()));
-                    view
-                }
-            };
-            shared.by_meta.insert(same, view.clone());
-            view
-        })
-    }
-
-    /// The task's rules, namespace and the labels selectors read, hashed: what its view
-    /// depends on.
-    fn likeness(&self, snap: &Snapshot, task: TaskId) -> u64 {
-        use std::hash::{BuildHasher, Hash, Hasher};
-        let meta = &snap.task(task).meta;
-        let mut h = foldhash::fast::FixedState::default().build_hasher();
-        (self.task_rules[task.index()].as_ref())
-            .map(Arc::as_ptr)
-            .hash(&mut h);
-        meta.namespace.hash(&mut h);
-        for k in &self.selector_keys {
-            meta.labels.get(k).hash(&mut h);
-        }
-        h.finish()
-    }
-
-    fn alike(&self, snap: &Snapshot, a: TaskId, b: TaskId) -> bool {
-        let (ra, rb) = (&self.task_rules[a.index()], &self.task_rules[b.index()]);
-        let (ma, mb) = (&snap.task(a).meta, &snap.task(b).meta);
-        let same_rules = match (ra, rb) {
-            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
-            (None, None) => true,
-            _ => false,
-        };
-        same_rules
-            && ma.namespace == mb.namespace
-            && (self.selector_keys.iter()).all(|k| ma.labels.get(k) == mb.labels.get(k))
-    }
-
-    fn derive_view(&self, snap: &Snapshot, task: TaskId) -> TaskView {
-        let meta = &snap.task(task).meta;
-        let ns = &self.namespaces;
-        let mut selected_by = self.held_index.candidates(&meta.labels);
-        selected_by.retain(|&h| self.held_keys[h as usize].matcher.matches(meta, ns));
-        let rules = self.task_rules[task.index()].as_deref();
-        TaskView {
-            counts_in: self.counts_in(meta),
-            selected_by,
-            self_affinity: (rules.and_then(|r| r.affinity.as_ref()))
-                .is_some_and(|(_, all)| all.iter().all(|m| m.matches(meta, ns))),
-            self_spread: (rules.into_iter().flat_map(|r| &r.spread))
-                .map(|(_, m)| m.matches(meta, ns))
-                .collect(),
-            ..TaskView::default()
-        }
     }
 
     /// Moves a pod's counts, held terms and host ports on or off a node.
