@@ -24,12 +24,18 @@ use crate::read::Object;
 use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 
 mod constraints;
+mod devices;
 mod hypernode;
 mod namespaces;
 mod pod;
 mod unsupported;
 mod volumes;
 
+pub use devices::{
+    GPU_MEMORY_LABEL, GPU_REPLICAS_LABEL, HAMI_DEVICES_ALLOCATED, HAMI_DEVICE_CORDON,
+    HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NODE_REGISTER, NOUSE_GPU_TYPE, NOUSE_GPU_UUID,
+    USE_GPU_TYPE, USE_GPU_UUID,
+};
 use hypernode::hypernode_labels;
 pub use namespaces::namespace_queue;
 use namespaces::{namespace_queues, namespace_spec};
@@ -140,7 +146,7 @@ pub fn cluster_spec_with_warnings(
 /// volumes need, and which pods use each claim.
 pub(crate) struct Context {
     priorities: Priorities,
-    topologies: HashMap<String, Vec<Gpu>>,
+    topologies: HashMap<String, devices::Topology>,
     hyper_labels: HashMap<String, BTreeMap<String, String>>,
     volumes: volumes::Volumes,
     /// One `Arc` per distinct pod constraints: a gang's members usually state the same.
@@ -439,7 +445,7 @@ impl Priorities {
 
 fn collect_topologies(
     objects: &[(String, Object)],
-) -> Result<HashMap<String, Vec<Gpu>>, ConvertError> {
+) -> Result<HashMap<String, devices::Topology>, ConvertError> {
     let mut out = HashMap::new();
     for (origin, object) in objects {
         let Object::NodeTopology(t) = object else {
@@ -452,7 +458,12 @@ fn collect_topologies(
         };
         let name = cx.name(&t.metadata)?.to_string();
         let gpus = topology_gpus(&cx, t)?;
-        if out.insert(name, gpus).is_some() {
+        let time_slice_replicas = t.spec.time_slice_replicas;
+        let topology = devices::Topology {
+            gpus,
+            time_slice_replicas,
+        };
+        if out.insert(name, topology).is_some() {
             return Err(cx.err("metadata.name", "duplicate NodeTopology"));
         }
     }
@@ -514,6 +525,7 @@ fn topology_gpus(cx: &Cx, t: &NodeTopology) -> Result<Vec<Gpu>, ConvertError> {
             model: g.model.clone(),
             memory_mib: g.memory_mib,
             nvlink_domain,
+            ..Gpu::new(index as u32)
         });
     }
     Ok(gpus)
@@ -522,7 +534,7 @@ fn topology_gpus(cx: &Cx, t: &NodeTopology) -> Result<Vec<Gpu>, ConvertError> {
 fn node(
     cx: &Cx,
     n: &Node,
-    topologies: &HashMap<String, Vec<Gpu>>,
+    topologies: &HashMap<String, devices::Topology>,
     hyper_labels: &HashMap<String, BTreeMap<String, String>>,
     warnings: &mut Vec<String>,
 ) -> Result<NodeSpec, ConvertError> {
@@ -569,29 +581,12 @@ fn node(
         (None, Some(c)) => cx.capacity("status.capacity", c, warnings)?,
         (None, None) => ResourceList::new(),
     };
-    let gpus = topologies.get(&name).cloned();
     let count = allocatable
         .get(basalt_engine::GPU_NAME)
         .copied()
         .unwrap_or(0);
-    if let Some(listed) = gpus.as_ref().filter(|g| g.len() as i64 != count) {
-        let listed = listed.len() as i64;
-        // A whole multiple of the GPUs listed: a time-sliced node's replicas.
-        let replicas = listed > 0 && count > listed && count % listed == 0;
-        // The engine then takes the node's GPUs as uniform devices in one NVLink island.
-        warnings.push(cx.warning(
-            format!("status.allocatable[{}]", basalt_engine::GPU_NAME),
-            format!(
-                "{count} GPUs, but its NodeTopology lists {listed}: the topology is not used (its \
-                 GPUs are taken as alike, in one NVLink island){}",
-                if replicas {
-                    "; time-sliced GPUs (replicas) are not supported yet"
-                } else {
-                    ""
-                }
-            ),
-        ));
-    }
+    let topology = topologies.get(&name);
+    let (gpus, sharing) = devices::node_devices(cx, &n.metadata, count, topology, warnings);
     Ok(NodeSpec {
         gpus,
         name,
@@ -599,6 +594,9 @@ fn node(
         taints,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
+        sharing,
+        // HAMi's and NVIDIA's devices are `nvidia.com/gpu`.
+        device_resource: None,
     })
 }
 

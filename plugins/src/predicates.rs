@@ -1,6 +1,7 @@
 //! Static node filters: `spec.unschedulable`, taints and tolerations (NoSchedule, NoExecute),
 //! `nodeSelector`, required node affinity with every operator, and the node rules of the pod's
-//! volumes (kube-scheduler's VolumeBinding: each rule's terms ORed). Resource fit (CPU, memory,
+//! volumes (kube-scheduler's VolumeBinding: each rule's terms ORed), and HAMi's device type and
+//! UUID filters (a node must have a device they accept). Resource fit (CPU, memory,
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
 use basalt_engine::{Node, NodeFilter, PlacementRules, Reason, Taint, TaintEffect, Toleration};
@@ -33,6 +34,13 @@ impl NodeFilter for Predicates {
         if let Some(affinity) = &rules.affinity {
             if !affinity.terms.iter().any(|term| term.matches(node)) {
                 return Err("didn't match node affinity".into());
+            }
+        }
+        if let Some(filters) = &rules.devices {
+            // HAMi's type and UUID filters: a node without one device they accept is no
+            // candidate, whatever is free.
+            if !node.gpus.iter().any(|g| g.healthy && filters.accepts(g)) {
+                return Err("had no GPU of the types and UUIDs the pod accepts".into());
             }
         }
         if let Some(rule) =
@@ -81,6 +89,9 @@ mod tests {
             unschedulable: false,
             allocatable: Resources::default(),
             gpus: vec![],
+            sharing: Default::default(),
+            device_kind: basalt_engine::GPU,
+            device_base: 0,
         }
     }
 
@@ -234,6 +245,7 @@ mod tests {
             node_selector: BTreeMap::new(),
             affinity: None,
             volumes: Vec::new(),
+            devices: None,
         };
         assert!(Predicates.filter(&everything, &n).is_ok());
     }

@@ -71,7 +71,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                     },
                     unschedulable: flags == 1,
                     allocatable: list(cpu * 1000, mem << 30, gpu),
-                    gpus: None,
+                    ..Default::default()
                 })
                 .collect();
             let mut spec = ClusterSpec {

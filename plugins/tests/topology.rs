@@ -94,15 +94,12 @@ fn spec(ns: &[N], gs: &[G]) -> ClusterSpec {
         }
         let gpus = (0..n.gpus as u32)
             .map(|index| Gpu {
-                index,
-                uuid: None,
-                model: None,
-                memory_mib: None,
                 nvlink_domain: if n.two_islands {
                     index * 2 / n.gpus as u32
                 } else {
                     0
                 },
+                ..Gpu::new(index)
             })
             .collect();
         let name = format!("n{i:02}");

@@ -21,6 +21,8 @@ pub struct BenchReport {
     pub fabric: bool,
     /// Zones and a backlog with pod constraints (anti-affinity, spread, preferred affinity).
     pub constrained: bool,
+    /// HAMi nodes and a backlog of pods sharing GPUs.
+    pub sharing: bool,
     pub pods_placed: usize,
     pub gangs_running: usize,
     pub evictions: usize,
@@ -81,6 +83,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         gang_size: setup.gang_size,
         fabric: setup.fabric,
         constrained: setup.constrained,
+        sharing: setup.sharing,
         gpus_per_node: setup.gpus_per_node,
         gpus_per_pod: setup.gpus_per_pod,
         pods_placed: placed,
@@ -109,6 +112,12 @@ impl BenchReport {
             format!(
                 "{} pods: 512-GPU gangs (spine), 4 x TP=8 gangs (rack), TP=8 jobs (nvlink), \
                  1-GPU pods; spines of 25 racks of 20 nodes, cliques in every fourth rack",
+                self.pods
+            )
+        } else if self.sharing {
+            format!(
+                "{} single pods sharing HAMi GPUs (80 GiB split 10 ways): per 20, 7 whole, \
+                 4 half, 4 quarter, 3 8-GiB shares, a 2-GPU and a 4-GPU 30-GiB share",
                 self.pods
             )
         } else {

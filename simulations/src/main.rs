@@ -91,6 +91,11 @@ enum Command {
         /// and the report gives the ratio.
         #[arg(long, conflicts_with = "fabric")]
         constrained: bool,
+        /// HAMi nodes (GPUs of 80 GiB split 10 ways) and a backlog of single pods sharing GPUs
+        /// in an openb-like mix: per 20 pods, 7 whole GPUs, 4 half GPUs, 4 quarter GPUs, 3
+        /// 8 GiB shares with 20 % compute, one 2-GPU and one 4-GPU share of 30 GiB each.
+        #[arg(long, conflicts_with_all = ["fabric", "constrained"])]
+        sharing: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -386,6 +391,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             runs,
             fabric,
             constrained,
+            sharing,
             config,
             output,
         } => {
@@ -403,6 +409,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 running,
                 fabric,
                 constrained,
+                sharing,
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;

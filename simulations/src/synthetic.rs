@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
+use basalt_engine::devices::Sharing;
 use basalt_engine::{
-    ClusterSpec, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec, PodAffinityRules,
-    PodAffinityTerm, PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList, SubGroupSpec,
-    TopologySpec, TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
+    ClusterSpec, Gpu, GroupSpec, InclusionPolicy, JobPhase, LabelSelector, NodeSpec,
+    PodAffinityRules, PodAffinityTerm, PodConstraints, PodPhase, PodSpec, QueueSpec, ResourceList,
+    SubGroupSpec, TopologySpec, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    WhenUnsatisfiable,
 };
 
 /// What to build.
@@ -33,6 +35,8 @@ pub struct Synthetic {
     /// pod constraints (see
     /// [`Synthetic::constraints`]).
     pub constrained: bool,
+    /// HAMi nodes and a backlog of single pods sharing GPUs (see [`Synthetic::share`]).
+    pub sharing: bool,
 }
 
 impl Synthetic {
@@ -47,11 +51,14 @@ impl Synthetic {
             running: 0,
             fabric: false,
             constrained: false,
+            sharing: false,
         }
     }
 }
 
 const GI: i64 = 1 << 30;
+/// HAMi's default split count.
+const SPLIT: i64 = 10;
 /// Every synthetic job was created this long before the snapshot (under the default
 /// reservation threshold, so the backlog is not starving).
 const NOW_MS: i64 = 1_000_000_000;
@@ -91,8 +98,22 @@ impl Synthetic {
                     ("cpu", 128_000),
                     ("memory", 2048 * GI),
                     ("pods", 110),
-                    ("nvidia.com/gpu", self.gpus_per_node as i64),
+                    ("nvidia.com/gpu", self.gpus_per_node as i64 * self.split()),
                 ]),
+                gpus: self.sharing.then(|| {
+                    (0..self.gpus_per_node)
+                        .map(|d| Gpu {
+                            uuid: Some(format!("GPU-{i:05}-{d}")),
+                            memory_mib: Some(81_920),
+                            slots: SPLIT as u32,
+                            ..Gpu::new(d)
+                        })
+                        .collect()
+                }),
+                sharing: match self.sharing {
+                    true => Sharing::Hami,
+                    false => Sharing::Exclusive,
+                },
                 ..Default::default()
             })
             .collect();
@@ -104,7 +125,11 @@ impl Synthetic {
             ..Default::default()
         };
         // Running gangs first, packed onto nodes in order; then the pending backlog.
-        let gang = self.gang_size.max(1);
+        let gang = if self.sharing {
+            1
+        } else {
+            self.gang_size.max(1)
+        };
         let per_node = (self.gpus_per_node / self.gpus_per_pod.max(1)).max(1) as usize;
         let mut slot = 0usize;
         let mut job = 0usize;
@@ -149,11 +174,14 @@ impl Synthetic {
                         name: format!("{name}-{m}"),
                         ours: true,
                         group: Some(name.clone()),
-                        request: list(&[
-                            ("cpu", 8_000),
-                            ("memory", 64 * GI),
-                            ("nvidia.com/gpu", self.gpus_per_pod as i64),
-                        ]),
+                        request: match self.sharing {
+                            true => Self::share(job),
+                            false => list(&[
+                                ("cpu", 8_000),
+                                ("memory", 64 * GI),
+                                ("nvidia.com/gpu", self.gpus_per_pod as i64),
+                            ]),
+                        },
                         priority,
                         created_ms: NOW_MS - 60_000 + job as i64,
                         phase: if running {
@@ -174,6 +202,42 @@ impl Synthetic {
             self.fabric_backlog(&mut spec, job);
         }
         spec
+    }
+
+    /// Slots per device: HAMi's split count on sharing nodes.
+    fn split(&self) -> i64 {
+        if self.sharing {
+            SPLIT
+        } else {
+            1
+        }
+    }
+
+    /// With `sharing`, job `job`'s request, in an openb-like mix (per 20 pods: 7 whole GPUs,
+    /// 4 half, 4 quarter, 3 small shares, a 2-GPU and a 4-GPU share).
+    fn share(job: usize) -> ResourceList {
+        let base = [("cpu", 4_000), ("memory", 32 * GI)];
+        let share: &[(&str, i64)] = match job % 20 {
+            0..=6 => &[("nvidia.com/gpu", 1)],
+            7..=10 => &[
+                ("nvidia.com/gpu", 1),
+                ("nvidia.com/gpumem-percentage", 50),
+                ("nvidia.com/gpucores", 50),
+            ],
+            11..=14 => &[
+                ("nvidia.com/gpu", 1),
+                ("nvidia.com/gpumem-percentage", 25),
+                ("nvidia.com/gpucores", 25),
+            ],
+            15..=17 => &[
+                ("nvidia.com/gpu", 1),
+                ("nvidia.com/gpumem", 8_192),
+                ("nvidia.com/gpucores", 20),
+            ],
+            18 => &[("nvidia.com/gpu", 2), ("nvidia.com/gpumem", 30_720)],
+            _ => &[("nvidia.com/gpu", 4), ("nvidia.com/gpumem", 30_720)],
+        };
+        list(&[&base[..], share].concat())
     }
 
     /// With `constrained`, what a pending job's pods state, by job number in tens: two jobs in

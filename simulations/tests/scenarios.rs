@@ -7,7 +7,8 @@
 //!
 //! ```yaml
 //! bindings:                 # the exact set of bindings (order does not matter)
-//! - {pod: ns/a, node: n1}   # `gpus: [0, 1]` checks the GPU indices too
+//! - {pod: ns/a, node: n1}   # `gpus: [0, 1]` checks the GPU indices too; `devices:
+//!                           # [{index: 0, memoryMiB: 30000}]` each device's listed fields
 //! evictions: []             # optional; exact set when given
 //! nominations: []           # optional; exact set of {pod, node} when given
 //! queues:                   # optional; each listed queue must match in the fields given
@@ -67,6 +68,7 @@ struct ExpectedBinding {
     pod: String,
     node: String,
     gpus: Option<Vec<u32>>,
+    devices: Option<Vec<serde_json::Map<String, serde_json::Value>>>,
 }
 
 #[derive(Deserialize)]
@@ -153,6 +155,22 @@ fn check(
         problems.push(format!(
             "{name}: bindings differ\n  expected: {want:?}\n  got:      {got:?}"
         ));
+    }
+    for b in &expected.bindings {
+        let Some(devices) = &b.devices else { continue };
+        let actual = (plan["bindings"].as_array().unwrap().iter())
+            .find(|x| x["pod"] == b.pod.as_str())
+            .and_then(|x| x.get("devices").and_then(|d| d.as_array()).cloned())
+            .unwrap_or_default();
+        let matches = actual.len() == devices.len()
+            && (devices.iter().zip(&actual))
+                .all(|(want, got)| want.iter().all(|(k, v)| got.get(k) == Some(v)));
+        if !matches {
+            problems.push(format!(
+                "{name}: {} devices: expected {devices:?}, got {actual:?}",
+                b.pod
+            ));
+        }
     }
     for b in &expected.bindings {
         let Some(gpus) = &b.gpus else { continue };

@@ -24,13 +24,13 @@ use super::{
     ConvertOptions, Cx, GPU_IDS, POD_GROUP, PREEMPTABLE, QUEUE, ROLE, SCHEDULER_PLUGINS_POD_GROUP,
     VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
 };
-use super::{constraints, unsupported};
+use super::{constraints, devices, unsupported};
 use crate::quantity::{self, MAX_QUANTITY};
 
 /// Where conversion notes what it left out or clamped on a pod of another scheduler.
 pub(super) struct Lenience<'w> {
-    ours: bool,
-    warnings: &'w mut Vec<String>,
+    pub(super) ours: bool,
+    pub(super) warnings: &'w mut Vec<String>,
 }
 
 impl Lenience<'_> {
@@ -150,6 +150,8 @@ pub(super) fn pod(
     let request = pod_request(cx, spec, &mut lenient)?;
     let rules = placement_rules(cx, spec);
     let mut rules = lenient.or(rules, PlacementRules::default())?;
+    let held_devices;
+    (held_devices, rules.devices) = devices::pod_devices(cx, meta, node.is_some(), &mut lenient)?;
     let rank = lenient.or(pod_rank(cx, meta), None)?;
     let labels = meta.labels.clone().unwrap_or_default();
     let constraints = constraints::pod_constraints(cx, spec, &labels, &mut lenient)?;
@@ -186,6 +188,7 @@ pub(super) fn pod(
         phase,
         node,
         gpu_ids,
+        held_devices,
         nominated_node: p
             .status
             .as_ref()
@@ -461,6 +464,7 @@ fn placement_rules(
         affinity,
         tolerations,
         volumes: Vec::new(),
+        devices: None,
     })
 }
 

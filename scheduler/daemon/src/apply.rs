@@ -1,6 +1,7 @@
-//! Applying a plan through the API: binds (GPU ids on the Binding; claims settled for the node
-//! first, `claims.rs`), evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status
-//! (`status.rs`) and Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
+//! Applying a plan through the API: binds (GPU ids on the Binding; HAMi's handoff on nodes that
+//! run its device plugin, `hami.rs`; claims settled for the node first, `claims.rs`),
+//! evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status (`status.rs`) and
+//! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
 //! is looked at; nothing here panics on one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -28,6 +29,7 @@ use crate::stranded::PartialGangs;
 mod auto_groups;
 mod claims;
 mod evictions;
+mod hami;
 mod status;
 mod volumes;
 
@@ -117,6 +119,9 @@ struct BindJob {
     /// The GPU ids annotation value (`0,1`), empty when none.
     gpus: String,
     uid: Option<String>,
+    /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
+    /// expects (`hami.rs`).
+    hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
 }
 
 fn split_key(key: &str) -> (&str, &str) {
@@ -296,10 +301,14 @@ impl Scheduler {
             .filter(|b| !self.assumed.contains_key(&b.pod))
             .map(|b| {
                 let (ns, name) = split_key(&b.pod);
-                let uid = stores
-                    .pods
-                    .get(&ObjectRef::new(name).within(ns))
-                    .and_then(|p| p.metadata.uid.clone());
+                let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+                let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+                let on_hami = (stores.nodes.get(&ObjectRef::new(&b.node)))
+                    .is_some_and(|n| hami::runs_hami(&n));
+                let hami = (on_hami && !b.devices.is_empty())
+                    .then_some(pod)
+                    .flatten()
+                    .map(|p| (p, b.devices.clone()));
                 let created = stores
                     .pods
                     .get(&ObjectRef::new(name).within(ns))
@@ -318,6 +327,7 @@ impl Scheduler {
                     node: b.node.clone(),
                     gpus,
                     uid,
+                    hami,
                 }
             })
             .collect();
@@ -331,7 +341,7 @@ impl Scheduler {
                 let leadership = leadership.clone();
                 async move {
                     let r = if leadership.leading() {
-                        bind(&client, &job.key, &job.node, &job.gpus, job.uid.clone()).await
+                        bind_with_handoff(&client, &job).await
                     } else {
                         BindResult::Failed("not sent: this replica is not the leader".into())
                     };
@@ -351,6 +361,7 @@ impl Scheduler {
                 node,
                 gpus,
                 uid,
+                ..
             } = job;
             let (ns, name) = split_key(&key);
             if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
@@ -516,6 +527,21 @@ pub fn member_of(p: &Pod) -> Option<&str> {
         .or_else(|| get(&p.metadata.annotations, VOLCANO_GROUP_NAME))
         .or_else(|| get(&p.metadata.labels, SCHEDULER_PLUGINS_POD_GROUP))
         .filter(|g| !g.is_empty())
+}
+
+/// Binds a pod, with HAMi's handoff around the binding on a node that runs HAMi's plugin.
+async fn bind_with_handoff(client: &Client, job: &BindJob) -> BindResult {
+    let Some((pod, devices)) = &job.hami else {
+        return bind(client, &job.key, &job.node, &job.gpus, job.uid.clone()).await;
+    };
+    if let Err(refused) = hami::prepare(client, &job.key, &job.node, pod, devices).await {
+        return refused;
+    }
+    let result = bind(client, &job.key, &job.node, &job.gpus, job.uid.clone()).await;
+    if !matches!(result, BindResult::Bound) {
+        hami::release(client, &job.key, &job.node).await;
+    }
+    result
 }
 
 async fn bind(

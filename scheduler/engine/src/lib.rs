@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod constraints;
+pub mod devices;
 pub mod framework;
 mod hash;
 mod interpod;

@@ -44,6 +44,45 @@ pub struct Gpu {
     /// GPUs with the same value share an NVLink / NVSwitch island inside the node.
     #[serde(default)]
     pub nvlink_domain: u32,
+    /// Pods it takes at once on a node that shares devices: HAMi's split count, or the
+    /// time-slice replicas (1: one pod, the whole device).
+    #[serde(default = "one")]
+    pub slots: u32,
+    /// Compute it has to share, in percent of one device (HAMi's `devcore`, 100 unless scaled).
+    #[serde(default = "hundred")]
+    pub cores: u32,
+    /// False for a device its plugin reports unhealthy or HAMi's `hami.io/device-cordon`
+    /// names: it takes no new pods.
+    #[serde(default = "yes")]
+    pub healthy: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn hundred() -> u32 {
+    100
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Gpu {
+    /// A healthy, unshared device known only by its index, in island 0.
+    pub fn new(index: u32) -> Self {
+        Gpu {
+            index,
+            uuid: None,
+            model: None,
+            memory_mib: None,
+            nvlink_domain: 0,
+            slots: 1,
+            cores: 100,
+            healthy: true,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -184,6 +223,8 @@ pub struct PlacementRules {
     pub tolerations: Vec<Toleration>,
     /// What the pod's volumes allow: each rule must hold.
     pub volumes: Vec<VolumeNodeRule>,
+    /// Which devices it accepts, when it says (HAMi's type and UUID filters).
+    pub devices: Option<std::sync::Arc<crate::devices::DeviceFilters>>,
 }
 
 /// A node restriction from one of the pod's volumes (kube-scheduler's VolumeBinding): the node
@@ -214,8 +255,15 @@ pub struct Node {
     pub taints: Vec<Taint>,
     pub unschedulable: bool,
     pub allocatable: Resources,
-    /// The node's GPUs by index; its length equals the `nvidia.com/gpu` allocatable.
+    /// The node's physical GPUs by index. Unshared, their number equals the `nvidia.com/gpu`
+    /// allocatable; shared, that allocatable counts their slots.
     pub gpus: Vec<Gpu>,
+    /// How the GPUs are shared between pods.
+    pub sharing: crate::devices::Sharing,
+    /// The resource its devices are advertised as (`nvidia.com/gpu` unless the node says).
+    pub device_kind: crate::resources::ResourceId,
+    /// Where the node's devices start in [`crate::Snapshot::device_use`] (shared nodes only).
+    pub device_base: u32,
 }
 
 /// Where a task stands when the snapshot is taken.
@@ -244,7 +292,12 @@ pub struct Task {
     pub state: TaskState,
     /// GPUs held on the node when bound, one bit per position in the node's GPU list (a mask,
     /// not a list: snapshots are rebuilt every cycle, and a list per bound pod is an allocation).
+    /// On a node that shares devices, the distinct devices it holds a share of.
     pub gpus: u64,
+    /// What it takes of each device it shares: its request's HAMi share, or for a bound pod
+    /// what HAMi's annotation records; `None` asks for whole devices (see
+    /// [`crate::devices::ShareAsk::WHOLE`]).
+    pub share: Option<crate::devices::ShareAsk>,
     /// A pending pod's `status.nominatedNodeName`: capacity freed for it by evictions, held for
     /// it until its gang's turn comes.
     pub nominated: Option<NodeId>,

@@ -58,9 +58,29 @@ pub struct Binding {
     /// `namespace/name` of the pod.
     pub pod: String,
     pub node: String,
-    /// GPU indices on the node, when the pod asks for whole GPUs.
+    /// GPU indices on the node, when the pod asks for GPUs (physical devices; on a node that
+    /// shares them, the devices it holds a share of).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<u32>,
+    /// The same devices with what the pod takes of each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<BoundDevice>,
+}
+
+/// One device a binding takes, and how much of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundDevice {
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Memory it may use on the device: its share on a HAMi node, all of it for a whole
+    /// device; absent for a time-sliced replica (not divided) or a device of unknown memory.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// Compute it may use, in percent of the device; absent for a time-sliced replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

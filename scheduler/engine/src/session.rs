@@ -10,12 +10,13 @@ use crate::hash::Map;
 use crate::interpod::InterPod;
 use crate::model::*;
 use crate::plan::Condition;
-use crate::resources::{Resources, GPU};
+use crate::resources::Resources;
 use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
 mod able;
+mod devices;
 mod domains;
 mod explain;
 mod plan;
@@ -181,6 +182,8 @@ pub struct Session<'a> {
     /// The sum of `used`, kept up to date so admission never sums every node per job.
     cluster_used: Resources,
     gpus_used: Vec<u64>,
+    /// Per device of the nodes that share them (see [`Snapshot::device_use`]).
+    device_use: Vec<crate::devices::DeviceUse>,
     status: Vec<TaskStatus>,
     phase: Vec<JobPhase>,
     /// Per job: members holding capacity (bound, placed or pipelined).
@@ -410,6 +413,7 @@ impl<'a> Session<'a> {
             used: Vec::new(),
             cluster_used: Resources::zero(dims),
             gpus_used: Vec::new(),
+            device_use: snapshot.device_use.clone(),
             status,
             phase,
             unadmitted,
@@ -972,34 +976,6 @@ impl<'a> Session<'a> {
         self.domain_index.remove(&self.pods, bucket, (key, node));
     }
 
-    /// Whole GPUs for a task on a node: inside one NVLink island when one can hold them all
-    /// (the fullest such island, so whole islands stay free), else the lowest free indices.
-    fn pick_gpus(&self, node: NodeId, count: u32, island: Option<u32>) -> u64 {
-        if count == 0 {
-            return 0;
-        }
-        let gpus = &self.snapshot.nodes[node.index()].gpus;
-        let used = self.gpus_used[node.index()];
-        let mut islands: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for (pos, g) in gpus.iter().enumerate() {
-            if used & (1u64 << pos) == 0 && island.is_none_or(|i| i == g.nvlink_domain) {
-                islands.entry(g.nvlink_domain).or_default().push(pos as u32);
-            }
-        }
-        let fitting = islands
-            .values()
-            .filter(|free| free.len() as u32 >= count)
-            .min_by_key(|free| free.len());
-        let chosen: Vec<u32> = match fitting {
-            Some(free) => free.iter().copied().take(count as usize).collect(),
-            None => (0..gpus.len() as u32)
-                .filter(|&p| used & (1u64 << p) == 0)
-                .take(count as usize)
-                .collect(),
-        };
-        chosen.iter().fold(0, |m, &p| m | (1u64 << p))
-    }
-
     // ----- transactions -----
 
     pub fn statement(&self) -> Statement {
@@ -1015,20 +991,20 @@ impl<'a> Session<'a> {
         let i = node.index();
         self.moved.push(node);
         self.touched.push(node);
+        let free_before = self.free_gpus(node) as i64;
         if add {
             self.used[i].add(&t.request);
             self.cluster_used.add(&t.request);
-            self.gpus_used[i] |= gpus;
             self.holding[t.job.index()] += 1;
         } else {
             self.used[i].take_back(&t.request);
             self.cluster_used.take_back(&t.request);
-            self.gpus_used[i] &= !gpus;
             self.holding[t.job.index()] -= 1;
         }
+        self.charge_devices(task, node, gpus, add);
+        let freed = self.free_gpus(node) as i64 - free_before;
         if let Some(topo) = &mut self.topo {
-            let n = gpus.count_ones() as i64;
-            topo.change(node, if add { -n } else { n });
+            topo.change(node, freed);
         }
         self.pods.charge(snap, task, node, add);
         self.index_insert(node);
@@ -1083,8 +1059,7 @@ impl<'a> Session<'a> {
             self.snapshot.task(task).hold.is_none(),
             "a held task is placed"
         );
-        let count = self.snapshot.task(task).request.count(GPU);
-        let gpus = self.pick_gpus(node, count, island);
+        let gpus = self.pick_devices(task, node, island);
         self.charge(task, node, gpus, true);
         self.placed[self.snapshot.task(task).job.index()] += 1;
         self.status[task.index()] = if pipelined {

@@ -193,6 +193,7 @@ fn attempt(
         // Its inter-pod rules are checked after the evictions: a victim may have been what
         // repelled it, or what it needed nearby.
         if session.fits(node, &t.request)
+            && session.has_devices(task, node, None)
             && session.pod_rules_allow(task, node)
             && fw.admit_task(session, task, &t.request).is_ok()
         {

@@ -12,7 +12,6 @@ use basalt_topology::{DomainId, TierId, Topology};
 
 use super::placement_order;
 use crate::model::{Job, NodeId, TaskId};
-use crate::resources::GPU;
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus, TopoState};
 use crate::snapshot::TopologySpec;
 use sub_groups::place_members;
@@ -130,7 +129,11 @@ pub(super) fn place(
 fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
     tasks
         .iter()
-        .map(|&t| session.snapshot.task(t).request.get(GPU).max(0))
+        .map(|&t| {
+            session
+                .snapshot
+                .devices_asked(&session.snapshot.task(t).request) as i64
+        })
         .fold(0, i64::saturating_add)
 }
 
@@ -141,7 +144,7 @@ fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
 fn room_for_one_per_node(session: &Session, members: &[TaskId], d: DomainId) -> bool {
     let snap = session.snapshot;
     let want = (members.iter())
-        .map(|&t| snap.task(t).request.count(GPU))
+        .map(|&t| snap.devices_asked(&snap.task(t).request))
         .min()
         .unwrap_or(0);
     let t = &session.topology().expect("topology").topology;

@@ -14,10 +14,12 @@
 use std::cmp::Reverse;
 
 use super::evict::Mode;
+use crate::devices::DeviceUse;
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
-use crate::resources::{ResourceId, Resources, GPU};
+use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, TaskStatus};
 use crate::snapshot::{ancestors, Snapshot};
+use crate::snapshot::{ask_on, charge_shares};
 
 /// How many other first victims a node's search tries after the plain greedy pass: the bound
 /// that keeps the search linear in the pods of a node.
@@ -242,6 +244,7 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         Freed {
             free: self.free.clone(),
             free_gpus: self.free_gpus,
+            devices: self.session.usage(self.node).to_vec(),
             given_back: Resources::zero(self.session.snapshot.resources.len()),
         }
     }
@@ -343,6 +346,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
 struct Freed {
     free: Resources,
     free_gpus: i64,
+    /// The shared devices' usage on a node that shares them (empty on one that does not).
+    devices: Vec<DeviceUse>,
     given_back: Resources,
 }
 
@@ -352,6 +357,11 @@ impl Freed {
         if search.session.task_status(task).node() == Some(search.node) {
             self.free.add(&t.request);
             self.free_gpus += t.gpus.count_ones() as i64;
+            let n = search.session.snapshot.node(search.node);
+            if n.sharing.shares() {
+                let ask = ask_on(n.sharing, t.share);
+                charge_shares(&n.gpus, &mut self.devices, t.gpus, ask, false);
+            }
         }
         self.given_back.add(&t.request);
     }
@@ -360,7 +370,15 @@ impl Freed {
     /// with what the victims give back to the queue.
     fn fits(&self, search: &NodeSearch) -> bool {
         let request = search.goal.request;
-        if !(request.fits_in(&self.free) && self.free_gpus >= request.get(GPU)) {
+        let (session, node) = (search.session, search.node);
+        let devices_fit = match session.snapshot.node(node).sharing.shares() {
+            false => self.free_gpus >= session.snapshot.devices_asked(request) as i64,
+            true => {
+                let open = session.open_devices_with(search.goal.task, node, None, &self.devices);
+                open.count_ones() >= session.snapshot.devices_asked(request)
+            }
+        };
+        if !(request.fits_in(&self.free) && devices_fit) {
             return false;
         }
         if !search.goal.needs_admission {

@@ -1,7 +1,7 @@
 //! Why no node takes a pod: kube-scheduler's "0/N nodes are available: 2 insufficient
 //! nvidia.com/gpu, 1 didn't match pod anti-affinity rules." Each node is counted once, under
 //! the first check it fails in kube-scheduler's filter order: static filters, resources, then
-//! the rules about other pods (ports among them), then reservations.
+//! devices, then the rules about other pods (ports among them), then reservations.
 //!
 //! The first two depend only on the shape (placement rules and request) and on usage: a scan
 //! of every node for them is kept per shape and brought up to date by looking again at the
@@ -123,6 +123,10 @@ impl Session<'_> {
         let mut counts = scan.refused.clone();
         let check = self.pods.prepare(self.snapshot, task);
         for &node in &scan.room {
+            if let Err(reason) = self.devices_short(task, node) {
+                *counts.entry(reason).or_default() += 1;
+                continue;
+            }
             if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node)) {
                 *counts.entry(reason).or_default() += 1;
                 continue;

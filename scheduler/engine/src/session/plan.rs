@@ -31,6 +31,7 @@ impl Session<'_> {
                     pod: snap.task(*task).name.to_string(),
                     node: snap.node(*node).name.clone(),
                     gpus: gpu_indices(*node, *gpus),
+                    devices: self.bound_devices(*task, *node, *gpus),
                 }),
                 Op::Allocate {
                     task,

@@ -25,7 +25,7 @@ use crate::framework::KEY_UNITS_PER_POINT;
 use crate::hash::Map;
 use crate::interpod::Check;
 use crate::model::{NodeId, RulesId, TaintEffect, TaskId};
-use crate::resources::{Resources, GPU};
+use crate::resources::Resources;
 
 /// Points per untolerated `PreferNoSchedule` taint (kube-scheduler's full TaintToleration
 /// score).
@@ -184,6 +184,7 @@ impl Session<'_> {
             statics.ok[n.index()]
                 && self.fits(n, request)
                 && self.may_use(n, access)
+                && self.has_devices(task, n, None)
                 && rules.is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(i128, NodeId)> = None;
@@ -204,7 +205,7 @@ impl Session<'_> {
             }
             return best.map(|(_, n)| n);
         }
-        let want_gpus = request.count(GPU);
+        let want_gpus = self.snapshot.devices_asked(request);
         let mut walks = Vec::new();
         for (&(class, free_gpus), set) in &self.index.buckets {
             if free_gpus < want_gpus {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::{domains, ReservedNodes, Session, Statics};
 use crate::interpod::{Guard, NO_DOMAIN};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
-use crate::resources::{Resources, GPU};
+use crate::resources::Resources;
 
 /// Per bucket (capacity class, free GPUs) with room for `want_gpus`, its first usable node, as
 /// (current key, node).
@@ -102,12 +102,10 @@ impl Session<'_> {
         island: Option<u32>,
     ) -> bool {
         let request = &self.snapshot.task(task).request;
-        let want = request.count(GPU);
         self.passes_filters(task, node)
             && self.may_use(node, access)
             && self.fits(node, request)
-            && self.free_gpus(node) >= want
-            && island.is_none_or(|i| self.island_free(node, i) >= want)
+            && self.has_devices(task, node, island)
             && self.pod_rules_allow(task, node)
     }
 
@@ -124,7 +122,7 @@ impl Session<'_> {
     ) -> Vec<NodeId> {
         let t = self.snapshot.task(task);
         self.ensure_statics(t.rules);
-        let (request, want) = (&t.request, t.request.count(GPU));
+        let request = &t.request;
         let statics = &self.statics[&t.rules];
         let check = self.pods.prepare(self.snapshot, task);
         (nodes.into_iter())
@@ -132,8 +130,7 @@ impl Session<'_> {
                 statics.ok[node.index()]
                     && self.may_use(node, access)
                     && self.fits(node, request)
-                    && self.free_gpus(node) >= want
-                    && island.is_none_or(|i| self.island_free(node, i) >= want)
+                    && self.has_devices(task, node, island)
                     && check.as_ref().is_none_or(|c| c.check(node).is_ok())
             })
             .collect()
@@ -211,6 +208,7 @@ impl Session<'_> {
             statics.ok[n.index()]
                 && self.fits(n, request)
                 && self.may_use(n, access)
+                && self.has_devices(task, n, None)
                 && check.as_ref().is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(u64, NodeId)> = None;
@@ -226,7 +224,7 @@ impl Session<'_> {
                 .filter(|&n| usable(n))
                 .for_each(&mut consider);
         } else {
-            let want_gpus = request.count(GPU);
+            let want_gpus = snap.devices_asked(request);
             let heads = |buckets| first_usable(buckets, want_gpus, &usable);
             // Where the inter-pod rules allow only some domains, only their nodes are walked.
             let narrowed = (check.as_ref())

@@ -12,13 +12,17 @@ use basalt_topology::{TierSpec, Topology};
 use thiserror::Error;
 
 use crate::constraints::NamespaceSpec;
+use crate::devices::{DeviceUse, ShareNames};
 use crate::hash::Map;
 use crate::model::*;
-use crate::resources::{ResourceList, ResourceNames, Resources, GPU, PODS};
+use crate::resources::{ResourceId, ResourceList, ResourceNames, Resources, GPU, PODS};
 use crate::session::NodeState;
 
+mod devices;
 mod meta;
 mod patch;
+pub use devices::ask_on;
+pub(crate) use devices::{charge_shares, closed_devices};
 mod spec;
 
 use meta::MetaInterner;
@@ -64,8 +68,16 @@ pub struct Snapshot {
     pub shapes: Vec<(RulesId, Resources)>,
     /// Resources in use on each node when the snapshot was taken (every bound pod, ours or not).
     pub node_used: Vec<Resources>,
-    /// GPUs in use on each node, one bit per GPU index.
+    /// GPUs in use on each node, one bit per GPU index. On a node that shares devices, those
+    /// no pod can join any more (see [`crate::devices::DeviceUse::closed`]).
     pub node_gpus_used: Vec<u64>,
+    /// What is in use on each device of the nodes that share them, from
+    /// [`Node::device_base`] on (empty when no node shares).
+    pub device_use: Vec<crate::devices::DeviceUse>,
+    /// HAMi's request names in `resources`.
+    pub share_names: crate::devices::ShareNames,
+    /// The resources devices are advertised as, on any node (`nvidia.com/gpu` always first).
+    pub device_kinds: Vec<crate::resources::ResourceId>,
     /// Per queue: what its pinned pods hold (see [`PodSpec::pinned_queue`]).
     pub queue_pinned: Vec<Resources>,
     /// The sums of the nodes' allocatable and of `node_used`.
@@ -192,12 +204,13 @@ impl Snapshot {
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
         let ClusterSpec {
             now_ms,
-            mut nodes,
+            nodes,
             pods,
             groups,
             mut queues,
             namespaces,
         } = spec;
+        let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let pods = sorted_pods(&pods);
         let groups = sorted_groups(&groups);
@@ -260,6 +273,15 @@ impl Snapshot {
 
     pub fn job(&self, id: JobId) -> &Job {
         &self.jobs[id.index()]
+    }
+
+    /// The devices a request asks for: its count of the device resource it names
+    /// (`nvidia.com/gpu`, or another kind some node advertises its devices as).
+    pub fn devices_asked(&self, request: &Resources) -> u32 {
+        match self.device_kinds.as_slice() {
+            [kind] => request.count(*kind),
+            kinds => kinds.iter().map(|&k| request.count(k)).max().unwrap_or(0),
+        }
     }
 
     pub fn queue(&self, id: QueueId) -> &Queue {
@@ -500,7 +522,8 @@ fn count_names(counts: &mut BTreeMap<String, usize>, list: Option<&ResourceList>
 
 impl SnapshotBuilder {
     /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors).
-    pub fn new(mut nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
+    pub fn new(nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
+        let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut ids = HashMap::with_capacity(nodes.len());
         let mut node_names: BTreeMap<String, usize> = BTreeMap::new();
@@ -559,6 +582,7 @@ impl SnapshotBuilder {
     /// Replaces the node of the same name (labels, taints, allocatable, GPUs may change; nodes
     /// are neither added nor removed, so ids stay). Only that node is rebuilt.
     pub fn update_node(&mut self, spec: NodeSpec) -> Result<(), SnapshotError> {
+        let spec = devices::with_share_totals(spec);
         let Some(&id) = self.ids.get(&spec.name) else {
             return Err(err(
                 "Node",
@@ -756,30 +780,50 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
     if !n.allocatable.contains_key(crate::resources::PODS_NAME) {
         allocatable.set(PODS, DEFAULT_MAX_PODS);
     }
-    let count = allocatable.get(GPU).max(0) as usize;
+    devices::check_shared(n)?;
+    let device_kind = match &n.device_resource {
+        None => GPU,
+        Some(name) => names.id(name).ok_or_else(|| {
+            err(
+                "Node",
+                &n.name,
+                "device_resource",
+                format!("{name} is not in its allocatable"),
+            )
+        })?,
+    };
+    let count = allocatable.get(device_kind).max(0) as usize;
+    if n.sharing.shares() {
+        return Ok(Node {
+            id,
+            name: n.name.clone(),
+            labels: n.labels.clone(),
+            taints: n.taints.clone(),
+            unschedulable: n.unschedulable,
+            allocatable,
+            gpus: sorted_gpus(n.gpus.as_deref().unwrap_or_default()),
+            sharing: n.sharing,
+            device_kind,
+            device_base: 0,
+        });
+    }
     if count > MAX_GPUS_PER_NODE {
         return Err(err(
             "Node",
             &n.name,
-            "status.allocatable[nvidia.com/gpu]",
-            format!("{count} GPUs; at most {MAX_GPUS_PER_NODE} per node are supported"),
+            match device_kind {
+                GPU => "status.allocatable[nvidia.com/gpu]",
+                _ => "status.allocatable",
+            },
+            format!(
+                "{count} {}; at most {MAX_GPUS_PER_NODE} devices per node are supported",
+                names.name(device_kind)
+            ),
         ));
     }
     let gpus = match &n.gpus {
-        Some(g) if g.len() == count => {
-            let mut g = g.clone();
-            g.sort_by_key(|g| g.index);
-            g
-        }
-        _ => (0..count as u32)
-            .map(|index| Gpu {
-                index,
-                uuid: None,
-                model: None,
-                memory_mib: None,
-                nvlink_domain: 0,
-            })
-            .collect(),
+        Some(g) if g.len() == count => sorted_gpus(g),
+        _ => (0..count as u32).map(Gpu::new).collect(),
     };
     Ok(Node {
         id,
@@ -789,7 +833,16 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         unschedulable: n.unschedulable,
         allocatable,
         gpus,
+        sharing: n.sharing,
+        device_kind,
+        device_base: 0,
     })
+}
+
+fn sorted_gpus(gpus: &[Gpu]) -> Vec<Gpu> {
+    let mut g = gpus.to_vec();
+    g.sort_by_key(|g| g.index);
+    g
 }
 
 /// The node part of a snapshot being assembled.
@@ -847,6 +900,8 @@ struct PodFacts {
     /// Its task's position in the builder's last snapshot (see [`Buffers`]).
     slot: std::cell::Cell<u32>,
     meta: Arc<PodMeta>,
+    /// What it takes of each device it shares (see [`Task::share`]).
+    share: Option<crate::devices::ShareAsk>,
 }
 
 impl PodFacts {
@@ -861,6 +916,11 @@ impl PodFacts {
         if p.pinned_queue.is_none() || !p.request.contains_key("pods") {
             request.set(PODS, 1);
         }
+        let share = devices::held_share(&p.held_devices, ShareNames::of(names).ask(&request));
+        // A share without a device count takes one device, as HAMi's webhook adds it.
+        if share.is_some() && request.get(GPU) <= 0 {
+            request.set(GPU, 1);
+        }
         PodFacts {
             key: format!("{}/{}", p.namespace, p.name).into(),
             request,
@@ -869,6 +929,7 @@ impl PodFacts {
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
             meta: metas.intern(&p.namespace, &p.labels),
+            share,
         }
     }
 }
@@ -1001,11 +1062,12 @@ fn assemble(
     groups: &[(&GroupSpec, &GroupFacts)],
 ) -> Result<Assembled, SnapshotError> {
     let BuiltNodes {
-        nodes: built_nodes,
+        nodes: mut built_nodes,
         recycled,
         node_cache,
         buffers,
     } = nodes;
+    let mut device_use = vec![DeviceUse::default(); devices::assign_bases(&mut built_nodes)];
     let (queue_ids, has_children) = queue_lookup(&queues);
     // Jobs from PodGroups, then implicit groups of one.
     // (hash, draft) by job key; hashes come with the facts.
@@ -1155,15 +1217,23 @@ fn assemble(
         let mut gpus = 0u64;
         if let Some(nid) = node {
             node_used[nid.index()].add(request);
-            let want = request.get(GPU).max(0) as usize;
-            let as_named;
-            (gpus, as_named) = claim_gpus(
-                &mut node_gpus_used[nid.index()],
-                built_nodes[nid.index()].gpus.len(),
-                &p.gpu_ids,
-                want,
-            );
-            claims_as_named &= as_named;
+            let n = &built_nodes[nid.index()];
+            let want = request.get(n.device_kind).max(0) as usize;
+            if n.sharing.shares() {
+                let base = n.device_base as usize;
+                let usage = &mut device_use[base..base + n.gpus.len()];
+                gpus =
+                    devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share);
+            } else {
+                let as_named;
+                (gpus, as_named) = claim_gpus(
+                    &mut node_gpus_used[nid.index()],
+                    n.gpus.len(),
+                    &p.gpu_ids,
+                    want,
+                );
+                claims_as_named &= as_named;
+            }
         }
         if let Some(queue) = &p.pinned_queue {
             let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node)?;
@@ -1267,6 +1337,16 @@ fn assemble(
         };
         jobs.push(new_job(g, job, task_ids, &mut tasks, labels));
     }
+    for n in built_nodes.iter().filter(|n| n.sharing.shares()) {
+        let base = n.device_base as usize;
+        let usage = &device_use[base..base + n.gpus.len()];
+        node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
+    }
+    let share_names = ShareNames::of(&names);
+    let mut device_kinds: Vec<ResourceId> = built_nodes.iter().map(|n| n.device_kind).collect();
+    device_kinds.push(GPU);
+    device_kinds.sort_unstable();
+    device_kinds.dedup();
     let dims = names.len();
     let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
     let used_total = sum(&node_used, dims);
@@ -1284,6 +1364,9 @@ fn assemble(
             used_total,
             node_used,
             node_gpus_used,
+            device_use,
+            share_names,
+            device_kinds,
             queue_pinned,
             foreign_pods,
             foreign: Arc::new(foreign),
@@ -1402,6 +1485,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         priority: p.priority,
         state,
         gpus,
+        share: facts.share,
         // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
         nominated: match node {
             None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,

@@ -7,8 +7,8 @@
 //! renumbered (one pass over tasks and jobs), node usage is patched by what the changed jobs
 //! took and gave back, and rules and shapes are renumbered when the order they first appear in
 //! changed. Whatever the patch cannot reproduce exactly — an error to report, a pod of another
-//! scheduler that changed, a GPU claim that depends on pod order, new nodes, resource names or
-//! queues — makes it decline, and the builder assembles the snapshot anew.
+//! scheduler that changed, a GPU claim that depends on pod order, shared devices, new nodes,
+//! resource names or queues — makes it decline, and the builder assembles the snapshot anew.
 
 use std::borrow::Cow;
 
@@ -92,6 +92,8 @@ pub(super) fn patch(
         || held.slashed
         || !b.claims_as_named
         || !b.dirty.is_empty()
+        // Shared devices' usage is not patched: it depends on every holder of a device.
+        || !last.device_use.is_empty()
         || last.resources != *names
         || last.queues != queues
         || held.changed_jobs.len() + held.changed_pinned.len()
@@ -155,8 +157,9 @@ pub(super) fn patch(
     // claims are the same in any pod order).
     let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
         let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-        let want = facts.request.get(GPU).max(0) as usize;
-        let count = last.nodes[node.index()].gpus.len();
+        let n = &last.nodes[node.index()];
+        let want = facts.request.get(n.device_kind).max(0) as usize;
+        let count = n.gpus.len();
         let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
         as_named.then_some(mask)
     };
@@ -448,6 +451,9 @@ pub(super) fn patch(
         shapes,
         node_used: usage.used,
         node_gpus_used: usage.gpus,
+        device_use: Vec::new(),
+        share_names: last.share_names,
+        device_kinds: last.device_kinds.clone(),
         queue_pinned,
         allocatable_total,
         used_total: usage.total,

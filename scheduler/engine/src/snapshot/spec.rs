@@ -15,8 +15,14 @@ pub struct NodeSpec {
     pub taints: Vec<Taint>,
     pub unschedulable: bool,
     pub allocatable: ResourceList,
-    /// Per-GPU detail (from NodeTopology). When absent, GPUs `0..n` are assumed in one island.
+    /// Per-GPU detail (from NodeTopology or a device plugin's register annotation). When
+    /// absent, GPUs `0..n` are assumed in one island.
     pub gpus: Option<Vec<Gpu>>,
+    /// How the GPUs are shared (see [`crate::devices::Sharing`]).
+    pub sharing: crate::devices::Sharing,
+    /// The resource its devices are advertised as (`amd.com/gpu`, `huawei.com/Ascend910`...);
+    /// `None`: `nvidia.com/gpu`.
+    pub device_resource: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,6 +53,9 @@ pub struct PodSpec {
     pub phase: PodPhase,
     pub node: Option<String>,
     pub gpu_ids: Vec<u32>,
+    /// The devices a bound pod holds by UUID with its share of each, as HAMi's
+    /// `hami.io/vgpu-devices-allocated` records them (wins over `gpu_ids`).
+    pub held_devices: Vec<crate::devices::HeldDevice>,
     /// `status.nominatedNodeName` of a pending pod.
     pub nominated_node: Option<String>,
     /// Annotated `preemptable: "false"`.

@@ -6,7 +6,7 @@ use basalt_topology::{DomainId, TierId};
 
 use super::{fill, nvlink_pin, place_one, Reach};
 use crate::model::{Job, NodeId, TaskId};
-use crate::resources::{CPU, GPU, MEMORY};
+use crate::resources::{CPU, MEMORY};
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
 
 /// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
@@ -143,7 +143,8 @@ fn demand_of(session: &Session, tasks: &[TaskId]) -> Demand {
     };
     for &t in tasks {
         let r = &session.snapshot.task(t).request;
-        d.gpus = d.gpus.saturating_add(r.get(GPU).max(0));
+        let devices = session.snapshot.devices_asked(r) as i64;
+        d.gpus = d.gpus.saturating_add(devices);
         d.cpu = d.cpu.saturating_add(r.get(CPU).max(0));
         d.memory = d.memory.saturating_add(r.get(MEMORY).max(0));
     }

@@ -1,0 +1,235 @@
+//! The handoff to HAMi's device plugin, for pods bound to a node that runs it: HAMi's pod
+//! annotations and its bind sequence (`../shared/specs/device-sharing.md` §A "Pod annotations",
+//! "Bind"), so HAMi's plugin and HAMi-core enforce the memory and compute shares Basalt chose.
+//!
+//! 1. The node lock: `hami.io/mutex.lock=<RFC3339>,<ns>,<pod>` on the Node, written with its
+//!    resourceVersion as a precondition. A lock another pod holds stops this bind until the
+//!    plugin releases it (after its Allocate), it expires (5 minutes) or its pod is gone: one
+//!    HAMi pod per node in flight, as the plugin finds its pod by that lock.
+//! 2. The pod's annotations: `hami.io/vgpu-node` (also a label), `vgpu-time`, the devices
+//!    (`vgpu-devices-to-allocate` and `vgpu-devices-allocated`, identical),
+//!    `bind-phase: allocating` and `bind-time`.
+//! 3. The binding. When it fails, the lock is released and the phase set to `failed`.
+
+use std::collections::BTreeMap;
+
+use basalt_engine::plan::BoundDevice;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::{classify, split_key, BindResult};
+
+/// The node annotation HAMi's device plugin registers its devices in.
+pub const NODE_REGISTER: &str = "hami.io/node-nvidia-register";
+pub const NODE_LOCK: &str = "hami.io/mutex.lock";
+pub const VGPU_NODE: &str = "hami.io/vgpu-node";
+pub const VGPU_TIME: &str = "hami.io/vgpu-time";
+pub const DEVICES_TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
+pub const DEVICES_ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
+pub const BIND_PHASE: &str = "hami.io/bind-phase";
+pub const BIND_TIME: &str = "hami.io/bind-time";
+/// HAMi's node lock expires after this long (`pkg/util/nodelock/nodelock.go`).
+const LOCK_EXPIRY_S: i64 = 300;
+/// The resource a container's device count is read from.
+const GPU: &str = "nvidia.com/gpu";
+
+/// Whether HAMi's device plugin runs on the node.
+pub fn runs_hami(node: &Node) -> bool {
+    (node.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(NODE_REGISTER))
+}
+
+/// HAMi's device list for a pod: per container, init containers first, its devices as
+/// `UUID,NVIDIA,<memMiB>,<cores>:`, each container closed by `;` (a container without GPUs
+/// keeps its place, empty). Containers take the pod's devices in order, as many as they ask
+/// for (limits, else requests); devices left over go to the last container that asks for any.
+pub fn encode_devices(pod: &Pod, devices: &[BoundDevice]) -> String {
+    let spec = pod.spec.as_ref();
+    let containers = (spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten())
+    .chain(spec.map(|s| &s.containers).into_iter().flatten());
+    let wants: Vec<usize> = containers
+        .map(|c| {
+            let r = c.resources.as_ref();
+            let of = |m: Option<&BTreeMap<String, _>>| {
+                m.and_then(|m| m.get(GPU)).and_then(
+                    |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+                        q.0.parse::<usize>().ok()
+                    },
+                )
+            };
+            of(r.and_then(|r| r.limits.as_ref()))
+                .or_else(|| of(r.and_then(|r| r.requests.as_ref())))
+                .unwrap_or(0)
+        })
+        .collect();
+    let last_asking = wants.iter().rposition(|&w| w > 0);
+    let mut rest = devices;
+    let mut out = String::new();
+    for (i, &want) in wants.iter().enumerate() {
+        let take = match Some(i) == last_asking {
+            true => rest.len(),
+            false => want.min(rest.len()),
+        };
+        let (mine, left) = rest.split_at(take);
+        rest = left;
+        for d in mine {
+            let uuid = d.uuid.as_deref().unwrap_or("");
+            let memory = d.memory_mib.unwrap_or(0);
+            let cores = d.cores.unwrap_or(0);
+            out.push_str(&format!("{uuid},NVIDIA,{memory},{cores}:"));
+        }
+        out.push(';');
+    }
+    out
+}
+
+/// Who holds a node's HAMi lock, when someone does and the lock has not expired:
+/// (namespace, pod).
+fn lock_holder(node: &Node, now: jiff::Timestamp) -> Option<(String, String)> {
+    let value = node.metadata.annotations.as_ref()?.get(NODE_LOCK)?;
+    let mut parts = value.splitn(3, ',');
+    let (at, ns, pod) = (parts.next()?, parts.next()?, parts.next()?);
+    let at: jiff::Timestamp = at.parse().ok()?;
+    (now.duration_since(at).as_secs() < LOCK_EXPIRY_S).then(|| (ns.to_string(), pod.to_string()))
+}
+
+/// Takes the node's HAMi lock for the pod and writes the pod's HAMi annotations; an error is
+/// what the bind reports (a lock held by another live pod is a conflict: retried next cycle).
+pub async fn prepare(
+    client: &Client,
+    key: &str,
+    node: &str,
+    pod: &Pod,
+    devices: &[BoundDevice],
+) -> Result<(), BindResult> {
+    let (ns, name) = split_key(key);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let failed = |e: kube::Error| match classify(&e) {
+        (Some(409), m) => BindResult::Conflict(m),
+        (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
+        (Some(_), m) => BindResult::Failed(m),
+        (None, m) => BindResult::Retry(m),
+    };
+    let current = nodes.get(node).await.map_err(failed)?;
+    let now = jiff::Timestamp::now();
+    if let Some((holder_ns, holder)) = lock_holder(&current, now) {
+        let ours = holder_ns == ns && holder == name;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &holder_ns);
+        let alive = ours || pods.get_opt(&holder).await.map_err(failed)?.is_some();
+        if alive && !ours {
+            return Err(BindResult::Conflict(format!(
+                "node {node} is locked by HAMi pod {holder_ns}/{holder} (one HAMi pod per node \
+                 binds at a time)"
+            )));
+        }
+    }
+    let lock = format!("{},{ns},{name}", now.strftime("%Y-%m-%dT%H:%M:%SZ"));
+    let patch = json!({"metadata": {
+        "resourceVersion": current.metadata.resource_version,
+        "annotations": {NODE_LOCK: lock},
+    }});
+    (nodes
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await)
+        .map_err(failed)?;
+    let list = encode_devices(pod, devices);
+    let patch = json!({"metadata": {
+        "labels": {VGPU_NODE: node},
+        "annotations": {
+            VGPU_NODE: node,
+            VGPU_TIME: now.as_second().to_string(),
+            DEVICES_TO_ALLOCATE: list,
+            DEVICES_ALLOCATED: list,
+            BIND_PHASE: "allocating",
+            BIND_TIME: now.as_second().to_string(),
+        },
+    }});
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    if let Err(e) = pods
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        release(client, key, node).await;
+        return Err(failed(e));
+    }
+    Ok(())
+}
+
+/// After a failed bind: the lock is released (if still ours) and the pod's phase is `failed`,
+/// as HAMi's own scheduler leaves it. Best effort: the lock expires anyway.
+pub async fn release(client: &Client, key: &str, node: &str) {
+    let (ns, name) = split_key(key);
+    let nodes: Api<Node> = Api::all(client.clone());
+    if let Ok(current) = nodes.get(node).await {
+        let ours = lock_holder(&current, jiff::Timestamp::now())
+            .is_some_and(|(holder_ns, holder)| holder_ns == ns && holder == name);
+        if ours {
+            let patch = json!({"metadata": {
+                "resourceVersion": current.metadata.resource_version,
+                "annotations": {NODE_LOCK: null},
+            }});
+            let _ = nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let patch = json!({"metadata": {"annotations": {BIND_PHASE: "failed"}}});
+    let _ = pods
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn device(uuid: &str, memory: u32, cores: u32) -> BoundDevice {
+        BoundDevice {
+            index: 0,
+            uuid: Some(uuid.into()),
+            memory_mib: Some(memory),
+            cores: Some(cores),
+        }
+    }
+
+    #[test]
+    fn devices_are_listed_per_container_init_containers_first() {
+        let p = pod(r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - {name: init}
+  containers:
+  - name: a
+    resources: {limits: {nvidia.com/gpu: "1"}}
+  - name: sidecar
+  - name: b
+    resources: {requests: {nvidia.com/gpu: "1"}}
+"#);
+        let list = encode_devices(&p, &[device("GPU-a", 30000, 0), device("GPU-b", 30000, 0)]);
+        assert_eq!(list, ";GPU-a,NVIDIA,30000,0:;;GPU-b,NVIDIA,30000,0:;");
+    }
+
+    #[test]
+    fn an_expired_lock_is_nobody_s() {
+        let mut n = Node::default();
+        let at = jiff::Timestamp::from_second(1_000_000).unwrap();
+        n.metadata.annotations = Some(BTreeMap::from([(
+            NODE_LOCK.to_string(),
+            format!("{},ns,p", at.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        )]));
+        let soon = jiff::Timestamp::from_second(1_000_060).unwrap();
+        assert_eq!(lock_holder(&n, soon), Some(("ns".into(), "p".into())));
+        let late = jiff::Timestamp::from_second(1_000_400).unwrap();
+        assert_eq!(lock_holder(&n, late), None);
+    }
+}

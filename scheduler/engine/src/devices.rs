@@ -1,0 +1,328 @@
+//! Shared devices: what a pod asks of each GPU it shares (HAMi's memory and compute shares,
+//! time-sliced replicas), how a node's devices are shared, and the per-device fit.
+//!
+//! A node's devices are physical devices. On a node that shares them each device has `slots`
+//! (HAMi's split count, or time-slice replicas), memory (MiB) and compute (`cores`, 100 per
+//! device as HAMi's `devcore`); a pod takes `count` **distinct** devices, the same amounts on
+//! each, as HAMi allocates. Nodes that do not share keep whole devices in a mask, as before.
+//! Integer arithmetic only. The names and defaults are HAMi's
+//! (`../shared/specs/device-sharing.md` §A).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Gpu;
+use crate::resources::{ResourceId, ResourceNames, Resources};
+
+/// HAMi's memory request per device, in MiB.
+pub const GPU_MEMORY_NAME: &str = "nvidia.com/gpumem";
+/// HAMi's memory request per device, in percent of the device's memory.
+pub const GPU_MEMORY_PERCENT_NAME: &str = "nvidia.com/gpumem-percentage";
+/// HAMi's compute request per device, in percent of its SMs.
+pub const GPU_CORES_NAME: &str = "nvidia.com/gpucores";
+
+/// How a node's devices are shared between pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Sharing {
+    /// Whole devices, one pod each (NVIDIA's device plugin without sharing).
+    #[default]
+    Exclusive,
+    /// NVIDIA's time-slicing or MPS: each device is advertised as `slots` replicas; a pod's
+    /// `nvidia.com/gpu: n` takes a replica on each of `n` distinct devices. Memory and compute
+    /// are not divided.
+    TimeSliced,
+    /// HAMi's device plugin (`hami.io/node-nvidia-register`): each device takes up to `slots`
+    /// pods, each with its own memory and compute share, which HAMi-core enforces.
+    Hami,
+}
+
+impl Sharing {
+    pub fn shares(self) -> bool {
+        self != Sharing::Exclusive
+    }
+}
+
+/// How a pod's devices are chosen among those that fit (`hami.io/gpu-scheduler-policy`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum DevicePolicy {
+    /// The least used devices first (HAMi's default).
+    #[default]
+    Spread,
+    /// The most used devices first, so whole devices stay free.
+    Binpack,
+}
+
+/// Which devices a pod accepts, by model and UUID (HAMi's `nvidia.com/use-gputype`,
+/// `nouse-gputype`, `use-gpuuuid`, `nouse-gpuuuid`), and how it picks among them. Part of the
+/// pod's placement rules: a node without one acceptable device is refused statically.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceFilters {
+    /// Accepted models: case-insensitive substrings of the device's model (empty: any).
+    pub use_types: Vec<String>,
+    pub nouse_types: Vec<String>,
+    /// Accepted UUIDs (empty: any).
+    pub use_uuids: Vec<String>,
+    pub nouse_uuids: Vec<String>,
+    pub policy: DevicePolicy,
+}
+
+impl DeviceFilters {
+    /// Whether the device is one the pod accepts.
+    pub fn accepts(&self, gpu: &Gpu) -> bool {
+        let model = gpu.model.as_deref().unwrap_or("").to_ascii_lowercase();
+        let uuid = gpu.uuid.as_deref().unwrap_or("");
+        let typed = |t: &String| model.contains(&t.to_ascii_lowercase());
+        (self.use_types.is_empty() || self.use_types.iter().any(typed))
+            && !self.nouse_types.iter().any(typed)
+            && (self.use_uuids.is_empty() || self.use_uuids.iter().any(|u| u == uuid))
+            && !self.nouse_uuids.iter().any(|u| u == uuid)
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == DeviceFilters::default()
+    }
+}
+
+/// A device a bound pod holds, as HAMi's `hami.io/vgpu-devices-allocated` records it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HeldDevice {
+    pub uuid: String,
+    pub memory_mib: u32,
+    pub cores: u32,
+}
+
+/// Memory a pod asks of each device it shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ShareMemory {
+    Mib(u32),
+    /// Percent of the device's memory (1..=100).
+    Percent(u32),
+}
+
+/// What a pod takes of each device it shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShareAsk {
+    pub memory: ShareMemory,
+    /// Percent of the device's compute; 100 takes the device exclusively.
+    pub cores: u32,
+}
+
+impl ShareAsk {
+    /// What a pod asking only for whole devices takes on a HAMi node: all of each device
+    /// (HAMi's webhook sets `gpucores: 100` when a pod gives a GPU count and no memory).
+    pub const WHOLE: ShareAsk = ShareAsk {
+        memory: ShareMemory::Percent(100),
+        cores: 100,
+    };
+
+    /// The memory this ask takes on `gpu`, in MiB (a device of unknown memory has none to
+    /// give: a percentage of it is 0, a MiB amount does not fit).
+    pub fn memory_on(&self, gpu: &Gpu) -> u32 {
+        match self.memory {
+            ShareMemory::Mib(m) => m,
+            ShareMemory::Percent(p) => {
+                let total = gpu.memory_mib.unwrap_or(0).min(u32::MAX as u64);
+                (total * p.min(100) as u64 / 100) as u32
+            }
+        }
+    }
+}
+
+/// The ids of HAMi's request names in one snapshot's resource table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShareNames {
+    pub memory: Option<ResourceId>,
+    pub percent: Option<ResourceId>,
+    pub cores: Option<ResourceId>,
+}
+
+impl ShareNames {
+    pub fn of(names: &ResourceNames) -> Self {
+        ShareNames {
+            memory: names.id(GPU_MEMORY_NAME),
+            percent: names.id(GPU_MEMORY_PERCENT_NAME),
+            cores: names.id(GPU_CORES_NAME),
+        }
+    }
+
+    /// The share a request states with HAMi's names, with the defaults HAMi's webhook and
+    /// scheduler apply (`device.go` GenerateResourceRequests, defaultExclusiveCoreIfNeeded):
+    /// memory in MiB, else a percentage above 0 (clamped to 100), else 100 %; cores as given,
+    /// else 100 when memory is not given or is 100 %, else 0. `None`: the request names
+    /// neither memory nor cores (what it takes then depends on the node, see
+    /// [`ShareAsk::WHOLE`]).
+    pub fn ask(&self, request: &Resources) -> Option<ShareAsk> {
+        let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
+        let (mib, pct, cores) = (get(self.memory), get(self.percent), get(self.cores));
+        if mib.is_none() && pct.is_none() && cores.is_none() {
+            return None;
+        }
+        let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
+        let memory = match (mib, pct) {
+            (Some(m), _) => ShareMemory::Mib(clamp(m)),
+            (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
+            (None, None) => ShareMemory::Percent(100),
+        };
+        let cores = match cores {
+            Some(c) => clamp(c),
+            None if memory == ShareMemory::Percent(100) => 100,
+            None => 0,
+        };
+        Some(ShareAsk { memory, cores })
+    }
+}
+
+/// What is in use on one shared device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceUse {
+    pub slots: u32,
+    pub memory_mib: u32,
+    pub cores: u32,
+}
+
+impl DeviceUse {
+    /// Whether `ask` (memory `memory` MiB on this device) fits beside what is in use, by HAMi's
+    /// rules (`device.go` Fit): a free slot, enough memory and compute, a pod asking for all
+    /// compute only on an unused device, and none joining a device whose compute is taken.
+    /// On a time-sliced device only the slot counts (`ask` is `None`).
+    pub fn fits(&self, gpu: &Gpu, ask: Option<(ShareAsk, u32)>) -> bool {
+        if !gpu.healthy || self.slots >= gpu.slots {
+            return false;
+        }
+        let Some((ask, memory)) = ask else {
+            return true;
+        };
+        let total_memory = gpu.memory_mib.unwrap_or(0).min(u32::MAX as u64) as u32;
+        (self.memory_mib as u64 + memory as u64) <= total_memory as u64
+            && self.cores.saturating_add(ask.cores) <= gpu.cores
+            && !(ask.cores == 100 && self.slots > 0)
+            && !(self.cores >= gpu.cores && gpu.cores > 0)
+    }
+
+    /// Whether no pod can join the device any more (no free slot, or compute or memory all
+    /// taken): such devices count as used in the node's free-device mask.
+    pub fn closed(&self, gpu: &Gpu, sharing: Sharing) -> bool {
+        !gpu.healthy
+            || self.slots >= gpu.slots
+            || (sharing == Sharing::Hami
+                && ((self.cores >= gpu.cores && self.slots > 0)
+                    || (self.memory_mib as u64) >= gpu.memory_mib.unwrap_or(0)))
+    }
+
+    pub fn charge(&mut self, memory: u32, cores: u32, add: bool) {
+        if add {
+            self.slots += 1;
+            self.memory_mib = self.memory_mib.saturating_add(memory);
+            self.cores = self.cores.saturating_add(cores);
+        } else {
+            self.slots = self.slots.saturating_sub(1);
+            self.memory_mib = self.memory_mib.saturating_sub(memory);
+            self.cores = self.cores.saturating_sub(cores);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(memory: u64) -> Gpu {
+        Gpu {
+            memory_mib: Some(memory),
+            slots: 10,
+            ..Gpu::new(0)
+        }
+    }
+
+    fn names() -> (ResourceNames, ShareNames) {
+        let names = ResourceNames::new([GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME]);
+        let share = ShareNames::of(&names);
+        (names, share)
+    }
+
+    #[test]
+    fn hami_defaults_apply_as_its_webhook_and_scheduler_do() {
+        let (names, share) = names();
+        let ask = |list: &[(&str, i64)]| {
+            let list = list.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+            share.ask(&names.resources(&list))
+        };
+        assert_eq!(ask(&[("nvidia.com/gpu", 1)]), None);
+        assert_eq!(
+            ask(&[("nvidia.com/gpumem", 30000)]),
+            Some(ShareAsk {
+                memory: ShareMemory::Mib(30000),
+                cores: 0
+            })
+        );
+        // Percentage 100 and no cores: exclusive, as the webhook makes it.
+        assert_eq!(
+            ask(&[("nvidia.com/gpumem-percentage", 100)]),
+            Some(ShareAsk::WHOLE)
+        );
+        assert_eq!(
+            ask(&[
+                ("nvidia.com/gpumem-percentage", 250),
+                ("nvidia.com/gpucores", 30)
+            ]),
+            Some(ShareAsk {
+                memory: ShareMemory::Percent(100),
+                cores: 30
+            })
+        );
+        // Cores alone: all memory, the cores asked.
+        assert_eq!(
+            ask(&[("nvidia.com/gpucores", 50)]),
+            Some(ShareAsk {
+                memory: ShareMemory::Percent(100),
+                cores: 50
+            })
+        );
+    }
+
+    #[test]
+    fn a_device_takes_shares_up_to_its_memory_cores_and_slots() {
+        let g = gpu(81920);
+        let half = ShareAsk {
+            memory: ShareMemory::Mib(40960),
+            cores: 50,
+        };
+        let mut used = DeviceUse::default();
+        assert!(used.fits(&g, Some((half, 40960))));
+        used.charge(40960, 50, true);
+        assert!(used.fits(&g, Some((half, 40960))));
+        used.charge(40960, 50, true);
+        assert!(!used.fits(&g, Some((half, 1))), "compute is taken");
+        assert!(used.closed(&g, Sharing::Hami));
+        used.charge(40960, 50, false);
+        assert!(!used.closed(&g, Sharing::Hami));
+        // All compute only on an unused device.
+        assert!(!used.fits(&g, Some((ShareAsk::WHOLE, 40960))));
+        // Slots bound time-sliced devices.
+        let mut used = DeviceUse::default();
+        for _ in 0..10 {
+            assert!(used.fits(&g, None));
+            used.charge(0, 0, true);
+        }
+        assert!(!used.fits(&g, None));
+        assert!(used.closed(&g, Sharing::TimeSliced));
+    }
+
+    #[test]
+    fn filters_match_models_case_insensitively_and_uuids_exactly() {
+        let g = Gpu {
+            uuid: Some("GPU-a".into()),
+            model: Some("NVIDIA-H100-80GB".into()),
+            ..Gpu::new(0)
+        };
+        let f = |use_types: &[&str], nouse_uuids: &[&str]| DeviceFilters {
+            use_types: use_types.iter().map(|s| s.to_string()).collect(),
+            nouse_uuids: nouse_uuids.iter().map(|s| s.to_string()).collect(),
+            ..DeviceFilters::default()
+        };
+        assert!(f(&["h100"], &[]).accepts(&g));
+        assert!(!f(&["A100"], &[]).accepts(&g));
+        assert!(!f(&[], &["GPU-a"]).accepts(&g));
+    }
+}

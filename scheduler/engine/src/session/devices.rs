@@ -1,0 +1,220 @@
+//! A task's devices on a node: whether the node has them, which ones it takes, and their
+//! accounting. Whole devices on unshared nodes are bits of the free-device mask; on a node that
+//! shares its devices each device also has a [`DeviceUse`], and the mask holds the devices no
+//! pod can join any more, so the free-device counts (index buckets, domain counts, islands)
+//! stay necessary conditions for every request and exact for whole devices.
+
+use super::Session;
+use crate::devices::{DeviceFilters, DevicePolicy, DeviceUse, ShareAsk};
+use crate::framework::Reason;
+use crate::model::{NodeId, TaskId};
+use crate::plan::BoundDevice;
+use crate::snapshot::ask_on;
+
+impl Session<'_> {
+    /// Devices the task asks for (see [`crate::Snapshot::devices_asked`]).
+    pub(super) fn devices_wanted(&self, task: TaskId) -> u32 {
+        self.snapshot
+            .devices_asked(&self.snapshot.task(task).request)
+    }
+
+    fn filters(&self, task: TaskId) -> Option<&DeviceFilters> {
+        let t = self.snapshot.task(task);
+        self.snapshot.rules[t.rules.0 as usize].devices.as_deref()
+    }
+
+    /// What is in use on each device of a node that shares them (empty for one that does not).
+    pub(crate) fn usage(&self, node: NodeId) -> &[DeviceUse] {
+        let n = self.snapshot.node(node);
+        let base = n.device_base as usize;
+        match n.sharing.shares() {
+            true => &self.device_use[base..base + n.gpus.len()],
+            false => &[],
+        }
+    }
+
+    /// Positions of the node's devices the task could take one of now (inside `island` when
+    /// given): free whole devices on an unshared node; on a shared one, devices with room for
+    /// its share. Both only among the devices its filters accept.
+    fn open_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> u64 {
+        self.open_devices_with(task, node, island, self.usage(node))
+    }
+
+    /// [`Self::open_devices`] with the node's shared devices in use as `usage` says (what the
+    /// victim search frees).
+    pub(crate) fn open_devices_with(
+        &self,
+        task: TaskId,
+        node: NodeId,
+        island: Option<u32>,
+        usage: &[DeviceUse],
+    ) -> u64 {
+        let n = self.snapshot.node(node);
+        let used = self.gpus_used[node.index()];
+        let filters = self.filters(task);
+        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        let mut open = 0u64;
+        for (p, g) in n.gpus.iter().enumerate() {
+            let fits = match n.sharing.shares() {
+                false => used & (1 << p) == 0,
+                true => usage[p].fits(g, ask.map(|a| (a, a.memory_on(g)))),
+            };
+            if fits
+                && island.is_none_or(|i| g.nvlink_domain == i)
+                && filters.is_none_or(|f| f.accepts(g))
+            {
+                open |= 1 << p;
+            }
+        }
+        open
+    }
+
+    /// Whether the node has the devices the task asks for now (inside NVLink island `island`,
+    /// when given). Unshared nodes without device filters need only the free-device count.
+    pub fn has_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> bool {
+        let want = self.devices_wanted(task);
+        if want == 0 {
+            return true;
+        }
+        if self.free_gpus(node) < want || island.is_some_and(|i| self.island_free(node, i) < want) {
+            return false;
+        }
+        let n = self.snapshot.node(node);
+        if !n.sharing.shares() && self.filters(task).is_none() {
+            return true;
+        }
+        self.open_devices(task, node, island).count_ones() >= want
+    }
+
+    /// Why the node lacks the devices the task asks for, if it does: the reason most of its
+    /// devices give, in the order HAMi's filter checks them (health, slots, exclusive use,
+    /// memory, compute), or too few free whole devices.
+    pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Reason> {
+        if self.has_devices(task, node, None) {
+            return Ok(());
+        }
+        let n = self.snapshot.node(node);
+        if !n.sharing.shares() {
+            return Err("had too few free GPUs".into());
+        }
+        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        let filters = self.filters(task);
+        let mut counts = [0usize; 5];
+        for (g, u) in n.gpus.iter().zip(self.usage(node)) {
+            if filters.is_some_and(|f| !f.accepts(g)) {
+                continue;
+            }
+            let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+            let why = if !g.healthy {
+                0
+            } else if u.slots >= g.slots {
+                1
+            } else if (cores == 100 && u.slots > 0) || (u.cores >= g.cores && g.cores > 0) {
+                2
+            } else if u.memory_mib as u64 + memory as u64 > g.memory_mib.unwrap_or(0) {
+                3
+            } else if u.cores.saturating_add(cores) > g.cores {
+                4
+            } else {
+                continue;
+            };
+            counts[why] += 1;
+        }
+        const WHY: [&str; 5] = [
+            "had no healthy GPU for the pod",
+            "had no GPU with a free share slot",
+            "had only GPUs in exclusive use",
+            "had no GPU with enough free memory",
+            "had no GPU with enough free compute",
+        ];
+        let most = (0..5).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
+        Err(match most.filter(|&i| counts[i] > 0) {
+            Some(i) => WHY[i].into(),
+            None => "had too few GPUs the pod accepts with room for its share".into(),
+        })
+    }
+
+    /// The devices a task takes on a node. Whole devices inside one NVLink island when one can
+    /// hold them all (the fullest such island, so whole islands stay free), else the lowest
+    /// free indices; shared devices the same way, and inside an island the least used first
+    /// (HAMi's default `spread`) or the most used (`binpack`).
+    pub(super) fn pick_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> u64 {
+        let count = self.devices_wanted(task) as usize;
+        if count == 0 {
+            return 0;
+        }
+        let n = self.snapshot.node(node);
+        let open = self.open_devices(task, node, island);
+        let mut islands: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (p, g) in n.gpus.iter().enumerate() {
+            if open & (1 << p) != 0 {
+                islands.entry(g.nvlink_domain).or_default().push(p);
+            }
+        }
+        let fitting = (islands.values()).filter(|free| free.len() >= count);
+        let mut chosen: Vec<usize> = match fitting.min_by_key(|free| free.len()) {
+            Some(free) => free.clone(),
+            None => (0..n.gpus.len())
+                .filter(|&p| open & (1 << p) != 0)
+                .collect(),
+        };
+        if n.sharing.shares() {
+            let usage = self.usage(node);
+            let policy = self.filters(task).map(|f| f.policy).unwrap_or_default();
+            // Stable: equally used devices keep index order.
+            chosen.sort_by_key(|&p| match policy {
+                DevicePolicy::Spread => usage[p].slots as i64,
+                DevicePolicy::Binpack => -(usage[p].slots as i64),
+            });
+        }
+        debug_assert!(
+            chosen.len() >= count,
+            "a task is placed without its devices"
+        );
+        chosen.iter().take(count).fold(0, |m, &p| m | 1 << p)
+    }
+
+    /// Puts the task's share on (or takes it off) each shared device of `gpus`, or marks whole
+    /// devices used (or free); the node's free-device mask follows.
+    pub(super) fn charge_devices(&mut self, task: TaskId, node: NodeId, gpus: u64, add: bool) {
+        let i = node.index();
+        let n = self.snapshot.node(node);
+        if !n.sharing.shares() {
+            match add {
+                true => self.gpus_used[i] |= gpus,
+                false => self.gpus_used[i] &= !gpus,
+            }
+            return;
+        }
+        let base = n.device_base as usize;
+        let usage = &mut self.device_use[base..base + n.gpus.len()];
+        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        crate::snapshot::charge_shares(&n.gpus, usage, gpus, ask, add);
+        self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
+    }
+
+    /// The devices of a binding, with what the task takes of each.
+    pub(super) fn bound_devices(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
+        let n = self.snapshot.node(node);
+        let ask: Option<ShareAsk> = ask_on(n.sharing, self.snapshot.task(task).share);
+        (n.gpus.iter().enumerate())
+            .filter(|(p, _)| gpus & (1 << p) != 0)
+            .map(|(_, g)| {
+                let (memory_mib, cores) = match (n.sharing.shares(), ask) {
+                    (true, Some(a)) => (Some(a.memory_on(g)), Some(a.cores)),
+                    (true, None) => (None, None),
+                    (false, _) => (
+                        g.memory_mib.map(|m| m.min(u32::MAX as u64) as u32),
+                        Some(g.cores),
+                    ),
+                };
+                BoundDevice {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    memory_mib,
+                    cores,
+                }
+            })
+            .collect()
+    }
+}

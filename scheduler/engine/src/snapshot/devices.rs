@@ -1,0 +1,162 @@
+//! The snapshot's side of shared devices: HAMi nodes' share totals as allocatable, the flat
+//! per-device usage table, and what each bound pod holds of it.
+
+use super::{err, SnapshotError};
+use crate::devices::{DeviceUse, HeldDevice, ShareAsk, ShareMemory, Sharing};
+use crate::model::{Gpu, Node};
+use crate::resources::{ResourceList, GPU_NAME};
+use crate::snapshot::NodeSpec;
+
+/// A HAMi node's devices, summed, as allocatable in HAMi's request names: memory (MiB),
+/// memory percentage (100 per device) and compute (`devcore`). The kubelet never advertises
+/// them; they bound a node's shares as its allocatable bounds everything else, and a node
+/// without them (no HAMi) refuses a pod that asks for them ("insufficient nvidia.com/gpumem").
+pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
+    if spec.sharing != Sharing::Hami {
+        return spec;
+    }
+    let gpus = spec.gpus.as_deref().unwrap_or_default();
+    let healthy = || gpus.iter().filter(|g| g.healthy);
+    let memory: u64 = healthy().map(|g| g.memory_mib.unwrap_or(0)).sum();
+    let totals = [
+        (crate::devices::GPU_MEMORY_NAME, memory as i64),
+        (
+            crate::devices::GPU_MEMORY_PERCENT_NAME,
+            100 * healthy().count() as i64,
+        ),
+        (
+            crate::devices::GPU_CORES_NAME,
+            healthy().map(|g| g.cores as i64).sum(),
+        ),
+    ];
+    let list: &mut ResourceList = &mut spec.allocatable;
+    for (name, total) in totals {
+        list.entry(name.to_string()).or_insert(total);
+    }
+    spec
+}
+
+/// The devices of a node that shares them: they must be listed (the count of slots does not
+/// say how many devices there are), at most 64 of them.
+pub(super) fn check_shared(n: &NodeSpec) -> Result<(), SnapshotError> {
+    if !n.sharing.shares() {
+        return Ok(());
+    }
+    match &n.gpus {
+        None => Err(err(
+            "Node",
+            &n.name,
+            "gpus",
+            format!(
+                "shares its {GPU_NAME} devices ({:?}) but lists none",
+                n.sharing
+            ),
+        )),
+        Some(g) if g.len() > super::MAX_GPUS_PER_NODE => Err(err(
+            "Node",
+            &n.name,
+            "gpus",
+            format!(
+                "{} devices; at most {} per node are supported",
+                g.len(),
+                super::MAX_GPUS_PER_NODE
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Numbers the shared nodes' devices into one flat table; returns its length.
+pub(super) fn assign_bases(nodes: &mut [Node]) -> usize {
+    let mut next = 0u32;
+    for n in nodes {
+        n.device_base = next;
+        if n.sharing.shares() {
+            next += n.gpus.len() as u32;
+        }
+    }
+    next as usize
+}
+
+/// What a task takes of each device it holds on a node that shares them: on a time-sliced
+/// node only a slot (`None`); on a HAMi node its share, whole devices when it states none.
+pub fn ask_on(sharing: Sharing, share: Option<ShareAsk>) -> Option<ShareAsk> {
+    match sharing {
+        Sharing::Hami => Some(share.unwrap_or(ShareAsk::WHOLE)),
+        Sharing::Exclusive | Sharing::TimeSliced => None,
+    }
+}
+
+/// The share a pod holds of each of its devices: what HAMi's annotation records (the largest
+/// amounts, when its devices differ: a task holds the same of each), else its request's.
+pub(super) fn held_share(held: &[HeldDevice], asked: Option<ShareAsk>) -> Option<ShareAsk> {
+    if held.is_empty() {
+        return asked;
+    }
+    Some(ShareAsk {
+        memory: ShareMemory::Mib(held.iter().map(|d| d.memory_mib).max().unwrap_or(0)),
+        cores: held.iter().map(|d| d.cores).max().unwrap_or(0),
+    })
+}
+
+/// Charges a bound pod's share on a shared node and returns the devices it holds: the UUIDs
+/// HAMi's annotation names, else the indices Basalt's annotation names, else the first
+/// devices with room. A bound pod is where it is: its usage counts even past a device's
+/// capacity.
+pub(super) fn claim_shared(
+    node: &Node,
+    usage: &mut [DeviceUse],
+    held: &[HeldDevice],
+    named: &[u32],
+    want: usize,
+    share: Option<ShareAsk>,
+) -> u64 {
+    let gpus = &node.gpus;
+    let ask = ask_on(node.sharing, share);
+    let mut mask = 0u64;
+    if !held.is_empty() {
+        for d in held {
+            if let Some(p) = gpus.iter().position(|g| g.uuid.as_deref() == Some(&d.uuid)) {
+                mask |= 1 << p;
+            }
+        }
+    } else if named.len() == want && named.iter().all(|&i| (i as usize) < gpus.len()) {
+        mask = named.iter().fold(0, |m, &i| m | 1 << i);
+    }
+    if mask.count_ones() as usize != want.min(gpus.len()) && held.is_empty() {
+        mask = 0;
+        for (p, g) in gpus.iter().enumerate() {
+            if mask.count_ones() as usize == want {
+                break;
+            }
+            if usage[p].fits(g, ask.map(|a| (a, a.memory_on(g)))) {
+                mask |= 1 << p;
+            }
+        }
+    }
+    charge_shares(gpus, usage, mask, ask, true);
+    mask
+}
+
+/// Puts one share on (or takes it off) each device of `mask`.
+pub(crate) fn charge_shares(
+    gpus: &[Gpu],
+    usage: &mut [DeviceUse],
+    mask: u64,
+    ask: Option<ShareAsk>,
+    add: bool,
+) {
+    for (p, g) in gpus.iter().enumerate() {
+        if mask & (1 << p) != 0 {
+            let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+            usage[p].charge(memory, cores, add);
+        }
+    }
+}
+
+/// The devices of a shared node no pod can join any more.
+pub(crate) fn closed_devices(node: &Node, usage: &[DeviceUse]) -> u64 {
+    (node.gpus.iter().zip(usage).enumerate())
+        .filter(|(_, (g, u))| u.closed(g, node.sharing))
+        .fold(0, |m, (p, _)| m | 1 << p)
+}
