@@ -74,6 +74,8 @@ pub struct ConvertOptions {
     pub scheduler_names: Vec<String>,
     /// The snapshot's instant (milliseconds since the Unix epoch): time is an argument.
     pub now_ms: i64,
+    /// Resources that name devices, in order: a node's devices are the first it advertises.
+    pub device_resources: Vec<String>,
 }
 
 impl Default for ConvertOptions {
@@ -81,6 +83,8 @@ impl Default for ConvertOptions {
         ConvertOptions {
             scheduler_names: vec!["basalt".to_string()],
             now_ms: 0,
+            device_resources: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from))
+                .to_vec(),
         }
     }
 }
@@ -229,6 +233,7 @@ impl Context {
                 n,
                 &self.topologies,
                 &self.hyper_labels,
+                &options.device_resources,
                 warnings,
             )?),
             Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
@@ -536,6 +541,7 @@ fn node(
     n: &Node,
     topologies: &HashMap<String, devices::Topology>,
     hyper_labels: &HashMap<String, BTreeMap<String, String>>,
+    device_resources: &[String],
     warnings: &mut Vec<String>,
 ) -> Result<NodeSpec, ConvertError> {
     let name = cx.name(&n.metadata)?.to_string();
@@ -581,12 +587,27 @@ fn node(
         (None, Some(c)) => cx.capacity("status.capacity", c, warnings)?,
         (None, None) => ResourceList::new(),
     };
-    let count = allocatable
-        .get(basalt_engine::GPU_NAME)
-        .copied()
-        .unwrap_or(0);
+    let mut allocatable = allocatable;
+    devices::hold_mig_while_reconfiguring(cx, &n.metadata, &mut allocatable, warnings);
+    // The first device resource the node advertises names its devices.
+    let device_resource = (device_resources.iter())
+        .find(|r| allocatable.get(r.as_str()).is_some_and(|&v| v > 0))
+        .filter(|r| r.as_str() != basalt_engine::GPU_NAME)
+        .cloned();
     let topology = topologies.get(&name);
-    let (gpus, sharing) = devices::node_devices(cx, &n.metadata, count, topology, warnings);
+    let (gpus, sharing) = match &device_resource {
+        None => {
+            let count = (allocatable.get(basalt_engine::GPU_NAME).copied()).unwrap_or(0);
+            devices::node_devices(cx, &n.metadata, count, topology, warnings)
+        }
+        Some(resource) => {
+            let count = allocatable[resource];
+            (
+                devices::vendor_devices(cx, resource, count, topology, warnings),
+                Default::default(),
+            )
+        }
+    };
     Ok(NodeSpec {
         gpus,
         name,
@@ -595,8 +616,7 @@ fn node(
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         allocatable,
         sharing,
-        // HAMi's and NVIDIA's devices are `nvidia.com/gpu`.
-        device_resource: None,
+        device_resource,
     })
 }
 

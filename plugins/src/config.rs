@@ -22,6 +22,9 @@ pub struct Config {
     pub backfill: BackfillArgs,
     pub topology: TopologyArgs,
     pub scoring: ScoringArgs,
+    /// Resources that name devices (accounted per device, with islands, topology tiers and
+    /// ids), in order: a node's devices are the first of these it advertises.
+    pub devices: Vec<String>,
 }
 
 impl Default for Config {
@@ -42,6 +45,7 @@ impl Default for Config {
             backfill: BackfillArgs::default(),
             topology: TopologyArgs::default(),
             scoring: ScoringArgs::default(),
+            devices: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from)).to_vec(),
         }
     }
 }
@@ -251,6 +255,8 @@ pub enum ConfigError {
     DuplicateAction(ActionName),
     #[error("schedulerNames: must name at least one scheduler")]
     NoSchedulerNames,
+    #[error("devices: must name at least one device resource")]
+    NoDevices,
 }
 
 impl Config {
@@ -270,6 +276,9 @@ impl Config {
         }
         if self.scheduler_names.is_empty() {
             return Err(ConfigError::NoSchedulerNames);
+        }
+        if self.devices.is_empty() {
+            return Err(ConfigError::NoDevices);
         }
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())

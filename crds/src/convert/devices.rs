@@ -165,6 +165,72 @@ pub(super) fn node_devices(
     fallback.unwrap_or((None, Sharing::Exclusive))
 }
 
+/// NVIDIA's mig-manager label: the state of the node's MIG reconfiguration.
+pub const MIG_CONFIG_STATE_LABEL: &str = "nvidia.com/mig.config.state";
+/// GFD's label: how MIG devices are advertised (`single`: as `nvidia.com/gpu`).
+pub const MIG_STRATEGY_LABEL: &str = "nvidia.com/mig.strategy";
+
+/// A node whose MIG reconfiguration has not succeeded (`nvidia.com/mig.config.state` pending,
+/// rebooting or failed) takes no new MIG pods: its `nvidia.com/mig-*` resources (and, under
+/// the single strategy, `nvidia.com/gpu`, which then counts MIG devices) are taken as 0, and
+/// a warning says so. The slices it advertises meanwhile may be about to change.
+pub(super) fn hold_mig_while_reconfiguring(
+    cx: &Cx,
+    meta: &ObjectMeta,
+    allocatable: &mut basalt_engine::ResourceList,
+    warnings: &mut Vec<String>,
+) {
+    let labels = meta.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    let Some(state) = label(MIG_CONFIG_STATE_LABEL).filter(|s| *s != "success") else {
+        return;
+    };
+    let single = label(MIG_STRATEGY_LABEL) == Some("single");
+    let held: Vec<String> = (allocatable.iter_mut())
+        .filter(|(k, v)| {
+            **v > 0 && (k.starts_with("nvidia.com/mig-") || (single && *k == GPU_NAME))
+        })
+        .map(|(k, v)| {
+            *v = 0;
+            k.clone()
+        })
+        .collect();
+    if !held.is_empty() {
+        warnings.push(cx.warning(
+            format!("metadata.labels[{MIG_CONFIG_STATE_LABEL}]"),
+            format!(
+                "MIG reconfiguration is {state}: the node takes no new MIG pods ({} taken as 0)",
+                held.join(", ")
+            ),
+        ));
+    }
+}
+
+/// The devices of a node whose device resource is another vendor's (`resource`, `count`
+/// advertised): its NodeTopology's when it lists as many, else none listed (uniform devices in
+/// one island), said in a warning.
+pub(super) fn vendor_devices(
+    cx: &Cx,
+    resource: &str,
+    count: i64,
+    topology: Option<&Topology>,
+    warnings: &mut Vec<String>,
+) -> Option<Vec<Gpu>> {
+    let t = topology?;
+    if t.gpus.len() as i64 == count {
+        return Some(t.gpus.clone());
+    }
+    warnings.push(cx.warning(
+        format!("status.allocatable[{resource}]"),
+        format!(
+            "{count} devices, but its NodeTopology lists {}: the topology is not used (its \
+             devices are taken as alike, in one island)",
+            t.gpus.len()
+        ),
+    ));
+    None
+}
+
 /// HAMi's registered devices with their NVLink islands from the NodeTopology (matched by UUID,
 /// else by index where one of the two gives no UUID; island 0 without a match), and the
 /// cordoned ones unhealthy.

@@ -13,6 +13,18 @@ use serde::{Deserialize, Serialize};
 use crate::model::Gpu;
 use crate::resources::{ResourceId, ResourceNames, Resources};
 
+/// Resources that name devices without configuration: NVIDIA's (HAMi's too), AMD's, Huawei's
+/// Ascend, Intel's Gaudi and GPUs. A node's devices are the first of a list like this it
+/// advertises.
+pub const DEFAULT_DEVICE_RESOURCES: [&str; 6] = [
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "huawei.com/Ascend910",
+    "huawei.com/Ascend310",
+    "habana.ai/gaudi",
+    "gpu.intel.com/i915",
+];
+
 /// HAMi's memory request per device, in MiB.
 pub const GPU_MEMORY_NAME: &str = "nvidia.com/gpumem";
 /// HAMi's memory request per device, in percent of the device's memory.
