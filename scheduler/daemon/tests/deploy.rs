@@ -109,6 +109,7 @@ fn kustomize_renders_a_working_scheduler_install() {
     for (group, resource, verb) in [
         ("", "pods", "watch"),
         ("", "nodes", "list"),
+        ("", "nodes", "patch"),
         ("", "pods", "patch"),
         ("", "pods/binding", "create"),
         ("", "pods/eviction", "create"),
@@ -150,9 +151,11 @@ fn kustomize_renders_a_working_scheduler_install() {
             "{verb} {group}/{resource} not granted"
         );
     }
-    // Least privilege: nothing may delete pods or nodes except through the eviction API.
+    // Least privilege: nothing may delete pods or nodes except through the eviction API; nodes
+    // are patched only for HAMi's lock annotation, never updated.
     assert!(!allows(&rules, "", "pods", "delete"));
-    assert!(!allows(&rules, "", "nodes", "patch"));
+    assert!(!allows(&rules, "", "nodes", "delete"));
+    assert!(!allows(&rules, "", "nodes", "update"));
     // Claims are only annotated (selected-node) and volumes reserved (claimRef); classes and
     // namespaces only read.
     for (group, resource, verb) in [
