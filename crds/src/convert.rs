@@ -33,8 +33,9 @@ mod volumes;
 
 pub use devices::{
     GPU_MEMORY_LABEL, GPU_REPLICAS_LABEL, HAMI_DEVICES_ALLOCATED, HAMI_DEVICE_CORDON,
-    HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NODE_REGISTER, NOUSE_GPU_TYPE, NOUSE_GPU_UUID,
-    USE_GPU_TYPE, USE_GPU_UUID,
+    HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NODE_REGISTER, MIG_CONFIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL, NOUSE_GPU_TYPE, NOUSE_GPU_UUID, USE_GPU_TYPE, USE_GPU_UUID, VGPU_IDS,
+    VGPU_NODE_REGISTER, VGPU_NOUSE_UUID, VGPU_USE_UUID,
 };
 use hypernode::hypernode_labels;
 pub use namespaces::namespace_queue;
@@ -595,6 +596,19 @@ fn node(
         .filter(|r| r.as_str() != basalt_engine::GPU_NAME)
         .cloned();
     let topology = topologies.get(&name);
+    // A Volcano vGPU node's devices are counted by `volcano.sh/vgpu-number`.
+    if let Some(gpus) = devices::vgpu_devices(cx, &n.metadata, &allocatable, topology, warnings) {
+        return Ok(NodeSpec {
+            gpus: Some(gpus),
+            name,
+            labels,
+            taints,
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            allocatable,
+            sharing: basalt_engine::devices::Sharing::VolcanoVgpu,
+            device_resource: Some(basalt_engine::devices::VGPU_NUMBER_NAME.to_string()),
+        });
+    }
     let (gpus, sharing) = match &device_resource {
         None => {
             let count = (allocatable.get(basalt_engine::GPU_NAME).copied()).unwrap_or(0);

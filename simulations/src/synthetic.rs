@@ -216,7 +216,8 @@ impl Synthetic {
     /// With `sharing`, job `job`'s request, in an openb-like mix (per 20 pods: 7 whole GPUs,
     /// 4 half, 4 quarter, 3 small shares, a 2-GPU and a 4-GPU share).
     fn share(job: usize) -> ResourceList {
-        let base = [("cpu", 4_000), ("memory", 32 * GI)];
+        // One core per pod: 128 per node outlast the 80 device slots, so devices bind first.
+        let base = [("cpu", 1_000), ("memory", 16 * GI)];
         let share: &[(&str, i64)] = match job % 20 {
             0..=6 => &[("nvidia.com/gpu", 1)],
             7..=10 => &[

@@ -219,7 +219,7 @@ fn openb_sample_with_fractional_gpus() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
     let pods = dir.join("openb-pods-sample.csv");
     let nodes = dir.join("openb-nodes-sample.csv");
-    for share in ["round-up", "pool"] {
+    for share in ["round-up", "pool", "hami"] {
         let loaded = load(&[
             "--trace",
             pods.to_str().unwrap(),

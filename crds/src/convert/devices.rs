@@ -1,6 +1,7 @@
-//! Shared GPUs: HAMi's node register, device cordon and pod annotations, NVIDIA's time-slicing
-//! (NodeTopology `spec.timeSliceReplicas`, GFD's `nvidia.com/gpu.replicas` label), and HAMi's
-//! device filters and policy on pods (`../shared/specs/device-sharing.md` §A, §C).
+//! Shared GPUs: HAMi's node register, device cordon and pod annotations, Volcano vGPU's node
+//! register and pod annotations, NVIDIA's time-slicing (NodeTopology `spec.timeSliceReplicas`,
+//! GFD's `nvidia.com/gpu.replicas` label), and the device filters and policy on pods
+//! (`../shared/specs/device-sharing.md` §A, §B, §C).
 //!
 //! The parsers are pure and follow HAMi's decoders (`pkg/device/devices.go`): what HAMi
 //! accepts is accepted, except values that make no sense as amounts (negative memory or cores
@@ -32,6 +33,14 @@ pub const NOUSE_GPU_TYPE: &str = "nvidia.com/nouse-gputype";
 /// Pod annotations: comma-separated device UUIDs a pod accepts, or refuses.
 pub const USE_GPU_UUID: &str = "nvidia.com/use-gpuuuid";
 pub const NOUSE_GPU_UUID: &str = "nvidia.com/nouse-gpuuuid";
+/// Node annotation where Volcano's vGPU device plugin registers the node's devices
+/// (`UUID,count,devmem,type,health[,mode]:` per device).
+pub const VGPU_NODE_REGISTER: &str = "volcano.sh/node-vgpu-register";
+/// Pod annotation: the devices Volcano allocated to a pod, per container (HAMi's encoding).
+pub const VGPU_IDS: &str = "volcano.sh/vgpu-ids-new";
+/// Pod annotations: comma-separated device UUIDs a Volcano vGPU pod accepts, or refuses.
+pub const VGPU_USE_UUID: &str = "volcano.sh/vgpu-use-gpuuuid";
+pub const VGPU_NOUSE_UUID: &str = "volcano.sh/vgpu-nouse-gpuuuid";
 /// GFD's node label: time-slice (or MPS) replicas per GPU.
 pub const GPU_REPLICAS_LABEL: &str = "nvidia.com/gpu.replicas";
 /// GFD's node label: memory per GPU, in MiB.
@@ -204,6 +213,68 @@ pub(super) fn hold_mig_while_reconfiguring(
             ),
         ));
     }
+}
+
+/// A Volcano vGPU node's devices, when its plugin registered them and advertises
+/// `volcano.sh/vgpu-number`, `vgpu-memory` and `vgpu-cores` (all above 0, as Volcano
+/// requires), with islands from the NodeTopology as for HAMi.
+pub(super) fn vgpu_devices(
+    cx: &Cx,
+    meta: &ObjectMeta,
+    allocatable: &basalt_engine::ResourceList,
+    topology: Option<&Topology>,
+    warnings: &mut Vec<String>,
+) -> Option<Vec<Gpu>> {
+    use basalt_engine::devices::{VGPU_CORES_NAME, VGPU_MEMORY_NAME, VGPU_NUMBER_NAME};
+    let text = annotation(meta, VGPU_NODE_REGISTER)?;
+    let advertised = [VGPU_NUMBER_NAME, VGPU_MEMORY_NAME, VGPU_CORES_NAME]
+        .iter()
+        .all(|r| allocatable.get(*r).is_some_and(|&v| v > 0));
+    if !advertised {
+        return None;
+    }
+    match parse_vgpu_register(text) {
+        Ok(gpus) if !gpus.is_empty() => Some(hami_gpus(gpus, topology, &[])),
+        Ok(_) => None,
+        Err(e) => {
+            warnings.push(cx.warning(
+                annotation_field(VGPU_NODE_REGISTER),
+                format!("{e}; the node is read as if it had no such annotation"),
+            ));
+            None
+        }
+    }
+}
+
+/// Volcano vGPU's register: per device `UUID,count,devmem,type,health[,mode]` ended by `:`
+/// (Volcano's `decodeNodeDevices`); a device's index is its position, its compute 100.
+pub(super) fn parse_vgpu_register(text: &str) -> Result<Vec<Gpu>, String> {
+    let mut out = Vec::new();
+    for (pos, device) in text.split(':').filter(|d| d.contains(',')).enumerate() {
+        let f: Vec<&str> = device.trim().split(',').collect();
+        if f.len() < 5 {
+            return Err(format!(
+                "device {pos} {device:?}: expected UUID,count,memory,type,health"
+            ));
+        }
+        let int = |i: usize, what: &str| {
+            (f[i].parse::<u32>()).map_err(|_| format!("device {pos}: invalid {what} {:?}", f[i]))
+        };
+        let healthy = match f[4] {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+            other => return Err(format!("device {pos}: invalid health {other:?}")),
+        };
+        out.push(Gpu {
+            uuid: Some(f[0].to_string()).filter(|s| !s.is_empty()),
+            model: Some(f[3].to_string()).filter(|s| !s.is_empty()),
+            memory_mib: Some(int(2, "memory")? as u64),
+            slots: int(1, "count")?,
+            healthy,
+            ..Gpu::new(pos as u32)
+        });
+    }
+    Ok(out)
 }
 
 /// The devices of a node whose device resource is another vendor's (`resource`, `count`
@@ -420,11 +491,14 @@ pub(super) fn pod_devices(
     bound: bool,
     lenient: &mut Lenience,
 ) -> Result<(Vec<HeldDevice>, Option<Arc<DeviceFilters>>), ConvertError> {
-    let held = match annotation(meta, HAMI_DEVICES_ALLOCATED).filter(|_| bound) {
+    // HAMi's record, else Volcano vGPU's (the same encoding).
+    let recorded = [HAMI_DEVICES_ALLOCATED, VGPU_IDS]
+        .into_iter()
+        .find_map(|key| Some((key, annotation(meta, key)?)));
+    let held = match recorded.filter(|_| bound) {
         None => Vec::new(),
-        Some(text) => {
-            let parsed = parse_allocated(text)
-                .map_err(|e| cx.err(annotation_field(HAMI_DEVICES_ALLOCATED), e));
+        Some((key, text)) => {
+            let parsed = parse_allocated(text).map_err(|e| cx.err(annotation_field(key), e));
             lenient.or(parsed, Vec::new())?
         }
     };
@@ -434,8 +508,8 @@ pub(super) fn pod_devices(
     let filters = DeviceFilters {
         use_types: list(USE_GPU_TYPE),
         nouse_types: list(NOUSE_GPU_TYPE),
-        use_uuids: list(USE_GPU_UUID),
-        nouse_uuids: list(NOUSE_GPU_UUID),
+        use_uuids: [list(USE_GPU_UUID), list(VGPU_USE_UUID)].concat(),
+        nouse_uuids: [list(NOUSE_GPU_UUID), list(VGPU_NOUSE_UUID)].concat(),
         policy: policy.unwrap_or_default(),
     };
     let stated = policy.is_some() || !filters.is_default();

@@ -122,6 +122,8 @@ struct BindJob {
     /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
     /// expects (`hami.rs`).
     hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
+    /// Annotations the Binding carries besides the GPU ids (Volcano vGPU's).
+    annotations: BTreeMap<String, String>,
 }
 
 fn split_key(key: &str) -> (&str, &str) {
@@ -303,8 +305,13 @@ impl Scheduler {
                 let (ns, name) = split_key(&b.pod);
                 let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
                 let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
-                let on_hami = (stores.nodes.get(&ObjectRef::new(&b.node)))
-                    .is_some_and(|n| hami::runs_hami(&n));
+                let node = stores.nodes.get(&ObjectRef::new(&b.node));
+                let on_hami = node.as_ref().is_some_and(|n| hami::runs_hami(n));
+                let on_vgpu = node.as_ref().is_some_and(|n| hami::runs_vgpu(n));
+                let annotations = match (&pod, on_vgpu && !b.devices.is_empty()) {
+                    (Some(p), true) => hami::vgpu_annotations(&b.node, p, &b.devices),
+                    _ => BTreeMap::new(),
+                };
                 let hami = (on_hami && !b.devices.is_empty())
                     .then_some(pod)
                     .flatten()
@@ -328,6 +335,7 @@ impl Scheduler {
                     gpus,
                     uid,
                     hami,
+                    annotations,
                 }
             })
             .collect();
@@ -532,25 +540,20 @@ pub fn member_of(p: &Pod) -> Option<&str> {
 /// Binds a pod, with HAMi's handoff around the binding on a node that runs HAMi's plugin.
 async fn bind_with_handoff(client: &Client, job: &BindJob) -> BindResult {
     let Some((pod, devices)) = &job.hami else {
-        return bind(client, &job.key, &job.node, &job.gpus, job.uid.clone()).await;
+        return bind(client, job).await;
     };
     if let Err(refused) = hami::prepare(client, &job.key, &job.node, pod, devices).await {
         return refused;
     }
-    let result = bind(client, &job.key, &job.node, &job.gpus, job.uid.clone()).await;
+    let result = bind(client, job).await;
     if !matches!(result, BindResult::Bound) {
         hami::release(client, &job.key, &job.node).await;
     }
     result
 }
 
-async fn bind(
-    client: &Client,
-    key: &str,
-    node: &str,
-    gpus: &str,
-    uid: Option<String>,
-) -> BindResult {
+async fn bind(client: &Client, job: &BindJob) -> BindResult {
+    let (key, node, gpus, uid) = (&job.key, &job.node, &job.gpus, job.uid.clone());
     let (ns, name) = split_key(key);
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let result_of = |e: kube::Error| match classify(&e) {
@@ -559,10 +562,10 @@ async fn bind(
         (Some(_), m) => BindResult::Failed(m),
         (None, m) => BindResult::Retry(m),
     };
-    // The GPU ids travel on the Binding: the API server copies its annotations onto the pod in
-    // the same write that sets `spec.nodeName`, so the kubelet never sees the pod without them
-    // and a failed bind leaves nothing behind.
-    let mut annotations = BTreeMap::new();
+    // The GPU ids (and Volcano vGPU's devices) travel on the Binding: the API server copies
+    // its annotations onto the pod in the same write that sets `spec.nodeName`, so the kubelet
+    // never sees the pod without them and a failed bind leaves nothing behind.
+    let mut annotations = job.annotations.clone();
     if !gpus.is_empty() {
         annotations.insert(GPU_IDS.to_string(), gpus.to_string());
     }

@@ -31,6 +31,14 @@ pub const GPU_MEMORY_NAME: &str = "nvidia.com/gpumem";
 pub const GPU_MEMORY_PERCENT_NAME: &str = "nvidia.com/gpumem-percentage";
 /// HAMi's compute request per device, in percent of its SMs.
 pub const GPU_CORES_NAME: &str = "nvidia.com/gpucores";
+/// Volcano vGPU's device count: the device resource of its nodes.
+pub const VGPU_NUMBER_NAME: &str = "volcano.sh/vgpu-number";
+/// Volcano vGPU's memory request per device, in MiB.
+pub const VGPU_MEMORY_NAME: &str = "volcano.sh/vgpu-memory";
+/// Volcano vGPU's memory request per device, in percent.
+pub const VGPU_MEMORY_PERCENT_NAME: &str = "volcano.sh/vgpu-memory-percentage";
+/// Volcano vGPU's compute request per device, in percent.
+pub const VGPU_CORES_NAME: &str = "volcano.sh/vgpu-cores";
 
 /// How a node's devices are shared between pods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,6 +53,9 @@ pub enum Sharing {
     /// HAMi's device plugin (`hami.io/node-nvidia-register`): each device takes up to `slots`
     /// pods, each with its own memory and compute share, which HAMi-core enforces.
     Hami,
+    /// Volcano's vGPU device plugin (`volcano.sh/node-vgpu-register`): as HAMi, with
+    /// Volcano's resource names (`volcano.sh/vgpu-number` counts the devices).
+    VolcanoVgpu,
 }
 
 impl Sharing {
@@ -141,12 +152,16 @@ impl ShareAsk {
     }
 }
 
-/// The ids of HAMi's request names in one snapshot's resource table.
+/// The ids of HAMi's and Volcano vGPU's request names in one snapshot's resource table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShareNames {
     pub memory: Option<ResourceId>,
     pub percent: Option<ResourceId>,
     pub cores: Option<ResourceId>,
+    pub vgpu_number: Option<ResourceId>,
+    pub vgpu_memory: Option<ResourceId>,
+    pub vgpu_percent: Option<ResourceId>,
+    pub vgpu_cores: Option<ResourceId>,
 }
 
 impl ShareNames {
@@ -155,7 +170,33 @@ impl ShareNames {
             memory: names.id(GPU_MEMORY_NAME),
             percent: names.id(GPU_MEMORY_PERCENT_NAME),
             cores: names.id(GPU_CORES_NAME),
+            vgpu_number: names.id(VGPU_NUMBER_NAME),
+            vgpu_memory: names.id(VGPU_MEMORY_NAME),
+            vgpu_percent: names.id(VGPU_MEMORY_PERCENT_NAME),
+            vgpu_cores: names.id(VGPU_CORES_NAME),
         }
+    }
+
+    /// The share a request states with Volcano vGPU's names, with Volcano's defaults
+    /// (`vgpu.go`): memory in MiB, else a percentage, else 100 %; cores as given, else 0.
+    /// `None`: it names neither memory nor cores.
+    pub fn vgpu_ask(&self, request: &Resources) -> Option<ShareAsk> {
+        let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
+        let (mib, pct) = (get(self.vgpu_memory), get(self.vgpu_percent));
+        let cores = get(self.vgpu_cores);
+        if mib.is_none() && pct.is_none() && cores.is_none() {
+            return None;
+        }
+        let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
+        let memory = match (mib, pct) {
+            (Some(m), _) => ShareMemory::Mib(clamp(m)),
+            (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
+            (None, None) => ShareMemory::Percent(100),
+        };
+        Some(ShareAsk {
+            memory,
+            cores: cores.map_or(0, clamp),
+        })
     }
 
     /// The share a request states with HAMi's names, with the defaults HAMi's webhook and
@@ -217,7 +258,7 @@ impl DeviceUse {
     pub fn closed(&self, gpu: &Gpu, sharing: Sharing) -> bool {
         !gpu.healthy
             || self.slots >= gpu.slots
-            || (sharing == Sharing::Hami
+            || (sharing != Sharing::TimeSliced
                 && ((self.cores >= gpu.cores && self.slots > 0)
                     || (self.memory_mib as u64) >= gpu.memory_mib.unwrap_or(0)))
     }

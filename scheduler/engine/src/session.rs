@@ -145,7 +145,8 @@ pub enum ReservedNodes {
     Use,
 }
 
-/// Nodes bucketed by (capacity class, free whole GPUs), each bucket sorted by node-order key.
+/// Nodes bucketed by (capacity class, free devices: see [`Session::bucket_devices`]), each
+/// bucket sorted by node-order key.
 /// Nodes in one capacity class have equal allocatable, so their order is the same for any
 /// request: the best node in a bucket is the first that fits.
 struct FreeIndex {
@@ -882,7 +883,8 @@ impl<'a> Session<'a> {
             if usage_moved {
                 self.used[i].clone_from(used);
             }
-            if usage_moved || was != gpus {
+            // A shared node's memory level follows its devices, which its usage may not show.
+            if usage_moved || was != gpus || snap.nodes[i].sharing.shares() {
                 stale.push(node);
             }
         }
@@ -932,7 +934,7 @@ impl<'a> Session<'a> {
         let mut entries: Vec<((u32, u32), (u64, NodeId))> = (snapshot.nodes.iter())
             .map(|node| {
                 let i = node.id.index();
-                let free_gpus = self.free_gpus(node.id);
+                let free_gpus = self.bucket_devices(node.id);
                 let key = (self.fw.node_order()).key(&node.allocatable, &self.used[i]);
                 ((self.index.class[i], free_gpus), (key, node.id))
             })
@@ -951,7 +953,7 @@ impl<'a> Session<'a> {
     fn index_insert(&mut self, node: NodeId) {
         let i = node.index();
         let snap_node = &self.snapshot.nodes[i];
-        let free_gpus = self.free_gpus(node);
+        let free_gpus = self.bucket_devices(node);
         let key = (self.fw.node_order()).key(&snap_node.allocatable, &self.used[i]);
         self.index.key[i] = (free_gpus, key);
         let bucket = (self.index.class[i], free_gpus);

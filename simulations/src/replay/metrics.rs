@@ -8,6 +8,12 @@
 //! - time averages weight each recorded state by how long it lasted, from the first arrival to
 //!   the end of the run;
 //! - fragmentation = idle GPUs on nodes with at least one GPU in use;
+//! - per-device fragmentation, in GPU compute (HAMi's cores, 100 per device) as the engine
+//!   accounts devices: *fragmented* compute is what is free on devices some pod holds, *whole
+//!   free* compute that of devices no pod holds; both over the cluster's compute; a *partially
+//!   used* GPU is one some pod holds with compute left. Only devices shared per device
+//!   (`--gpu-share hami`, or HAMi nodes from manifests) can be partly used: whole devices
+//!   (round-up) are used or free, and pool shares hold no device;
 //! - Jain's index at an instant is over the queues with demand: x_q = held_q / min(demand_q,
 //!   deserved_q), deserved_q = total GPUs · weight_q / Σ weights; J = (Σx)² / (n·Σx²). Its time
 //!   average skips instants where every x is 0.
@@ -102,6 +108,21 @@ pub struct Summary {
     pub mean_fragmented_gpus: f64,
     /// Fragmented GPUs over idle GPUs, time-averaged over instants with idle GPUs.
     pub mean_fragmented_share_of_idle: f64,
+    /// Time-averaged GPU compute free on devices some pod holds (fragmented) / the cluster's
+    /// GPU compute (per device: HAMi's cores, 100 per GPU).
+    pub mean_fragmented_gpu_compute: f64,
+    /// Time-averaged GPU compute of devices no pod holds / the cluster's GPU compute.
+    pub mean_free_gpu_compute: f64,
+    /// Fragmented compute over all free compute (fragmented + on free devices),
+    /// time-averaged over instants with free compute.
+    pub mean_fragmented_share_of_free_compute: f64,
+    /// Time-averaged number of partially used GPUs: held by some pod, with compute left.
+    pub mean_partial_gpus: f64,
+    /// The same figures at the busiest instant: the first sample holding the most compute
+    /// (the cluster's compute less fragmented and free); compute shares of the cluster's. A
+    /// run whose pods all arrive at once and never leave lasts 0 s, so its time averages are
+    /// 0: this is its state.
+    pub peak_fragmentation: PeakFragmentation,
     pub unallocated_at_load: Vec<LoadPoint>,
     pub jain_fairness: Option<f64>,
     pub gangs_multi_pod: usize,
@@ -113,6 +134,18 @@ pub struct Summary {
     pub evictions: u64,
     pub lost_gpu_hours: f64,
     pub queues: Vec<QueueSummary>,
+}
+
+/// Per-device fragmentation at one instant (see [`Summary::peak_fragmentation`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeakFragmentation {
+    pub t_s: f64,
+    /// GPU compute held by pods / the cluster's.
+    pub used_gpu_compute: f64,
+    pub fragmented_gpu_compute: f64,
+    pub free_gpu_compute: f64,
+    pub partial_gpus: u32,
 }
 
 /// Per-interval weights: each sample lasts until the next one (the last lasts until `end`).
@@ -263,6 +296,26 @@ pub fn summarize(outcome: &Outcome, config: &str) -> Summary {
         })
         .collect();
     let share = |a: u64, b: u64| (b > 0).then(|| a as f64 / b as f64);
+    let cores = outcome.total_gpu_cores.max(1) as f64;
+    let held = |s: &Sample| {
+        outcome
+            .total_gpu_cores
+            .saturating_sub(s.fragmented_gpu_cores + s.free_gpu_cores)
+    };
+    let peak = samples
+        .iter()
+        .fold(None::<&Sample>, |best, s| match best {
+            Some(b) if held(b) >= held(s) => Some(b),
+            _ => Some(s),
+        })
+        .map(|s| PeakFragmentation {
+            t_s: secs(s.t_ms),
+            used_gpu_compute: held(s) as f64 / cores,
+            fragmented_gpu_compute: s.fragmented_gpu_cores as f64 / cores,
+            free_gpu_compute: s.free_gpu_cores as f64 / cores,
+            partial_gpus: s.partial_gpus,
+        })
+        .unwrap_or_default();
     Summary {
         complete: outcome.complete,
         config: config.to_string(),
@@ -291,6 +344,19 @@ pub fn summarize(outcome: &Outcome, config: &str) -> Summary {
             (idle > 0).then(|| s.fragmented_gpus as f64 / idle as f64)
         })
         .unwrap_or(0.0),
+        mean_fragmented_gpu_compute: time_mean(samples, end, |s| {
+            Some(s.fragmented_gpu_cores as f64 / cores)
+        })
+        .unwrap_or(0.0),
+        mean_free_gpu_compute: time_mean(samples, end, |s| Some(s.free_gpu_cores as f64 / cores))
+            .unwrap_or(0.0),
+        mean_fragmented_share_of_free_compute: time_mean(samples, end, |s| {
+            let free = s.fragmented_gpu_cores + s.free_gpu_cores;
+            (free > 0).then(|| s.fragmented_gpu_cores as f64 / free as f64)
+        })
+        .unwrap_or(0.0),
+        mean_partial_gpus: time_mean(samples, end, |s| Some(s.partial_gpus as f64)).unwrap_or(0.0),
+        peak_fragmentation: peak,
         unallocated_at_load,
         jain_fairness: time_mean(samples, end, |s| {
             jain(&s.queue_gpus, &s.queue_demand, &deserved)

@@ -4,6 +4,8 @@
 //! - [`readers`]: openb, Philly, native CSV / JSON, manifests, the cluster generator;
 //! - [`synthetic`]: a seeded synthetic trace for sizing runs;
 //! - [`sim`]: the discrete-event simulator around `basalt_plugins::schedule`;
+//! - [`shares`]: real per-device GPU sharing (`--gpu-share hami`) and the device table behind
+//!   the per-device fragmentation figures;
 //! - [`metrics`]: the summary (a pure function of the run);
 //! - [`report`]: summary.json, CSV time series, charts and report.md.
 
@@ -11,6 +13,7 @@ pub mod metrics;
 pub mod native;
 pub mod readers;
 pub mod report;
+pub mod shares;
 pub mod sim;
 pub mod synthetic;
 pub mod workload;
@@ -114,9 +117,11 @@ pub struct TraceArgs {
     /// Seed of the synthetic trace.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Fractional GPU pods (openb gpu_milli < 1000): round-up to a whole GPU, or a per-node pool.
-    #[arg(long, value_enum, default_value_t = ShareArg::RoundUp)]
-    pub gpu_share: ShareArg,
+    /// Fractional GPU pods (gpu_milli < 1000): hami (GPU nodes become HAMi nodes, shares are
+    /// taken per device; the default for openb traces), round-up to a whole GPU (the default
+    /// for other traces), or a per-node pool.
+    #[arg(long, value_enum)]
+    pub gpu_share: Option<ShareArg>,
     /// Queue quotas: static (capability = weight's share, no borrowing) or borrow (no capability).
     #[arg(long, value_enum, default_value_t = QuotaArg::Borrow)]
     pub quota: QuotaArg,
@@ -133,6 +138,7 @@ pub struct TraceArgs {
 pub enum ShareArg {
     RoundUp,
     Pool,
+    Hami,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -152,10 +158,6 @@ pub struct Loaded {
 
 impl TraceArgs {
     pub fn load(&self) -> anyhow::Result<Loaded> {
-        let share = match self.gpu_share {
-            ShareArg::RoundUp => GpuShare::RoundUp,
-            ShareArg::Pool => GpuShare::Pool,
-        };
         anyhow::ensure!(
             self.period.is_finite() && self.period >= 0.001,
             "--period: must be at least 0.001 seconds, got {}",
@@ -195,6 +197,12 @@ impl TraceArgs {
                 TraceFormat::Json => readers::read_native_json(&source)?,
             };
             (w, Some(format))
+        };
+        let share = match (self.gpu_share, format) {
+            (Some(ShareArg::RoundUp), _) => GpuShare::RoundUp,
+            (Some(ShareArg::Pool), _) => GpuShare::Pool,
+            (Some(ShareArg::Hami), _) | (None, Some(TraceFormat::Openb)) => GpuShare::Hami,
+            (None, _) => GpuShare::RoundUp,
         };
         // Philly: VC node counts give queue weights (and the cluster, unless given).
         let mut vc_cluster = None;
@@ -284,6 +292,16 @@ impl TraceArgs {
         }
         if share == GpuShare::Pool {
             notes.push("fractional-GPU pods draw on a per-node pool of 1,000 milli per GPU (--gpu-share pool): per-device fit is not checked, so shares may pack tighter than real devices allow".into());
+        }
+        if share == GpuShare::Hami {
+            notes.push(format!(
+                "GPUs are shared per device (--gpu-share hami): GPU nodes become HAMi nodes ({} slots per GPU, memory by GPU model, {} MiB when unknown); a pod asking gpu_milli < 1000 takes ⌈gpu_milli/10⌉ % of one GPU's compute and memory (nvidia.com/gpucores, nvidia.com/gpumem-percentage), whole-GPU pods take whole devices; GPUs allocated = devices holding a pod",
+                shares::HAMI_SLOTS,
+                shares::DEFAULT_GPU_MEMORY_MIB
+            ));
+            if self.quota == QuotaArg::Static {
+                notes.push("--quota static bounds a queue's nvidia.com/gpu, which counts each device a pod takes a share of as one GPU (as round-up does)".into());
+            }
         }
         notes.extend(workload.notes.iter().cloned());
         let quota = match self.quota {

@@ -259,16 +259,21 @@ pub(super) fn count_u32(col: &str, v: i64) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{col}: {v} is out of range (0 to {})", u32::MAX))
 }
 
-/// How fractional-GPU pods (`gpu_milli` < 1000) are mapped onto an engine without GPU sharing.
+/// How fractional-GPU pods (`gpu_milli` < 1000) are mapped onto the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum GpuShare {
-    /// Each fractional pod takes a whole GPU (what Basalt does today). Overstates GPU demand.
+    /// Each fractional pod takes a whole GPU (what Basalt did before it shared devices).
+    /// Overstates GPU demand.
     #[default]
     RoundUp,
     /// Fractional pods take `basalt.dev/gpu-share-milli` from a per-node pool of 1,000 per GPU;
     /// whole-GPU pods take both GPUs and 1,000 milli each. Pooling per node (not per device)
     /// can pack shares that no single GPU could hold.
     Pool,
+    /// The engine's own per-device sharing: GPU nodes become HAMi nodes and fractional pods
+    /// ask HAMi's compute and memory shares of one device (see [`super::shares`]). The default
+    /// for openb traces.
+    Hami,
 }
 
 impl GpuShare {
@@ -276,6 +281,7 @@ impl GpuShare {
         match self {
             GpuShare::RoundUp => "round-up",
             GpuShare::Pool => "pool",
+            GpuShare::Hami => "hami",
         }
     }
 }

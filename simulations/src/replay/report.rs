@@ -250,7 +250,11 @@ pub fn write_csvs(dir: &Path, r: &RunReport) -> anyhow::Result<()> {
         "pending_jobs",
         "running_jobs",
         "fragmented_gpus",
+        "fragmented_gpu_compute",
+        "free_gpu_compute",
+        "partial_gpus",
     ])?;
+    let cores = o.total_gpu_cores.max(1) as f64;
     for s in &o.samples {
         w.write_record([
             fmt_s(s.t_ms),
@@ -261,6 +265,9 @@ pub fn write_csvs(dir: &Path, r: &RunReport) -> anyhow::Result<()> {
             s.pending_jobs.to_string(),
             s.running_jobs.to_string(),
             s.fragmented_gpus.to_string(),
+            format!("{:.6}", s.fragmented_gpu_cores as f64 / cores),
+            format!("{:.6}", s.free_gpu_cores as f64 / cores),
+            s.partial_gpus.to_string(),
         ])?;
     }
     w.flush()?;
@@ -395,6 +402,15 @@ pub fn table_rows(summaries: &[&Summary]) -> Vec<(String, Vec<String>)> {
     });
     row("mean fragmented GPUs", &|s| {
         format!("{:.1}", s.mean_fragmented_gpus)
+    });
+    row("mean fragmented GPU compute", &|s| {
+        format!("{:.1} %", s.mean_fragmented_gpu_compute * 100.0)
+    });
+    row("mean compute on free GPUs", &|s| {
+        format!("{:.1} %", s.mean_free_gpu_compute * 100.0)
+    });
+    row("mean partially used GPUs", &|s| {
+        format!("{:.1}", s.mean_partial_gpus)
     });
     row("queueing mean (s)", &|s| {
         format!("{:.0}", s.queueing_delay_s.mean)
@@ -592,7 +608,7 @@ pub fn write_replay(dir: &Path, r: &RunReport, inputs: &Inputs) -> anyhow::Resul
         );
     }
     let _ = writeln!(md, "\n## Charts\n\n![allocation](allocation.svg) ([PNG](allocation.png))\n\n![JCT CDF](jct_cdf.svg) ([PNG](jct_cdf.png))\n\n![queue share](queue_share.svg) ([PNG](queue_share.png))\n");
-    let _ = writeln!(md, "## Files\n\n- [summary.json](summary.json): every figure above\n- [timeseries.csv](timeseries.csv): allocation, demand, pending and running jobs, fragmentation at every change\n- [queue_share.csv](queue_share.csv): GPUs per queue against its deserved share, a row whenever a queue's values change\n- [jobs.csv](jobs.csv): per job submit, start, end, queueing delay, JCT, evictions");
+    let _ = writeln!(md, "## Files\n\n- [summary.json](summary.json): every figure above\n- [timeseries.csv](timeseries.csv): allocation, demand, pending and running jobs, fragmentation (idle GPUs on used nodes; per device: fragmented and free GPU compute, partially used GPUs) at every change\n- [queue_share.csv](queue_share.csv): GPUs per queue against its deserved share, a row whenever a queue's values change\n- [jobs.csv](jobs.csv): per job submit, start, end, queueing delay, JCT, evictions");
     std::fs::write(dir.join("report.md"), md)
         .with_context(|| format!("{}: cannot write report.md", dir.display()))?;
     Ok(())

@@ -15,7 +15,10 @@
 //!   ([`PodSpec::pinned_queue`]) holding their summed requests, pod slots and GPU ids: node
 //!   usage, GPU masks and queue allocations are the same, so `enqueue` and `allocate` decide
 //!   the same, while the snapshot holds only the jobs that wait (whole or for members), pod by
-//!   pod. When the config can evict (`reclaim`, `preempt`), whose victims are single pods, the
+//!   pod. On a node that shares its devices a pod holding a share (or a time-sliced replica)
+//!   is pinned on its own, with the devices it holds (`held_devices`): a device's slots count
+//!   pods, so shares cannot be summed into one pod; whole devices on a HAMi node still fold.
+//!   When the config can evict (`reclaim`, `preempt`), whose victims are single pods, the
 //!   folded cycle stands only when it provably equals the whole one — no gang has waited long
 //!   enough to reserve nodes, and every waiting pod was placed, so no job is left for reclaim
 //!   or preempt to act for — and otherwise the cycle is run again on the whole cluster, pod by
@@ -25,6 +28,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use basalt_engine::devices::{
+    HeldDevice, Sharing, GPU_CORES_NAME, GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME,
+};
 use basalt_engine::{
     ClusterSpec, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
     PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,
@@ -35,6 +41,7 @@ use basalt_plugins::Config;
 use serde::Serialize;
 
 use super::readers::{GpuShare, FOREVER};
+use super::shares::{self, DeviceTable, Held};
 use super::workload::*;
 
 const NS: &str = "sim";
@@ -134,6 +141,29 @@ pub struct JobRecord {
 struct Placement {
     node: u32,
     gpu_ids: Vec<u32>,
+    /// The devices it holds and the compute each gave it, for the device table.
+    held: Vec<Held>,
+    /// On a node that shares its devices (and names them by UUID): what the plan gave it of
+    /// each, carried into later cycles as `PodSpec::held_devices` so usage is exact.
+    held_devices: Vec<HeldDevice>,
+}
+
+/// A pinned pod: every folded pod of one queue on one node (`pod: None`), or one folded pod
+/// (job, index) that holds a share of a device, pinned on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct PinKey {
+    queue: u32,
+    node: u32,
+    pod: Option<(u32, u32)>,
+}
+
+/// What a pinned pod holds: summed requests, GPU mask, pods it stands for, shared devices.
+#[derive(Clone, Debug, Default)]
+struct Pinned {
+    request: ResourceList,
+    mask: u64,
+    count: i64,
+    held_devices: Vec<HeldDevice>,
 }
 
 struct JobState {
@@ -168,6 +198,13 @@ pub struct Sample {
     pub running_jobs: u32,
     /// Idle GPUs on nodes that have at least one GPU in use.
     pub fragmented_gpus: u32,
+    /// Compute free on devices some pod holds (fragmented), in percent of one device (HAMi's
+    /// cores: 100 = one whole GPU).
+    pub fragmented_gpu_cores: u64,
+    /// Compute of devices no pod holds, in the same unit.
+    pub free_gpu_cores: u64,
+    /// Devices some pod holds that still have compute left.
+    pub partial_gpus: u32,
     /// Per queue (in [`Outcome::queues`] order): GPUs held, GPUs demanded.
     pub queue_gpus: Vec<u32>,
     pub queue_demand: Vec<u32>,
@@ -181,6 +218,11 @@ pub struct Outcome {
     pub events: u64,
     pub bindings: u64,
     pub total_gpus: u32,
+    /// Compute of all devices, in percent of one device (100 per GPU).
+    pub total_gpu_cores: u64,
+    /// The most devices at once whose pods were given more compute than the device has (a
+    /// check: the engine's per-device fit keeps it 0).
+    pub overcommitted_gpus_peak: u32,
     pub queues: Vec<QueueDef>,
     pub jobs: Vec<JobRecord>,
     /// Per job, in workload order: queue index, submit time, pods, GPUs.
@@ -206,6 +248,8 @@ struct Prepared {
     requests: Vec<ResourceList>,
     rules: PlacementRules,
     gpus: Vec<u32>,
+    /// Per pod: it asks a share of a device (HAMi's compute or memory names).
+    shared: Vec<bool>,
     min_member: u32,
     queue: u32,
     total_gpus: u32,
@@ -228,8 +272,11 @@ pub struct Simulator<'a> {
     records: Vec<JobRecord>,
     /// Jobs that wait (whole or for members): given pod by pod.
     active: BTreeSet<u32>,
-    /// Folded pods: (queue, node) → (request, GPU mask, pod count).
-    pinned: BTreeMap<(u32, u32), (ResourceList, u64, i64)>,
+    /// Folded pods, by pinned pod.
+    pinned: BTreeMap<PinKey, Pinned>,
+    /// Every device and what it holds (per-device fragmentation; devices in use on nodes that
+    /// share them).
+    devices: DeviceTable,
     heap: BinaryHeap<Reverse<Event>>,
     seq: u64,
     cycle_queued: bool,
@@ -262,7 +309,7 @@ pub struct Simulator<'a> {
     quick_backoff: u32,
     quick_skip: u32,
     dirty_jobs: BTreeSet<u32>,
-    dirty_pinned: BTreeSet<(u32, u32)>,
+    dirty_pinned: BTreeSet<PinKey>,
 }
 
 impl<'a> Simulator<'a> {
@@ -287,18 +334,16 @@ impl<'a> Simulator<'a> {
         let mut cliques: BTreeMap<String, u32> = BTreeMap::new();
         let (mut node_gpus, mut node_rack, mut node_clique) = (vec![], vec![], vec![]);
         for (i, n) in nodes.iter_mut().enumerate() {
+            if opts.gpu_share == GpuShare::Hami {
+                *n = shares::hami_node(std::mem::take(n));
+            }
             anyhow::ensure!(
                 node_ids.insert(n.name.clone(), i as u32).is_none(),
                 "{}: node {} is listed twice",
                 cluster.source,
                 n.name
             );
-            let g = n
-                .allocatable
-                .get("nvidia.com/gpu")
-                .copied()
-                .unwrap_or(0)
-                .max(0) as u32;
+            let g = shares::device_count(n);
             node_gpus.push(g);
             if opts.gpu_share == GpuShare::Pool {
                 n.allocatable
@@ -364,7 +409,16 @@ impl<'a> Simulator<'a> {
                 .iter()
                 .map(|r| r.get("nvidia.com/gpu").copied().unwrap_or(0) as u32)
                 .collect();
+            let shared = requests
+                .iter()
+                .map(|r| {
+                    [GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME, GPU_MEMORY_NAME]
+                        .iter()
+                        .any(|k| r.get(*k).is_some_and(|&v| v > 0))
+                })
+                .collect();
             prepared.push(Prepared {
+                shared,
                 total_gpus: gpus.iter().sum(),
                 gpus,
                 requests,
@@ -409,10 +463,12 @@ impl<'a> Simulator<'a> {
         };
         let quick = fold.then(builder).transpose()?;
         let whole = (!fold || can_evict(config)).then(builder).transpose()?;
+        let devices = DeviceTable::new(&nodes);
         let mut sim = Simulator {
             config,
             opts,
             workload,
+            devices,
             node_used: vec![0; nodes.len()],
             nodes,
             node_ids,
@@ -518,6 +574,8 @@ impl<'a> Simulator<'a> {
             events: self.events,
             bindings: self.bindings,
             total_gpus: self.node_gpus.iter().sum(),
+            total_gpu_cores: self.devices.total_cores,
+            overcommitted_gpus_peak: self.devices.overcommitted_peak,
             queues: self.workload.queues.clone(),
             jobs: self.records,
             job_queue: self.prepared.iter().map(|p| p.queue).collect(),
@@ -549,6 +607,9 @@ impl<'a> Simulator<'a> {
             pending_jobs: self.pending,
             running_jobs: self.running,
             fragmented_gpus: self.fragmented,
+            fragmented_gpu_cores: self.devices.fragmented_cores,
+            free_gpu_cores: self.devices.free_cores,
+            partial_gpus: self.devices.partial,
             queue_gpus: self.queue_gpus.clone(),
             queue_demand: self.queue_demand.clone(),
         };
@@ -601,19 +662,21 @@ impl<'a> Simulator<'a> {
         for (k, pl) in pods.iter().enumerate() {
             let Some(pl) = pl else { continue };
             let g = self.prepared[j].gpus[k];
-            self.take_gpus(pl.node, -(g as i64));
+            let in_use = self.devices.charge(pl.node, &pl.held, false);
+            let shares = self.devices.shares(pl.node);
+            self.take_gpus(pl.node, if shares { in_use } else { -(g as i64) });
             self.queue_gpus[queue as usize] -= g;
             if folded {
-                let key = (queue, pl.node);
+                let key = self.pin_key(queue, j, k, pl.node);
                 let entry = self.pinned.get_mut(&key).expect("folded pods are tracked");
                 for (r, v) in &self.prepared[j].requests[k] {
-                    *entry.0.get_mut(r).expect("summed before") -= v;
+                    *entry.request.get_mut(r).expect("summed before") -= v;
                 }
                 for &i in &pl.gpu_ids {
-                    entry.1 &= !(1u64 << i);
+                    entry.mask &= !(1u64 << i);
                 }
-                entry.2 -= 1;
-                if entry.2 == 0 {
+                entry.count -= 1;
+                if entry.count == 0 {
                     self.pinned.remove(&key);
                 }
                 self.dirty_pinned.insert(key);
@@ -622,6 +685,23 @@ impl<'a> Simulator<'a> {
         self.milli_used -= self.placed_milli(j, &pods);
         self.state[j].pods = vec![None; pods.len()];
         self.state[j].bound = 0;
+    }
+
+    /// The pinned pod a folded pod goes into: its queue's on its node, or its own when it
+    /// holds a share of a device (on a HAMi node) or a replica (see the module docs).
+    fn pin_key(&self, queue: u32, j: usize, k: usize, node: u32) -> PinKey {
+        let own = match self.nodes[node as usize].sharing {
+            Sharing::Exclusive => false,
+            // Whole devices on a HAMi node are all of each: they fold like unshared ones.
+            Sharing::Hami => self.prepared[j].shared[k],
+            // Replicas (and any other sharing): each pod with devices on its own, always exact.
+            _ => self.prepared[j].gpus[k] > 0 || self.prepared[j].shared[k],
+        };
+        PinKey {
+            queue,
+            node,
+            pod: own.then_some((j as u32, k as u32)),
+        }
     }
 
     fn placed_milli(&self, j: usize, pods: &[Option<Placement>]) -> i64 {
@@ -709,6 +789,7 @@ impl<'a> Simulator<'a> {
                     },
                     node: placed.map(|pl| self.nodes[pl.node as usize].name.clone()),
                     gpu_ids: placed.map(|pl| pl.gpu_ids.clone()).unwrap_or_default(),
+                    held_devices: placed.map(|pl| pl.held_devices.clone()).unwrap_or_default(),
                     nominated_node: s.nominated[k]
                         .filter(|_| placed.is_none())
                         .map(|n| self.nodes[n as usize].name.clone()),
@@ -752,16 +833,14 @@ impl<'a> Simulator<'a> {
         }
         let Some(quick) = &mut self.quick else { return };
         for key in std::mem::take(&mut self.dirty_pinned) {
-            let (queue, node) = key;
             match self.pinned.get(&key) {
-                Some((req, mask, count)) => {
-                    let queue_name = &self.workload.queues[queue as usize].name;
-                    let node_name = &self.nodes[node as usize].name;
-                    let pod = pinned_pod(queue, queue_name, node, node_name, req, *mask, *count);
-                    quick.set_pod(pod);
+                Some(pinned) => {
+                    let queue_name = &self.workload.queues[key.queue as usize].name;
+                    let node_name = &self.nodes[key.node as usize].name;
+                    quick.set_pod(pinned_pod(key, queue_name, node_name, pinned));
                 }
                 None => {
-                    quick.remove_pod(HOLDER_NS, &holder_name(queue, node));
+                    quick.remove_pod(HOLDER_NS, &holder_name(key));
                 }
             }
         }
@@ -852,12 +931,29 @@ impl<'a> Simulator<'a> {
                 b.pod
             );
             let g = self.prepared[j].gpus[k];
-            self.take_gpus(node, g as i64);
+            let held = self.devices.held(node, &b.gpus, &b.devices);
+            let in_use = self.devices.charge(node, &held, true);
+            // On a node that shares its devices GPUs allocated are the devices some pod holds.
+            let shares = self.devices.shares(node);
+            self.take_gpus(node, if shares { in_use } else { g as i64 });
             self.queue_gpus[self.prepared[j].queue as usize] += g;
             self.milli_used += self.workload.jobs[j].pods[k].gpu_demand_milli();
+            let named = !b.devices.is_empty() && b.devices.iter().all(|d| d.uuid.is_some());
+            let held_devices = match shares && named {
+                true => (b.devices.iter())
+                    .map(|d| HeldDevice {
+                        uuid: d.uuid.clone().unwrap_or_default(),
+                        memory_mib: d.memory_mib.unwrap_or(0),
+                        cores: d.cores.unwrap_or(0),
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
             self.state[j].pods[k] = Some(Placement {
                 node,
                 gpu_ids: b.gpus.clone(),
+                held,
+                held_devices,
             });
             self.state[j].bound += 1;
             self.state[j].nominated[k] = None;
@@ -901,18 +997,19 @@ impl<'a> Simulator<'a> {
                 let queue = self.prepared[j].queue;
                 for (k, pl) in self.state[j].pods.iter().enumerate() {
                     let pl = pl.as_ref().expect("all placed");
-                    let e = self
-                        .pinned
-                        .entry((queue, pl.node))
-                        .or_insert_with(|| (ResourceList::new(), 0, 0));
+                    let key = self.pin_key(queue, j, k, pl.node);
+                    let e = self.pinned.entry(key).or_default();
                     for (r, v) in &self.prepared[j].requests[k] {
-                        *e.0.entry(r.clone()).or_default() += v;
+                        *e.request.entry(r.clone()).or_default() += v;
                     }
                     for &i in &pl.gpu_ids {
-                        e.1 |= 1u64 << i;
+                        e.mask |= 1u64 << i;
                     }
-                    e.2 += 1;
-                    self.dirty_pinned.insert((queue, pl.node));
+                    e.count += 1;
+                    if key.pod.is_some() {
+                        e.held_devices = pl.held_devices.clone();
+                    }
+                    self.dirty_pinned.insert(key);
                 }
                 self.state[j].folded = true;
             }
@@ -1065,30 +1162,29 @@ fn quick_plan_stands(
         && plan.bindings.len() == pending
 }
 
-/// The pinned pod that stands for every folded pod of one queue on one node.
-fn holder_name(queue: u32, node: u32) -> String {
-    format!("q{queue}-n{node}")
+/// The pinned pod that stands for every folded pod of one queue on one node, or for one pod
+/// holding a share.
+fn holder_name(key: PinKey) -> String {
+    let PinKey { queue, node, pod } = key;
+    match pod {
+        None => format!("q{queue}-n{node}"),
+        Some((j, k)) => format!("q{queue}-n{node}-{j:08}-{k}"),
+    }
 }
 
-fn pinned_pod(
-    queue: u32,
-    queue_name: &str,
-    node: u32,
-    node_name: &str,
-    req: &ResourceList,
-    mask: u64,
-    count: i64,
-) -> PodSpec {
-    let mut request = req.clone();
-    request.insert("pods".into(), count);
+fn pinned_pod(key: PinKey, queue_name: &str, node_name: &str, pinned: &Pinned) -> PodSpec {
+    let mut request = pinned.request.clone();
+    request.insert("pods".into(), pinned.count);
+    let mask = pinned.mask;
     PodSpec {
         namespace: HOLDER_NS.into(),
-        name: holder_name(queue, node),
+        name: holder_name(key),
         ours: true,
         request,
         phase: PodPhase::Running,
         node: Some(node_name.to_string()),
         gpu_ids: (0..64).filter(|i| mask & (1u64 << i) != 0).collect(),
+        held_devices: pinned.held_devices.clone(),
         pinned_queue: Some(queue_name.to_string()),
         ..Default::default()
     }
@@ -1101,6 +1197,9 @@ fn same_state(a: &Sample, b: &Sample) -> bool {
         && a.pending_jobs == b.pending_jobs
         && a.running_jobs == b.running_jobs
         && a.fragmented_gpus == b.fragmented_gpus
+        && a.fragmented_gpu_cores == b.fragmented_gpu_cores
+        && a.free_gpu_cores == b.free_gpu_cores
+        && a.partial_gpus == b.partial_gpus
         && a.queue_gpus == b.queue_gpus
         && a.queue_demand == b.queue_demand
 }
@@ -1134,6 +1233,16 @@ pub fn request(p: &PodShape, share: GpuShare) -> ResourceList {
         GpuShare::Pool => {
             r.insert("nvidia.com/gpu".into(), p.gpus as i64);
             r.insert(GPU_SHARE_RESOURCE.into(), p.gpus as i64 * 1000);
+        }
+        GpuShare::Hami if fractional => {
+            // A share of one device: compute and memory in proportion (see `shares`).
+            let pct = shares::share_percent(p.gpu_milli);
+            r.insert("nvidia.com/gpu".into(), 1);
+            r.insert(GPU_CORES_NAME.into(), pct);
+            r.insert(GPU_MEMORY_PERCENT_NAME.into(), pct);
+        }
+        GpuShare::Hami => {
+            r.insert("nvidia.com/gpu".into(), p.gpus as i64);
         }
     }
     r

@@ -409,3 +409,20 @@ fn pod_held_devices_leniently() {
     assert!(warnings[0].contains("hami.io/vgpu-devices-allocated"));
     assert!(warnings[0].ends_with("ignored on a pod of another scheduler"));
 }
+
+#[test]
+fn volcano_vgpu_register_lists_devices_by_position() {
+    let gpus = parse_vgpu_register(
+        "GPU-v0,10,32768,NVIDIA-Tesla-V100,true,hami-core:GPU-v1,4,16384,NVIDIA-T4,false:",
+    )
+    .unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[0].uuid.as_deref(), Some("GPU-v0"));
+    assert_eq!(
+        (gpus[0].slots, gpus[0].memory_mib, gpus[0].cores),
+        (10, Some(32768), 100)
+    );
+    assert_eq!((gpus[1].index, gpus[1].healthy), (1, false));
+    assert!(parse_vgpu_register("GPU-v0,ten,1,T,true:").is_err());
+    assert!(parse_vgpu_register("GPU-v0,1,1:").is_err());
+}

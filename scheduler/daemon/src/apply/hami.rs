@@ -1,5 +1,7 @@
 //! The handoff to HAMi's device plugin, for pods bound to a node that runs it: HAMi's pod
-//! annotations and its bind sequence (`../shared/specs/device-sharing.md` §A "Pod annotations",
+//! annotations and its bind sequence; and to Volcano's vGPU device plugin, whose annotations
+//! ride on the Binding (§B) — Basalt takes no `hamivgpu` node lock for it, as Volcano's is
+//! optional (`../shared/specs/device-sharing.md` §A "Pod annotations",
 //! "Bind"), so HAMi's plugin and HAMi-core enforce the memory and compute shares Basalt chose.
 //!
 //! 1. The node lock: `hami.io/mutex.lock=<RFC3339>,<ns>,<pod>` on the Node, written with its
@@ -14,7 +16,8 @@
 use std::collections::BTreeMap;
 
 use basalt_engine::plan::BoundDevice;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -35,40 +38,43 @@ const LOCK_EXPIRY_S: i64 = 300;
 /// The resource a container's device count is read from.
 const GPU: &str = "nvidia.com/gpu";
 
+/// Volcano vGPU's device plugin registers its devices here.
+pub const VGPU_NODE_REGISTER: &str = "volcano.sh/node-vgpu-register";
+const VGPU_NUMBER: &str = "volcano.sh/vgpu-number";
+
 /// Whether HAMi's device plugin runs on the node.
 pub fn runs_hami(node: &Node) -> bool {
     (node.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(NODE_REGISTER))
 }
 
-/// HAMi's device list for a pod: per container, init containers first, its devices as
-/// `UUID,NVIDIA,<memMiB>,<cores>:`, each container closed by `;` (a container without GPUs
-/// keeps its place, empty). Containers take the pod's devices in order, as many as they ask
-/// for (limits, else requests); devices left over go to the last container that asks for any.
-pub fn encode_devices(pod: &Pod, devices: &[BoundDevice]) -> String {
-    let spec = pod.spec.as_ref();
-    let containers = (spec
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flatten())
-    .chain(spec.map(|s| &s.containers).into_iter().flatten());
+/// Whether Volcano's vGPU device plugin runs on the node.
+pub fn runs_vgpu(node: &Node) -> bool {
+    (node.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(VGPU_NODE_REGISTER))
+}
+
+/// Per container of `containers`, its devices as `UUID,NVIDIA,<memMiB>,<cores>:` (empty for a
+/// container without any). Containers take the pod's devices in order, as many as they ask
+/// for of `resource` (limits, else requests); devices left over go to the last container that
+/// asks for any.
+fn per_container<'c>(
+    containers: impl Iterator<Item = &'c Container>,
+    resource: &str,
+    devices: &[BoundDevice],
+) -> Vec<String> {
+    let count = |m: Option<&BTreeMap<String, Quantity>>| {
+        (m.and_then(|m| m.get(resource))).and_then(|q| q.0.parse::<usize>().ok())
+    };
     let wants: Vec<usize> = containers
         .map(|c| {
             let r = c.resources.as_ref();
-            let of = |m: Option<&BTreeMap<String, _>>| {
-                m.and_then(|m| m.get(GPU)).and_then(
-                    |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-                        q.0.parse::<usize>().ok()
-                    },
-                )
-            };
-            of(r.and_then(|r| r.limits.as_ref()))
-                .or_else(|| of(r.and_then(|r| r.requests.as_ref())))
+            count(r.and_then(|r| r.limits.as_ref()))
+                .or_else(|| count(r.and_then(|r| r.requests.as_ref())))
                 .unwrap_or(0)
         })
         .collect();
     let last_asking = wants.iter().rposition(|&w| w > 0);
     let mut rest = devices;
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(wants.len());
     for (i, &want) in wants.iter().enumerate() {
         let take = match Some(i) == last_asking {
             true => rest.len(),
@@ -76,15 +82,58 @@ pub fn encode_devices(pod: &Pod, devices: &[BoundDevice]) -> String {
         };
         let (mine, left) = rest.split_at(take);
         rest = left;
+        let mut entry = String::new();
         for d in mine {
             let uuid = d.uuid.as_deref().unwrap_or("");
             let memory = d.memory_mib.unwrap_or(0);
             let cores = d.cores.unwrap_or(0);
-            out.push_str(&format!("{uuid},NVIDIA,{memory},{cores}:"));
+            entry.push_str(&format!("{uuid},NVIDIA,{memory},{cores}:"));
         }
-        out.push(';');
+        out.push(entry);
     }
     out
+}
+
+/// HAMi's device list for a pod: per container, init containers first, each container closed
+/// by `;` (a container without GPUs keeps its place, empty).
+pub fn encode_devices(pod: &Pod, devices: &[BoundDevice]) -> String {
+    let spec = pod.spec.as_ref();
+    let init = spec.and_then(|s| s.init_containers.as_ref());
+    let containers =
+        (init.into_iter().flatten()).chain(spec.map(|s| &s.containers).into_iter().flatten());
+    (per_container(containers, GPU, devices).into_iter())
+        .map(|c| c + ";")
+        .collect()
+}
+
+/// What Volcano's scheduler puts on the Binding of a vGPU pod (its `vgpu` device's Allocate;
+/// the API server copies a Binding's annotations onto the pod as it binds): the node, the
+/// time, the devices of its containers (`spec.containers` only, joined by `;` with no
+/// trailing `;`) as `vgpu-ids-new` and `devices-to-allocate`, and the bind phase.
+pub fn vgpu_annotations(
+    node: &str,
+    pod: &Pod,
+    devices: &[BoundDevice],
+) -> BTreeMap<String, String> {
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| &s.containers)
+        .into_iter()
+        .flatten();
+    let list = per_container(containers, VGPU_NUMBER, devices).join(";");
+    let now = jiff::Timestamp::now().as_second().to_string();
+    [
+        ("volcano.sh/vgpu-node", node.to_string()),
+        ("volcano.sh/vgpu-time", now.clone()),
+        ("volcano.sh/vgpu-ids-new", list.clone()),
+        ("volcano.sh/devices-to-allocate", list),
+        ("volcano.sh/bind-phase", "allocating".to_string()),
+        ("volcano.sh/bind-time", now),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// Who holds a node's HAMi lock, when someone does and the lock has not expired:
@@ -217,6 +266,27 @@ spec:
 "#);
         let list = encode_devices(&p, &[device("GPU-a", 30000, 0), device("GPU-b", 30000, 0)]);
         assert_eq!(list, ";GPU-a,NVIDIA,30000,0:;;GPU-b,NVIDIA,30000,0:;");
+    }
+
+    #[test]
+    fn volcano_lists_only_containers_and_ends_without_a_separator() {
+        let p = pod(r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - {name: init}
+  containers:
+  - name: a
+    resources: {limits: {volcano.sh/vgpu-number: "2"}}
+  - name: sidecar
+"#);
+        let devices = [device("GPU-a", 3000, 25), device("GPU-b", 3000, 25)];
+        let a = vgpu_annotations("n1", &p, &devices);
+        let list = "GPU-a,NVIDIA,3000,25:GPU-b,NVIDIA,3000,25:;";
+        assert_eq!(a["volcano.sh/vgpu-ids-new"], list);
+        assert_eq!(a["volcano.sh/devices-to-allocate"], list);
+        assert_eq!(a["volcano.sh/vgpu-node"], "n1");
+        assert_eq!(a["volcano.sh/bind-phase"], "allocating");
     }
 
     #[test]

@@ -92,6 +92,12 @@ pub(super) fn place(
     if !constrained && topo.topology.is_flat() {
         return None;
     }
+    // Members that each take a share of a device pack by device, not by rack: without a
+    // constraint they need no domain (whose free-device counts a share would only pass).
+    let snap = session.snapshot;
+    if !constrained && job.tasks.iter().all(|&t| snap.task(t).share.is_some()) {
+        return None;
+    }
     let invalid = |m: String| Some(Err((INVALID_TOPOLOGY, m)));
     let mut warnings = Vec::new();
     let gang = match reach(&topo.topology, &job.topology, "spec.topology") {

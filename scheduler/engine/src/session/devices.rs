@@ -5,13 +5,72 @@
 //! stay necessary conditions for every request and exact for whole devices.
 
 use super::Session;
-use crate::devices::{DeviceFilters, DevicePolicy, DeviceUse, ShareAsk};
+use crate::devices::{DeviceFilters, DevicePolicy, DeviceUse, ShareAsk, ShareMemory, Sharing};
 use crate::framework::Reason;
 use crate::model::{NodeId, TaskId};
 use crate::plan::BoundDevice;
 use crate::snapshot::ask_on;
 
+/// Free memory levels a shared node is indexed by: tenths of a device.
+const LEVELS: u32 = 10;
+/// Packs a level above a device count (at most 64) in a bucket coordinate.
+const LEVEL_UNIT: u32 = 128;
+
 impl Session<'_> {
+    /// The node's bucket coordinate in the free index: its free devices, under the level of its
+    /// roomiest open device, in tenths of a device (memory and compute, whichever is less; a
+    /// free whole device or replica is a whole tenth). A task's [`Self::bucket_need`] is at most
+    /// this on any node that can take it, so buckets below are skipped: without the level, a
+    /// cluster packed with shares is walked node by node for each pod that needs more room.
+    pub(crate) fn bucket_devices(&self, node: NodeId) -> u32 {
+        let free = self.free_gpus(node);
+        let n = self.snapshot.node(node);
+        let level = match n.sharing {
+            Sharing::Exclusive | Sharing::TimeSliced => LEVELS * (free > 0) as u32,
+            Sharing::Hami | Sharing::VolcanoVgpu => {
+                let closed = self.gpus_used[node.index()];
+                (n.gpus.iter().zip(self.usage(node)).enumerate())
+                    .filter(|(p, _)| closed & (1 << p) == 0)
+                    .map(|(_, (g, u))| {
+                        let total = g.memory_mib.unwrap_or(0);
+                        let left = total.saturating_sub(u.memory_mib as u64);
+                        let memory = (left * LEVELS as u64).checked_div(total).unwrap_or(0);
+                        let cores = g.cores.saturating_sub(u.cores).min(100) * LEVELS / 100;
+                        (memory as u32).min(cores)
+                    })
+                    .max()
+                    .unwrap_or(0)
+            }
+        };
+        level * LEVEL_UNIT + free
+    }
+
+    /// The least bucket coordinate of a node that can take the task: its device count, under
+    /// the level its share needs (its memory on the largest shared device, a MiB share being
+    /// a larger part of a smaller one; its compute), or a whole tenth for whole devices or
+    /// replicas.
+    pub(crate) fn bucket_need(&self, task: TaskId) -> u32 {
+        let want = self.devices_wanted(task);
+        if want == 0 {
+            return 0;
+        }
+        let level = match self.snapshot.task(task).share {
+            None => LEVELS,
+            Some(ask) => {
+                let memory = match ask.memory {
+                    ShareMemory::Percent(p) => p.min(100) * LEVELS / 100,
+                    ShareMemory::Mib(m) => {
+                        let largest = self.snapshot.largest_shared_device_mib;
+                        let level = (m as u64 * LEVELS as u64).checked_div(largest);
+                        level.unwrap_or(0).min(LEVELS as u64) as u32
+                    }
+                };
+                memory.min(ask.cores.min(100) * LEVELS / 100)
+            }
+        };
+        (level * LEVEL_UNIT).saturating_add(want)
+    }
+
     /// Devices the task asks for (see [`crate::Snapshot::devices_asked`]).
     pub(super) fn devices_wanted(&self, task: TaskId) -> u32 {
         self.snapshot
@@ -82,6 +141,10 @@ impl Session<'_> {
         let n = self.snapshot.node(node);
         if !n.sharing.shares() && self.filters(task).is_none() {
             return true;
+        }
+        // The node's indexed level first: most shared nodes without room stop here.
+        if n.sharing.shares() && self.index.key[node.index()].0 < self.bucket_need(task) {
+            return false;
         }
         self.open_devices(task, node, island).count_ones() >= want
     }

@@ -205,7 +205,7 @@ impl Session<'_> {
             }
             return best.map(|(_, n)| n);
         }
-        let want_gpus = self.snapshot.devices_asked(request);
+        let want_gpus = self.bucket_need(task);
         let mut walks = Vec::new();
         for (&(class, free_gpus), set) in &self.index.buckets {
             if free_gpus < want_gpus {

@@ -224,7 +224,7 @@ impl Session<'_> {
                 .filter(|&n| usable(n))
                 .for_each(&mut consider);
         } else {
-            let want_gpus = snap.devices_asked(request);
+            let want_gpus = self.bucket_need(task);
             let heads = |buckets| first_usable(buckets, want_gpus, &usable);
             // Where the inter-pod rules allow only some domains, only their nodes are walked.
             let narrowed = (check.as_ref())

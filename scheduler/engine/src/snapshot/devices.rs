@@ -11,23 +11,23 @@ use crate::snapshot::NodeSpec;
 /// memory percentage (100 per device) and compute (`devcore`). The kubelet never advertises
 /// them; they bound a node's shares as its allocatable bounds everything else, and a node
 /// without them (no HAMi) refuses a pod that asks for them ("insufficient nvidia.com/gpumem").
+///
+/// A Volcano vGPU node's plugin advertises memory and compute itself; only the percentage is
+/// added (and the others when a node lacks them).
 pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
-    if spec.sharing != Sharing::Hami {
-        return spec;
-    }
+    use crate::devices::*;
+    let (memory_name, percent_name, cores_name) = match spec.sharing {
+        Sharing::Hami => (GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME),
+        Sharing::VolcanoVgpu => (VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME, VGPU_CORES_NAME),
+        Sharing::Exclusive | Sharing::TimeSliced => return spec,
+    };
     let gpus = spec.gpus.as_deref().unwrap_or_default();
     let healthy = || gpus.iter().filter(|g| g.healthy);
     let memory: u64 = healthy().map(|g| g.memory_mib.unwrap_or(0)).sum();
     let totals = [
-        (crate::devices::GPU_MEMORY_NAME, memory as i64),
-        (
-            crate::devices::GPU_MEMORY_PERCENT_NAME,
-            100 * healthy().count() as i64,
-        ),
-        (
-            crate::devices::GPU_CORES_NAME,
-            healthy().map(|g| g.cores as i64).sum(),
-        ),
+        (memory_name, memory as i64),
+        (percent_name, 100 * healthy().count() as i64),
+        (cores_name, healthy().map(|g| g.cores as i64).sum()),
     ];
     let list: &mut ResourceList = &mut spec.allocatable;
     for (name, total) in totals {
@@ -83,6 +83,11 @@ pub(super) fn assign_bases(nodes: &mut [Node]) -> usize {
 pub fn ask_on(sharing: Sharing, share: Option<ShareAsk>) -> Option<ShareAsk> {
     match sharing {
         Sharing::Hami => Some(share.unwrap_or(ShareAsk::WHOLE)),
+        // Volcano's default: all memory, no compute share (`vgpu.go`).
+        Sharing::VolcanoVgpu => Some(share.unwrap_or(ShareAsk {
+            memory: ShareMemory::Percent(100),
+            cores: 0,
+        })),
         Sharing::Exclusive | Sharing::TimeSliced => None,
     }
 }

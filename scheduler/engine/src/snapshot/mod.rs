@@ -78,6 +78,8 @@ pub struct Snapshot {
     pub share_names: crate::devices::ShareNames,
     /// The resources devices are advertised as, on any node (`nvidia.com/gpu` always first).
     pub device_kinds: Vec<crate::resources::ResourceId>,
+    /// The memory of the largest device of the nodes that share them (0 when none does).
+    pub largest_shared_device_mib: u64,
     /// Per queue: what its pinned pods hold (see [`PodSpec::pinned_queue`]).
     pub queue_pinned: Vec<Resources>,
     /// The sums of the nodes' allocatable and of `node_used`.
@@ -916,11 +918,20 @@ impl PodFacts {
         if p.pinned_queue.is_none() || !p.request.contains_key("pods") {
             request.set(PODS, 1);
         }
-        let share = devices::held_share(&p.held_devices, ShareNames::of(names).ask(&request));
-        // A share without a device count takes one device, as HAMi's webhook adds it.
-        if share.is_some() && request.get(GPU) <= 0 {
+        let share_names = ShareNames::of(names);
+        let hami = share_names.ask(&request);
+        let vgpu = share_names.vgpu_ask(&request);
+        // A share without a device count takes one device, as HAMi's webhook adds it (and
+        // Volcano reads memory alone as one device).
+        if hami.is_some() && request.get(GPU) <= 0 {
             request.set(GPU, 1);
         }
+        if let (Some(_), Some(number)) = (vgpu, share_names.vgpu_number) {
+            if request.get(number) <= 0 {
+                request.set(number, 1);
+            }
+        }
+        let share = devices::held_share(&p.held_devices, hami.or(vgpu));
         PodFacts {
             key: format!("{}/{}", p.namespace, p.name).into(),
             request,
@@ -1343,6 +1354,10 @@ fn assemble(
         node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
     }
     let share_names = ShareNames::of(&names);
+    let largest_shared_device_mib = (built_nodes.iter().filter(|n| n.sharing.shares()))
+        .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
+        .max()
+        .unwrap_or(0);
     let mut device_kinds: Vec<ResourceId> = built_nodes.iter().map(|n| n.device_kind).collect();
     device_kinds.push(GPU);
     device_kinds.sort_unstable();
@@ -1367,6 +1382,7 @@ fn assemble(
             device_use,
             share_names,
             device_kinds,
+            largest_shared_device_mib,
             queue_pinned,
             foreign_pods,
             foreign: Arc::new(foreign),

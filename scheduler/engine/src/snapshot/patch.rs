@@ -454,6 +454,7 @@ pub(super) fn patch(
         device_use: Vec::new(),
         share_names: last.share_names,
         device_kinds: last.device_kinds.clone(),
+        largest_shared_device_mib: last.largest_shared_device_mib,
         queue_pinned,
         allocatable_total,
         used_total: usage.total,
