@@ -481,3 +481,63 @@ fn another_vendor_s_devices_get_islands_and_ids_too() {
     assert_eq!(placed(&plan)["tp4"], vec![4, 5, 6, 7]);
     assert_eq!(plan.bindings[0].devices.len(), 4);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A framework kept from cycle to cycle hands its node index (shared nodes bucketed by the
+    /// level of their devices) to the next session; its plans agree with a fresh framework's on
+    /// a fresh snapshot, cycle after cycle, while bindings take shares and pods finish.
+    #[test]
+    fn a_kept_index_of_shared_nodes_decides_as_a_fresh_one(spec in sharing_cluster(), done in 0..6usize) {
+        let config = Config::default();
+        let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
+        let mut pods: BTreeMap<String, PodSpec> = (spec.pods.iter())
+            .map(|p| (p.name.clone(), p.clone()))
+            .collect();
+        for g in &spec.groups {
+            builder.set_group(g.clone());
+        }
+        let mut kept = None;
+        for cycle in 0..4i64 {
+            for p in pods.values() {
+                builder.set_pod(p.clone());
+            }
+            let snapshot = builder.build(cycle * 1000, &[]).unwrap();
+            let fw = kept.get_or_insert_with(|| basalt_plugins::framework(&config, &snapshot.resources));
+            let plan = basalt_engine::schedule(snapshot, fw);
+            let fresh = schedule(
+                &Snapshot::build(ClusterSpec {
+                    now_ms: cycle * 1000,
+                    nodes: spec.nodes.clone(),
+                    pods: pods.values().cloned().collect(),
+                    groups: spec.groups.clone(),
+                    ..Default::default()
+                })
+                .unwrap(),
+                &config,
+            );
+            prop_assert_eq!(&plan.bindings, &fresh.bindings, "cycle {}", cycle);
+            for b in &plan.bindings {
+                let p = pods.get_mut(b.pod.trim_start_matches("ns/")).unwrap();
+                p.node = Some(b.node.clone());
+                p.phase = PodPhase::Running;
+                p.held_devices = (b.devices.iter())
+                    .map(|d| HeldDevice {
+                        uuid: d.uuid.clone().unwrap(),
+                        memory_mib: d.memory_mib.unwrap(),
+                        cores: d.cores.unwrap(),
+                    })
+                    .collect();
+            }
+            // Some running pods finish, giving their shares back.
+            let running: Vec<String> = (pods.values())
+                .filter(|p| p.phase == PodPhase::Running)
+                .map(|p| p.name.clone())
+                .collect();
+            for name in running.iter().take(done) {
+                pods.get_mut(name).unwrap().phase = PodPhase::Succeeded;
+            }
+        }
+    }
+}

@@ -170,6 +170,8 @@ pub(crate) struct NodeState {
     pub(crate) resources: crate::resources::ResourceNames,
     used: Vec<Resources>,
     gpus_used: Vec<u64>,
+    /// The shared devices' usage it ended with (the index's levels follow it).
+    device_use: Vec<crate::devices::DeviceUse>,
     index: FreeIndex,
     topo: Option<TopoState>,
     /// Static filter results by placement rules (their ids differ from snapshot to snapshot).
@@ -883,8 +885,13 @@ impl<'a> Session<'a> {
             if usage_moved {
                 self.used[i].clone_from(used);
             }
-            // A shared node's memory level follows its devices, which its usage may not show.
-            if usage_moved || was != gpus || snap.nodes[i].sharing.shares() {
+            // A shared node's level follows its devices, which its usage may not show.
+            let n = &snap.nodes[i];
+            let devices_moved = n.sharing.shares() && {
+                let range = n.device_base as usize..n.device_base as usize + n.gpus.len();
+                state.device_use.get(range.clone()) != self.device_use.get(range)
+            };
+            if usage_moved || was != gpus || devices_moved {
                 stale.push(node);
             }
         }

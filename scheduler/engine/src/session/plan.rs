@@ -161,6 +161,7 @@ impl Session<'_> {
             resources: names.clone(),
             used: self.used,
             gpus_used: self.gpus_used,
+            device_use: self.device_use,
             index: self.index,
             topo: self.topo,
         });
