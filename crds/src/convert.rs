@@ -614,6 +614,11 @@ fn node(
             let count = (allocatable.get(basalt_engine::GPU_NAME).copied()).unwrap_or(0);
             devices::node_devices(cx, &n.metadata, count, topology, warnings)
         }
+        // NVIDIA's plugin renames shared replicas (`renameByDefault`): still its GPUs.
+        Some(resource) if resource == devices::SHARED_GPU_NAME => {
+            let count = allocatable[resource];
+            devices::node_devices(cx, &n.metadata, count, topology, warnings)
+        }
         Some(resource) => {
             let count = allocatable[resource];
             (
@@ -622,6 +627,7 @@ fn node(
             )
         }
     };
+    let sharing = devices::mps_when_labelled(&n.metadata, sharing);
     Ok(NodeSpec {
         gpus,
         name,

@@ -41,6 +41,25 @@ pub const VGPU_IDS: &str = "volcano.sh/vgpu-ids-new";
 /// Pod annotations: comma-separated device UUIDs a Volcano vGPU pod accepts, or refuses.
 pub const VGPU_USE_UUID: &str = "volcano.sh/vgpu-use-gpuuuid";
 pub const VGPU_NOUSE_UUID: &str = "volcano.sh/vgpu-nouse-gpuuuid";
+/// NVIDIA's plugin's name for shared replicas under `renameByDefault`.
+pub const SHARED_GPU_NAME: &str = "nvidia.com/gpu.shared";
+/// GFD's node label: `none`, `time-slicing` or `mps`.
+pub const SHARING_STRATEGY_LABEL: &str = "nvidia.com/gpu.sharing-strategy";
+
+/// Replicas on a node GFD labels `nvidia.com/gpu.sharing-strategy: mps` are MPS clients: one
+/// per pod, each with its part of a device's memory.
+pub(super) fn mps_when_labelled(meta: &ObjectMeta, sharing: Sharing) -> Sharing {
+    let labels = meta.labels.as_ref();
+    let mps = labels
+        .and_then(|l| l.get(SHARING_STRATEGY_LABEL))
+        .map(String::as_str)
+        == Some("mps");
+    match sharing {
+        Sharing::TimeSliced if mps => Sharing::Mps,
+        other => other,
+    }
+}
+
 /// GFD's node label: time-slice (or MPS) replicas per GPU.
 pub const GPU_REPLICAS_LABEL: &str = "nvidia.com/gpu.replicas";
 /// GFD's node label: memory per GPU, in MiB.

@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 use crate::model::Gpu;
 use crate::resources::{ResourceId, ResourceNames, Resources};
 
-/// Resources that name devices without configuration: NVIDIA's (HAMi's too), AMD's, Huawei's
+/// Resources that name devices without configuration: NVIDIA's (HAMi's too; time-sliced or MPS
+/// replicas renamed by NVIDIA's `renameByDefault`), AMD's, Huawei's
 /// Ascend, Intel's Gaudi and GPUs. A node's devices are the first of a list like this it
 /// advertises.
-pub const DEFAULT_DEVICE_RESOURCES: [&str; 6] = [
+pub const DEFAULT_DEVICE_RESOURCES: [&str; 7] = [
     "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
     "amd.com/gpu",
     "huawei.com/Ascend910",
     "huawei.com/Ascend310",
@@ -50,6 +52,10 @@ pub enum Sharing {
     /// `nvidia.com/gpu: n` takes a replica on each of `n` distinct devices. Memory and compute
     /// are not divided.
     TimeSliced,
+    /// NVIDIA's MPS: replicas as time-slicing, each client with `1/slots` of a device's memory,
+    /// and one replica per pod (the plugin's `failRequestsGreaterThanOne`, on by default for
+    /// MPS).
+    Mps,
     /// HAMi's device plugin (`hami.io/node-nvidia-register`): each device takes up to `slots`
     /// pods, each with its own memory and compute share, which HAMi-core enforces.
     Hami,
@@ -61,6 +67,11 @@ pub enum Sharing {
 impl Sharing {
     pub fn shares(self) -> bool {
         self != Sharing::Exclusive
+    }
+
+    /// Replicas only: no memory or compute is accounted per pod.
+    pub fn replicas(self) -> bool {
+        matches!(self, Sharing::TimeSliced | Sharing::Mps)
     }
 }
 
@@ -258,7 +269,7 @@ impl DeviceUse {
     pub fn closed(&self, gpu: &Gpu, sharing: Sharing) -> bool {
         !gpu.healthy
             || self.slots >= gpu.slots
-            || (sharing != Sharing::TimeSliced
+            || (!sharing.replicas()
                 && ((self.cores >= gpu.cores && self.slots > 0)
                     || (self.memory_mib as u64) >= gpu.memory_mib.unwrap_or(0)))
     }

@@ -26,7 +26,7 @@ impl Session<'_> {
         let free = self.free_gpus(node);
         let n = self.snapshot.node(node);
         let level = match n.sharing {
-            Sharing::Exclusive | Sharing::TimeSliced => LEVELS * (free > 0) as u32,
+            Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => LEVELS * (free > 0) as u32,
             Sharing::Hami | Sharing::VolcanoVgpu => {
                 let closed = self.gpus_used[node.index()];
                 (n.gpus.iter().zip(self.usage(node)).enumerate())
@@ -142,6 +142,9 @@ impl Session<'_> {
         if !n.sharing.shares() && self.filters(task).is_none() {
             return true;
         }
+        if n.sharing == Sharing::Mps && want > 1 {
+            return false;
+        }
         // The node's indexed level first: most shared nodes without room stop here.
         if n.sharing.shares() && self.index.key[node.index()].0 < self.bucket_need(task) {
             return false;
@@ -159,6 +162,9 @@ impl Session<'_> {
         let n = self.snapshot.node(node);
         if !n.sharing.shares() {
             return Err("had too few free GPUs".into());
+        }
+        if n.sharing == Sharing::Mps && self.devices_wanted(task) > 1 {
+            return Err("share GPUs through MPS, one replica per pod".into());
         }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         let filters = self.filters(task);
@@ -265,6 +271,11 @@ impl Session<'_> {
             .map(|(_, g)| {
                 let (memory_mib, cores) = match (n.sharing.shares(), ask) {
                     (true, Some(a)) => (Some(a.memory_on(g)), Some(a.cores)),
+                    // An MPS client gets its share of the memory.
+                    (true, None) if n.sharing == Sharing::Mps => {
+                        let share = g.memory_mib.map(|m| m / g.slots.max(1) as u64);
+                        (share.map(|m| m.min(u32::MAX as u64) as u32), None)
+                    }
                     (true, None) => (None, None),
                     (false, _) => (
                         g.memory_mib.map(|m| m.min(u32::MAX as u64) as u32),

@@ -19,7 +19,7 @@ pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
     let (memory_name, percent_name, cores_name) = match spec.sharing {
         Sharing::Hami => (GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME),
         Sharing::VolcanoVgpu => (VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME, VGPU_CORES_NAME),
-        Sharing::Exclusive | Sharing::TimeSliced => return spec,
+        Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => return spec,
     };
     let gpus = spec.gpus.as_deref().unwrap_or_default();
     let healthy = || gpus.iter().filter(|g| g.healthy);
@@ -88,7 +88,7 @@ pub fn ask_on(sharing: Sharing, share: Option<ShareAsk>) -> Option<ShareAsk> {
             memory: ShareMemory::Percent(100),
             cores: 0,
         })),
-        Sharing::Exclusive | Sharing::TimeSliced => None,
+        Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => None,
     }
 }
 
