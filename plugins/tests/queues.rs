@@ -309,7 +309,13 @@ proptest! {
             // No guarantee reclaimed: other queues never take a queue below it (preemption
             // inside the queue swaps the queue's own work and is not reclaim).
             if let Some(g) = q.guarantee.get(gpu) {
-                let reclaimed: i64 = plan.evictions.iter().filter(|e| e.reason == "reclaim").map(|e| pod_gpu[&e.pod]).filter(|&(_, vq)| chain(vq).any(|x| x == q.id.index())).map(|(g, _)| g).sum();
+                // Reclaim inside the queue's own subtree (between its children) is no other
+                // queue taking from it.
+                let outside = |group: &str| {
+                    let job = snapshot.jobs.iter().find(|j| *j.name == *group).unwrap();
+                    !chain(job.queue.index()).any(|x| x == q.id.index())
+                };
+                let reclaimed: i64 = plan.evictions.iter().filter(|e| e.reason == "reclaim" && outside(&e.for_group)).map(|e| pod_gpu[&e.pod]).filter(|&(_, vq)| chain(vq).any(|x| x == q.id.index())).map(|(g, _)| g).sum();
                 let gained: i64 = plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().filter(|n| n.reason == basalt_engine::NominationReason::Evictions).map(|n| &n.pod)).map(|p| pod_gpu[p]).filter(|&(_, pq)| chain(pq).any(|x| x == q.id.index())).map(|(g, _)| g).sum();
                 let after = held_before[q.id.index()] - reclaimed + gained;
                 prop_assert!(after >= g.min(held_before[q.id.index()]), "queue {} reclaimed below its guarantee", q.name);
