@@ -1,5 +1,5 @@
 //! Applying a plan through the API: binds (GPU ids on the Binding; HAMi's handoff on nodes that
-//! run its device plugin, `hami.rs`; claims settled for the node first, `claims.rs`),
+//! run its device plugin, `devices.rs`; claims settled for the node first, `claims.rs`),
 //! evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status (`status.rs`) and
 //! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
 //! is looked at; nothing here panics on one.
@@ -28,8 +28,8 @@ use crate::stranded::PartialGangs;
 
 mod auto_groups;
 mod claims;
+mod devices;
 mod evictions;
-mod hami;
 mod status;
 mod volumes;
 
@@ -120,7 +120,7 @@ struct BindJob {
     gpus: String,
     uid: Option<String>,
     /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
-    /// expects (`hami.rs`).
+    /// expects (`devices.rs`).
     hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
     /// Annotations the Binding carries besides the GPU ids (Volcano vGPU's).
     annotations: BTreeMap<String, String>,
@@ -306,10 +306,10 @@ impl Scheduler {
                 let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
                 let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
                 let node = stores.nodes.get(&ObjectRef::new(&b.node));
-                let on_hami = node.as_ref().is_some_and(|n| hami::runs_hami(n));
-                let on_vgpu = node.as_ref().is_some_and(|n| hami::runs_vgpu(n));
+                let on_hami = node.as_ref().is_some_and(|n| devices::runs_hami(n));
+                let on_vgpu = node.as_ref().is_some_and(|n| devices::runs_vgpu(n));
                 let annotations = match (&pod, on_vgpu && !b.devices.is_empty()) {
-                    (Some(p), true) => hami::vgpu_annotations(&b.node, p, &b.devices),
+                    (Some(p), true) => devices::vgpu_annotations(&b.node, p, &b.devices),
                     _ => BTreeMap::new(),
                 };
                 let hami = (on_hami && !b.devices.is_empty())
@@ -542,12 +542,12 @@ async fn bind_with_handoff(client: &Client, job: &BindJob) -> BindResult {
     let Some((pod, devices)) = &job.hami else {
         return bind(client, job).await;
     };
-    if let Err(refused) = hami::prepare(client, &job.key, &job.node, pod, devices).await {
+    if let Err(refused) = devices::prepare(client, &job.key, &job.node, pod, devices).await {
         return refused;
     }
     let result = bind(client, job).await;
     if !matches!(result, BindResult::Bound) {
-        hami::release(client, &job.key, &job.node).await;
+        devices::release(client, &job.key, &job.node).await;
     }
     result
 }

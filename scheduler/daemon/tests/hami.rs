@@ -7,6 +7,7 @@
 //! time, until the device plugin (played here by the test) sets `bind-phase: success` and
 //! releases the lock. A lock whose pod is gone is taken over. A time-sliced node that is no
 //! HAMi node keeps its NodeTopology: physical GPU ids in one NVLink island, no HAMi annotations.
+//! A Volcano vGPU pod gets Volcano's annotations with its binding, without a lock.
 
 mod common;
 
@@ -385,5 +386,51 @@ async fn a_time_sliced_node_keeps_its_nodetopology_and_gets_no_hami_annotations(
         }),
         "a topology mismatch said of ts: {:?}",
         logs.problems()
+    );
+}
+
+/// Volcano vGPU: on a node Volcano's vGPU plugin registered, the pod binds at once (no lock)
+/// and Volcano's annotations arrive with the binding, as Volcano's scheduler writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volcano_vgpu_pod_gets_volcano_s_annotations_on_its_binding() {
+    let c = cluster(Config::default()).await;
+    c.create(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "v1", "annotations": {
+            "volcano.sh/node-vgpu-register":
+                "GPU-v0,10,32768,NVIDIA-Tesla-V100,true,hami-core:GPU-v1,10,32768,NVIDIA-Tesla-V100,true,hami-core:",
+        }},
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110",
+            "volcano.sh/vgpu-number": "20", "volcano.sh/vgpu-memory": "65536",
+            "volcano.sh/vgpu-cores": "200"}},
+    }));
+    let mut p = sharing_pod("vg", 1, None);
+    p["spec"]["containers"][0]["resources"] = json!({"limits": {
+        "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "3000", "volcano.sh/vgpu-cores": "25",
+    }});
+    c.create(p);
+    let (_s, _logs) = c.start_logged(&[]);
+
+    eventually("vg bound", || c.node_of("vg").is_some()).await;
+    let p = c.pod("vg");
+    assert_eq!(p["spec"]["nodeName"], "v1");
+    let ids = annotation(&p, "volcano.sh/vgpu-ids-new").expect("vgpu-ids-new");
+    assert_eq!(ids, "GPU-v0,NVIDIA,3000,25:");
+    assert_eq!(
+        annotation(&p, "volcano.sh/devices-to-allocate").as_deref(),
+        Some(ids.as_str())
+    );
+    assert_eq!(
+        annotation(&p, "volcano.sh/vgpu-node").as_deref(),
+        Some("v1")
+    );
+    assert_eq!(
+        annotation(&p, "volcano.sh/bind-phase").as_deref(),
+        Some("allocating")
+    );
+    assert!(annotation(&p, "volcano.sh/vgpu-time").is_some_and(|t| t.parse::<i64>().is_ok()));
+    assert!(
+        node_obj(&c, "v1")["metadata"]["annotations"][LOCK].is_null(),
+        "no HAMi lock"
     );
 }

@@ -192,22 +192,8 @@ impl ShareNames {
     /// (`vgpu.go`): memory in MiB, else a percentage, else 100 %; cores as given, else 0.
     /// `None`: it names neither memory nor cores.
     pub fn vgpu_ask(&self, request: &Resources) -> Option<ShareAsk> {
-        let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
-        let (mib, pct) = (get(self.vgpu_memory), get(self.vgpu_percent));
-        let cores = get(self.vgpu_cores);
-        if mib.is_none() && pct.is_none() && cores.is_none() {
-            return None;
-        }
-        let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
-        let memory = match (mib, pct) {
-            (Some(m), _) => ShareMemory::Mib(clamp(m)),
-            (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
-            (None, None) => ShareMemory::Percent(100),
-        };
-        Some(ShareAsk {
-            memory,
-            cores: cores.map_or(0, clamp),
-        })
+        let names = [self.vgpu_memory, self.vgpu_percent, self.vgpu_cores];
+        share_of(request, names, |_| 0)
     }
 
     /// The share a request states with HAMi's names, with the defaults HAMi's webhook and
@@ -217,24 +203,38 @@ impl ShareNames {
     /// neither memory nor cores (what it takes then depends on the node, see
     /// [`ShareAsk::WHOLE`]).
     pub fn ask(&self, request: &Resources) -> Option<ShareAsk> {
-        let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
-        let (mib, pct, cores) = (get(self.memory), get(self.percent), get(self.cores));
-        if mib.is_none() && pct.is_none() && cores.is_none() {
-            return None;
-        }
-        let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
-        let memory = match (mib, pct) {
-            (Some(m), _) => ShareMemory::Mib(clamp(m)),
-            (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
-            (None, None) => ShareMemory::Percent(100),
+        let all_memory = |memory| {
+            if memory == ShareMemory::Percent(100) {
+                100
+            } else {
+                0
+            }
         };
-        let cores = match cores {
-            Some(c) => clamp(c),
-            None if memory == ShareMemory::Percent(100) => 100,
-            None => 0,
-        };
-        Some(ShareAsk { memory, cores })
+        share_of(request, [self.memory, self.percent, self.cores], all_memory)
     }
+}
+
+/// The share a request states by (memory MiB, memory percent, cores) names: memory in MiB,
+/// else a percentage above 0 (clamped to 100), else 100 %; cores as given, else
+/// `default_cores` of the memory. `None` when it names neither memory nor cores.
+fn share_of(
+    request: &Resources,
+    [memory, percent, cores]: [Option<ResourceId>; 3],
+    default_cores: impl Fn(ShareMemory) -> u32,
+) -> Option<ShareAsk> {
+    let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
+    let (mib, pct, cores) = (get(memory), get(percent), get(cores));
+    if mib.is_none() && pct.is_none() && cores.is_none() {
+        return None;
+    }
+    let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
+    let memory = match (mib, pct) {
+        (Some(m), _) => ShareMemory::Mib(clamp(m)),
+        (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
+        (None, None) => ShareMemory::Percent(100),
+    };
+    let cores = cores.map_or_else(|| default_cores(memory), clamp);
+    Some(ShareAsk { memory, cores })
 }
 
 /// What is in use on one shared device.

@@ -795,21 +795,8 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         })?,
     };
     let count = allocatable.get(device_kind).max(0) as usize;
-    if n.sharing.shares() {
-        return Ok(Node {
-            id,
-            name: n.name.clone(),
-            labels: n.labels.clone(),
-            taints: n.taints.clone(),
-            unschedulable: n.unschedulable,
-            allocatable,
-            gpus: sorted_gpus(n.gpus.as_deref().unwrap_or_default()),
-            sharing: n.sharing,
-            device_kind,
-            device_base: 0,
-        });
-    }
-    if count > MAX_GPUS_PER_NODE {
+    // A shared node's allocatable counts slots; its devices are listed (`check_shared`).
+    if count > MAX_GPUS_PER_NODE && !n.sharing.shares() {
         return Err(err(
             "Node",
             &n.name,
@@ -824,7 +811,7 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         ));
     }
     let gpus = match &n.gpus {
-        Some(g) if g.len() == count => sorted_gpus(g),
+        Some(g) if g.len() == count || n.sharing.shares() => sorted_gpus(g),
         _ => (0..count as u32).map(Gpu::new).collect(),
     };
     Ok(Node {

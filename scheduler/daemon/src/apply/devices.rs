@@ -1,9 +1,10 @@
-//! The handoff to HAMi's device plugin, for pods bound to a node that runs it: HAMi's pod
-//! annotations and its bind sequence; and to Volcano's vGPU device plugin, whose annotations
-//! ride on the Binding (§B) — Basalt takes no `hamivgpu` node lock for it, as Volcano's is
-//! optional (`../shared/specs/device-sharing.md` §A "Pod annotations",
-//! "Bind"), so HAMi's plugin and HAMi-core enforce the memory and compute shares Basalt chose.
+//! The handoff of shared devices to the node's device plugin, so it gives each container the
+//! devices and shares Basalt chose (`../shared/specs/device-sharing.md` §A, §B):
+//! - HAMi's device plugin: HAMi's pod annotations and its bind sequence, below;
+//! - Volcano's vGPU device plugin: Volcano's annotations, which ride on the Binding (Basalt
+//!   takes no `hamivgpu` node lock for it: Volcano's own is optional).
 //!
+//! HAMi's sequence:
 //! 1. The node lock: `hami.io/mutex.lock=<RFC3339>,<ns>,<pod>` on the Node, written with its
 //!    resourceVersion as a precondition. A lock another pod holds stops this bind until the
 //!    plugin releases it (after its Allocate), it expires (5 minutes) or its pod is gone: one
