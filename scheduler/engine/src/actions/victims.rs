@@ -374,7 +374,8 @@ impl Freed {
         let devices_fit = match session.snapshot.node(node).sharing.shares() {
             false => self.free_gpus >= session.snapshot.devices_asked(request) as i64,
             true => {
-                let open = session.open_devices_with(search.goal.task, node, None, &self.devices);
+                let need = session.device_need(search.goal.task);
+                let open = session.open_devices_with(&need, node, None, &self.devices);
                 open.count_ones() >= session.snapshot.devices_asked(request)
             }
         };

@@ -16,7 +16,36 @@ const LEVELS: u32 = 10;
 /// Packs a level above a device count (at most 64) in a bucket coordinate.
 const LEVEL_UNIT: u32 = 128;
 
-impl Session<'_> {
+/// What a task asks of a node's devices, read once per search rather than once per node.
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceNeed<'s> {
+    want: u32,
+    /// Its [`Session::bucket_need`].
+    bucket: u32,
+    share: Option<ShareAsk>,
+    filters: Option<&'s DeviceFilters>,
+}
+
+impl DeviceNeed<'_> {
+    /// The least bucket coordinate of a node that can take it.
+    pub(crate) fn bucket(&self) -> u32 {
+        self.bucket
+    }
+}
+
+impl<'a> Session<'a> {
+    /// What the task asks of a node's devices.
+    pub(crate) fn device_need(&self, task: TaskId) -> DeviceNeed<'a> {
+        let snap: &'a crate::Snapshot = self.snapshot;
+        let t = snap.task(task);
+        DeviceNeed {
+            want: self.devices_wanted(task),
+            bucket: self.bucket_need(task),
+            share: t.share,
+            filters: snap.rules[t.rules.0 as usize].devices.as_deref(),
+        }
+    }
+
     /// The node's bucket coordinate in the free index: its free devices, under the level of its
     /// roomiest open device, in tenths of a device (memory and compute, whichever is less; a
     /// free whole device or replica is a whole tenth). A task's [`Self::bucket_need`] is at most
@@ -95,23 +124,23 @@ impl Session<'_> {
     /// Positions of the node's devices the task could take one of now (inside `island` when
     /// given): free whole devices on an unshared node; on a shared one, devices with room for
     /// its share. Both only among the devices its filters accept.
-    fn open_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> u64 {
-        self.open_devices_with(task, node, island, self.usage(node))
+    fn open_devices(&self, need: &DeviceNeed, node: NodeId, island: Option<u32>) -> u64 {
+        self.open_devices_with(need, node, island, self.usage(node))
     }
 
     /// [`Self::open_devices`] with the node's shared devices in use as `usage` says (what the
     /// victim search frees).
     pub(crate) fn open_devices_with(
         &self,
-        task: TaskId,
+        need: &DeviceNeed,
         node: NodeId,
         island: Option<u32>,
         usage: &[DeviceUse],
     ) -> u64 {
         let n = self.snapshot.node(node);
         let used = self.gpus_used[node.index()];
-        let filters = self.filters(task);
-        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        let filters = need.filters;
+        let ask = ask_on(n.sharing, need.share);
         let mut open = 0u64;
         for (p, g) in n.gpus.iter().enumerate() {
             let fits = match n.sharing.shares() {
@@ -131,7 +160,17 @@ impl Session<'_> {
     /// Whether the node has the devices the task asks for now (inside NVLink island `island`,
     /// when given). Unshared nodes without device filters need only the free-device count.
     pub fn has_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> bool {
-        let want = self.devices_wanted(task);
+        self.has_devices_for(&self.device_need(task), node, island)
+    }
+
+    /// [`Self::has_devices`] for a need read before.
+    pub(crate) fn has_devices_for(
+        &self,
+        need: &DeviceNeed,
+        node: NodeId,
+        island: Option<u32>,
+    ) -> bool {
+        let want = need.want;
         if want == 0 {
             return true;
         }
@@ -139,17 +178,17 @@ impl Session<'_> {
             return false;
         }
         let n = self.snapshot.node(node);
-        if !n.sharing.shares() && self.filters(task).is_none() {
+        if !n.sharing.shares() && need.filters.is_none() {
             return true;
         }
         if n.sharing == Sharing::Mps && want > 1 {
             return false;
         }
         // The node's indexed level first: most shared nodes without room stop here.
-        if n.sharing.shares() && self.index.key[node.index()].0 < self.bucket_need(task) {
+        if n.sharing.shares() && self.index.key[node.index()].0 < need.bucket {
             return false;
         }
-        self.open_devices(task, node, island).count_ones() >= want
+        self.open_devices(need, node, island).count_ones() >= want
     }
 
     /// Why the node lacks the devices the task asks for, if it does: the reason most of its
@@ -213,7 +252,7 @@ impl Session<'_> {
             return 0;
         }
         let n = self.snapshot.node(node);
-        let open = self.open_devices(task, node, island);
+        let open = self.open_devices(&self.device_need(task), node, island);
         let mut islands: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (p, g) in n.gpus.iter().enumerate() {
             if open & (1 << p) != 0 {

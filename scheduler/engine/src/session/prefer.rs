@@ -180,11 +180,12 @@ impl Session<'_> {
         p: &TaskPreferences,
         rules: Option<&Check>,
     ) -> Option<NodeId> {
+        let need = self.device_need(task);
         let usable = |n: NodeId| {
             statics.ok[n.index()]
                 && self.fits(n, request)
                 && self.may_use(n, access)
-                && self.has_devices(task, n, None)
+                && self.has_devices_for(&need, n, None)
                 && rules.is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(i128, NodeId)> = None;
@@ -205,7 +206,7 @@ impl Session<'_> {
             }
             return best.map(|(_, n)| n);
         }
-        let want_gpus = self.bucket_need(task);
+        let want_gpus = need.bucket();
         let mut walks = Vec::new();
         for (&(class, free_gpus), set) in &self.index.buckets {
             if free_gpus < want_gpus {

@@ -125,12 +125,13 @@ impl Session<'_> {
         let request = &t.request;
         let statics = &self.statics[&t.rules];
         let check = self.pods.prepare(self.snapshot, task);
+        let need = self.device_need(task);
         (nodes.into_iter())
             .filter(|&node| {
                 statics.ok[node.index()]
                     && self.may_use(node, access)
                     && self.fits(node, request)
-                    && self.has_devices(task, node, island)
+                    && self.has_devices_for(&need, node, island)
                     && check.as_ref().is_none_or(|c| c.check(node).is_ok())
             })
             .collect()
@@ -204,11 +205,12 @@ impl Session<'_> {
             }
             return found;
         }
+        let need = self.device_need(task);
         let usable = |n: NodeId| {
             statics.ok[n.index()]
                 && self.fits(n, request)
                 && self.may_use(n, access)
-                && self.has_devices(task, n, None)
+                && self.has_devices_for(&need, n, None)
                 && check.as_ref().is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(u64, NodeId)> = None;
@@ -224,7 +226,7 @@ impl Session<'_> {
                 .filter(|&n| usable(n))
                 .for_each(&mut consider);
         } else {
-            let want_gpus = self.bucket_need(task);
+            let want_gpus = need.bucket();
             let heads = |buckets| first_usable(buckets, want_gpus, &usable);
             // Where the inter-pod rules allow only some domains, only their nodes are walked.
             let narrowed = (check.as_ref())
