@@ -37,6 +37,25 @@ pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
 
 /// A plain-text table: bindings, evictions, then every PodGroup with its phase and, while pods
 /// wait, the aggregated reason.
+/// What a binding takes of each of its devices, compactly: `30000MiB 25%` for a share (the
+/// same on each device), `replica` for time-sliced replicas, empty for whole devices.
+fn share(snapshot: &Snapshot, b: &basalt_engine::Binding) -> String {
+    let Some(d) = b.devices.first() else {
+        return String::new();
+    };
+    let node = snapshot.nodes.iter().find(|n| n.name == b.node);
+    let total = node
+        .and_then(|n| n.gpus.iter().find(|g| g.index == d.index))
+        .and_then(|g| g.memory_mib);
+    match (d.memory_mib, d.cores) {
+        (m, Some(100)) if m.map(u64::from) == total => String::new(),
+        (None, None) => "replica".into(),
+        (Some(m), None) => format!("{m}MiB"),
+        (None, Some(c)) => format!("{c}%"),
+        (Some(m), Some(c)) => format!("{m}MiB {c}%"),
+    }
+}
+
 pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
     let mut out = String::new();
     let pending = snapshot
@@ -55,15 +74,20 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
     );
     let _ = writeln!(out, "BINDINGS ({})", plan.bindings.len());
     if !plan.bindings.is_empty() {
-        let rows: Vec<[String; 3]> = plan
+        let rows: Vec<[String; 4]> = plan
             .bindings
             .iter()
             .map(|b| {
                 let gpus: Vec<String> = b.gpus.iter().map(u32::to_string).collect();
-                [b.pod.clone(), b.node.clone(), gpus.join(",")]
+                [
+                    b.pod.clone(),
+                    b.node.clone(),
+                    gpus.join(","),
+                    share(snapshot, b),
+                ]
             })
             .collect();
-        table(&mut out, ["POD", "NODE", "GPUS"], &rows);
+        table(&mut out, ["POD", "NODE", "GPUS", "SHARE"], &rows);
     }
     let _ = writeln!(out, "\nEVICTIONS ({})", plan.evictions.len());
     if !plan.evictions.is_empty() {

@@ -146,8 +146,20 @@ pub(super) fn node_devices(
         }
         _ => None,
     };
+    // Whole devices without a topology: alike, with GFD's memory label when it has one.
+    let whole = || match memory {
+        // Past the engine's limit the node is refused there, with its count.
+        Some(m) if count > 0 && count as usize <= basalt_engine::MAX_GPUS_PER_NODE => {
+            let gpus = (0..count as u32).map(|i| Gpu {
+                memory_mib: Some(m),
+                ..Gpu::new(i)
+            });
+            (Some(gpus.collect()), Sharing::Exclusive)
+        }
+        _ => (None, Sharing::Exclusive),
+    };
     let Some(t) = topology else {
-        return from_label(warnings).unwrap_or((None, Sharing::Exclusive));
+        return from_label(warnings).unwrap_or_else(whole);
     };
     let listed = t.gpus.len() as i64;
     if listed == count {

@@ -321,7 +321,12 @@ fn time_sliced_from_labels_only() {
     assert_eq!(devices(&m, 0, None), (None, Sharing::Exclusive, vec![]));
     // Not a multiple, or not a number: warned, unshared.
     let (gpus, _, warnings) = devices(&m, 30, None);
-    assert!(gpus.is_none());
+    // Unshared, its 30 GPUs alike with GFD's memory.
+    let gpus = gpus.unwrap();
+    assert_eq!(
+        (gpus.len(), gpus[0].slots, gpus[0].memory_mib),
+        (30, 1, Some(81559))
+    );
     assert!(warnings[0].contains("metadata.labels[nvidia.com/gpu.replicas]: 4 replicas per GPU, but allocatable nvidia.com/gpu 30 is not a multiple of 4"));
     let bad = meta(&[], &[(GPU_REPLICAS_LABEL, "four")]);
     let (gpus, _, warnings) = devices(&bad, 32, None);
@@ -425,4 +430,25 @@ fn volcano_vgpu_register_lists_devices_by_position() {
     assert_eq!((gpus[1].index, gpus[1].healthy), (1, false));
     assert!(parse_vgpu_register("GPU-v0,ten,1,T,true:").is_err());
     assert!(parse_vgpu_register("GPU-v0,1,1:").is_err());
+}
+
+#[test]
+fn whole_devices_take_their_memory_from_gfd_s_label() {
+    let m = ObjectMeta {
+        labels: map(&[(GPU_MEMORY_LABEL, "81559")]),
+        ..Default::default()
+    };
+    let mut warnings = Vec::new();
+    let (gpus, sharing) = node_devices(&cx(), &m, 8, None, &mut warnings);
+    let gpus = gpus.unwrap();
+    assert_eq!((gpus.len(), sharing), (8, Sharing::Exclusive));
+    assert!(gpus
+        .iter()
+        .all(|g| g.memory_mib == Some(81559) && g.slots == 1));
+    // Past the engine's 64 devices nothing is listed (the engine refuses the node).
+    assert_eq!(
+        node_devices(&cx(), &m, 1 << 40, None, &mut warnings).0,
+        None
+    );
+    assert!(warnings.is_empty());
 }
