@@ -541,3 +541,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_share_preempts_the_lower_priority_share_its_device_lacks_room_for() {
+    // One 80 GiB device: a low-priority pod HAMi placed holds 60 GiB (its request names only
+    // a GPU, so the node's totals do not show it); a high-priority pod asking 40 GiB lacks only
+    // device memory: the low one is evicted for it.
+    let mut low = bound(
+        pod("low", &[("nvidia.com/gpu", 1)]),
+        "n1",
+        &[("GPU-0", 60_000, 0)],
+    );
+    low.priority = 1;
+    let mut high = pod("high", &[("nvidia.com/gpumem", 40_000)]);
+    high.priority = 100;
+    let plan = plan(vec![hami("n1", 1)], vec![low, high]);
+    let evicted: Vec<&str> = plan.evictions.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(evicted, ["ns/low"], "{plan:?}");
+    assert!(plan
+        .nominations
+        .iter()
+        .any(|n| n.pod == "ns/high" && n.node == "n1"));
+}

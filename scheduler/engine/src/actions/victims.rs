@@ -216,6 +216,11 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         } else {
             goal.request.shortfall(&search.free).collect()
         };
+        // Nothing but its devices short (a share's memory or compute on a shared node): the
+        // pods holding devices there may free them.
+        if search.short.is_empty() {
+            search.short.push(session.snapshot.node(node).device_kind);
+        }
         // The reclaimer never ends above its own deserved share in a resource it is short of
         // here; the resources that are idle (CPU beside the GPUs it lacks) never block it.
         if mode == Mode::Reclaim {
