@@ -26,6 +26,7 @@ use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 mod constraints;
 mod devices;
 mod hypernode;
+mod mig;
 mod namespaces;
 mod nodes;
 mod pod;
@@ -34,11 +35,11 @@ mod volumes;
 
 pub use devices::{
     GPU_MEMORY_LABEL, GPU_REPLICAS_LABEL, HAMI_DEVICES_ALLOCATED, HAMI_DEVICE_CORDON,
-    HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NODE_REGISTER, MIG_CONFIG_STATE_LABEL,
-    MIG_STRATEGY_LABEL, NOUSE_GPU_TYPE, NOUSE_GPU_UUID, USE_GPU_TYPE, USE_GPU_UUID, VGPU_IDS,
-    VGPU_NODE_REGISTER, VGPU_NOUSE_UUID, VGPU_USE_UUID,
+    HAMI_GPU_POLICY, HAMI_NODE_POLICY, HAMI_NODE_REGISTER, NOUSE_GPU_TYPE, NOUSE_GPU_UUID,
+    USE_GPU_TYPE, USE_GPU_UUID, VGPU_IDS, VGPU_NODE_REGISTER, VGPU_NOUSE_UUID, VGPU_USE_UUID,
 };
 use hypernode::hypernode_labels;
+pub use mig::{MIG_CONFIG_STATE_LABEL, MIG_STRATEGY_LABEL};
 pub use namespaces::namespace_queue;
 use namespaces::{namespace_queues, namespace_spec};
 pub(crate) use nodes::taint_effect;

@@ -92,6 +92,7 @@ mod tests {
             sharing: Default::default(),
             device_kind: basalt_engine::GPU,
             device_base: 0,
+            slices: vec![],
         }
     }
 

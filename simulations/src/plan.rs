@@ -35,11 +35,16 @@ pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// A plain-text table: bindings, evictions, then every PodGroup with its phase and, while pods
-/// wait, the aggregated reason.
 /// What a binding takes of each of its devices, compactly: `30000MiB 25%` for a share (the
-/// same on each device), `replica` for time-sliced replicas, empty for whole devices.
+/// same on each device), `replica` for time-sliced replicas, `1g.10gb@4` for a MIG instance
+/// on GPU 4, empty for whole devices.
 fn share(snapshot: &Snapshot, b: &basalt_engine::Binding) -> String {
+    let slices: Vec<String> = (b.devices.iter())
+        .filter_map(|d| Some(format!("{}@{}", d.mig.as_ref()?.profile, d.index)))
+        .collect();
+    if !slices.is_empty() {
+        return slices.join(",");
+    }
     let Some(d) = b.devices.first() else {
         return String::new();
     };
@@ -56,6 +61,8 @@ fn share(snapshot: &Snapshot, b: &basalt_engine::Binding) -> String {
     }
 }
 
+/// A plain-text table: bindings, evictions, then every PodGroup with its phase and, while pods
+/// wait, the aggregated reason.
 pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
     let mut out = String::new();
     let pending = snapshot

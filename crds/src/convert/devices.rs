@@ -66,9 +66,12 @@ pub const GPU_REPLICAS_LABEL: &str = "nvidia.com/gpu.replicas";
 pub const GPU_MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
 
 /// What a NodeTopology says of its node's devices.
+#[derive(Clone)]
 pub(super) struct Topology {
     pub gpus: Vec<Gpu>,
     pub time_slice_replicas: Option<u32>,
+    /// The GPUs in MIG mode (by index) and their instances (see `mig.rs`).
+    pub mig: Vec<(u32, Vec<crate::MigDeviceInfo>)>,
 }
 
 fn annotation_field(key: &str) -> String {
@@ -161,7 +164,8 @@ pub(super) fn node_devices(
     let Some(t) = topology else {
         return from_label(warnings).unwrap_or_else(whole);
     };
-    let listed = t.gpus.len() as i64;
+    // GPUs in MIG mode (mixed strategy) are listed, but are no whole devices.
+    let listed = t.gpus.iter().filter(|g| !g.mig).count() as i64;
     if listed == count {
         return (Some(t.gpus.clone()), Sharing::Exclusive);
     }
@@ -170,8 +174,10 @@ pub(super) fn node_devices(
         None => label_replicas.map(|r| (r, "label nvidia.com/gpu.replicas")),
     };
     if let Some((r, _)) = replicas.filter(|&(r, _)| listed > 0 && count == listed * r as i64) {
+        // A GPU in MIG mode takes no replicas (its slices are counted resources there).
         let gpus = t.gpus.iter().map(|g| Gpu {
             slots: r,
+            healthy: g.healthy && !g.mig,
             ..g.clone()
         });
         return (Some(gpus.collect()), Sharing::TimeSliced);
@@ -203,47 +209,6 @@ pub(super) fn node_devices(
     };
     warnings.push(cx.warning(format!("status.allocatable[{GPU_NAME}]"), message));
     fallback.unwrap_or((None, Sharing::Exclusive))
-}
-
-/// NVIDIA's mig-manager label: the state of the node's MIG reconfiguration.
-pub const MIG_CONFIG_STATE_LABEL: &str = "nvidia.com/mig.config.state";
-/// GFD's label: how MIG devices are advertised (`single`: as `nvidia.com/gpu`).
-pub const MIG_STRATEGY_LABEL: &str = "nvidia.com/mig.strategy";
-
-/// A node whose MIG reconfiguration has not succeeded (`nvidia.com/mig.config.state` pending,
-/// rebooting or failed) takes no new MIG pods: its `nvidia.com/mig-*` resources (and, under
-/// the single strategy, `nvidia.com/gpu`, which then counts MIG devices) are taken as 0, and
-/// a warning says so. The slices it advertises meanwhile may be about to change.
-pub(super) fn hold_mig_while_reconfiguring(
-    cx: &Cx,
-    meta: &ObjectMeta,
-    allocatable: &mut basalt_engine::ResourceList,
-    warnings: &mut Vec<String>,
-) {
-    let labels = meta.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    let Some(state) = label(MIG_CONFIG_STATE_LABEL).filter(|s| *s != "success") else {
-        return;
-    };
-    let single = label(MIG_STRATEGY_LABEL) == Some("single");
-    let held: Vec<String> = (allocatable.iter_mut())
-        .filter(|(k, v)| {
-            **v > 0 && (k.starts_with("nvidia.com/mig-") || (single && *k == GPU_NAME))
-        })
-        .map(|(k, v)| {
-            *v = 0;
-            k.clone()
-        })
-        .collect();
-    if !held.is_empty() {
-        warnings.push(cx.warning(
-            format!("metadata.labels[{MIG_CONFIG_STATE_LABEL}]"),
-            format!(
-                "MIG reconfiguration is {state}: the node takes no new MIG pods ({} taken as 0)",
-                held.join(", ")
-            ),
-        ));
-    }
 }
 
 /// A Volcano vGPU node's devices, when its plugin registered them and advertises

@@ -19,9 +19,14 @@ pub(super) fn collect_topologies(
         let name = cx.name(&t.metadata)?.to_string();
         let gpus = topology_gpus(&cx, t)?;
         let time_slice_replicas = t.spec.time_slice_replicas;
+        let mig = (t.spec.gpus.iter())
+            .filter_map(|g| Some((g.index, g.mig.as_ref().filter(|m| m.enabled)?)))
+            .map(|(index, m)| (index, m.devices.clone()))
+            .collect();
         let topology = devices::Topology {
             gpus,
             time_slice_replicas,
+            mig,
         };
         if out.insert(name, topology).is_some() {
             return Err(cx.err("metadata.name", "duplicate NodeTopology"));
@@ -143,13 +148,19 @@ pub(super) fn node(
         (None, None) => ResourceList::new(),
     };
     let mut allocatable = allocatable;
-    devices::hold_mig_while_reconfiguring(cx, &n.metadata, &mut allocatable, warnings);
+    mig::hold_mig_while_reconfiguring(cx, &n.metadata, &mut allocatable, warnings);
     // The first device resource the node advertises names its devices.
     let device_resource = (device_resources.iter())
         .find(|r| allocatable.get(r.as_str()).is_some_and(|&v| v > 0))
         .filter(|r| r.as_str() != basalt_engine::GPU_NAME)
         .cloned();
     let topology = topologies.get(&name);
+    let mig = topology.and_then(|t| mig::mig_devices(cx, &n.metadata, &allocatable, t, warnings));
+    let (topology, mut slices) = match mig {
+        Some((t, slices)) => (Some(std::borrow::Cow::Owned(t)), slices),
+        None => (topology.map(std::borrow::Cow::Borrowed), Vec::new()),
+    };
+    let topology = topology.as_deref();
     // A Volcano vGPU node's devices are counted by `volcano.sh/vgpu-number`.
     if let Some(gpus) = devices::vgpu_devices(cx, &n.metadata, &allocatable, topology, warnings) {
         return Ok(NodeSpec {
@@ -161,6 +172,7 @@ pub(super) fn node(
             allocatable,
             sharing: basalt_engine::devices::Sharing::VolcanoVgpu,
             device_resource: Some(basalt_engine::devices::VGPU_NUMBER_NAME.to_string()),
+            slices: Vec::new(),
         });
     }
     let (gpus, sharing) = match &device_resource {
@@ -182,6 +194,20 @@ pub(super) fn node(
         }
     };
     let sharing = devices::mps_when_labelled(&n.metadata, sharing);
+    // Slices are tied to GPUs in MIG mode of the devices kept, and only on unshared nodes.
+    let tied = |gpus: &Option<Vec<Gpu>>| {
+        let listed = |s: &basalt_engine::devices::MigSlice| {
+            (gpus.iter().flatten()).any(|g| g.index == s.gpu && g.mig)
+        };
+        !sharing.shares() && slices.iter().all(listed)
+    };
+    if !slices.is_empty() && !tied(&gpus) {
+        warnings.push(cx.warning(
+            "NodeTopology spec.gpus",
+            "its GPUs are not used, so its MIG instances are counted, not tied to their GPUs",
+        ));
+        slices.clear();
+    }
     Ok(NodeSpec {
         gpus,
         name,
@@ -191,6 +217,7 @@ pub(super) fn node(
         allocatable,
         sharing,
         device_resource,
+        slices,
     })
 }
 

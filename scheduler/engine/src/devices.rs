@@ -287,6 +287,64 @@ impl DeviceUse {
     }
 }
 
+/// NVIDIA's resource for a MIG profile under the mixed strategy: `nvidia.com/mig-<profile>`,
+/// a media-extension `+` written `.` (`1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`).
+pub fn mig_resource(profile: &str) -> String {
+    format!("nvidia.com/mig-{}", profile.replace('+', "."))
+}
+
+/// A MIG instance NVIDIA's mixed strategy advertises on its own, on its parent GPU (from the
+/// NodeTopology's MIG instances).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigSlice {
+    /// The parent GPU's index.
+    pub gpu: u32,
+    /// Its profile (`1g.10gb`); it is advertised as [`mig_resource`] of it.
+    pub profile: String,
+    pub gpu_instance_id: u32,
+    /// First memory slice of its placement on the GPU.
+    pub start: u32,
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+}
+
+/// A node's MIG slice with the resource it is advertised as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    pub kind: ResourceId,
+    pub mig: MigSlice,
+}
+
+/// The slices a request takes on a node beside `used` (positions in `slices`): for each slice
+/// kind it asks for, that many free slices of the kind, each on the GPU with the most slices
+/// in use (so a GPU's instances free up together and mig-manager can repartition it), then by
+/// GPU index and placement. Fewer when fewer are free (the counted resource bounds them).
+pub fn pick_slices(slices: &[Slice], used: u64, request: &Resources) -> u64 {
+    let mut taken = used;
+    for (p, s) in slices.iter().enumerate() {
+        // Each kind once, at its first slice.
+        if slices[..p].iter().any(|o| o.kind == s.kind) {
+            continue;
+        }
+        for _ in 0..request.count(s.kind) {
+            let busy = |gpu: u32| {
+                (slices.iter().enumerate())
+                    .filter(|(q, o)| o.mig.gpu == gpu && taken & (1 << q) != 0)
+                    .count()
+            };
+            let best = (slices.iter().enumerate())
+                .filter(|(q, o)| o.kind == s.kind && taken & (1 << q) == 0)
+                .min_by_key(|(_, o)| (std::cmp::Reverse(busy(o.mig.gpu)), o.mig.gpu, o.mig.start));
+            match best {
+                Some((q, _)) => taken |= 1 << q,
+                None => break,
+            }
+        }
+    }
+    taken & !used
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

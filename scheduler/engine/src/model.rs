@@ -55,6 +55,10 @@ pub struct Gpu {
     /// names: it takes no new pods.
     #[serde(default = "yes")]
     pub healthy: bool,
+    /// In MIG mode under NVIDIA's mixed strategy: no whole device (it counts as taken); its
+    /// instances are the node's [`Node::slices`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mig: bool,
 }
 
 fn one() -> u32 {
@@ -81,6 +85,7 @@ impl Gpu {
             slots: 1,
             cores: 100,
             healthy: true,
+            mig: false,
         }
     }
 }
@@ -264,6 +269,17 @@ pub struct Node {
     pub device_kind: crate::resources::ResourceId,
     /// Where the node's devices start in [`crate::Snapshot::device_use`] (shared nodes only).
     pub device_base: u32,
+    /// MIG instances advertised on their own (`nvidia.com/mig-<profile>`), at most 64.
+    pub slices: Vec<crate::devices::Slice>,
+}
+
+impl Node {
+    /// The GPUs in MIG mode: never whole devices, so always taken in the free-device mask.
+    pub fn mig_gpus(&self) -> u64 {
+        (self.gpus.iter().enumerate())
+            .filter(|(_, g)| g.mig)
+            .fold(0, |m, (p, _)| m | 1 << p)
+    }
 }
 
 /// Where a task stands when the snapshot is taken.
@@ -298,6 +314,8 @@ pub struct Task {
     /// what HAMi's annotation records; `None` asks for whole devices (see
     /// [`crate::devices::ShareAsk::WHOLE`]).
     pub share: Option<crate::devices::ShareAsk>,
+    /// The node's MIG slices a bound pod holds (positions in [`Node::slices`]).
+    pub slices: u64,
     /// A pending pod's `status.nominatedNodeName`: capacity freed for it by evictions, held for
     /// it until its gang's turn comes.
     pub nominated: Option<NodeId>,

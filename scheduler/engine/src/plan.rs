@@ -81,6 +81,18 @@ pub struct BoundDevice {
     /// Compute it may use, in percent of the device; absent for a time-sliced replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores: Option<u32>,
+    /// The MIG instance it takes on GPU `index` (NVIDIA's mixed strategy); `memoryMiB` is the
+    /// instance's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<BoundMig>,
+}
+
+/// A MIG instance of a binding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundMig {
+    pub profile: String,
+    pub gpu_instance_id: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

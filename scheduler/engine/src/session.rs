@@ -187,6 +187,10 @@ pub struct Session<'a> {
     gpus_used: Vec<u64>,
     /// Per device of the nodes that share them (see [`Snapshot::device_use`]).
     device_use: Vec<crate::devices::DeviceUse>,
+    /// Per node, the MIG slices taken (see [`Snapshot::slice_used`]).
+    slice_used: Vec<u64>,
+    /// The MIG slices each task placed by this cycle takes.
+    placed_slices: Map<TaskId, u64>,
     status: Vec<TaskStatus>,
     phase: Vec<JobPhase>,
     /// Per job: members holding capacity (bound, placed or pipelined).
@@ -417,6 +421,8 @@ impl<'a> Session<'a> {
             cluster_used: Resources::zero(dims),
             gpus_used: Vec::new(),
             device_use: snapshot.device_use.clone(),
+            slice_used: snapshot.slice_used.clone(),
+            placed_slices: Map::default(),
             status,
             phase,
             unadmitted,
@@ -1069,6 +1075,7 @@ impl<'a> Session<'a> {
             "a held task is placed"
         );
         let gpus = self.pick_devices(task, node, island);
+        self.take_slices(task, node);
         self.charge(task, node, gpus, true);
         self.placed[self.snapshot.task(task).job.index()] += 1;
         self.status[task.index()] = if pipelined {
@@ -1114,6 +1121,7 @@ impl<'a> Session<'a> {
                     task, node, gpus, ..
                 } => {
                     self.charge(task, node, gpus, false);
+                    self.placed_slices.remove(&task);
                     self.placed[self.snapshot.task(task).job.index()] -= 1;
                     self.status[task.index()] = TaskStatus::Pending;
                     self.released += 1;

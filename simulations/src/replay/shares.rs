@@ -326,6 +326,7 @@ mod tests {
             uuid: None,
             memory_mib: None,
             cores: Some(cores),
+            mig: None,
         };
         let a = t.held(0, &[0], &[share(60)]);
         assert_eq!(t.charge(0, &a, true), 1);

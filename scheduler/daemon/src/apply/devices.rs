@@ -248,6 +248,7 @@ mod tests {
             uuid: Some(uuid.into()),
             memory_mib: Some(memory),
             cores: Some(cores),
+            mig: None,
         }
     }
 

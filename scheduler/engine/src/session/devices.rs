@@ -287,6 +287,13 @@ impl<'a> Session<'a> {
     pub(super) fn charge_devices(&mut self, task: TaskId, node: NodeId, gpus: u64, add: bool) {
         let i = node.index();
         let n = self.snapshot.node(node);
+        if !n.slices.is_empty() {
+            let slices = self.slices_of(task);
+            match add {
+                true => self.slice_used[i] |= slices,
+                false => self.slice_used[i] &= !slices,
+            }
+        }
         if !n.sharing.shares() {
             match add {
                 true => self.gpus_used[i] |= gpus,
@@ -301,8 +308,49 @@ impl<'a> Session<'a> {
         self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
     }
 
-    /// The devices of a binding, with what the task takes of each.
+    /// Chooses the MIG slices a task about to be placed on the node takes (see
+    /// [`crate::devices::pick_slices`]); [`Self::charge_devices`] takes them.
+    pub(super) fn take_slices(&mut self, task: TaskId, node: NodeId) {
+        let n = self.snapshot.node(node);
+        if n.slices.is_empty() {
+            return;
+        }
+        let request = &self.snapshot.task(task).request;
+        let slices = crate::devices::pick_slices(&n.slices, self.slice_used[node.index()], request);
+        if slices != 0 {
+            self.placed_slices.insert(task, slices);
+        }
+    }
+
+    /// The MIG slices a task holds: those this cycle chose, else those it held when bound.
+    fn slices_of(&self, task: TaskId) -> u64 {
+        let held = self.snapshot.task(task).slices;
+        self.placed_slices.get(&task).copied().unwrap_or(held)
+    }
+
+    /// The devices of a binding, with what the task takes of each: its GPUs, then its MIG
+    /// slices (each with its parent GPU's index and UUID).
     pub(super) fn bound_devices(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
+        let mut devices = self.bound_gpus(task, node, gpus);
+        let n = self.snapshot.node(node);
+        let slices = self.slices_of(task);
+        for (_, s) in (n.slices.iter().enumerate()).filter(|(p, _)| slices & (1 << p) != 0) {
+            let parent = n.gpus.iter().find(|g| g.index == s.mig.gpu);
+            devices.push(BoundDevice {
+                index: s.mig.gpu,
+                uuid: parent.and_then(|g| g.uuid.clone()),
+                memory_mib: s.mig.memory_mib.map(|m| m.min(u32::MAX as u64) as u32),
+                cores: None,
+                mig: Some(crate::plan::BoundMig {
+                    profile: s.mig.profile.clone(),
+                    gpu_instance_id: s.mig.gpu_instance_id,
+                }),
+            });
+        }
+        devices
+    }
+
+    fn bound_gpus(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
         let n = self.snapshot.node(node);
         let ask: Option<ShareAsk> = ask_on(n.sharing, self.snapshot.task(task).share);
         (n.gpus.iter().enumerate())
@@ -326,6 +374,7 @@ impl<'a> Session<'a> {
                     uuid: g.uuid.clone(),
                     memory_mib,
                     cores,
+                    mig: None,
                 }
             })
             .collect()

@@ -165,3 +165,44 @@ pub(crate) fn closed_devices(node: &Node, usage: &[DeviceUse]) -> u64 {
         .filter(|(_, (g, u))| u.closed(g, node.sharing))
         .fold(0, |m, (p, _)| m | 1 << p)
 }
+
+/// A node's MIG slices, interned: each on a GPU of the node in MIG mode, advertised as a
+/// resource of its allocatable, at most 64.
+pub(super) fn node_slices(
+    names: &crate::resources::ResourceNames,
+    n: &NodeSpec,
+    gpus: &[Gpu],
+) -> Result<Vec<crate::devices::Slice>, SnapshotError> {
+    if n.slices.len() > super::MAX_GPUS_PER_NODE {
+        return Err(err(
+            "Node",
+            &n.name,
+            "slices",
+            format!(
+                "{} MIG instances; at most {} per node are supported",
+                n.slices.len(),
+                super::MAX_GPUS_PER_NODE
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(n.slices.len());
+    for (i, s) in n.slices.iter().enumerate() {
+        if !gpus.iter().any(|g| g.index == s.gpu && g.mig) {
+            let message = format!(
+                "[{i}] is on GPU {}, which is not a GPU of the node in MIG mode",
+                s.gpu
+            );
+            return Err(err("Node", &n.name, "slices", message));
+        }
+        let resource = crate::devices::mig_resource(&s.profile);
+        let kind = names.id(&resource).ok_or_else(|| {
+            let message = format!("[{i}]: {resource} is not in its allocatable");
+            err("Node", &n.name, "slices", message)
+        })?;
+        out.push(crate::devices::Slice {
+            kind,
+            mig: s.clone(),
+        });
+    }
+    Ok(out)
+}

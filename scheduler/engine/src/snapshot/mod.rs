@@ -74,6 +74,8 @@ pub struct Snapshot {
     /// What is in use on each device of the nodes that share them, from
     /// [`Node::device_base`] on (empty when no node shares).
     pub device_use: Vec<crate::devices::DeviceUse>,
+    /// Per node, the MIG slices bound pods hold (empty when no node has GPUs in MIG mode).
+    pub slice_used: Vec<u64>,
     /// HAMi's request names in `resources`.
     pub share_names: crate::devices::ShareNames,
     /// The resources devices are advertised as, on any node (`nvidia.com/gpu` always first).
@@ -810,10 +812,14 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
             ),
         ));
     }
+    // GPUs in MIG mode are listed but not counted as whole devices.
     let gpus = match &n.gpus {
-        Some(g) if g.len() == count || n.sharing.shares() => sorted_gpus(g),
+        Some(g) if g.iter().filter(|g| !g.mig).count() == count || n.sharing.shares() => {
+            sorted_gpus(g)
+        }
         _ => (0..count as u32).map(Gpu::new).collect(),
     };
+    let slices = devices::node_slices(names, n, &gpus)?;
     Ok(Node {
         id,
         name: n.name.clone(),
@@ -825,6 +831,7 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         sharing: n.sharing,
         device_kind,
         device_base: 0,
+        slices,
     })
 }
 
@@ -1184,6 +1191,16 @@ fn assemble(
             vec![0u64; built_nodes.len()],
         ),
     };
+    // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
+    let mig = built_nodes
+        .iter()
+        .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
+    let mut slice_used = vec![0u64; if mig { built_nodes.len() } else { 0 }];
+    if mig {
+        for n in &built_nodes {
+            node_gpus_used[n.id.index()] = n.mig_gpus();
+        }
+    }
     let mut last_tasks = buffers.last_tasks;
     let mut tasks = buffers.tasks;
     tasks.clear();
@@ -1212,10 +1229,15 @@ fn assemble(
     for (pod_index, &(p, facts)) in pods.iter().enumerate() {
         let request = &facts.request;
         let node = bound_node(p, facts)?;
-        let mut gpus = 0u64;
+        let (mut gpus, mut slices) = (0u64, 0u64);
         if let Some(nid) = node {
             node_used[nid.index()].add(request);
             let n = &built_nodes[nid.index()];
+            if !n.slices.is_empty() {
+                let used = &mut slice_used[nid.index()];
+                slices = crate::devices::pick_slices(&n.slices, *used, request);
+                *used |= slices;
+            }
             let want = request.get(n.device_kind).max(0) as usize;
             if n.sharing.shares() {
                 let base = n.device_base as usize;
@@ -1312,6 +1334,7 @@ fn assemble(
                 shape,
                 node,
                 gpus,
+                slices,
             },
         ));
     }
@@ -1367,6 +1390,7 @@ fn assemble(
             node_used,
             node_gpus_used,
             device_use,
+            slice_used,
             share_names,
             device_kinds,
             largest_shared_device_mib,
@@ -1449,6 +1473,7 @@ struct TaskRefs {
     shape: ShapeId,
     node: Option<NodeId>,
     gpus: u64,
+    slices: u64,
 }
 
 fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
@@ -1460,6 +1485,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         shape,
         node,
         gpus,
+        slices,
     } = refs;
     let state = match (p.phase, node) {
         (PodPhase::Succeeded, _) => TaskState::Succeeded,
@@ -1488,6 +1514,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         priority: p.priority,
         state,
         gpus,
+        slices,
         share: facts.share,
         // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
         nominated: match node {

@@ -94,6 +94,8 @@ pub(super) fn patch(
         || !b.dirty.is_empty()
         // Shared devices' usage is not patched: it depends on every holder of a device.
         || !last.device_use.is_empty()
+        // Nor MIG slices' (a slice a pod holds depends on every holder of its node's).
+        || !last.slice_used.is_empty()
         || last.resources != *names
         || last.queues != queues
         || held.changed_jobs.len() + held.changed_pinned.len()
@@ -363,6 +365,8 @@ pub(super) fn patch(
             shape: m.shape,
             node: m.node,
             gpus: m.gpus,
+            // Nodes with MIG slices are never patched.
+            slices: 0,
         };
         tasks.push(new_task(m.spec, m.facts, refs));
     };
@@ -452,6 +456,7 @@ pub(super) fn patch(
         node_used: usage.used,
         node_gpus_used: usage.gpus,
         device_use: Vec::new(),
+        slice_used: Vec::new(),
         share_names: last.share_names,
         device_kinds: last.device_kinds.clone(),
         largest_shared_device_mib: last.largest_shared_device_mib,

@@ -23,6 +23,9 @@ pub struct NodeSpec {
     /// The resource its devices are advertised as (`amd.com/gpu`, `huawei.com/Ascend910`...);
     /// `None`: `nvidia.com/gpu`.
     pub device_resource: Option<String>,
+    /// MIG instances advertised on their own (NVIDIA's mixed strategy), each on a GPU of
+    /// `gpus` in MIG mode.
+    pub slices: Vec<crate::devices::MigSlice>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
