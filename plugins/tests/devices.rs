@@ -112,6 +112,47 @@ fn memory_shares_fill_each_device_up_to_its_memory() {
 }
 
 #[test]
+fn room_a_discarded_gang_gives_back_is_seen_by_the_next_pod_of_its_shape() {
+    // A pod holds 30 GiB of device 0. The gang's first member takes device 1's room, its
+    // second finds none on either device (the node is remembered as without room for the
+    // shape), the gang is undone: the next pod of the same shape must see the room again.
+    let share = [("nvidia.com/gpumem", 60_000)];
+    let running = bound(
+        pod("running", &[("nvidia.com/gpumem", 30_000)]),
+        "n1",
+        &[("GPU-0", 30_000, 0)],
+    );
+    let gang = |i: usize| PodSpec {
+        group: Some("g".into()),
+        priority: 10,
+        ..pod(&format!("g{i}"), &share)
+    };
+    let group = GroupSpec {
+        namespace: "ns".into(),
+        name: "g".into(),
+        queue: None,
+        min_member: 2,
+        min_task_member: BTreeMap::new(),
+        min_resources: None,
+        priority: Some(10),
+        created_ms: 0,
+        phase: JobPhase::Inqueue,
+        topology: Default::default(),
+        sub_groups: Vec::new(),
+    };
+    let snap = Snapshot::build(ClusterSpec {
+        nodes: vec![hami("n1", 2)],
+        pods: vec![running, gang(0), gang(1), pod("single", &share)],
+        groups: vec![group],
+        ..Default::default()
+    })
+    .unwrap();
+    let plan = schedule(&snap, &Config::default());
+    let placed: Vec<&str> = plan.bindings.iter().map(|b| b.pod.as_str()).collect();
+    assert_eq!(placed, ["ns/single"], "{plan:?}");
+}
+
+#[test]
 fn a_whole_device_on_a_hami_node_is_taken_exclusively() {
     // A plain GPU request takes all of a device (HAMi's webhook default): the share goes to
     // the other device, and a second whole request finds none.

@@ -243,6 +243,11 @@ pub struct Session<'a> {
     /// explanation scan looks at again (see `explain.rs`).
     touched: Vec<NodeId>,
     failures: Map<(ShapeId, ReservedNodes), u64>,
+    /// Per shape, on clusters that share devices: the nodes without room for it (resources or
+    /// devices; a bit per node) since `released` was the value kept. Usage only grows until
+    /// capacity is given back, so they still have none, and the search passes them at a
+    /// bit's cost.
+    room_misses: Map<ShapeId, (u64, Vec<u64>)>,
     /// The reason message per failed shape, computed only when asked for.
     explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
     /// While set, [`Session::why_no_node`] gives [`crate::framework::NO_NODE_FITS`] for a task
@@ -456,6 +461,7 @@ impl<'a> Session<'a> {
             released: 0,
             touched: Vec::new(),
             failures: Map::default(),
+            room_misses: Map::default(),
             explanations: Map::default(),
             gang_explanations: Map::default(),
             scans: Map::default(),

@@ -21,6 +21,51 @@ fn first_usable<'b>(
         .filter_map(|(&b, set)| Some((b, *set.iter().find(|&&(_, n)| usable(n))?)))
 }
 
+/// Per capacity class, its usable node of the least (current key, node) among the buckets with
+/// room for `want_gpus`. Nodes of one class take a request in the order of their keys (see
+/// [`Session::order_key`]), so that node is the class's best, and the walk skips what cannot
+/// hold it: buckets go in the order of their least key, each down to its first usable node,
+/// and a class's walk stops at the first bucket or node past the best it found. A node index
+/// of many buckets per class (shared devices by level) then asks few nodes per pod.
+fn best_per_class(
+    buckets: &domains::Buckets,
+    want_gpus: u32,
+    usable: &dyn Fn(NodeId) -> bool,
+) -> Vec<(u64, NodeId)> {
+    let mut best = Vec::new();
+    let mut class_sets: Vec<&std::collections::BTreeSet<(u64, NodeId)>> = Vec::new();
+    let mut walk = |sets: &mut Vec<&std::collections::BTreeSet<(u64, NodeId)>>| {
+        sets.sort_unstable_by_key(|set| set.first().copied());
+        let mut found: Option<(u64, NodeId)> = None;
+        for set in sets.drain(..) {
+            let past = |entry: &(u64, NodeId)| found.is_some_and(|f| *entry >= f);
+            if set.first().is_none_or(past) {
+                break;
+            }
+            if let Some(&head) = set
+                .iter()
+                .take_while(|e| !past(e))
+                .find(|&&(_, n)| usable(n))
+            {
+                found = Some(head);
+            }
+        }
+        best.extend(found);
+    };
+    let mut class = None;
+    for (&(c, coordinate), set) in buckets {
+        if class != Some(c) {
+            walk(&mut class_sets);
+            class = Some(c);
+        }
+        if coordinate >= want_gpus {
+            class_sets.push(set);
+        }
+    }
+    walk(&mut class_sets);
+    best
+}
+
 impl Session<'_> {
     pub(super) fn ensure_statics(&mut self, rules: RulesId) {
         if self.statics.contains_key(&rules) {
@@ -195,6 +240,11 @@ impl Session<'_> {
         let preferences = self.preferences(task);
         self.ensure_statics(rules);
         let request = &snap.shapes[shape.0 as usize].1;
+        let misses = match preferences {
+            None => self.take_room_misses(shape),
+            Some(_) => None,
+        };
+        let misses = std::cell::RefCell::new(misses);
         let statics = &self.statics[&rules];
         let check = self.pods.prepare(snap, task);
         if let Some(p) = &preferences {
@@ -206,11 +256,24 @@ impl Session<'_> {
             return found;
         }
         let need = self.device_need(task);
+        // Room (resources and devices) only shrinks until capacity is given back: a miss is
+        // kept (see `room_misses`).
+        let room = |n: NodeId| match misses.borrow_mut().as_mut() {
+            None => self.fits(n, request) && self.has_devices_for(&need, n, None),
+            Some(missed) => {
+                let (word, bit) = (n.index() / 64, 1u64 << (n.index() % 64));
+                let known = missed[word] & bit != 0;
+                let ok = !known && self.fits(n, request) && self.has_devices_for(&need, n, None);
+                if !ok {
+                    missed[word] |= bit;
+                }
+                ok
+            }
+        };
         let usable = |n: NodeId| {
             statics.ok[n.index()]
-                && self.fits(n, request)
                 && self.may_use(n, access)
-                && self.has_devices_for(&need, n, None)
+                && room(n)
                 && check.as_ref().is_none_or(|c| c.check(n).is_ok())
         };
         let mut best: Option<(u64, NodeId)> = None;
@@ -244,8 +307,8 @@ impl Session<'_> {
                         d => allowed[d as usize],
                     };
                     let usable_there = |n: NodeId| slot_allowed(n) && usable(n);
-                    (first_usable(&self.index.buckets, want_gpus, &usable_there))
-                        .for_each(|(_, (_, node))| consider(node));
+                    (best_per_class(&self.index.buckets, want_gpus, &usable_there).into_iter())
+                        .for_each(|(_, node)| consider(node));
                 }
                 Some((key, allowed)) => {
                     // The first usable node of a bucket over all allowed domains is the one
@@ -264,14 +327,35 @@ impl Session<'_> {
                     }
                     first.into_values().for_each(|(_, node)| consider(node));
                 }
-                None => heads(&self.index.buckets).for_each(|(_, (_, node))| consider(node)),
+                None => (best_per_class(&self.index.buckets, want_gpus, &usable).into_iter())
+                    .for_each(|(_, node)| consider(node)),
             }
         }
         drop(check);
+        if let Some(missed) = misses.into_inner() {
+            self.room_misses.insert(shape, (self.released, missed));
+        }
         if best.is_none() {
             self.note_no_node(task, shape, access, guard);
         }
         best.map(|(_, node)| node)
+    }
+
+    /// The shape's [`Session::room_misses`] still valid (none yet: all clear), or `None`
+    /// where no node shares its devices (a whole-device check costs less than the bit).
+    fn take_room_misses(&mut self, shape: ShapeId) -> Option<Vec<u64>> {
+        if self.snapshot.device_use.is_empty() {
+            return None;
+        }
+        let words = self.snapshot.nodes.len().div_ceil(64);
+        Some(match self.room_misses.remove(&shape) {
+            Some((at, missed)) if at == self.released => missed,
+            Some((_, mut missed)) => {
+                missed.fill(0);
+                missed
+            }
+            None => vec![0; words],
+        })
     }
 
     /// Whether reasons are wanted: an action that will not report why a pod found no node
