@@ -128,17 +128,8 @@ fn room_a_discarded_gang_gives_back_is_seen_by_the_next_pod_of_its_shape() {
         ..pod(&format!("g{i}"), &share)
     };
     let group = GroupSpec {
-        namespace: "ns".into(),
-        name: "g".into(),
-        queue: None,
-        min_member: 2,
-        min_task_member: BTreeMap::new(),
-        min_resources: None,
         priority: Some(10),
-        created_ms: 0,
-        phase: JobPhase::Inqueue,
-        topology: Default::default(),
-        sub_groups: Vec::new(),
+        ..GroupSpec::new("ns", "g", 2)
     };
     let snap = Snapshot::build(ClusterSpec {
         nodes: vec![hami("n1", 2)],

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use basalt_engine::devices::{mig_resource, MigSlice};
-use basalt_engine::{ClusterSpec, Gpu, GroupSpec, JobPhase, NodeSpec, Plan, PodPhase, PodSpec};
+use basalt_engine::{ClusterSpec, Gpu, GroupSpec, NodeSpec, Plan, PodPhase, PodSpec};
 use basalt_plugins::{schedule, Config};
 use proptest::prelude::*;
 
@@ -68,19 +68,7 @@ fn pod(name: &str, request: &[(String, i64)]) -> PodSpec {
 }
 
 fn group(name: &str, min_member: i64) -> GroupSpec {
-    GroupSpec {
-        namespace: "ns".into(),
-        name: name.into(),
-        queue: None,
-        min_member,
-        min_task_member: BTreeMap::new(),
-        min_resources: None,
-        priority: None,
-        created_ms: 0,
-        phase: JobPhase::Inqueue,
-        topology: Default::default(),
-        sub_groups: Vec::new(),
-    }
+    GroupSpec::new("ns", name, min_member)
 }
 
 fn plan(spec: ClusterSpec) -> Plan {

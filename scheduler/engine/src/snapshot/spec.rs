@@ -156,6 +156,26 @@ pub struct GroupSpec {
     pub sub_groups: Vec<SubGroupSpec>,
 }
 
+impl GroupSpec {
+    /// A gang of `min_member` in the default queue, admitted (`Inqueue`), with nothing else
+    /// stated.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>, min_member: i64) -> Self {
+        GroupSpec {
+            namespace: namespace.into(),
+            name: name.into(),
+            queue: None,
+            min_member,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            priority: None,
+            created_ms: 0,
+            phase: JobPhase::Inqueue,
+            topology: TopologySpec::default(),
+            sub_groups: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueSpec {
     pub name: String,
