@@ -29,6 +29,7 @@ mod hypernode;
 mod mig;
 mod namespaces;
 mod nodes;
+mod owners;
 mod pod;
 mod unsupported;
 mod volumes;
@@ -162,6 +163,8 @@ pub(crate) struct Context {
     shared: Mutex<HashSet<Arc<PodConstraints>>>,
     /// Per namespace, the queue its label or annotation [`QUEUE`] names.
     namespace_queues: HashMap<String, String>,
+    /// The workloads pods belong to (see `owners.rs`).
+    workload_groups: owners::WorkloadGroups,
 }
 
 /// One object's part of a [`ClusterSpec`].
@@ -198,6 +201,7 @@ impl Context {
             volumes: volumes::Volumes::collect(objects),
             shared: Mutex::default(),
             namespace_queues: namespace_queues(objects),
+            workload_groups: owners::WorkloadGroups::collect(objects),
         })
     }
 
@@ -251,6 +255,10 @@ impl Context {
             | Object::PersistentVolumeClaim(_)
             | Object::PersistentVolume(_)
             | Object::StorageClass(_) => return Ok(None),
+            Object::Workload(w) => match self.workload_pod_group(&cx, w, warnings)? {
+                Some(g) => Converted::Group(g),
+                None => return Ok(None),
+            },
         }))
     }
 }

@@ -13,6 +13,7 @@ pub mod quantity;
 pub mod read;
 pub mod tolerant;
 pub mod types;
+pub mod workloads;
 
 use std::path::{Path, PathBuf};
 

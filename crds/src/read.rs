@@ -10,6 +10,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -36,6 +37,18 @@ pub enum Object {
     PersistentVolumeClaim(Box<PersistentVolumeClaim>),
     PersistentVolume(Box<PersistentVolume>),
     StorageClass(Box<StorageClass>),
+    /// A training workload whose spec states a gang (`crate::workloads`): its pods join one
+    /// PodGroup made for it.
+    Workload(Box<WorkloadObject>),
+}
+
+/// A workload as read: its kind and spec, untyped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadObject {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: Value,
 }
 
 impl Object {
@@ -52,6 +65,9 @@ impl Object {
             Object::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
             Object::PersistentVolume(_) => "PersistentVolume",
             Object::StorageClass(_) => "StorageClass",
+            Object::Workload(w) => {
+                crate::workloads::workload_kind(&w.api_version, &w.kind).unwrap_or("Workload")
+            }
         }
     }
 
@@ -70,6 +86,7 @@ impl Object {
             Object::PersistentVolumeClaim(o) => (&o.metadata, true),
             Object::PersistentVolume(o) => (&o.metadata, false),
             Object::StorageClass(o) => (&o.metadata, false),
+            Object::Workload(o) => (&o.metadata, true),
         };
         let name = meta
             .name
@@ -305,7 +322,8 @@ fn read_value(
         }
     }
 
-    let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup" | "PersistentVolumeClaim");
+    let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup" | "PersistentVolumeClaim")
+        || crate::workloads::is_workload(&api_version, &kind);
     let object_name = describe(&kind, map, namespaced);
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
@@ -353,6 +371,22 @@ fn read_value(
             }
             (types::volcano::TOPOLOGY_API_VERSION, "HyperNode") => {
                 Object::HyperNode(typed(place, &object_name, with_spec(value))?)
+            }
+            (a, k) if crate::workloads::is_workload(a, k) => {
+                #[derive(serde::Deserialize)]
+                struct Untyped {
+                    #[serde(default)]
+                    metadata: ObjectMeta,
+                    #[serde(default)]
+                    spec: Value,
+                }
+                let w: Box<Untyped> = typed(place, &object_name, value)?;
+                Object::Workload(Box::new(WorkloadObject {
+                    api_version: a.to_string(),
+                    kind: k.to_string(),
+                    metadata: w.metadata,
+                    spec: w.spec,
+                }))
             }
             _ => return Ok(None),
         };

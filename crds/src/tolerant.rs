@@ -106,6 +106,8 @@ fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Con
                     | Object::PersistentVolume(_)
                     | Object::StorageClass(_)
                     | Object::Pod(_)
+                    // Pods' owners: the gangs their specs state.
+                    | Object::Workload(_)
             )
         })
         .cloned()

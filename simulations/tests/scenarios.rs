@@ -19,6 +19,7 @@
 //!   reason: NotEnoughResources     # optional: a condition with this reason must be present
 //!   message: "0/2 nodes"           # optional: ... whose message contains this text
 //!   noConditions: true             # optional: the group must have no condition
+//!   minMember: 4                   # optional: its gang size
 //! warnings:                 # optional: each must be part of a `basalt-sim: warning:` line
 //! - "spec.priorityClassName"
 //! ```
@@ -88,6 +89,8 @@ struct ExpectedGroup {
     message: Option<String>,
     #[serde(default)]
     no_conditions: bool,
+    /// The gang size the plan gives it.
+    min_member: Option<i64>,
 }
 
 fn scenario_dir() -> PathBuf {
@@ -286,6 +289,12 @@ fn check(
             problems.push(format!(
                 "{name}: {} phase: expected {}, got {}",
                 g.name, g.phase, actual["phase"]
+            ));
+        }
+        if g.min_member.is_some_and(|m| actual["minMember"] != m) {
+            problems.push(format!(
+                "{name}: {} minMember: expected {:?}, got {}",
+                g.name, g.min_member, actual["minMember"]
             ));
         }
         let conditions = actual

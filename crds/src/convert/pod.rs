@@ -107,16 +107,8 @@ pub(super) fn pod(
         )?,
     };
 
-    let group = label_or_annotation(meta, POD_GROUP)
-        .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
-        .or_else(|| {
-            meta.labels
-                .as_ref()?
-                .get(SCHEDULER_PLUGINS_POD_GROUP)
-                .map(String::as_str)
-        })
-        .filter(|g| !g.is_empty())
-        .map(str::to_string);
+    // Else the group made for the workload that owns it (see `owners.rs`).
+    let group = (explicit_group(meta).map(str::to_string)).or_else(|| context.workload_group(meta));
     // A groupless pod's own job: its queue annotation, else its namespace's.
     let queue = match &group {
         Some(_) => None,
@@ -124,8 +116,12 @@ pub(super) fn pod(
             .or_else(|| context.namespace_queue(&namespace(meta)))
             .map(str::to_string),
     };
+    // Else the role its workload's operator labels it with (see `crate::workloads`).
     let role = label_or_annotation(meta, ROLE)
         .or_else(|| label_or_annotation(meta, VOLCANO_TASK_SPEC))
+        .or_else(|| {
+            (crate::workloads::ROLE_LABELS.iter()).find_map(|l| label_or_annotation(meta, l))
+        })
         .map(str::to_string);
     let non_preemptable = [PREEMPTABLE, VOLCANO_PREEMPTABLE].iter().any(|key| {
         let get = |m: &Option<BTreeMap<String, String>>| {
@@ -496,4 +492,18 @@ pub(super) fn requirements(
         });
     }
     Ok(out)
+}
+
+/// The PodGroup a pod names itself: Basalt's label or annotation, Volcano's group-name
+/// annotation, or scheduler-plugins' label.
+pub(super) fn explicit_group(meta: &ObjectMeta) -> Option<&str> {
+    label_or_annotation(meta, POD_GROUP)
+        .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
+        .or_else(|| {
+            meta.labels
+                .as_ref()?
+                .get(SCHEDULER_PLUGINS_POD_GROUP)
+                .map(String::as_str)
+        })
+        .filter(|g| !g.is_empty())
 }

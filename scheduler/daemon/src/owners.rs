@@ -1,6 +1,11 @@
-//! Auto PodGroups per owner: a groupless Basalt pod whose owner (Job, JobSet, PyTorchJob, any
-//! kind) carries `scheduling.basalt.dev/min-member` joins one PodGroup made for that owner.
+//! Auto PodGroups per owner: a groupless Basalt pod whose owner carries
+//! `scheduling.basalt.dev/min-member` (any kind), or is a workload whose spec states a gang
+//! (batch Job, Kubeflow job, JobSet, Volcano Job: `basalt_crds::workloads`), joins one
+//! PodGroup made for that owner. A JobSet's pods (labelled with its name) join the JobSet's.
 
+use std::collections::BTreeMap;
+
+use basalt_crds::workloads;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
@@ -35,7 +40,17 @@ pub enum OwnerGroup {
         group: String,
         min_member: u32,
         queue: Option<String>,
+        /// Per-role minimums (`minTaskMember`) the workload's spec states.
+        roles: BTreeMap<String, u32>,
+        priority_class: Option<String>,
         /// The ownerReference the PodGroup gets (apiVersion, kind, name, uid).
+        owner: (String, String, String, String),
+    },
+    /// A workload whose spec makes no sense (the reason names the field): a gang of the pods
+    /// it has, and a Warning Event.
+    Unreadable {
+        reason: String,
+        group: String,
         owner: (String, String, String, String),
     },
     /// The owner carries no min-member annotation: a group of one, silently.
@@ -44,8 +59,11 @@ pub enum OwnerGroup {
     Invalid(String),
 }
 
-/// Fetches the owner through discovery and reads its annotations. `Err` is a transient failure
-/// (5xx, transport): the pod waits for the next cycle.
+pub use workloads::gang_owner;
+
+/// Fetches the owner through discovery and reads its annotations and spec. An empty `uid`
+/// takes the object of that name, whatever its uid. `Err` is a transient failure (5xx,
+/// transport): the pod waits for the next cycle.
 pub async fn resolve(
     client: &Client,
     ns: &str,
@@ -109,50 +127,73 @@ async fn owner_object(
         }
         Err(e) => return Err(format!("{what}: {e}")),
     };
-    if obj.metadata.uid.as_deref().is_some_and(|u| u != uid) {
+    if !uid.is_empty() && obj.metadata.uid.as_deref().is_some_and(|u| u != uid) {
         return Ok(OwnerGroup::Invalid(format!(
             "{what}: replaced (uid {} is not the pod's owner {uid})",
             obj.metadata.uid.as_deref().unwrap_or("")
         )));
     }
     let annotations = obj.metadata.annotations.unwrap_or_default();
+    let uid = obj.metadata.uid.clone().unwrap_or_else(|| uid.to_string());
+    let spec = obj.data.get("spec").unwrap_or(&serde_json::Value::Null);
     Ok(decide(
         &annotations,
+        spec,
         (
             resource.api_version.clone(),
             resource.kind.clone(),
             name.to_string(),
-            uid.to_string(),
+            uid,
         ),
         what,
     ))
 }
 
-/// The decision from an owner's annotations.
+/// The decision from an owner's annotations (`min-member` wins) and else its spec, when it is
+/// a workload whose spec states a gang.
 pub fn decide(
-    annotations: &std::collections::BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    spec: &serde_json::Value,
     owner: (String, String, String, String),
     what: &str,
 ) -> OwnerGroup {
-    let Some(raw) = annotations.get(MIN_MEMBER) else {
-        return OwnerGroup::None;
-    };
-    let min_member = match raw.trim().parse::<u32>() {
-        Ok(n) if n >= 1 => n,
-        _ => {
-            return OwnerGroup::Invalid(format!(
-                "{what}: annotation {MIN_MEMBER}: {raw:?} is not a positive integer"
-            ))
-        }
-    };
     let group = format!("{}-pg", owner.2);
+    let annotated_queue = annotations.get(crate::apply::AUTO_QUEUE).cloned();
+    let gang = match annotations.get(MIN_MEMBER) {
+        Some(raw) => match raw.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => workloads::WorkloadGang {
+                min_member: n,
+                ..Default::default()
+            },
+            _ => {
+                return OwnerGroup::Invalid(format!(
+                    "{what}: annotation {MIN_MEMBER}: {raw:?} is not a positive integer"
+                ))
+            }
+        },
+        None => match workloads::gang(&owner.0, &owner.1, spec) {
+            Ok(Some(g)) => g,
+            Ok(None) => return OwnerGroup::None,
+            Err(e) if group.len() <= 253 => {
+                return OwnerGroup::Unreadable {
+                    reason: format!("{what}: {e}"),
+                    group,
+                    owner,
+                }
+            }
+            Err(e) => return OwnerGroup::Invalid(format!("{what}: {e}")),
+        },
+    };
     if group.len() > 253 {
         return OwnerGroup::Invalid(format!("{what}: name too long for a PodGroup name"));
     }
     OwnerGroup::Gang {
         group,
-        min_member,
-        queue: annotations.get(crate::apply::AUTO_QUEUE).cloned(),
+        min_member: gang.min_member,
+        // The annotation names the queue where the operator's spec names none.
+        queue: gang.queue.or(annotated_queue),
+        roles: gang.roles,
+        priority_class: gang.priority_class,
         owner,
     }
 }
@@ -160,7 +201,6 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn owner() -> (String, String, String, String) {
         ("batch/v1".into(), "Job".into(), "train".into(), "u1".into())
@@ -169,25 +209,42 @@ mod tests {
     #[test]
     fn annotations_decide_the_group() {
         let mut a = BTreeMap::new();
-        assert_eq!(decide(&a, owner(), "Job"), OwnerGroup::None);
+        let none = serde_json::Value::Null;
+        assert_eq!(decide(&a, &none, owner(), "Job"), OwnerGroup::None);
         a.insert(MIN_MEMBER.to_string(), "3".to_string());
         a.insert(crate::apply::AUTO_QUEUE.to_string(), "research".to_string());
         assert_eq!(
-            decide(&a, owner(), "Job"),
+            decide(&a, &none, owner(), "Job"),
             OwnerGroup::Gang {
                 group: "train-pg".into(),
                 min_member: 3,
                 queue: Some("research".into()),
+                roles: BTreeMap::new(),
+                priority_class: None,
                 owner: owner()
             }
         );
         for bad in ["0", "-1", "three", ""] {
             a.insert(MIN_MEMBER.to_string(), bad.to_string());
-            let d = decide(&a, owner(), "owner Job default/train");
+            let d = decide(&a, &none, owner(), "owner Job default/train");
             assert!(
                 matches!(&d, OwnerGroup::Invalid(m) if m.contains(MIN_MEMBER) && m.contains("default/train")),
                 "{bad}: {d:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_workload_spec_decides_the_group_when_no_annotation_does() {
+        let a = BTreeMap::new();
+        let spec = serde_json::json!({"parallelism": 4});
+        let d = decide(&a, &spec, owner(), "owner Job default/train");
+        assert!(matches!(d, OwnerGroup::Gang { min_member: 4, .. }), "{d:?}");
+        let spec = serde_json::json!({"parallelism": -4});
+        let d = decide(&a, &spec, owner(), "owner Job default/train");
+        assert!(
+            matches!(&d, OwnerGroup::Unreadable { reason, .. } if reason.contains("spec.parallelism")),
+            "{d:?}"
+        );
     }
 }

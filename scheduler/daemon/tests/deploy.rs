@@ -235,9 +235,9 @@ fn examples_read_as_basalt_objects() {
     let text = std::fs::read_to_string(&path).unwrap();
     let loaded = basalt_crds::read_objects(&path.display().to_string(), &text).unwrap();
     let kinds: Vec<&str> = loaded.objects.iter().map(|(_, o)| o.kind()).collect();
-    assert_eq!(kinds, ["Queue", "PriorityClass", "PodGroup"]);
-    // The Job itself is not something the planner reads; it is skipped with a warning.
-    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    // The Job is read as a workload (its pods name the PodGroup, which wins).
+    assert_eq!(kinds, ["Queue", "PriorityClass", "PodGroup", "Job"]);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,9 +23,11 @@ impl Scheduler {
     /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
     /// annotation. The group is created first, then the pod annotated to name it.
     ///
-    /// A pod whose owner (its controller ownerReference, else its first) carries
-    /// `scheduling.basalt.dev/min-member: N` instead joins the owner's PodGroup `<owner>-pg`
-    /// (minMember N, queue from the owner's `scheduling.basalt.dev/queue`, owned by the owner).
+    /// A pod whose owner (see [`owners::gang_owner`]) carries
+    /// `scheduling.basalt.dev/min-member: N`, or is a workload whose spec states a gang,
+    /// instead joins the owner's PodGroup `<owner>-pg` (minMember N or the spec's, per-role
+    /// minimums and priority class from the spec, queue from the spec or the owner's
+    /// `scheduling.basalt.dev/queue`, owned by the owner).
     ///
     /// Owners are cached by uid for `owner_ttl`: an owner deleted and made again under the same
     /// name is another uid, so it is read afresh; one whose annotations change is read again
@@ -60,7 +62,7 @@ impl Scheduler {
             if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
                 continue;
             }
-            let owner_ref = owners::controller(&p.metadata);
+            let owner_ref = owners::gang_owner(&p.metadata);
             let decision = match owner_ref {
                 None => OwnerGroup::None,
                 Some(r) => match self.owner_decision(ns, &r).await {
@@ -71,6 +73,36 @@ impl Scheduler {
                         continue;
                     }
                 },
+            };
+            // A workload whose spec makes no sense: a gang of the pods it has.
+            let decision = match decision {
+                OwnerGroup::Unreadable {
+                    reason,
+                    group,
+                    owner,
+                } => {
+                    let members = (stores.pods.state().iter())
+                        .filter(|o| {
+                            owners::gang_owner(&o.metadata)
+                                .is_some_and(|r| r.name == owner.2 && r.kind == owner.1)
+                        })
+                        .filter(|o| o.metadata.namespace == p.metadata.namespace)
+                        .count()
+                        .max(1) as u32;
+                    let msg = format!("{reason}; scheduled as a gang of the {members} pods it has");
+                    tracing::warn!(pod = %key, reason = %reason, members, "owner's spec gives no gang size");
+                    let pod = pod_ref(ns, name, p.metadata.uid.clone());
+                    self.event(pod, "Warning", "OwnerSpecInvalid", &msg).await;
+                    OwnerGroup::Gang {
+                        group,
+                        min_member: members,
+                        queue: None,
+                        roles: Default::default(),
+                        priority_class: None,
+                        owner,
+                    }
+                }
+                other => other,
             };
             let pod_queue = p
                 .metadata
@@ -94,9 +126,11 @@ impl Scheduler {
                     group,
                     min_member,
                     queue,
+                    roles,
+                    priority_class,
                     owner: (api_version, kind, owner_name, uid),
                 } => {
-                    let body = json!({
+                    let mut body = json!({
                         "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
                         "metadata": {"name": group, "namespace": ns,
                             "labels": {"scheduling.basalt.dev/auto": "true"},
@@ -104,6 +138,12 @@ impl Scheduler {
                                 "name": owner_name, "uid": uid, "controller": true}]},
                         "spec": {"minMember": min_member, "queue": queue.or(pod_queue)},
                     });
+                    if !roles.is_empty() {
+                        body["spec"]["minTaskMember"] = json!(roles);
+                    }
+                    if let Some(class) = priority_class {
+                        body["spec"]["priorityClassName"] = json!(class);
+                    }
                     // Held out of the snapshot from now until the group and the pod's
                     // annotation are both watched.
                     self.owner_members
@@ -229,12 +269,16 @@ impl Scheduler {
         ns: &str,
         r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     ) -> Result<OwnerGroup, String> {
-        if let Some((d, _)) = self.owners.get(&r.uid) {
+        // An owner known by name alone (a JobSet its pods' label names) is cached by name.
+        let cache_key = match r.uid.is_empty() {
+            true => format!("{}/{ns}/{}", r.kind, r.name),
+            false => r.uid.clone(),
+        };
+        if let Some((d, _)) = self.owners.get(&cache_key) {
             return Ok(d.clone());
         }
         let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
-        self.owners
-            .insert(r.uid.clone(), (d.clone(), Instant::now()));
+        self.owners.insert(cache_key, (d.clone(), Instant::now()));
         Ok(d)
     }
 

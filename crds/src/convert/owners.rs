@@ -1,0 +1,128 @@
+//! PodGroups for workloads, as the daemon makes them (`scheduler/daemon/src/owners.rs`): a
+//! groupless pod whose owner (see [`workloads::gang_owner`]) is a workload of the manifests
+//! whose spec states a gang joins the PodGroup `<owner>-pg`, with the spec's size, per-role
+//! minimums, queue and priority class. A spec that makes no sense gives a gang of the pods
+//! the workload has, and a warning naming the field.
+
+use super::*;
+use crate::read::WorkloadObject;
+use crate::workloads::{self, WorkloadGang};
+
+/// The workloads of the manifests, by (namespace, kind, name), and how many groupless pods
+/// each owns.
+#[derive(Default)]
+pub(crate) struct WorkloadGroups {
+    by_owner: HashMap<(String, String, String), Owned>,
+}
+
+struct Owned {
+    gang: Result<Option<WorkloadGang>, String>,
+    members: u32,
+}
+
+fn owner_key(namespace: &str, kind: &str, name: &str) -> (String, String, String) {
+    (namespace.to_string(), kind.to_string(), name.to_string())
+}
+
+impl WorkloadGroups {
+    pub(crate) fn collect(objects: &[(String, Object)]) -> Self {
+        let mut by_owner = HashMap::new();
+        for (_, object) in objects {
+            if let Object::Workload(w) = object {
+                let name = w.metadata.name.clone().unwrap_or_default();
+                let gang = workloads::gang(&w.api_version, &w.kind, &w.spec);
+                let key = owner_key(&namespace(&w.metadata), &w.kind, &name);
+                by_owner.insert(key, Owned { gang, members: 0 });
+            }
+        }
+        let mut groups = WorkloadGroups { by_owner };
+        for (_, object) in objects {
+            if let Object::Pod(p) = object {
+                if pod::explicit_group(&p.metadata).is_none() {
+                    if let Some(owned) = groups.owned_mut(&p.metadata) {
+                        owned.members += 1;
+                    }
+                }
+            }
+        }
+        groups
+    }
+
+    fn owner_of(meta: &ObjectMeta) -> Option<(String, String, String)> {
+        let r = workloads::gang_owner(meta)?;
+        Some(owner_key(&namespace(meta), &r.kind, &r.name))
+    }
+
+    fn owned_mut(&mut self, meta: &ObjectMeta) -> Option<&mut Owned> {
+        self.by_owner.get_mut(&Self::owner_of(meta)?)
+    }
+
+    /// The PodGroup a groupless pod joins, when its owner is a workload that states a gang.
+    pub(crate) fn group_of(&self, meta: &ObjectMeta) -> Option<String> {
+        let owned = self.by_owner.get(&Self::owner_of(meta)?)?;
+        let (_, _, owner) = Self::owner_of(meta)?;
+        matches!(owned.gang, Ok(Some(_)) | Err(_)).then(|| format!("{owner}-pg"))
+    }
+}
+
+impl Context {
+    /// The PodGroup made for the workload owning a groupless pod, if any.
+    pub(crate) fn workload_group(&self, meta: &ObjectMeta) -> Option<String> {
+        self.workload_groups.group_of(meta)
+    }
+
+    /// The PodGroup of a workload that owns pods and states a gang (converted as a PodGroup
+    /// object would be), or `None`.
+    pub(super) fn workload_pod_group(
+        &self,
+        cx: &Cx,
+        w: &WorkloadObject,
+        warnings: &mut Vec<String>,
+    ) -> Result<Option<GroupSpec>, ConvertError> {
+        let name = cx.name(&w.metadata)?;
+        let key = owner_key(&namespace(&w.metadata), &w.kind, name);
+        let Some(owned) = self.workload_groups.by_owner.get(&key) else {
+            return Ok(None);
+        };
+        if owned.members == 0 {
+            return Ok(None);
+        }
+        let gang = match &owned.gang {
+            Ok(Some(g)) => g.clone(),
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                let (field, message) = e.split_once(": ").unwrap_or(("spec", e));
+                warnings.push(cx.warning(
+                    field,
+                    format!(
+                        "{message}; its pods are a gang of the {} it has",
+                        owned.members
+                    ),
+                ));
+                WorkloadGang {
+                    min_member: owned.members,
+                    ..WorkloadGang::default()
+                }
+            }
+        };
+        let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let pod_group = PodGroup {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-pg")),
+                namespace: w.metadata.namespace.clone(),
+                ..ObjectMeta::default()
+            },
+            spec: crate::types::PodGroupSpec {
+                min_member: clamp(gang.min_member),
+                min_task_member: (gang.roles.iter())
+                    .map(|(r, &n)| (r.clone(), clamp(n)))
+                    .collect(),
+                queue: gang.queue,
+                priority_class_name: gang.priority_class,
+                ..Default::default()
+            },
+            status: None,
+        };
+        group(cx, &pod_group, self, warnings).map(Some)
+    }
+}

@@ -1,0 +1,343 @@
+//! Gangs from the training workloads' own specs, with no annotation needed: the gang size and
+//! per-role minimums a batch Job, a Kubeflow job, a JobSet or a Volcano Job states, and the
+//! queue and priority class their operators take. Pure: the daemon reads the owner through
+//! discovery and `basalt-sim plan` from the manifests, and both ask this module.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::Value;
+
+/// Pod label: a Kubeflow training-operator pod's replica type, lowercased (`master`, `worker`).
+pub const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
+/// Pod label: an MPIJob pod's role (`launcher`, `worker`), as mpi-operator v2 writes it.
+pub const MPI_JOB_ROLE: &str = "training.kubeflow.org/job-role";
+/// Pod label: the JobSet a pod's Job belongs to.
+pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+/// Pod label: the replicated job of a JobSet a pod's Job belongs to.
+pub const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// JobSet's API version.
+pub const JOBSET_API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
+
+/// The pod labels that name a pod's role in its workload's gang, in order.
+pub const ROLE_LABELS: [&str; 3] = [KUBEFLOW_REPLICA_TYPE, MPI_JOB_ROLE, JOBSET_REPLICATED_JOB];
+
+/// The owner whose gang a pod joins: the JobSet its label names (its pods' controllers are
+/// the JobSet's child Jobs; the uid is left empty), else its controller ownerReference, else
+/// its first.
+pub fn gang_owner(meta: &ObjectMeta) -> Option<OwnerReference> {
+    let jobset = meta.labels.as_ref().and_then(|l| l.get(JOBSET_NAME));
+    if let Some(name) = jobset.filter(|n| !n.is_empty()) {
+        return Some(OwnerReference {
+            api_version: JOBSET_API_VERSION.into(),
+            kind: "JobSet".into(),
+            name: name.clone(),
+            uid: String::new(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        });
+    }
+    let refs = meta.owner_references.as_ref()?;
+    refs.iter()
+        .find(|r| r.controller == Some(true))
+        .or_else(|| refs.first())
+        .cloned()
+}
+
+/// The kind's name, for messages, when Basalt derives gangs from it.
+pub fn workload_kind(api_version: &str, kind: &str) -> Option<&'static str> {
+    const KINDS: [&str; 8] = [
+        "Job",
+        "PyTorchJob",
+        "TFJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "MXJob",
+        "MPIJob",
+        "JobSet",
+    ];
+    let k = KINDS.iter().find(|&&k| k == kind)?;
+    is_workload(api_version, kind).then_some(*k)
+}
+
+/// What a workload's spec says of its gang.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadGang {
+    pub min_member: u32,
+    /// Per role (the pods' role label value): members that must run together.
+    pub roles: BTreeMap<String, u32>,
+    pub queue: Option<String>,
+    pub priority_class: Option<String>,
+}
+
+/// Kubeflow's replica-spec field per kind (`kubeflow.org/v1`; MPIJob also `v2beta1`).
+fn kubeflow_replica_specs(api_version: &str, kind: &str) -> Option<&'static str> {
+    let field = match kind {
+        "PyTorchJob" => "pytorchReplicaSpecs",
+        "TFJob" => "tfReplicaSpecs",
+        "XGBoostJob" => "xgbReplicaSpecs",
+        "PaddleJob" => "paddleReplicaSpecs",
+        "MXJob" => "mxReplicaSpecs",
+        "MPIJob" => "mpiReplicaSpecs",
+        _ => return None,
+    };
+    matches!(api_version, "kubeflow.org/v1" | "kubeflow.org/v2beta1").then_some(field)
+}
+
+/// Whether Basalt derives gangs from this kind.
+pub fn is_workload(api_version: &str, kind: &str) -> bool {
+    kubeflow_replica_specs(api_version, kind).is_some()
+        || matches!(
+            (api_version, kind),
+            ("batch/v1", "Job")
+                | (JOBSET_API_VERSION, "JobSet")
+                | ("batch.volcano.sh/v1alpha1", "Job")
+        )
+}
+
+/// The gang a workload's `spec` states: `Ok(None)` for a kind Basalt derives nothing from, or
+/// one that runs a single pod at a time; `Err` names the field that makes no sense.
+pub fn gang(api_version: &str, kind: &str, spec: &Value) -> Result<Option<WorkloadGang>, String> {
+    let gang = if let Some(field) = kubeflow_replica_specs(api_version, kind) {
+        kubeflow(spec, field)?
+    } else {
+        match (api_version, kind) {
+            ("batch/v1", "Job") => job(spec)?,
+            (JOBSET_API_VERSION, "JobSet") => jobset(spec)?,
+            ("batch.volcano.sh/v1alpha1", "Job") => volcano_job(spec)?,
+            _ => return Ok(None),
+        }
+    };
+    Ok(gang.filter(|g| g.min_member > 1))
+}
+
+/// A count field: absent is `default`; present, a non-negative integer.
+fn count(v: &Value, field: &str, path: &str, default: u32) -> Result<u32, String> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(x) => (x.as_u64())
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| format!("{path}.{field}: {x} is not a count")),
+    }
+}
+
+fn text(v: &Value, field: &str) -> Option<String> {
+    v.get(field)?
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// batch/v1 Job: its pods run `parallelism` at a time (never more than `completions`).
+fn job(spec: &Value) -> Result<Option<WorkloadGang>, String> {
+    let parallelism = count(spec, "parallelism", "spec", 1)?;
+    let completions = count(spec, "completions", "spec", u32::MAX)?;
+    Ok(Some(WorkloadGang {
+        min_member: parallelism.min(completions),
+        ..WorkloadGang::default()
+    }))
+}
+
+/// A Kubeflow job: each replica type a role with its replica count, the gang their sum, or
+/// the operator's own `runPolicy.schedulingPolicy.minAvailable`; its queue and priority class
+/// there too. MPIJob's launcher joins only when it is made at once (not
+/// `launcherCreationPolicy: WaitForWorkersReady`, which starts it after the workers).
+fn kubeflow(spec: &Value, field: &str) -> Result<Option<WorkloadGang>, String> {
+    let Some(specs) = spec.get(field).and_then(Value::as_object) else {
+        return Err(format!("spec.{field}: missing: no replica types"));
+    };
+    let late_launcher =
+        spec.get("launcherCreationPolicy").and_then(Value::as_str) == Some("WaitForWorkersReady");
+    let mut roles = BTreeMap::new();
+    for (replica_type, replica) in specs {
+        if late_launcher && replica_type == "Launcher" {
+            continue;
+        }
+        let n = count(
+            replica,
+            "replicas",
+            &format!("spec.{field}.{replica_type}"),
+            1,
+        )?;
+        roles.insert(replica_type.to_ascii_lowercase(), n);
+    }
+    let sum: u32 = roles.values().fold(0u32, |a, &n| a.saturating_add(n));
+    let policy = spec
+        .get("runPolicy")
+        .and_then(|r| r.get("schedulingPolicy"));
+    let path = "spec.runPolicy.schedulingPolicy";
+    let min = match policy {
+        Some(p) => count(p, "minAvailable", path, sum)?,
+        None => sum,
+    };
+    Ok(Some(WorkloadGang {
+        min_member: min,
+        // Per-role minimums only when the whole job must start together.
+        roles: if min >= sum { roles } else { BTreeMap::new() },
+        queue: policy.and_then(|p| text(p, "queue")),
+        priority_class: policy.and_then(|p| text(p, "priorityClass")),
+    }))
+}
+
+/// JobSet: one gang across every child Job (replicas × parallelism per replicated job, each
+/// replicated job a role).
+fn jobset(spec: &Value) -> Result<Option<WorkloadGang>, String> {
+    let Some(jobs) = spec.get("replicatedJobs").and_then(Value::as_array) else {
+        return Err("spec.replicatedJobs: missing".into());
+    };
+    let mut roles = BTreeMap::new();
+    for (i, r) in jobs.iter().enumerate() {
+        let path = format!("spec.replicatedJobs[{i}]");
+        let Some(name) = text(r, "name") else {
+            return Err(format!("{path}.name: missing"));
+        };
+        let replicas = count(r, "replicas", &path, 1)?;
+        let job_spec = r.get("template").and_then(|t| t.get("spec"));
+        let per_job = match job_spec {
+            Some(s) => {
+                let path = format!("{path}.template.spec");
+                let parallelism = count(s, "parallelism", &path, 1)?;
+                parallelism.min(count(s, "completions", &path, u32::MAX)?)
+            }
+            None => 1,
+        };
+        roles.insert(name, replicas.saturating_mul(per_job));
+    }
+    let min_member = roles.values().fold(0u32, |a, &n| a.saturating_add(n));
+    Ok(Some(WorkloadGang {
+        min_member,
+        roles,
+        ..WorkloadGang::default()
+    }))
+}
+
+/// Volcano's Job: tasks with replicas, the job's `minAvailable` (default: every replica),
+/// per-task `minAvailable`, queue and priority class, as Volcano's job controller writes them
+/// into the PodGroup it makes.
+fn volcano_job(spec: &Value) -> Result<Option<WorkloadGang>, String> {
+    let tasks = spec.get("tasks").and_then(Value::as_array);
+    let Some(tasks) = tasks.filter(|t| !t.is_empty()) else {
+        return Err("spec.tasks: missing: no tasks".into());
+    };
+    let mut sum = 0u32;
+    let mut roles = BTreeMap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        let path = format!("spec.tasks[{i}]");
+        let replicas = count(t, "replicas", &path, 1)?;
+        sum = sum.saturating_add(replicas);
+        if let (Some(name), Some(_)) = (text(t, "name"), t.get("minAvailable")) {
+            roles.insert(name, count(t, "minAvailable", &path, replicas)?);
+        }
+    }
+    Ok(Some(WorkloadGang {
+        min_member: count(spec, "minAvailable", "spec", sum)?,
+        roles,
+        queue: text(spec, "queue"),
+        priority_class: text(spec, "priorityClassName"),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pytorchjob_is_a_gang_of_its_replicas_with_roles() {
+        let spec = json!({"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {}},
+            "Worker": {"replicas": 3, "template": {}}}});
+        let g = gang("kubeflow.org/v1", "PyTorchJob", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.min_member, 4);
+        assert_eq!(
+            g.roles,
+            BTreeMap::from([("master".into(), 1), ("worker".into(), 3)])
+        );
+        // The operator's own scheduling policy wins; an elastic minimum keeps no role minimums.
+        let spec = json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 8}},
+            "runPolicy": {"schedulingPolicy": {"minAvailable": 4, "queue": "research",
+                                               "priorityClass": "high"}}});
+        let g = gang("kubeflow.org/v1", "PyTorchJob", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!((g.min_member, g.roles.len()), (4, 0));
+        assert_eq!(
+            (g.queue.as_deref(), g.priority_class.as_deref()),
+            (Some("research"), Some("high"))
+        );
+    }
+
+    #[test]
+    fn an_mpijob_counts_its_launcher_unless_it_starts_after_the_workers() {
+        let spec =
+            json!({"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 2}}});
+        let g = gang("kubeflow.org/v2beta1", "MPIJob", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.min_member, 3);
+        let mut late = spec.clone();
+        late["launcherCreationPolicy"] = json!("WaitForWorkersReady");
+        let g = gang("kubeflow.org/v2beta1", "MPIJob", &late)
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.min_member, 2);
+    }
+
+    #[test]
+    fn a_jobset_is_one_gang_across_its_child_jobs() {
+        let spec = json!({"replicatedJobs": [
+            {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
+            {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4}}}]});
+        let g = gang(JOBSET_API_VERSION, "JobSet", &spec).unwrap().unwrap();
+        assert_eq!(g.min_member, 9);
+        assert_eq!(g.roles["workers"], 8);
+    }
+
+    #[test]
+    fn jobs_and_volcano_jobs() {
+        let g = gang(
+            "batch/v1",
+            "Job",
+            &json!({"parallelism": 4, "completions": 8}),
+        )
+        .unwrap();
+        assert_eq!(g.unwrap().min_member, 4);
+        // One pod at a time: no gang.
+        assert_eq!(gang("batch/v1", "Job", &json!({})).unwrap(), None);
+        assert_eq!(
+            gang(
+                "batch/v1",
+                "Job",
+                &json!({"parallelism": 4, "completions": 1})
+            )
+            .unwrap(),
+            None
+        );
+        let spec = json!({"minAvailable": 3, "queue": "q", "priorityClassName": "p", "tasks": [
+            {"name": "ps", "replicas": 1, "minAvailable": 1}, {"name": "worker", "replicas": 4}]});
+        let g = gang("batch.volcano.sh/v1alpha1", "Job", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!((g.min_member, g.queue.as_deref()), (3, Some("q")));
+        assert_eq!(g.roles, BTreeMap::from([("ps".into(), 1)]));
+    }
+
+    #[test]
+    fn nonsense_names_its_field() {
+        let spec = json!({"pytorchReplicaSpecs": {"Worker": {"replicas": -2}}});
+        let e = gang("kubeflow.org/v1", "PyTorchJob", &spec).unwrap_err();
+        assert_eq!(
+            e,
+            "spec.pytorchReplicaSpecs.Worker.replicas: -2 is not a count"
+        );
+        let e = gang("batch/v1", "Job", &json!({"parallelism": "lots"})).unwrap_err();
+        assert!(e.starts_with("spec.parallelism"), "{e}");
+        assert!(gang("jobset.x-k8s.io/v1alpha2", "JobSet", &json!({})).is_err());
+        assert_eq!(
+            gang("apps/v1", "Deployment", &json!({"replicas": 3})).unwrap(),
+            None
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Training workloads become gangs from their own specs, with no annotation: a Kubeflow
+//! PyTorchJob and a JobSet against the in-memory API server with their CRDs registered, and a
+//! stub in the test creating the pods their operators would create, labelled and owned as
+//! they label and own them. All or nothing; a spec that makes no sense gets an Event.
+
+mod common;
+
+use basalt_apiserver::Config;
+use common::*;
+use serde_json::{json, Value};
+
+fn crd(group: &str, kind: &str, plural: &str, version: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": version, "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A pod as an operator makes it: `schedulerName: basalt` from the user's template, the
+/// operator's labels and its controller ownerReference.
+fn operator_pod(name: &str, labels: Value, owner: (&str, &str, &str, &str), gpus: u32) -> Value {
+    let mut p = pod(name, "", gpus);
+    p["metadata"]["labels"] = labels;
+    let (api_version, kind, owner_name, uid) = owner;
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind,
+        "name": owner_name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+    p
+}
+
+fn uid(c: &Cluster, api_version: &str, kind: &str, name: &str) -> String {
+    let o = c
+        .server
+        .get(api_version, kind, "default", name)
+        .expect("created");
+    o["metadata"]["uid"].as_str().expect("a uid").to_string()
+}
+
+/// The training-operator's pods of a PyTorchJob replica.
+fn pytorch_pod(job: &str, uid: &str, replica_type: &str, index: u32) -> Value {
+    let labels = json!({
+        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/replica-type": replica_type,
+        "training.kubeflow.org/replica-index": index.to_string(),
+    });
+    let name = format!("{job}-{replica_type}-{index}");
+    operator_pod(
+        &name,
+        labels,
+        ("kubeflow.org/v1", "PyTorchJob", job, uid),
+        8,
+    )
+}
+
+/// Kubeflow's PyTorchJob example (`pytorch-simple`), with three workers.
+fn pytorchjob(name: &str, workers: Value) -> Value {
+    let template = json!({"spec": {"schedulerName": "basalt", "containers": [{
+        "name": "pytorch", "image": "kubeflow/pytorch-dist-mnist:latest",
+        "resources": {"limits": {"nvidia.com/gpu": 8}}}]}});
+    json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+            "Worker": {"replicas": workers, "restartPolicy": "OnFailure", "template": template}}},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytorchjob_is_one_gang_of_its_master_and_workers() {
+    let c = cluster(Config::default()).await;
+    c.create(crd("kubeflow.org", "PyTorchJob", "pytorchjobs", "v1"));
+    for n in 0..4 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(pytorchjob("mnist", json!(3)));
+    let job_uid = uid(&c, "kubeflow.org/v1", "PyTorchJob", "mnist");
+    // The operator has made the master and two workers so far: the gang of four waits.
+    c.create(pytorch_pod("mnist", &job_uid, "master", 0));
+    for i in 0..2 {
+        c.create(pytorch_pod("mnist", &job_uid, "worker", i));
+    }
+    let _s = c.start_scheduler();
+    eventually(
+        "the job's PodGroup exists with the job's size and roles",
+        || {
+            (c.server.get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "mnist-pg",
+            ))
+            .is_some_and(|g| {
+                g["spec"]["minMember"] == 4
+                    && g["spec"]["minTaskMember"] == json!({"master": 1, "worker": 3})
+            })
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let names = ["mnist-master-0", "mnist-worker-0", "mnist-worker-1"];
+    assert!(
+        names.iter().all(|p| c.node_of(p).is_none()),
+        "part of the gang was bound"
+    );
+    c.create(pytorch_pod("mnist", &job_uid, "worker", 2));
+    eventually("all four bound", || {
+        names
+            .iter()
+            .chain(&["mnist-worker-2"])
+            .all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    let g = c.group("mnist-pg");
+    assert_eq!(g["metadata"]["ownerReferences"][0]["uid"], job_uid.as_str());
+    c.assert_no_node_over_capacity();
+}
+
+/// JobSet's pods: owned by their child Job, labelled with the JobSet and replicated job.
+fn jobset_pod(jobset: &str, rjob: &str, job_index: u32, pod_index: u32) -> Value {
+    let job = format!("{jobset}-{rjob}-{job_index}");
+    let labels = json!({
+        "jobset.sigs.k8s.io/jobset-name": jobset,
+        "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+        "jobset.sigs.k8s.io/job-index": job_index.to_string(),
+        "batch.kubernetes.io/job-completion-index": pod_index.to_string(),
+    });
+    let name = format!("{job}-{pod_index}");
+    let uid = format!("uid-{job}");
+    operator_pod(&name, labels, ("batch/v1", "Job", &job, &uid), 8)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobset_is_one_gang_across_its_child_jobs_and_binds_nothing_when_part_fits() {
+    let c = cluster(Config::default()).await;
+    c.create(crd("jobset.x-k8s.io", "JobSet", "jobsets", "v1alpha2"));
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    // JobSet's example shape: two child Jobs of two pods each (replicas 2, parallelism 2).
+    c.create(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "pretrain", "namespace": "default"},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
+            "parallelism": 2, "completions": 2, "backoffLimit": 0,
+            "template": {"spec": {"schedulerName": "basalt", "containers": [{
+                "name": "w", "image": "trainer:1",
+                "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]},
+    }));
+    let pods: Vec<String> = (0..2)
+        .flat_map(|j| (0..2).map(move |i| (j, i)))
+        .map(|(j, i)| {
+            c.create(jobset_pod("pretrain", "workers", j, i));
+            format!("pretrain-workers-{j}-{i}")
+        })
+        .collect();
+    let _s = c.start_scheduler();
+    eventually("one PodGroup for the JobSet, of all four pods", || {
+        (c.server.get(
+            "scheduling.basalt.dev/v1alpha1",
+            "PodGroup",
+            "default",
+            "pretrain-pg",
+        ))
+        .is_some_and(|g| g["spec"]["minMember"] == 4)
+            && pods.iter().all(|p| {
+                c.pod(p)["metadata"]["annotations"]["scheduling.basalt.dev/pod-group"]
+                    == "pretrain-pg"
+            })
+    })
+    .await;
+    // Three nodes for four 8-GPU pods: nothing binds (one gang per child Job would bind two).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        pods.iter().all(|p| c.node_of(p).is_none()),
+        "half a JobSet was bound"
+    );
+    c.create(node("n3", 8));
+    eventually("all four bound", || {
+        pods.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nonsense_replica_count_is_an_event_and_a_gang_of_the_pods_that_exist() {
+    let c = cluster(Config::default()).await;
+    c.create(crd("kubeflow.org", "PyTorchJob", "pytorchjobs", "v1"));
+    for n in 0..2 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(pytorchjob("broken", json!(-3)));
+    let job_uid = uid(&c, "kubeflow.org/v1", "PyTorchJob", "broken");
+    c.create(pytorch_pod("broken", &job_uid, "master", 0));
+    c.create(pytorch_pod("broken", &job_uid, "worker", 0));
+    let _s = c.start_scheduler();
+    eventually("both pods bound, as a gang of the two that exist", || {
+        c.node_of("broken-master-0").is_some() && c.node_of("broken-worker-0").is_some()
+    })
+    .await;
+    let events = c.events("OwnerSpecInvalid", "broken-master-0");
+    let message = events
+        .first()
+        .and_then(|e| e["message"].as_str())
+        .unwrap_or("");
+    assert!(
+        message.contains("spec.pytorchReplicaSpecs.Worker.replicas"),
+        "{events:?}"
+    );
+    assert_eq!(c.group("broken-pg")["spec"]["minMember"], 2);
+}
