@@ -44,7 +44,8 @@ enum Command {
     Plan {
         /// Manifest files: multi-document YAML, JSON, or `kind: List` as `kubectl get -o yaml`
         /// prints them (Nodes, Pods, PriorityClasses, PodGroups, Queues, NodeTopologies,
-        /// HyperNodes, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses).
+        /// HyperNodes, Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses;
+        /// Jobs, Kubeflow jobs, JobSets and Volcano Jobs for the gangs of their pods).
         #[arg(long = "snapshot", value_name = "FILE")]
         snapshots: Vec<PathBuf>,
         /// Scheduler config (YAML); defaults apply to absent fields.
