@@ -585,6 +585,13 @@ fn group(
             .map_or(JobPhase::Pending, |st| st.phase.into()),
         topology: topology(cx, "spec.topology", &s.topology)?,
         sub_groups: sub_groups(cx, &s.sub_groups)?,
+        schedule_timeout_ms: match s.schedule_timeout_seconds {
+            Some(t) if t < 1 => {
+                let message = format!("must be at least 1, got {t}");
+                return Err(cx.err("spec.scheduleTimeoutSeconds", message));
+            }
+            t => t.map(|t| i64::from(t) * 1000),
+        },
     })
 }
 

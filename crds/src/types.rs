@@ -106,6 +106,12 @@ pub struct PodGroupSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub sub_groups: Vec<SubGroup>,
+    /// Seconds the gang may wait without starting; then it is marked Unschedulable
+    /// (`ScheduleTimeout`), holds nothing and sits out the scheduler's backoff before it is
+    /// tried again (scheduler-plugins' field of the same name). Absent: it waits until it fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub schedule_timeout_seconds: Option<i32>,
 }
 
 /// Where a gang or a sub-group must or should land. Values are tier names from the scheduler's
@@ -806,6 +812,8 @@ pub mod volcano {
                     priority_class_name: s.priority_class_name,
                     topology,
                     sub_groups,
+                    // Volcano's PodGroup has no wait timeout.
+                    schedule_timeout_seconds: None,
                 },
                 status: self.status,
             };

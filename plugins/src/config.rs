@@ -75,11 +75,17 @@ impl From<ActionName> for Action {
 pub struct GangArgs {
     /// All-or-nothing admission of minMember (and minTaskMember) members.
     pub enabled: bool,
+    /// How long a gang that did not start within its PodGroup's `scheduleTimeoutSeconds`
+    /// sits out (holding nothing) before it is tried again.
+    pub timeout_backoff_seconds: u64,
 }
 
 impl Default for GangArgs {
     fn default() -> Self {
-        GangArgs { enabled: true }
+        GangArgs {
+            enabled: true,
+            timeout_backoff_seconds: 60,
+        }
     }
 }
 

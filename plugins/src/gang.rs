@@ -153,6 +153,7 @@ mod tests {
                 phase: JobPhase::Inqueue,
                 topology: Default::default(),
                 sub_groups: Vec::new(),
+                schedule_timeout_ms: None,
             }],
             ..Default::default()
         };

@@ -48,6 +48,9 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
         .backfill
         .reserve_after_seconds
         .map(|s| s.saturating_mul(1000).min(i64::MAX as u64) as i64);
+    fw.gang_backoff_ms = (config.gang.timeout_backoff_seconds)
+        .saturating_mul(1000)
+        .min(i64::MAX as u64) as i64;
     fw.tiers = config.topology.tiers.clone();
     fw.preferences = (&config.scoring).into();
     fw

@@ -549,6 +549,7 @@ fn cluster(case: &Case) -> ClusterSpec {
                 phase: JobPhase::Inqueue,
                 topology: Default::default(),
                 sub_groups: Vec::new(),
+                schedule_timeout_ms: None,
             }
         })
         .collect();

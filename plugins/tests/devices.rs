@@ -389,6 +389,7 @@ fn sharing_cluster() -> impl Strategy<Value = ClusterSpec> {
                         phase: JobPhase::Inqueue,
                         topology: Default::default(),
                         sub_groups: Vec::new(),
+                        schedule_timeout_ms: None,
                     }
                 })
                 .collect();

@@ -112,6 +112,7 @@ fn cluster(nodes: &[(i64, i64, i64)], weights: &[u32], gs: &[G]) -> ClusterSpec 
             },
             topology: Default::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         });
         for (p, &(cpu, mem, gpu, role)) in gang.pods.iter().enumerate() {
             let req = (cpu * 1000, mem, gpu);

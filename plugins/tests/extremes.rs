@@ -188,6 +188,7 @@ fn build(
             },
             topology: Default::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         });
         for (p, &r) in gang.pods.iter().enumerate() {
             let node = if p < gang.bound { place(r) } else { None };
@@ -376,6 +377,7 @@ fn a_min_member_beyond_u32_is_never_met() {
         phase: JobPhase::Inqueue,
         topology: Default::default(),
         sub_groups: Vec::new(),
+        schedule_timeout_ms: None,
     });
     for i in 0..2 {
         spec.pods.push(PodSpec {
@@ -422,6 +424,7 @@ fn a_queue_holding_what_it_deserves_none_of_reports_a_finite_share() {
         phase: JobPhase::Running,
         topology: Default::default(),
         sub_groups: Vec::new(),
+        schedule_timeout_ms: None,
     });
     spec.pods.push(PodSpec {
         namespace: "ns".into(),

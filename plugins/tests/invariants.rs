@@ -104,6 +104,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                     phase: JobPhase::Inqueue,
                     topology: Default::default(),
                     sub_groups: Vec::new(),
+                    schedule_timeout_ms: None,
                 });
                 for (p, &(cpu, mem, gpu)) in gang.pods.iter().enumerate() {
                     let req = (cpu * 1000, mem << 30, gpu);

@@ -288,6 +288,7 @@ fn topology_gangs_honour_preferences() {
                 preferred: None,
             },
             sub_groups: vec![],
+            schedule_timeout_ms: None,
         }],
         ..Default::default()
     };

@@ -149,6 +149,7 @@ fn cluster(nodes: usize, qs: &[Q], gs: &[G]) -> ClusterSpec {
             },
             topology: Default::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         });
         let mut placed: Vec<Option<usize>> = vec![None; gang.pods];
         if gang.running {

@@ -81,6 +81,7 @@ fn spec(ns: &[Node], subs: &[Sub]) -> ClusterSpec {
             },
             ..SubGroupSpec::default()
         }],
+        schedule_timeout_ms: None,
     });
     for (s, sub) in subs.iter().enumerate() {
         for p in 0..sub.pods {

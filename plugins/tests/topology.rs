@@ -156,6 +156,7 @@ fn spec(ns: &[N], gs: &[G]) -> ClusterSpec {
                 })
                 .into_iter()
                 .collect(),
+            schedule_timeout_ms: None,
         });
         for p in 0..gang.pods {
             spec.pods.push(PodSpec {

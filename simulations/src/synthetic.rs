@@ -158,6 +158,7 @@ impl Synthetic {
                     },
                     topology: Default::default(),
                     sub_groups: Vec::new(),
+                    schedule_timeout_ms: None,
                 });
                 let (labels, constraints) = match running {
                     false => self.constraints(job, &name),
@@ -339,6 +340,7 @@ impl Synthetic {
                     })
                     .into_iter()
                     .collect(),
+                schedule_timeout_ms: None,
             });
             for m in 0..pods {
                 spec.pods.push(PodSpec {

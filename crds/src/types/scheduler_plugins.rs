@@ -6,10 +6,9 @@
 //!   plugin's `omitempty` field does; Basalt's own PodGroup defaults to 1.
 //! - `minResources` gates admission as Basalt's does.
 //! - `scheduleTimeoutSeconds` bounds how long the coscheduling plugin lets a gang wait (in
-//!   Permit, holding capacity) before it gives up and retries later. Basalt's gangs wait
-//!   unbound, but a starving gang may hold node reservations and nominations; a gang wait
-//!   timeout that releases them is not built yet, so the field is reported as not honoured
-//!   (a warning naming it), never dropped in silence.
+//!   Permit, holding capacity) before it gives up and retries later. Basalt's own PodGroup
+//!   field of the same name does the same: a gang that has not started within it backs off,
+//!   holding no reservation or nomination (0, the plugin's "none", is none).
 //! - The group has no queue (the `default` queue) and no priority (its pods' highest counts).
 //!   Its status belongs to scheduler-plugins' PodGroup controller.
 
@@ -63,19 +62,14 @@ impl PodGroup {
                 format!("must not be negative, got {t}"),
             ));
         }
-        let mut issues = Vec::new();
-        if s.schedule_timeout_seconds.is_some() {
-            issues.push((
-                "spec.scheduleTimeoutSeconds".into(),
-                "not honoured: Basalt has no gang wait timeout yet; the gang waits until it fits"
-                    .into(),
-            ));
-        }
+        let issues = Vec::new();
         let group = super::PodGroup {
             metadata: self.metadata,
             spec: super::PodGroupSpec {
                 min_member: s.min_member,
                 min_resources: s.min_resources,
+                // 0 is scheduler-plugins' "no timeout of its own".
+                schedule_timeout_seconds: s.schedule_timeout_seconds.filter(|&t| t > 0),
                 ..Default::default()
             },
             status: None,
@@ -96,19 +90,22 @@ mod tests {
                     ---\napiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\n\
                     metadata: {name: b, namespace: t}\n";
         let loaded = read_objects("f", text).unwrap();
-        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
-        assert!(
-            loaded.warnings[0].contains("PodGroup t/a: spec.scheduleTimeoutSeconds: not honoured"),
-            "{:?}",
-            loaded.warnings
-        );
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
         let groups: Vec<_> = (loaded.objects.iter())
             .map(|(_, o)| match o {
-                Object::PodGroup(g) => (g.spec.min_member, g.spec.min_resources.len()),
+                Object::PodGroup(g) => (
+                    g.spec.min_member,
+                    g.spec.min_resources.len(),
+                    g.spec.schedule_timeout_seconds,
+                ),
                 other => panic!("{}", other.kind()),
             })
             .collect();
-        assert_eq!(groups, [(4, 1), (0, 0)], "minMember defaults to 0");
+        assert_eq!(
+            groups,
+            [(4, 1, Some(30)), (0, 0, None)],
+            "minMember defaults to 0"
+        );
     }
 
     #[test]

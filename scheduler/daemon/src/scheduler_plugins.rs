@@ -4,8 +4,8 @@
 //! `scheduling.x-k8s.io/pod-group` form the gang the group describes (see the crds crate's
 //! `types::scheduler_plugins` for what is read). Discovery works as for Volcano's kinds
 //! ([`Optional`]). Their status belongs to scheduler-plugins' PodGroup controller, so Basalt
-//! never writes it; why a gang waits still reaches its pods as Events, and a field Basalt does
-//! not honour (`scheduleTimeoutSeconds`) is a conversion warning.
+//! never writes it; why a gang waits (its schedule timeout too) still reaches its pods as
+//! Events.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -141,11 +141,8 @@ mod tests {
         .unwrap();
         let (b, warnings) = g.to_basalt().unwrap();
         assert_eq!(b.spec.min_member, 3);
-        assert_eq!(
-            warnings,
-            ["cluster (scheduling.x-k8s.io/v1alpha1): PodGroup ml/g: spec.scheduleTimeoutSeconds: \
-              not honoured: Basalt has no gang wait timeout yet; the gang waits until it fits"]
-        );
+        assert_eq!(b.spec.schedule_timeout_seconds, Some(10));
+        assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(b.spec.queue, None, "the default queue");
         let bad: SigsPodGroup = serde_json::from_value(json!({
             "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": "three"},

@@ -41,6 +41,9 @@ pub trait TaskAdmit: Send + Sync {
     fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason>;
 }
 
+/// The default [`Framework::gang_backoff_ms`]: a minute.
+pub const DEFAULT_GANG_BACKOFF_MS: i64 = 60_000;
+
 /// A static node filter: its answer may depend only on the pod's placement rules and the node's
 /// labels, taints and schedulability, never on free capacity. That is what lets a session
 /// evaluate it once per distinct set of rules instead of once per pod. Capacity fit (every
@@ -89,6 +92,9 @@ pub struct Framework {
     pub fair_share: Option<Box<dyn FairShare>>,
     /// A gang that has waited this long (milliseconds) reserves the nodes it will start on.
     pub reserve_after_ms: Option<i64>,
+    /// How long a gang that timed out (its `scheduleTimeoutSeconds` waited without starting)
+    /// sits out before it is tried again.
+    pub gang_backoff_ms: i64,
     /// Topology tiers, coarse to fine (validated by whoever builds the framework).
     pub tiers: Vec<basalt_topology::TierSpec>,
     /// Whether the plan reports every queue's deserved and allocated quantities (formatted as
@@ -152,6 +158,7 @@ impl Framework {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
             reserve_after_ms: None,
+            gang_backoff_ms: DEFAULT_GANG_BACKOFF_MS,
             tiers: Vec::new(),
             report_queues: true,
             explain_failures: true,
@@ -166,6 +173,21 @@ impl Framework {
         self.reserve_after_ms.is_some_and(|after| {
             job.created_ms > 0 && now_ms.saturating_sub(job.created_ms) >= after
         })
+    }
+
+    /// For a gang with a schedule timeout that has not started (no member bound: `started`
+    /// false), at `now_ms`: `Some(ms left)` while it backs off. Its wait since creation runs
+    /// in periods of timeout + backoff: tried for the timeout, then sitting out the backoff,
+    /// then tried again, so the rule needs no state carried between cycles.
+    pub fn timed_out(&self, job: &Job, started: bool, now_ms: i64) -> Option<i64> {
+        let timeout = job.schedule_timeout_ms?;
+        if started || job.created_ms <= 0 || self.gang_backoff_ms <= 0 {
+            return None;
+        }
+        let waited = now_ms.saturating_sub(job.created_ms);
+        let period = timeout.saturating_add(self.gang_backoff_ms);
+        let at = waited.rem_euclid(period);
+        (waited >= timeout && at >= timeout).then(|| period - at)
     }
 
     pub fn node_order(&self) -> &dyn NodeOrder {
@@ -226,5 +248,44 @@ impl NodeOrder for LeastAllocated {
             .filter(|&(_, a)| a > 0)
             .map(|(id, a)| (used.get(id).clamp(0, a) as u128 * 1_000_000 / a as u128) as u64)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{JobPhase, QueueId};
+
+    #[test]
+    fn a_gang_backs_off_after_its_timeout_in_periods_of_timeout_and_backoff() {
+        let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+        let job = |timeout: Option<i64>| Job {
+            id: JobId(0),
+            name: "ns/g".into(),
+            queue: QueueId(0),
+            min_member: 2,
+            min_task_member: Default::default(),
+            min_resources: None,
+            priority: 0,
+            created_ms: 1_000_000,
+            phase: JobPhase::Inqueue,
+            tasks: Vec::new(),
+            implicit: false,
+            topology: Default::default(),
+            sub_groups: Vec::new(),
+            sub_group_policies: Vec::new(),
+            schedule_timeout_ms: timeout,
+        };
+        let g = job(Some(10_000));
+        let at = |waited: i64| fw.timed_out(&g, false, 1_000_000 + waited);
+        assert_eq!(at(9_999), None);
+        assert_eq!(at(10_000), Some(DEFAULT_GANG_BACKOFF_MS));
+        assert_eq!(at(69_999), Some(1));
+        // Tried again for a timeout's length, then backing off again.
+        assert_eq!(at(70_000), None);
+        assert_eq!(at(80_000), Some(DEFAULT_GANG_BACKOFF_MS));
+        // Started gangs and gangs without a timeout never time out.
+        assert_eq!(fw.timed_out(&g, true, 1_000_000 + 10_000), None);
+        assert_eq!(fw.timed_out(&job(None), false, i64::MAX), None);
     }
 }

@@ -435,6 +435,8 @@ pub struct Job {
     /// The sub-group specs (Volcano's `subGroupPolicy` entries) in spec order; a sub-group's
     /// `policy` indexes this.
     pub sub_group_policies: Vec<SubGroupPolicy>,
+    /// How long it may wait without starting (see [`crate::Framework::timed_out`]).
+    pub schedule_timeout_ms: Option<i64>,
 }
 
 /// One sub-group spec's gang rule: the job starts only with `min_sub_groups` of its sub-groups

@@ -410,7 +410,13 @@ impl<'a> Session<'a> {
             phase.push(job.phase);
             match job.phase {
                 JobPhase::Pending => unadmitted.push(job.id),
-                JobPhase::Inqueue if holding[job.id.index()] == 0 => to_reserve.push(job.id),
+                // A gang backing off after its schedule timeout reserves nothing.
+                JobPhase::Inqueue
+                    if holding[job.id.index()] == 0
+                        && fw.timed_out(job, false, snapshot.now_ms).is_none() =>
+                {
+                    to_reserve.push(job.id)
+                }
                 _ => {}
             }
             constrained |= !job.topology.is_empty() || !job.sub_groups.is_empty();
@@ -663,6 +669,16 @@ impl<'a> Session<'a> {
 
     /// Whether this cycle placed (or nominated) members of the job: such a job is being
     /// started, and is no victim for anyone.
+    /// `Some(ms left)` while the job backs off after its schedule timeout (no member was
+    /// bound when the session opened; see [`Framework::timed_out`]).
+    pub fn timed_out(&self, job: JobId) -> Option<i64> {
+        let snap = self.snapshot;
+        let j = snap.job(job);
+        j.schedule_timeout_ms?;
+        let started = (j.tasks.iter()).any(|&t| matches!(snap.task(t).state, TaskState::Bound(_)));
+        self.fw.timed_out(j, started, snap.now_ms)
+    }
+
     pub fn placed_now(&self, job: JobId) -> bool {
         self.placed[job.index()] > 0
     }
@@ -920,6 +936,10 @@ impl<'a> Session<'a> {
     /// Holds capacity for nominated pending pods (see `holds`), noting their nodes.
     fn hold_nominated(&mut self, nodes: &mut Vec<NodeId>) {
         for t in &self.snapshot.tasks {
+            // A gang backing off after its schedule timeout holds nothing.
+            if self.timed_out(t.job).is_some() {
+                continue;
+            }
             if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
                 self.used[node.index()].add(&t.request);
                 self.cluster_used.add(&t.request);

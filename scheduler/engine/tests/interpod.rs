@@ -70,6 +70,7 @@ fn group(name: &str, min: i64) -> GroupSpec {
         phase: JobPhase::Inqueue,
         topology: Default::default(),
         sub_groups: Vec::new(),
+        schedule_timeout_ms: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
             phase: JobPhase::Inqueue,
             topology: Default::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         }],
         queues: vec![],
         namespaces: vec![],

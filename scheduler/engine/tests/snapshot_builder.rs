@@ -35,6 +35,7 @@ fn group(name: &str, queue: &str, min_member: i64) -> GroupSpec {
         phase: JobPhase::Inqueue,
         topology: Default::default(),
         sub_groups: Vec::new(),
+        schedule_timeout_ms: None,
     }
 }
 

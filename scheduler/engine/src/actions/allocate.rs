@@ -29,6 +29,7 @@ enum Pass {
 /// Each job is tried in its own statement, committed only when the job is ready (its minimum
 /// is met) and discarded otherwise; once the minimum is met, extra members are placed too.
 pub fn allocate(session: &mut Session) {
+    super::note_timed_out(session);
     let jobs = schedulable_jobs(session);
     let starts = reserve_for_starving(session, &jobs);
     // Gangs left partly bound (some binds failed, or members were lost) hold capacity that does

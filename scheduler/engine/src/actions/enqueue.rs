@@ -8,8 +8,9 @@ use crate::session::Session;
 /// before its pods exist: job controllers that wait for Inqueue before creating pods rely on it.
 pub fn enqueue(session: &mut Session) {
     let fw = session.framework();
+    // A gang backing off after its schedule timeout is not admitted meanwhile.
     for job in ordered_jobs(session, session.unadmitted(), |j| {
-        j.phase == JobPhase::Pending
+        j.phase == JobPhase::Pending && session.timed_out(j.id).is_none()
     }) {
         if let Some(c) = queue_refuses(session, job) {
             session.add_condition(job.id, c);

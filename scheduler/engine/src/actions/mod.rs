@@ -153,8 +153,32 @@ pub(crate) fn ordered_jobs<'s>(
 pub(crate) fn schedulable_jobs<'s>(session: &Session<'s>) -> Vec<&'s Job> {
     let gated = session.framework().actions.contains(&Action::Enqueue);
     ordered_jobs(session, session.with_pending(), |j| {
-        (!gated || session.phase(j.id) != JobPhase::Pending) && has_pending(session, j)
+        (!gated || session.phase(j.id) != JobPhase::Pending)
+            && has_pending(session, j)
+            && session.timed_out(j.id).is_none()
     })
+}
+
+/// Why a gang that timed out waits (see [`crate::Framework::timed_out`]).
+pub const SCHEDULE_TIMEOUT: &str = "ScheduleTimeout";
+
+/// The condition of every gang with pending members that backs off after its schedule
+/// timeout: it takes part in nothing this cycle and holds nothing.
+pub(crate) fn note_timed_out(session: &mut Session) {
+    let snap = session.snapshot;
+    let timed_out: Vec<(JobId, i64)> = (session.with_pending().iter())
+        .filter_map(|&j| Some((j, session.timed_out(j)?)))
+        .collect();
+    for (job, left) in timed_out {
+        let timeout = snap.job(job).schedule_timeout_ms.unwrap_or(0);
+        let message = format!(
+            "the gang did not start within its schedule timeout ({}s); it backs off and is \
+             tried again in {}s",
+            timeout / 1000,
+            (left + 999) / 1000
+        );
+        session.add_condition(job, unschedulable(SCHEDULE_TIMEOUT, message));
+    }
 }
 
 /// A job whose queue is Closed or Closing may not start; work already running is untouched.

@@ -1041,6 +1041,7 @@ fn implicit_group(p: &PodSpec) -> GroupSpec {
         phase: JobPhase::Pending,
         topology: TopologySpec::default(),
         sub_groups: Vec::new(),
+        schedule_timeout_ms: None,
     }
 }
 
@@ -1658,6 +1659,7 @@ fn new_job<'l>(
                 min_sub_groups: sg.min_sub_groups,
             })
             .collect(),
+        schedule_timeout_ms: g.schedule_timeout_ms.filter(|&t| t > 0),
     }
 }
 

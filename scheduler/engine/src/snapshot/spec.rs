@@ -154,6 +154,9 @@ pub struct GroupSpec {
     /// The domain the whole gang must (or should) fit in.
     pub topology: TopologySpec,
     pub sub_groups: Vec<SubGroupSpec>,
+    /// How long the gang may wait without starting before it backs off
+    /// (`scheduleTimeoutSeconds`; see [`crate::Framework::gang_backoff_ms`]).
+    pub schedule_timeout_ms: Option<i64>,
 }
 
 impl GroupSpec {
@@ -172,6 +175,7 @@ impl GroupSpec {
             phase: JobPhase::Inqueue,
             topology: TopologySpec::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         }
     }
 }

@@ -59,6 +59,7 @@ impl Simulator<'_> {
             phase: s.phase,
             topology: Default::default(),
             sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
         };
         let pods = p
             .requests
