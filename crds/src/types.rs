@@ -73,6 +73,11 @@ fn yes() -> bool {
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Unschedulable\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
