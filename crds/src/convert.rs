@@ -143,11 +143,14 @@ pub fn cluster_spec_with_warnings(
         now_ms: options.now_ms,
         ..ClusterSpec::default()
     };
+    let mut lws = owners::LwsGroups::default();
     for (origin, object) in objects {
-        if let Some(one) = context.convert(origin, object, options, &mut warnings)? {
+        if let Some(mut one) = context.convert(origin, object, options, &mut warnings)? {
+            lws.join(origin, object, &mut one, &mut warnings);
             one.add_to(&mut spec);
         }
     }
+    spec.groups.extend(lws.groups());
     Ok((spec, warnings))
 }
 

@@ -19,6 +19,31 @@ pub const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 /// JobSet's API version.
 pub const JOBSET_API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
 
+/// Pod label: the LeaderWorkerSet a pod belongs to.
+pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+/// Pod label: the pod's group (a leader and its workers) in its LeaderWorkerSet.
+pub const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+/// Pod annotation: the size of the pod's LeaderWorkerSet group (leader included).
+pub const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+
+/// A LeaderWorkerSet pod's gang, its group (the leader and `size − 1` workers), from what LWS
+/// labels and annotates on each pod: `(PodGroup name, size)`. `None` for other pods; `Err`
+/// names the annotation that makes no sense.
+pub fn lws_gang(meta: &ObjectMeta) -> Option<Result<(String, u32), String>> {
+    let labels = meta.labels.as_ref()?;
+    let (name, index) = (labels.get(LWS_NAME)?, labels.get(LWS_GROUP_INDEX)?);
+    let size = meta.annotations.as_ref().and_then(|a| a.get(LWS_SIZE));
+    let size = match size.map(|s| s.trim().parse::<u32>()) {
+        Some(Ok(n)) if n >= 1 => n,
+        _ => {
+            return Some(Err(format!(
+                "metadata.annotations[{LWS_SIZE}]: {size:?} is not a group size"
+            )))
+        }
+    };
+    Some(Ok((format!("{name}-{index}-pg"), size)))
+}
+
 /// The pod labels that name a pod's role in its workload's gang, in order.
 pub const ROLE_LABELS: [&str; 3] = [KUBEFLOW_REPLICA_TYPE, MPI_JOB_ROLE, JOBSET_REPLICATED_JOB];
 
@@ -322,6 +347,24 @@ mod tests {
             .unwrap();
         assert_eq!((g.min_member, g.queue.as_deref()), (3, Some("q")));
         assert_eq!(g.roles, BTreeMap::from([("ps".into(), 1)]));
+    }
+
+    #[test]
+    fn a_leaderworkerset_group_is_a_gang_of_its_size() {
+        let meta = |size: &str| ObjectMeta {
+            labels: Some(BTreeMap::from([
+                (LWS_NAME.to_string(), "vllm".to_string()),
+                (LWS_GROUP_INDEX.to_string(), "2".to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([(LWS_SIZE.to_string(), size.to_string())])),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(lws_gang(&meta("4")), Some(Ok(("vllm-2-pg".to_string(), 4))));
+        assert!(lws_gang(&meta("none"))
+            .unwrap()
+            .unwrap_err()
+            .contains(LWS_SIZE));
+        assert_eq!(lws_gang(&ObjectMeta::default()), None);
     }
 
     #[test]

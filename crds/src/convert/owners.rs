@@ -2,7 +2,8 @@
 //! groupless pod whose owner (see [`workloads::gang_owner`]) is a workload of the manifests
 //! whose spec states a gang joins the PodGroup `<owner>-pg`, with the spec's size, per-role
 //! minimums, queue and priority class. A spec that makes no sense gives a gang of the pods
-//! the workload has, and a warning naming the field.
+//! the workload has, and a warning naming the field. A LeaderWorkerSet's pods form one gang
+//! per group, from what LWS labels and annotates on each pod.
 
 use super::*;
 use crate::read::WorkloadObject;
@@ -124,5 +125,61 @@ impl Context {
             status: None,
         };
         group(cx, &pod_group, self, warnings).map(Some)
+    }
+}
+
+/// The PodGroups of LeaderWorkerSet groups (see [`workloads::lws_gang`]), made from their
+/// pods as they are converted: a groupless pod of a group joins `<lws>-<index>-pg`.
+#[derive(Default)]
+pub(super) struct LwsGroups {
+    /// By (namespace, group): its size, the earliest member's creation and its queue.
+    groups: BTreeMap<(String, String), (u32, i64, Option<String>)>,
+}
+
+impl LwsGroups {
+    pub(super) fn join(
+        &mut self,
+        origin: &str,
+        object: &Object,
+        converted: &mut Converted,
+        warnings: &mut Vec<String>,
+    ) {
+        let (Object::Pod(raw), Converted::Pod(p)) = (object, converted) else {
+            return;
+        };
+        if p.group.is_some() {
+            return;
+        }
+        match workloads::lws_gang(&raw.metadata) {
+            None => {}
+            Some(Err(e)) => {
+                let cx = Cx {
+                    origin,
+                    kind: "Pod",
+                    object: object.key(),
+                };
+                let (field, message) = e.split_once(": ").unwrap_or(("metadata", &e));
+                warnings.push(cx.warning(field, format!("{message}; a group of one instead")));
+            }
+            Some(Ok((group, size))) => {
+                let key = (p.namespace.clone(), group.clone());
+                let entry = (self.groups.entry(key)).or_insert((size, p.created_ms, None));
+                entry.1 = entry.1.min(p.created_ms);
+                if entry.2.is_none() {
+                    entry.2 = p.queue.take();
+                }
+                p.queue = None;
+                p.group = Some(group);
+            }
+        }
+    }
+
+    pub(super) fn groups(self) -> impl Iterator<Item = GroupSpec> {
+        (self.groups.into_iter()).map(|((namespace, name), (size, created_ms, queue))| GroupSpec {
+            queue,
+            created_ms,
+            phase: JobPhase::Pending,
+            ..GroupSpec::new(namespace, name, i64::from(size))
+        })
     }
 }

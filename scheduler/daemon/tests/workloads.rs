@@ -214,3 +214,61 @@ async fn a_nonsense_replica_count_is_an_event_and_a_gang_of_the_pods_that_exist(
     );
     assert_eq!(c.group("broken-pg")["spec"]["minMember"], 2);
 }
+
+/// A LeaderWorkerSet pod of group `group`, as LWS makes it: the leader owned by the set's
+/// StatefulSet, workers by their group's.
+fn lws_pod(group: u32, worker: u32) -> Value {
+    let labels = json!({
+        "leaderworkerset.sigs.k8s.io/name": "vllm",
+        "leaderworkerset.sigs.k8s.io/group-index": group.to_string(),
+        "leaderworkerset.sigs.k8s.io/worker-index": worker.to_string(),
+    });
+    let (name, owner) = match worker {
+        0 => (format!("vllm-{group}"), "vllm".to_string()),
+        w => (format!("vllm-{group}-{w}"), format!("vllm-{group}")),
+    };
+    let uid = format!("uid-{owner}");
+    let mut p = operator_pod(&name, labels, ("apps/v1", "StatefulSet", &owner, &uid), 8);
+    p["metadata"]["annotations"] = json!({"leaderworkerset.sigs.k8s.io/size": "3"});
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaderworkerset_group_is_one_gang_and_binds_nothing_when_part_fits() {
+    let c = cluster(Config::default()).await;
+    for n in 0..2 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    for w in 0..3 {
+        c.create(lws_pod(0, w));
+    }
+    let _s = c.start_scheduler();
+    let pods = ["vllm-0", "vllm-0-1", "vllm-0-2"];
+    eventually(
+        "one PodGroup of 3 for the group, named by all its pods",
+        || {
+            (c.server.get(
+                "scheduling.basalt.dev/v1alpha1",
+                "PodGroup",
+                "default",
+                "vllm-0-pg",
+            ))
+            .is_some_and(|g| g["spec"]["minMember"] == 3)
+                && pods.iter().all(|p| {
+                    c.pod(p)["metadata"]["annotations"]["scheduling.basalt.dev/pod-group"]
+                        == "vllm-0-pg"
+                })
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        pods.iter().all(|p| c.node_of(p).is_none()),
+        "part of a group was bound"
+    );
+    c.create(node("n2", 8));
+    eventually("the group bound whole", || {
+        pods.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+}

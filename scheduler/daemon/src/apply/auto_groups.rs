@@ -63,9 +63,21 @@ impl Scheduler {
                 continue;
             }
             let owner_ref = owners::gang_owner(&p.metadata);
-            let decision = match owner_ref {
-                None => OwnerGroup::None,
-                Some(r) => match self.owner_decision(ns, &r).await {
+            let lws = basalt_crds::workloads::lws_gang(&p.metadata);
+            let decision = match (lws, owner_ref) {
+                // A LeaderWorkerSet group: its pods say its size; the group goes with the
+                // first member's controller.
+                (Some(Ok((group, size))), Some(r)) => OwnerGroup::Gang {
+                    group,
+                    min_member: size,
+                    queue: None,
+                    roles: Default::default(),
+                    priority_class: None,
+                    owner: (r.api_version, r.kind, r.name, r.uid),
+                },
+                (Some(Err(e)), _) => OwnerGroup::Invalid(format!("pod {key}: {e}")),
+                (_, None) => OwnerGroup::None,
+                (_, Some(r)) => match self.owner_decision(ns, &r).await {
                     Ok(d) => d,
                     Err(e) => {
                         tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
