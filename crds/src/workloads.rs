@@ -18,6 +18,10 @@ pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 pub const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 /// JobSet's API version.
 pub const JOBSET_API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
+/// Pod label: a Ray pod's group (`headgroup`, or its worker group's name), as KubeRay writes it.
+pub const RAY_GROUP: &str = "ray.io/group";
+/// KubeRay's head group name in [`RAY_GROUP`].
+pub const RAY_HEAD_GROUP: &str = "headgroup";
 
 /// Pod label: the LeaderWorkerSet a pod belongs to.
 pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
@@ -45,7 +49,12 @@ pub fn lws_gang(meta: &ObjectMeta) -> Option<Result<(String, u32), String>> {
 }
 
 /// The pod labels that name a pod's role in its workload's gang, in order.
-pub const ROLE_LABELS: [&str; 3] = [KUBEFLOW_REPLICA_TYPE, MPI_JOB_ROLE, JOBSET_REPLICATED_JOB];
+pub const ROLE_LABELS: [&str; 4] = [
+    KUBEFLOW_REPLICA_TYPE,
+    MPI_JOB_ROLE,
+    JOBSET_REPLICATED_JOB,
+    RAY_GROUP,
+];
 
 /// The owner whose gang a pod joins: the JobSet its label names (its pods' controllers are
 /// the JobSet's child Jobs; the uid is left empty), else its controller ownerReference, else
@@ -71,7 +80,7 @@ pub fn gang_owner(meta: &ObjectMeta) -> Option<OwnerReference> {
 
 /// The kind's name, for messages, when Basalt derives gangs from it.
 pub fn workload_kind(api_version: &str, kind: &str) -> Option<&'static str> {
-    const KINDS: [&str; 8] = [
+    const KINDS: [&str; 9] = [
         "Job",
         "PyTorchJob",
         "TFJob",
@@ -80,6 +89,7 @@ pub fn workload_kind(api_version: &str, kind: &str) -> Option<&'static str> {
         "MXJob",
         "MPIJob",
         "JobSet",
+        "RayCluster",
     ];
     let k = KINDS.iter().find(|&&k| k == kind)?;
     is_workload(api_version, kind).then_some(*k)
@@ -117,6 +127,7 @@ pub fn is_workload(api_version: &str, kind: &str) -> bool {
             ("batch/v1", "Job")
                 | (JOBSET_API_VERSION, "JobSet")
                 | ("batch.volcano.sh/v1alpha1", "Job")
+                | ("ray.io/v1", "RayCluster")
         )
 }
 
@@ -130,6 +141,7 @@ pub fn gang(api_version: &str, kind: &str, spec: &Value) -> Result<Option<Worklo
             ("batch/v1", "Job") => job(spec)?,
             (JOBSET_API_VERSION, "JobSet") => jobset(spec)?,
             ("batch.volcano.sh/v1alpha1", "Job") => volcano_job(spec)?,
+            ("ray.io/v1", "RayCluster") => ray_cluster(spec)?,
             _ => return Ok(None),
         }
     };
@@ -227,6 +239,34 @@ fn jobset(spec: &Value) -> Result<Option<WorkloadGang>, String> {
             None => 1,
         };
         roles.insert(name, replicas.saturating_mul(per_job));
+    }
+    let min_member = roles.values().fold(0u32, |a, &n| a.saturating_add(n));
+    Ok(Some(WorkloadGang {
+        min_member,
+        roles,
+        ..WorkloadGang::default()
+    }))
+}
+
+/// KubeRay's RayCluster (a RayJob's too: it makes one): the head and each worker group's
+/// `minReplicas` (times `numOfHosts`, multi-host workers) must start together; replicas above
+/// the minimum are elastic extras, placed when there is room. Each group a role.
+fn ray_cluster(spec: &Value) -> Result<Option<WorkloadGang>, String> {
+    if spec.get("headGroupSpec").is_none() {
+        return Err("spec.headGroupSpec: missing".into());
+    }
+    let mut roles = BTreeMap::from([(RAY_HEAD_GROUP.to_string(), 1u32)]);
+    let groups = spec.get("workerGroupSpecs").and_then(Value::as_array);
+    for (i, g) in groups.into_iter().flatten().enumerate() {
+        let path = format!("spec.workerGroupSpecs[{i}]");
+        let Some(name) = text(g, "groupName") else {
+            return Err(format!("{path}.groupName: missing"));
+        };
+        let hosts = count(g, "numOfHosts", &path, 1)?;
+        let min = count(g, "minReplicas", &path, 0)?.saturating_mul(hosts);
+        if min > 0 {
+            roles.insert(name, min);
+        }
     }
     let min_member = roles.values().fold(0u32, |a, &n| a.saturating_add(n));
     Ok(Some(WorkloadGang {
@@ -365,6 +405,23 @@ mod tests {
             .unwrap_err()
             .contains(LWS_SIZE));
         assert_eq!(lws_gang(&ObjectMeta::default()), None);
+    }
+
+    #[test]
+    fn a_raycluster_is_its_head_and_the_workers_minimums() {
+        let spec = json!({"headGroupSpec": {"rayStartParams": {}}, "workerGroupSpecs": [
+            {"groupName": "gpu", "replicas": 4, "minReplicas": 2, "numOfHosts": 2},
+            {"groupName": "cpu", "replicas": 3, "minReplicas": 0}]});
+        let g = gang("ray.io/v1", "RayCluster", &spec).unwrap().unwrap();
+        assert_eq!(g.min_member, 5);
+        assert_eq!(
+            g.roles,
+            BTreeMap::from([("gpu".into(), 4), ("headgroup".into(), 1)])
+        );
+        // Workers all elastic: the head alone, no gang.
+        let spec =
+            json!({"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "w", "replicas": 2}]});
+        assert_eq!(gang("ray.io/v1", "RayCluster", &spec).unwrap(), None);
     }
 
     #[test]
