@@ -272,3 +272,36 @@ async fn a_leaderworkerset_group_is_one_gang_and_binds_nothing_when_part_fits() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_past_its_schedule_timeout_is_told_so_and_starts_when_room_appears() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n1", 8));
+    // Someone else's pod holds the node: the gang of two cannot start.
+    c.create(busy_pod("other", "n1", 8, None));
+    c.create(queue("research"));
+    let mut g = group("pair", 2, "research");
+    g["spec"]["scheduleTimeoutSeconds"] = json!(1);
+    c.create(g);
+    c.create(pod("pair-0", "pair", 4));
+    c.create(pod("pair-1", "pair", 4));
+    let config = c.dir.path().join("config.yaml");
+    std::fs::write(&config, "gang: {timeoutBackoffSeconds: 1}\n").unwrap();
+    let _s = c.start_with(&["--config", config.to_str().unwrap()]);
+    eventually("the gang's pods are told of its schedule timeout", || {
+        (c.events("FailedScheduling", "pair-0").iter()).any(|e| {
+            e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("schedule timeout")
+        })
+    })
+    .await;
+    assert!(c.node_of("pair-0").is_none() && c.node_of("pair-1").is_none());
+    // Room appears: between backoffs the gang is tried again, and starts.
+    c.server.delete("v1", "Pod", "default", "other").unwrap();
+    eventually("the gang bound", || {
+        c.node_of("pair-0").is_some() && c.node_of("pair-1").is_some()
+    })
+    .await;
+}
