@@ -84,6 +84,9 @@ pub struct Metrics {
     /// Per `queue` and `resource` (cores for cpu, base units otherwise), from the plan.
     pub queue_deserved: Family<Labels, Gauge<f64, AtomicU64>>,
     pub queue_allocated: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Config files read again because they changed, and those refused (the old config kept).
+    pub config_reloads: Counter,
+    pub config_reload_errors: Counter,
     registry: Registry,
 }
 
@@ -102,7 +105,19 @@ impl Metrics {
         let queue_pending_groups = Family::<Labels, Gauge>::default();
         let queue_deserved = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let queue_allocated = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let config_reloads = Counter::default();
+        let config_reload_errors = Counter::default();
         let mut registry = Registry::with_prefix("basalt_scheduler");
+        registry.register(
+            "config_reloads",
+            "Changed config files read and taken",
+            config_reloads.clone(),
+        );
+        registry.register(
+            "config_reload_errors",
+            "Changed config files refused (invalid); the config before is kept",
+            config_reload_errors.clone(),
+        );
         registry.register(
             "cycle_duration_seconds",
             "Duration of a scheduling cycle (snapshot, engine, apply)",
@@ -146,6 +161,8 @@ impl Metrics {
             queue_allocated.clone(),
         );
         Metrics {
+            config_reloads,
+            config_reload_errors,
             scheduling_latency,
             queue_pending_pods,
             queue_pending_groups,

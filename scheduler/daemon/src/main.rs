@@ -3,6 +3,7 @@
 //! nodes, PodGroup status and Events.
 
 mod apply;
+mod config_file;
 mod cycle;
 mod http;
 mod leader;
@@ -13,7 +14,7 @@ mod stores;
 mod stranded;
 mod volcano;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -122,25 +123,6 @@ fn max_cycle_gap(period: Duration, flag: Option<Duration>) -> Result<Duration, S
     }
 }
 
-/// Reads and validates the config; errors name the file and the field.
-fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
-    let Some(path) = path else {
-        return Ok(Config::default());
-    };
-    let label = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("{label}: cannot read"))?;
-    if text.trim().is_empty() {
-        return Ok(Config::default());
-    }
-    basalt_crds::limits::check(&label, &text)?;
-    let config: Config =
-        serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    Ok(config)
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -153,7 +135,7 @@ fn main() -> ExitCode {
         // Fields at the top level, as log collectors expect (`{"level":..,"message":..}`).
         LogFormat::Json => logs.json().flatten_event(true).init(),
     }
-    let config = match load_config(args.config.as_deref()) {
+    let (config, watched) = match config_file::ConfigFile::open(args.config.clone()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("basalt-scheduler: {e:#}");
@@ -177,7 +159,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, config)) {
+    match runtime.block_on(run(args, config, watched)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("basalt-scheduler: {e:#}");
@@ -241,7 +223,12 @@ async fn wait_caches(
     }
 }
 
-async fn run(args: Args, config: Config) -> anyhow::Result<()> {
+/// Schedules until shut down, with `config`, read again from `watched` when it changes.
+async fn run(
+    args: Args,
+    config: Config,
+    mut watched: config_file::ConfigFile,
+) -> anyhow::Result<()> {
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
         format!("{host}_{}", std::process::id())
@@ -342,6 +329,19 @@ async fn run(args: Args, config: Config) -> anyhow::Result<()> {
             }
             tracing::info!("leading; scheduling");
             continue;
+        }
+        if let Some(read) = watched.poll() {
+            match read {
+                Ok(new) => {
+                    tracing::info!(schedulers = ?new.scheduler_names, "config file changed; the new config is used from this cycle on");
+                    scheduler.metrics.config_reloads.inc();
+                    scheduler.config = new;
+                }
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "config file changed but is invalid; the config before is kept");
+                    scheduler.metrics.config_reload_errors.inc();
+                }
+            }
         }
         let outcome = cycle::run_cycle(&mut scheduler, &stores).await;
         health.progressed();
