@@ -1,46 +1,9 @@
 //! The replay on small traces whose metrics are worked out by hand in each test, plus
 //! determinism, the exactness of folding bound pods, and readers' error messages.
 
-use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use basalt_sim::replay::{self, metrics, TraceArgs};
-use clap::Parser;
-
-#[derive(Parser)]
-struct Args {
-    #[command(flatten)]
-    trace: TraceArgs,
-}
-
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("basalt-replay-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn load(args: &[&str]) -> replay::Loaded {
-    let mut all = vec!["test"];
-    all.extend_from_slice(args);
-    Args::parse_from(all).trace.load().expect("loads")
-}
-
-fn run(loaded: &replay::Loaded) -> (replay::sim::Outcome, metrics::Summary) {
-    run_with(loaded, &basalt_plugins::Config::default())
-}
-
-fn run_with(
-    loaded: &replay::Loaded,
-    config: &basalt_plugins::Config,
-) -> (replay::sim::Outcome, metrics::Summary) {
-    replay::execute(loaded, config, "default", &AtomicBool::new(false), |_| {}).expect("runs")
-}
-
-fn close(a: f64, b: f64) {
-    assert!((a - b).abs() < 1e-9, "{a} != {b}");
-}
+use common::{close, load, run, run_with, tmp};
 
 /// One 8-GPU node. A (queue a, 8 GPUs, 100 s) arrives at 0; B (queue b, 4 GPUs, 50 s) at 10;
 /// C (queue b, 4 GPUs, 30 s) at 20. A runs 0–100; B and C wait for it (overcommit room is
@@ -240,9 +203,7 @@ fn openb_sample_with_fractional_gpus() {
 }
 
 fn load_err(args: &[&str]) -> String {
-    let mut all = vec!["test"];
-    all.extend_from_slice(args);
-    match Args::parse_from(all).trace.load() {
+    match common::try_load(args) {
         Ok(_) => panic!("expected an error"),
         Err(e) => format!("{e:#}"),
     }

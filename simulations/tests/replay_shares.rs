@@ -3,46 +3,10 @@
 //! round-up mapping; and the exactness of carrying shares across cycles (folded or not, kept
 //! specs or rebuilt every cycle) on the bundled openb sample.
 
-use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+mod common;
 
-use basalt_sim::replay::{self, metrics, TraceArgs};
-use clap::Parser;
-
-#[derive(Parser)]
-struct Args {
-    #[command(flatten)]
-    trace: TraceArgs,
-}
-
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("basalt-replay-shares-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn load(args: &[&str]) -> replay::Loaded {
-    let mut all = vec!["test"];
-    all.extend_from_slice(args);
-    Args::parse_from(all).trace.load().expect("loads")
-}
-
-fn run_with(
-    loaded: &replay::Loaded,
-    config: &basalt_plugins::Config,
-) -> (replay::sim::Outcome, metrics::Summary) {
-    replay::execute(loaded, config, "default", &AtomicBool::new(false), |_| {}).expect("runs")
-}
-
-fn run(loaded: &replay::Loaded) -> (replay::sim::Outcome, metrics::Summary) {
-    run_with(loaded, &basalt_plugins::Config::default())
-}
-
-fn close(a: f64, b: f64) {
-    assert!((a - b).abs() < 1e-9, "{a} != {b}");
-}
+use basalt_sim::replay::{self, metrics};
+use common::{close, load, run, run_with, tmp};
 
 /// One node with two T4 GPUs (openb node list format).
 const TWO_GPUS: &str = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\n";
