@@ -266,6 +266,18 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// A config file's YAML, validated: empty text is the defaults; an error names `label`
+    /// (the file) and the field. The size and depth limits of untrusted input are the
+    /// caller's to check first (`basalt_crds::limits`).
+    pub fn from_yaml(label: &str, text: &str) -> Result<Config, String> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let config: Config = serde_yaml::from_str(text).map_err(|e| format!("{label}: {e}"))?;
+        config.validate().map_err(|e| format!("{label}: {e}"))?;
+        Ok(config)
+    }
+
     /// Checks what the types alone cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let f = self.enqueue.overcommit_factor;

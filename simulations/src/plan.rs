@@ -23,16 +23,8 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
-    // An empty file is the default config.
-    if text.trim().is_empty() {
-        return Ok(Config::default());
-    }
     basalt_crds::limits::check(label, text)?;
-    let config: Config = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    Ok(config)
+    Config::from_yaml(label, text).map_err(anyhow::Error::msg)
 }
 
 /// What a binding takes of each of its devices, compactly: `30000MiB 25%` for a share (the

@@ -9,15 +9,8 @@ use anyhow::Context;
 use basalt_plugins::Config;
 
 fn parse(label: &str, text: &str) -> anyhow::Result<Config> {
-    if text.trim().is_empty() {
-        return Ok(Config::default());
-    }
     basalt_crds::limits::check(label, text)?;
-    let config: Config = serde_yaml::from_str(text).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
-    Ok(config)
+    Config::from_yaml(label, text).map_err(anyhow::Error::msg)
 }
 
 /// The config file as last read, to notice when it changes. A ConfigMap volume swaps its
