@@ -71,6 +71,11 @@ pub fn gang_owner(meta: &ObjectMeta) -> Option<OwnerReference> {
             block_owner_deletion: None,
         });
     }
+    controller(meta)
+}
+
+/// The object's controller ownerReference, else its first.
+pub fn controller(meta: &ObjectMeta) -> Option<OwnerReference> {
     let refs = meta.owner_references.as_ref()?;
     refs.iter()
         .find(|r| r.controller == Some(true))

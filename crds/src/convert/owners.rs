@@ -60,9 +60,9 @@ impl WorkloadGroups {
 
     /// The PodGroup a groupless pod joins, when its owner is a workload that states a gang.
     pub(crate) fn group_of(&self, meta: &ObjectMeta) -> Option<String> {
-        let owned = self.by_owner.get(&Self::owner_of(meta)?)?;
-        let (_, _, owner) = Self::owner_of(meta)?;
-        matches!(owned.gang, Ok(Some(_)) | Err(_)).then(|| format!("{owner}-pg"))
+        let key = Self::owner_of(meta)?;
+        let owned = self.by_owner.get(&key)?;
+        matches!(owned.gang, Ok(Some(_)) | Err(_)).then(|| format!("{}-pg", key.2))
     }
 }
 

@@ -23,15 +23,6 @@ pub fn is_auto(meta: &ObjectMeta) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// The object's controller ownerReference, else its first.
-pub fn controller(meta: &ObjectMeta) -> Option<OwnerReference> {
-    let refs = meta.owner_references.as_ref()?;
-    refs.iter()
-        .find(|r| r.controller == Some(true))
-        .or_else(|| refs.first())
-        .cloned()
-}
-
 /// What a pod's owner says about grouping, cached per owner uid.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OwnerGroup {
@@ -59,7 +50,7 @@ pub enum OwnerGroup {
     Invalid(String),
 }
 
-pub use workloads::gang_owner;
+pub use workloads::{controller, gang_owner};
 
 /// Fetches the owner through discovery and reads its annotations and spec. An empty `uid`
 /// takes the object of that name, whatever its uid. `Err` is a transient failure (5xx,

@@ -936,17 +936,18 @@ impl<'a> Session<'a> {
     /// Holds capacity for nominated pending pods (see `holds`), noting their nodes.
     fn hold_nominated(&mut self, nodes: &mut Vec<NodeId>) {
         for t in &self.snapshot.tasks {
+            let (TaskState::Pending, Some(node)) = (t.state, t.nominated) else {
+                continue;
+            };
             // A gang backing off after its schedule timeout holds nothing.
             if self.timed_out(t.job).is_some() {
                 continue;
             }
-            if let (TaskState::Pending, Some(node)) = (t.state, t.nominated) {
-                self.used[node.index()].add(&t.request);
-                self.cluster_used.add(&t.request);
-                self.moved.push(node);
-                self.holds.entry(t.job).or_default().push((t.id, node));
-                nodes.push(node);
-            }
+            self.used[node.index()].add(&t.request);
+            self.cluster_used.add(&t.request);
+            self.moved.push(node);
+            self.holds.entry(t.job).or_default().push((t.id, node));
+            nodes.push(node);
         }
     }
 
