@@ -82,6 +82,9 @@ pub struct ConvertOptions {
     pub now_ms: i64,
     /// Resources that name devices, in order: a node's devices are the first it advertises.
     pub device_resources: Vec<String>,
+    /// The scheduler's topology tiers: the node labels a workload's exclusive topology may
+    /// name (JobSet, LeaderWorkerSet).
+    pub tiers: Vec<basalt_topology::TierSpec>,
 }
 
 impl Default for ConvertOptions {
@@ -91,6 +94,7 @@ impl Default for ConvertOptions {
             now_ms: 0,
             device_resources: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from))
                 .to_vec(),
+            tiers: Vec::new(),
         }
     }
 }
@@ -150,7 +154,8 @@ pub fn cluster_spec_with_warnings(
             one.add_to(&mut spec);
         }
     }
-    spec.groups.extend(lws.groups());
+    spec.groups
+        .extend(lws.groups(&context, options, &mut warnings)?);
     Ok((spec, warnings))
 }
 
@@ -258,7 +263,7 @@ impl Context {
             | Object::PersistentVolumeClaim(_)
             | Object::PersistentVolume(_)
             | Object::StorageClass(_) => return Ok(None),
-            Object::Workload(w) => match self.workload_pod_group(&cx, w, warnings)? {
+            Object::Workload(w) => match self.workload_pod_group(&cx, w, options, warnings)? {
                 Some(g) => Converted::Group(g),
                 None => return Ok(None),
             },

@@ -396,10 +396,18 @@ fn read_value(
     out.warnings.append(&mut warnings);
     match parsed {
         Some(object) => out.objects.push((place.label(), object)),
-        None => out.warnings.push(format!(
-            "{}: skipped {api_version} {object_name}: not a kind Basalt reads",
-            place.label()
-        )),
+        None => out
+            .warnings
+            .push(match crate::workloads::runs_through(&api_version, &kind) {
+                Some(through) => format!(
+                    "{}: skipped {api_version} {object_name}: its gang is read from {through}",
+                    place.label()
+                ),
+                None => format!(
+                    "{}: skipped {api_version} {object_name}: not a kind Basalt reads",
+                    place.label()
+                ),
+            }),
     }
     Ok(())
 }

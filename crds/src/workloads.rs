@@ -3,10 +3,13 @@
 //! queue and priority class their operators take. Pure: the daemon reads the owner through
 //! discovery and `basalt-sim plan` from the manifests, and both ask this module.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
+
+mod placement;
+pub use placement::Placement;
 
 /// Pod label: a Kubeflow training-operator pod's replica type, lowercased (`master`, `worker`).
 pub const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
@@ -30,22 +33,65 @@ pub const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
 /// Pod annotation: the size of the pod's LeaderWorkerSet group (leader included).
 pub const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
 
+/// LeaderWorkerSet's annotation (on the set and each pod): the node label one domain of which
+/// holds each group, exclusively.
+pub const LWS_EXCLUSIVE_TOPOLOGY: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
+/// Pod annotation: the pods per subgroup of an LWS group (`subGroupPolicy.subGroupSize`).
+pub const LWS_SUBGROUP_SIZE: &str = "leaderworkerset.sigs.k8s.io/subgroup-size";
+/// Pod label: the pod's subgroup in its LWS group (none on a `LeaderExcluded` leader).
+pub const LWS_SUBGROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/subgroup-index";
+/// LeaderWorkerSet's annotation: the node label one domain of which holds each subgroup.
+pub const LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY: &str =
+    "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology";
+/// JobSet's annotation (on the JobSet, a replicated job's template, and their pods): the node
+/// label one domain of which holds each child Job, exclusively.
+pub const JOBSET_EXCLUSIVE_TOPOLOGY: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
+/// Pod label: the child Job of a JobSet a pod belongs to (a hash of the Job's name).
+pub const JOBSET_JOB_KEY: &str = "jobset.sigs.k8s.io/job-key";
+
 /// A LeaderWorkerSet pod's gang, its group (the leader and `size − 1` workers), from what LWS
-/// labels and annotates on each pod: `(PodGroup name, size)`. `None` for other pods; `Err`
-/// names the annotation that makes no sense.
-pub fn lws_gang(meta: &ObjectMeta) -> Option<Result<(String, u32), String>> {
+/// labels and annotates on each pod: `(PodGroup name, gang)`, the group in one domain of its
+/// exclusive topology and each subgroup in one of the subgroups' (when LWS states them).
+/// `None` for other pods; `Err` names the annotation that makes no sense.
+pub fn lws_gang(meta: &ObjectMeta) -> Option<Result<(String, WorkloadGang), String>> {
     let labels = meta.labels.as_ref()?;
     let (name, index) = (labels.get(LWS_NAME)?, labels.get(LWS_GROUP_INDEX)?);
-    let size = meta.annotations.as_ref().and_then(|a| a.get(LWS_SIZE));
-    let size = match size.map(|s| s.trim().parse::<u32>()) {
-        Some(Ok(n)) if n >= 1 => n,
-        _ => {
-            return Some(Err(format!(
-                "metadata.annotations[{LWS_SIZE}]: {size:?} is not a group size"
-            )))
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let positive = |key: &str| {
+        let raw = annotations.get(key);
+        match raw.map(|s| s.trim().parse::<u32>()) {
+            Some(Ok(n)) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "metadata.annotations[{key}]: {raw:?} is not a group size"
+            )),
         }
     };
-    Some(Ok((format!("{name}-{index}-pg"), size)))
+    let size = match positive(LWS_SIZE) {
+        Ok(n) => n,
+        Err(e) => return Some(Err(e)),
+    };
+    let key = |a: &str| annotations.get(a).filter(|k| !k.is_empty()).cloned();
+    let mut sub_groups = Vec::new();
+    if let Some(topology_key) = key(LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY) {
+        match positive(LWS_SUBGROUP_SIZE) {
+            Ok(size) => sub_groups.push(WorkloadSubGroup {
+                name: "subgroup".into(),
+                size,
+                match_label_key: LWS_SUBGROUP_INDEX,
+                selector: None,
+                topology_key,
+                annotation: LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY,
+            }),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    let gang = WorkloadGang {
+        min_member: size,
+        topology_key: key(LWS_EXCLUSIVE_TOPOLOGY).map(|k| (k, LWS_EXCLUSIVE_TOPOLOGY)),
+        sub_groups,
+        ..WorkloadGang::default()
+    };
+    Some(Ok((format!("{name}-{index}-pg"), gang)))
 }
 
 /// The pod labels that name a pod's role in its workload's gang, in order.
@@ -55,6 +101,17 @@ pub const ROLE_LABELS: [&str; 4] = [
     JOBSET_REPLICATED_JOB,
     RAY_GROUP,
 ];
+
+/// Whether a pod's replicated job is one the rest of its JobSet waits for (see
+/// [`WorkloadGang::prerequisites`]): the pod then joins its own child Job's gang, its
+/// [`controller`].
+pub fn runs_before_its_jobset(meta: &ObjectMeta, jobset: &WorkloadGang) -> bool {
+    let replicated_job = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(JOBSET_REPLICATED_JOB));
+    replicated_job.is_some_and(|r| jobset.prerequisites.contains(r))
+}
 
 /// The owner whose gang a pod joins: the JobSet its label names (its pods' controllers are
 /// the JobSet's child Jobs; the uid is left empty), else its controller ownerReference, else
@@ -83,6 +140,16 @@ pub fn controller(meta: &ObjectMeta) -> Option<OwnerReference> {
         .cloned()
 }
 
+/// For a workload kind that runs its pods through another workload Basalt reads, what that
+/// is: Kubeflow Trainer's TrainJob makes a JobSet, KubeRay's RayJob a RayCluster.
+pub fn runs_through(api_version: &str, kind: &str) -> Option<&'static str> {
+    match (api_version.split('/').next()?, kind) {
+        ("trainer.kubeflow.org", "TrainJob") => Some("the JobSet Kubeflow Trainer makes for it"),
+        ("ray.io", "RayJob") => Some("the RayCluster KubeRay makes for it"),
+        _ => None,
+    }
+}
+
 /// The kind's name, for messages, when Basalt derives gangs from it.
 pub fn workload_kind(api_version: &str, kind: &str) -> Option<&'static str> {
     const KINDS: [&str; 9] = [
@@ -108,6 +175,30 @@ pub struct WorkloadGang {
     pub roles: BTreeMap<String, u32>,
     pub queue: Option<String>,
     pub priority_class: Option<String>,
+    /// The node label one domain of which must hold the whole gang, and the annotation that
+    /// named it.
+    pub topology_key: Option<(String, &'static str)>,
+    /// Members that must share one domain of a node label each.
+    pub sub_groups: Vec<WorkloadSubGroup>,
+    /// A JobSet's replicated jobs that others wait for: their pods are not of this gang but
+    /// of their own child Job's ([`gang_owner`] with the gang).
+    pub prerequisites: BTreeSet<String>,
+}
+
+/// Members of a gang that a workload places in one domain: a JobSet's child Job, an LWS
+/// group's subgroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadSubGroup {
+    pub name: String,
+    pub size: u32,
+    /// Pods with equal values of this label form one sub-group.
+    pub match_label_key: &'static str,
+    /// Only pods with this label value belong (a JobSet's replicated job).
+    pub selector: Option<(&'static str, String)>,
+    /// The node label one domain of which holds each sub-group.
+    pub topology_key: String,
+    /// The annotation that named it, for messages.
+    pub annotation: &'static str,
 }
 
 /// Kubeflow's replica-spec field per kind (`kubeflow.org/v1`; MPIJob also `v2beta1`).
@@ -136,21 +227,28 @@ pub fn is_workload(api_version: &str, kind: &str) -> bool {
         )
 }
 
-/// The gang a workload's `spec` states: `Ok(None)` for a kind Basalt derives nothing from, or
-/// one that runs a single pod at a time; `Err` names the field that makes no sense.
-pub fn gang(api_version: &str, kind: &str, spec: &Value) -> Result<Option<WorkloadGang>, String> {
+/// The gang a workload's `spec` (and its annotations) state: `Ok(None)` for a kind Basalt
+/// derives nothing from, or one that runs a single pod at a time; `Err` names the field that
+/// makes no sense.
+pub fn gang(
+    api_version: &str,
+    kind: &str,
+    annotations: &BTreeMap<String, String>,
+    spec: &Value,
+) -> Result<Option<WorkloadGang>, String> {
     let gang = if let Some(field) = kubeflow_replica_specs(api_version, kind) {
         kubeflow(spec, field)?
     } else {
         match (api_version, kind) {
             ("batch/v1", "Job") => job(spec)?,
-            (JOBSET_API_VERSION, "JobSet") => jobset(spec)?,
+            (JOBSET_API_VERSION, "JobSet") => jobset(annotations, spec)?,
             ("batch.volcano.sh/v1alpha1", "Job") => volcano_job(spec)?,
             ("ray.io/v1", "RayCluster") => ray_cluster(spec)?,
             _ => return Ok(None),
         }
     };
-    Ok(gang.filter(|g| g.min_member > 1))
+    // A JobSet whose earlier stages are gangs of their own says so even when its last is one.
+    Ok(gang.filter(|g| g.min_member > 1 || !g.prerequisites.is_empty()))
 }
 
 /// A count field: absent is `default`; present, a non-negative integer.
@@ -218,21 +316,56 @@ fn kubeflow(spec: &Value, field: &str) -> Result<Option<WorkloadGang>, String> {
         roles: if min >= sum { roles } else { BTreeMap::new() },
         queue: policy.and_then(|p| text(p, "queue")),
         priority_class: policy.and_then(|p| text(p, "priorityClass")),
+        ..WorkloadGang::default()
     }))
 }
 
 /// JobSet: one gang across every child Job (replicas × parallelism per replicated job, each
-/// replicated job a role).
-fn jobset(spec: &Value) -> Result<Option<WorkloadGang>, String> {
+/// replicated job a role). With an exclusive topology (the JobSet's annotation, or a
+/// replicated job template's), each child Job is a sub-group in one domain of it.
+///
+/// Replicated jobs that others wait for (`dependsOn`, or all but the last under
+/// `startupPolicy: InOrder`) run before those exist, so they stay out of the gang: their
+/// pods are gangs of their own child Job ([`WorkloadGang::prerequisites`]). Kubeflow
+/// Trainer's initializers and an MPI runtime's workers are such jobs.
+fn jobset(
+    annotations: &BTreeMap<String, String>,
+    spec: &Value,
+) -> Result<Option<WorkloadGang>, String> {
     let Some(jobs) = spec.get("replicatedJobs").and_then(Value::as_array) else {
         return Err("spec.replicatedJobs: missing".into());
     };
+    let exclusive = annotations.get(JOBSET_EXCLUSIVE_TOPOLOGY);
+    let mut prerequisites = BTreeSet::new();
+    for (i, r) in jobs.iter().enumerate() {
+        let deps = r.get("dependsOn").and_then(Value::as_array);
+        for (d, dep) in deps.into_iter().flatten().enumerate() {
+            let Some(name) = text(dep, "name") else {
+                return Err(format!(
+                    "spec.replicatedJobs[{i}].dependsOn[{d}].name: missing"
+                ));
+            };
+            prerequisites.insert(name);
+        }
+    }
+    let in_order = spec
+        .pointer("/startupPolicy/startupPolicyOrder")
+        .and_then(Value::as_str)
+        == Some("InOrder");
+    if in_order {
+        let all_but_last = jobs.iter().rev().skip(1);
+        prerequisites.extend(all_but_last.filter_map(|r| text(r, "name")));
+    }
     let mut roles = BTreeMap::new();
+    let mut sub_groups = Vec::new();
     for (i, r) in jobs.iter().enumerate() {
         let path = format!("spec.replicatedJobs[{i}]");
         let Some(name) = text(r, "name") else {
             return Err(format!("{path}.name: missing"));
         };
+        if prerequisites.contains(&name) {
+            continue;
+        }
         let replicas = count(r, "replicas", &path, 1)?;
         let job_spec = r.get("template").and_then(|t| t.get("spec"));
         let per_job = match job_spec {
@@ -243,12 +376,30 @@ fn jobset(spec: &Value) -> Result<Option<WorkloadGang>, String> {
             }
             None => 1,
         };
+        let own = (r.pointer("/template/metadata/annotations"))
+            .and_then(|a| a.get(JOBSET_EXCLUSIVE_TOPOLOGY))
+            .and_then(Value::as_str);
+        if let Some(key) = own
+            .or(exclusive.map(String::as_str))
+            .filter(|k| !k.is_empty())
+        {
+            sub_groups.push(WorkloadSubGroup {
+                name: name.clone(),
+                size: per_job,
+                match_label_key: JOBSET_JOB_KEY,
+                selector: Some((JOBSET_REPLICATED_JOB, name.clone())),
+                topology_key: key.to_string(),
+                annotation: JOBSET_EXCLUSIVE_TOPOLOGY,
+            });
+        }
         roles.insert(name, replicas.saturating_mul(per_job));
     }
     let min_member = roles.values().fold(0u32, |a, &n| a.saturating_add(n));
     Ok(Some(WorkloadGang {
         min_member,
         roles,
+        sub_groups,
+        prerequisites,
         ..WorkloadGang::default()
     }))
 }
@@ -304,6 +455,7 @@ fn volcano_job(spec: &Value) -> Result<Option<WorkloadGang>, String> {
         roles,
         queue: text(spec, "queue"),
         priority_class: text(spec, "priorityClassName"),
+        ..WorkloadGang::default()
     }))
 }
 
@@ -312,12 +464,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn gang_of(
+        api_version: &str,
+        kind: &str,
+        spec: &Value,
+    ) -> Result<Option<WorkloadGang>, String> {
+        gang(api_version, kind, &BTreeMap::new(), spec)
+    }
+
     #[test]
     fn a_pytorchjob_is_a_gang_of_its_replicas_with_roles() {
         let spec = json!({"pytorchReplicaSpecs": {
             "Master": {"replicas": 1, "template": {}},
             "Worker": {"replicas": 3, "template": {}}}});
-        let g = gang("kubeflow.org/v1", "PyTorchJob", &spec)
+        let g = gang_of("kubeflow.org/v1", "PyTorchJob", &spec)
             .unwrap()
             .unwrap();
         assert_eq!(g.min_member, 4);
@@ -329,7 +489,7 @@ mod tests {
         let spec = json!({"pytorchReplicaSpecs": {"Worker": {"replicas": 8}},
             "runPolicy": {"schedulingPolicy": {"minAvailable": 4, "queue": "research",
                                                "priorityClass": "high"}}});
-        let g = gang("kubeflow.org/v1", "PyTorchJob", &spec)
+        let g = gang_of("kubeflow.org/v1", "PyTorchJob", &spec)
             .unwrap()
             .unwrap();
         assert_eq!((g.min_member, g.roles.len()), (4, 0));
@@ -343,13 +503,13 @@ mod tests {
     fn an_mpijob_counts_its_launcher_unless_it_starts_after_the_workers() {
         let spec =
             json!({"mpiReplicaSpecs": {"Launcher": {"replicas": 1}, "Worker": {"replicas": 2}}});
-        let g = gang("kubeflow.org/v2beta1", "MPIJob", &spec)
+        let g = gang_of("kubeflow.org/v2beta1", "MPIJob", &spec)
             .unwrap()
             .unwrap();
         assert_eq!(g.min_member, 3);
         let mut late = spec.clone();
         late["launcherCreationPolicy"] = json!("WaitForWorkersReady");
-        let g = gang("kubeflow.org/v2beta1", "MPIJob", &late)
+        let g = gang_of("kubeflow.org/v2beta1", "MPIJob", &late)
             .unwrap()
             .unwrap();
         assert_eq!(g.min_member, 2);
@@ -360,14 +520,49 @@ mod tests {
         let spec = json!({"replicatedJobs": [
             {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
             {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 4}}}]});
-        let g = gang(JOBSET_API_VERSION, "JobSet", &spec).unwrap().unwrap();
+        let g = gang_of(JOBSET_API_VERSION, "JobSet", &spec)
+            .unwrap()
+            .unwrap();
         assert_eq!(g.min_member, 9);
         assert_eq!(g.roles["workers"], 8);
     }
 
     #[test]
+    fn a_jobsets_earlier_stages_are_not_of_its_gang() {
+        // Kubeflow Trainer's runtime: the initializer runs to completion before the nodes.
+        let spec = json!({"replicatedJobs": [
+            {"name": "initializer", "replicas": 1},
+            {"name": "node", "replicas": 1, "template": {"spec": {"parallelism": 4}},
+             "dependsOn": [{"name": "initializer", "status": "Complete"}]}]});
+        let g = gang_of(JOBSET_API_VERSION, "JobSet", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!((g.min_member, g.roles.len()), (4, 1));
+        assert_eq!(g.prerequisites, BTreeSet::from(["initializer".to_string()]));
+        let pod = |rj: &str| ObjectMeta {
+            labels: Some(BTreeMap::from([(
+                JOBSET_REPLICATED_JOB.to_string(),
+                rj.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        };
+        assert!(runs_before_its_jobset(&pod("initializer"), &g));
+        assert!(!runs_before_its_jobset(&pod("node"), &g));
+        // InOrder: each replicated job starts once the one before runs.
+        let spec = json!({"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [
+            {"name": "a", "replicas": 2}, {"name": "b", "replicas": 3}]});
+        let g = gang_of(JOBSET_API_VERSION, "JobSet", &spec)
+            .unwrap()
+            .unwrap();
+        assert_eq!(g.min_member, 3);
+        let spec = json!({"replicatedJobs": [{"name": "a", "dependsOn": [{"status": "Ready"}]}]});
+        let e = gang_of(JOBSET_API_VERSION, "JobSet", &spec).unwrap_err();
+        assert_eq!(e, "spec.replicatedJobs[0].dependsOn[0].name: missing");
+    }
+
+    #[test]
     fn jobs_and_volcano_jobs() {
-        let g = gang(
+        let g = gang_of(
             "batch/v1",
             "Job",
             &json!({"parallelism": 4, "completions": 8}),
@@ -375,9 +570,9 @@ mod tests {
         .unwrap();
         assert_eq!(g.unwrap().min_member, 4);
         // One pod at a time: no gang.
-        assert_eq!(gang("batch/v1", "Job", &json!({})).unwrap(), None);
+        assert_eq!(gang_of("batch/v1", "Job", &json!({})).unwrap(), None);
         assert_eq!(
-            gang(
+            gang_of(
                 "batch/v1",
                 "Job",
                 &json!({"parallelism": 4, "completions": 1})
@@ -387,7 +582,7 @@ mod tests {
         );
         let spec = json!({"minAvailable": 3, "queue": "q", "priorityClassName": "p", "tasks": [
             {"name": "ps", "replicas": 1, "minAvailable": 1}, {"name": "worker", "replicas": 4}]});
-        let g = gang("batch.volcano.sh/v1alpha1", "Job", &spec)
+        let g = gang_of("batch.volcano.sh/v1alpha1", "Job", &spec)
             .unwrap()
             .unwrap();
         assert_eq!((g.min_member, g.queue.as_deref()), (3, Some("q")));
@@ -404,7 +599,9 @@ mod tests {
             annotations: Some(BTreeMap::from([(LWS_SIZE.to_string(), size.to_string())])),
             ..ObjectMeta::default()
         };
-        assert_eq!(lws_gang(&meta("4")), Some(Ok(("vllm-2-pg".to_string(), 4))));
+        let (group, g) = lws_gang(&meta("4")).unwrap().unwrap();
+        assert_eq!((group.as_str(), g.min_member), ("vllm-2-pg", 4));
+        assert!(g.topology_key.is_none() && g.sub_groups.is_empty());
         assert!(lws_gang(&meta("none"))
             .unwrap()
             .unwrap_err()
@@ -417,7 +614,7 @@ mod tests {
         let spec = json!({"headGroupSpec": {"rayStartParams": {}}, "workerGroupSpecs": [
             {"groupName": "gpu", "replicas": 4, "minReplicas": 2, "numOfHosts": 2},
             {"groupName": "cpu", "replicas": 3, "minReplicas": 0}]});
-        let g = gang("ray.io/v1", "RayCluster", &spec).unwrap().unwrap();
+        let g = gang_of("ray.io/v1", "RayCluster", &spec).unwrap().unwrap();
         assert_eq!(g.min_member, 5);
         assert_eq!(
             g.roles,
@@ -426,22 +623,22 @@ mod tests {
         // Workers all elastic: the head alone, no gang.
         let spec =
             json!({"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "w", "replicas": 2}]});
-        assert_eq!(gang("ray.io/v1", "RayCluster", &spec).unwrap(), None);
+        assert_eq!(gang_of("ray.io/v1", "RayCluster", &spec).unwrap(), None);
     }
 
     #[test]
     fn nonsense_names_its_field() {
         let spec = json!({"pytorchReplicaSpecs": {"Worker": {"replicas": -2}}});
-        let e = gang("kubeflow.org/v1", "PyTorchJob", &spec).unwrap_err();
+        let e = gang_of("kubeflow.org/v1", "PyTorchJob", &spec).unwrap_err();
         assert_eq!(
             e,
             "spec.pytorchReplicaSpecs.Worker.replicas: -2 is not a count"
         );
-        let e = gang("batch/v1", "Job", &json!({"parallelism": "lots"})).unwrap_err();
+        let e = gang_of("batch/v1", "Job", &json!({"parallelism": "lots"})).unwrap_err();
         assert!(e.starts_with("spec.parallelism"), "{e}");
-        assert!(gang("jobset.x-k8s.io/v1alpha2", "JobSet", &json!({})).is_err());
+        assert!(gang_of("jobset.x-k8s.io/v1alpha2", "JobSet", &json!({})).is_err());
         assert_eq!(
-            gang("apps/v1", "Deployment", &json!({"replicas": 3})).unwrap(),
+            gang_of("apps/v1", "Deployment", &json!({"replicas": 3})).unwrap(),
             None
         );
     }

@@ -358,6 +358,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 scheduler_names: config.scheduler_names.clone(),
                 now_ms: now.unwrap_or_else(jiff::Timestamp::now).as_millisecond(),
                 device_resources: config.devices.clone(),
+                tiers: config.topology.tiers.clone(),
             };
             let (snapshot, warnings) = if snapshots.is_empty() {
                 eprintln!(

@@ -31,7 +31,8 @@ impl WorkloadGroups {
         for (_, object) in objects {
             if let Object::Workload(w) = object {
                 let name = w.metadata.name.clone().unwrap_or_default();
-                let gang = workloads::gang(&w.api_version, &w.kind, &w.spec);
+                let annotations = w.metadata.annotations.clone().unwrap_or_default();
+                let gang = workloads::gang(&w.api_version, &w.kind, &annotations, &w.spec);
                 let key = owner_key(&namespace(&w.metadata), &w.kind, &name);
                 by_owner.insert(key, Owned { gang, members: 0 });
             }
@@ -40,8 +41,10 @@ impl WorkloadGroups {
         for (_, object) in objects {
             if let Object::Pod(p) = object {
                 if pod::explicit_group(&p.metadata).is_none() {
-                    if let Some(owned) = groups.owned_mut(&p.metadata) {
-                        owned.members += 1;
+                    if let Some(key) = groups.owner_of(&p.metadata) {
+                        if let Some(owned) = groups.by_owner.get_mut(&key) {
+                            owned.members += 1;
+                        }
                     }
                 }
             }
@@ -49,18 +52,25 @@ impl WorkloadGroups {
         groups
     }
 
-    fn owner_of(meta: &ObjectMeta) -> Option<(String, String, String)> {
+    /// The workload whose gang a pod joins: its JobSet's, or its child Job's when its
+    /// replicated job runs before the rest of the JobSet.
+    fn owner_of(&self, meta: &ObjectMeta) -> Option<(String, String, String)> {
         let r = workloads::gang_owner(meta)?;
-        Some(owner_key(&namespace(meta), &r.kind, &r.name))
-    }
-
-    fn owned_mut(&mut self, meta: &ObjectMeta) -> Option<&mut Owned> {
-        self.by_owner.get_mut(&Self::owner_of(meta)?)
+        let key = owner_key(&namespace(meta), &r.kind, &r.name);
+        let jobset = self
+            .by_owner
+            .get(&key)
+            .and_then(|o| o.gang.as_ref().ok()?.as_ref());
+        if jobset.is_some_and(|g| workloads::runs_before_its_jobset(meta, g)) {
+            let r = workloads::controller(meta)?;
+            return Some(owner_key(&namespace(meta), &r.kind, &r.name));
+        }
+        Some(key)
     }
 
     /// The PodGroup a groupless pod joins, when its owner is a workload that states a gang.
     pub(crate) fn group_of(&self, meta: &ObjectMeta) -> Option<String> {
-        let key = Self::owner_of(meta)?;
+        let key = self.owner_of(meta)?;
         let owned = self.by_owner.get(&key)?;
         matches!(owned.gang, Ok(Some(_)) | Err(_)).then(|| format!("{}-pg", key.2))
     }
@@ -78,6 +88,7 @@ impl Context {
         &self,
         cx: &Cx,
         w: &WorkloadObject,
+        options: &ConvertOptions,
         warnings: &mut Vec<String>,
     ) -> Result<Option<GroupSpec>, ConvertError> {
         let name = cx.name(&w.metadata)?;
@@ -106,25 +117,51 @@ impl Context {
                 }
             }
         };
-        let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-        let pod_group = PodGroup {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}-pg")),
-                namespace: w.metadata.namespace.clone(),
-                ..ObjectMeta::default()
-            },
-            spec: crate::types::PodGroupSpec {
-                min_member: clamp(gang.min_member),
-                min_task_member: (gang.roles.iter())
-                    .map(|(r, &n)| (r.clone(), clamp(n)))
-                    .collect(),
-                queue: gang.queue,
-                priority_class_name: gang.priority_class,
-                ..Default::default()
-            },
-            status: None,
-        };
+        let namespace = w.metadata.namespace.clone();
+        let pod_group = gang_pod_group(
+            cx,
+            &gang,
+            &format!("{name}-pg"),
+            namespace,
+            options,
+            warnings,
+        );
         group(cx, &pod_group, self, warnings).map(Some)
+    }
+}
+
+/// The PodGroup the daemon makes for a workload's gang, its placement's warnings kept.
+fn gang_pod_group(
+    cx: &Cx,
+    gang: &WorkloadGang,
+    name: &str,
+    namespace: Option<String>,
+    options: &ConvertOptions,
+    warnings: &mut Vec<String>,
+) -> PodGroup {
+    let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let placement = gang.placement(&options.tiers);
+    for (field, message) in placement.warnings {
+        warnings.push(cx.warning(field, message));
+    }
+    PodGroup {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace,
+            ..ObjectMeta::default()
+        },
+        spec: crate::types::PodGroupSpec {
+            min_member: clamp(gang.min_member),
+            min_task_member: (gang.roles.iter())
+                .map(|(r, &n)| (r.clone(), clamp(n)))
+                .collect(),
+            queue: gang.queue.clone(),
+            priority_class_name: gang.priority_class.clone(),
+            topology: placement.topology,
+            sub_groups: placement.sub_groups,
+            ..Default::default()
+        },
+        status: None,
     }
 }
 
@@ -132,8 +169,18 @@ impl Context {
 /// pods as they are converted: a groupless pod of a group joins `<lws>-<index>-pg`.
 #[derive(Default)]
 pub(super) struct LwsGroups {
-    /// By (namespace, group): its size, the earliest member's creation and its queue.
-    groups: BTreeMap<(String, String), (u32, i64, Option<String>)>,
+    /// By (namespace, group).
+    groups: BTreeMap<(String, String), LwsGroup>,
+}
+
+struct LwsGroup {
+    /// The first member's gang (its queue the first member's that names one).
+    gang: WorkloadGang,
+    /// The earliest member's creation.
+    created_ms: i64,
+    /// The first member, whose name the group's warnings carry.
+    origin: String,
+    pod: String,
 }
 
 impl LwsGroups {
@@ -161,12 +208,17 @@ impl LwsGroups {
                 let (field, message) = e.split_once(": ").unwrap_or(("metadata", &e));
                 warnings.push(cx.warning(field, format!("{message}; a group of one instead")));
             }
-            Some(Ok((group, size))) => {
+            Some(Ok((group, gang))) => {
                 let key = (p.namespace.clone(), group.clone());
-                let entry = (self.groups.entry(key)).or_insert((size, p.created_ms, None));
-                entry.1 = entry.1.min(p.created_ms);
-                if entry.2.is_none() {
-                    entry.2 = p.queue.take();
+                let entry = self.groups.entry(key).or_insert_with(|| LwsGroup {
+                    gang,
+                    created_ms: p.created_ms,
+                    origin: origin.to_string(),
+                    pod: object.key(),
+                });
+                entry.created_ms = entry.created_ms.min(p.created_ms);
+                if entry.gang.queue.is_none() {
+                    entry.gang.queue = p.queue.take();
                 }
                 p.queue = None;
                 p.group = Some(group);
@@ -174,12 +226,24 @@ impl LwsGroups {
         }
     }
 
-    pub(super) fn groups(self) -> impl Iterator<Item = GroupSpec> {
-        (self.groups.into_iter()).map(|((namespace, name), (size, created_ms, queue))| GroupSpec {
-            queue,
-            created_ms,
-            phase: JobPhase::Pending,
-            ..GroupSpec::new(namespace, name, i64::from(size))
-        })
+    pub(super) fn groups(
+        self,
+        context: &Context,
+        options: &ConvertOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<GroupSpec>, ConvertError> {
+        let mut out = Vec::with_capacity(self.groups.len());
+        for ((namespace, name), g) in self.groups {
+            let cx = Cx {
+                origin: &g.origin,
+                kind: "Pod",
+                object: g.pod.clone(),
+            };
+            let pod_group = gang_pod_group(&cx, &g.gang, &name, Some(namespace), options, warnings);
+            let mut spec = group(&cx, &pod_group, context, warnings)?;
+            spec.created_ms = g.created_ms;
+            out.push(spec);
+        }
+        Ok(out)
     }
 }

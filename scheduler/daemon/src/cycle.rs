@@ -75,6 +75,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         scheduler_names: s.config.scheduler_names.clone(),
         now_ms: jiff::Timestamp::now().as_millisecond(),
         device_resources: s.config.devices.clone(),
+        tiers: s.config.topology.tiers.clone(),
     };
     // Each bad object is reported and left out alone (its bound pods still count on their
     // nodes); no number of them stops the cycle.

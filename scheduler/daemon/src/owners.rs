@@ -26,14 +26,11 @@ pub fn is_auto(meta: &ObjectMeta) -> bool {
 /// What a pod's owner says about grouping, cached per owner uid.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OwnerGroup {
-    /// One PodGroup for all the owner's pods.
+    /// One PodGroup for all the owner's pods: its size, per-role minimums, queue, priority
+    /// class and placement.
     Gang {
         group: String,
-        min_member: u32,
-        queue: Option<String>,
-        /// Per-role minimums (`minTaskMember`) the workload's spec states.
-        roles: BTreeMap<String, u32>,
-        priority_class: Option<String>,
+        gang: workloads::WorkloadGang,
         /// The ownerReference the PodGroup gets (apiVersion, kind, name, uid).
         owner: (String, String, String, String),
     },
@@ -162,7 +159,7 @@ pub fn decide(
                 ))
             }
         },
-        None => match workloads::gang(&owner.0, &owner.1, spec) {
+        None => match workloads::gang(&owner.0, &owner.1, annotations, spec) {
             Ok(Some(g)) => g,
             Ok(None) => return OwnerGroup::None,
             Err(e) if group.len() <= 253 => {
@@ -180,11 +177,11 @@ pub fn decide(
     }
     OwnerGroup::Gang {
         group,
-        min_member: gang.min_member,
-        // The annotation names the queue where the operator's spec names none.
-        queue: gang.queue.or(annotated_queue),
-        roles: gang.roles,
-        priority_class: gang.priority_class,
+        gang: workloads::WorkloadGang {
+            // The annotation names the queue where the operator's spec names none.
+            queue: gang.queue.clone().or(annotated_queue),
+            ..gang
+        },
         owner,
     }
 }
@@ -208,10 +205,11 @@ mod tests {
             decide(&a, &none, owner(), "Job"),
             OwnerGroup::Gang {
                 group: "train-pg".into(),
-                min_member: 3,
-                queue: Some("research".into()),
-                roles: BTreeMap::new(),
-                priority_class: None,
+                gang: workloads::WorkloadGang {
+                    min_member: 3,
+                    queue: Some("research".into()),
+                    ..Default::default()
+                },
                 owner: owner()
             }
         );
@@ -230,7 +228,10 @@ mod tests {
         let a = BTreeMap::new();
         let spec = serde_json::json!({"parallelism": 4});
         let d = decide(&a, &spec, owner(), "owner Job default/train");
-        assert!(matches!(d, OwnerGroup::Gang { min_member: 4, .. }), "{d:?}");
+        assert!(
+            matches!(&d, OwnerGroup::Gang { gang, .. } if gang.min_member == 4),
+            "{d:?}"
+        );
         let spec = serde_json::json!({"parallelism": -4});
         let d = decide(&a, &spec, owner(), "owner Job default/train");
         assert!(

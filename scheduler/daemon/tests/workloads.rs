@@ -305,3 +305,166 @@ async fn a_gang_past_its_schedule_timeout_is_told_so_and_starts_when_room_appear
     })
     .await;
 }
+
+fn rack_node(name: &str, rack: &str) -> Value {
+    let mut n = node(name, 8);
+    n["metadata"]["labels"] = json!({"topology.basalt.dev/rack": rack});
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobsets_exclusive_topology_puts_each_child_job_in_one_rack() {
+    let c = cluster(Config::default()).await;
+    c.create(crd("jobset.x-k8s.io", "JobSet", "jobsets", "v1alpha2"));
+    // r1 has one free node: a child Job of two 8-GPU pods fits only in r2 or r3.
+    for (n, rack) in [("n0", "r1"), ("n1", "r1"), ("n2", "r2"), ("n3", "r2")] {
+        c.create(rack_node(n, rack));
+    }
+    for (n, rack) in [("n4", "r3"), ("n5", "r3")] {
+        c.create(rack_node(n, rack));
+    }
+    c.create(busy_pod("other", "n1", 8, None));
+    let exclusive = "alpha.jobset.sigs.k8s.io/exclusive-topology";
+    c.create(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "pretrain", "namespace": "default",
+                     "annotations": {exclusive: "topology.basalt.dev/rack"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
+            "parallelism": 2, "completions": 2,
+            "template": {"spec": {"schedulerName": "basalt", "containers": [{
+                "name": "w", "image": "trainer:1",
+                "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}}]},
+    }));
+    let mut pods = Vec::new();
+    for j in 0..2 {
+        for i in 0..2 {
+            let mut p = jobset_pod("pretrain", "workers", j, i);
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/job-key"] = json!(format!("key-{j}"));
+            p["metadata"]["annotations"] = json!({exclusive: "topology.basalt.dev/rack"});
+            c.create(p);
+            pods.push(format!("pretrain-workers-{j}-{i}"));
+        }
+    }
+    let _s = c.start_scheduler();
+    eventually("all four bound", || {
+        pods.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    let sub_groups = &c.group("pretrain-pg")["spec"]["subGroups"];
+    assert_eq!(
+        sub_groups[0]["topology"]["required"], "rack",
+        "{sub_groups}"
+    );
+    assert_eq!(
+        sub_groups[0]["matchLabelKeys"],
+        json!(["jobset.sigs.k8s.io/job-key"])
+    );
+    let rack = |p: &str| match c.node_of(p).as_deref() {
+        Some("n2" | "n3") => "r2",
+        Some("n4" | "n5") => "r3",
+        other => panic!("{p} on {other:?}, outside r2 and r3"),
+    };
+    for j in 0..2 {
+        let (a, b) = (
+            format!("pretrain-workers-{j}-0"),
+            format!("pretrain-workers-{j}-1"),
+        );
+        assert_eq!(rack(&a), rack(&b), "child Job {j} straddles racks");
+    }
+    assert_ne!(rack("pretrain-workers-0-0"), rack("pretrain-workers-1-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainjobs_initializer_runs_first_and_its_nodes_start_as_one_gang() {
+    let c = cluster(Config::default()).await;
+    c.create(crd(
+        "trainer.kubeflow.org",
+        "TrainJob",
+        "trainjobs",
+        "v1alpha1",
+    ));
+    c.create(crd("jobset.x-k8s.io", "JobSet", "jobsets", "v1alpha2"));
+    // The in-memory server does not serve batch/v1 Jobs by itself.
+    c.create(crd("batch", "Job", "jobs", "v1"));
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "llm", "namespace": "default"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"},
+                 "trainer": {"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}},
+    }));
+    let train_uid = uid(&c, "trainer.kubeflow.org/v1alpha1", "TrainJob", "llm");
+    // What Trainer makes of it: a JobSet of its name whose nodes wait for the initializer.
+    let template = |gpus: u32| {
+        json!({"spec": {"schedulerName": "basalt", "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+    };
+    c.create(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "llm", "namespace": "default", "ownerReferences": [{
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "llm",
+            "uid": train_uid, "controller": true}]},
+        "spec": {"replicatedJobs": [
+            {"name": "initializer", "replicas": 1, "template": {"spec": {"template": template(0)}}},
+            {"name": "node", "replicas": 1,
+             "dependsOn": [{"name": "initializer", "status": "Complete"}],
+             "template": {"spec": {"parallelism": 4, "completions": 4, "template": template(8)}}}]},
+    }));
+    // A child Job, and its pod as the Job controller makes it (owned by the Job's uid).
+    let child_pod = |job: &str, rjob: &str, i: u32| {
+        if i == 0 {
+            c.create(json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job, "namespace": "default"},
+                "spec": {"template": template(0)}}));
+        }
+        let mut p = jobset_pod("llm", rjob, 0, i);
+        p["metadata"]["ownerReferences"][0]["uid"] = json!(uid(&c, "batch/v1", "Job", job));
+        p
+    };
+    let mut init = child_pod("llm-initializer-0", "initializer", 0);
+    init["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
+    c.create(init);
+    let _s = c.start_scheduler();
+    eventually("the initializer bound alone", || {
+        c.node_of("llm-initializer-0-0").is_some()
+    })
+    .await;
+    let init_group = c.pod("llm-initializer-0-0")["metadata"]["annotations"]
+        ["scheduling.basalt.dev/pod-group"]
+        .clone();
+    assert_ne!(
+        init_group, "llm-pg",
+        "the initializer joined the nodes' gang"
+    );
+    // The initializer is done; Trainer's JobSet makes the node Job and its four pods.
+    let nodes: Vec<String> = (0..4)
+        .map(|i| {
+            c.create(child_pod("llm-node-0", "node", i));
+            format!("llm-node-0-{i}")
+        })
+        .collect();
+    eventually("the nodes' PodGroup: the JobSet's, of four", || {
+        (c.server.get(
+            "scheduling.basalt.dev/v1alpha1",
+            "PodGroup",
+            "default",
+            "llm-pg",
+        ))
+        .is_some_and(|g| g["spec"]["minMember"] == 4)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        nodes.iter().all(|p| c.node_of(p).is_none()),
+        "part of the nodes' gang was bound"
+    );
+    c.create(node("n3", 8));
+    eventually("the four nodes bound", || {
+        nodes.iter().all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    let invalid = c.events("OwnerGroupInvalid", "llm-initializer-0-0");
+    assert!(invalid.is_empty(), "{invalid:?}");
+}

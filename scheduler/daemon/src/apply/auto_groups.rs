@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use basalt_crds::convert::{POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP};
+use basalt_crds::workloads;
 use basalt_crds::PodGroup;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -63,28 +64,37 @@ impl Scheduler {
                 continue;
             }
             let owner_ref = owners::gang_owner(&p.metadata);
-            let lws = basalt_crds::workloads::lws_gang(&p.metadata);
+            let lws = workloads::lws_gang(&p.metadata);
             let decision = match (lws, owner_ref) {
                 // A LeaderWorkerSet group: its pods say its size; the group goes with the
                 // first member's controller.
-                (Some(Ok((group, size))), Some(r)) => OwnerGroup::Gang {
+                (Some(Ok((group, gang))), Some(r)) => OwnerGroup::Gang {
                     group,
-                    min_member: size,
-                    queue: None,
-                    roles: Default::default(),
-                    priority_class: None,
+                    gang,
                     owner: (r.api_version, r.kind, r.name, r.uid),
                 },
                 (Some(Err(e)), _) => OwnerGroup::Invalid(format!("pod {key}: {e}")),
                 (_, None) => OwnerGroup::None,
-                (_, Some(r)) => match self.owner_decision(ns, &r).await {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
-                        self.hold.insert(key);
-                        continue;
+                (_, Some(r)) => {
+                    let mut decision = self.owner_decision(ns, &r).await;
+                    // A JobSet's earlier stage: a gang of its own child Job.
+                    if let Ok(OwnerGroup::Gang { gang, .. }) = &decision {
+                        if workloads::runs_before_its_jobset(&p.metadata, gang) {
+                            decision = match owners::controller(&p.metadata) {
+                                Some(job) => self.owner_decision(ns, &job).await,
+                                None => Ok(OwnerGroup::None),
+                            };
+                        }
                     }
-                },
+                    match decision {
+                        Ok(d) => d,
+                        Err(e) => {
+                            tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
+                            self.hold.insert(key);
+                            continue;
+                        }
+                    }
+                }
             };
             // A workload whose spec makes no sense: a gang of the pods it has.
             let decision = match decision {
@@ -107,10 +117,10 @@ impl Scheduler {
                     self.event(pod, "Warning", "OwnerSpecInvalid", &msg).await;
                     OwnerGroup::Gang {
                         group,
-                        min_member: members,
-                        queue: None,
-                        roles: Default::default(),
-                        priority_class: None,
+                        gang: workloads::WorkloadGang {
+                            min_member: members,
+                            ..Default::default()
+                        },
                         owner,
                     }
                 }
@@ -125,36 +135,39 @@ impl Scheduler {
             let pod_uid = p.metadata.uid.clone().unwrap_or_default();
             // The uid the group's ownerReference must name, and what an owner's group should say.
             let (expected_owner, wanted) = match &decision {
-                OwnerGroup::Gang {
-                    min_member,
-                    queue,
-                    owner,
-                    ..
-                } => (owner.3.clone(), Some((*min_member, queue.clone()))),
+                OwnerGroup::Gang { gang, owner, .. } => {
+                    (owner.3.clone(), Some((gang.min_member, gang.queue.clone())))
+                }
                 _ => (pod_uid.clone(), None),
             };
+            let mut placement_warnings = Vec::new();
             let (group_name, group) = match decision {
                 OwnerGroup::Gang {
                     group,
-                    min_member,
-                    queue,
-                    roles,
-                    priority_class,
+                    gang,
                     owner: (api_version, kind, owner_name, uid),
                 } => {
+                    let placement = gang.placement(&self.config.topology.tiers);
+                    placement_warnings = placement.warnings;
                     let mut body = json!({
                         "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
                         "metadata": {"name": group, "namespace": ns,
                             "labels": {"scheduling.basalt.dev/auto": "true"},
                             "ownerReferences": [{"apiVersion": api_version, "kind": kind,
                                 "name": owner_name, "uid": uid, "controller": true}]},
-                        "spec": {"minMember": min_member, "queue": queue.or(pod_queue)},
+                        "spec": {"minMember": gang.min_member, "queue": gang.queue.or(pod_queue)},
                     });
-                    if !roles.is_empty() {
-                        body["spec"]["minTaskMember"] = json!(roles);
+                    if !gang.roles.is_empty() {
+                        body["spec"]["minTaskMember"] = json!(gang.roles);
                     }
-                    if let Some(class) = priority_class {
+                    if let Some(class) = gang.priority_class {
                         body["spec"]["priorityClassName"] = json!(class);
+                    }
+                    if !placement.topology.is_empty() {
+                        body["spec"]["topology"] = json!(placement.topology);
+                    }
+                    if !placement.sub_groups.is_empty() {
+                        body["spec"]["subGroups"] = json!(placement.sub_groups);
                     }
                     // Held out of the snapshot from now until the group and the pod's
                     // annotation are both watched.
@@ -214,7 +227,15 @@ impl Scheduler {
             }
             let groups: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             match groups.create(&PostParams::default(), &group).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    // Said once, by the member that made the group.
+                    for (field, message) in placement_warnings {
+                        let msg = format!("PodGroup {ns}/{group_name}: {field}: {message}");
+                        tracing::warn!(pod = %key, "{msg}");
+                        let pod = pod_ref(ns, name, p.metadata.uid.clone());
+                        self.event(pod, "Warning", "TopologyNotATier", &msg).await;
+                    }
+                }
                 // Made before: by another member of the same owner, an earlier cycle, or for an
                 // owner (or pod) of the same name that was deleted since.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -325,15 +346,9 @@ impl Scheduler {
                     continue;
                 }
             };
-            if let OwnerGroup::Gang {
-                group,
-                min_member,
-                queue,
-                ..
-            } = decision
-            {
+            if let OwnerGroup::Gang { group, gang, .. } = decision {
                 if g.metadata.name.as_deref() == Some(group.as_str()) {
-                    self.follow_owner(&g, min_member, queue).await;
+                    self.follow_owner(&g, gang.min_member, gang.queue).await;
                 }
             }
         }
