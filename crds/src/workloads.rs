@@ -15,6 +15,14 @@ pub use placement::Placement;
 pub const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
 /// Pod label: an MPIJob pod's role (`launcher`, `worker`), as mpi-operator v2 writes it.
 pub const MPI_JOB_ROLE: &str = "training.kubeflow.org/job-role";
+/// Pod label: the Kubeflow operator that made a pod.
+pub const KUBEFLOW_OPERATOR: &str = "training.kubeflow.org/operator-name";
+/// [`KUBEFLOW_OPERATOR`] of mpi-operator v2, whose MPIJobs are `kubeflow.org/v2beta1`.
+pub const MPI_OPERATOR: &str = "mpi-operator";
+/// mpi-operator v2's MPIJob API version.
+pub const MPI_JOB_API_VERSION: &str = "kubeflow.org/v2beta1";
+/// Pod label: the Kubeflow job a pod belongs to.
+pub const KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
 /// Pod label: the JobSet a pod's Job belongs to.
 pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
 /// Pod label: the replicated job of a JobSet a pod's Job belongs to.
@@ -113,20 +121,29 @@ pub fn runs_before_its_jobset(meta: &ObjectMeta, jobset: &WorkloadGang) -> bool 
     replicated_job.is_some_and(|r| jobset.prerequisites.contains(r))
 }
 
-/// The owner whose gang a pod joins: the JobSet its label names (its pods' controllers are
-/// the JobSet's child Jobs; the uid is left empty), else its controller ownerReference, else
-/// its first.
+/// The owner whose gang a pod joins: the JobSet (or mpi-operator's MPIJob) its labels name
+/// (its pods' controllers are child Jobs; the uid is left empty), else its controller
+/// ownerReference, else its first.
 pub fn gang_owner(meta: &ObjectMeta) -> Option<OwnerReference> {
-    let jobset = meta.labels.as_ref().and_then(|l| l.get(JOBSET_NAME));
-    if let Some(name) = jobset.filter(|n| !n.is_empty()) {
-        return Some(OwnerReference {
-            api_version: JOBSET_API_VERSION.into(),
-            kind: "JobSet".into(),
-            name: name.clone(),
-            uid: String::new(),
-            controller: Some(true),
-            block_owner_deletion: None,
-        });
+    let by_name = |api_version: &str, kind: &str, name: &String| OwnerReference {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.clone(),
+        uid: String::new(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let labels = meta.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).filter(|v| !v.is_empty());
+    if let Some(name) = label(JOBSET_NAME) {
+        return Some(by_name(JOBSET_API_VERSION, "JobSet", name));
+    }
+    // mpi-operator v2 runs the launcher in a batch Job of its own: its pod's controller is
+    // that Job, not the MPIJob, whose name the pods' label gives.
+    if label(KUBEFLOW_OPERATOR).is_some_and(|o| o == MPI_OPERATOR) {
+        if let Some(name) = label(KUBEFLOW_JOB_NAME) {
+            return Some(by_name(MPI_JOB_API_VERSION, "MPIJob", name));
+        }
     }
     controller(meta)
 }

@@ -9,37 +9,6 @@ use basalt_apiserver::Config;
 use common::*;
 use serde_json::{json, Value};
 
-fn crd(group: &str, kind: &str, plural: &str, version: &str) -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.{group}")},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
-                 "versions": [{"name": version, "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    })
-}
-
-/// A pod as an operator makes it: `schedulerName: basalt` from the user's template, the
-/// operator's labels and its controller ownerReference.
-fn operator_pod(name: &str, labels: Value, owner: (&str, &str, &str, &str), gpus: u32) -> Value {
-    let mut p = pod(name, "", gpus);
-    p["metadata"]["labels"] = labels;
-    let (api_version, kind, owner_name, uid) = owner;
-    p["metadata"]["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind,
-        "name": owner_name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
-    p
-}
-
-fn uid(c: &Cluster, api_version: &str, kind: &str, name: &str) -> String {
-    let o = c
-        .server
-        .get(api_version, kind, "default", name)
-        .expect("created");
-    o["metadata"]["uid"].as_str().expect("a uid").to_string()
-}
-
 /// The training-operator's pods of a PyTorchJob replica.
 fn pytorch_pod(job: &str, uid: &str, replica_type: &str, index: u32) -> Value {
     let labels = json!({

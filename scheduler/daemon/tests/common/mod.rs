@@ -298,3 +298,41 @@ pub fn volcano_pod(name: &str, group: &str, gpus: u32) -> Value {
     p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": group});
     p
 }
+
+/// A namespaced CRD of one served version, its schema open.
+pub fn crd(group: &str, kind: &str, plural: &str, version: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": version, "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// A pod as an operator makes it: `schedulerName: basalt` from the user's template, the
+/// operator's labels and its controller ownerReference.
+pub fn operator_pod(
+    name: &str,
+    labels: Value,
+    owner: (&str, &str, &str, &str),
+    gpus: u32,
+) -> Value {
+    let mut p = pod(name, "", gpus);
+    p["metadata"]["labels"] = labels;
+    let (api_version, kind, owner_name, uid) = owner;
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind,
+        "name": owner_name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+    p
+}
+
+/// The uid the server gave an object of namespace `default`.
+pub fn uid(c: &Cluster, api_version: &str, kind: &str, name: &str) -> String {
+    let o = c
+        .server
+        .get(api_version, kind, "default", name)
+        .expect("created");
+    o["metadata"]["uid"].as_str().expect("a uid").to_string()
+}
