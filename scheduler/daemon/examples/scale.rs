@@ -111,7 +111,10 @@ async fn main() -> anyhow::Result<()> {
     let mut child = Command::new(bin)
         .args(["--listen", &addr, "--period", "1s"])
         .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("SCALE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .spawn()?;
     let pid = child.id();

@@ -25,6 +25,7 @@ use crate::leader::Leadership;
 use crate::owners::OwnerGroup;
 use crate::stores::Stores;
 use crate::stranded::PartialGangs;
+use crate::writer::{EventSink, Limiter};
 
 mod auto_groups;
 mod claims;
@@ -57,6 +58,9 @@ pub struct Scheduler {
     pub metrics: Arc<Metrics>,
     pub assumed: HashMap<String, Assumed>,
     concurrency: usize,
+    /// Every write takes a token (`--kube-api-qps`, `--kube-api-burst`).
+    pub limiter: Arc<Limiter>,
+    events: EventSink,
     /// Consecutive cycles whose binds failed with a retryable error.
     retry_streak: u32,
     refused_evictions: HashMap<String, Instant>,
@@ -91,6 +95,19 @@ pub struct Scheduler {
     /// This cycle's pending pods held for what they state or their volumes (pod key → Event
     /// reason and message), from the snapshot.
     pub held: HashMap<String, (&'static str, String)>,
+}
+
+/// How the scheduler writes: the daemon's flags.
+pub struct Settings {
+    /// Writes (binds, evictions, status) in flight at once, and Events.
+    pub concurrency: usize,
+    /// This replica's name in Events.
+    pub identity: String,
+    pub owner_ttl: Duration,
+    pub partial_gang_timeout: Duration,
+    /// Client-side rate limit on writes: tokens a second (0: none) and the burst.
+    pub qps: f64,
+    pub burst: u32,
 }
 
 enum BindResult {
@@ -130,7 +147,7 @@ fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("default", key))
 }
 
-fn classify(e: &kube::Error) -> (Option<u16>, String) {
+pub(crate) fn classify(e: &kube::Error) -> (Option<u16>, String) {
     match e {
         kube::Error::Api(s) => (Some(s.code), format!("{} ({})", s.message, s.code)),
         other => (None, other.to_string()),
@@ -138,36 +155,47 @@ fn classify(e: &kube::Error) -> (Option<u16>, String) {
 }
 
 impl Scheduler {
+    /// A scheduler writing through `client`; Events go out from a task it starts on the
+    /// current runtime.
     pub fn new(
         client: Client,
         config: Config,
         metrics: Arc<Metrics>,
-        concurrency: usize,
-        identity: String,
-        owner_ttl: Duration,
-        partial_gang_timeout: Duration,
+        settings: Settings,
+        leadership: Leadership,
     ) -> Self {
+        let limiter = Limiter::new(settings.qps, settings.burst);
+        let concurrency = settings.concurrency.max(1);
+        let events = EventSink::spawn(
+            client.clone(),
+            limiter.clone(),
+            leadership.clone(),
+            concurrency,
+            metrics.clone(),
+        );
         Scheduler {
             client,
             config,
             metrics,
             assumed: HashMap::new(),
-            concurrency: concurrency.max(1),
+            concurrency,
+            limiter,
+            events,
             retry_streak: 0,
             refused_evictions: HashMap::new(),
             reported_unschedulable: HashMap::new(),
             reported_convert_errors: HashSet::new(),
-            identity,
+            identity: settings.identity,
             auto_groups: HashMap::new(),
             owner_members: HashMap::new(),
             hold: HashSet::new(),
             owners: HashMap::new(),
-            owner_ttl,
+            owner_ttl: settings.owner_ttl,
             view: View::default(),
             collisions: HashSet::new(),
             reported_warnings: HashSet::new(),
-            partial_gangs: PartialGangs::new(partial_gang_timeout),
-            leadership: Leadership::unconditional(),
+            partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
+            leadership,
             held: HashMap::new(),
         }
     }
@@ -184,16 +212,22 @@ impl Scheduler {
 
     /// Applies `plan`; returns how long to back off before the next cycle.
     pub async fn apply(&mut self, plan: &Plan, stores: &Stores) -> Duration {
+        let t0 = Instant::now();
         self.evict(plan, stores).await;
+        let t_evict = t0.elapsed();
         let (retry, failed) = self.bind_all(plan, stores).await;
+        let t_bind = t0.elapsed();
         let partial = self
             .partial_gangs
             .observe(plan, Instant::now(), jiff::Timestamp::now());
         self.roll_back(&partial, stores).await;
         self.nominate(plan, stores).await;
+        let t_nominate = t0.elapsed();
         self.write_groups(plan, stores, &failed, &partial).await;
+        let t_groups = t0.elapsed();
         self.report_held(stores).await;
         self.write_queues(plan).await;
+        tracing::debug!(evict = ?t_evict, bind = ?(t_bind - t_evict), nominate = ?(t_nominate - t_bind), group_status = ?(t_groups - t_nominate), rest = ?(t0.elapsed() - t_groups), "plan applied");
 
         let pending: Vec<_> = stores
             .pods
@@ -291,6 +325,33 @@ impl Scheduler {
 
     /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
     /// (`ns/name`) how many of its binds failed this cycle with the last error.
+    /// The binds of gang members first, each gang's together, so gangs complete (and their
+    /// Events follow) before pods of one; otherwise the plan's order.
+    fn gangs_first(&self, mut jobs: Vec<BindJob>, stores: &Stores) -> Vec<BindJob> {
+        let gang_of = |job: &BindJob| {
+            let (ns, name) = split_key(&job.key);
+            let pod = stores.pods.get(&ObjectRef::new(name).within(ns))?;
+            let key = format!("{ns}/{}", member_of(&pod)?);
+            let group = self.view.groups.get(&key)?;
+            (group.group.spec.min_member > 1).then_some(key)
+        };
+        let mut keyed: Vec<(Option<String>, usize)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (gang_of(j), i))
+            .collect();
+        keyed.sort_by(|a, b| {
+            (a.0.is_none(), &a.0)
+                .cmp(&(b.0.is_none(), &b.0))
+                .then(a.1.cmp(&b.1))
+        });
+        let mut slots: Vec<Option<BindJob>> = jobs.drain(..).map(Some).collect();
+        keyed
+            .into_iter()
+            .filter_map(|(_, i)| slots[i].take())
+            .collect()
+    }
+
     async fn bind_all(
         &mut self,
         plan: &Plan,
@@ -341,13 +402,17 @@ impl Scheduler {
             .collect();
         // Claims first (PreBind): a pod whose claim cannot point at its node is not bound.
         let (jobs, mut results) = self.select_claims(jobs, stores).await;
+        let jobs = self.gangs_first(jobs, stores);
         let client = self.client.clone();
         let leadership = self.leadership.clone();
+        let limiter = self.limiter.clone();
         let bound: Vec<_> = futures::stream::iter(jobs)
             .map(|job| {
                 let client = client.clone();
                 let leadership = leadership.clone();
+                let limiter = limiter.clone();
                 async move {
+                    limiter.acquire().await;
                     let r = if leadership.leading() {
                         bind_with_handoff(&client, &job).await
                     } else {
@@ -405,7 +470,7 @@ impl Scheduler {
                     self.reported_unschedulable
                         .remove(&format!("PodClaims/{key}"));
                     let msg = format!("Successfully assigned {key} to {node}");
-                    self.event(reference, "Normal", "Scheduled", &msg).await;
+                    self.event(reference, "Normal", "Scheduled", &msg);
                 }
                 BindResult::Conflict(m) => {
                     self.metrics.bind_errors.inc();
@@ -446,6 +511,7 @@ impl Scheduler {
             }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             let patch = json!({"status": {"nominatedNodeName": n.node}});
+            self.limiter.acquire().await;
             if let Err(e) = api
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -456,7 +522,7 @@ impl Scheduler {
     }
 
     /// Writes an Event about `key` unless the last one written about it said the same.
-    pub(crate) async fn event_once(
+    pub(crate) fn event_once(
         &mut self,
         key: String,
         about: ObjectReference,
@@ -468,18 +534,12 @@ impl Scheduler {
         if self.reported_unschedulable.get(&key) == Some(&said) {
             return;
         }
-        self.event(about, type_, reason, message).await;
+        self.event(about, type_, reason, message);
         self.reported_unschedulable.insert(key, said);
     }
 
-    /// Writes a core/v1 Event; a failure is logged, never fatal.
-    pub(crate) async fn event(
-        &self,
-        about: ObjectReference,
-        type_: &str,
-        reason: &str,
-        message: &str,
-    ) {
+    /// Queues a core/v1 Event for the writer ([`EventSink`]); never waits.
+    pub(crate) fn event(&self, about: ObjectReference, type_: &str, reason: &str, message: &str) {
         if !self.leadership.leading() {
             return;
         }
@@ -506,10 +566,7 @@ impl Scheduler {
             reporting_instance: Some(self.identity.clone()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, error = %classify(&e).1, "cannot write an Event");
-        }
+        self.events.send(ns, event);
     }
 }
 

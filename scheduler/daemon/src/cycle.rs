@@ -70,7 +70,9 @@ pub struct Outcome {
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     s.auto_groups(stores).await;
+    let t_auto = started.elapsed();
     let (objects, unreadable, mut warnings) = collect(s, stores);
+    let t_collect = started.elapsed();
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
         now_ms: jiff::Timestamp::now().as_millisecond(),
@@ -80,6 +82,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     // Each bad object is reported and left out alone (its bound pods still count on their
     // nodes); no number of them stops the cycle.
     let built = build_snapshot_tolerant(&objects, &options);
+    let t_build = started.elapsed();
     let mut errors = built.errors;
     errors.extend(unreadable);
     s.report_convert_errors(&errors).await;
@@ -94,11 +97,23 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         };
     };
     s.held = crate::report::held(&snapshot);
+    let t_report = started.elapsed();
     let plan = basalt_plugins::schedule(&snapshot, &s.config);
+    let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
-    s.metrics
-        .cycle_duration
-        .observe(started.elapsed().as_secs_f64());
+    let total = started.elapsed();
+    s.metrics.cycle_duration.observe(total.as_secs_f64());
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    tracing::debug!(
+        auto_groups_ms = ms(t_auto),
+        collect_ms = ms(t_collect - t_auto),
+        build_ms = ms(t_build - t_collect),
+        report_ms = ms(t_report - t_build),
+        schedule_ms = ms(t_schedule - t_report),
+        apply_ms = ms(total - t_schedule),
+        binds = plan.bindings.len(),
+        "cycle"
+    );
     Outcome { backoff }
 }
 

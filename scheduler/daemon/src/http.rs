@@ -87,6 +87,8 @@ pub struct Metrics {
     /// Config files read again because they changed, and those refused (the old config kept).
     pub config_reloads: Counter,
     pub config_reload_errors: Counter,
+    /// Events not written because the Event queue was full.
+    pub events_dropped: Counter,
     registry: Registry,
 }
 
@@ -107,7 +109,13 @@ impl Metrics {
         let queue_allocated = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let config_reloads = Counter::default();
         let config_reload_errors = Counter::default();
+        let events_dropped = Counter::default();
         let mut registry = Registry::with_prefix("basalt_scheduler");
+        registry.register(
+            "events_dropped",
+            "Events not written because the Event queue was full",
+            events_dropped.clone(),
+        );
         registry.register(
             "config_reloads",
             "Changed config files read and taken",
@@ -163,6 +171,7 @@ impl Metrics {
         Metrics {
             config_reloads,
             config_reload_errors,
+            events_dropped,
             scheduling_latency,
             queue_pending_pods,
             queue_pending_groups,

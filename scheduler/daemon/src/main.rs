@@ -13,6 +13,7 @@ mod scheduler_plugins;
 mod stores;
 mod stranded;
 mod volcano;
+mod writer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,9 +41,17 @@ struct Args {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen: String,
-    /// Bindings in flight at once.
-    #[arg(long, default_value_t = 32)]
+    /// Writes in flight at once: bindings, evictions and status writes in a cycle, and
+    /// Events (sent beside the cycles).
+    #[arg(long, default_value_t = 64)]
     bind_concurrency: usize,
+    /// Client-side limit on the scheduler's writes, in requests a second (0: none). Binds
+    /// come first: Events only take tokens while half the burst is left.
+    #[arg(long, default_value_t = 5000.0)]
+    kube_api_qps: f64,
+    /// Writes that may go out at once above --kube-api-qps.
+    #[arg(long, default_value_t = 10000)]
+    kube_api_burst: u32,
     /// Schedule only while holding a Lease (run two replicas for failover).
     #[arg(long)]
     leader_elect: bool,
@@ -296,16 +305,16 @@ async fn run(
         None => None,
     };
 
-    let mut scheduler = apply::Scheduler::new(
-        client,
-        config,
-        metrics,
-        args.bind_concurrency,
+    let settings = apply::Settings {
+        concurrency: args.bind_concurrency,
         identity,
-        args.owner_cache_ttl,
-        args.partial_gang_timeout,
-    );
-    scheduler.leadership = leadership.clone();
+        owner_ttl: args.owner_cache_ttl,
+        partial_gang_timeout: args.partial_gang_timeout,
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
+    let mut scheduler =
+        apply::Scheduler::new(client, config, metrics, settings, leadership.clone());
     let mut waiting = leadership.clone();
     let min_gap = Duration::from_millis(50);
     'run: loop {

@@ -45,8 +45,7 @@ impl Scheduler {
             let Some(reference) = reference(&e.kind, &e.object, origin) else {
                 continue;
             };
-            self.event(reference, "Warning", INVALID_OBJECT, &text)
-                .await;
+            self.event(reference, "Warning", INVALID_OBJECT, &text);
             if e.kind == "PodGroup" {
                 self.mark_invalid(&e.object, origin, &text).await;
             }
@@ -69,8 +68,7 @@ impl Scheduler {
             tracing::warn!(warning = %w, "conversion warning");
             if let Some((origin, object)) = about_group(&w) {
                 if let Some(reference) = reference("PodGroup", object, origin) {
-                    self.event(reference, "Warning", CONVERSION_WARNING, &w)
-                        .await;
+                    self.event(reference, "Warning", CONVERSION_WARNING, &w);
                 }
             } else if let Some(node) = about_node(&w) {
                 // What the node's own objects disagree on (its NodeTopology and allocatable).
@@ -80,8 +78,7 @@ impl Scheduler {
                     name: Some(node.into()),
                     ..Default::default()
                 };
-                self.event(reference, "Warning", CONVERSION_WARNING, &w)
-                    .await;
+                self.event(reference, "Warning", CONVERSION_WARNING, &w);
             }
         }
         self.reported_warnings = now;
@@ -103,8 +100,7 @@ impl Scheduler {
                 continue;
             };
             let reference = pod_ref(ns, name, pod.metadata.uid.clone());
-            self.event_once(format!("Pod/{key}"), reference, "Warning", reason, &message)
-                .await;
+            self.event_once(format!("Pod/{key}"), reference, "Warning", reason, &message);
         }
     }
 

@@ -114,7 +114,7 @@ impl Scheduler {
                     let msg = format!("{reason}; scheduled as a gang of the {members} pods it has");
                     tracing::warn!(pod = %key, reason = %reason, members, "owner's spec gives no gang size");
                     let pod = pod_ref(ns, name, p.metadata.uid.clone());
-                    self.event(pod, "Warning", "OwnerSpecInvalid", &msg).await;
+                    self.event(pod, "Warning", "OwnerSpecInvalid", &msg);
                     OwnerGroup::Gang {
                         group,
                         gang: workloads::WorkloadGang {
@@ -184,8 +184,7 @@ impl Scheduler {
                             "Warning",
                             "OwnerGroupInvalid",
                             &msg,
-                        )
-                        .await;
+                        );
                     }
                     let group_name = format!("{name}-pg");
                     if group_name.len() > 253 {
@@ -233,7 +232,7 @@ impl Scheduler {
                         let msg = format!("PodGroup {ns}/{group_name}: {field}: {message}");
                         tracing::warn!(pod = %key, "{msg}");
                         let pod = pod_ref(ns, name, p.metadata.uid.clone());
-                        self.event(pod, "Warning", "TopologyNotATier", &msg).await;
+                        self.event(pod, "Warning", "TopologyNotATier", &msg);
                     }
                 }
                 // Made before: by another member of the same owner, an earlier cycle, or for an

@@ -313,8 +313,7 @@ impl Scheduler {
                 "Warning",
                 "FailedScheduling",
                 why.message(),
-            )
-            .await;
+            );
         }
         withheld.extend(gangs_of(refused.keys(), stores));
         let mut ready = Vec::new();

@@ -74,7 +74,7 @@ impl Scheduler {
                         ..Default::default()
                     };
                     let text = format!("Evicted {evicted} bound member(s): {why}");
-                    self.event(reference, "Warning", GANG_ROLLBACK, &text).await;
+                    self.event(reference, "Warning", GANG_ROLLBACK, &text);
                 }
             }
         }
@@ -106,12 +106,12 @@ impl Scheduler {
         }
         let (ns, name) = split_key(key);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        self.limiter.acquire().await;
         match api.evict(name, &EvictParams::default()).await {
             Ok(_) => {
                 self.metrics.evictions.inc();
                 let (type_, reason, message) = done;
-                self.event(pod_ref(ns, name, uid), type_, reason, message)
-                    .await;
+                self.event(pod_ref(ns, name, uid), type_, reason, message);
                 true
             }
             Err(e) => {
@@ -121,8 +121,7 @@ impl Scheduler {
                         .insert(key.to_string(), Instant::now());
                     tracing::warn!(pod = %key, error = %msg, "eviction refused by a disruption budget");
                     let text = format!("Eviction for {for_group} refused: {msg}");
-                    self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text)
-                        .await;
+                    self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text);
                 } else if code != Some(404) {
                     tracing::warn!(pod = %key, error = %msg, "eviction failed");
                 }

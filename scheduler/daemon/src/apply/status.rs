@@ -2,6 +2,7 @@
 //! changed, into the API each was read from), and FailedScheduling Events on groups that cannot
 //! start and their waiting pods.
 
+use futures::StreamExt;
 use std::collections::HashMap;
 
 use basalt_crds::PodGroup;
@@ -27,6 +28,7 @@ impl Scheduler {
         partial: &[PartialGang],
     ) {
         let now = jiff::Timestamp::now().to_string();
+        let mut writes = Vec::new();
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
@@ -79,17 +81,25 @@ impl Scheduler {
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
                     .unwrap_or_else(|_| Value::Array(vec![]));
-                if !self.leadership.leading() {
-                    return;
-                }
                 let patch = Patch::Merge(json!({ "status": body }));
-                if let Err(e) = self.patch_group_status(ns, name, origin, &patch).await {
-                    tracing::warn!(group = %planned.name, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
-                }
+                writes.push((&*planned.name, ns, name, origin, patch));
             }
             self.report_unschedulable(planned, &group, origin, stores)
                 .await;
         }
+        // Written side by side, each behind the rate limit.
+        let this = &*self;
+        futures::stream::iter(writes)
+            .for_each_concurrent(self.concurrency, |(key, ns, name, origin, patch)| async move {
+                this.limiter.acquire().await;
+                if !this.leadership.leading() {
+                    return;
+                }
+                if let Err(e) = this.patch_group_status(ns, name, origin, &patch).await {
+                    tracing::warn!(group = %key, api = origin.api_version(), error = %classify(&e).1, "cannot write PodGroup status");
+                }
+            })
+            .await;
     }
 
     /// Patches a PodGroup's status in the object it was read from: Volcano's status
@@ -239,8 +249,7 @@ impl Scheduler {
             targets.push((format!("Pod/{key}"), reference));
         }
         for (key, reference) in targets {
-            self.event_once(key, reference, "Warning", "FailedScheduling", &message)
-                .await;
+            self.event_once(key, reference, "Warning", "FailedScheduling", &message);
         }
     }
 }
