@@ -5,6 +5,8 @@
 //! deserialized into its typed form. Kinds Basalt does not read are skipped with a warning.
 //! Errors name the file, the document, the object when its name is known, and the field.
 
+use std::sync::Arc;
+
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -24,8 +26,9 @@ use crate::types::{self, NodeTopology, PodGroup, Queue};
 /// Basalt's on read; Volcano's HyperNode is kept as it is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Object {
-    Node(Box<Node>),
-    Pod(Box<Pod>),
+    /// Shared: a live scheduler hands its watch caches' objects over without copying them.
+    Node(Arc<Node>),
+    Pod(Arc<Pod>),
     PriorityClass(Box<PriorityClass>),
     PodGroup(Box<PodGroup>),
     Queue(Box<Queue>),
@@ -328,8 +331,8 @@ fn read_value(
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
         let object = match (api_version.as_str(), kind.as_str()) {
-            ("v1", "Node") => Object::Node(typed(place, &object_name, value)?),
-            ("v1", "Pod") => Object::Pod(typed(place, &object_name, value)?),
+            ("v1", "Node") => Object::Node(Arc::from(typed::<Node>(place, &object_name, value)?)),
+            ("v1", "Pod") => Object::Pod(Arc::from(typed::<Pod>(place, &object_name, value)?)),
             ("v1", "Namespace") => Object::Namespace(typed(place, &object_name, value)?),
             ("v1", "PersistentVolumeClaim") => {
                 Object::PersistentVolumeClaim(typed(place, &object_name, value)?)

@@ -1,35 +1,116 @@
-//! Scale figures for the daemon: the in-memory API server with NODES nodes and PODS pods, the
-//! real `basalt-scheduler` binary against it. Reports the time until every pending pod is bound
-//! (binds per second through the whole daemon), the daemon's resident memory with everything
-//! in its stores, and its mean cycle time.
+//! Scale figures for the daemon: the in-memory API server (in this process) with NODES nodes of
+//! 8 GPUs and PODS pods, the real `basalt-scheduler` binary against it over loopback.
 //!
 //! ```sh
-//! cargo build --release -p basalt-scheduler
-//! cargo run --release -p basalt-scheduler --example scale -- target/release/basalt-scheduler 5000 50000
+//! cargo build --release -p basalt-scheduler --bins --examples
+//! target/release/examples/scale target/release/basalt-scheduler 10000 100000 \
+//!     --pending 50000 --gang 8 --queues 200 --arrivals 1000
 //! ```
 //!
-//! 90% of the pods are already bound (one CPU each, spread evenly; not Basalt's: they only use
-//! capacity); the rest are Basalt pods in gangs of 4, asking 2 GPUs each (nodes have 8).
+//! The pods that are not pending are bound already (one CPU each, spread evenly; not Basalt's:
+//! they only use capacity); the pending ones are Basalt pods in gangs of `--gang`, one GPU
+//! each, their PodGroups spread over `--queues` queues. Reported:
+//! - the time from start to the caches synced, then to every pending pod bound (binds/s);
+//! - cycle times while binding and with nothing changed, and the cycle after one new gang;
+//! - with `--arrivals N`, a stream of N pods a second for 10 s (gangs as above, created as a
+//!   controller would: group, then members), and their creation-to-binding p50 and p99 (from
+//!   the daemon's `scheduling_latency` histogram: bucket bounds, so upper estimates);
+//! - the daemon's resident memory and CPU time.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use basalt_apiserver::{ApiServer, Config};
-use serde_json::json;
+use basalt_apiserver::{ApiServer, Config, Handle};
+use serde_json::{json, Value};
 
-fn rss_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+struct Args {
+    bin: String,
+    nodes: usize,
+    pods: usize,
+    pending: usize,
+    gang: usize,
+    queues: usize,
+    arrivals: usize,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: scale BASALT_SCHEDULER NODES PODS [--pending N] [--gang N] [--queues N] [--arrivals N]";
+    let (Some(bin), Some(nodes), Some(pods)) = (raw.first(), raw.get(1), raw.get(2)) else {
+        anyhow::bail!(usage);
+    };
+    let pods: usize = pods.parse()?;
+    let mut a = Args {
+        bin: bin.clone(),
+        nodes: nodes.parse()?,
+        pods,
+        pending: pods / 10,
+        gang: 4,
+        queues: 1,
+        arrivals: 0,
+    };
+    let mut rest = raw[3..].iter();
+    while let Some(flag) = rest.next() {
+        let value: usize = rest
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{flag}: a value; {usage}"))?
+            .parse()?;
+        match flag.as_str() {
+            "--pending" => a.pending = value.min(pods),
+            "--gang" => a.gang = value.max(1),
+            "--queues" => a.queues = value.max(1),
+            "--arrivals" => a.arrivals = value,
+            _ => anyhow::bail!("{flag}: unknown; {usage}"),
+        }
+    }
+    Ok(a)
+}
+
+fn proc_field(pid: u32, file: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+/// The process's CPU time (user + system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) and its closing parenthesis.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    (text.lines())
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The `q` quantile of a histogram as the upper bound of the bucket it falls in.
+fn quantile(text: &str, name: &str, q: f64) -> Option<f64> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let buckets: Vec<(f64, f64)> = (text.lines())
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last()?.1;
+    (total > 0.0).then(|| {
+        (buckets.iter())
+            .find(|(_, c)| *c >= q * total)
+            .map_or(f64::INFINITY, |(le, _)| *le)
+    })
 }
 
 /// A plain HTTP GET on loopback (blocking; answers are small and local).
@@ -44,63 +125,123 @@ fn fetch(addr: &str, path: &str) -> Option<String> {
     Some(out)
 }
 
+fn create(server: &Handle, object: Value) -> anyhow::Result<()> {
+    server
+        .create(object)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))
+}
+
+/// A gang `g` of `size` one-GPU pods in queue `q`: its PodGroup, then its members.
+fn gang(server: &Handle, g: &str, size: usize, q: usize) -> anyhow::Result<Vec<String>> {
+    create(
+        server,
+        json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": g, "namespace": "default"},
+            "spec": {"minMember": size, "queue": format!("q{q}")}}),
+    )?;
+    let mut names = Vec::with_capacity(size);
+    for i in 0..size {
+        let name = format!("{g}-{i}");
+        create(
+            server,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default",
+                             "labels": {"scheduling.basalt.dev/pod-group": g}},
+                "spec": {"schedulerName": "basalt", "containers": [{"name": "m", "image": "i",
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
+                                  "limits": {"nvidia.com/gpu": "1"}}}]}}),
+        )?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+fn unbound(server: &Handle) -> usize {
+    (server.list("v1", "Pod").iter())
+        .filter(|p| p["spec"]["nodeName"].is_null())
+        .count()
+}
+
+struct Daemon {
+    child: Child,
+    addr: String,
+}
+
+impl Daemon {
+    fn metrics(&self) -> String {
+        fetch(&self.addr, "/metrics").unwrap_or_default()
+    }
+
+    fn cycles(&self) -> (f64, f64) {
+        let m = self.metrics();
+        (
+            metric(&m, "basalt_scheduler_cycle_duration_seconds_count"),
+            metric(&m, "basalt_scheduler_cycle_duration_seconds_sum"),
+        )
+    }
+
+    /// Waits for `n` more cycles; their mean duration in ms.
+    async fn next_cycles(&self, n: f64) -> f64 {
+        let (c0, s0) = self.cycles();
+        for _ in 0..400 {
+            let (c, s) = self.cycles();
+            if c >= c0 + n {
+                return (s - s0) / (c - c0) * 1000.0;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        f64::NAN
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let (Some(bin), Some(nodes), Some(pods)) = (args.get(1), args.get(2), args.get(3)) else {
-        anyhow::bail!("usage: scale BASALT_SCHEDULER_BINARY NODES PODS");
-    };
-    let nodes: usize = nodes.parse()?;
-    let pods: usize = pods.parse()?;
+    let a = args()?;
     let server = ApiServer::start(Config::default()).await?;
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
 
     let started = Instant::now();
-    for n in 0..nodes {
-        server
-            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{n}")},
-                "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}))
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    for n in 0..a.nodes {
+        create(
+            &server,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": format!("n{n}")},
+                "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}),
+        )?;
     }
-    let bound = pods * 9 / 10;
-    for p in 0..bound {
-        server
-            .create(json!({"apiVersion": "v1", "kind": "Pod",
+    for p in 0..a.pods - a.pending {
+        create(
+            &server,
+            json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("svc-{p}"), "namespace": "default"},
-                "spec": {"nodeName": format!("n{}", p % nodes),
-                         "containers": [{"name": "m", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}))
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                "spec": {"nodeName": format!("n{}", p % a.nodes),
+                         "containers": [{"name": "m", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}),
+        )?;
     }
-    server
-        .create(
+    for q in 0..a.queues {
+        create(
+            &server,
             json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "Queue",
-            "metadata": {"name": "research"}, "spec": {"weight": 1}}),
-        )
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let pending = pods - bound;
-    for g in 0..pending.div_ceil(4) {
-        let size = 4.min(pending - g * 4);
-        server
-            .create(
-                json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
-                "metadata": {"name": format!("g{g}"), "namespace": "default"},
-                "spec": {"minMember": size, "queue": "research"}}),
-            )
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        for i in 0..size {
-            server
-                .create(json!({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": format!("g{g}-{i}"), "namespace": "default",
-                                 "labels": {"scheduling.basalt.dev/pod-group": format!("g{g}")}},
-                    "spec": {"schedulerName": "basalt", "containers": [{"name": "m", "image": "i",
-                        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}]}}))
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        }
+                "metadata": {"name": format!("q{q}")}, "spec": {"weight": 1}}),
+        )?;
+    }
+    let mut made = 0;
+    let mut g = 0;
+    while made < a.pending {
+        let size = a.gang.min(a.pending - made);
+        gang(&server, &format!("g{g}"), size, g % a.queues)?;
+        made += size;
+        g += 1;
     }
     println!(
-        "created {nodes} nodes, {pods} pods ({pending} pending Basalt pods) in {:.1} s",
+        "created {} nodes, {} pods ({} pending Basalt pods in {g} gangs of {}, {} queues) in {:.1} s",
+        a.nodes,
+        a.pods,
+        a.pending,
+        a.gang,
+        a.queues,
         started.elapsed().as_secs_f64()
     );
 
@@ -108,7 +249,7 @@ async fn main() -> anyhow::Result<()> {
         .local_addr()?
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(bin)
+    let child = Command::new(&a.bin)
         .args(["--listen", &addr, "--period", "1s"])
         .env("KUBECONFIG", &kubeconfig)
         .env(
@@ -117,64 +258,151 @@ async fn main() -> anyhow::Result<()> {
         )
         .stdout(Stdio::null())
         .spawn()?;
-    let pid = child.id();
+    let mut d = Daemon { child, addr };
+    let pid = d.child.id();
+    let result = run(&a, &server, &d, pid, g).await;
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    result
+}
+
+async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut ready_at = None;
-    let result = loop {
-        if t0.elapsed() > Duration::from_secs(600) {
-            break Err(anyhow::anyhow!("not all pods bound within 600 s"));
-        }
-        if let Some(status) = child.try_wait()? {
-            break Err(anyhow::anyhow!("the scheduler exited: {status}"));
+    let all_bound = loop {
+        if t0.elapsed() > Duration::from_secs(900) {
+            anyhow::bail!("not all pods bound within 900 s");
         }
         if ready_at.is_none()
-            && fetch(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+            && fetch(&d.addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
         {
-            ready_at = Some(t0.elapsed());
+            ready_at = Some((t0.elapsed(), cpu_seconds(pid)));
         }
-        let unbound = server
-            .list("v1", "Pod")
-            .iter()
-            .filter(|p| p["spec"]["nodeName"].is_null())
-            .count();
-        if unbound == 0 {
-            break Ok(t0.elapsed());
+        if ready_at.is_some() && unbound(server) == 0 {
+            break t0.elapsed();
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    // Let the cycle that made the binds finish (its Events and status writes) before reading.
-    let mut metrics = String::new();
-    for _ in 0..240 {
-        metrics = fetch(&addr, "/metrics").unwrap_or_default();
-        if metric(&metrics, "basalt_scheduler_cycle_duration_seconds_count").unwrap_or(0.0) >= 2.0 {
-            break;
+    let (ready, cpu_ready) = ready_at.unwrap_or((all_bound, 0.0));
+    let cpu_bound = cpu_seconds(pid);
+    let m = d.metrics();
+    let binding_cycles = metric(&m, "basalt_scheduler_cycle_duration_seconds_count");
+    let binding_mean = metric(&m, "basalt_scheduler_cycle_duration_seconds_sum")
+        / binding_cycles.max(1.0)
+        * 1000.0;
+    let after = (all_bound - ready).as_secs_f64();
+    println!("caches synced {:.2} s after start", ready.as_secs_f64());
+    println!(
+        "all {} pending pods bound {after:.2} s after sync: {:.0} binds/s; daemon CPU {:.2} s meanwhile",
+        a.pending,
+        a.pending as f64 / after.max(1e-9),
+        cpu_bound - cpu_ready
+    );
+    println!("cycles until then: {binding_cycles:.0}, mean {binding_mean:.0} ms");
+    // Let the binding cycle's writes settle, then time cycles with nothing new.
+    d.next_cycles(2.0).await;
+    let cpu0 = cpu_seconds(pid);
+    let idle = d.next_cycles(3.0).await;
+    println!(
+        "cycle with nothing changed: mean {idle:.1} ms over 3 (daemon CPU {:.0} ms a cycle)",
+        (cpu_seconds(pid) - cpu0) / 3.0 * 1000.0
+    );
+    // One new gang: the cycle that places it.
+    let (c0, s0) = d.cycles();
+    let names = gang(server, &format!("g{gangs}"), a.gang, 0)?;
+    let t = Instant::now();
+    while names.iter().any(|n| {
+        server
+            .get("v1", "Pod", "default", n)
+            .is_some_and(|p| p["spec"]["nodeName"].is_null())
+    }) {
+        if t.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("the new gang was not bound within 60 s");
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let rss = rss_kib(pid, "VmRSS:");
-    let hwm = rss_kib(pid, "VmHWM:");
-    let _ = child.kill();
-    let _ = child.wait();
-    let all_bound = result?;
-    let ready = ready_at.unwrap_or(all_bound);
-    let sum = metric(&metrics, "basalt_scheduler_cycle_duration_seconds_sum").unwrap_or(0.0);
-    let count = metric(&metrics, "basalt_scheduler_cycle_duration_seconds_count").unwrap_or(0.0);
-    let binds = metric(&metrics, "basalt_scheduler_binds_total").unwrap_or(0.0);
-    println!("caches synced after {:.2} s", ready.as_secs_f64());
+    let bound_in = t.elapsed();
+    let (c, s) = d.cycles();
     println!(
-        "all {pending} pending pods bound {:.2} s after start ({:.2} s after sync): {:.0} binds/s",
-        all_bound.as_secs_f64(),
-        (all_bound - ready).as_secs_f64(),
-        pending as f64 / (all_bound - ready).as_secs_f64().max(1e-9)
+        "one new gang of {}: bound {:.0} ms after creation; {:.0} cycle(s) meanwhile, mean {:.1} ms",
+        a.gang,
+        bound_in.as_secs_f64() * 1000.0,
+        c - c0,
+        (s - s0) / (c - c0).max(1.0) * 1000.0
     );
+    if a.arrivals > 0 {
+        arrivals(a, server, d, gangs + 1).await?;
+    }
     println!(
-        "scheduler memory: VmRSS {:.0} MiB, peak VmHWM {:.0} MiB",
-        rss.unwrap_or(0) as f64 / 1024.0,
-        hwm.unwrap_or(0) as f64 / 1024.0
-    );
-    println!(
-        "cycles: {count:.0}, mean {:.0} ms (snapshot, engine, binds, Events, status); binds counted {binds:.0}",
-        if count > 0.0 { sum / count * 1000.0 } else { 0.0 }
+        "daemon memory: VmRSS {:.0} MiB, peak VmHWM {:.0} MiB",
+        proc_field(pid, "status", "VmRSS:").unwrap_or(0) as f64 / 1024.0,
+        proc_field(pid, "status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
     );
     Ok(())
+}
+
+/// `--arrivals` pods a second for 10 s, a gang at a time; creation-to-binding quantiles of
+/// those pods alone (the histogram's counts before the stream are subtracted).
+async fn arrivals(a: &Args, server: &Handle, d: &Daemon, first: usize) -> anyhow::Result<()> {
+    let before = d.metrics();
+    let gangs_per_s = (a.arrivals / a.gang).max(1);
+    let start = Instant::now();
+    let mut names = Vec::new();
+    for k in 0..gangs_per_s * 10 {
+        let due = start + Duration::from_secs_f64(k as f64 / gangs_per_s as f64);
+        tokio::time::sleep_until(due.into()).await;
+        names.extend(gang(
+            server,
+            &format!("g{}", first + k),
+            a.gang,
+            k % a.queues,
+        )?);
+    }
+    let t = Instant::now();
+    while names.iter().any(|n| {
+        server
+            .get("v1", "Pod", "default", n)
+            .is_some_and(|p| p["spec"]["nodeName"].is_null())
+    }) {
+        if t.elapsed() > Duration::from_secs(120) {
+            anyhow::bail!("the arrivals were not bound within 120 s of the last");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    d.next_cycles(1.0).await;
+    let after = d.metrics();
+    let name = "basalt_scheduler_scheduling_latency_seconds";
+    let delta = subtract_histogram(&after, &before, name);
+    let q =
+        |p| quantile(&delta, name, p).map_or("-".to_string(), |v| format!("{:.0} ms", v * 1000.0));
+    println!(
+        "arrivals: {} pods/s for 10 s in gangs of {}: creation to binding p50 ≤ {}, p99 ≤ {}",
+        gangs_per_s * a.gang,
+        a.gang,
+        q(0.5),
+        q(0.99)
+    );
+    Ok(())
+}
+
+/// The histogram's bucket lines of `after` less those of `before`.
+fn subtract_histogram(after: &str, before: &str, name: &str) -> String {
+    let prefix = format!("{name}_bucket");
+    (after.lines())
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| {
+            let key = l.split_whitespace().next().unwrap_or("");
+            let was = (before.lines())
+                .find(|b| b.split_whitespace().next() == Some(key))
+                .and_then(|b| b.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            let now: f64 = l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            format!("{key} {}", now - was)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -95,6 +95,8 @@ pub struct Scheduler {
     /// This cycle's pending pods held for what they state or their volumes (pod key → Event
     /// reason and message), from the snapshot.
     pub held: HashMap<String, (&'static str, String)>,
+    /// The last snapshot and its inputs, scheduled on again while they have not changed.
+    pub last: Option<crate::cycle::LastBuild>,
 }
 
 /// How the scheduler writes: the daemon's flags.
@@ -197,6 +199,7 @@ impl Scheduler {
             partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
             leadership,
             held: HashMap::new(),
+            last: None,
         }
     }
 
@@ -208,6 +211,7 @@ impl Scheduler {
         self.reported_unschedulable.clear();
         self.reported_convert_errors.clear();
         self.partial_gangs.clear();
+        self.last = None;
     }
 
     /// Applies `plan`; returns how long to back off before the next cycle.

@@ -9,7 +9,7 @@ use basalt_crds::convert::namespace_queue;
 use basalt_crds::{
     build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
 };
-use basalt_engine::DEFAULT_QUEUE;
+use basalt_engine::{Snapshot, DEFAULT_QUEUE};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
@@ -67,6 +67,38 @@ pub struct Outcome {
     pub backoff: Duration,
 }
 
+/// The last snapshot and what it was built from: a cycle whose inputs are the same objects
+/// (the watch caches' very objects, held here so that no other can take their place) under the
+/// same options schedules on it again, at the new instant, instead of converting and building
+/// everything anew. Conversion is a pure function of the objects and options, and the engine
+/// takes the instant as an argument, so the plan is the one a fresh build would give.
+pub struct LastBuild {
+    objects: Vec<(String, Object)>,
+    options: ConvertOptions,
+    snapshot: Snapshot,
+}
+
+impl LastBuild {
+    fn same_inputs(&self, objects: &[(String, Object)], options: &ConvertOptions) -> bool {
+        let same = |(oa, a): &(String, Object), (ob, b): &(String, Object)| {
+            oa == ob
+                && match (a, b) {
+                    // The caches replace an object's Arc on every event.
+                    (Object::Pod(x), Object::Pod(y)) => Arc::ptr_eq(x, y),
+                    (Object::Node(x), Object::Node(y)) => Arc::ptr_eq(x, y),
+                    (x, y) => x == y,
+                }
+        };
+        let timeless = |o: &ConvertOptions| ConvertOptions {
+            now_ms: 0,
+            ..o.clone()
+        };
+        timeless(&self.options) == timeless(options)
+            && self.objects.len() == objects.len()
+            && self.objects.iter().zip(objects).all(|(a, b)| same(a, b))
+    }
+}
+
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     s.auto_groups(stores).await;
@@ -79,26 +111,42 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         device_resources: s.config.devices.clone(),
         tiers: s.config.topology.tiers.clone(),
     };
-    // Each bad object is reported and left out alone (its bound pods still count on their
-    // nodes); no number of them stops the cycle.
-    let built = build_snapshot_tolerant(&objects, &options);
-    let t_build = started.elapsed();
-    let mut errors = built.errors;
-    errors.extend(unreadable);
-    s.report_convert_errors(&errors).await;
-    warnings.extend(built.warnings);
-    s.report_warnings(warnings).await;
-    let Some(snapshot) = built.snapshot else {
-        s.metrics
-            .cycle_duration
-            .observe(started.elapsed().as_secs_f64());
-        return Outcome {
-            backoff: Duration::ZERO,
-        };
+    let reused = match s.last.as_mut() {
+        Some(last) if unreadable.is_empty() && last.same_inputs(&objects, &options) => {
+            last.snapshot.now_ms = options.now_ms;
+            true
+        }
+        _ => false,
     };
-    s.held = crate::report::held(&snapshot);
-    let t_report = started.elapsed();
-    let plan = basalt_plugins::schedule(&snapshot, &s.config);
+    if !reused {
+        s.last = None;
+        // Each bad object is reported and left out alone (its bound pods still count on their
+        // nodes); no number of them stops the cycle.
+        let built = build_snapshot_tolerant(&objects, &options);
+        let mut errors = built.errors;
+        errors.extend(unreadable);
+        s.report_convert_errors(&errors).await;
+        warnings.extend(built.warnings);
+        s.report_warnings(warnings).await;
+        let Some(snapshot) = built.snapshot else {
+            s.metrics
+                .cycle_duration
+                .observe(started.elapsed().as_secs_f64());
+            return Outcome {
+                backoff: Duration::ZERO,
+            };
+        };
+        s.held = crate::report::held(&snapshot);
+        s.last = Some(LastBuild {
+            objects,
+            options,
+            snapshot,
+        });
+    }
+    let t_build = started.elapsed();
+    let last = s.last.take().expect("a snapshot was built or kept");
+    let plan = basalt_plugins::schedule(&last.snapshot, &s.config);
+    s.last = Some(last);
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();
@@ -108,8 +156,8 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         auto_groups_ms = ms(t_auto),
         collect_ms = ms(t_collect - t_auto),
         build_ms = ms(t_build - t_collect),
-        report_ms = ms(t_report - t_build),
-        schedule_ms = ms(t_schedule - t_report),
+        reused,
+        schedule_ms = ms(t_schedule - t_build),
         apply_ms = ms(total - t_schedule),
         binds = plan.bindings.len(),
         "cycle"
@@ -134,7 +182,7 @@ fn collect(
     let volcano = stores.volcano.current();
     let src = || SOURCE.to_string();
     for n in stores.nodes.state() {
-        objects.push((src(), Object::Node(Box::new((*n).clone()))));
+        objects.push((src(), Object::Node(n)));
     }
     for c in stores.priority_classes.state() {
         objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
@@ -296,8 +344,19 @@ fn collect(
     });
     let mut seen = HashSet::new();
     let mut live_members = HashSet::new();
+    // Nothing assumed, held or being joined to a group: every pod goes in as the cache has it
+    // (no key is made for each of them).
+    let bridging = !(s.assumed.is_empty()
+        && s.hold.is_empty()
+        && s.owner_members.is_empty()
+        && s.auto_groups.is_empty());
     for p in stores.pods.state() {
-        let mut pod: Pod = (*p).clone();
+        if !bridging {
+            objects.push((src(), Object::Pod(p)));
+            continue;
+        }
+        // The cache's own object, copied only where the cycle must see it otherwise.
+        let mut pod: Arc<Pod> = p;
         let key = pod_key(&pod);
         if let Some(assumed) = s.assumed.get(&key) {
             let watched = pod.spec.as_ref().and_then(|sp| sp.node_name.clone());
@@ -307,6 +366,7 @@ fn collect(
                 s.assumed.remove(&key);
             } else {
                 seen.insert(key.clone());
+                let pod = Arc::make_mut(&mut pod);
                 if let Some(spec) = pod.spec.as_mut() {
                     spec.node_name = Some(assumed.node.clone());
                 }
@@ -337,12 +397,14 @@ fn collect(
         }
         // The pod may name its new auto PodGroup before the group's watch shows it: until
         // then it stays in its implicit group of one.
-        if s.auto_groups.contains_key(&key) {
-            if let Some(a) = pod.metadata.annotations.as_mut() {
+        let names_group = (pod.metadata.annotations.as_ref())
+            .is_some_and(|a| a.contains_key(basalt_crds::convert::POD_GROUP));
+        if names_group && s.auto_groups.contains_key(&key) {
+            if let Some(a) = Arc::make_mut(&mut pod).metadata.annotations.as_mut() {
                 a.remove(basalt_crds::convert::POD_GROUP);
             }
         }
-        objects.push((src(), Object::Pod(Box::new(pod))));
+        objects.push((src(), Object::Pod(pod)));
     }
     // A pod that left the store was deleted: nothing to assume any more.
     s.assumed.retain(|k, _| seen.contains(k));

@@ -206,12 +206,12 @@ mod tests {
                 p["spec"]["nodeName"] = json!(n);
                 p["status"] = json!({"phase": "Running"});
             }
-            Object::Pod(Box::new(serde_json::from_value(p).unwrap()))
+            Object::Pod(std::sync::Arc::new(serde_json::from_value(p).unwrap()))
         };
         let objects: Vec<(String, Object)> = vec![
             (
                 SOURCE.into(),
-                Object::Node(Box::new(serde_json::from_value(node).unwrap())),
+                Object::Node(std::sync::Arc::new(serde_json::from_value(node).unwrap())),
             ),
             (SOURCE.into(), pod("odd", None)),
             (SOURCE.into(), pod("waiting", None)),

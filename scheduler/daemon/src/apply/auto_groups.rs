@@ -41,6 +41,10 @@ impl Scheduler {
         self.follow_owners(stores).await;
         for p in stores.pods.state() {
             let spec = p.spec.as_ref();
+            // Most pods are bound: the cheapest test first.
+            if spec.and_then(|s| s.node_name.as_deref()).is_some() {
+                continue;
+            }
             let ours = spec
                 .and_then(|s| s.scheduler_name.as_deref())
                 .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
