@@ -278,10 +278,12 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
         {
             ready_at = Some((t0.elapsed(), cpu_seconds(pid)));
         }
-        if ready_at.is_some() && unbound(server) == 0 {
+        // The daemon's count first: listing every pod here takes CPU from the daemon.
+        let binds = metric(&d.metrics(), "basalt_scheduler_binds_total");
+        if ready_at.is_some() && binds >= a.pending as f64 && unbound(server) == 0 {
             break t0.elapsed();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let (ready, cpu_ready) = ready_at.unwrap_or((all_bound, 0.0));
     let cpu_bound = cpu_seconds(pid);

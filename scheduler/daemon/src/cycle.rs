@@ -350,7 +350,11 @@ fn collect(
         && s.hold.is_empty()
         && s.owner_members.is_empty()
         && s.auto_groups.is_empty());
+    let now = jiff::Timestamp::now();
     for p in stores.pods.state() {
+        if waits_for_its_group(&p, &s.view, now) && !s.auto_groups.contains_key(&pod_key(&p)) {
+            continue;
+        }
         if !bridging {
             objects.push((src(), Object::Pod(p)));
             continue;
@@ -410,6 +414,31 @@ fn collect(
     s.assumed.retain(|k, _| seen.contains(k));
     s.owner_members.retain(|k, _| live_members.contains(k));
     (objects, unreadable, warnings)
+}
+
+/// How long a pod may name a PodGroup the watch has not shown before it is reported as naming
+/// one that does not exist: a controller makes the group first, but two watches need not
+/// deliver in that order.
+const GROUP_GRACE_S: i64 = 30;
+
+/// A pod waiting to be placed that names a PodGroup the watches have not shown yet, created
+/// less than [`GROUP_GRACE_S`] ago: left out of this cycle quietly (not an invalid object).
+fn waits_for_its_group(p: &Pod, view: &View, now: jiff::Timestamp) -> bool {
+    let spec = p.spec.as_ref();
+    if spec.and_then(|s| s.node_name.as_deref()).is_some() {
+        return false;
+    }
+    let Some(group) = crate::apply::member_of(p) else {
+        return false;
+    };
+    let Some(created) = p.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let young = now.duration_since(created.0).as_secs() < GROUP_GRACE_S;
+    young && {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        !view.groups.contains_key(&format!("{ns}/{group}"))
+    }
 }
 
 pub fn pod_key(p: &Pod) -> String {

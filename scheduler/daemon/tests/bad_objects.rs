@@ -86,3 +86,29 @@ async fn three_hundred_bad_foreign_pods_and_bad_own_objects_do_not_stop_scheduli
     assert_eq!(c.node_of("small-0").as_deref(), Some("n2"));
     c.assert_no_node_over_capacity();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_group_is_not_watched_yet_waits_quietly() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n0", 8));
+    c.create(queue("q"));
+    let _s = c.start_scheduler();
+    // The pods arrive before their PodGroup (the two watches keep no order between them).
+    for i in 0..2 {
+        c.create(pod(&format!("late-{i}"), "late", 2));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    for i in 0..2 {
+        let p = format!("late-{i}");
+        assert!(
+            c.events("InvalidObject", &p).is_empty(),
+            "{p} reported invalid"
+        );
+        assert!(c.node_of(&p).is_none());
+    }
+    c.create(group("late", 2, "q"));
+    eventually("both bound once the group is seen", || {
+        (0..2).all(|i| c.node_of(&format!("late-{i}")).is_some())
+    })
+    .await;
+}
