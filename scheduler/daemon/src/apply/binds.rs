@@ -1,0 +1,274 @@
+//! Binds: one `pods/binding` per pod of the plan, at most `--bind-concurrency` in flight and
+//! each behind the rate limit, gang members first; the outcome of each (assume cache, metrics,
+//! Events, the group's `BindFailed`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use basalt_crds::convert::GPU_IDS;
+use basalt_engine::Plan;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
+use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client};
+
+use super::{classify, devices, member_of, pod_ref, split_key, Assumed, Scheduler};
+use crate::stores::Stores;
+
+pub(super) enum BindResult {
+    Bound,
+    /// 409: already bound or replaced; the watch will tell.
+    Conflict(String),
+    /// Not found or refused for good this cycle; the next cycle plans again.
+    Failed(String),
+    /// 5xx, 429 or a transport error: retried with backoff.
+    Retry(String),
+}
+
+impl BindResult {
+    pub(super) fn message(&self) -> &str {
+        match self {
+            BindResult::Bound => "bound",
+            BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) => m,
+        }
+    }
+}
+
+/// One binding of the plan to send.
+pub(super) struct BindJob {
+    pub(super) key: String,
+    pub(super) node: String,
+    /// The GPU ids annotation value (`0,1`), empty when none.
+    pub(super) gpus: String,
+    pub(super) uid: Option<String>,
+    /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
+    /// expects (`devices.rs`).
+    pub(super) hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
+    /// Annotations the Binding carries besides the GPU ids (Volcano vGPU's).
+    pub(super) annotations: BTreeMap<String, String>,
+}
+
+impl Scheduler {
+    /// The binds of gang members first, each gang's together, so gangs complete (and their
+    /// Events follow) before pods of one; otherwise the plan's order.
+    fn gangs_first(&self, mut jobs: Vec<BindJob>, stores: &Stores) -> Vec<BindJob> {
+        let gang_of = |job: &BindJob| {
+            let (ns, name) = split_key(&job.key);
+            let pod = stores.pods.get(&ObjectRef::new(name).within(ns))?;
+            let key = format!("{ns}/{}", member_of(&pod)?);
+            let group = self.view.groups.get(&key)?;
+            (group.group.spec.min_member > 1).then_some(key)
+        };
+        let mut keyed: Vec<(Option<String>, usize)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (gang_of(j), i))
+            .collect();
+        keyed.sort_by(|a, b| {
+            (a.0.is_none(), &a.0)
+                .cmp(&(b.0.is_none(), &b.0))
+                .then(a.1.cmp(&b.1))
+        });
+        let mut slots: Vec<Option<BindJob>> = jobs.drain(..).map(Some).collect();
+        keyed
+            .into_iter()
+            .filter_map(|(_, i)| slots[i].take())
+            .collect()
+    }
+
+    pub(super) async fn bind_all(
+        &mut self,
+        plan: &Plan,
+        stores: &Stores,
+    ) -> (bool, HashMap<String, (u32, String)>) {
+        let mut created_at = HashMap::new();
+        let jobs: Vec<_> = plan
+            .bindings
+            .iter()
+            .filter(|b| !self.assumed.contains_key(&b.pod))
+            .map(|b| {
+                let (ns, name) = split_key(&b.pod);
+                let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+                let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+                let node = stores.nodes.get(&ObjectRef::new(&b.node));
+                let on_hami = node.as_ref().is_some_and(|n| devices::runs_hami(n));
+                let on_vgpu = node.as_ref().is_some_and(|n| devices::runs_vgpu(n));
+                let annotations = match (&pod, on_vgpu && !b.devices.is_empty()) {
+                    (Some(p), true) => devices::vgpu_annotations(&b.node, p, &b.devices),
+                    _ => BTreeMap::new(),
+                };
+                let hami = (on_hami && !b.devices.is_empty())
+                    .then_some(pod)
+                    .flatten()
+                    .map(|p| (p, b.devices.clone()));
+                let created = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| p.metadata.creation_timestamp.clone());
+                if let Some(t) = created {
+                    created_at.insert(b.pod.clone(), t.0);
+                }
+                let gpus = b
+                    .gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                BindJob {
+                    key: b.pod.clone(),
+                    node: b.node.clone(),
+                    gpus,
+                    uid,
+                    hami,
+                    annotations,
+                }
+            })
+            .collect();
+        // Claims first (PreBind): a pod whose claim cannot point at its node is not bound.
+        let (jobs, mut results) = self.select_claims(jobs, stores).await;
+        let jobs = self.gangs_first(jobs, stores);
+        let client = self.client.clone();
+        let leadership = self.leadership.clone();
+        let limiter = self.limiter.clone();
+        let bound: Vec<_> = futures::stream::iter(jobs)
+            .map(|job| {
+                let client = client.clone();
+                let leadership = leadership.clone();
+                let limiter = limiter.clone();
+                async move {
+                    limiter.acquire().await;
+                    let r = if leadership.leading() {
+                        bind_with_handoff(&client, &job).await
+                    } else {
+                        BindResult::Failed("not sent: this replica is not the leader".into())
+                    };
+                    (job, r)
+                }
+            })
+            .buffer_unordered(self.concurrency)
+            .collect()
+            .await;
+        results.extend(bound);
+
+        let mut retry = false;
+        let mut failed: HashMap<String, (u32, String)> = HashMap::new();
+        for (job, result) in results {
+            let BindJob {
+                key,
+                node,
+                gpus,
+                uid,
+                ..
+            } = job;
+            let (ns, name) = split_key(&key);
+            if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
+            {
+                let group = stores
+                    .pods
+                    .get(&ObjectRef::new(name).within(ns))
+                    .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")));
+                if let Some(group) = group {
+                    let entry = failed.entry(group).or_default();
+                    entry.0 += 1;
+                    entry.1 = format!("{key} on {node}: {m}");
+                }
+            }
+            match result {
+                BindResult::Bound => {
+                    self.metrics.binds.inc();
+                    if let Some(t) = created_at.get(&key) {
+                        let secs = jiff::Timestamp::now().duration_since(*t).as_secs_f64();
+                        self.metrics.scheduling_latency.observe(secs.max(0.0));
+                    }
+                    let reference = pod_ref(ns, name, uid.clone());
+                    self.assumed.insert(
+                        key.clone(),
+                        Assumed {
+                            node: node.clone(),
+                            gpus,
+                            uid,
+                        },
+                    );
+                    tracing::info!(pod = %key, node = %node, "bound");
+                    self.reported_unschedulable.remove(&format!("Pod/{key}"));
+                    self.reported_unschedulable
+                        .remove(&format!("PodClaims/{key}"));
+                    let msg = format!("Successfully assigned {key} to {node}");
+                    self.event(reference, "Normal", "Scheduled", &msg);
+                }
+                BindResult::Conflict(m) => {
+                    self.metrics.bind_errors.inc();
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind conflict; waiting for the watch");
+                }
+                BindResult::Failed(m) => {
+                    self.metrics.bind_errors.inc();
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind failed");
+                }
+                BindResult::Retry(m) => {
+                    self.metrics.bind_errors.inc();
+                    retry = true;
+                    tracing::warn!(pod = %key, node = %node, error = %m, "bind failed; retrying next cycle");
+                }
+            }
+        }
+        (retry, failed)
+    }
+}
+
+/// Binds a pod, with HAMi's handoff around the binding on a node that runs HAMi's plugin.
+async fn bind_with_handoff(client: &Client, job: &BindJob) -> BindResult {
+    let Some((pod, devices)) = &job.hami else {
+        return bind(client, job).await;
+    };
+    if let Err(refused) = devices::prepare(client, &job.key, &job.node, pod, devices).await {
+        return refused;
+    }
+    let result = bind(client, job).await;
+    if !matches!(result, BindResult::Bound) {
+        devices::release(client, &job.key, &job.node).await;
+    }
+    result
+}
+
+async fn bind(client: &Client, job: &BindJob) -> BindResult {
+    let (key, node, gpus, uid) = (&job.key, &job.node, &job.gpus, job.uid.clone());
+    let (ns, name) = split_key(key);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let result_of = |e: kube::Error| match classify(&e) {
+        (Some(409), m) => BindResult::Conflict(m),
+        (Some(code), m) if code >= 500 || code == 429 => BindResult::Retry(m),
+        (Some(_), m) => BindResult::Failed(m),
+        (None, m) => BindResult::Retry(m),
+    };
+    // The GPU ids (and Volcano vGPU's devices) travel on the Binding: the API server copies
+    // its annotations onto the pod in the same write that sets `spec.nodeName`, so the kubelet
+    // never sees the pod without them and a failed bind leaves nothing behind.
+    let mut annotations = job.annotations.clone();
+    if !gpus.is_empty() {
+        annotations.insert(GPU_IDS.to_string(), gpus.to_string());
+    }
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            uid,
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+    };
+    match api
+        .create_subresource::<_, Status>("binding", name, &PostParams::default(), &binding)
+        .await
+    {
+        Ok(_) => BindResult::Bound,
+        Err(e) => result_of(e),
+    }
+}
