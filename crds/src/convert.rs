@@ -242,7 +242,7 @@ impl Context {
         let cx = Cx {
             origin,
             kind: object.kind(),
-            object: object.key(),
+            object: Named::Of(object),
         };
         Ok(Some(match object {
             Object::Node(n) => Converted::Node(node(
@@ -312,7 +312,37 @@ pub(crate) fn locate(objects: &[(String, Object)], e: SnapshotError) -> ConvertE
 struct Cx<'a> {
     origin: &'a str,
     kind: &'static str,
-    object: String,
+    object: Named<'a>,
+}
+
+/// An object's `ns/name` key, made only for a message (most conversions make none).
+enum Named<'a> {
+    Key(String),
+    Of(&'a Object),
+}
+
+impl Named<'_> {
+    fn key(&self) -> String {
+        match self {
+            Named::Key(k) => k.clone(),
+            Named::Of(o) => o.key(),
+        }
+    }
+}
+
+impl From<String> for Named<'_> {
+    fn from(key: String) -> Self {
+        Named::Key(key)
+    }
+}
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Named::Key(k) => f.write_str(k),
+            Named::Of(o) => f.write_str(&o.key()),
+        }
+    }
 }
 
 impl Cx<'_> {
@@ -320,7 +350,7 @@ impl Cx<'_> {
         ConvertError {
             origin: Some(self.origin.to_string()),
             kind: self.kind.to_string(),
-            object: self.object.clone(),
+            object: self.object.key(),
             field: field.into(),
             message: message.into(),
         }
@@ -347,12 +377,13 @@ impl Cx<'_> {
     ) -> Result<ResourceList, ConvertError> {
         let mut out = ResourceList::new();
         for (name, q) in list {
-            let at = format!("{field}[{name}]");
+            let at = || format!("{field}[{name}]");
             let (v, clamped) =
-                quantity::parse_clamped(name, &q.0).map_err(|e| self.err(&at, e.to_string()))?;
+                quantity::parse_clamped(name, &q.0).map_err(|e| self.err(at(), e.to_string()))?;
             if clamped {
-                warnings
-                    .push(self.warning(&at, format!("{}; taken as 2^60", quantity::above_limit())));
+                warnings.push(
+                    self.warning(at(), format!("{}; taken as 2^60", quantity::above_limit())),
+                );
             }
             out.insert(name.clone(), v);
         }
@@ -421,7 +452,7 @@ impl Priorities {
             let cx = Cx {
                 origin,
                 kind: "PriorityClass",
-                object: object.key(),
+                object: Named::Of(object),
             };
             let name = cx.name(&pc.metadata)?;
             if classes.insert(name.to_string(), pc.value).is_some() {

@@ -146,18 +146,20 @@ impl Parsed {
 
         // Trailing fraction zeros carry no value; dropping them keeps more room for digits.
         let frac_part = frac_part.trim_end_matches('0');
-        let digits: String = format!("{int_part}{frac_part}");
-        let digits = digits.trim_start_matches('0');
-        if digits.len() > MAX_DIGITS {
-            return Err(fail(text, "too many significant digits"));
+        // The digits of both parts, leading zeros aside, read in place: at most MAX_DIGITS
+        // of them, which a u128 always holds.
+        let mut mantissa: u128 = 0;
+        let mut significant = 0;
+        for b in int_part.bytes().chain(frac_part.bytes()) {
+            if significant == 0 && b == b'0' {
+                continue;
+            }
+            significant += 1;
+            if significant > MAX_DIGITS {
+                return Err(fail(text, "too many significant digits"));
+            }
+            mantissa = mantissa * 10 + u128::from(b - b'0');
         }
-        let mantissa = if digits.is_empty() {
-            0
-        } else {
-            digits
-                .parse::<u128>()
-                .map_err(|_| fail(text, "expected a number"))?
-        };
         let decimal_exp = i32::try_from(frac_part.len())
             .ok()
             .and_then(|len| decimal_exp.checked_sub(len))

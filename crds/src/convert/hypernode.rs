@@ -45,7 +45,7 @@ pub(super) fn hypernode_labels(
         let cx = Cx {
             origin,
             kind: "HyperNode",
-            object: object.key(),
+            object: super::Named::Of(object),
         };
         let hyper = check_hypernode(cx, h, &nodes)?;
         if hypers.iter().any(|o| o.name == hyper.name) {

@@ -172,7 +172,7 @@ mod tests {
         Cx {
             origin: "t.yaml",
             kind: "Node",
-            object: "n".to_string(),
+            object: ("n".to_string()).into(),
         }
     }
 

@@ -14,7 +14,7 @@ pub(super) fn collect_topologies(
         let cx = Cx {
             origin,
             kind: "NodeTopology",
-            object: object.key(),
+            object: Named::Of(object),
         };
         let name = cx.name(&t.metadata)?.to_string();
         let gpus = topology_gpus(&cx, t)?;

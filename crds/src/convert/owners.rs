@@ -203,7 +203,7 @@ impl LwsGroups {
                 let cx = Cx {
                     origin,
                     kind: "Pod",
-                    object: object.key(),
+                    object: Named::Of(object),
                 };
                 let (field, message) = e.split_once(": ").unwrap_or(("metadata", &e));
                 warnings.push(cx.warning(field, format!("{message}; a group of one instead")));
@@ -237,7 +237,7 @@ impl LwsGroups {
             let cx = Cx {
                 origin: &g.origin,
                 kind: "Pod",
-                object: g.pod.clone(),
+                object: (g.pod.clone()).into(),
             };
             let pod_group = gang_pod_group(&cx, &g.gang, &name, Some(namespace), options, warnings);
             let mut spec = group(&cx, &pod_group, context, warnings)?;

@@ -241,61 +241,107 @@ fn parse_gpu_ids(s: &str) -> Option<Vec<u32>> {
     s.split(',').map(|x| x.trim().parse().ok()).collect()
 }
 
-/// Resource name to its value and the field it came from, to name that field in errors.
-type Entries = BTreeMap<String, (i64, String)>;
+/// Where a quantity was stated: spelt out (`spec.containers[0].resources.requests[cpu]`) only
+/// for a message, since converting a pod makes many and most are never shown.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    list: List,
+    name: &'a str,
+}
+
+/// A resource list of a pod spec.
+#[derive(Clone, Copy)]
+enum List {
+    Container {
+        init: bool,
+        index: usize,
+        limits: bool,
+    },
+    Pod {
+        limits: bool,
+    },
+    Overhead,
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = |limits| if limits { "limits" } else { "requests" };
+        match self.list {
+            List::Container {
+                init,
+                index,
+                limits,
+            } => {
+                let containers = if init { "initContainers" } else { "containers" };
+                write!(f, "spec.{containers}[{index}].resources.{}", kind(limits))?
+            }
+            List::Pod { limits } => write!(f, "spec.resources.{}", kind(limits))?,
+            List::Overhead => f.write_str("spec.overhead")?,
+        }
+        write!(f, "[{}]", self.name)
+    }
+}
+
+/// Resource name to its value and where it came from, to name that field in errors.
+type Entries<'a> = BTreeMap<&'a str, (i64, At<'a>)>;
 
 /// A container's requests, with limits standing in for requests it does not state (the API
 /// server defaults them so).
-fn container_request(
+fn container_request<'a>(
     cx: &Cx,
-    field: &str,
-    c: &Container,
+    (init, index): (bool, usize),
+    c: &'a Container,
     lenient: &mut Lenience,
-) -> Result<Entries, ConvertError> {
+) -> Result<Entries<'a>, ConvertError> {
     let Some(res) = c.resources.as_ref() else {
         return Ok(Entries::new());
     };
+    let list = |limits| List::Container {
+        init,
+        index,
+        limits,
+    };
     let mut out = match &res.requests {
-        Some(r) => entries(cx, &format!("{field}.resources.requests"), r, lenient)?,
+        Some(r) => entries(cx, list(false), r, lenient)?,
         None => Entries::new(),
     };
     if let Some(limits) = &res.limits {
-        for (name, v) in entries(cx, &format!("{field}.resources.limits"), limits, lenient)? {
+        for (name, v) in entries(cx, list(true), limits, lenient)? {
             out.entry(name).or_insert(v);
         }
     }
     Ok(out)
 }
 
-/// Parses a resource list at `field`: strictly for a pod of ours; for another scheduler's pod
-/// a value beyond [`MAX_QUANTITY`] is clamped to it, with a warning.
-fn entries(
+/// Parses a resource list: strictly for a pod of ours; for another scheduler's pod a value
+/// beyond [`MAX_QUANTITY`] is clamped to it, with a warning.
+fn entries<'a>(
     cx: &Cx,
-    field: &str,
-    list: &BTreeMap<String, Quantity>,
+    list: List,
+    quantities: &'a BTreeMap<String, Quantity>,
     lenient: &mut Lenience,
-) -> Result<Entries, ConvertError> {
+) -> Result<Entries<'a>, ConvertError> {
     let mut out = Entries::new();
-    for (name, q) in list {
-        let at = format!("{field}[{name}]");
+    for (name, q) in quantities {
+        let at = At { list, name };
         let value = match lenient.ours {
             true => quantity::parse_for_resource(name, &q.0),
             false => quantity::parse_clamped(name, &q.0).map(|(v, clamped)| {
                 if clamped {
-                    lenient.warnings.push(clamp_warning(cx, &at));
+                    lenient.warnings.push(clamp_warning(cx, at));
                 }
                 v
             }),
         };
-        let value = value.map_err(|e| cx.err(&at, e.to_string()))?;
-        out.insert(name.clone(), (value, at));
+        let value = value.map_err(|e| cx.err(at.to_string(), e.to_string()))?;
+        out.insert(name.as_str(), (value, at));
     }
     Ok(out)
 }
 
-fn clamp_warning(cx: &Cx, field: &str) -> String {
+fn clamp_warning(cx: &Cx, field: At) -> String {
     cx.warning(
-        field,
+        field.to_string(),
         format!(
             "{}; counted as 2^60 on a pod of another scheduler",
             quantity::above_limit()
@@ -305,36 +351,36 @@ fn clamp_warning(cx: &Cx, field: &str) -> String {
 
 /// Adds `other` to `into`, within [`MAX_QUANTITY`]: a pod of ours beyond it is an error at the
 /// field whose value crossed it, another scheduler's pod stops at it (with a warning).
-fn add(
+fn add<'a>(
     cx: &Cx,
-    into: &mut Entries,
-    other: &Entries,
+    into: &mut Entries<'a>,
+    other: &Entries<'a>,
     lenient: &mut Lenience,
 ) -> Result<(), ConvertError> {
-    for (name, (v, field)) in other {
-        let entry = into.entry(name.clone()).or_insert((0, field.clone()));
-        match entry.0.checked_add(*v).filter(|&sum| sum <= MAX_QUANTITY) {
-            Some(sum) => *entry = (sum, field.clone()),
+    for (&name, &(v, field)) in other {
+        let entry = into.entry(name).or_insert((0, field));
+        match entry.0.checked_add(v).filter(|&sum| sum <= MAX_QUANTITY) {
+            Some(sum) => *entry = (sum, field),
             None if lenient.ours => {
                 return Err(cx.err(
-                    field,
+                    field.to_string(),
                     format!("the pod's request sum {}", quantity::above_limit()),
                 ))
             }
             None => {
                 lenient.warnings.push(clamp_warning(cx, field));
-                *entry = (MAX_QUANTITY, field.clone());
+                *entry = (MAX_QUANTITY, field);
             }
         }
     }
     Ok(())
 }
 
-fn max_into(into: &mut Entries, other: &Entries) {
-    for (k, v) in other {
-        let e = into.entry(k.clone()).or_insert_with(|| v.clone());
+fn max_into<'a>(into: &mut Entries<'a>, other: &Entries<'a>) {
+    for (&k, &v) in other {
+        let e = into.entry(k).or_insert(v);
         if v.0 > e.0 {
-            *e = v.clone();
+            *e = v;
         }
     }
 }
@@ -351,13 +397,13 @@ fn pod_request(
 ) -> Result<ResourceList, ConvertError> {
     let mut total = Entries::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        let req = container_request(cx, &format!("spec.containers[{i}]"), c, lenient)?;
+        let req = container_request(cx, (false, i), c, lenient)?;
         add(cx, &mut total, &req, lenient)?;
     }
     let mut sidecars = Entries::new();
     let mut init_peak = Entries::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let req = container_request(cx, &format!("spec.initContainers[{i}]"), c, lenient)?;
+        let req = container_request(cx, (true, i), c, lenient)?;
         if c.restart_policy.as_deref() == Some("Always") {
             add(cx, &mut total, &req, lenient)?;
             add(cx, &mut sidecars, &req, lenient)?;
@@ -374,19 +420,22 @@ fn pod_request(
     if let Some(pod_level) = &spec.resources {
         let mut stated = Entries::new();
         if let Some(limits) = &pod_level.limits {
-            stated = entries(cx, "spec.resources.limits", limits, lenient)?;
+            stated = entries(cx, List::Pod { limits: true }, limits, lenient)?;
         }
         if let Some(requests) = &pod_level.requests {
-            stated.extend(entries(cx, "spec.resources.requests", requests, lenient)?);
+            stated.extend(entries(cx, List::Pod { limits: false }, requests, lenient)?);
         }
-        stated.retain(|name, _| unsupported::POD_LEVEL_RESOURCES.contains(&name.as_str()));
+        stated.retain(|name, _| unsupported::POD_LEVEL_RESOURCES.contains(name));
         total.extend(stated);
     }
     if let Some(overhead) = &spec.overhead {
-        let overhead = entries(cx, "spec.overhead", overhead, lenient)?;
+        let overhead = entries(cx, List::Overhead, overhead, lenient)?;
         add(cx, &mut total, &overhead, lenient)?;
     }
-    Ok(total.into_iter().map(|(k, (v, _))| (k, v)).collect())
+    Ok(total
+        .into_iter()
+        .map(|(k, (v, _))| (k.to_string(), v))
+        .collect())
 }
 
 fn placement_rules(

@@ -361,7 +361,7 @@ fn node_terms(sel: &NodeSelector) -> Result<Vec<NodeSelectorTerm>, String> {
     let cx = Cx {
         origin: "",
         kind: "PersistentVolume",
-        object: String::new(),
+        object: (String::new()).into(),
     };
     let mut terms = Vec::with_capacity(sel.node_selector_terms.len());
     for (i, term) in sel.node_selector_terms.iter().enumerate() {
@@ -456,7 +456,7 @@ fn can_bind(
         let cx = Cx {
             origin: "",
             kind: "PersistentVolumeClaim",
-            object: claim_key.to_string(),
+            object: (claim_key.to_string()).into(),
         };
         let requirements = selector_requirements(&cx, "spec.selector", selector).map_err(|e| {
             format!(

@@ -8,7 +8,7 @@ fn cx() -> Cx<'static> {
     Cx {
         origin: "t.yaml",
         kind: "Node",
-        object: "n".to_string(),
+        object: ("n".to_string()).into(),
     }
 }
 
