@@ -879,6 +879,15 @@ fn sorted_groups<'a>(groups: impl IntoIterator<Item = &'a GroupSpec>) -> Vec<&'a
     groups
 }
 
+/// `namespace/name`, without the formatting machinery (made for every pod of every snapshot).
+fn object_key(namespace: &str, name: &str) -> Arc<str> {
+    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+    key.push_str(namespace);
+    key.push('/');
+    key.push_str(name);
+    key.into()
+}
+
 /// What the snapshot takes from one pod's spec alone, under one table of resource names (a
 /// [`SnapshotBuilder`] keeps it while the spec and the names stay the same).
 #[derive(Clone, Debug)]
@@ -927,7 +936,7 @@ impl PodFacts {
         }
         let share = devices::held_share(&p.held_devices, hami.or(vgpu));
         PodFacts {
-            key: format!("{}/{}", p.namespace, p.name).into(),
+            key: object_key(&p.namespace, &p.name),
             request,
             node: p.node.as_deref().and_then(node_id),
             nominated: p.nominated_node.as_deref().and_then(node_id),
@@ -951,7 +960,7 @@ struct GroupFacts {
 impl GroupFacts {
     fn of(names: &ResourceNames, g: &GroupSpec) -> Self {
         GroupFacts {
-            key: format!("{}/{}", g.namespace, g.name).into(),
+            key: object_key(&g.namespace, &g.name),
             min_resources: g.min_resources.as_ref().map(|r| names.resources(r)),
             hash: JobKey(&g.namespace, &g.name).hash(),
         }
