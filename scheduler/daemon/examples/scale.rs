@@ -324,6 +324,10 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let bound_in = t.elapsed();
+    // The cycle that bound it ends after its binds.
+    while d.cycles().0 <= c0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let (c, s) = d.cycles();
     println!(
         "one new gang of {}: bound {:.0} ms after creation; {:.0} cycle(s) meanwhile, mean {:.1} ms",
