@@ -276,9 +276,13 @@ where
 {
     let (store, writer) = reflector::store();
     let changed = changed.clone();
-    // Every event, list pages and their end included: each one is a good answer.
+    // Every event, list pages and their end included: each one is a good answer. The
+    // objects are kept without `managedFields`, which the scheduler never reads (it sends only
+    // merge patches and creates, never a whole object back) and which is often a third of an
+    // object's size.
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|o| o.meta_mut().managed_fields = None)
         .reflect(writer);
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
