@@ -7,6 +7,7 @@ mod config_file;
 mod cycle;
 mod http;
 mod leader;
+mod optional_api;
 mod owners;
 mod report;
 mod scheduler_plugins;

@@ -21,8 +21,8 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::optional_api::{Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
-use crate::volcano::{Kinds, Optional};
 
 /// `scheduling.x-k8s.io/v1alpha1`.
 pub const API_VERSION: &str = sp::API_VERSION;

@@ -3,20 +3,14 @@
 //! and HyperNodes (`topology.volcano.sh/v1alpha1`, turned into node labels by the crds
 //! conversion).
 //!
-//! Discovery decides, per group version: at start, and again every
-//! `--volcano-discovery-interval` while it is not served (so installing Volcano's CRDs later is
-//! noticed without a restart and without a failing watch logging every few seconds). When a
-//! watch of them answers 404 the group is looked up again at once and, if gone, its watches stop
-//! and its objects leave the snapshot.
+//! Discovery decides, per group version, whether they are watched (`optional_api.rs`; every
+//! `--volcano-discovery-interval` while not served).
 //!
 //! The objects are kept raw (`spec` and `status` as JSON) and converted per object each cycle,
 //! so one malformed Volcano object is reported on its own instead of failing the whole list.
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use basalt_crds::types::{volcano as vc, PodGroupStatus, QueueState, QueueStatus};
 use basalt_crds::{ConvertError, HyperNode, PodGroup, Queue};
@@ -27,9 +21,10 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::optional_api::{Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
 
 /// `scheduling.volcano.sh/v1beta1`.
@@ -253,40 +248,6 @@ impl RawHyperNode {
     }
 }
 
-/// One optional API group version (Volcano's), whose kinds are watched while the cluster serves
-/// them.
-pub trait Kinds: Send + Sync + Sized + 'static {
-    /// `group/version`, asked of discovery.
-    const API_VERSION: &'static str;
-    /// The plurals watched when served.
-    const PLURALS: &'static [&'static str];
-    /// What the log calls them.
-    const WHAT: &'static str;
-    /// Starts the watches of the served plurals (`served[i]` for `PLURALS[i]`).
-    fn start(
-        client: &Client,
-        served: &[bool],
-        changed: &Arc<Notify>,
-        on_404: OnNotFound,
-    ) -> (Self, Vec<JoinHandle<()>>);
-    /// Resolves once every started watch has its first list.
-    fn ready(&self) -> impl Future<Output = ()> + Send + '_;
-}
-
-/// The watches of one optional group version, stopped when dropped.
-pub struct Watched<K> {
-    pub kinds: K,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl<K> Drop for Watched<K> {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
-
 /// Volcano's PodGroups and Queues (`scheduling.volcano.sh/v1beta1`).
 pub struct VolcanoStores {
     pub pod_groups: Option<Store<VolcanoPodGroup>>,
@@ -373,140 +334,6 @@ impl Kinds for HyperNodeStores {
 pub type Volcano = Optional<VolcanoStores>;
 /// Volcano's HyperNodes, watched while served.
 pub type HyperNodes = Optional<HyperNodeStores>;
-
-/// Which of an optional group's kinds the cluster serves, watched while it does.
-pub struct Optional<K> {
-    current: RwLock<Option<Arc<Watched<K>>>>,
-    /// True once discovery has answered (served or not) for the first time.
-    decided: watch::Sender<bool>,
-    /// Set by a watch that got a 404: look the group up again now.
-    gone: Arc<AtomicBool>,
-    gone_notify: Arc<Notify>,
-}
-
-/// Which of `K`'s plurals are served, or `None` when none is (or the group is not served).
-async fn discover<K: Kinds>(client: &Client) -> Result<Option<Vec<bool>>, kube::Error> {
-    match client.list_api_group_resources(K::API_VERSION).await {
-        Ok(list) => {
-            let served: Vec<bool> = K::PLURALS
-                .iter()
-                .map(|plural| list.resources.iter().any(|r| r.name == *plural))
-                .collect();
-            Ok(served.iter().any(|s| *s).then_some(served))
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-impl<K: Kinds> Optional<K> {
-    pub fn new() -> Self {
-        Optional {
-            current: RwLock::new(None),
-            decided: watch::channel(false).0,
-            gone: Arc::new(AtomicBool::new(false)),
-            gone_notify: Arc::new(Notify::new()),
-        }
-    }
-
-    /// The watches in effect now (full lists in hand), if the kinds are served.
-    pub fn current(&self) -> Option<Arc<Watched<K>>> {
-        self.current.read().ok().and_then(|c| c.clone())
-    }
-
-    /// Returns once discovery has answered and, when the kinds are served, their first lists
-    /// are in.
-    pub async fn wait_decided(&self) {
-        let mut rx = self.decided.subscribe();
-        let _ = rx.wait_for(|d| *d).await;
-    }
-
-    fn set(&self, stores: Option<Arc<Watched<K>>>) {
-        if let Ok(mut c) = self.current.write() {
-            *c = stores;
-        }
-    }
-
-    /// Runs forever: discovery, then watches while the kinds are served.
-    pub async fn supervise(self: Arc<Self>, client: Client, every: Duration, changed: Arc<Notify>) {
-        let api = K::API_VERSION;
-        let what = K::WHAT;
-        let mut failing = false;
-        loop {
-            let watching = self.current().is_some();
-            let gone = self.gone.swap(false, Ordering::Relaxed);
-            if !watching || gone {
-                match discover::<K>(&client).await {
-                    Ok(Some(served)) => {
-                        failing = false;
-                        if !watching {
-                            let kinds: Vec<&str> = K::PLURALS
-                                .iter()
-                                .zip(&served)
-                                .filter(|(_, s)| **s)
-                                .map(|(p, _)| *p)
-                                .collect();
-                            tracing::info!(kinds = ?kinds, "{api} is served; watching {what}");
-                            let stores = self.start(&client, &served, &changed).await;
-                            self.set(Some(Arc::new(stores)));
-                            changed.notify_one();
-                        }
-                        self.decided.send_replace(true);
-                    }
-                    Ok(None) => {
-                        failing = false;
-                        if watching {
-                            tracing::info!("{api} is no longer served; {what} left out");
-                            self.set(None);
-                            changed.notify_one();
-                        } else if !*self.decided.borrow() {
-                            tracing::debug!("{api} is not served");
-                        }
-                        self.decided.send_replace(true);
-                    }
-                    Err(e) => {
-                        // Said once per outage; the check is repeated.
-                        if !failing {
-                            tracing::warn!(error = %e, "cannot look up {api}; retrying");
-                        }
-                        failing = true;
-                        if gone {
-                            self.gone.store(true, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }
-            if self.gone.load(Ordering::Relaxed) && !failing {
-                continue;
-            }
-            let pause = if failing {
-                every.min(Duration::from_secs(5))
-            } else {
-                every
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(pause) => {}
-                _ = self.gone_notify.notified() => {}
-            }
-        }
-    }
-
-    /// Starts the watches and waits for their first lists, so a cycle never sees an object
-    /// missing that is only not listed yet.
-    async fn start(&self, client: &Client, served: &[bool], changed: &Arc<Notify>) -> Watched<K> {
-        let on_404 = OnNotFound {
-            flag: self.gone.clone(),
-            notify: self.gone_notify.clone(),
-        };
-        let (kinds, tasks) = K::start(client, served, changed, on_404);
-        // A 404 meanwhile (the CRDs removed again) ends the wait; the caller looks again.
-        tokio::select! {
-            _ = kinds.ready() => {}
-            _ = self.gone_notify.notified() => {}
-        }
-        Watched { kinds, tasks }
-    }
-}
 
 #[cfg(test)]
 mod tests {
