@@ -301,8 +301,17 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
         cpu_bound - cpu_ready
     );
     println!("cycles until then: {binding_cycles:.0}, mean {binding_mean:.0} ms");
-    // Let the binding cycle's writes settle, then time cycles with nothing new.
+    // Let the binding cycle's writes (Events, status) and their watch events settle: until the
+    // daemon uses under a fifth of a core for a second (at most a minute), then time cycles
+    // with nothing new.
     d.next_cycles(2.0).await;
+    for _ in 0..60 {
+        let cpu = cpu_seconds(pid);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if cpu_seconds(pid) - cpu < 0.2 {
+            break;
+        }
+    }
     let cpu0 = cpu_seconds(pid);
     let idle = d.next_cycles(3.0).await;
     println!(
