@@ -30,7 +30,7 @@ pub enum Object {
     Node(Arc<Node>),
     Pod(Arc<Pod>),
     PriorityClass(Box<PriorityClass>),
-    PodGroup(Box<PodGroup>),
+    PodGroup(Arc<PodGroup>),
     Queue(Box<Queue>),
     NodeTopology(Box<NodeTopology>),
     HyperNode(Box<HyperNode>),
@@ -346,9 +346,11 @@ fn read_value(
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 Object::PriorityClass(typed(place, &object_name, value)?)
             }
-            (types::API_VERSION, "PodGroup") => {
-                Object::PodGroup(typed(place, &object_name, with_spec(value))?)
-            }
+            (types::API_VERSION, "PodGroup") => Object::PodGroup(Arc::from(typed::<PodGroup>(
+                place,
+                &object_name,
+                with_spec(value),
+            )?)),
             (types::volcano::API_VERSION, "PodGroup") => {
                 let g: Box<types::volcano::PodGroup> =
                     typed(place, &object_name, with_spec(value))?;
@@ -428,7 +430,7 @@ fn peer_group(
     for (field, message) in issues {
         warnings.push(format!("{}: {object}: {field}: {message}", place.label()));
     }
-    Ok(Object::PodGroup(Box::new(g)))
+    Ok(Object::PodGroup(Arc::new(g)))
 }
 
 fn string_field(map: &serde_json::Map<String, Value>, key: &str) -> Option<String> {

@@ -86,6 +86,8 @@ impl LastBuild {
                     // The caches replace an object's Arc on every event.
                     (Object::Pod(x), Object::Pod(y)) => Arc::ptr_eq(x, y),
                     (Object::Node(x), Object::Node(y)) => Arc::ptr_eq(x, y),
+                    // Peers' groups are converted afresh each cycle: their values tell.
+                    (Object::PodGroup(x), Object::PodGroup(y)) => Arc::ptr_eq(x, y) || x == y,
                     (x, y) => x == y,
                 }
         };
@@ -273,7 +275,7 @@ fn collect(
             g.metadata.name.as_deref().unwrap_or("")
         );
         group_keys.insert(key.clone());
-        objects.push((src(), Object::PodGroup(Box::new((*g).clone()))));
+        objects.push((src(), Object::PodGroup(g.clone())));
         view.groups.insert(
             key,
             GroupEntry {
@@ -301,9 +303,9 @@ fn collect(
                         Origin::SchedulerPlugins => scheduler_plugins::ORIGIN,
                         _ => volcano::ORIGIN,
                     };
-                    objects.push((label.to_string(), Object::PodGroup(Box::new(b.clone()))));
                     let queue = queue_of(&b);
                     let group = Arc::new(b);
+                    objects.push((label.to_string(), Object::PodGroup(group.clone())));
                     view.groups.insert(
                         key,
                         GroupEntry {
