@@ -157,6 +157,26 @@ fn gang(server: &Handle, g: &str, size: usize, q: usize) -> anyhow::Result<Vec<S
     Ok(names)
 }
 
+/// Waits until every pod of `names` is bound, at most `limit`.
+async fn wait_bound(
+    server: &Handle,
+    names: &[String],
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let pending = |n: &String| {
+        (server.get("v1", "Pod", "default", n)).is_some_and(|p| p["spec"]["nodeName"].is_null())
+    };
+    while names.iter().any(pending) {
+        if t.elapsed() > limit {
+            anyhow::bail!("{what} not bound within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
 fn unbound(server: &Handle) -> usize {
     (server.list("v1", "Pod").iter())
         .filter(|p| p["spec"]["nodeName"].is_null())
@@ -322,16 +342,7 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
     let (c0, s0) = d.cycles();
     let names = gang(server, &format!("g{gangs}"), a.gang, 0)?;
     let t = Instant::now();
-    while names.iter().any(|n| {
-        server
-            .get("v1", "Pod", "default", n)
-            .is_some_and(|p| p["spec"]["nodeName"].is_null())
-    }) {
-        if t.elapsed() > Duration::from_secs(60) {
-            anyhow::bail!("the new gang was not bound within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_bound(server, &names, Duration::from_secs(60), "the new gang").await?;
     let bound_in = t.elapsed();
     // The cycle that bound it ends after its binds.
     while d.cycles().0 <= c0 {
@@ -373,17 +384,7 @@ async fn arrivals(a: &Args, server: &Handle, d: &Daemon, first: usize) -> anyhow
             k % a.queues,
         )?);
     }
-    let t = Instant::now();
-    while names.iter().any(|n| {
-        server
-            .get("v1", "Pod", "default", n)
-            .is_some_and(|p| p["spec"]["nodeName"].is_null())
-    }) {
-        if t.elapsed() > Duration::from_secs(120) {
-            anyhow::bail!("the arrivals were not bound within 120 s of the last");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_bound(server, &names, Duration::from_secs(120), "the arrivals").await?;
     d.next_cycles(1.0).await;
     let after = d.metrics();
     let name = "basalt_scheduler_scheduling_latency_seconds";
