@@ -25,6 +25,7 @@ use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
 
 mod constraints;
 mod devices;
+mod dra;
 mod hypernode;
 mod mig;
 mod namespaces;
@@ -156,6 +157,7 @@ pub fn cluster_spec_with_warnings(
     }
     spec.groups
         .extend(lws.groups(&context, options, &mut warnings)?);
+    spec.dra = context.dra.spec();
     Ok((spec, warnings))
 }
 
@@ -173,6 +175,8 @@ pub(crate) struct Context {
     namespace_queues: HashMap<String, String>,
     /// The workloads pods belong to (see `owners.rs`).
     workload_groups: owners::WorkloadGroups,
+    /// DRA classes, devices and claims (see `dra.rs`).
+    pub(crate) dra: dra::Dra,
 }
 
 /// One object's part of a [`ClusterSpec`].
@@ -210,6 +214,7 @@ impl Context {
             shared: Mutex::default(),
             namespace_queues: namespace_queues(objects),
             workload_groups: owners::WorkloadGroups::collect(objects),
+            dra: dra::Dra::collect(objects, warnings),
         })
     }
 
@@ -262,7 +267,10 @@ impl Context {
             | Object::HyperNode(_)
             | Object::PersistentVolumeClaim(_)
             | Object::PersistentVolume(_)
-            | Object::StorageClass(_) => return Ok(None),
+            | Object::StorageClass(_)
+            | Object::DeviceClass(_)
+            | Object::ResourceSlice(_)
+            | Object::ResourceClaim(_) => return Ok(None),
             Object::Workload(w) => match self.workload_pod_group(&cx, w, options, warnings)? {
                 Some(g) => Converted::Group(g),
                 None => return Ok(None),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -40,6 +41,10 @@ pub enum Object {
     PersistentVolumeClaim(Box<PersistentVolumeClaim>),
     PersistentVolume(Box<PersistentVolume>),
     StorageClass(Box<StorageClass>),
+    /// DRA (`resource.k8s.io/v1`): classes, the devices slices publish, and claims.
+    DeviceClass(Arc<DeviceClass>),
+    ResourceSlice(Arc<ResourceSlice>),
+    ResourceClaim(Arc<ResourceClaim>),
     /// A training workload whose spec states a gang (`crate::workloads`): its pods join one
     /// PodGroup made for it.
     Workload(Box<WorkloadObject>),
@@ -68,6 +73,9 @@ impl Object {
             Object::PersistentVolumeClaim(_) => "PersistentVolumeClaim",
             Object::PersistentVolume(_) => "PersistentVolume",
             Object::StorageClass(_) => "StorageClass",
+            Object::DeviceClass(_) => "DeviceClass",
+            Object::ResourceSlice(_) => "ResourceSlice",
+            Object::ResourceClaim(_) => "ResourceClaim",
             Object::Workload(w) => {
                 crate::workloads::workload_kind(&w.api_version, &w.kind).unwrap_or("Workload")
             }
@@ -89,6 +97,9 @@ impl Object {
             Object::PersistentVolumeClaim(o) => (&o.metadata, true),
             Object::PersistentVolume(o) => (&o.metadata, false),
             Object::StorageClass(o) => (&o.metadata, false),
+            Object::DeviceClass(o) => (&o.metadata, false),
+            Object::ResourceSlice(o) => (&o.metadata, false),
+            Object::ResourceClaim(o) => (&o.metadata, true),
             Object::Workload(o) => (&o.metadata, true),
         };
         let name = meta
@@ -330,71 +341,87 @@ fn read_value(
     let object_name = describe(&kind, map, namespaced);
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
-        let object = match (api_version.as_str(), kind.as_str()) {
-            ("v1", "Node") => Object::Node(Arc::from(typed::<Node>(place, &object_name, value)?)),
-            ("v1", "Pod") => Object::Pod(Arc::from(typed::<Pod>(place, &object_name, value)?)),
-            ("v1", "Namespace") => Object::Namespace(typed(place, &object_name, value)?),
-            ("v1", "PersistentVolumeClaim") => {
-                Object::PersistentVolumeClaim(typed(place, &object_name, value)?)
-            }
-            ("v1", "PersistentVolume") => {
-                Object::PersistentVolume(typed(place, &object_name, value)?)
-            }
-            ("storage.k8s.io/v1", "StorageClass") => {
-                Object::StorageClass(typed(place, &object_name, value)?)
-            }
-            ("scheduling.k8s.io/v1", "PriorityClass") => {
-                Object::PriorityClass(typed(place, &object_name, value)?)
-            }
-            (types::API_VERSION, "PodGroup") => Object::PodGroup(Arc::from(typed::<PodGroup>(
-                place,
-                &object_name,
-                with_spec(value),
-            )?)),
-            (types::volcano::API_VERSION, "PodGroup") => {
-                let g: Box<types::volcano::PodGroup> =
-                    typed(place, &object_name, with_spec(value))?;
-                peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
-            }
-            (types::scheduler_plugins::API_VERSION, "PodGroup") => {
-                let g: Box<types::scheduler_plugins::PodGroup> =
-                    typed(place, &object_name, with_spec(value))?;
-                peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
-            }
-            (types::API_VERSION, "Queue") => {
-                Object::Queue(typed(place, &object_name, with_spec(value))?)
-            }
-            (types::volcano::API_VERSION, "Queue") => {
-                let q: Box<types::volcano::Queue> = typed(place, &object_name, value)?;
-                let q = q.into_basalt().map_err(|(field, message)| {
-                    place.error(Some(object_name.clone()), Some(field.into()), message)
-                })?;
-                Object::Queue(Box::new(q))
-            }
-            (types::API_VERSION, "NodeTopology") => {
-                Object::NodeTopology(typed(place, &object_name, with_spec(value))?)
-            }
-            (types::volcano::TOPOLOGY_API_VERSION, "HyperNode") => {
-                Object::HyperNode(typed(place, &object_name, with_spec(value))?)
-            }
-            (a, k) if crate::workloads::is_workload(a, k) => {
-                #[derive(serde::Deserialize)]
-                struct Untyped {
-                    #[serde(default)]
-                    metadata: ObjectMeta,
-                    #[serde(default)]
-                    spec: Value,
+        let object =
+            match (api_version.as_str(), kind.as_str()) {
+                ("v1", "Node") => {
+                    Object::Node(Arc::from(typed::<Node>(place, &object_name, value)?))
                 }
-                let w: Box<Untyped> = typed(place, &object_name, value)?;
-                Object::Workload(Box::new(WorkloadObject {
-                    api_version: a.to_string(),
-                    kind: k.to_string(),
-                    metadata: w.metadata,
-                    spec: w.spec,
-                }))
-            }
-            _ => return Ok(None),
-        };
+                ("v1", "Pod") => Object::Pod(Arc::from(typed::<Pod>(place, &object_name, value)?)),
+                ("v1", "Namespace") => Object::Namespace(typed(place, &object_name, value)?),
+                ("v1", "PersistentVolumeClaim") => {
+                    Object::PersistentVolumeClaim(typed(place, &object_name, value)?)
+                }
+                ("v1", "PersistentVolume") => {
+                    Object::PersistentVolume(typed(place, &object_name, value)?)
+                }
+                ("resource.k8s.io/v1", "DeviceClass") => {
+                    Object::DeviceClass(Arc::from(typed::<DeviceClass>(
+                        place,
+                        &object_name,
+                        value,
+                    )?))
+                }
+                ("resource.k8s.io/v1", "ResourceSlice") => Object::ResourceSlice(Arc::from(
+                    typed::<ResourceSlice>(place, &object_name, value)?,
+                )),
+                ("resource.k8s.io/v1", "ResourceClaim") => Object::ResourceClaim(Arc::from(
+                    typed::<ResourceClaim>(place, &object_name, value)?,
+                )),
+                ("storage.k8s.io/v1", "StorageClass") => {
+                    Object::StorageClass(typed(place, &object_name, value)?)
+                }
+                ("scheduling.k8s.io/v1", "PriorityClass") => {
+                    Object::PriorityClass(typed(place, &object_name, value)?)
+                }
+                (types::API_VERSION, "PodGroup") => Object::PodGroup(Arc::from(typed::<PodGroup>(
+                    place,
+                    &object_name,
+                    with_spec(value),
+                )?)),
+                (types::volcano::API_VERSION, "PodGroup") => {
+                    let g: Box<types::volcano::PodGroup> =
+                        typed(place, &object_name, with_spec(value))?;
+                    peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
+                }
+                (types::scheduler_plugins::API_VERSION, "PodGroup") => {
+                    let g: Box<types::scheduler_plugins::PodGroup> =
+                        typed(place, &object_name, with_spec(value))?;
+                    peer_group(place, &object_name, g.into_basalt(), &mut warnings)?
+                }
+                (types::API_VERSION, "Queue") => {
+                    Object::Queue(typed(place, &object_name, with_spec(value))?)
+                }
+                (types::volcano::API_VERSION, "Queue") => {
+                    let q: Box<types::volcano::Queue> = typed(place, &object_name, value)?;
+                    let q = q.into_basalt().map_err(|(field, message)| {
+                        place.error(Some(object_name.clone()), Some(field.into()), message)
+                    })?;
+                    Object::Queue(Box::new(q))
+                }
+                (types::API_VERSION, "NodeTopology") => {
+                    Object::NodeTopology(typed(place, &object_name, with_spec(value))?)
+                }
+                (types::volcano::TOPOLOGY_API_VERSION, "HyperNode") => {
+                    Object::HyperNode(typed(place, &object_name, with_spec(value))?)
+                }
+                (a, k) if crate::workloads::is_workload(a, k) => {
+                    #[derive(serde::Deserialize)]
+                    struct Untyped {
+                        #[serde(default)]
+                        metadata: ObjectMeta,
+                        #[serde(default)]
+                        spec: Value,
+                    }
+                    let w: Box<Untyped> = typed(place, &object_name, value)?;
+                    Object::Workload(Box::new(WorkloadObject {
+                        api_version: a.to_string(),
+                        kind: k.to_string(),
+                        metadata: w.metadata,
+                        spec: w.spec,
+                    }))
+                }
+                _ => return Ok(None),
+            };
         Ok(Some(object))
     };
     let parsed = parse(value)?;

@@ -106,6 +106,10 @@ fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Con
                     | Object::PersistentVolume(_)
                     | Object::StorageClass(_)
                     | Object::Pod(_)
+                    // Pods' claims: classes, the devices slices publish, and the claims.
+                    | Object::DeviceClass(_)
+                    | Object::ResourceSlice(_)
+                    | Object::ResourceClaim(_)
                     // Pods' owners: the gangs their specs state.
                     | Object::Workload(_)
             )
@@ -241,6 +245,7 @@ impl Round {
                 _ => {}
             }
         }
+        spec.dra = context.dra.spec();
         self.check_references(&mut spec);
         for n in &mut spec.nodes {
             if self.cordoned.contains(&n.name) {

@@ -314,7 +314,7 @@ fn unsupported_fields_hold_pods_of_ours_only() {
     let fields: Vec<&str> = (p.waits.iter())
         .map(|w| match w {
             Wait::Unsupported { field, .. } => field.as_str(),
-            Wait::Volume(m) => panic!("{m}"),
+            Wait::Volume(m) | Wait::Claim(m) => panic!("{m}"),
         })
         .collect();
     assert_eq!(

@@ -234,6 +234,7 @@ fn init_containers_count_at_their_peak() {
 fn scheduling_gates_and_resource_claims_are_read() {
     let p = one_pod(
         "spec:
+  schedulerName: basalt
   schedulingGates: [{name: example.com/quota}, {name: example.com/image}]
   resourceClaims: [{name: gpu, resourceClaimName: gpu-claim}]
   containers: [{name: a}]
@@ -243,11 +244,18 @@ fn scheduling_gates_and_resource_claims_are_read() {
         p.scheduling_gates,
         ["example.com/quota", "example.com/image"]
     );
-    assert!(p.resource_claims);
+    // The claim is not among the objects: the pod waits for it.
+    assert!(
+        (p.waits.iter()).any(
+            |w| matches!(w, basalt_engine::Wait::Claim(m) if m.contains("gpu-claim does not exist"))
+        ),
+        "{:?}",
+        p.waits
+    );
 
     let p =
         one_pod("spec:\n  schedulingGates: []\n  resourceClaims: []\n  containers: [{name: a}]\n");
-    assert!(p.scheduling_gates.is_empty() && !p.resource_claims);
+    assert!(p.scheduling_gates.is_empty() && p.waits.is_empty() && p.rules.claims.is_none());
 }
 
 #[test]

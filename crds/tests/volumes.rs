@@ -41,6 +41,7 @@ fn volume_waits(p: &PodSpec) -> Vec<String> {
         .map(|w| match w {
             Wait::Volume(m) => m.clone(),
             Wait::Unsupported { field, .. } => panic!("unexpected unsupported {field}"),
+            Wait::Claim(m) => panic!("unexpected claim wait {m}"),
         })
         .collect()
 }

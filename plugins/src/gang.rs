@@ -188,18 +188,24 @@ mod tests {
         );
         // Without the gated member the minimum is still met: valid, the gated one just waits.
         assert_eq!(validate(2, 3, gate), Ok(()));
-        let claims = |i: usize, p: &mut PodSpec| p.resource_claims = i == 0;
+        let claims = |i: usize, p: &mut PodSpec| {
+            if i == 0 {
+                p.waits = vec![basalt_engine::Wait::Claim(
+                    "claim ns/c does not exist".into(),
+                )];
+            }
+        };
         assert_eq!(
             validate(1, 1, claims),
             Err(
-                "DRAUnsupported: pod ns/g-0 has spec.resourceClaims; Basalt does not allocate \
-                 DRA ResourceClaims yet"
+                "ResourceClaimNotReady: 1 pod(s) wait for ResourceClaims: ns/g-0 (claim ns/c does \
+                 not exist)"
                     .into()
             )
         );
-        // Bound with claims (another scheduler's DRA driver placed it): it counts as usual.
+        // Bound (its claims allocated before): it counts as usual.
         let bound = |_: usize, p: &mut PodSpec| {
-            p.resource_claims = true;
+            p.claims = vec!["ns/c".into()];
             p.node = Some("n".into());
             p.phase = basalt_engine::PodPhase::Running;
         };

@@ -247,6 +247,7 @@ mod tests {
             affinity: None,
             volumes: Vec::new(),
             devices: None,
+            claims: None,
         };
         assert!(Predicates.filter(&everything, &n).is_ok());
     }

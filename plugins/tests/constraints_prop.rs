@@ -565,6 +565,7 @@ fn cluster(case: &Case) -> ClusterSpec {
                 labels: [("env".to_string(), env_of(n).to_string())].into(),
             })
             .collect(),
+        dra: Default::default(),
     }
 }
 

@@ -143,12 +143,17 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                         } else {
                             PodPhase::Pending
                         },
-                        // Now and then a pending member is gated or claims DRA resources.
+                        // Now and then a pending member is gated or waits for its DRA claim.
                         scheduling_gates: match (cpu + p as i64) % 7 {
                             0 => vec!["example.com/gate".into()],
                             _ => Vec::new(),
                         },
-                        resource_claims: (mem + p as i64) % 11 == 0,
+                        waits: match (mem + p as i64) % 11 {
+                            0 => vec![basalt_engine::Wait::Claim(
+                                "claim ns/c is not made yet".into(),
+                            )],
+                            _ => Vec::new(),
+                        },
                         node,
                         ..Default::default()
                     });
@@ -212,9 +217,9 @@ proptest! {
             prop_assert!(new == 0 || new + old >= g.min_member, "gang {} half placed: {} new + {} old < {}", g.name, new, old, g.min_member);
         }
 
-        // Held pods (gated, DRA claims) are never bound nor nominated; a gang whose minimum
+        // Held pods (gated, waiting for a claim) are never bound nor nominated; a gang whose minimum
         // needs them places nothing and says why.
-        let held = |p: &PodSpec| p.node.is_none() && (!p.scheduling_gates.is_empty() || p.resource_claims);
+        let held = |p: &PodSpec| p.node.is_none() && (!p.scheduling_gates.is_empty() || !p.waits.is_empty());
         for pod in plan.bindings.iter().map(|b| &b.pod).chain(plan.nominations.iter().map(|n| &n.pod)) {
             prop_assert!(!held(pods[pod]), "held pod {} bound or nominated", pod);
         }
@@ -226,7 +231,7 @@ proptest! {
                 prop_assert!(!plan.bindings.iter().any(|b| b.pod.starts_with(&prefix)), "gang {} needs held pods", g.name);
                 let status = plan.pod_groups.iter().find(|s| *s.name == format!("ns/{}", g.name)).unwrap();
                 prop_assert!(
-                    status.conditions.iter().any(|c| c.reason == "SchedulingGated" || c.reason == "DRAUnsupported"),
+                    status.conditions.iter().any(|c| c.reason == "SchedulingGated" || c.reason == "ResourceClaimNotReady"),
                     "gang {} waits for held pods without saying so: {:?}", g.name, status.conditions
                 );
             }

@@ -405,6 +405,7 @@ proptest! {
                 groups: groups.values().cloned().collect(),
                 queues: spec.queues.clone(),
                 namespaces: Vec::new(),
+                dra: Default::default(),
             }).unwrap(), &config);
             prop_assert_eq!(&plan, &fresh, "cycle {}", cycle);
             // The cluster carries the plan out, and one running pod ends.

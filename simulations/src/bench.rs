@@ -23,6 +23,9 @@ pub struct BenchReport {
     pub constrained: bool,
     /// HAMi nodes and a backlog of pods sharing GPUs.
     pub sharing: bool,
+    /// DRA ResourceSlices and a backlog of pods with claims (snapshot time includes
+    /// conversion and CEL).
+    pub dra: bool,
     pub pods_placed: usize,
     pub gangs_running: usize,
     pub evictions: usize,
@@ -41,14 +44,26 @@ pub struct BenchReport {
 }
 
 pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<BenchReport> {
-    let spec = setup.cluster();
+    let spec = if setup.dra {
+        Default::default()
+    } else {
+        setup.cluster()
+    };
+    let objects = (setup.dra)
+        .then(|| crate::dra_backlog::objects(setup.nodes, setup.pods, setup.gpus_per_node));
     // Best of `runs` too: a first build also pays the process's first page faults.
     let mut snapshot_ms = f64::INFINITY;
     let mut snapshot = None;
     for _ in 0..runs.max(1) {
         let spec = spec.clone();
         let start = Instant::now();
-        let built = Snapshot::build(spec)?;
+        let built = match &objects {
+            Some(objects) => {
+                let options = basalt_crds::ConvertOptions::default();
+                basalt_crds::build_snapshot(objects, &options)?
+            }
+            None => Snapshot::build(spec)?,
+        };
         snapshot_ms = snapshot_ms.min(start.elapsed().as_secs_f64() * 1e3);
         snapshot = Some(built);
     }
@@ -84,6 +99,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         fabric: setup.fabric,
         constrained: setup.constrained,
         sharing: setup.sharing,
+        dra: setup.dra,
         gpus_per_node: setup.gpus_per_node,
         gpus_per_pod: setup.gpus_per_pod,
         pods_placed: placed,
@@ -113,6 +129,12 @@ impl BenchReport {
                 "{} pods: 512-GPU gangs (spine), 4 x TP=8 gangs (rack), TP=8 jobs (nvlink), \
                  1-GPU pods; spines of 25 racks of 20 nodes, cliques in every fourth rack",
                 self.pods
+            )
+        } else if self.dra {
+            format!(
+                "{} single pods, each with a DRA claim for 1-{} GPUs with a productName \
+                 selector; GPUs as ResourceSlices (every fourth node A100s)",
+                self.pods, self.gpus_per_node
             )
         } else if self.sharing {
             format!(

@@ -2,6 +2,7 @@
 //! rendering, shared by the binary, the tests and `cargo bench`.
 
 pub mod bench;
+pub mod dra_backlog;
 pub mod fgd;
 pub mod plan;
 pub mod replay;

@@ -97,6 +97,11 @@ enum Command {
         /// 8 GiB shares with 20 % compute, one 2-GPU and one 4-GPU share of 30 GiB each.
         #[arg(long, conflicts_with_all = ["fabric", "constrained"])]
         sharing: bool,
+        /// GPUs published as DRA ResourceSlices (every fourth node A100s, the rest H100s) and a
+        /// backlog of single pods, each with its own claim for 1 to --gpus-per-node GPUs with a
+        /// productName selector; the snapshot time includes conversion and the CEL selectors.
+        #[arg(long, conflicts_with_all = ["fabric", "constrained", "sharing"])]
+        dra: bool,
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -151,6 +156,10 @@ enum Command {
         /// Bound pods become Running and Ready at once, as if a kubelet started them.
         #[arg(long)]
         run_bound_pods: bool,
+        /// Leave out Dynamic Resource Allocation (resource.k8s.io/v1): a cluster that does not
+        /// serve it (absent from discovery, 404).
+        #[arg(long)]
+        no_dra: bool,
     },
     /// Replay a workload trace through Basalt's scheduler (simulated time) and write a report:
     /// summary.json, CSV time series, charts and report.md. Without --trace, replays the
@@ -269,6 +278,7 @@ fn serve(command: Command) -> anyhow::Result<()> {
         seed,
         history,
         run_bound_pods,
+        no_dra,
     } = command
     else {
         unreachable!("serve is called for the apiserver command only");
@@ -289,6 +299,7 @@ fn serve(command: Command) -> anyhow::Result<()> {
         faults,
         history,
         run_bound_pods,
+        serve_dra: !no_dra,
         ..Default::default()
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
@@ -395,6 +406,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             fabric,
             constrained,
             sharing,
+            dra,
             config,
             output,
         } => {
@@ -413,6 +425,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 fabric,
                 constrained,
                 sharing,
+                dra,
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;

@@ -88,6 +88,23 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
             .collect();
         table(&mut out, ["POD", "NODE", "GPUS", "SHARE"], &rows);
     }
+    if !plan.claim_allocations.is_empty() {
+        let _ = writeln!(out, "\nCLAIMS ({})", plan.claim_allocations.len());
+        let rows: Vec<[String; 4]> = (plan.claim_allocations.iter())
+            .map(|c| {
+                let devices: Vec<String> = (c.results.iter())
+                    .map(|r| format!("{}={}/{}/{}", r.request, r.driver, r.pool, r.device))
+                    .collect();
+                [
+                    c.claim.clone(),
+                    c.pod.clone(),
+                    c.node.clone(),
+                    devices.join(","),
+                ]
+            })
+            .collect();
+        table(&mut out, ["CLAIM", "POD", "NODE", "DEVICES"], &rows);
+    }
     let _ = writeln!(out, "\nEVICTIONS ({})", plan.evictions.len());
     if !plan.evictions.is_empty() {
         let rows: Vec<[String; 3]> = plan

@@ -37,6 +37,8 @@ pub struct Synthetic {
     pub constrained: bool,
     /// HAMi nodes and a backlog of single pods sharing GPUs (see [`Synthetic::share`]).
     pub sharing: bool,
+    /// DRA ResourceSlices and a backlog of pods with claims (see [`crate::dra_backlog`]).
+    pub dra: bool,
 }
 
 impl Synthetic {
@@ -52,6 +54,7 @@ impl Synthetic {
             fabric: false,
             constrained: false,
             sharing: false,
+            dra: false,
         }
     }
 }

@@ -22,6 +22,8 @@
 //!   minMember: 4                   # optional: its gang size
 //! warnings:                 # optional: each must be part of a `basalt-sim: warning:` line
 //! - "spec.priorityClassName"
+//! claimAllocations:         # optional; exact set of DRA claims allocated, with their devices
+//! - {claim: ns/c, node: n1, devices: [gpu-0, gpu-1]}   # `requests: [gpus, gpus]` too, in order
 //! ```
 
 use std::collections::BTreeSet;
@@ -42,6 +44,16 @@ struct Expected {
     pod_groups: Vec<ExpectedGroup>,
     #[serde(default)]
     warnings: Vec<String>,
+    claim_allocations: Option<Vec<ExpectedClaim>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedClaim {
+    claim: String,
+    node: String,
+    devices: Vec<String>,
+    requests: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +200,43 @@ fn check(
                 "{name}: {} gpus: expected {gpus:?}, got {actual:?}",
                 b.pod
             ));
+        }
+    }
+    if let Some(claims) = &expected.claim_allocations {
+        let empty = Vec::new();
+        let allocated = plan["claimAllocations"].as_array().unwrap_or(&empty);
+        let field = |results: &serde_json::Value, key: &str| -> Vec<String> {
+            (results.as_array().unwrap().iter())
+                .map(|r| r[key].as_str().unwrap().to_string())
+                .collect()
+        };
+        let got: BTreeSet<(String, String, Vec<String>)> = (allocated.iter())
+            .map(|c| {
+                let (claim, node) = (c["claim"].as_str().unwrap(), c["node"].as_str().unwrap());
+                (claim.into(), node.into(), field(&c["results"], "device"))
+            })
+            .collect();
+        let want: BTreeSet<(String, String, Vec<String>)> = (claims.iter())
+            .map(|c| (c.claim.clone(), c.node.clone(), c.devices.clone()))
+            .collect();
+        if got != want {
+            problems.push(format!(
+                "{name}: claim allocations: expected {want:?}, got {got:?}"
+            ));
+        }
+        for c in claims {
+            let Some(requests) = &c.requests else {
+                continue;
+            };
+            let actual = (allocated.iter())
+                .find(|x| x["claim"] == c.claim.as_str())
+                .map(|x| field(&x["results"], "request"));
+            if actual.as_ref() != Some(requests) {
+                problems.push(format!(
+                    "{name}: {} requests: expected {requests:?}, got {actual:?}",
+                    c.claim
+                ));
+            }
         }
     }
     if let Some(evictions) = &expected.evictions {

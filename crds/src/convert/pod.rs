@@ -154,6 +154,7 @@ pub(super) fn pod(
     let constraints = (!constraints.is_empty()).then(|| context.share(constraints));
     let namespace = namespace(meta);
     let mut waits = Vec::new();
+    let mut claims = Vec::new();
     if ours {
         waits = unsupported::unsupported(spec);
         // Only a pod still to be placed is judged by its volumes.
@@ -167,6 +168,14 @@ pub(super) fn pod(
             );
             rules.volumes = volume_rules;
             waits.extend(volume_waits);
+            match context.dra.pod_claims(p, &namespace) {
+                Ok(Some((need, names))) => {
+                    rules.claims = Some(std::sync::Arc::new(need));
+                    claims = names;
+                }
+                Ok(None) => {}
+                Err(claim_waits) => waits.extend(claim_waits),
+            }
         }
     }
 
@@ -204,7 +213,7 @@ pub(super) fn pod(
         scheduling_gates: (spec.scheduling_gates.iter().flatten())
             .map(|g| g.name.clone())
             .collect(),
-        resource_claims: spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()),
+        claims,
         constraints,
         waits,
     })
@@ -510,6 +519,7 @@ fn placement_rules(
         tolerations,
         volumes: Vec::new(),
         devices: None,
+        claims: None,
     })
 }
 

@@ -145,7 +145,15 @@ pub fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
                     VOLUME_NOT_READY,
                     format!("pod {} waits for volumes: {}", t.name, problems.join("; ")),
                 ),
-                Hold::Gated(_) | Hold::ResourceClaims => return None,
+                Hold::Claims(problems) => (
+                    basalt_engine::actions::CLAIM_NOT_READY,
+                    format!(
+                        "pod {} waits for ResourceClaims: {}",
+                        t.name,
+                        problems.join("; ")
+                    ),
+                ),
+                Hold::Gated(_) => return None,
             };
             Some((t.name.to_string(), (reason, message)))
         })

@@ -1,7 +1,7 @@
 //! Scheduling gates end to end: a gang of 2 with one member gated is not bound at all (not even
 //! its ungated member), its PodGroup says which pod is gated, and no binding is even tried (the
-//! API server would refuse it); once the gate is removed the gang binds whole. A pod with DRA
-//! claims is never bound, and its group says so.
+//! API server would refuse it); once the gate is removed the gang binds whole. (A pod whose DRA
+//! claim is not made yet waits likewise: `tests/dra.rs`.)
 
 mod common;
 
@@ -83,38 +83,4 @@ async fn a_gated_gang_waits_whole_and_binds_whole_once_ungated() {
     })
     .await;
     c.assert_no_node_over_capacity();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_with_dra_claims_is_never_bound_and_its_group_says_why() {
-    let c = cluster(Config::default()).await;
-    c.create(node("n1", 8));
-    c.create(queue("q"));
-    c.create(group("dra", 1, "q"));
-    let mut claiming = pod("dra-0", "dra", 1);
-    claiming["spec"]["resourceClaims"] =
-        json!([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]);
-    c.create(claiming);
-    // A plain job created after it, to know a cycle has passed over both.
-    c.create(group("plain", 1, "q"));
-    c.create(pod("plain-0", "plain", 1));
-
-    let _s = c.start_scheduler();
-    eventually("the plain pod is bound", || c.node_of("plain-0").is_some()).await;
-    eventually("the PodGroup says DRA claims are not supported", || {
-        condition(&c, "dra", "DRAUnsupported").is_some_and(|k| {
-            k["message"]
-                == "pod default/dra-0 has spec.resourceClaims; Basalt does not allocate DRA \
-                    ResourceClaims yet"
-        })
-    })
-    .await;
-    assert_eq!(c.node_of("dra-0"), None);
-    assert!(
-        !c.server
-            .requests()
-            .iter()
-            .any(|r| r.resource == "pods/binding" && r.name.as_deref() == Some("dra-0")),
-        "no binding is tried for a pod with DRA claims"
-    );
 }

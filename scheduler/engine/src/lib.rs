@@ -9,6 +9,7 @@
 pub mod actions;
 pub mod constraints;
 pub mod devices;
+pub mod dra;
 pub mod framework;
 mod hash;
 mod interpod;

@@ -230,6 +230,8 @@ pub struct PlacementRules {
     pub volumes: Vec<VolumeNodeRule>,
     /// Which devices it accepts, when it says (HAMi's type and UUID filters).
     pub devices: Option<std::sync::Arc<crate::devices::DeviceFilters>>,
+    /// What its DRA ResourceClaims ask (see [`crate::dra`]).
+    pub claims: Option<std::sync::Arc<crate::dra::ClaimNeed>>,
 }
 
 /// A node restriction from one of the pod's volumes (kube-scheduler's VolumeBinding): the node
@@ -330,6 +332,8 @@ pub struct Task {
     pub active_deadline_s: Option<i64>,
     /// Index in its workload, when the pod carries one.
     pub rank: Option<u32>,
+    /// Its ResourceClaims (`ns/name`), in the order of [`PlacementRules::claims`].
+    pub claims: Vec<std::sync::Arc<str>>,
     /// Index into its job's `sub_groups`.
     pub sub_group: Option<u32>,
     /// Set on a pending pod of ours that may not be placed at all, whatever the nodes offer.
@@ -366,8 +370,9 @@ pub enum Hold {
     /// `spec.schedulingGates`, by name: the API server refuses its binding until every gate is
     /// removed.
     Gated(Vec<String>),
-    /// `spec.resourceClaims`: Basalt does not allocate DRA ResourceClaims yet.
-    ResourceClaims,
+    /// Its ResourceClaims are not ready (a template's claim not made yet, a claim missing or
+    /// being deleted), one message per claim.
+    Claims(Vec<String>),
     /// Its volumes are not ready ([`crate::Wait::Volume`]), one message per claim.
     Volumes(Vec<String>),
     /// It states what Basalt does not understand ([`crate::Wait::Unsupported`]), one message

@@ -17,6 +17,39 @@ pub struct Plan {
     /// they bind in a later cycle.
     pub nominations: Vec<Nomination>,
     pub queues: Vec<QueueStatus>,
+    /// DRA ResourceClaims this plan allocates, each to be written before the binding of the
+    /// pod it is allocated for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim_allocations: Vec<ClaimAllocation>,
+}
+
+/// A ResourceClaim's allocation (`status.allocation`), made for a pod placed by this plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimAllocation {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// `namespace/name` of the pod it is allocated for (the claim's first `reservedFor`).
+    pub pod: String,
+    pub node: String,
+    /// The node the allocation's `nodeSelector` names: set when any device is the node's own
+    /// (a `nodeName` or `nodeSelector` slice), absent when every device is `allNodes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<String>,
+    pub results: Vec<ClaimResult>,
+}
+
+/// One device of an allocation (`status.allocation.devices.results[]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimResult {
+    /// The request, or `request/subrequest` for a `firstAvailable` alternative.
+    pub request: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,6 +18,7 @@ use basalt_topology::{DomainId, TierId, Topology};
 mod able;
 mod devices;
 mod domains;
+mod dra;
 mod explain;
 mod plan;
 mod prefer;
@@ -191,6 +192,8 @@ pub struct Session<'a> {
     slice_used: Vec<u64>,
     /// The MIG slices each task placed by this cycle takes.
     placed_slices: Map<TaskId, u64>,
+    /// DRA devices in use and the claims this cycle allocated.
+    claims: dra::Claims,
     status: Vec<TaskStatus>,
     phase: Vec<JobPhase>,
     /// Per job: members holding capacity (bound, placed or pipelined).
@@ -434,6 +437,7 @@ impl<'a> Session<'a> {
             device_use: snapshot.device_use.clone(),
             slice_used: snapshot.slice_used.clone(),
             placed_slices: Map::default(),
+            claims: dra::Claims::new(&snapshot.dra.allocated),
             status,
             phase,
             unadmitted,
@@ -1103,6 +1107,7 @@ impl<'a> Session<'a> {
         );
         let gpus = self.pick_devices(task, node, island);
         self.take_slices(task, node);
+        self.take_claims(task, node);
         self.charge(task, node, gpus, true);
         self.placed[self.snapshot.task(task).job.index()] += 1;
         self.status[task.index()] = if pipelined {
@@ -1149,6 +1154,7 @@ impl<'a> Session<'a> {
                 } => {
                     self.charge(task, node, gpus, false);
                     self.placed_slices.remove(&task);
+                    self.give_back_claims(task);
                     self.placed[self.snapshot.task(task).job.index()] -= 1;
                     self.status[task.index()] = TaskStatus::Pending;
                     self.released += 1;

@@ -44,6 +44,7 @@ fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
         }],
         queues: vec![],
         namespaces: vec![],
+        dra: Default::default(),
     }
 }
 

@@ -113,6 +113,7 @@ fn full(now: i64, nodes: &[NodeSpec], pods: &[PodSpec], groups: &[GroupSpec]) ->
         groups: groups.to_vec(),
         queues: queues(),
         namespaces: Vec::new(),
+        dra: Default::default(),
     })
     .expect("builds");
     format!("{s:?}")
@@ -193,6 +194,7 @@ fn errors_match_a_full_build() {
         groups: groups.clone(),
         queues: queues(),
         namespaces: Vec::new(),
+        dra: Default::default(),
     })
     .unwrap_err();
     assert_eq!(sync(&mut b, 0, &pods, &groups).unwrap_err(), want);
@@ -422,12 +424,17 @@ mod patched {
                 if selector {
                     p.rules.node_selector.insert("rack".into(), "r0".into());
                 }
-                // Now and then gated (nominated too, on phase 4) or claiming DRA resources
+                // Now and then gated (nominated too, on phase 4) or waiting for a DRA claim
                 // (bound or not): a held pod's task must match a full build's too.
                 if phase >= 3 && rank == Some(phase as u32 - 3) {
                     p.scheduling_gates = vec!["example.com/gate".into()];
                 }
-                p.resource_claims = rank == Some(2) && phase != 3;
+                if rank == Some(2) && phase != 3 {
+                    p.waits = vec![basalt_engine::Wait::Claim(
+                        "claim ns/c is not made yet".into(),
+                    )];
+                    p.claims = vec!["ns/c".into()];
+                }
                 p.rank = rank;
                 if let Some(tp) = tp {
                     p.labels.insert("tp".into(), tp.to_string());
@@ -542,6 +549,7 @@ mod patched {
             groups: groups.values().cloned().collect(),
             queues: queues(),
             namespaces: Vec::new(),
+            dra: Default::default(),
         });
         let got = b.build(now, &queues());
         match (got, want) {
@@ -696,6 +704,7 @@ fn constraints_and_namespaces_match_a_full_build() {
             groups: groups.clone(),
             queues: queues(),
             namespaces: namespaces.clone(),
+            dra: Default::default(),
         })
         .unwrap();
         assert_eq!(got, format!("{want:?}"), "cycle {cycle}");

@@ -21,8 +21,8 @@ const VERBS: [&str; 8] = [
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0-basalt",
+        "minor": "34",
+        "gitVersion": "v1.34.0-basalt",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z",
@@ -206,7 +206,7 @@ pub fn openapi_v3_group_version<'a>(
     }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (basalt-apiserver)", "version": "v1.33.0"},
+        "info": {"title": "Kubernetes (basalt-apiserver)", "version": "v1.34.0"},
         "paths": paths,
         "components": {"schemas": {}},
     }))

@@ -19,6 +19,7 @@
 //! ```
 
 mod discovery;
+mod dra;
 mod error;
 mod faults;
 mod patch;
@@ -64,6 +65,10 @@ pub struct Config {
     pub preinstall_crds: bool,
     /// Bound pods become Running and Ready at once, as if a kubelet started them.
     pub run_bound_pods: bool,
+    /// Serve Dynamic Resource Allocation's `resource.k8s.io/v1` (DeviceClass, ResourceSlice,
+    /// ResourceClaim, ResourceClaimTemplate), as Kubernetes 1.34 does. Off: a cluster without
+    /// DRA, where the group is absent from discovery and its paths are 404.
+    pub serve_dra: bool,
 }
 
 impl Default for Config {
@@ -76,6 +81,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(1),
             preinstall_crds: true,
             run_bound_pods: false,
+            serve_dra: true,
         }
     }
 }
@@ -101,6 +107,7 @@ impl ApiServer {
             StoreOptions {
                 history: config.history.max(1),
                 run_bound_pods: config.run_bound_pods,
+                serve_dra: config.serve_dra,
             },
             config.preinstall_crds,
             config.seed,

@@ -152,6 +152,24 @@ pub fn builtins() -> Vec<ResourceInfo> {
     ]
 }
 
+/// Dynamic Resource Allocation's GA group, `resource.k8s.io/v1` (Kubernetes 1.34), served unless
+/// `Config::serve_dra` is off. No short names: the real API declares none for these kinds.
+pub fn dra() -> Vec<ResourceInfo> {
+    let g = crate::dra::GROUP;
+    vec![
+        ResourceInfo::builtin(g, "v1", "DeviceClass", "deviceclasses", false),
+        ResourceInfo::builtin(g, "v1", "ResourceClaim", "resourceclaims", true).with_status(),
+        ResourceInfo::builtin(
+            g,
+            "v1",
+            "ResourceClaimTemplate",
+            "resourceclaimtemplates",
+            true,
+        ),
+        ResourceInfo::builtin(g, "v1", "ResourceSlice", "resourceslices", false),
+    ]
+}
+
 /// Custom kinds served without registering a CRD first: Basalt's and Volcano's scheduling kinds.
 pub fn preinstalled_crds() -> Vec<ResourceInfo> {
     let crd =

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use crate::dra;
 use crate::error::ApiError;
 use crate::patch::{self, PatchKind};
 use crate::resources::{self, ResourceInfo};
@@ -111,6 +112,8 @@ pub struct StoreOptions {
     pub history: usize,
     /// Pods become Running and Ready when bound, as if a kubelet started them.
     pub run_bound_pods: bool,
+    /// Serve `resource.k8s.io/v1` (Dynamic Resource Allocation).
+    pub serve_dra: bool,
 }
 
 pub struct Store {
@@ -213,7 +216,12 @@ impl Store {
             drop_watches_after: None,
             name_seed: seed ^ 0x5EED,
         };
-        for info in resources::builtins() {
+        let dra = if s.options.serve_dra {
+            resources::dra()
+        } else {
+            Vec::new()
+        };
+        for info in resources::builtins().into_iter().chain(dra) {
             s.resources.push(Resource {
                 info,
                 served: true,
@@ -502,6 +510,7 @@ impl Store {
             return Err(ApiError::already_exists(&info.group, &info.plural, &name));
         }
         prepare_create(&info, &mut obj);
+        dra::on_create(&info, &name, &mut obj)?;
         if info.is_core("pods") {
             validate_pod(&name, &obj)?;
             let bound = obj
@@ -746,6 +755,7 @@ impl Store {
                 return Err(ApiError::invalid("Pod", name, "spec.nodeName: Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing tolerations) or `spec.terminationGracePeriodSeconds`"));
             }
         }
+        dra::on_write(&info, name, old, &mut result, part)?;
         if comparable(&result) == comparable(old) {
             // A no-op write changes nothing, not even the resourceVersion.
             return Ok(old.clone());

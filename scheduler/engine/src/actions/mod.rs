@@ -22,8 +22,9 @@ pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
 pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
 /// Some members are not ready for scheduling (`spec.schedulingGates`).
 pub const SCHEDULING_GATED: &str = "SchedulingGated";
-/// Some members need DRA ResourceClaims, which Basalt does not allocate yet.
-pub const DRA_UNSUPPORTED: &str = "DRAUnsupported";
+/// Some members' DRA ResourceClaims are not ready (a template's claim not made yet, a claim
+/// missing or being deleted).
+pub const CLAIM_NOT_READY: &str = "ResourceClaimNotReady";
 /// Some members state a scheduling-relevant field Basalt does not understand.
 pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
 /// Some members' volumes are not ready (a missing claim or volume, a claim in use).
@@ -57,7 +58,7 @@ const NAMES_LISTED: usize = 10;
 /// Why the job's held pending members ([`Hold`]) are not placed, or `None` when it has none.
 /// The reason is that of the first kind of hold present, in this order: `SchedulingGated`
 /// (kube-scheduler's reason for a gated pod), `UnsupportedField`, `VolumeNotReady`,
-/// `DRAUnsupported`; the message names the pods of every kind, up to [`NAMES_LISTED`] each.
+/// `ResourceClaimNotReady`; the message names the pods of every kind, up to [`NAMES_LISTED`] each.
 pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     let snap = session.snapshot;
     let mut gated = Vec::new();
@@ -71,7 +72,7 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
             Some(Hold::Gated(gates)) => gated.push(with(gates, ", ")),
             Some(Hold::Unsupported(fields)) => unsupported.push(with(fields, "; ")),
             Some(Hold::Volumes(problems)) => volumes.push(with(problems, "; ")),
-            Some(Hold::ResourceClaims) => claims.push(task.name.to_string()),
+            Some(Hold::Claims(problems)) => claims.push(with(problems, "; ")),
             None => {}
         }
     }
@@ -93,16 +94,12 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
             listed(&volumes)
         ));
     }
-    match claims.len() {
-        0 => {}
-        1 => parts.push(format!("pod {} has spec.resourceClaims", claims[0])),
-        n => parts.push(format!(
-            "{n} pods have spec.resourceClaims: {}",
-            listed(&claims)
-        )),
-    }
     if !claims.is_empty() {
-        parts.push("Basalt does not allocate DRA ResourceClaims yet".into());
+        parts.push(format!(
+            "{} pod(s) wait for ResourceClaims: {}",
+            claims.len(),
+            listed(&claims)
+        ));
     }
     let reason = if !gated.is_empty() {
         SCHEDULING_GATED
@@ -111,7 +108,7 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     } else if !volumes.is_empty() {
         VOLUME_NOT_READY
     } else if !claims.is_empty() {
-        DRA_UNSUPPORTED
+        CLAIM_NOT_READY
     } else {
         return None;
     };

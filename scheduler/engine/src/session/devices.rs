@@ -24,6 +24,8 @@ pub(crate) struct DeviceNeed<'s> {
     bucket: u32,
     share: Option<ShareAsk>,
     filters: Option<&'s DeviceFilters>,
+    /// What its DRA claims ask.
+    claims: Option<&'s crate::dra::ClaimNeed>,
 }
 
 impl DeviceNeed<'_> {
@@ -43,6 +45,7 @@ impl<'a> Session<'a> {
             bucket: self.bucket_need(task),
             share: t.share,
             filters: snap.rules[t.rules.0 as usize].devices.as_deref(),
+            claims: self.claim_need(task),
         }
     }
 
@@ -170,6 +173,12 @@ impl<'a> Session<'a> {
         node: NodeId,
         island: Option<u32>,
     ) -> bool {
+        self.has_gpus_for(need, node, island)
+            && need.claims.is_none_or(|c| self.claims_fit(c, node))
+    }
+
+    /// The GPU part of [`Self::has_devices_for`].
+    fn has_gpus_for(&self, need: &DeviceNeed, node: NodeId, island: Option<u32>) -> bool {
         let want = need.want;
         if want == 0 {
             return true;
@@ -195,7 +204,7 @@ impl<'a> Session<'a> {
     /// devices give, in the order HAMi's filter checks them (health, slots, exclusive use,
     /// memory, compute), or too few free whole devices.
     pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Reason> {
-        if self.has_devices(task, node, None) {
+        if self.has_gpus_for(&self.device_need(task), node, None) {
             return Ok(());
         }
         let n = self.snapshot.node(node);

@@ -90,7 +90,9 @@ impl Session<'_> {
         for node in &self.snapshot.nodes {
             let i = node.id.index();
             if !passes.is_some_and(|ok| ok[i]) {
-                if let Err(reason) = self.fw.filter_node(r, node) {
+                let refused =
+                    (self.fw.filter_node(r, node)).and_then(|()| self.claims_could_fit(r, node.id));
+                if let Err(reason) = refused {
                     *scan.refused.entry(reason).or_default() += 1;
                     scan.class[i] = REFUSED;
                     continue;
@@ -123,7 +125,9 @@ impl Session<'_> {
         let mut counts = scan.refused.clone();
         let check = self.pods.prepare(self.snapshot, task);
         for &node in &scan.room {
-            if let Err(reason) = self.devices_short(task, node) {
+            let short =
+                (self.devices_short(task, node)).and_then(|()| self.claims_short(task, node));
+            if let Err(reason) = short {
                 *counts.entry(reason).or_default() += 1;
                 continue;
             }

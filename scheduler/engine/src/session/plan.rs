@@ -55,6 +55,7 @@ impl Session<'_> {
                 }),
             }
         }
+        plan.claim_allocations = self.claim_allocations();
         for &(task, node) in &self.reservations {
             if self.status[task.index()] == TaskStatus::Pending {
                 plan.nominations.push(Nomination {

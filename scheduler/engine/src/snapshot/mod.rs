@@ -93,6 +93,8 @@ pub struct Snapshot {
     pub foreign: Arc<Vec<ForeignPod>>,
     /// Namespaces with their labels, sorted by name, for `namespaceSelector`.
     pub namespaces: Arc<Vec<NamespaceSpec>>,
+    /// DRA devices and what claims may take (empty without ResourceSlices).
+    pub dra: Arc<crate::dra::DraTable>,
     /// What snapshots of the same nodes share (topologies, the last session's node state).
     node_cache: NodeCache,
     pub(crate) hint: NodeHint,
@@ -213,6 +215,7 @@ impl Snapshot {
             groups,
             mut queues,
             namespaces,
+            dra,
         } = spec;
         let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -261,9 +264,16 @@ impl Snapshot {
             false,
             &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
         )
-        .map(|a| Snapshot {
-            namespaces: sorted_namespaces(namespaces),
-            ..a.snapshot
+        .map(|a| {
+            let dra = (!dra.is_empty()).then(|| {
+                let names: Vec<&str> = a.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+                Arc::new(crate::dra::DraTable::new(dra, &names))
+            });
+            Snapshot {
+                namespaces: sorted_namespaces(namespaces),
+                dra: dra.unwrap_or_default(),
+                ..a.snapshot
+            }
         })
     }
 
@@ -1408,6 +1418,7 @@ fn assemble(
             foreign_pods,
             foreign: Arc::new(foreign),
             namespaces: Arc::default(),
+            dra: Arc::default(),
             node_cache,
             hint: NodeHint::default(),
         },
@@ -1510,7 +1521,6 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
             Some(Hold::Gated(p.scheduling_gates.clone()))
         }
         TaskState::Pending if !p.waits.is_empty() => Some(held_for(&p.waits)),
-        TaskState::Pending if p.resource_claims => Some(Hold::ResourceClaims),
         _ => None,
     };
     Task {
@@ -1537,6 +1547,7 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         started_ms: p.started_ms,
         active_deadline_s: p.active_deadline_s,
         rank: p.rank,
+        claims: p.claims.iter().map(|c| Arc::from(c.as_str())).collect(),
         sub_group: None,
         hold,
         constraints: p.constraints.clone(),
@@ -1558,17 +1569,26 @@ fn held_for(waits: &[Wait]) -> Hold {
     let unsupported: Vec<String> = (waits.iter())
         .filter_map(|w| match w {
             Wait::Unsupported { field, message } => Some(format!("{field}: {message}")),
-            Wait::Volume(_) => None,
+            _ => None,
         })
         .collect();
     if !unsupported.is_empty() {
         return Hold::Unsupported(unsupported);
     }
-    Hold::Volumes(
+    let volumes: Vec<String> = (waits.iter())
+        .filter_map(|w| match w {
+            Wait::Volume(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    if !volumes.is_empty() {
+        return Hold::Volumes(volumes);
+    }
+    Hold::Claims(
         (waits.iter())
             .filter_map(|w| match w {
-                Wait::Volume(m) => Some(m.clone()),
-                Wait::Unsupported { .. } => None,
+                Wait::Claim(m) => Some(m.clone()),
+                _ => None,
             })
             .collect(),
     )

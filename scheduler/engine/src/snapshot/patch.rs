@@ -458,6 +458,7 @@ pub(super) fn patch(
         device_use: Vec::new(),
         slice_used: Vec::new(),
         share_names: last.share_names,
+        dra: last.dra,
         device_kinds: last.device_kinds.clone(),
         largest_shared_device_mib: last.largest_shared_device_mib,
         queue_pinned,

@@ -80,8 +80,8 @@ pub struct PodSpec {
     pub pinned_queue: Option<String>,
     /// `spec.schedulingGates` names: while any is left the pod is not ready for scheduling.
     pub scheduling_gates: Vec<String>,
-    /// `spec.resourceClaims` is not empty: the pod needs DRA ResourceClaims allocated.
-    pub resource_claims: bool,
+    /// Its DRA ResourceClaims (`ns/name`), in the order of `rules.claims`.
+    pub claims: Vec<String>,
     /// Inter-pod affinity, topology spread, host ports and preferences; `None` when it states
     /// none (shared: the members of a gang usually state the same).
     pub constraints: Option<Arc<PodConstraints>>,
@@ -98,6 +98,9 @@ pub enum Wait {
     Volume(String),
     /// A scheduling-relevant field Basalt does not understand: the field's path and why.
     Unsupported { field: String, message: String },
+    /// A ResourceClaim is not ready: a template's claim not made yet, missing, or being
+    /// deleted. The message names the claim.
+    Claim(String),
 }
 
 impl PodSpec {
@@ -220,4 +223,6 @@ pub struct ClusterSpec {
     pub queues: Vec<QueueSpec>,
     /// Namespaces with their labels, for `namespaceSelector` (see [`NamespaceSpec`]).
     pub namespaces: Vec<NamespaceSpec>,
+    /// DRA devices, the sets requests match and what is allocated (see [`crate::dra`]).
+    pub dra: crate::dra::DraSpec,
 }

@@ -39,6 +39,7 @@ impl Simulator<'_> {
             groups,
             queues: self.queues.clone(),
             namespaces: Vec::new(),
+            dra: Default::default(),
         }
     }
 

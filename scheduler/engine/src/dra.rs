@@ -1,0 +1,487 @@
+//! Dynamic Resource Allocation (`resource.k8s.io/v1`): the devices ResourceSlices publish, what
+//! a pod's ResourceClaims ask of them, and the search that picks devices for a pod's claims on
+//! one node.
+//!
+//! CEL selectors depend only on the device, never on what is in use, so the reader evaluates
+//! them once and hands the engine each request's matching devices as a set
+//! ([`DraSpec::eligible`]). What a session changes is which devices are free; the search below
+//! is kube-scheduler's allocator (claims, then requests with their `firstAvailable`
+//! alternatives in order, then device slots, backtracking, first solution wins) over those sets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Devices and claims as the reader found them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DraSpec {
+    /// Every device of a complete pool's newest generation, in (driver, pool, name) order.
+    pub devices: Vec<DraDevice>,
+    /// Sets of devices that match a request's class and selectors (`Alternative::eligible`
+    /// indexes them): one per distinct (class, selectors), shared by every claim asking so.
+    pub eligible: Vec<DeviceSet>,
+    /// Devices allocated to claims before this cycle (admin access excluded).
+    pub allocated: DeviceSet,
+}
+
+impl DraSpec {
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DraDevice {
+    pub driver: Arc<str>,
+    pub pool: Arc<str>,
+    pub name: Arc<str>,
+    /// The nodes that can use it.
+    pub reach: Reach,
+    /// Attribute values by qualified name (`gpu.nvidia.com/productName`): what `matchAttribute`
+    /// and `distinctAttribute` constraints compare.
+    pub attributes: BTreeMap<String, AttrValue>,
+}
+
+/// Which nodes can use a device: its slice's `nodeName`, the nodes its `nodeSelector` selects
+/// (resolved by the reader), or `allNodes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    Node(String),
+    Nodes(Vec<String>),
+    All,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttrValue {
+    Int(i64),
+    Bool(bool),
+    String(String),
+    Version(String),
+}
+
+/// A set of devices by index, one bit each.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceSet(Vec<u64>);
+
+impl DeviceSet {
+    pub fn contains(&self, d: u32) -> bool {
+        (self.0.get(d as usize / 64)).is_some_and(|w| w & (1 << (d % 64)) != 0)
+    }
+
+    pub fn insert(&mut self, d: u32) {
+        let i = d as usize / 64;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] |= 1 << (d % 64);
+    }
+
+    pub fn remove(&mut self, d: u32) {
+        if let Some(w) = self.0.get_mut(d as usize / 64) {
+            *w &= !(1 << (d % 64));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.0.iter().enumerate()).flat_map(|(i, &w)| {
+            (0..64)
+                .filter(move |b| w & (1 << b) != 0)
+                .map(move |b| (i * 64 + b) as u32)
+        })
+    }
+}
+
+impl FromIterator<u32> for DeviceSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Self {
+        let mut s = DeviceSet::default();
+        iter.into_iter().for_each(|d| s.insert(d));
+        s
+    }
+}
+
+/// What a pod's ResourceClaims ask, in `spec.resourceClaims` order: part of its placement
+/// rules, so pods whose claims come from one template share feasibility results (the claims'
+/// own names are the task's, [`crate::Task::claims`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimNeed {
+    pub claims: Vec<ClaimAsk>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimAsk {
+    /// The claim in messages: `ns/name` of a claim the pod names, or the pod's entry name
+    /// (`spec.resourceClaims[].name`) for one made from a template.
+    pub label: String,
+    /// `ns/name` of a claim several pods may use (one the pod names itself): one allocation,
+    /// made by the first of them placed, that the others follow.
+    pub shared: Option<String>,
+    pub state: ClaimState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClaimState {
+    /// Allocated before this cycle: its devices are taken; the pod may go only where the
+    /// allocation's `nodeSelector` allows (`None`: anywhere).
+    Allocated { nodes: Option<Vec<String>> },
+    /// To allocate on the pod's node.
+    Pending {
+        requests: Vec<RequestAsk>,
+        constraints: Vec<ConstraintAsk>,
+    },
+    /// Cannot be allocated on any node; the reason (a CEL error, a class that does not exist,
+    /// a feature Basalt does not allocate).
+    Refused(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestAsk {
+    pub name: String,
+    /// `exactly` is one alternative; `firstAvailable` its sub-requests, tried in order.
+    pub alternatives: Vec<Alternative>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Alternative {
+    /// `request` or `request/subrequest`, as the allocation result names it.
+    pub name: String,
+    /// Index into [`DraSpec::eligible`].
+    pub eligible: u32,
+    pub count: Count,
+    /// Admin access: may take devices in use, and holds none.
+    pub admin_access: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Count {
+    Exactly(u32),
+    /// Every matching device the node can use (at least one).
+    All,
+}
+
+/// `matchAttribute` (every device of the requests has the attribute, with one value) or
+/// `distinctAttribute` (every one a different value).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConstraintAsk {
+    /// Request names it covers (a sub-request is covered by its request); empty: all.
+    pub requests: Vec<String>,
+    pub attribute: String,
+    pub distinct: bool,
+}
+
+impl ConstraintAsk {
+    fn covers(&self, request: &str) -> bool {
+        self.requests.is_empty() || self.requests.iter().any(|r| r == request)
+    }
+}
+
+/// The devices a pending claim takes: per result, the request (`r` or `r/sub`) and the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimPick {
+    pub results: Vec<(String, u32, bool)>,
+}
+
+impl ClaimPick {
+    /// Devices it holds (admin-access results hold none).
+    pub fn held(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.results.iter()).filter(|r| !r.2).map(|r| r.1)
+    }
+}
+
+/// The snapshot's view of DRA: devices, the sets requests match and what each node reaches.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DraTable {
+    pub devices: Vec<DraDevice>,
+    pub eligible: Vec<DeviceSet>,
+    pub allocated: DeviceSet,
+    /// Per node (by [`crate::NodeId`] index): the devices it can use, in device order.
+    pub reach: Vec<Vec<u32>>,
+}
+
+impl DraTable {
+    pub fn new(spec: DraSpec, node_names: &[&str]) -> DraTable {
+        let ids: std::collections::HashMap<&str, usize> = (node_names.iter().enumerate())
+            .map(|(i, n)| (*n, i))
+            .collect();
+        let mut reach = vec![Vec::new(); node_names.len()];
+        for (d, device) in spec.devices.iter().enumerate() {
+            let d = d as u32;
+            match &device.reach {
+                Reach::Node(n) => {
+                    if let Some(&i) = ids.get(n.as_str()) {
+                        reach[i].push(d);
+                    }
+                }
+                Reach::Nodes(ns) => {
+                    for i in ns.iter().filter_map(|n| ids.get(n.as_str())) {
+                        reach[*i].push(d);
+                    }
+                }
+                Reach::All => reach.iter_mut().for_each(|r| r.push(d)),
+            }
+        }
+        DraTable {
+            devices: spec.devices,
+            eligible: spec.eligible,
+            allocated: spec.allocated,
+            reach,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// Whether the node could hold the claims with nothing in use: the static part of the
+    /// check, the same for every pod with these rules.
+    pub fn could_fit(&self, need: &ClaimNeed, node: usize, node_name: &str) -> Result<(), String> {
+        let reach = self.reach.get(node).map_or(&[][..], Vec::as_slice);
+        for c in &need.claims {
+            match &c.state {
+                ClaimState::Allocated { nodes: None } => {}
+                ClaimState::Allocated { nodes: Some(nodes) } => {
+                    if !nodes.iter().any(|n| n == node_name) {
+                        return Err(format!("claim {} is allocated on other nodes", c.label));
+                    }
+                }
+                ClaimState::Refused(why) => {
+                    return Err(format!("cannot allocate claim {}: {why}", c.label))
+                }
+                ClaimState::Pending { requests, .. } => {
+                    for r in requests {
+                        let enough = r.alternatives.iter().any(|a| {
+                            let set = &self.eligible[a.eligible as usize];
+                            let n = reach.iter().filter(|&&d| set.contains(d)).count();
+                            match a.count {
+                                Count::Exactly(k) => n >= k as usize,
+                                Count::All => n >= 1,
+                            }
+                        });
+                        if !enough {
+                            return Err(format!(
+                                "cannot allocate claim {}: no device matches selectors of request {}",
+                                c.label, r.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Steps one search may take before it gives up on the node (kube-scheduler bounds its search
+/// by time; a bound in steps keeps the outcome deterministic).
+pub const SEARCH_STEPS: u32 = 100_000;
+
+/// Why a search found nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoFit {
+    /// The claim's requests cannot all be met with the node's free devices.
+    Devices(String),
+    /// The search ran out of steps.
+    TooLong(String),
+}
+
+impl NoFit {
+    pub fn message(&self) -> String {
+        match self {
+            NoFit::Devices(c) => format!("cannot allocate claim {c}: too few free devices"),
+            NoFit::TooLong(c) => format!(
+                "cannot allocate claim {c}: the device search gave up after {SEARCH_STEPS} steps"
+            ),
+        }
+    }
+}
+
+/// The devices for a pod's pending claims on one node, claim by claim (`None` for a claim
+/// allocated already, or by another pod this cycle: `taken` gives those devices, which the
+/// node must reach). `free` says whether a device is unused.
+pub fn search(
+    table: &DraTable,
+    need: &ClaimNeed,
+    node: usize,
+    free: &dyn Fn(u32) -> bool,
+    taken: &dyn Fn(&str) -> Option<Vec<u32>>,
+) -> Result<Vec<Option<ClaimPick>>, NoFit> {
+    let reach = table.reach.get(node).map_or(&[][..], Vec::as_slice);
+    let mut out = Vec::with_capacity(need.claims.len());
+    let mut s = Search {
+        table,
+        reach,
+        free,
+        picked: Vec::new(),
+        steps: 0,
+    };
+    for c in &need.claims {
+        let ClaimState::Pending {
+            requests,
+            constraints,
+        } = &c.state
+        else {
+            out.push(None);
+            continue;
+        };
+        if let Some(devices) = c.shared.as_deref().and_then(taken) {
+            if !devices.iter().all(|d| reach.binary_search(d).is_ok()) {
+                return Err(NoFit::Devices(c.label.clone()));
+            }
+            out.push(None);
+            continue;
+        }
+        // Devices picked for earlier claims of the pod stay picked.
+        let base = s.picked.len();
+        let mut results = Vec::new();
+        if !s.requests(requests, constraints, 0, base, &mut results) {
+            return Err(if s.steps > SEARCH_STEPS {
+                NoFit::TooLong(c.label.clone())
+            } else {
+                NoFit::Devices(c.label.clone())
+            });
+        }
+        out.push(Some(ClaimPick { results }));
+    }
+    Ok(out)
+}
+
+struct Search<'t> {
+    table: &'t DraTable,
+    reach: &'t [u32],
+    free: &'t dyn Fn(u32) -> bool,
+    /// Devices picked so far, with their request (`r`, the parent of `r/sub`).
+    picked: Vec<(u32, String)>,
+    steps: u32,
+}
+
+impl Search<'_> {
+    /// Requests `i..` of one claim; `base` is where its picks start in `picked`.
+    fn requests(
+        &mut self,
+        requests: &[RequestAsk],
+        constraints: &[ConstraintAsk],
+        i: usize,
+        base: usize,
+        results: &mut Vec<(String, u32, bool)>,
+    ) -> bool {
+        let Some(r) = requests.get(i) else {
+            return true;
+        };
+        for alt in &r.alternatives {
+            let set = &self.table.eligible[alt.eligible as usize];
+            let picked_before = self.picked.len();
+            let results_before = results.len();
+            let candidates: Vec<u32> = (self.reach.iter().copied())
+                .filter(|&d| set.contains(d))
+                .filter(|&d| alt.admin_access || (self.free)(d))
+                .filter(|d| !self.picked.iter().any(|(p, _)| p == d))
+                .collect();
+            let ok = match alt.count {
+                Count::All => {
+                    !candidates.is_empty()
+                        // Every matching device the node reaches, none in use.
+                        && (alt.admin_access
+                            || self.reach.iter().filter(|&&d| set.contains(d)).count()
+                                == candidates.len())
+                        && candidates.iter().all(|&d| {
+                            let fits = self.allowed(d, &r.name, constraints, base);
+                            if fits {
+                                self.picked.push((d, r.name.clone()));
+                                results.push((alt.name.clone(), d, alt.admin_access));
+                            }
+                            fits
+                        })
+                        && self.requests(requests, constraints, i + 1, base, results)
+                }
+                Count::Exactly(k) => self.slots(
+                    requests,
+                    constraints,
+                    (i, alt, k),
+                    &candidates,
+                    0,
+                    base,
+                    results,
+                ),
+            };
+            if ok {
+                return true;
+            }
+            self.picked.truncate(picked_before);
+            results.truncate(results_before);
+            if self.steps > SEARCH_STEPS {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// `left` more devices for request `i` from `candidates[from..]`, then the requests after.
+    #[allow(clippy::too_many_arguments)]
+    fn slots(
+        &mut self,
+        requests: &[RequestAsk],
+        constraints: &[ConstraintAsk],
+        (i, alt, left): (usize, &Alternative, u32),
+        candidates: &[u32],
+        from: usize,
+        base: usize,
+        results: &mut Vec<(String, u32, bool)>,
+    ) -> bool {
+        if left == 0 {
+            return self.requests(requests, constraints, i + 1, base, results);
+        }
+        let name = &requests[i].name;
+        for (k, &d) in candidates.iter().enumerate().skip(from) {
+            self.steps += 1;
+            if self.steps > SEARCH_STEPS || candidates.len() - k < left as usize {
+                return false;
+            }
+            if !self.allowed(d, name, constraints, base) {
+                continue;
+            }
+            self.picked.push((d, name.clone()));
+            results.push((alt.name.clone(), d, alt.admin_access));
+            let next = (i, alt, left - 1);
+            if self.slots(
+                requests,
+                constraints,
+                next,
+                candidates,
+                k + 1,
+                base,
+                results,
+            ) {
+                return true;
+            }
+            self.picked.pop();
+            results.pop();
+        }
+        false
+    }
+
+    /// Whether device `d` for `request` keeps every constraint with the claim's picks so far.
+    fn allowed(&self, d: u32, request: &str, constraints: &[ConstraintAsk], base: usize) -> bool {
+        let attrs = &self.table.devices[d as usize].attributes;
+        constraints.iter().filter(|c| c.covers(request)).all(|c| {
+            let Some(value) = attrs.get(&c.attribute) else {
+                // matchAttribute needs the attribute; distinctAttribute too (kube-scheduler's
+                // allocator refuses a device without it).
+                return false;
+            };
+            let others = (self.picked[base..].iter())
+                .filter(|(_, r)| c.covers(r))
+                .map(|(p, _)| self.table.devices[*p as usize].attributes.get(&c.attribute));
+            if c.distinct {
+                others.into_iter().all(|v| v != Some(value))
+            } else {
+                others.into_iter().all(|v| v == Some(value))
+            }
+        })
+    }
+}
