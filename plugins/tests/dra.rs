@@ -211,7 +211,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
     );
     (
         1usize..4,
-        1usize..5,
+        0usize..5,
         0usize..3,
         prop::collection::vec(any::<u64>(), 3),
         any::<u64>(),

@@ -26,7 +26,7 @@ use basalt_engine::dra::{
 use basalt_engine::{NodeSelectorTerm, Wait};
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceSlice,
+    DeviceClass, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceSlice,
 };
 
 use crate::read::Object;
@@ -413,11 +413,13 @@ impl Dra {
                 x.device_class_name
             ));
         };
-        let expressions: Vec<String> = (class.spec.selectors.iter().flatten())
-            .chain(x.selectors.iter().flatten())
-            .filter_map(|s| s.cel.as_ref().map(|c| c.expression.clone()))
+        let cel = |s: &DeviceSelector| s.cel.as_ref().map(|c| c.expression.clone());
+        let mut expressions: Vec<String> = (class.spec.selectors.iter().flatten())
+            .filter_map(cel)
             .collect();
-        let eligible = self.matching(&x.device_class_name, expressions)?;
+        let of_class = expressions.len();
+        expressions.extend(x.selectors.iter().flatten().filter_map(cel));
+        let eligible = self.matching(&x.device_class_name, of_class, expressions)?;
         Ok(Alternative {
             name,
             eligible,
@@ -427,20 +429,36 @@ impl Dra {
     }
 
     /// The set of devices every expression selects, made once per (class, expressions).
-    fn matching(&self, class: &str, expressions: Vec<String>) -> Result<u32, String> {
+    fn matching(
+        &self,
+        class: &str,
+        of_class: usize,
+        expressions: Vec<String>,
+    ) -> Result<u32, String> {
         let mut m = lock(&self.matching);
+        // Named as kube-scheduler names them, with the start of the expression.
+        let describe = |i: usize| {
+            let e = &expressions[i];
+            let short: String = e.chars().take(64).collect();
+            let short = if short.len() < e.len() {
+                short + "…"
+            } else {
+                short
+            };
+            match i.checked_sub(of_class) {
+                None => format!("class {class} selector #{i} ({short})"),
+                Some(j) => format!("selector #{j} ({short})"),
+            }
+        };
+        let names: Vec<String> = (0..expressions.len()).map(describe).collect();
         let key = (class.to_string(), expressions);
         if let Some(id) = m.ids.get(&key) {
             return id.clone();
         }
         let result = (|| {
             let mut selectors = Vec::new();
-            for e in &key.1 {
-                selectors.push(
-                    m.cel
-                        .get(e)
-                        .map_err(|err| format!("selector {e:?}: {err}"))?,
-                );
+            for (e, name) in key.1.iter().zip(&names) {
+                selectors.push(m.cel.get(e).map_err(|err| format!("{name}: {err}"))?);
             }
             let mut set = DeviceSet::default();
             for (d, v) in self.views.iter().enumerate() {
@@ -450,10 +468,10 @@ impl Dra {
                     capacity: &v.capacity,
                 };
                 let mut all = true;
-                for (s, e) in selectors.iter().zip(&key.1) {
+                for (s, name) in selectors.iter().zip(&names) {
                     let ok = s.matches(&view).map_err(|err| {
                         format!(
-                            "selector {e:?} on device {}/{}/{}: {err}",
+                            "{name} on device {}/{}/{}: {err}",
                             self.devices[d].driver, self.devices[d].pool, self.devices[d].name
                         )
                     })?;

@@ -238,6 +238,13 @@ impl DraTable {
         self.devices.is_empty()
     }
 
+    /// The devices matching set `id`: none when the table has no such set (a snapshot
+    /// without devices keeps none).
+    fn set(&self, id: u32) -> &DeviceSet {
+        static NONE: DeviceSet = DeviceSet(Vec::new());
+        self.eligible.get(id as usize).unwrap_or(&NONE)
+    }
+
     /// Whether the node could hold the claims with nothing in use: the static part of the
     /// check, the same for every pod with these rules.
     pub fn could_fit(&self, need: &ClaimNeed, node: usize, node_name: &str) -> Result<(), String> {
@@ -256,7 +263,7 @@ impl DraTable {
                 ClaimState::Pending { requests, .. } => {
                     for r in requests {
                         let enough = r.alternatives.iter().any(|a| {
-                            let set = &self.eligible[a.eligible as usize];
+                            let set = self.set(a.eligible);
                             let n = reach.iter().filter(|&&d| set.contains(d)).count();
                             match a.count {
                                 Count::Exactly(k) => n >= k as usize,
@@ -374,7 +381,7 @@ impl Search<'_> {
             return true;
         };
         for alt in &r.alternatives {
-            let set = &self.table.eligible[alt.eligible as usize];
+            let set = self.table.set(alt.eligible);
             let picked_before = self.picked.len();
             let results_before = results.len();
             let candidates: Vec<u32> = (self.reach.iter().copied())
