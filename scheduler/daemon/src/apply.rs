@@ -1,6 +1,7 @@
 //! Applying a plan through the API: binds (`binds.rs`: GPU ids on the Binding; HAMi's handoff
 //! on nodes that run its device plugin, `devices.rs`; claims settled for the node first,
-//! `claims.rs`),
+//! `claims.rs`; DRA ResourceClaims reserved and allocated in each pod's bind job,
+//! `resource_claims.rs`),
 //! evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status (`status.rs`) and
 //! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
 //! is looked at; nothing here panics on one.
@@ -19,6 +20,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::assumed_claims::AssumedClaims;
 use crate::cycle::{pod_key, View};
 use crate::http::Metrics;
 use crate::leader::Leadership;
@@ -33,6 +35,7 @@ use binds::{BindJob, BindResult};
 mod claims;
 mod devices;
 mod evictions;
+mod resource_claims;
 mod status;
 mod volumes;
 
@@ -59,6 +62,8 @@ pub struct Scheduler {
     pub config: Config,
     pub metrics: Arc<Metrics>,
     pub assumed: HashMap<String, Assumed>,
+    /// DRA ResourceClaims this scheduler wrote, until the watch shows them.
+    pub assumed_claims: AssumedClaims,
     concurrency: usize,
     /// Every write takes a token (`--kube-api-qps`, `--kube-api-burst`).
     pub limiter: Arc<Limiter>,
@@ -149,6 +154,7 @@ impl Scheduler {
             config,
             metrics,
             assumed: HashMap::new(),
+            assumed_claims: AssumedClaims::default(),
             concurrency,
             limiter,
             events,
@@ -175,6 +181,7 @@ impl Scheduler {
     /// Drops what this replica remembered from cycles it ran before another one led.
     pub fn forget(&mut self) {
         self.assumed.clear();
+        self.assumed_claims.clear();
         self.retry_streak = 0;
         self.refused_evictions.clear();
         self.reported_unschedulable.clear();

@@ -86,6 +86,11 @@ impl LastBuild {
                     // The caches replace an object's Arc on every event.
                     (Object::Pod(x), Object::Pod(y)) => Arc::ptr_eq(x, y),
                     (Object::Node(x), Object::Node(y)) => Arc::ptr_eq(x, y),
+                    // DRA's objects likewise; a claim written and not yet watched is the
+                    // assume cache's one Arc until then.
+                    (Object::DeviceClass(x), Object::DeviceClass(y)) => Arc::ptr_eq(x, y),
+                    (Object::ResourceSlice(x), Object::ResourceSlice(y)) => Arc::ptr_eq(x, y),
+                    (Object::ResourceClaim(x), Object::ResourceClaim(y)) => Arc::ptr_eq(x, y),
                     // Peers' groups are converted afresh each cycle: their values tell.
                     (Object::PodGroup(x), Object::PodGroup(y)) => Arc::ptr_eq(x, y) || x == y,
                     (x, y) => x == y,
@@ -168,7 +173,8 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
 }
 
 /// The stores' objects, with pods this scheduler bound but the watch does not show bound yet
-/// placed where they were bound (the assume cache), so their capacity is never handed out twice.
+/// placed where they were bound (the assume cache), so their capacity is never handed out twice;
+/// likewise the DRA claims it wrote, as written (`assumed_claims.rs`).
 /// Volcano's PodGroups and Queues join Basalt's (Basalt's win a name they share); those that
 /// cannot be read are returned as errors. Volcano's HyperNodes join too (conversion turns them
 /// into node labels). Also returns warnings about Volcano fields not honoured.
@@ -210,6 +216,22 @@ fn collect(
     }
     for c in stores.storage_classes.state() {
         objects.push((src(), Object::StorageClass(Box::new((*c).clone()))));
+    }
+    // DRA: the claims this scheduler wrote stand as written until the watch shows them.
+    match stores.dra.current() {
+        Some(dra) => {
+            let kinds = &dra.kinds;
+            for c in kinds.classes.iter().flat_map(|s| s.state()) {
+                objects.push((src(), Object::DeviceClass(c)));
+            }
+            for sl in kinds.slices.iter().flat_map(|s| s.state()) {
+                objects.push((src(), Object::ResourceSlice(sl)));
+            }
+            for c in s.assumed_claims.overlay(kinds.claims()) {
+                objects.push((src(), Object::ResourceClaim(c)));
+            }
+        }
+        None => s.assumed_claims.clear(),
     }
     for q in stores.queues.state() {
         let name = q.metadata.name.clone().unwrap_or_default();

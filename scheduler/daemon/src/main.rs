@@ -3,8 +3,10 @@
 //! nodes, PodGroup status and Events.
 
 mod apply;
+mod assumed_claims;
 mod config_file;
 mod cycle;
+mod dra;
 mod http;
 mod leader;
 mod optional_api;

@@ -96,6 +96,19 @@ impl<K: Kinds> Optional<K> {
         let _ = rx.wait_for(|d| *d).await;
     }
 
+    /// Drops the watches in effect, if any, and has them started afresh, each with a new
+    /// list, which [`Optional::wait_decided`] then waits for: a replica that has just become
+    /// leader must see what the API says now, not a cache kept while another replica wrote.
+    pub fn relist(&self) {
+        if self.current().is_none() {
+            return;
+        }
+        self.decided.send_replace(false);
+        self.set(None);
+        self.gone.store(true, Ordering::Relaxed);
+        self.gone_notify.notify_one();
+    }
+
     fn set(&self, stores: Option<Arc<Watched<K>>>) {
         if let Ok(mut c) = self.current.write() {
             *c = stores;

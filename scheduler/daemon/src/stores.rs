@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::dra::Dra;
 use crate::scheduler_plugins::SchedulerPlugins;
 use crate::volcano::{HyperNodes, Volcano};
 
@@ -43,6 +44,8 @@ pub struct Stores {
     pub scheduler_plugins: Arc<SchedulerPlugins>,
     /// Volcano's HyperNodes, while the cluster serves them.
     pub hyper_nodes: Arc<HyperNodes>,
+    /// DRA's DeviceClasses, ResourceSlices and ResourceClaims, while the cluster serves them.
+    pub dra: Arc<Dra>,
     /// Woken on every change, so a cycle runs soon after it.
     pub changed: Arc<Notify>,
     /// Which of the watches above keep failing (readiness).
@@ -93,8 +96,8 @@ impl WatchHealth {
 
 impl Stores {
     /// Starts every watch; Volcano's kinds (its scheduling group and its HyperNodes, each on
-    /// its own) and scheduler-plugins' PodGroups are looked up now and every `volcano_every`
-    /// while they are not served.
+    /// its own), scheduler-plugins' PodGroups and DRA's kinds are looked up now and every
+    /// `volcano_every` while they are not served.
     pub fn start(client: Client, volcano_every: Duration) -> Stores {
         let changed = Arc::new(Notify::new());
         let volcano = Arc::new(Volcano::new());
@@ -115,7 +118,13 @@ impl Stores {
             volcano_every,
             changed.clone(),
         ));
+        let dra = Arc::new(Dra::new());
+        tokio::spawn(
+            dra.clone()
+                .supervise(client.clone(), volcano_every, changed.clone()),
+        );
         let mut stores = Stores {
+            dra,
             volcano,
             scheduler_plugins,
             hyper_nodes,
@@ -140,8 +149,10 @@ impl Stores {
 
     /// Starts the core watches afresh, each with a new list (the old ones stopped, their
     /// caches dropped): a replica that has just become leader acts on what the API says now,
-    /// not on a cache it kept while another replica wrote. Volcano's watches are kept.
+    /// not on a cache it kept while another replica wrote. DRA's are listed afresh too (the
+    /// devices another replica allocated); Volcano's and scheduler-plugins' watches are kept.
     pub fn relist(&mut self) {
+        self.dra.relist();
         for t in self.tasks.drain(..) {
             t.abort();
         }
@@ -223,6 +234,7 @@ impl Stores {
         self.volcano.wait_decided().await;
         self.hyper_nodes.wait_decided().await;
         self.scheduler_plugins.wait_decided().await;
+        self.dra.wait_decided().await;
         Ok(())
     }
 }

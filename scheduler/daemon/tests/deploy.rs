@@ -142,6 +142,18 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("topology.volcano.sh", "hypernodes", "get"),
         ("topology.volcano.sh", "hypernodes", "list"),
         ("topology.volcano.sh", "hypernodes", "watch"),
+        // DRA: what `dra.rs` watches and `apply/resource_claims.rs` writes.
+        ("resource.k8s.io", "deviceclasses", "list"),
+        ("resource.k8s.io", "deviceclasses", "watch"),
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
+        ("resource.k8s.io", "resourceclaims", "get"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
+        ("resource.k8s.io", "resourceclaims", "patch"),
+        ("resource.k8s.io", "resourceclaims/status", "update"),
+        ("resource.k8s.io", "resourceclaims/binding", "update"),
+        ("resource.k8s.io", "resourceclaims/binding", "patch"),
         ("batch", "jobs", "get"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("kubeflow.org", "pytorchjobs", "get"),
@@ -169,6 +181,22 @@ fn kustomize_renders_a_working_scheduler_install() {
         assert!(
             !allows(&rules, group, resource, verb),
             "{verb} {group}/{resource} granted"
+        );
+    }
+    // DRA: classes and slices are the drivers'; claims are the resourceclaim controller's to
+    // make and delete, and status.devices (resourceclaims/driver) the drivers'.
+    for (resource, verb) in [
+        ("deviceclasses", "patch"),
+        ("resourceslices", "patch"),
+        ("resourceslices", "update"),
+        ("resourceclaims", "create"),
+        ("resourceclaims", "delete"),
+        ("resourceclaims/driver", "update"),
+        ("resourceclaims/driver", "arbitrary-node:update"),
+    ] {
+        assert!(
+            !allows(&rules, "resource.k8s.io", resource, verb),
+            "{verb} resource.k8s.io/{resource} granted"
         );
     }
     // Volcano's objects are read and their status written, never created or changed.

@@ -9,12 +9,15 @@ use basalt_crds::convert::GPU_IDS;
 use basalt_engine::Plan;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Status};
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
-use super::{classify, devices, member_of, pod_ref, split_key, Assumed, Scheduler};
+use super::{
+    classify, devices, member_of, pod_ref, resource_claims, split_key, Assumed, Scheduler,
+};
 use crate::stores::Stores;
 
 pub(super) enum BindResult {
@@ -48,6 +51,8 @@ pub(super) struct BindJob {
     pub(super) hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
     /// Annotations the Binding carries besides the GPU ids (Volcano vGPU's).
     pub(super) annotations: BTreeMap<String, String>,
+    /// DRA ResourceClaims reserved for the pod (and allocated) before its binding.
+    pub(super) claims: Vec<resource_claims::ClaimWrite>,
 }
 
 impl Scheduler {
@@ -123,34 +128,39 @@ impl Scheduler {
                     uid,
                     hami,
                     annotations,
+                    claims: Vec::new(),
                 }
             })
             .collect();
         // Claims first (PreBind): a pod whose claim cannot point at its node is not bound.
         let (jobs, mut results) = self.select_claims(jobs, stores).await;
+        // DRA ResourceClaims: what each pod's job reserves (and allocates) before its binding.
+        let (jobs, refused) = self.prepare_resource_claims(jobs, plan, stores);
+        results.extend(refused);
         let jobs = self.gangs_first(jobs, stores);
-        let client = self.client.clone();
-        let leadership = self.leadership.clone();
-        let limiter = self.limiter.clone();
+        let writer = resource_claims::Writer {
+            client: self.client.clone(),
+            limiter: self.limiter.clone(),
+            leadership: self.leadership.clone(),
+        };
         let bound: Vec<_> = futures::stream::iter(jobs)
             .map(|job| {
-                let client = client.clone();
-                let leadership = leadership.clone();
-                let limiter = limiter.clone();
+                let writer = writer.clone();
                 async move {
-                    limiter.acquire().await;
-                    let r = if leadership.leading() {
-                        bind_with_handoff(&client, &job).await
-                    } else {
-                        BindResult::Failed("not sent: this replica is not the leader".into())
-                    };
-                    (job, r)
+                    let mut written = Vec::new();
+                    let r = bind_job(&writer, &job, &mut written).await;
+                    (job, r, written)
                 }
             })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        results.extend(bound);
+        for (job, r, written) in bound {
+            for claim in written {
+                self.assumed_claims.wrote(claim);
+            }
+            results.push((job, r));
+        }
 
         let mut retry = false;
         let mut failed: HashMap<String, (u32, String)> = HashMap::new();
@@ -215,6 +225,29 @@ impl Scheduler {
         }
         (retry, failed)
     }
+}
+
+/// A pod's job: its ResourceClaims reserved first (none sent when a claim fails), then its
+/// binding; the reservations released again when the binding fails. Answers to the claim
+/// writes go to `written`.
+async fn bind_job(
+    w: &resource_claims::Writer,
+    job: &BindJob,
+    written: &mut Vec<Arc<ResourceClaim>>,
+) -> BindResult {
+    let reserved = match resource_claims::reserve_all(w, job, written).await {
+        Ok(r) => r,
+        Err(why) => return why,
+    };
+    let r = if w.may_write().await {
+        bind_with_handoff(&w.client, job).await
+    } else {
+        BindResult::Failed("not sent: this replica is not the leader".into())
+    };
+    if !matches!(r, BindResult::Bound) && !reserved.is_empty() {
+        resource_claims::unreserve_all(w, job, reserved, written).await;
+    }
+    r
 }
 
 /// Binds a pod, with HAMi's handoff around the binding on a node that runs HAMi's plugin.
