@@ -270,7 +270,8 @@ impl Context {
             | Object::StorageClass(_)
             | Object::DeviceClass(_)
             | Object::ResourceSlice(_)
-            | Object::ResourceClaim(_) => return Ok(None),
+            | Object::ResourceClaim(_)
+            | Object::ResourceClaimTemplate(_) => return Ok(None),
             Object::Workload(w) => match self.workload_pod_group(&cx, w, options, warnings)? {
                 Some(g) => Converted::Group(g),
                 None => return Ok(None),

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -45,6 +47,9 @@ pub enum Object {
     DeviceClass(Arc<DeviceClass>),
     ResourceSlice(Arc<ResourceSlice>),
     ResourceClaim(Arc<ResourceClaim>),
+    /// Read so that a pod whose template's claim is not made yet can say whether the template
+    /// exists (the resourceclaim controller makes claims from it, not the scheduler).
+    ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
     /// A training workload whose spec states a gang (`crate::workloads`): its pods join one
     /// PodGroup made for it.
     Workload(Box<WorkloadObject>),
@@ -76,6 +81,7 @@ impl Object {
             Object::DeviceClass(_) => "DeviceClass",
             Object::ResourceSlice(_) => "ResourceSlice",
             Object::ResourceClaim(_) => "ResourceClaim",
+            Object::ResourceClaimTemplate(_) => "ResourceClaimTemplate",
             Object::Workload(w) => {
                 crate::workloads::workload_kind(&w.api_version, &w.kind).unwrap_or("Workload")
             }
@@ -100,6 +106,7 @@ impl Object {
             Object::DeviceClass(o) => (&o.metadata, false),
             Object::ResourceSlice(o) => (&o.metadata, false),
             Object::ResourceClaim(o) => (&o.metadata, true),
+            Object::ResourceClaimTemplate(o) => (&o.metadata, true),
             Object::Workload(o) => (&o.metadata, true),
         };
         let name = meta
@@ -364,6 +371,9 @@ fn read_value(
                 ("resource.k8s.io/v1", "ResourceSlice") => Object::ResourceSlice(Arc::from(
                     typed::<ResourceSlice>(place, &object_name, value)?,
                 )),
+                ("resource.k8s.io/v1", "ResourceClaimTemplate") => Object::ResourceClaimTemplate(
+                    Arc::from(typed::<ResourceClaimTemplate>(place, &object_name, value)?),
+                ),
                 ("resource.k8s.io/v1", "ResourceClaim") => Object::ResourceClaim(Arc::from(
                     typed::<ResourceClaim>(place, &object_name, value)?,
                 )),

@@ -110,6 +110,7 @@ fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Con
                     | Object::DeviceClass(_)
                     | Object::ResourceSlice(_)
                     | Object::ResourceClaim(_)
+                    | Object::ResourceClaimTemplate(_)
                     // Pods' owners: the gangs their specs state.
                     | Object::Workload(_)
             )

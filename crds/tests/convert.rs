@@ -337,3 +337,51 @@ fn topology_without_islands_is_one_domain() {
         [(0, 0), (1, 0)]
     );
 }
+
+/// A pod (uid `u-1`) whose template's claim `p-gpu-x` exists, controlled by `owner`.
+fn pod_with_template_claim(owner: &str) -> basalt_engine::PodSpec {
+    let text = format!(
+        "apiVersion: v1
+kind: Pod
+metadata: {{name: p, namespace: ns, uid: u-1}}
+spec:
+  schedulerName: basalt
+  resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]
+  containers: [{{name: a}}]
+status:
+  resourceClaimStatuses: [{{name: gpu, resourceClaimName: p-gpu-x}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: p-gpu-x
+  namespace: ns
+  ownerReferences: [{{apiVersion: v1, kind: Pod, name: p, uid: {owner}, controller: true}}]
+spec:
+  devices:
+    requests: [{{name: gpu, exactly: {{deviceClassName: gpu.example.com}}}}]
+"
+    );
+    let spec = cluster_spec(&objects("pod.yaml", &text), &ConvertOptions::default()).unwrap();
+    spec.pods.into_iter().next().unwrap()
+}
+
+#[test]
+fn a_templates_claim_must_be_the_pods_own() {
+    let p = pod_with_template_claim("u-1");
+    assert!(p.waits.is_empty(), "{:?}", p.waits);
+    assert_eq!(p.claims, ["ns/p-gpu-x"]);
+    let need = p.rules.claims.expect("its claim is asked");
+    // The class does not exist: refused with a reason, never allocated.
+    assert!(
+        matches!(&need.claims[0].state, basalt_engine::dra::ClaimState::Refused(m) if m.contains("device class gpu.example.com does not exist")),
+        "{need:?}"
+    );
+
+    let p = pod_with_template_claim("someone-else");
+    assert!(
+        (p.waits.iter()).any(|w| matches!(w, basalt_engine::Wait::Claim(m) if m.contains("was not made for this pod"))),
+        "{:?}",
+        p.waits
+    );
+}

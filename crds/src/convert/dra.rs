@@ -41,6 +41,8 @@ pub(crate) struct Dra {
     views: Vec<View>,
     index: HashMap<(String, String, String), u32>,
     claims: HashMap<String, Arc<ResourceClaim>>,
+    /// Templates by `ns/name`.
+    templates: std::collections::HashSet<String>,
     allocated: DeviceSet,
     /// Every node's name and labels: the nodes an allocation's `nodeSelector` allows.
     nodes: Vec<(String, BTreeMap<String, String>)>,
@@ -82,6 +84,9 @@ impl Dra {
                 Object::ResourceSlice(s) => slices.push((origin, s)),
                 Object::ResourceClaim(c) => {
                     dra.claims.insert(o.key(), c.clone());
+                }
+                Object::ResourceClaimTemplate(_) => {
+                    dra.templates.insert(o.key());
                 }
                 _ => {}
             }
@@ -279,9 +284,16 @@ impl Dra {
                 match made {
                     Some(n) => (n, false),
                     None => {
+                        let template = format!("{namespace}/{t}");
+                        // Only a dump that has templates can tell a missing one.
+                        let known = self.templates.is_empty() || self.templates.contains(&template);
+                        let why = if known {
+                            "is not made yet"
+                        } else {
+                            "is not made yet, and the template does not exist"
+                        };
                         waits.push(Wait::Claim(format!(
-                            "spec.resourceClaims[{i}]: the claim of template {namespace}/{t} is \
-                             not made yet"
+                            "spec.resourceClaims[{i}]: the claim of template {template} {why}"
                         )));
                         continue;
                     }
@@ -299,6 +311,19 @@ impl Dra {
             };
             if claim.metadata.deletion_timestamp.is_some() {
                 waits.push(Wait::Claim(format!("claim {key} is being deleted")));
+                continue;
+            }
+            // A template's claim must be the pod's own (kube-scheduler's IsForPod); checked
+            // where the pod has a uid, as every pod read from a cluster has.
+            let uid = pod.metadata.uid.as_deref();
+            let owned = |uid: &str| {
+                (claim.metadata.owner_references.iter().flatten())
+                    .any(|o| o.controller == Some(true) && o.uid == uid)
+            };
+            if !shared && uid.is_some_and(|u| !owned(u)) {
+                waits.push(Wait::Claim(format!(
+                    "claim {key} was not made for this pod (the pod is not its controller)"
+                )));
                 continue;
             }
             let label = if shared { key.clone() } else { e.name.clone() };

@@ -342,9 +342,13 @@ impl Session<'_> {
     }
 
     /// The shape's [`Session::room_misses`] still valid (none yet: all clear), or `None`
-    /// where no node shares its devices (a whole-device check costs less than the bit).
+    /// where no node shares its devices and the shape claims no DRA devices (a whole-device
+    /// check costs less than the bit; a claim's device search costs more).
     fn take_room_misses(&mut self, shape: ShapeId) -> Option<Vec<u64>> {
-        if self.snapshot.device_use.is_empty() {
+        let snap = self.snapshot;
+        let rules = snap.shapes[shape.0 as usize].0;
+        let claims = snap.rules[rules.0 as usize].claims.is_some();
+        if snap.device_use.is_empty() && !claims {
             return None;
         }
         let words = self.snapshot.nodes.len().div_ceil(64);
