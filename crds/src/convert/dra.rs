@@ -26,7 +26,8 @@ use basalt_engine::dra::{
 use basalt_engine::{NodeSelectorTerm, Wait};
 use k8s_openapi::api::core::v1::{NodeSelector, Pod};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceRequest, DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceSlice,
+    DeviceClass, DeviceRequest, DeviceSelector, DeviceTaint, DeviceToleration, ExactDeviceRequest,
+    ResourceClaim, ResourceSlice,
 };
 
 use crate::read::Object;
@@ -53,17 +54,22 @@ struct View {
     driver: String,
     attributes: BTreeMap<String, AttributeValue>,
     capacity: BTreeMap<String, Quantity>,
+    /// Taints that keep requests off it unless tolerated (`NoSchedule`, `NoExecute`).
+    taints: Vec<DeviceTaint>,
 }
 
 #[derive(Default)]
 struct Matching {
     cel: SelectorCache,
     /// (class, selector expressions) → index into `sets`, or why it cannot match.
-    ids: HashMap<(String, Vec<String>), Result<u32, String>>,
+    ids: HashMap<MatchKey, Result<u32, String>>,
     sets: Vec<DeviceSet>,
 }
 
 type Key = (String, String, String);
+
+/// A class, the selector expressions (the class's, then the request's) and the tolerations.
+type MatchKey = (String, Vec<String>, Vec<String>);
 
 impl Dra {
     pub(crate) fn collect(objects: &[(String, Object)], warnings: &mut Vec<String>) -> Dra {
@@ -214,6 +220,10 @@ impl Dra {
                         driver: spec.driver.clone(),
                         attributes: cel_attributes,
                         capacity,
+                        taints: (d.taints.iter().flatten())
+                            .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+                            .cloned()
+                            .collect(),
                     },
                 ));
             }
@@ -444,7 +454,8 @@ impl Dra {
             .collect();
         let of_class = expressions.len();
         expressions.extend(x.selectors.iter().flatten().filter_map(cel));
-        let eligible = self.matching(&x.device_class_name, of_class, expressions)?;
+        let tolerations = x.tolerations.as_deref().unwrap_or_default();
+        let eligible = self.matching(&x.device_class_name, of_class, expressions, tolerations)?;
         Ok(Alternative {
             name,
             eligible,
@@ -453,12 +464,14 @@ impl Dra {
         })
     }
 
-    /// The set of devices every expression selects, made once per (class, expressions).
+    /// The set of devices every expression selects and whose taints the tolerations allow,
+    /// made once per (class, expressions, tolerations).
     fn matching(
         &self,
         class: &str,
         of_class: usize,
         expressions: Vec<String>,
+        tolerations: &[DeviceToleration],
     ) -> Result<u32, String> {
         let mut m = lock(&self.matching);
         // Named as kube-scheduler names them, with the start of the expression.
@@ -476,7 +489,10 @@ impl Dra {
             }
         };
         let names: Vec<String> = (0..expressions.len()).map(describe).collect();
-        let key = (class.to_string(), expressions);
+        let tolerations_key = (tolerations.iter())
+            .map(|t| format!("{:?}", (&t.key, &t.operator, &t.value, &t.effect)))
+            .collect();
+        let key = (class.to_string(), expressions, tolerations_key);
         if let Some(id) = m.ids.get(&key) {
             return id.clone();
         }
@@ -487,6 +503,9 @@ impl Dra {
             }
             let mut set = DeviceSet::default();
             for (d, v) in self.views.iter().enumerate() {
+                if !v.taints.iter().all(|t| tolerated(t, tolerations)) {
+                    continue;
+                }
                 let view = DeviceView {
                     driver: &v.driver,
                     attributes: &v.attributes,
@@ -515,6 +534,27 @@ impl Dra {
         m.ids.insert(key, result.clone());
         result
     }
+}
+
+/// Whether some toleration tolerates the taint (as a pod's tolerate a node's: an empty key with
+/// `Exists` tolerates every key, an empty effect every effect).
+fn tolerated(taint: &DeviceTaint, tolerations: &[DeviceToleration]) -> bool {
+    tolerations.iter().any(|t| {
+        let effect = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let exists = t.operator.as_deref() == Some("Exists");
+        let key = match t.key.as_deref().filter(|k| !k.is_empty()) {
+            None => exists,
+            Some(k) => {
+                k == taint.key
+                    && (exists
+                        || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+            }
+        };
+        effect && key
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
