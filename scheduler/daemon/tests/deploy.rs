@@ -266,6 +266,17 @@ fn examples_read_as_basalt_objects() {
     // The Job is read as a workload (its pods name the PodGroup, which wins).
     assert_eq!(kinds, ["Queue", "PriorityClass", "PodGroup", "Job"]);
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    // The DRA variant: a claim template, the PodGroup and a Job whose pods use the template.
+    let path = deploy().join("examples/dra/training.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let loaded = basalt_crds::read_objects(&path.display().to_string(), &text).unwrap();
+    let kinds: Vec<&str> = loaded.objects.iter().map(|(_, o)| o.kind()).collect();
+    assert_eq!(kinds, ["ResourceClaimTemplate", "PodGroup", "Job"]);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let selector = &text[text.find("expression: ").unwrap() + "expression: ".len()..];
+    let selector = selector.lines().next().unwrap();
+    basalt_cel::Selector::compile(selector).expect("the example's selector compiles");
 }
 
 // ---------------------------------------------------------------------------------------------
