@@ -250,14 +250,28 @@ impl Context {
             object: Named::Of(object),
         };
         Ok(Some(match object {
-            Object::Node(n) => Converted::Node(node(
-                &cx,
-                n,
-                &self.topologies,
-                &self.hyper_labels,
-                &options.device_resources,
-                warnings,
-            )?),
+            Object::Node(n) => {
+                let mut spec = node(
+                    &cx,
+                    n,
+                    &self.topologies,
+                    &self.hyper_labels,
+                    &options.device_resources,
+                    warnings,
+                )?;
+                // A tier may name a DRA device attribute (an NVLink clique, a ComputeDomain):
+                // a node whose own devices agree on it is in that domain, unless it is
+                // labelled itself.
+                for tier in &options.tiers {
+                    if spec.labels.contains_key(&tier.node_label) {
+                        continue;
+                    }
+                    if let Some(v) = self.dra.node_attribute(&spec.name, &tier.node_label) {
+                        spec.labels.insert(tier.node_label.clone(), v.to_string());
+                    }
+                }
+                Converted::Node(spec)
+            }
             Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
             Object::PodGroup(g) => Converted::Group(group(&cx, g, self, warnings)?),
             Object::Queue(q) => Converted::Queue(queue(&cx, q)?),

@@ -47,6 +47,9 @@ pub(crate) struct Dra {
     allocated: DeviceSet,
     /// Every node's name and labels: the nodes an allocation's `nodeSelector` allows.
     nodes: Vec<(String, BTreeMap<String, String>)>,
+    /// Per node, the attributes all its own devices (`nodeName` slices) agree on, as text
+    /// (`None`: they differ): a topology tier may name one as its node label.
+    uniform: HashMap<String, BTreeMap<String, Option<String>>>,
     matching: Mutex<Matching>,
 }
 
@@ -230,6 +233,27 @@ impl Dra {
         }
         // Device order, whatever order the slices came in.
         found.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, device, _) in &found {
+            let Reach::Node(node) = &device.reach else {
+                continue;
+            };
+            let agreed = dra.uniform.entry(node.clone()).or_default();
+            for (k, v) in &device.attributes {
+                let text = match v {
+                    AttrValue::Int(x) => x.to_string(),
+                    AttrValue::Bool(x) => x.to_string(),
+                    AttrValue::String(x) | AttrValue::Version(x) => x.clone(),
+                };
+                agreed
+                    .entry(k.clone())
+                    .and_modify(|seen| {
+                        if seen.as_deref() != Some(text.as_str()) {
+                            *seen = None;
+                        }
+                    })
+                    .or_insert(Some(text));
+            }
+        }
         found.dedup_by(|a, b| a.0 == b.0);
         dra.nodes = (nodes.iter())
             .map(|(n, l)| (n.to_string(), (*l).clone()))
@@ -251,6 +275,11 @@ impl Dra {
             }
         }
         dra
+    }
+
+    /// The value every device of the node gives attribute `name` (qualified), when they agree.
+    pub(crate) fn node_attribute(&self, node: &str, name: &str) -> Option<&str> {
+        self.uniform.get(node)?.get(name)?.as_deref()
     }
 
     /// The engine's view, with every matching set made while converting pods.
