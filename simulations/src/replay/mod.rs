@@ -3,7 +3,8 @@
 //! - [`workload`]: the input model (jobs of pods, queues, cluster);
 //! - [`readers`]: openb, Philly, native CSV / JSON, manifests, the cluster generator;
 //! - [`synthetic`]: a seeded synthetic trace for sizing runs;
-//! - [`sim`]: the discrete-event simulator around `basalt_plugins::schedule`;
+//! - [`sim`]: the discrete-event simulator around `basalt_plugins::schedule` (with `--dra`, the
+//!   GPUs as DRA devices asked through ResourceClaims: `sim/dra.rs`);
 //! - [`shares`]: real per-device GPU sharing (`--gpu-share hami`) and the device table behind
 //!   the per-device fragmentation figures;
 //! - [`metrics`]: the summary (a pure function of the run);
@@ -132,6 +133,12 @@ pub struct TraceArgs {
     /// incremental one is checked against; same results).
     #[arg(long)]
     pub full_rebuild: bool,
+    /// The cluster's GPUs as DRA devices (driver gpu.nvidia.com, `gpu-<i>` in a pool per
+    /// node) instead of the nvidia.com/gpu extended resource, and each GPU pod asking for its
+    /// GPUs through a ResourceClaim of its own. Whole GPUs only: refused with fractional-GPU
+    /// pods, --gpu-share and --quota static (Basalt's queues count no DRA device).
+    #[arg(long)]
+    pub dra: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -198,7 +205,20 @@ impl TraceArgs {
             };
             (w, Some(format))
         };
+        if self.dra {
+            if let Some(s) = self.gpu_share {
+                anyhow::bail!(
+                    "--dra and --gpu-share {} exclude each other: with --dra GPUs are whole DRA devices",
+                    s.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string())
+                );
+            }
+            anyhow::ensure!(
+                self.quota != QuotaArg::Static,
+                "--dra and --quota static exclude each other: Basalt's queues count no DRA device, so a static GPU quota would bound nothing"
+            );
+        }
         let share = match (self.gpu_share, format) {
+            _ if self.dra => GpuShare::RoundUp,
             (Some(ShareArg::RoundUp), _) => GpuShare::RoundUp,
             (Some(ShareArg::Pool), _) => GpuShare::Pool,
             (Some(ShareArg::Hami), _) | (None, Some(TraceFormat::Openb)) => GpuShare::Hami,
@@ -282,6 +302,7 @@ impl TraceArgs {
             workload.source
         );
         if share == GpuShare::RoundUp
+            && !self.dra
             && workload
                 .jobs
                 .iter()
@@ -303,6 +324,9 @@ impl TraceArgs {
                 notes.push("--quota static bounds a queue's nvidia.com/gpu, which counts each device a pod takes a share of as one GPU (as round-up does)".into());
             }
         }
+        if self.dra {
+            notes.push(format!("GPUs are DRA devices (--dra): each node's GPUs are devices gpu-<i> of driver {} in a pool named after the node, and nodes advertise no nvidia.com/gpu; each pod asking n GPUs has a claim of its own for exactly n devices (of the job's GPU models, when it names some); queues count no DRA device, so their GPU shares and reclaim for GPUs do not apply, and evictions free a claim's devices only in the next cycle", sim::DRA_DRIVER));
+        }
         notes.extend(workload.notes.iter().cloned());
         let quota = match self.quota {
             QuotaArg::Static => sim::Quota::Static,
@@ -314,18 +338,22 @@ impl TraceArgs {
             gpu_share: share,
             fold_bound: None,
             full_rebuild: self.full_rebuild,
+            dra: self.dra,
         };
         let inputs = report::Inputs {
             trace: format!("{} ({} jobs)", workload.source, workload.jobs.len()),
             cluster: format!("{} ({} nodes)", cluster.source, cluster.nodes.len()),
             options: format!(
-                "period {} s, quota {}, gpu-share {}",
+                "period {} s, quota {}, {}",
                 self.period,
                 match quota {
                     sim::Quota::Static => "static",
                     sim::Quota::Borrow => "borrow",
                 },
-                share.name()
+                match self.dra {
+                    true => "GPUs as DRA devices (--dra)".to_string(),
+                    false => format!("gpu-share {}", share.name()),
+                }
             ),
             notes,
         };

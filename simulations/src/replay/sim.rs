@@ -23,6 +23,13 @@
 //!   enough to reserve nodes, and every waiting pod was placed, so no job is left for reclaim
 //!   or preempt to act for — and otherwise the cycle is run again on the whole cluster, pod by
 //!   pod, from a second builder kept up to date beside the first.
+//!
+//! With `--dra` (`sim/dra.rs`) the GPUs are DRA devices and GPU pods ask through claims. The
+//! replay keeps which devices each placed pod's claim holds (from the plan's
+//! `claimAllocations`) and hands them to the next cycles as `DraSpec::allocated`; a
+//! `SnapshotBuilder` carries no devices, so its snapshot is copied with the DRA table attached
+//! (what `Snapshot::build` gives for the same specs; `--full-rebuild` builds it so). Folding
+//! stays exact: a folded pod's devices are in `allocated`, so its pinned pod needs no GPU.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -45,8 +52,12 @@ use super::shares::{self, DeviceTable, Held};
 use super::workload::*;
 
 mod apply;
+mod cycle;
+mod dra;
 mod setup;
 mod specs;
+use cycle::CycleStats;
+pub use dra::DRIVER as DRA_DRIVER;
 use specs::{holder_name, parse_pod, pinned_pod};
 pub use specs::{queue_specs, request};
 
@@ -77,6 +88,9 @@ pub struct Options {
     /// Rebuild the whole `ClusterSpec` and call `Snapshot::build` every cycle instead of keeping
     /// the specs and the node table between cycles: the reference the fast path is tested against.
     pub full_rebuild: bool,
+    /// The GPUs as DRA devices and GPU pods asking through ResourceClaims (`--dra`; see
+    /// `sim/dra.rs`): whole GPUs only.
+    pub dra: bool,
 }
 
 impl Default for Options {
@@ -87,6 +101,7 @@ impl Default for Options {
             gpu_share: GpuShare::RoundUp,
             fold_bound: None,
             full_rebuild: false,
+            dra: false,
         }
     }
 }
@@ -247,6 +262,9 @@ pub struct Outcome {
     pub snapshot_jobs: u64,
     /// Folded cycles run again on the whole cluster.
     pub redone: u64,
+    /// With `--dra`: claims allocated, and the most devices held at once.
+    pub dra_claims: u64,
+    pub dra_peak_devices: u32,
 }
 
 /// Per-job data prepared once.
@@ -316,6 +334,8 @@ pub struct Simulator<'a> {
     quick_skip: u32,
     dirty_jobs: BTreeSet<u32>,
     dirty_pinned: BTreeSet<PinKey>,
+    /// With `--dra`: the devices and which claim holds each.
+    dra: Option<dra::DraGpus>,
 }
 
 impl<'a> Simulator<'a> {
@@ -401,6 +421,8 @@ impl<'a> Simulator<'a> {
             snapshot_tasks: self.stats.tasks,
             snapshot_jobs: self.stats.jobs,
             redone: self.redone,
+            dra_claims: self.dra.as_ref().map_or(0, |d| d.claims),
+            dra_peak_devices: self.dra.as_ref().map_or(0, |d| d.peak),
         })
     }
 
@@ -468,6 +490,9 @@ impl<'a> Simulator<'a> {
         for (k, pl) in pods.iter().enumerate() {
             let Some(pl) = pl else { continue };
             let g = self.prepared[j].gpus[k];
+            if let Some(dra) = &mut self.dra {
+                dra.free(job, k as u32);
+            }
             let in_use = self.devices.charge(pl.node, &pl.held, false);
             let shares = self.devices.shares(pl.node);
             self.take_gpus(pl.node, if shares { in_use } else { -(g as i64) });
@@ -516,149 +541,6 @@ impl<'a> Simulator<'a> {
         self.fragmented += frag(self.node_used[n]);
         self.gpus_allocated = (self.gpus_allocated as i64 + delta) as u32;
     }
-
-    /// Brings the kept specs up to date with what changed since the last cycle: each builder
-    /// gets the pods and groups of the jobs it shows (the quick one: waiting jobs and pinned
-    /// pods; the whole one: every live job), without rebuilding the rest.
-    fn refresh(&mut self) {
-        for j in std::mem::take(&mut self.dirty_jobs) {
-            let live = matches!(
-                self.records[j as usize].status,
-                Status::Pending | Status::Running
-            );
-            let waits = self.active.contains(&j);
-            let specs = (live || waits).then(|| self.job_specs(j as usize));
-            let builders = [(&mut self.quick, waits), (&mut self.whole, live)];
-            for (builder, shown) in builders {
-                let Some(b) = builder else { continue };
-                match (&specs, shown) {
-                    (Some(specs), true) => {
-                        b.set_group(specs.group.clone());
-                        for pod in &specs.pods {
-                            b.set_pod(pod.clone());
-                        }
-                    }
-                    _ => {
-                        if b.remove_group(NS, &format!("{j:08}")).is_some() {
-                            for k in 0..self.prepared[j as usize].requests.len() {
-                                b.remove_pod(NS, &format!("{j:08}-{k}"));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let Some(quick) = &mut self.quick else { return };
-        for key in std::mem::take(&mut self.dirty_pinned) {
-            match self.pinned.get(&key) {
-                Some(pinned) => {
-                    let queue_name = &self.workload.queues[key.queue as usize].name;
-                    let node_name = &self.nodes[key.node as usize].name;
-                    quick.set_pod(pinned_pod(key, queue_name, node_name, pinned));
-                }
-                None => {
-                    quick.remove_pod(HOLDER_NS, &holder_name(key));
-                }
-            }
-        }
-    }
-
-    fn cycle(&mut self) -> anyhow::Result<()> {
-        if self.active.is_empty() {
-            return Ok(());
-        }
-        self.cycles += 1;
-        let now = self.now;
-        let failed = |e: basalt_engine::SnapshotError| anyhow::anyhow!("cycle at {now} ms: {e}");
-        if self.opts.full_rebuild {
-            let t0 = std::time::Instant::now();
-            let snapshot = Snapshot::build(self.spec()).map_err(failed)?;
-            let plan = (self.stats).schedule(&mut self.framework, self.config, &snapshot, t0);
-            return self.apply(plan);
-        }
-        self.refresh();
-        let skip = self.whole.is_some() && self.quick_skip > 0;
-        self.quick_skip = self.quick_skip.saturating_sub(1);
-        if let Some(quick) = self.quick.as_mut().filter(|_| !skip) {
-            let t0 = std::time::Instant::now();
-            let snapshot = quick.build(now, &self.queues).map_err(failed)?;
-            let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
-            if self.whole.is_none() || quick_plan_stands(&self.framework, snapshot, &plan) {
-                self.quick_backoff = 0;
-                return self.apply(plan);
-            }
-            self.redone += 1;
-            self.quick_backoff = (self.quick_backoff * 2).clamp(1, 64);
-            self.quick_skip = self.quick_backoff;
-        }
-        let Some(whole) = &mut self.whole else {
-            anyhow::bail!("cycle at {now} ms: no builder for the whole cluster");
-        };
-        let t0 = std::time::Instant::now();
-        let snapshot = whole.build(now, &self.queues).map_err(failed)?;
-        let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
-        self.apply(plan)
-    }
-}
-
-/// Wall-clock time spent building snapshots and scheduling them, and their sizes.
-#[derive(Default)]
-struct CycleStats {
-    snapshot_s: f64,
-    schedule_s: f64,
-    tasks: u64,
-    jobs: u64,
-}
-
-impl CycleStats {
-    /// The daemon's `basalt_plugins::schedule` on a snapshot built since `t0`, with the
-    /// framework kept while the resource names stay and without what a replay does not read
-    /// (the queue report, the per-node reasons, settled groups).
-    fn schedule(
-        &mut self,
-        framework: &mut Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
-        config: &Config,
-        snapshot: &Snapshot,
-        t0: std::time::Instant,
-    ) -> basalt_engine::Plan {
-        let t1 = std::time::Instant::now();
-        if (framework.as_ref()).is_some_and(|(names, _)| *names != snapshot.resources) {
-            *framework = None;
-        }
-        let (_, fw) = framework.get_or_insert_with(|| {
-            let mut fw = basalt_plugins::framework(config, &snapshot.resources);
-            fw.report_queues = false;
-            fw.explain_failures = false;
-            fw.report_settled_groups = false;
-            (snapshot.resources.clone(), fw)
-        });
-        let plan = basalt_engine::schedule(snapshot, fw);
-        self.snapshot_s += (t1 - t0).as_secs_f64();
-        self.schedule_s += t1.elapsed().as_secs_f64();
-        self.tasks += snapshot.tasks.len() as u64;
-        self.jobs += snapshot.jobs.len() as u64;
-        plan
-    }
-}
-
-/// Whether the plan of a quick snapshot is the plan of the whole cluster (see the module
-/// docs): no gang has waited long enough to reserve nodes, every pending pod is placed,
-/// nothing is evicted or nominated.
-fn quick_plan_stands(
-    framework: &Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
-    snapshot: &Snapshot,
-    plan: &basalt_engine::Plan,
-) -> bool {
-    let reserving = (framework.as_ref()).is_some_and(|(_, fw)| {
-        (snapshot.jobs.iter()).any(|j| fw.waited_to_reserve(j, snapshot.now_ms))
-    });
-    let pending = (snapshot.tasks.iter())
-        .filter(|t| t.state == basalt_engine::TaskState::Pending)
-        .count();
-    !reserving
-        && plan.evictions.is_empty()
-        && plan.nominations.is_empty()
-        && plan.bindings.len() == pending
 }
 
 fn same_state(a: &Sample, b: &Sample) -> bool {

@@ -38,6 +38,10 @@ impl Simulator<'_> {
             }
         }
         let mut touched = BTreeSet::new();
+        let mut claimed = match &self.dra {
+            Some(d) => d.allocations(&plan.claim_allocations)?,
+            None => Default::default(),
+        };
         for b in &plan.bindings {
             let (job, k) = parse_pod(&b.pod)
                 .ok_or_else(|| anyhow::anyhow!("plan binds unknown pod {}", b.pod))?;
@@ -52,7 +56,15 @@ impl Simulator<'_> {
                 b.pod
             );
             let g = self.prepared[j].gpus[k];
-            let held = self.devices.held(node, &b.gpus, &b.devices);
+            let held = match &mut self.dra {
+                // The claim's devices, by GPU index (the node has no `nvidia.com/gpu`).
+                Some(dra) if g > 0 => {
+                    let devices = claimed.remove(&b.pod).unwrap_or_default();
+                    let gpus = dra.take((job, k as u32), node, g, devices)?;
+                    self.devices.held(node, &gpus, &[])
+                }
+                _ => self.devices.held(node, &b.gpus, &b.devices),
+            };
             let in_use = self.devices.charge(node, &held, true);
             // On a node that shares its devices GPUs allocated are the devices some pod holds.
             let shares = self.devices.shares(node);
@@ -82,6 +94,23 @@ impl Simulator<'_> {
             self.dirty_jobs.insert(job);
             touched.insert(job);
             changed = true;
+        }
+        if let Some(pod) = claimed.keys().next() {
+            anyhow::bail!(
+                "cycle at {now} ms: the plan allocates claims of {pod}, which it does not bind"
+            );
+        }
+        if let Some(dra) = self.dra.as_ref().filter(|_| cfg!(debug_assertions)) {
+            let pods = |j: u32, k: u32| self.state[j as usize].pods.get(k as usize)?.as_ref();
+            let gpus = |j: u32, k: u32| self.prepared[j as usize].gpus[k as usize];
+            let placed_gpu_pods = (self.state.iter().enumerate())
+                .flat_map(|(j, s)| (s.pods.iter().enumerate()).map(move |(k, p)| (j, k, p)))
+                .filter(|&(j, k, p)| p.is_some() && gpus(j as u32, k as u32) > 0)
+                .count();
+            let check = dra.consistent(|j, k| pods(j, k).map(|p| p.node), gpus, placed_gpu_pods);
+            if let Err(e) = check {
+                anyhow::bail!("cycle at {now} ms: DRA devices: {e}");
+            }
         }
         for g in &plan.pod_groups {
             let Some(rest) = g.name.strip_prefix("sim/") else {

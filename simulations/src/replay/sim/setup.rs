@@ -17,6 +17,11 @@ impl<'a> Simulator<'a> {
             "{}: the cluster has no nodes",
             cluster.source
         );
+        anyhow::ensure!(
+            !opts.dra || opts.gpu_share == GpuShare::RoundUp,
+            "--dra: GPUs become whole DRA devices; --gpu-share {} does not apply",
+            opts.gpu_share.name()
+        );
         let fold = opts.fold_bound.unwrap_or(true);
         let mut nodes = cluster.nodes.clone();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -52,6 +57,16 @@ impl<'a> Simulator<'a> {
             node_rack.push(id(&mut racks, RACK_LABEL));
             node_clique.push(id(&mut cliques, CLIQUE_LABEL));
         }
+        // Devices as the device plugin shows them (the report's GPU figures), then, with
+        // `--dra`, the same GPUs as DRA devices and nodes without `nvidia.com/gpu`.
+        let devices = DeviceTable::new(&nodes);
+        let dra = match opts.dra {
+            true => Some(dra::DraGpus::new(&nodes, workload)?),
+            false => None,
+        };
+        if dra.is_some() {
+            nodes.iter_mut().for_each(dra::DraGpus::strip);
+        }
         let total_gpus: u32 = node_gpus.iter().sum();
         let queues = queue_specs(workload, manifest_queues, opts.quota, total_gpus);
         let qindex: HashMap<&str, u32> = workload
@@ -63,7 +78,7 @@ impl<'a> Simulator<'a> {
         let mut prepared = Vec::with_capacity(workload.jobs.len());
         for j in &workload.jobs {
             anyhow::ensure!(!j.pods.is_empty(), "job {}: has no pods", j.name);
-            let requests: Vec<ResourceList> =
+            let mut requests: Vec<ResourceList> =
                 j.pods.iter().map(|p| request(p, opts.gpu_share)).collect();
             let mut models: Vec<String> = j
                 .pods
@@ -100,6 +115,13 @@ impl<'a> Simulator<'a> {
                 .iter()
                 .map(|r| r.get("nvidia.com/gpu").copied().unwrap_or(0) as u32)
                 .collect();
+            if opts.dra {
+                // GPUs come through claims (`dra`): the pods ask for none by name.
+                for r in &mut requests {
+                    r.remove("nvidia.com/gpu");
+                }
+                min_resources.remove("nvidia.com/gpu");
+            }
             let shared = requests
                 .iter()
                 .map(|r| {
@@ -154,7 +176,6 @@ impl<'a> Simulator<'a> {
         };
         let quick = fold.then(builder).transpose()?;
         let whole = (!fold || can_evict(config)).then(builder).transpose()?;
-        let devices = DeviceTable::new(&nodes);
         let mut sim = Simulator {
             config,
             opts,
@@ -197,6 +218,7 @@ impl<'a> Simulator<'a> {
             quick_skip: 0,
             dirty_jobs: BTreeSet::new(),
             dirty_pinned: BTreeSet::new(),
+            dra,
         };
         for (i, j) in workload.jobs.iter().enumerate() {
             sim.push(j.submit_ms, Kind::Arrival, i as u32, 0);

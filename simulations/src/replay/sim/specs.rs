@@ -39,7 +39,7 @@ impl Simulator<'_> {
             groups,
             queues: self.queues.clone(),
             namespaces: Vec::new(),
-            dra: Default::default(),
+            dra: self.dra.as_ref().map(|d| d.spec()).unwrap_or_default(),
         }
     }
 
@@ -68,13 +68,18 @@ impl Simulator<'_> {
             .enumerate()
             .map(|(k, req)| {
                 let placed = s.pods[k].as_ref();
+                let (rules, claims) = match &self.dra {
+                    Some(d) => d.pod_rules((j, k), p.gpus[k], placed.is_some(), &p.rules),
+                    None => (p.rules.clone(), Vec::new()),
+                };
                 PodSpec {
                     namespace: NS.into(),
                     name: format!("{j:08}-{k}"),
                     ours: true,
                     group: Some(format!("{j:08}")),
                     request: req.clone(),
-                    rules: p.rules.clone(),
+                    rules,
+                    claims,
                     priority: t.priority,
                     created_ms: t.submit_ms,
                     phase: if placed.is_some() {
