@@ -259,6 +259,10 @@ impl Context {
                     &options.device_resources,
                     warnings,
                 )?;
+                // Its own DRA devices, per driver, as allocatable (see `dra.rs`).
+                for (driver, n) in self.dra.node_counts(&spec.name).into_iter().flatten() {
+                    spec.allocatable.entry(driver.clone()).or_insert(*n);
+                }
                 // A tier may name a DRA device attribute (an NVLink clique, a ComputeDomain):
                 // a node whose own devices agree on it is in that domain, unless it is
                 // labelled itself.

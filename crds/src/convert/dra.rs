@@ -50,6 +50,9 @@ pub(crate) struct Dra {
     /// Per node, the attributes all its own devices (`nodeName` slices) agree on, as text
     /// (`None`: they differ): a topology tier may name one as its node label.
     uniform: HashMap<String, BTreeMap<String, Option<String>>>,
+    /// Per node, its own devices (`nodeName` slices) per driver: what queues and admission
+    /// count DRA devices by (see [`Dra::node_counts`]).
+    counts: HashMap<String, BTreeMap<String, i64>>,
     matching: Mutex<Matching>,
 }
 
@@ -67,6 +70,8 @@ struct Matching {
     /// (class, selector expressions) → index into `sets`, or why it cannot match.
     ids: HashMap<MatchKey, Result<u32, String>>,
     sets: Vec<DeviceSet>,
+    /// Per set: the driver of all its devices when they are one driver's and node-local.
+    drivers: Vec<Option<String>>,
 }
 
 type Key = (String, String, String);
@@ -237,6 +242,9 @@ impl Dra {
             let Reach::Node(node) = &device.reach else {
                 continue;
             };
+            *(dra.counts.entry(node.clone()).or_default())
+                .entry(device.driver.to_string())
+                .or_default() += 1;
             let agreed = dra.uniform.entry(node.clone()).or_default();
             for (k, v) in &device.attributes {
                 let text = match v {
@@ -275,6 +283,83 @@ impl Dra {
             }
         }
         dra
+    }
+
+    /// The node's own devices per driver (`gpu.nvidia.com: 8`): added to its allocatable, so
+    /// that a pod's devices count on its node, its queue (capability, fair share) and in
+    /// admission like any resource, by driver name. The device search stays the exact check;
+    /// these counts only let quotas see DRA devices.
+    pub(crate) fn node_counts(&self, node: &str) -> Option<&BTreeMap<String, i64>> {
+        self.counts.get(node)
+    }
+
+    /// The devices a bound pod holds through its own claims (made from templates), per
+    /// driver, as counted on nodes ([`Dra::node_counts`]): node-local devices of its claims'
+    /// allocations, admin access excepted. Claims named by `resourceClaimName`, which pods may
+    /// share, count nothing.
+    pub(crate) fn held_counts(&self, pod: &Pod, namespace: &str) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        let entries = pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref());
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref());
+        for e in entries.into_iter().flatten() {
+            if e.resource_claim_template_name.is_none() {
+                continue;
+            }
+            let made = (statuses.into_iter().flatten())
+                .find(|s| s.name == e.name)
+                .and_then(|s| s.resource_claim_name.as_deref());
+            let Some(claim) = made.and_then(|n| self.claims.get(&format!("{namespace}/{n}")))
+            else {
+                continue;
+            };
+            let allocation = claim.status.as_ref().and_then(|s| s.allocation.as_ref());
+            let results = allocation
+                .into_iter()
+                .flat_map(|a| a.devices.iter().flat_map(|d| d.results.iter().flatten()));
+            for r in results.filter(|r| r.admin_access != Some(true)) {
+                let key = (r.driver.clone(), r.pool.clone(), r.device.clone());
+                let local = (self.index.get(&key))
+                    .is_some_and(|&d| matches!(self.devices[d as usize].reach, Reach::Node(_)));
+                if local {
+                    *out.entry(r.driver.clone()).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// What a pending pod's own unallocated claims ask, per driver, as counted on nodes: per
+    /// request the least of its alternatives (one for `All`), when each may take only one
+    /// driver's node-local devices. Shared claims and admin access count nothing.
+    pub(crate) fn asked_counts(&self, need: &ClaimNeed) -> BTreeMap<String, i64> {
+        let m = lock(&self.matching);
+        let mut out = BTreeMap::new();
+        for c in need.claims.iter().filter(|c| c.shared.is_none()) {
+            let ClaimState::Pending { requests, .. } = &c.state else {
+                continue;
+            };
+            for r in requests {
+                let counted = (r.alternatives.iter())
+                    .map(|a| {
+                        let driver = m.drivers.get(a.eligible as usize).cloned().flatten();
+                        let n = match a.count {
+                            Count::Exactly(n) => n as i64,
+                            Count::All => 1,
+                        };
+                        driver.filter(|_| !a.admin_access).map(|d| (d, n))
+                    })
+                    .collect::<Option<Vec<_>>>();
+                let Some(counted) = counted else { continue };
+                let one_driver = counted.windows(2).all(|w| w[0].0 == w[1].0);
+                if let (true, Some(n)) = (one_driver, counted.iter().map(|c| c.1).min()) {
+                    *out.entry(counted[0].0.clone()).or_default() += n;
+                }
+            }
+        }
+        out
     }
 
     /// The value every device of the node gives attribute `name` (qualified), when they agree.
@@ -557,6 +642,17 @@ impl Dra {
                     set.insert(d as u32);
                 }
             }
+            let one = {
+                let mut devices = set.iter().map(|d| &self.devices[d as usize]);
+                let first = devices.next();
+                first
+                    .filter(|f| {
+                        let local = |d: &DraDevice| matches!(d.reach, Reach::Node(_));
+                        local(f) && devices.all(|d| d.driver == f.driver && local(d))
+                    })
+                    .map(|d| d.driver.to_string())
+            };
+            m.drivers.push(one);
             m.sets.push(set);
             Ok((m.sets.len() - 1) as u32)
         })();

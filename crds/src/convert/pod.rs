@@ -143,7 +143,7 @@ pub(super) fn pod(
             lenient.or(ids, Vec::new())?
         }
     };
-    let request = pod_request(cx, spec, &mut lenient)?;
+    let mut request = pod_request(cx, spec, &mut lenient)?;
     let rules = placement_rules(cx, spec);
     let mut rules = lenient.or(rules, PlacementRules::default())?;
     let held_devices;
@@ -170,6 +170,7 @@ pub(super) fn pod(
             waits.extend(volume_waits);
             match context.dra.pod_claims(p, &namespace) {
                 Ok(Some((need, names))) => {
+                    add_devices(&mut request, context.dra.asked_counts(&need));
                     rules.claims = Some(std::sync::Arc::new(need));
                     claims = names;
                 }
@@ -177,6 +178,11 @@ pub(super) fn pod(
                 Err(claim_waits) => waits.extend(claim_waits),
             }
         }
+    }
+
+    // DRA devices a bound pod holds count on its node like any resource (see `dra.rs`).
+    if node.is_some() && phase != PodPhase::Succeeded && phase != PodPhase::Failed {
+        add_devices(&mut request, context.dra.held_counts(p, &namespace));
     }
 
     Ok(PodSpec {
@@ -217,6 +223,14 @@ pub(super) fn pod(
         constraints,
         waits,
     })
+}
+
+/// Adds DRA device counts (by driver) to a request.
+fn add_devices(request: &mut ResourceList, counts: BTreeMap<String, i64>) {
+    for (driver, n) in counts {
+        let v = request.entry(driver).or_default();
+        *v = v.saturating_add(n);
+    }
 }
 
 /// Labels (or annotations) that give a pod's index in its workload, most specific first.
