@@ -6,7 +6,7 @@
 //! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
 //! is looked at; nothing here panics on one.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,12 +21,18 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::assumed_claims::AssumedClaims;
-use crate::cycle::{pod_key, View};
+use crate::assumed_pods::AssumedPods;
+use crate::cycle::pod_key;
+use crate::grouping::Grouping;
 use crate::http::Metrics;
+use crate::last_build::LastBuild;
 use crate::leader::Leadership;
-use crate::owners::OwnerGroup;
+use crate::owners::OwnerCache;
+use crate::report::HeldPods;
+use crate::reported::Reported;
 use crate::stores::Stores;
 use crate::stranded::PartialGangs;
+use crate::view::View;
 use crate::writer::{EventSink, Limiter};
 
 mod auto_groups;
@@ -35,6 +41,7 @@ use binds::{BindJob, BindResult};
 mod claims;
 mod devices;
 mod evictions;
+use evictions::RefusedEvictions;
 mod resource_claims;
 mod status;
 mod volumes;
@@ -43,67 +50,64 @@ mod volumes;
 const PARTIALLY_BOUND: &str = "PartiallyBound";
 /// Event reason of the eviction of a partly bound gang's members.
 const GANG_ROLLBACK: &str = "GangRollback";
-/// How long an eviction refused by a disruption budget is not asked for again.
-const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
 const COMPONENT: &str = "basalt-scheduler";
 /// Annotation on a groupless pod naming the queue of its auto PodGroup.
 pub const AUTO_QUEUE: &str = "scheduling.basalt.dev/queue";
 
-/// A pod this scheduler bound whose binding the watch has not shown yet.
-pub struct Assumed {
-    pub node: String,
-    /// The GPU ids annotation value (`0,1`), empty when none.
-    pub gpus: String,
-    pub uid: Option<String>,
-}
-
+/// The daemon's writing side (client, rate limit, Events, leadership) and the parts of state
+/// that live from cycle to cycle, each owning its data: the cycle (`cycle.rs`) and the apply
+/// phase ask them, and they alone change what they hold.
 pub struct Scheduler {
     pub client: Client,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    pub assumed: HashMap<String, Assumed>,
-    /// DRA ResourceClaims this scheduler wrote, until the watch shows them.
-    pub assumed_claims: AssumedClaims,
     concurrency: usize,
     /// Every write takes a token (`--kube-api-qps`, `--kube-api-burst`).
     pub limiter: Arc<Limiter>,
     events: EventSink,
-    /// Consecutive cycles whose binds failed with a retryable error.
-    retry_streak: u32,
-    refused_evictions: HashMap<String, Instant>,
-    /// Last FailedScheduling message per object, so an unchanged reason is not repeated.
-    reported_unschedulable: HashMap<String, String>,
-    pub(crate) reported_convert_errors: HashSet<String>,
     /// This replica's name in Events.
     identity: String,
-    /// Auto PodGroups made for groupless pods (pod key → group name) whose group the watch
-    /// may not show yet.
-    pub auto_groups: HashMap<String, String>,
-    /// Pods joined to their owner's PodGroup (pod key → `ns/group`): kept out of the snapshot
-    /// until the watches show both the group and the pod naming it, so a gang member is never
-    /// scheduled alone in the meantime.
-    pub owner_members: HashMap<String, String>,
-    /// Pods whose owner could not be read this cycle (transient error): not scheduled yet.
-    pub hold: HashSet<String>,
-    /// What each owner (by uid) says about grouping, and when it was read: re-read once older
-    /// than `owner_ttl`, so an annotation changed on the owner is seen.
-    owners: HashMap<String, (OwnerGroup, Instant)>,
-    owner_ttl: Duration,
-    /// This cycle's PodGroups and Queues, Basalt's and Volcano's.
-    pub view: View,
-    /// Basalt and Volcano objects sharing a name, already warned about.
-    pub collisions: HashSet<String>,
-    /// Conversion warnings of the last snapshot, already logged.
-    pub reported_warnings: HashSet<String>,
-    /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
-    partial_gangs: PartialGangs,
     /// Checked right before every write: none is sent once leadership is lost.
     pub leadership: Leadership,
-    /// This cycle's pending pods held for what they state or their volumes (pod key → Event
-    /// reason and message), from the snapshot.
-    pub held: HashMap<String, (&'static str, String)>,
+    /// Pods this scheduler bound, until the watch shows them bound.
+    pub assumed: AssumedPods,
+    /// DRA ResourceClaims this scheduler wrote, until the watch shows them.
+    pub assumed_claims: AssumedClaims,
+    /// Pods on their way into an auto or owner PodGroup, and pods held for their owner.
+    pub grouping: Grouping,
+    /// What each owner says about grouping, for `--owner-cache-ttl`.
+    owners: OwnerCache,
+    /// This cycle's PodGroups and Queues, Basalt's and Volcano's.
+    pub view: View,
+    /// This cycle's pending pods held for what they state or their volumes, from the snapshot.
+    pub held: HeldPods,
     /// The last snapshot and its inputs, scheduled on again while they have not changed.
-    pub last: Option<crate::cycle::LastBuild>,
+    pub last: LastBuild,
+    /// What has been said already (Events, log lines), so that it is not said again.
+    pub reported: Reported,
+    refused_evictions: RefusedEvictions,
+    /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
+    partial_gangs: PartialGangs,
+    retry: RetryStreak,
+}
+
+/// Consecutive cycles whose binds failed with a retryable error: the next cycle waits the
+/// longer (200 ms doubling up to 12.8 s).
+#[derive(Default)]
+struct RetryStreak(u32);
+
+impl RetryStreak {
+    /// How long to wait before the next cycle after one whose binds did (`retry`) or did not
+    /// fail with a retryable error.
+    fn backoff(&mut self, retry: bool) -> Duration {
+        if retry {
+            self.0 = (self.0 + 1).min(7);
+            Duration::from_millis(100 << self.0)
+        } else {
+            self.0 = 0;
+            Duration::ZERO
+        }
+    }
 }
 
 /// How the scheduler writes: the daemon's flags.
@@ -153,28 +157,22 @@ impl Scheduler {
             client,
             config,
             metrics,
-            assumed: HashMap::new(),
-            assumed_claims: AssumedClaims::default(),
             concurrency,
             limiter,
             events,
-            retry_streak: 0,
-            refused_evictions: HashMap::new(),
-            reported_unschedulable: HashMap::new(),
-            reported_convert_errors: HashSet::new(),
             identity: settings.identity,
-            auto_groups: HashMap::new(),
-            owner_members: HashMap::new(),
-            hold: HashSet::new(),
-            owners: HashMap::new(),
-            owner_ttl: settings.owner_ttl,
-            view: View::default(),
-            collisions: HashSet::new(),
-            reported_warnings: HashSet::new(),
-            partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
             leadership,
-            held: HashMap::new(),
-            last: None,
+            assumed: AssumedPods::default(),
+            assumed_claims: AssumedClaims::default(),
+            grouping: Grouping::default(),
+            owners: OwnerCache::new(settings.owner_ttl),
+            view: View::default(),
+            held: HeldPods::default(),
+            last: LastBuild::default(),
+            reported: Reported::default(),
+            refused_evictions: RefusedEvictions::default(),
+            partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
+            retry: RetryStreak::default(),
         }
     }
 
@@ -182,12 +180,11 @@ impl Scheduler {
     pub fn forget(&mut self) {
         self.assumed.clear();
         self.assumed_claims.clear();
-        self.retry_streak = 0;
+        self.retry = RetryStreak::default();
         self.refused_evictions.clear();
-        self.reported_unschedulable.clear();
-        self.reported_convert_errors.clear();
+        self.reported.forget_events();
         self.partial_gangs.clear();
-        self.last = None;
+        self.last.forget();
     }
 
     /// Applies `plan`; returns how long to back off before the next cycle.
@@ -219,19 +216,13 @@ impl Scheduler {
                     .and_then(|s| s.scheduler_name.as_deref())
                     .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
                 let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
-                ours && unbound && !self.assumed.contains_key(&pod_key(p))
+                ours && unbound && !self.assumed.is_assumed(&pod_key(p))
             })
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
         self.queue_metrics(plan, &pending);
 
-        if retry {
-            self.retry_streak = (self.retry_streak + 1).min(7);
-            Duration::from_millis(100 << self.retry_streak)
-        } else {
-            self.retry_streak = 0;
-            Duration::ZERO
-        }
+        self.retry.backoff(retry)
     }
 
     /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
@@ -239,7 +230,7 @@ impl Scheduler {
     fn queue_metrics(&self, plan: &Plan, pending: &[Arc<Pod>]) {
         let m = &self.metrics;
         let queue_of_group = |ns: &str, name: &str| {
-            (self.view.groups.get(&format!("{ns}/{name}"))).map(|g| g.queue.clone())
+            (self.view.group(&format!("{ns}/{name}"))).map(|g| g.queue.clone())
         };
         let label = |q: &str| vec![("queue".to_string(), q.to_string())];
         let mut pods: BTreeMap<String, i64> = BTreeMap::new();
@@ -259,7 +250,7 @@ impl Scheduler {
                         .and_then(|a| a.get(AUTO_QUEUE))
                         .cloned()
                 })
-                .or_else(|| self.view.namespace_queues.get(ns).cloned())
+                .or_else(|| self.view.namespace_queue(ns).map(str::to_string))
                 .unwrap_or_else(|| "default".into());
             *pods.entry(queue).or_default() += 1;
         }
@@ -346,11 +337,9 @@ impl Scheduler {
         message: &str,
     ) {
         let said = format!("{reason}: {message}");
-        if self.reported_unschedulable.get(&key) == Some(&said) {
-            return;
+        if self.reported.is_news(key, said) {
+            self.event(about, type_, reason, message);
         }
-        self.event(about, type_, reason, message);
-        self.reported_unschedulable.insert(key, said);
     }
 
     /// Queues a core/v1 Event for the writer ([`EventSink`]); never waits.

@@ -1,109 +1,27 @@
 //! One scheduling cycle: the stores (plus the assume cache) to a snapshot, the engine, the plan
 //! applied.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::convert::namespace_queue;
-use basalt_crds::{
-    build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup, QueueStatus,
-};
-use basalt_engine::{Snapshot, DEFAULT_QUEUE};
+use basalt_crds::{build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
+use crate::report::HeldPods;
 use crate::scheduler_plugins;
 use crate::stores::Stores;
+use crate::view::{Origin, View};
 use crate::volcano;
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
 pub const SOURCE: &str = "cluster";
 
-/// The API a PodGroup or Queue of this cycle was read from, where its status is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    Basalt,
-    Volcano,
-    /// scheduler-plugins' coscheduling PodGroup: read, its status never written.
-    SchedulerPlugins,
-}
-
-impl Origin {
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Origin::Basalt => basalt_crds::types::API_VERSION,
-            Origin::Volcano => volcano::API_VERSION,
-            Origin::SchedulerPlugins => scheduler_plugins::API_VERSION,
-        }
-    }
-}
-
-pub struct GroupEntry {
-    pub group: Arc<PodGroup>,
-    pub origin: Origin,
-    /// The queue it goes to: its own, else its namespace's, else `default`.
-    pub queue: String,
-}
-
-pub struct QueueEntry {
-    /// The status as it stands (only what the scheduler writes).
-    pub status: Option<QueueStatus>,
-    pub origin: Origin,
-}
-
-/// The PodGroups and Queues that went into this cycle's snapshot, Basalt's and Volcano's, by
-/// `ns/name` and name.
-#[derive(Default)]
-pub struct View {
-    pub groups: HashMap<String, GroupEntry>,
-    pub queues: HashMap<String, QueueEntry>,
-    /// Per namespace, the queue it names for its jobs (`scheduling.basalt.dev/queue`).
-    pub namespace_queues: HashMap<String, String>,
-}
-
 pub struct Outcome {
     /// How long to wait before the next cycle (binds failed with a retryable error).
     pub backoff: Duration,
-}
-
-/// The last snapshot and what it was built from: a cycle whose inputs are the same objects
-/// (the watch caches' very objects, held here so that no other can take their place) under the
-/// same options schedules on it again, at the new instant, instead of converting and building
-/// everything anew. Conversion is a pure function of the objects and options, and the engine
-/// takes the instant as an argument, so the plan is the one a fresh build would give.
-pub struct LastBuild {
-    objects: Vec<(String, Object)>,
-    options: ConvertOptions,
-    snapshot: Snapshot,
-}
-
-impl LastBuild {
-    fn same_inputs(&self, objects: &[(String, Object)], options: &ConvertOptions) -> bool {
-        let same = |(oa, a): &(String, Object), (ob, b): &(String, Object)| {
-            oa == ob
-                && match (a, b) {
-                    // The caches replace an object's Arc on every event.
-                    (Object::Pod(x), Object::Pod(y)) => Arc::ptr_eq(x, y),
-                    (Object::Node(x), Object::Node(y)) => Arc::ptr_eq(x, y),
-                    // DRA's objects likewise; a claim written and not yet watched is the
-                    // assume cache's one Arc until then.
-                    (Object::DeviceClass(x), Object::DeviceClass(y)) => Arc::ptr_eq(x, y),
-                    (Object::ResourceSlice(x), Object::ResourceSlice(y)) => Arc::ptr_eq(x, y),
-                    (Object::ResourceClaim(x), Object::ResourceClaim(y)) => Arc::ptr_eq(x, y),
-                    // Peers' groups are converted afresh each cycle: their values tell.
-                    (Object::PodGroup(x), Object::PodGroup(y)) => Arc::ptr_eq(x, y) || x == y,
-                    (x, y) => x == y,
-                }
-        };
-        let timeless = |o: &ConvertOptions| ConvertOptions {
-            now_ms: 0,
-            ..o.clone()
-        };
-        timeless(&self.options) == timeless(options)
-            && self.objects.len() == objects.len()
-            && self.objects.iter().zip(objects).all(|(a, b)| same(a, b))
-    }
 }
 
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
@@ -118,15 +36,10 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         device_resources: s.config.devices.clone(),
         tiers: s.config.topology.tiers.clone(),
     };
-    let reused = match s.last.as_mut() {
-        Some(last) if unreadable.is_empty() && last.same_inputs(&objects, &options) => {
-            last.snapshot.now_ms = options.now_ms;
-            true
-        }
-        _ => false,
-    };
+    // The last snapshot (`last_build.rs`) when nothing changed.
+    let reused = unreadable.is_empty() && s.last.reuse(&objects, &options);
     if !reused {
-        s.last = None;
+        s.last.forget();
         // Each bad object is reported and left out alone (its bound pods still count on their
         // nodes); no number of them stops the cycle.
         let built = build_snapshot_tolerant(&objects, &options);
@@ -143,17 +56,12 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
                 backoff: Duration::ZERO,
             };
         };
-        s.held = crate::report::held(&snapshot);
-        s.last = Some(LastBuild {
-            objects,
-            options,
-            snapshot,
-        });
+        s.held = HeldPods::of(&snapshot);
+        s.last.keep(objects, options, snapshot);
     }
     let t_build = started.elapsed();
-    let last = s.last.take().expect("a snapshot was built or kept");
-    let plan = basalt_plugins::schedule(&last.snapshot, &s.config);
-    s.last = Some(last);
+    let snapshot = s.last.snapshot().expect("a snapshot was built or kept");
+    let plan = basalt_plugins::schedule(snapshot, &s.config);
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();
@@ -185,7 +93,6 @@ fn collect(
     let mut objects = Vec::new();
     let mut unreadable = Vec::new();
     let mut warnings = Vec::new();
-    let mut view = View::default();
     let mut collisions = HashSet::new();
     let volcano = stores.volcano.current();
     let src = || SOURCE.to_string();
@@ -202,12 +109,7 @@ fn collect(
         }
         objects.push((src(), Object::Namespace(Box::new((*n).clone()))));
     }
-    let queue_of = |g: &PodGroup| {
-        let ns = g.metadata.namespace.as_deref().unwrap_or("default");
-        (g.spec.queue.clone().filter(|q| !q.is_empty()))
-            .or_else(|| namespace_queues.get(ns).cloned())
-            .unwrap_or_else(|| DEFAULT_QUEUE.to_string())
-    };
+    let mut view = View::new(namespace_queues);
     for c in stores.claims.state() {
         objects.push((src(), Object::PersistentVolumeClaim(Box::new((*c).clone()))));
     }
@@ -235,13 +137,7 @@ fn collect(
     }
     for q in stores.queues.state() {
         let name = q.metadata.name.clone().unwrap_or_default();
-        view.queues.insert(
-            name,
-            QueueEntry {
-                status: q.status.clone(),
-                origin: Origin::Basalt,
-            },
-        );
+        view.add_queue(name, q.status.clone(), Origin::Basalt);
         objects.push((src(), Object::Queue(Box::new((*q).clone()))));
     }
     for q in volcano
@@ -254,19 +150,13 @@ fn collect(
         if name == "root" {
             continue;
         }
-        if view.queues.contains_key(&name) {
+        if view.has_queue(&name) {
             collisions.insert(format!("Queue {name}"));
             continue;
         }
         match q.to_basalt() {
             Ok(b) => {
-                view.queues.insert(
-                    name,
-                    QueueEntry {
-                        status: q.current_status(),
-                        origin: Origin::Volcano,
-                    },
-                );
+                view.add_queue(name, q.current_status(), Origin::Volcano);
                 objects.push((volcano::ORIGIN.to_string(), Object::Queue(Box::new(b))));
             }
             Err(e) => unreadable.push(e),
@@ -298,14 +188,7 @@ fn collect(
         );
         group_keys.insert(key.clone());
         objects.push((src(), Object::PodGroup(g.clone())));
-        view.groups.insert(
-            key,
-            GroupEntry {
-                queue: queue_of(&g),
-                group: g,
-                origin: Origin::Basalt,
-            },
-        );
+        view.add_group(key, g, Origin::Basalt);
     }
     // Volcano's groups, then scheduler-plugins', each where no group before it has the name
     // (Basalt's win, then Volcano's).
@@ -314,7 +197,7 @@ fn collect(
         |key: String,
          origin: Origin,
          convert: &dyn Fn() -> Result<(PodGroup, Vec<String>), ConvertError>| {
-            if view.groups.contains_key(&key) {
+            if view.has_group(&key) {
                 collisions.insert(format!("PodGroup {key}"));
                 return;
             }
@@ -325,17 +208,9 @@ fn collect(
                         Origin::SchedulerPlugins => scheduler_plugins::ORIGIN,
                         _ => volcano::ORIGIN,
                     };
-                    let queue = queue_of(&b);
                     let group = Arc::new(b);
                     objects.push((label.to_string(), Object::PodGroup(group.clone())));
-                    view.groups.insert(
-                        key,
-                        GroupEntry {
-                            group,
-                            origin,
-                            queue,
-                        },
-                    );
+                    view.add_group(key, group, origin);
                 }
                 Err(e) => unreadable.push(e),
             }
@@ -353,30 +228,20 @@ fn collect(
             g.to_basalt()
         });
     }
-    for c in &collisions {
-        if !s.collisions.contains(c) {
-            tracing::warn!(object = %c, "PodGroups of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
-        }
+    for c in s.reported.new_collisions(collisions) {
+        tracing::warn!(object = %c, "PodGroups of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
     }
-    s.collisions = collisions;
-    view.namespace_queues = namespace_queues;
     s.view = view;
-    // An auto PodGroup the watch shows: nothing left to bridge.
-    s.auto_groups.retain(|pod, group| {
-        let (ns, _) = pod.split_once('/').unwrap_or(("default", pod));
-        !group_keys.contains(&format!("{ns}/{group}"))
-    });
-    let mut seen = HashSet::new();
-    let mut live_members = HashSet::new();
+    // Pods this scheduler bound (`assumed_pods.rs`) and pods on their way into a group
+    // (`grouping.rs`) are seen as they must be, not as the store has them.
+    let mut grouping = s.grouping.walk(&group_keys);
     // Nothing assumed, held or being joined to a group: every pod goes in as the cache has it
     // (no key is made for each of them).
-    let bridging = !(s.assumed.is_empty()
-        && s.hold.is_empty()
-        && s.owner_members.is_empty()
-        && s.auto_groups.is_empty());
+    let bridging = !(s.assumed.is_empty() && grouping.is_idle());
+    let mut assumed = s.assumed.walk();
     let now = jiff::Timestamp::now();
     for p in stores.pods.state() {
-        if waits_for_its_group(&p, &s.view, now) && !s.auto_groups.contains_key(&pod_key(&p)) {
+        if waits_for_its_group(&p, &s.view, now) && !grouping.has_auto_group(&pod_key(&p)) {
             continue;
         }
         if !bridging {
@@ -384,59 +249,15 @@ fn collect(
             continue;
         }
         // The cache's own object, copied only where the cycle must see it otherwise.
-        let mut pod: Arc<Pod> = p;
-        let key = pod_key(&pod);
-        if let Some(assumed) = s.assumed.get(&key) {
-            let watched = pod.spec.as_ref().and_then(|sp| sp.node_name.clone());
-            let same_pod = pod.metadata.uid == assumed.uid;
-            if watched.is_some() || !same_pod {
-                // The watch caught up (or the pod was replaced): the store is the truth now.
-                s.assumed.remove(&key);
-            } else {
-                seen.insert(key.clone());
-                let pod = Arc::make_mut(&mut pod);
-                if let Some(spec) = pod.spec.as_mut() {
-                    spec.node_name = Some(assumed.node.clone());
-                }
-                if !assumed.gpus.is_empty() {
-                    pod.metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(
-                            basalt_crds::convert::GPU_IDS.to_string(),
-                            assumed.gpus.clone(),
-                        );
-                }
-            }
-        }
-        if s.hold.contains(&key) {
+        let key = pod_key(&p);
+        let pod = assumed.view_of(&key, p);
+        let Some(pod) = grouping.view_of(&key, pod) else {
             continue;
-        }
-        if let Some(group) = s.owner_members.get(&key) {
-            let (ns, _) = key.split_once('/').unwrap_or(("default", &key));
-            let named = crate::apply::member_of(&pod).map(|g| format!("{ns}/{g}"));
-            if named.as_ref() == Some(group) && group_keys.contains(group) {
-                // Both watched: an ordinary member from now on.
-                s.owner_members.remove(&key);
-            } else {
-                live_members.insert(key);
-                continue;
-            }
-        }
-        // The pod may name its new auto PodGroup before the group's watch shows it: until
-        // then it stays in its implicit group of one.
-        let names_group = (pod.metadata.annotations.as_ref())
-            .is_some_and(|a| a.contains_key(basalt_crds::convert::POD_GROUP));
-        if names_group && s.auto_groups.contains_key(&key) {
-            if let Some(a) = Arc::make_mut(&mut pod).metadata.annotations.as_mut() {
-                a.remove(basalt_crds::convert::POD_GROUP);
-            }
-        }
+        };
         objects.push((src(), Object::Pod(pod)));
     }
-    // A pod that left the store was deleted: nothing to assume any more.
-    s.assumed.retain(|k, _| seen.contains(k));
-    s.owner_members.retain(|k, _| live_members.contains(k));
+    assumed.finish();
+    grouping.finish();
     (objects, unreadable, warnings)
 }
 
@@ -461,7 +282,7 @@ fn waits_for_its_group(p: &Pod, view: &View, now: jiff::Timestamp) -> bool {
     let young = now.duration_since(created.0).as_secs() < GROUP_GRACE_S;
     young && {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-        !view.groups.contains_key(&format!("{ns}/{group}"))
+        !view.has_group(&format!("{ns}/{group}"))
     }
 }
 

@@ -4,17 +4,22 @@
 
 mod apply;
 mod assumed_claims;
+mod assumed_pods;
 mod config_file;
 mod cycle;
 mod dra;
+mod grouping;
 mod http;
+mod last_build;
 mod leader;
 mod optional_api;
 mod owners;
 mod report;
+mod reported;
 mod scheduler_plugins;
 mod stores;
 mod stranded;
+mod view;
 mod volcano;
 mod writer;
 

@@ -3,7 +3,8 @@
 //! (batch Job, Kubeflow job, JobSet, Volcano Job: `basalt_crds::workloads`), joins one
 //! PodGroup made for that owner. A JobSet's pods (labelled with its name) join the JobSet's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use basalt_crds::workloads;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -48,6 +49,49 @@ pub enum OwnerGroup {
 }
 
 pub use workloads::{controller, gang_owner};
+
+/// What each owner says about grouping, and when it was read: re-read once older than the TTL
+/// (`--owner-cache-ttl`), so an annotation changed on the owner is seen. Keyed by uid: an owner
+/// deleted and made again under the same name is another uid, so it is read afresh.
+pub struct OwnerCache {
+    ttl: Duration,
+    read: HashMap<String, (OwnerGroup, Instant)>,
+}
+
+impl OwnerCache {
+    pub fn new(ttl: Duration) -> Self {
+        OwnerCache {
+            ttl,
+            read: HashMap::new(),
+        }
+    }
+
+    /// Forgets what was read longer than the TTL ago (before a cycle's groups are made).
+    pub fn expire(&mut self) {
+        let ttl = self.ttl;
+        self.read.retain(|_, (_, read)| read.elapsed() < ttl);
+    }
+
+    /// What the owner says, from the cache while its entry is fresh, else read through the API.
+    pub async fn decision(
+        &mut self,
+        client: &Client,
+        ns: &str,
+        r: &OwnerReference,
+    ) -> Result<OwnerGroup, String> {
+        // An owner known by name alone (a JobSet its pods' label names) is cached by name.
+        let cache_key = match r.uid.is_empty() {
+            true => format!("{}/{ns}/{}", r.kind, r.name),
+            false => r.uid.clone(),
+        };
+        if let Some((d, _)) = self.read.get(&cache_key) {
+            return Ok(d.clone());
+        }
+        let d = resolve(client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
+        self.read.insert(cache_key, (d.clone(), Instant::now()));
+        Ok(d)
+    }
+}
 
 /// Fetches the owner through discovery and reads its annotations and spec. An empty `uid`
 /// takes the object of that name, whatever its uid. `Err` is a transient failure (5xx,

@@ -16,8 +16,9 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use crate::apply::{pod_ref, Scheduler};
-use crate::cycle::{Origin, SOURCE};
+use crate::cycle::SOURCE;
 use crate::stores::Stores;
+use crate::view::Origin;
 use crate::volcano;
 
 /// Condition (and Event reason) of a PodGroup left out of scheduling.
@@ -31,9 +32,10 @@ impl Scheduler {
     /// scheduler writes once it is valid again).
     pub async fn report_convert_errors(&mut self, errors: &[ConvertError]) {
         let now: HashSet<String> = errors.iter().map(|e| e.to_string()).collect();
+        let new = self.reported.new_convert_errors(now);
         for e in errors {
             let text = e.to_string();
-            if self.reported_convert_errors.contains(&text) {
+            if !new.contains(&text) {
                 continue;
             }
             tracing::error!(error = %text, "object left out of scheduling");
@@ -50,7 +52,6 @@ impl Scheduler {
                 self.mark_invalid(&e.object, origin, &text).await;
             }
         }
-        self.reported_convert_errors = now;
     }
 
     /// Logs each conversion warning (a node in two HyperNodes of one tier, a Volcano field not
@@ -58,11 +59,7 @@ impl Scheduler {
     /// it. Other schedulers' pods' warnings stay log lines: those pods are not ours to annotate.
     pub async fn report_warnings(&mut self, warnings: Vec<String>) {
         let now: HashSet<String> = warnings.into_iter().collect();
-        let mut new: Vec<String> = now
-            .iter()
-            .filter(|w| !self.reported_warnings.contains(*w))
-            .cloned()
-            .collect();
+        let mut new: Vec<String> = self.reported.new_warnings(now).into_iter().collect();
         new.sort();
         for w in new {
             tracing::warn!(warning = %w, "conversion warning");
@@ -81,20 +78,13 @@ impl Scheduler {
                 self.event(reference, "Warning", CONVERSION_WARNING, &w);
             }
         }
-        self.reported_warnings = now;
     }
 
     /// An Event on each pod held for what it states or for its volumes, its reason that of its
     /// PodGroup's condition (`UnsupportedField`, `VolumeNotReady`); said once while it lasts,
     /// like FailedScheduling (which such a pod gets instead).
     pub async fn report_held(&mut self, stores: &Stores) {
-        let mut held: Vec<_> = self
-            .held
-            .iter()
-            .map(|(k, (r, m))| (k.clone(), *r, m.clone()))
-            .collect();
-        held.sort();
-        for (key, reason, message) in held {
+        for (key, reason, message) in self.held.sorted() {
             let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
             let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
                 continue;
@@ -124,9 +114,33 @@ impl Scheduler {
     }
 }
 
+/// This cycle's pending pods held for what they state or their volumes (pod key → Event reason
+/// and message), from the snapshot.
+#[derive(Default)]
+pub struct HeldPods(HashMap<String, (&'static str, String)>);
+
+impl HeldPods {
+    pub fn of(snapshot: &Snapshot) -> Self {
+        HeldPods(held(snapshot))
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// Pod key, Event reason and message of each, in key order.
+    fn sorted(&self) -> Vec<(String, &'static str, String)> {
+        let mut held: Vec<_> = (self.0.iter())
+            .map(|(k, (r, m))| (k.clone(), *r, m.clone()))
+            .collect();
+        held.sort();
+        held
+    }
+}
+
 /// The snapshot's pending pods held for what they state or for their volumes: pod key → Event
 /// reason and message (gated pods and DRA claims are told by their group's FailedScheduling).
-pub fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
+fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
     snapshot
         .tasks
         .iter()

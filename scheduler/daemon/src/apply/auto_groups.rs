@@ -3,7 +3,6 @@
 //! before the cycle reads the stores.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use basalt_crds::convert::{POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP};
 use basalt_crds::workloads;
@@ -35,9 +34,8 @@ impl Scheduler {
     /// once its entry expires, and its PodGroup, while not all of it runs, follows the new
     /// min-member and queue ([`Self::follow_owners`]).
     pub async fn auto_groups(&mut self, stores: &Stores) {
-        self.hold.clear();
-        let ttl = self.owner_ttl;
-        self.owners.retain(|_, (_, read)| read.elapsed() < ttl);
+        self.grouping.start();
+        self.owners.expire();
         self.follow_owners(stores).await;
         for p in stores.pods.state() {
             let spec = p.spec.as_ref();
@@ -64,7 +62,7 @@ impl Scheduler {
                 continue;
             }
             let (ns, name) = split_key(&key);
-            if self.auto_groups.contains_key(&key) || self.owner_members.contains_key(&key) {
+            if self.grouping.in_flight(&key) {
                 continue;
             }
             let owner_ref = owners::gang_owner(&p.metadata);
@@ -94,7 +92,7 @@ impl Scheduler {
                         Ok(d) => d,
                         Err(e) => {
                             tracing::warn!(pod = %key, error = %e, "cannot read the pod's owner; retried next cycle");
-                            self.hold.insert(key);
+                            self.grouping.hold(key);
                             continue;
                         }
                     }
@@ -175,8 +173,7 @@ impl Scheduler {
                     }
                     // Held out of the snapshot from now until the group and the pod's
                     // annotation are both watched.
-                    self.owner_members
-                        .insert(key.clone(), format!("{ns}/{group}"));
+                    self.grouping.join(key.clone(), format!("{ns}/{group}"));
                     (group, body)
                 }
                 other => {
@@ -205,23 +202,15 @@ impl Scheduler {
                     (group_name, body)
                 }
             };
-            let gang = self.owner_members.contains_key(&key);
-            // A failure below leaves the pod for the next cycle, held if it is a gang member.
-            let give_up = |s: &mut Self, key: String| {
-                if s.owner_members.remove(&key).is_some() {
-                    s.hold.insert(key);
-                }
-            };
-            // Made before, and no longer right to join: wait for the next cycle.
-            let retry = |s: &mut Self, key: String| {
-                s.owner_members.remove(&key);
-                s.hold.insert(key);
-            };
+            let gang = self.grouping.is_joining(&key);
+            // A failure below leaves the pod for the next cycle, held if it is a gang member
+            // (`Grouping::give_up`); a group made before and no longer right to join waits
+            // for the next cycle (`Grouping::retry`).
             let group: PodGroup = match serde_json::from_value(group) {
                 Ok(g) => g,
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %e, "cannot build an auto PodGroup");
-                    give_up(self, key);
+                    self.grouping.give_up(key);
                     continue;
                 }
             };
@@ -256,14 +245,14 @@ impl Scheduler {
                     };
                     let Some(existing) = existing else {
                         // Deleted meanwhile: made again next cycle.
-                        retry(self, key);
+                        self.grouping.retry(key);
                         continue;
                     };
                     if self
                         .stale_auto_group(&existing, &expected_owner, stores)
                         .await
                     {
-                        retry(self, key);
+                        self.grouping.retry(key);
                         continue;
                     }
                     if let Some((min_member, queue)) = wanted {
@@ -272,7 +261,7 @@ impl Scheduler {
                 }
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %classify(&e).1, "cannot create an auto PodGroup");
-                    give_up(self, key);
+                    self.grouping.give_up(key);
                     continue;
                 }
             }
@@ -288,12 +277,12 @@ impl Scheduler {
                 Ok(_) => {
                     tracing::info!(pod = %key, group = %group_name, "auto PodGroup");
                     if !gang {
-                        self.auto_groups.insert(key, group_name);
+                        self.grouping.made_auto_group(key, group_name);
                     }
                 }
                 Err(e) => {
                     tracing::warn!(pod = %key, error = %classify(&e).1, "cannot name the auto PodGroup on the pod");
-                    give_up(self, key);
+                    self.grouping.give_up(key);
                 }
             }
         }
@@ -305,17 +294,7 @@ impl Scheduler {
         ns: &str,
         r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
     ) -> Result<OwnerGroup, String> {
-        // An owner known by name alone (a JobSet its pods' label names) is cached by name.
-        let cache_key = match r.uid.is_empty() {
-            true => format!("{}/{ns}/{}", r.kind, r.name),
-            false => r.uid.clone(),
-        };
-        if let Some((d, _)) = self.owners.get(&cache_key) {
-            return Ok(d.clone());
-        }
-        let d = owners::resolve(&self.client, ns, &r.api_version, &r.kind, &r.name, &r.uid).await?;
-        self.owners.insert(cache_key, (d.clone(), Instant::now()));
-        Ok(d)
+        self.owners.decision(&self.client, ns, r).await
     }
 
     /// Owner PodGroups not all of whose members run follow their owner: once the owner's

@@ -15,9 +15,7 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
-use super::{
-    classify, devices, member_of, pod_ref, resource_claims, split_key, Assumed, Scheduler,
-};
+use super::{classify, devices, member_of, pod_ref, resource_claims, split_key, Scheduler};
 use crate::stores::Stores;
 
 pub(super) enum BindResult {
@@ -63,7 +61,7 @@ impl Scheduler {
             let (ns, name) = split_key(&job.key);
             let pod = stores.pods.get(&ObjectRef::new(name).within(ns))?;
             let key = format!("{ns}/{}", member_of(&pod)?);
-            let group = self.view.groups.get(&key)?;
+            let group = self.view.group(&key)?;
             (group.group.spec.min_member > 1).then_some(key)
         };
         let mut keyed: Vec<(Option<String>, usize)> = jobs
@@ -92,7 +90,7 @@ impl Scheduler {
         let jobs: Vec<_> = plan
             .bindings
             .iter()
-            .filter(|b| !self.assumed.contains_key(&b.pod))
+            .filter(|b| !self.assumed.is_assumed(&b.pod))
             .map(|b| {
                 let (ns, name) = split_key(&b.pod);
                 let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
@@ -193,18 +191,10 @@ impl Scheduler {
                         self.metrics.scheduling_latency.observe(secs.max(0.0));
                     }
                     let reference = pod_ref(ns, name, uid.clone());
-                    self.assumed.insert(
-                        key.clone(),
-                        Assumed {
-                            node: node.clone(),
-                            gpus,
-                            uid,
-                        },
-                    );
+                    self.assumed.assume(key.clone(), node.clone(), gpus, uid);
                     tracing::info!(pod = %key, node = %node, "bound");
-                    self.reported_unschedulable.remove(&format!("Pod/{key}"));
-                    self.reported_unschedulable
-                        .remove(&format!("PodClaims/{key}"));
+                    self.reported.forget(&format!("Pod/{key}"));
+                    self.reported.forget(&format!("PodClaims/{key}"));
                     let msg = format!("Successfully assigned {key} to {node}");
                     self.event(reference, "Normal", "Scheduled", &msg);
                 }

@@ -2,6 +2,7 @@
 //! gangs left partly bound past `--partial-gang-timeout`. A pod a disruption budget protects is
 //! not asked again for a while; one already gone is not an error.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -9,18 +10,42 @@ use kube::api::EvictParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 
-use super::{
-    classify, member_of, pod_ref, split_key, Scheduler, GANG_ROLLBACK, REFUSED_EVICTION_HOLD,
-};
+use super::{classify, member_of, pod_ref, split_key, Scheduler, GANG_ROLLBACK};
 use crate::cycle::pod_key;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use basalt_engine::Plan;
 
+/// How long an eviction refused by a disruption budget is not asked for again.
+const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
+
+/// Pods whose eviction a disruption budget refused, and when: not asked again for
+/// [`REFUSED_EVICTION_HOLD`].
+#[derive(Default)]
+pub(super) struct RefusedEvictions(HashMap<String, Instant>);
+
+impl RefusedEvictions {
+    /// Forgets the refusals older than the hold (before a cycle's evictions).
+    fn expire(&mut self) {
+        self.0.retain(|_, at| at.elapsed() < REFUSED_EVICTION_HOLD);
+    }
+
+    fn refused(&mut self, key: String) {
+        self.0.insert(key, Instant::now());
+    }
+
+    fn is_refused(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 impl Scheduler {
     pub(super) async fn evict(&mut self, plan: &Plan, stores: &Stores) {
-        self.refused_evictions
-            .retain(|_, at| at.elapsed() < REFUSED_EVICTION_HOLD);
+        self.refused_evictions.expire();
         for ev in &plan.evictions {
             let uid = self.uid_of(&ev.pod, stores);
             let why = format!("Preempted by {}: {}", ev.for_group, ev.reason);
@@ -44,7 +69,7 @@ impl Scheduler {
                 .into_iter()
                 .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
                 .filter(|p| member_of(p) == Some(group))
-                .filter(|p| holds_a_node(p) || self.assumed.contains_key(&pod_key(p)))
+                .filter(|p| holds_a_node(p) || self.assumed.is_assumed(&pod_key(p)))
                 .map(|p| (pod_key(&p), p.metadata.uid.clone()))
                 .collect();
             let timeout = humantime(self.partial_gangs.timeout());
@@ -64,7 +89,7 @@ impl Scheduler {
                 }
             }
             if evicted > 0 {
-                if let Some(g) = self.view.groups.get(&*gang.group) {
+                if let Some(g) = self.view.group(&gang.group) {
                     let reference = ObjectReference {
                         api_version: Some(g.origin.api_version().into()),
                         kind: Some("PodGroup".into()),
@@ -98,7 +123,7 @@ impl Scheduler {
         for_group: &str,
         done: (&str, &str, &str),
     ) -> bool {
-        if self.refused_evictions.contains_key(key) {
+        if self.refused_evictions.is_refused(key) {
             return false;
         }
         if !self.leadership.leading() {
@@ -117,8 +142,7 @@ impl Scheduler {
             Err(e) => {
                 let (code, msg) = classify(&e);
                 if code == Some(429) {
-                    self.refused_evictions
-                        .insert(key.to_string(), Instant::now());
+                    self.refused_evictions.refused(key.to_string());
                     tracing::warn!(pod = %key, error = %msg, "eviction refused by a disruption budget");
                     let text = format!("Eviction for {for_group} refused: {msg}");
                     self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text);

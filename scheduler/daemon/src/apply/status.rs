@@ -14,9 +14,10 @@ use kube::Api;
 use serde_json::{json, Value};
 
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
-use crate::cycle::{pod_key, Origin};
+use crate::cycle::pod_key;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
+use crate::view::Origin;
 use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
 
 impl Scheduler {
@@ -32,11 +33,8 @@ impl Scheduler {
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
-            let Some((group, origin)) = self
-                .view
-                .groups
-                .get(&*planned.name)
-                .map(|g| (g.group.clone(), g.origin))
+            let Some((group, origin)) =
+                (self.view.group(&planned.name)).map(|g| (g.group.clone(), g.origin))
             else {
                 continue;
             };
@@ -132,7 +130,7 @@ impl Scheduler {
         use basalt_crds::types::QueueState;
         let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
         for planned in &plan.pod_groups {
-            let Some(entry) = self.view.groups.get(&*planned.name) else {
+            let Some(entry) = self.view.group(&planned.name) else {
                 continue;
             };
             let queue = entry.queue.clone();
@@ -145,7 +143,7 @@ impl Scheduler {
             }
         }
         for q in &plan.queues {
-            let Some(current) = self.view.queues.get(&q.name) else {
+            let Some(current) = self.view.queue(&q.name) else {
                 continue;
             };
             let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
@@ -216,7 +214,7 @@ impl Scheduler {
             .iter()
             .find(|c| c.kind == "Unschedulable")
         else {
-            self.reported_unschedulable.remove(&group_key);
+            self.reported.forget(&group_key);
             return;
         };
         let message = format!("{}: {}", cond.reason, cond.message);
@@ -240,7 +238,7 @@ impl Scheduler {
                 continue;
             }
             let key = pod_key(&p);
-            if self.held.contains_key(&key) {
+            if self.held.contains(&key) {
                 // Told why it is held instead ([`Self::report_held`]).
                 continue;
             }
