@@ -83,6 +83,9 @@ pub struct Scheduler {
     pub held: HeldPods,
     /// The last snapshot and its inputs, scheduled on again while they have not changed.
     pub last: LastBuild,
+    /// The engine's framework, kept while the config and resource names stay the same, so
+    /// that each session takes over the node state the last one left.
+    pub framework: crate::kept_framework::KeptFramework,
     /// What has been said already (Events, log lines), so that it is not said again.
     pub reported: Reported,
     refused_evictions: RefusedEvictions,
@@ -169,6 +172,7 @@ impl Scheduler {
             view: View::default(),
             held: HeldPods::default(),
             last: LastBuild::default(),
+            framework: Default::default(),
             reported: Reported::default(),
             refused_evictions: RefusedEvictions::default(),
             partial_gangs: PartialGangs::new(settings.partial_gang_timeout),

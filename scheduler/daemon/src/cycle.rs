@@ -61,7 +61,8 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     }
     let t_build = started.elapsed();
     let snapshot = s.last.snapshot().expect("a snapshot was built or kept");
-    let plan = basalt_plugins::schedule(snapshot, &s.config);
+    let fw = s.framework.get(&s.config, &snapshot.resources);
+    let plan = basalt_engine::schedule(snapshot, fw);
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();

@@ -10,6 +10,7 @@ mod cycle;
 mod dra;
 mod grouping;
 mod http;
+mod kept_framework;
 mod last_build;
 mod leader;
 mod optional_api;
