@@ -186,6 +186,50 @@ impl<'a> Indexer for DeviceVal<'a> {
     }
 }
 
+/// A CEL map value: indexed, `in`, `size()` and iterated through its own trait impls.
+macro_rules! map_val {
+    ($name:ident) => {
+        impl<'a, V: Entry> Val for $name<'a, V> {
+            fn get_type(&self) -> &Type {
+                &MAP_TYPE
+            }
+
+            fn cel_type() -> &'static Type {
+                &MAP_TYPE
+            }
+
+            fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+
+            fn as_container(&self) -> Option<&dyn Container> {
+                Some(self)
+            }
+
+            fn as_sizer(&self) -> Option<&dyn Sizer> {
+                Some(self)
+            }
+
+            fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(self.clone())
+            }
+        }
+    };
+}
+
 /// `device.attributes` or `device.capacity`: a map from domain to that domain's map, in which an
 /// unknown domain is an empty map, as in Kubernetes.
 #[derive(Debug)]
@@ -228,44 +272,7 @@ impl<'a, V: Entry> Domains<'a, V> {
     }
 }
 
-impl<'a, V: Entry> Val for Domains<'a, V> {
-    fn get_type(&self) -> &Type {
-        &MAP_TYPE
-    }
-
-    fn cel_type() -> &'static Type {
-        &MAP_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self)
-    }
-
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        Some(self)
-    }
-
-    fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(self.clone())
-    }
-}
+map_val!(Domains);
 
 impl<'a, V: Entry> Indexer for Domains<'a, V> {
     fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
@@ -352,44 +359,7 @@ impl<'a, V: Entry> DomainMap<'a, V> {
     }
 }
 
-impl<'a, V: Entry> Val for DomainMap<'a, V> {
-    fn get_type(&self) -> &Type {
-        &MAP_TYPE
-    }
-
-    fn cel_type() -> &'static Type {
-        &MAP_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self)
-    }
-
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        Some(self)
-    }
-
-    fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(self.clone())
-    }
-}
+map_val!(DomainMap);
 
 impl<'a, V: Entry> Indexer for DomainMap<'a, V> {
     fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>

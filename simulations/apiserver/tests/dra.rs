@@ -4,7 +4,7 @@
 //! in one PUT, retried on conflict); spec immutability; the delete-protection finalizer.
 //! Discovery, a server without DRA, pods' claim statuses and kubectl: `tests/dra_discovery.rs`.
 
-use basalt_apiserver::{ApiServer, Config, Handle, PatchKind};
+use basalt_apiserver::{Config, PatchKind};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceClaimTemplate, ResourceSlice,
@@ -12,32 +12,13 @@ use k8s_openapi::api::resource::v1::{
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use serde_json::{json, Value};
 
 const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 
-async fn start(config: Config) -> (Handle, Client) {
-    let server = ApiServer::start(config).await.expect("server starts");
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).expect("kubeconfig parses");
-    let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    cfg.default_retry = false;
-    (server, Client::try_from(cfg).expect("client"))
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("typed object")
-}
-
-fn status_of(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
+mod common;
+use common::{start, status_of, typed};
 
 fn slice(name: &str, node: &str) -> ResourceSlice {
     let devices: Vec<Value> = (0..2)

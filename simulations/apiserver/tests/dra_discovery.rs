@@ -5,36 +5,17 @@
 use std::path::Path;
 use std::process::Command;
 
-use basalt_apiserver::{ApiServer, Config, Handle};
+use basalt_apiserver::{ApiServer, Config};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
-use kube::Client;
+
 use serde_json::{json, Value};
 
-async fn start(config: Config) -> (Handle, Client) {
-    let server = ApiServer::start(config).await.expect("server starts");
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).expect("kubeconfig parses");
-    let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    cfg.default_retry = false;
-    (server, Client::try_from(cfg).expect("client"))
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("typed object")
-}
-
-fn status_of(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
+mod common;
+use common::{start, status_of, typed};
 
 #[tokio::test]
 async fn pod_status_writes_keep_resource_claim_statuses() {

@@ -11,28 +11,11 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
+mod common;
+use common::{status_of, typed};
+
 async fn start() -> (Handle, Client) {
-    let server = ApiServer::start(Config::default())
-        .await
-        .expect("server starts");
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).expect("kubeconfig parses");
-    let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    cfg.default_retry = false;
-    (server, Client::try_from(cfg).expect("client"))
-}
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("typed object")
-}
-
-fn status_of(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
+    common::start(Config::default()).await
 }
 
 #[tokio::test]
