@@ -270,6 +270,77 @@ fn queue(i: usize, hostile: bool) -> impl Strategy<Value = String> {
     )
 }
 
+/// DRA objects: a class with a selector (sometimes an invalid or runtime-failing one), a slice
+/// per node (sometimes of an incomplete pool, without its node, with odd attribute values or
+/// capacities), and claims (sometimes asking a negative or huge count, an unknown mode, a
+/// missing class) that pods name.
+fn dra(nodes: usize, pods: usize, hostile: bool) -> impl Strategy<Value = Vec<String>> {
+    let selector = mostly(
+        hostile,
+        vec![
+            "device.driver == 'gpu.example.com'",
+            "true",
+            "device.attributes['gpu.example.com'].model.startsWith('h')",
+            "device.capacity['gpu.example.com'].memory.compareTo(quantity('40Gi')) >= 0",
+        ],
+        vec![
+            "device.attributes['gpu.example.com'].missing",
+            "1 +",
+            "'not a bool'",
+            "[1,2,3].all(x, [1,2,3].all(y, x / 0 == y))",
+        ],
+    );
+    let slice = (
+        1usize..5,
+        mostly(hostile, vec!["1"], vec!["2", "0", "-1"]),
+        mostly(hostile, vec!["'h100'", "'a100'"], vec!["7", "{bogus: 1}"]),
+        quantity(hostile),
+        prop::bool::weighted(0.9),
+    );
+    let claim = (
+        mostly(hostile, vec!["1", "2", "4"], vec!["0", "-1", "99999999999"]),
+        mostly(hostile, vec!["ExactCount", "All"], vec!["Bogus"]),
+        mostly(
+            hostile,
+            vec!["gpu.example.com"],
+            vec!["missing.example.com"],
+        ),
+        any::<bool>(),
+    );
+    (
+        selector,
+        prop::collection::vec(slice, nodes..=nodes),
+        prop::collection::vec(claim, pods..=pods),
+    )
+        .prop_map(move |(selector, slices, claims)| {
+            let mut docs = vec![format!(
+                "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: gpu.example.com}}\nspec: {{selectors: [{{cel: {{expression: \"{selector}\"}}}}]}}\n"
+            )];
+            for (n, (devices, count, model, memory, local)) in slices.into_iter().enumerate() {
+                let devices: Vec<String> = (0..devices)
+                    .map(|d| format!("{{name: gpu-{d}, attributes: {{model: {{string: {model}}}, root: {{int: {}}}}}, capacity: {{memory: {{value: '{memory}'}}}}}}", d / 2))
+                    .collect();
+                let reach = if local { format!("nodeName: n{n}") } else { "allNodes: true".into() };
+                docs.push(format!(
+                    "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: s{n}}}\nspec: {{driver: gpu.example.com, {reach}, pool: {{name: p{n}, generation: 1, resourceSliceCount: {count}}}, devices: [{}]}}\n",
+                    devices.join(", ")
+                ));
+            }
+            for (i, (count, mode, class, constrained)) in claims.into_iter().enumerate() {
+                let constraint = if constrained {
+                    ", constraints: [{matchAttribute: gpu.example.com/root}]"
+                } else {
+                    ""
+                };
+                docs.push(format!(
+                    "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: c{i}, namespace: ns}}\nspec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: {class}, allocationMode: {mode}, count: {count}}}}}]{constraint}}}}}\n"
+                ));
+            }
+            let _ = hostile;
+            docs
+        })
+}
+
 fn manifest() -> impl Strategy<Value = String> {
     // One manifest in three is hostile throughout (garbage, values beyond 2^60 on our pods);
     // the others only where Basalt must cope (foreign pods' fields, huge but valid values).
@@ -281,8 +352,21 @@ fn manifest() -> impl Strategy<Value = String> {
             (0..3).map(|i| group(i, hostile)).collect::<Vec<_>>(),
             (0..3).map(|i| queue(i, hostile)).collect::<Vec<_>>(),
             any::<i32>(),
+            dra(nodes, pods, hostile),
+            prop::collection::vec(any::<bool>(), pods..=pods),
         )
-            .prop_map(|(nodes, pods, groups, queues, priority)| {
+            .prop_map(|(nodes, pods, groups, queues, priority, dra, claiming)| {
+                // Some pods name their claim (a pod document ends with its status line).
+                let pods: Vec<String> = (pods.into_iter().zip(claiming).enumerate())
+                    .map(|(i, (p, claims))| match claims {
+                        true => p.replacen(
+                            "  containers: [",
+                            &format!("  resourceClaims: [{{name: r, resourceClaimName: c{i}}}]\n  containers: ["),
+                            1,
+                        ),
+                        false => p,
+                    })
+                    .collect();
                 let class = format!(
                     "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: high}}\nvalue: {priority}\n"
                 );
@@ -291,6 +375,7 @@ fn manifest() -> impl Strategy<Value = String> {
                 docs.extend(pods);
                 docs.extend(groups);
                 docs.extend(queues);
+                docs.extend(dra);
                 docs.join("---\n")
             })
     })
@@ -398,6 +483,28 @@ fn check_plan(snapshot: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
                 b.node
             );
             gpus_used[n] |= 1 << g;
+        }
+    }
+    // No DRA device goes to two claims, nor to one allocated before; each claim's pod is bound
+    // to the claim's node.
+    let mut taken: std::collections::HashSet<(String, String, String)> = (snapshot.dra.allocated)
+        .iter()
+        .map(|d| {
+            let d = &snapshot.dra.devices[d as usize];
+            (d.driver.to_string(), d.pool.to_string(), d.name.to_string())
+        })
+        .collect();
+    for c in &plan.claim_allocations {
+        let bound = plan.bindings.iter().find(|b| b.pod == c.pod);
+        prop_assert_eq!(bound.map(|b| b.node.as_str()), Some(c.node.as_str()));
+        for r in &c.results {
+            let key = (r.driver.clone(), r.pool.clone(), r.device.clone());
+            prop_assert!(
+                r.admin_access || taken.insert(key),
+                "{}: device {} twice",
+                c.claim,
+                r.device
+            );
         }
     }
     Ok(())
