@@ -312,7 +312,7 @@ fn dra(nodes: usize, pods: usize, hostile: bool) -> impl Strategy<Value = Vec<St
         prop::collection::vec(slice, nodes..=nodes),
         prop::collection::vec(claim, pods..=pods),
     )
-        .prop_map(move |(selector, slices, claims)| {
+        .prop_map(|(selector, slices, claims)| {
             let mut docs = vec![format!(
                 "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: gpu.example.com}}\nspec: {{selectors: [{{cel: {{expression: \"{selector}\"}}}}]}}\n"
             )];
@@ -336,7 +336,6 @@ fn dra(nodes: usize, pods: usize, hostile: bool) -> impl Strategy<Value = Vec<St
                     "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: c{i}, namespace: ns}}\nspec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: {class}, allocationMode: {mode}, count: {count}}}}}]{constraint}}}}}\n"
                 ));
             }
-            let _ = hostile;
             docs
         })
 }
