@@ -77,7 +77,9 @@ impl Session<'_> {
         able: Vec<NodeId>,
         placed: NodeId,
     ) {
-        if self.pods.local_to_node(self.snapshot, task) {
+        // A member's DRA claims may take devices other nodes reach too (`allNodes` slices, a
+        // shared claim now allocated), so the other nodes need not take the next one alike.
+        if self.pods.local_to_node(self.snapshot, task) && self.claim_need(task).is_none() {
             self.able = Some(AbleNodes {
                 key: self.able_key(task, d, access, island),
                 epoch: self.able_epoch(),
