@@ -1,0 +1,124 @@
+//! The device search on hand-worked cases.
+
+use super::*;
+
+/// One node reaching `n` devices, device `k` with attribute `x/v` = `values[k]`.
+fn table(values: &[i64], sets: Vec<Vec<u32>>) -> DraTable {
+    let devices = (values.iter().enumerate())
+        .map(|(k, v)| DraDevice {
+            driver: Arc::from("d"),
+            pool: Arc::from("p"),
+            name: Arc::from(format!("dev-{k}").as_str()),
+            reach: Reach::Node("n".into()),
+            attributes: [("x/v".to_string(), AttrValue::Int(*v))].into(),
+        })
+        .collect();
+    let spec = DraSpec {
+        devices,
+        eligible: sets.into_iter().map(|s| s.into_iter().collect()).collect(),
+        allocated: DeviceSet::default(),
+    };
+    DraTable::new(spec, &["n"])
+}
+
+fn alt(name: &str, eligible: u32, count: Count) -> Alternative {
+    Alternative {
+        name: name.into(),
+        eligible,
+        count,
+        admin_access: false,
+    }
+}
+
+fn one(requests: Vec<RequestAsk>, constraints: Vec<ConstraintAsk>) -> ClaimNeed {
+    ClaimNeed {
+        claims: vec![ClaimAsk {
+            label: "c".into(),
+            shared: None,
+            state: ClaimState::Pending {
+                requests,
+                constraints,
+            },
+        }],
+    }
+}
+
+fn devices(t: &DraTable, need: &ClaimNeed) -> Result<Vec<(String, u32)>, NoFit> {
+    let picks = search(t, need, 0, &|_| true, &|_| None)?;
+    let pick = picks.into_iter().next().flatten().unwrap();
+    Ok(pick.results.into_iter().map(|(r, d, _)| (r, d)).collect())
+}
+
+#[test]
+fn a_request_backs_off_a_device_a_later_one_needs() {
+    // `a` may take 0 or 1, `b` only 0: the first solution gives `a` device 1.
+    let t = table(&[0, 0], vec![vec![0, 1], vec![0]]);
+    let need = one(
+        vec![
+            RequestAsk {
+                name: "a".into(),
+                alternatives: vec![alt("a", 0, Count::Exactly(1))],
+            },
+            RequestAsk {
+                name: "b".into(),
+                alternatives: vec![alt("b", 1, Count::Exactly(1))],
+            },
+        ],
+        vec![],
+    );
+    assert_eq!(
+        devices(&t, &need).unwrap(),
+        [("a".to_string(), 1), ("b".to_string(), 0)]
+    );
+}
+
+#[test]
+fn alternatives_are_tried_in_order_and_constraints_can_name_one() {
+    // `big` (2 devices with one value) is impossible: values 0, 1, 2; `small` takes one.
+    let t = table(&[0, 1, 2], vec![vec![0, 1, 2]]);
+    let request = RequestAsk {
+        name: "r".into(),
+        alternatives: vec![
+            alt("r/big", 0, Count::Exactly(2)),
+            alt("r/small", 0, Count::Exactly(1)),
+        ],
+    };
+    let same = |requests: Vec<String>| ConstraintAsk {
+        requests,
+        attribute: "x/v".into(),
+        distinct: false,
+    };
+    let need = one(vec![request.clone()], vec![same(vec!["r/big".into()])]);
+    assert_eq!(devices(&t, &need).unwrap(), [("r/small".to_string(), 0)]);
+    // A constraint on `r` covers its alternatives too.
+    let need = one(vec![request.clone()], vec![same(vec!["r".into()])]);
+    assert_eq!(devices(&t, &need).unwrap(), [("r/small".to_string(), 0)]);
+    // Without the constraint the first alternative wins.
+    let need = one(vec![request], vec![]);
+    assert_eq!(
+        devices(&t, &need).unwrap(),
+        [("r/big".to_string(), 0), ("r/big".to_string(), 1)]
+    );
+}
+
+#[test]
+fn all_takes_every_matching_device_only_when_none_is_in_use() {
+    let t = table(&[0, 0, 0], vec![vec![0, 2]]);
+    let need = one(
+        vec![RequestAsk {
+            name: "r".into(),
+            alternatives: vec![alt("r", 0, Count::All)],
+        }],
+        vec![],
+    );
+    assert_eq!(
+        devices(&t, &need).unwrap(),
+        [("r".to_string(), 0), ("r".to_string(), 2)]
+    );
+    let busy = search(&t, &need, 0, &|d| d != 2, &|_| None);
+    assert_eq!(busy, Err(NoFit::Devices("c".into())));
+    // No matching device at all: nothing to take, no fit.
+    let none = table(&[0], vec![vec![]]);
+    assert!(search(&none, &need, 0, &|_| true, &|_| None).is_err());
+    assert!(none.could_fit(&need, 0, "n").is_err());
+}
