@@ -259,21 +259,7 @@ impl Context {
                     &options.device_resources,
                     warnings,
                 )?;
-                // Its own DRA devices, per driver, as allocatable (see `dra.rs`).
-                for (driver, n) in self.dra.node_counts(&spec.name).into_iter().flatten() {
-                    spec.allocatable.entry(driver.clone()).or_insert(*n);
-                }
-                // A tier may name a DRA device attribute (an NVLink clique, a ComputeDomain):
-                // a node whose own devices agree on it is in that domain, unless it is
-                // labelled itself.
-                for tier in &options.tiers {
-                    if spec.labels.contains_key(&tier.node_label) {
-                        continue;
-                    }
-                    if let Some(v) = self.dra.node_attribute(&spec.name, &tier.node_label) {
-                        spec.labels.insert(tier.node_label.clone(), v.to_string());
-                    }
-                }
+                self.dra.add_to_node(&mut spec, &options.tiers);
                 Converted::Node(spec)
             }
             Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),

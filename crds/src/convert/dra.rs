@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use basalt_cel::{AttributeValue, Quantity, SelectorCache};
 use basalt_engine::dra::{AttrValue, DeviceSet, DraDevice, DraSpec, Reach};
-use basalt_engine::NodeSelectorTerm;
+use basalt_engine::{NodeSelectorTerm, NodeSpec};
+use basalt_topology::TierSpec;
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaint, ResourceClaim, ResourceSlice};
 
@@ -282,17 +283,29 @@ impl Dra {
         dra
     }
 
-    /// The node's own devices per driver (`gpu.nvidia.com: 8`): added to its allocatable, so
-    /// that a pod's devices count on its node, its queue (capability, fair share) and in
-    /// admission like any resource, by driver name. The device search stays the exact check;
-    /// these counts only let quotas see DRA devices.
-    pub(crate) fn node_counts(&self, node: &str) -> Option<&BTreeMap<String, i64>> {
-        self.counts.get(node)
-    }
-
-    /// The value every device of the node gives attribute `name` (qualified), when they agree.
-    pub(crate) fn node_attribute(&self, node: &str, name: &str) -> Option<&str> {
-        self.uniform.get(node)?.get(name)?.as_deref()
+    /// What a node's own devices (`nodeName` slices) add to it:
+    /// - per driver, their number as allocatable (`gpu.nvidia.com: 8`), so that a pod's devices
+    ///   count on its node, its queue (capability, fair share) and in admission like any
+    ///   resource, by driver name; the device search stays the exact check, these counts only
+    ///   let quotas see DRA devices;
+    /// - for a tier naming a device attribute (an NVLink clique, a ComputeDomain), the value
+    ///   they all agree on as the node's label, so the node is in that domain (a label the
+    ///   node carries itself wins).
+    pub(crate) fn add_to_node(&self, spec: &mut NodeSpec, tiers: &[TierSpec]) {
+        for (driver, n) in self.counts.get(&spec.name).into_iter().flatten() {
+            spec.allocatable.entry(driver.clone()).or_insert(*n);
+        }
+        let Some(agreed) = self.uniform.get(&spec.name) else {
+            return;
+        };
+        for tier in tiers {
+            if let (false, Some(Some(v))) = (
+                spec.labels.contains_key(&tier.node_label),
+                agreed.get(&tier.node_label),
+            ) {
+                spec.labels.insert(tier.node_label.clone(), v.clone());
+            }
+        }
     }
 
     /// The engine's view, with every matching set made while converting pods.

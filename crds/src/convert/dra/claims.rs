@@ -296,21 +296,6 @@ impl Dra {
         tolerations: &[DeviceToleration],
     ) -> Result<u32, String> {
         let mut m = lock(&self.matching);
-        // Named as kube-scheduler names them, with the start of the expression.
-        let describe = |i: usize| {
-            let e = &expressions[i];
-            let short: String = e.chars().take(64).collect();
-            let short = if short.len() < e.len() {
-                short + "…"
-            } else {
-                short
-            };
-            match i.checked_sub(of_class) {
-                None => format!("class {class} selector #{i} ({short})"),
-                Some(j) => format!("selector #{j} ({short})"),
-            }
-        };
-        let names: Vec<String> = (0..expressions.len()).map(describe).collect();
         let tolerations_key = (tolerations.iter())
             .map(|t| format!("{:?}", (&t.key, &t.operator, &t.value, &t.effect)))
             .collect();
@@ -318,10 +303,12 @@ impl Dra {
         if let Some(id) = m.ids.get(&key) {
             return id.clone();
         }
+        // Named only for a message.
+        let name = |i: usize| selector_name(class, of_class, &key.1, i);
         let result = (|| {
             let mut selectors = Vec::new();
-            for (e, name) in key.1.iter().zip(&names) {
-                selectors.push(m.cel.get(e).map_err(|err| format!("{name}: {err}"))?);
+            for (i, e) in key.1.iter().enumerate() {
+                selectors.push(m.cel.get(e).map_err(|err| format!("{}: {err}", name(i)))?);
             }
             let mut set = DeviceSet::default();
             for (d, v) in self.views.iter().enumerate() {
@@ -334,11 +321,14 @@ impl Dra {
                     capacity: &v.capacity,
                 };
                 let mut all = true;
-                for (s, name) in selectors.iter().zip(&names) {
+                for (i, s) in selectors.iter().enumerate() {
                     let ok = s.matches(&view).map_err(|err| {
                         format!(
-                            "{name} on device {}/{}/{}: {err}",
-                            self.devices[d].driver, self.devices[d].pool, self.devices[d].name
+                            "{} on device {}/{}/{}: {err}",
+                            name(i),
+                            self.devices[d].driver,
+                            self.devices[d].pool,
+                            self.devices[d].name
                         )
                     })?;
                     if !ok {
@@ -366,6 +356,20 @@ impl Dra {
         })();
         m.ids.insert(key, result.clone());
         result
+    }
+}
+
+/// Selector `i` of `expressions` (the class's first) named as kube-scheduler names them, with
+/// the start of the expression.
+fn selector_name(class: &str, of_class: usize, expressions: &[String], i: usize) -> String {
+    let e = &expressions[i];
+    let mut short: String = e.chars().take(64).collect();
+    if short.len() < e.len() {
+        short.push('…');
+    }
+    match i.checked_sub(of_class) {
+        None => format!("class {class} selector #{i} ({short})"),
+        Some(j) => format!("selector #{j} ({short})"),
     }
 }
 
