@@ -313,12 +313,12 @@ impl NoFit {
 /// The devices for a pod's pending claims on one node, claim by claim (`None` for a claim
 /// allocated already, or by another pod this cycle: `taken` gives those devices, which the
 /// node must reach). `free` says whether a device is unused.
-pub fn search(
+pub fn search<'t>(
     table: &DraTable,
     need: &ClaimNeed,
     node: usize,
     free: &dyn Fn(u32) -> bool,
-    taken: &dyn Fn(&str) -> Option<Vec<u32>>,
+    taken: &dyn Fn(&str) -> Option<&'t [u32]>,
 ) -> Result<Vec<Option<ClaimPick>>, NoFit> {
     let reach = table.reach.get(node).map_or(&[][..], Vec::as_slice);
     let mut out = Vec::with_capacity(need.claims.len());

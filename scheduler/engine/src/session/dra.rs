@@ -68,7 +68,7 @@ impl<'a> Session<'a> {
             need,
             node.index(),
             &|d| !used.contains(d),
-            &|key| shared.get(key).map(|(devices, _)| devices.clone()),
+            &|key| shared.get(key).map(|(devices, _)| devices.as_slice()),
         )
     }
 
