@@ -20,66 +20,47 @@ pub(crate) static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Q
 pub(crate) static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
 static DEVICE_TYPE: Type = Type::new_unspecified_type("kubernetes.DRADevice");
 
+/// A CEL value wrapping a Kubernetes scalar (its type, equality by the wrapped value).
+macro_rules! scalar_val {
+    ($name:ident, $ty:ident) => {
+        impl Val for $name {
+            fn get_type(&self) -> &Type {
+                &$ty
+            }
+
+            fn cel_type() -> &'static Type {
+                &$ty
+            }
+
+            fn equals(&self, other: &dyn Val) -> bool {
+                other.downcast_ref::<$name>().is_some_and(|o| o.0 == self.0)
+            }
+
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+                Box::new(self.clone())
+            }
+
+            fn as_any(&self) -> Option<&dyn Any> {
+                Some(self)
+            }
+        }
+
+        impl StaticVal for $name {}
+    };
+}
+
 /// A [`Quantity`] as a CEL value. Equality is numeric; there is no `<`, as in Kubernetes, where
 /// quantities compare with `compareTo`, `isLessThan` and `isGreaterThan`.
 #[derive(Clone, Debug)]
 pub(crate) struct QuantityVal(pub(crate) Quantity);
 
-impl Val for QuantityVal {
-    fn get_type(&self) -> &Type {
-        &QUANTITY_TYPE
-    }
-
-    fn cel_type() -> &'static Type {
-        &QUANTITY_TYPE
-    }
-
-    fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<QuantityVal>()
-            .is_some_and(|o| o.0 == self.0)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-}
-
-impl StaticVal for QuantityVal {}
+scalar_val!(QuantityVal, QUANTITY_TYPE);
 
 /// A [`Semver`] as a CEL value; equality ignores build metadata.
 #[derive(Clone, Debug)]
 pub(crate) struct SemverVal(pub(crate) Semver);
 
-impl Val for SemverVal {
-    fn get_type(&self) -> &Type {
-        &SEMVER_TYPE
-    }
-
-    fn cel_type() -> &'static Type {
-        &SEMVER_TYPE
-    }
-
-    fn equals(&self, other: &dyn Val) -> bool {
-        other
-            .downcast_ref::<SemverVal>()
-            .is_some_and(|o| o.0 == self.0)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-}
-
-impl StaticVal for SemverVal {}
+scalar_val!(SemverVal, SEMVER_TYPE);
 
 /// What a device map holds: attributes or capacities, turned into CEL values on access.
 pub(crate) trait Entry: Debug + Send + Sync + 'static {
