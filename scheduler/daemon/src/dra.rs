@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client};
+use kube::Client;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::optional_api::{Kinds, Optional};
-use crate::stores::{reflect_task, OnNotFound};
+use crate::optional_api::{watch, Kinds, Optional};
+use crate::stores::OnNotFound;
 
 /// `resource.k8s.io/v1`.
 pub const API_VERSION: &str = "resource.k8s.io/v1";
@@ -100,31 +100,6 @@ impl Kinds for DraStores {
             let _ = s.wait_until_ready().await;
         }
     }
-}
-
-/// A watch of one kind when served.
-fn watch<K>(
-    client: &Client,
-    served: bool,
-    what: &'static str,
-    changed: &Arc<Notify>,
-    on_404: &OnNotFound,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Option<Store<K>>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-    K: Send + Sync + 'static,
-{
-    served.then(|| {
-        let (store, task) = reflect_task(
-            Api::all(client.clone()),
-            what,
-            changed,
-            Some(on_404.clone()),
-        );
-        tasks.push(task);
-        store
-    })
 }
 
 /// DRA's kinds, watched while served.

@@ -13,7 +13,7 @@ use kube::Client;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::stores::OnNotFound;
+use crate::stores::{reflect_task, OnNotFound};
 
 /// One optional API group version, whose kinds are watched while the cluster serves
 /// them.
@@ -194,4 +194,30 @@ impl<K: Kinds> Optional<K> {
         }
         Watched { kinds, tasks }
     }
+}
+
+/// A watch of one kind of an optional group, when the cluster serves it (its task joins
+/// `tasks`, so the group's watches stop together).
+pub fn watch<K>(
+    client: &Client,
+    served: bool,
+    what: &'static str,
+    changed: &Arc<Notify>,
+    on_404: &OnNotFound,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Option<kube::runtime::reflector::Store<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K: Send + Sync + 'static,
+{
+    served.then(|| {
+        let (store, task) = reflect_task(
+            kube::Api::all(client.clone()),
+            what,
+            changed,
+            Some(on_404.clone()),
+        );
+        tasks.push(task);
+        store
+    })
 }

@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::optional_api::{Kinds, Optional};
+use crate::optional_api::{watch, Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
 
 /// `scheduling.volcano.sh/v1beta1`.
@@ -266,26 +266,10 @@ impl Kinds for VolcanoStores {
         on_404: OnNotFound,
     ) -> (Self, Vec<JoinHandle<()>>) {
         let mut tasks = Vec::new();
-        let pod_groups = served[0].then(|| {
-            let (store, task) = reflect_task(
-                kube::Api::<VolcanoPodGroup>::all(client.clone()),
-                "podgroups.scheduling.volcano.sh",
-                changed,
-                Some(on_404.clone()),
-            );
-            tasks.push(task);
-            store
-        });
-        let queues = served[1].then(|| {
-            let (store, task) = reflect_task(
-                kube::Api::<VolcanoQueue>::all(client.clone()),
-                "queues.scheduling.volcano.sh",
-                changed,
-                Some(on_404),
-            );
-            tasks.push(task);
-            store
-        });
+        let what = "podgroups.scheduling.volcano.sh";
+        let pod_groups = watch(client, served[0], what, changed, &on_404, &mut tasks);
+        let what = "queues.scheduling.volcano.sh";
+        let queues = watch(client, served[1], what, changed, &on_404, &mut tasks);
         (VolcanoStores { pod_groups, queues }, tasks)
     }
 
