@@ -3,17 +3,7 @@
 
 mod common;
 
-use common::{close, load, run, run_with, tmp};
-
-/// One 8-GPU node. A (queue a, 8 GPUs, 100 s) arrives at 0; B (queue b, 4 GPUs, 50 s) at 10;
-/// C (queue b, 4 GPUs, 30 s) at 20. A runs 0–100; B and C wait for it (overcommit room is
-/// ⌊8 × 1.2⌋ − 8 = 1 GPU < 4) and both start at 100; C ends at 130, B at 150.
-const THREE_JOBS: &str = "\
-job,queue,submit_s,duration_s,pods,cpu,memory,gpus
-A,a,0,100,1,1,1Gi,8
-B,b,10,50,1,1,1Gi,4
-C,b,20,30,1,1,1Gi,4
-";
+use common::{close, load, run, run_with, tmp, THREE_JOBS};
 
 #[test]
 fn hand_computed_jct_queueing_allocation_fairness() {

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::AtomicBool;
 
 use basalt_sim::replay::{self, metrics::Summary, sim::Outcome};
-use common::{close, load, run, run_with, tmp};
+use common::{close, load, run, run_with, tmp, THREE_JOBS};
 
 /// GPU-hours held by placed pods over the run: the time integral of GPUs allocated.
 fn gpu_hours_held(o: &Outcome) -> f64 {
@@ -39,18 +39,21 @@ fn with_dra(args: &[&str]) -> replay::Loaded {
     load(&all)
 }
 
+/// A synthetic trace of 150 jobs on 8 nodes at 1.5 times their capacity.
+const SYNTHETIC: [&str; 8] = [
+    "--synthetic-jobs",
+    "150",
+    "--nodes",
+    "8",
+    "--nodes-per-rack",
+    "4",
+    "--synthetic-load",
+    "1.5",
+];
+
 #[test]
 fn a_trace_replayed_with_device_plugin_gpus_and_with_dra_devices() {
-    let args = [
-        "--synthetic-jobs",
-        "150",
-        "--nodes",
-        "8",
-        "--nodes-per-rack",
-        "4",
-        "--synthetic-load",
-        "1.5",
-    ];
+    let args = SYNTHETIC;
     let plugin = load(&args);
     let dra = with_dra(&args);
     let (po, ps) = run(&plugin);
@@ -89,16 +92,7 @@ fn a_trace_replayed_with_device_plugin_gpus_and_with_dra_devices() {
 fn the_dra_run_folds_and_keeps_specs_exactly() {
     // Folded pods hold their devices through `DraSpec::allocated`; the kept specs get the DRA
     // table attached. Both give what the whole cluster rebuilt every cycle gives.
-    let args = [
-        "--synthetic-jobs",
-        "150",
-        "--nodes",
-        "8",
-        "--nodes-per-rack",
-        "4",
-        "--synthetic-load",
-        "1.5",
-    ];
+    let args = SYNTHETIC;
     let no_evict = basalt_plugins::Config {
         actions: vec![
             basalt_plugins::config::ActionName::Enqueue,
@@ -121,15 +115,6 @@ fn the_dra_run_folds_and_keeps_specs_exactly() {
         assert_eq!(fast.finished, 150);
     }
 }
-
-/// One 8-GPU node: A (8 GPUs) runs 0–100, B and C (4 each) wait for it, start at 100; C ends
-/// at 130, B at 150 (`tests/replay.rs` works it out). Claims change nothing of it.
-const THREE_JOBS: &str = "\
-job,queue,submit_s,duration_s,pods,cpu,memory,gpus
-A,a,0,100,1,1,1Gi,8
-B,b,10,50,1,1,1Gi,4
-C,b,20,30,1,1,1Gi,4
-";
 
 #[test]
 fn a_hand_worked_trace_runs_alike_both_ways() {

@@ -2,9 +2,6 @@
 //! (kube-rs raw and `Discovery`), a server without it (`Config::serve_dra = false`), pods'
 //! `status.resourceClaimStatuses` across status writes, and kubectl on the DRA kinds.
 
-use std::path::Path;
-use std::process::Command;
-
 use basalt_apiserver::{ApiServer, Config};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -15,7 +12,7 @@ use kube::discovery::{Discovery, Scope};
 use serde_json::{json, Value};
 
 mod common;
-use common::{start, status_of, typed};
+use common::{kubectl, kubectl_installed, start, status_of, typed};
 
 #[tokio::test]
 async fn pod_status_writes_keep_resource_claim_statuses() {
@@ -184,22 +181,6 @@ async fn discovery_serves_the_group_unless_dra_is_off() {
         .is_err());
 }
 
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 const DRA_OBJECTS: &str = r#"
 apiVersion: resource.k8s.io/v1
 kind: DeviceClass
@@ -242,11 +223,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_and_gets_the_dra_kinds() {
-    if Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_err()
-    {
+    if !kubectl_installed() {
         eprintln!("skipped: kubectl is not installed");
         return;
     }

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use basalt_apiserver::{
-    ApiServer, Config, FaultRule, Faults, Handle, Verb, REFUSE_EVICTION_ANNOTATION,
-};
+use basalt_apiserver::{Config, FaultRule, Faults, Handle, Verb, REFUSE_EVICTION_ANNOTATION};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -17,19 +15,8 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
-async fn start(config: Config) -> (Handle, Client) {
-    let server = ApiServer::start(config).await.expect("server starts");
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).expect("kubeconfig parses");
-    let mut cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kube config");
-    // kube 5 retries 429, 503 and 504 by default (up to 15 times, backing off to minutes);
-    // these tests look at each answer, as a scheduler handling evictions and faults must.
-    cfg.default_retry = false;
-    let client = Client::try_from(cfg).expect("client");
-    (server, client)
-}
+mod common;
+use common::start;
 
 fn pod(name: &str, labels: Value) -> Pod {
     serde_json::from_value(json!({

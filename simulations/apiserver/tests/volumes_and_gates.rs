@@ -1,9 +1,6 @@
 //! Claims, volumes and storage classes are served as a real API server serves them (kube-rs
 //! typed clients and kubectl), and scheduling gates may only be removed from an existing pod.
 
-use std::path::Path;
-use std::process::Command;
-
 use basalt_apiserver::{ApiServer, Config, Handle, PatchKind};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -12,7 +9,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
 mod common;
-use common::{status_of, typed};
+use common::{kubectl, kubectl_installed, status_of, typed};
 
 async fn start() -> (Handle, Client) {
     common::start(Config::default()).await
@@ -222,22 +219,6 @@ async fn scheduling_gates_may_only_be_removed_from_an_existing_pod() {
     );
 }
 
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(args)
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 const STORAGE: &str = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -265,11 +246,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_and_gets_claims_volumes_and_classes_by_their_short_names() {
-    if Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_err()
-    {
+    if !kubectl_installed() {
         eprintln!("skipped: kubectl is not installed");
         return;
     }
@@ -283,7 +260,6 @@ async fn kubectl_creates_and_gets_claims_volumes_and_classes_by_their_short_name
     let file = file.to_str().unwrap().to_string();
     let created = tokio::task::spawn_blocking(move || kubectl(&kc2, &["create", "-f", &file]))
         .await
-        .unwrap()
         .unwrap();
     for line in [
         "storageclass.storage.k8s.io/wfc created",
@@ -292,11 +268,10 @@ async fn kubectl_creates_and_gets_claims_volumes_and_classes_by_their_short_name
     ] {
         assert!(created.contains(line), "{created}");
     }
-    let listed = tokio::task::spawn_blocking(move || {
-        kubectl(&kc, &["get", "sc,pv,pvc", "-o", "json"]).unwrap()
-    })
-    .await
-    .unwrap();
+    let listed =
+        tokio::task::spawn_blocking(move || kubectl(&kc, &["get", "sc,pv,pvc", "-o", "json"]))
+            .await
+            .unwrap();
     let listed: Value = serde_json::from_str(&listed).unwrap();
     let kinds: Vec<&str> = listed["items"]
         .as_array()
