@@ -337,19 +337,9 @@ fn term(t: &k8s_openapi::api::core::v1::NodeSelectorTerm) -> Option<NodeSelector
     let reqs = |r: Option<&Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>| {
         (r.into_iter().flatten())
             .map(|r| {
-                use basalt_engine::SelectorOperator as Op;
-                let operator = match r.operator.as_str() {
-                    "In" => Op::In,
-                    "NotIn" => Op::NotIn,
-                    "Exists" => Op::Exists,
-                    "DoesNotExist" => Op::DoesNotExist,
-                    "Gt" => Op::Gt,
-                    "Lt" => Op::Lt,
-                    _ => return None,
-                };
                 Some(basalt_engine::SelectorRequirement {
                     key: r.key.clone(),
-                    operator,
+                    operator: super::pod::node_operator(&r.operator)?,
                     values: r.values.clone().unwrap_or_default(),
                 })
             })

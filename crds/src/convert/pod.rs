@@ -537,6 +537,19 @@ fn placement_rules(
     })
 }
 
+/// A node selector requirement's operator.
+pub(super) fn node_operator(op: &str) -> Option<SelectorOperator> {
+    Some(match op {
+        "In" => SelectorOperator::In,
+        "NotIn" => SelectorOperator::NotIn,
+        "Exists" => SelectorOperator::Exists,
+        "DoesNotExist" => SelectorOperator::DoesNotExist,
+        "Gt" => SelectorOperator::Gt,
+        "Lt" => SelectorOperator::Lt,
+        _ => return None,
+    })
+}
+
 pub(super) fn requirements(
     cx: &Cx,
     field: &str,
@@ -544,20 +557,12 @@ pub(super) fn requirements(
 ) -> Result<Vec<SelectorRequirement>, ConvertError> {
     let mut out = Vec::new();
     for (i, r) in reqs.unwrap_or_default().iter().enumerate() {
-        let operator = match r.operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            "Gt" => SelectorOperator::Gt,
-            "Lt" => SelectorOperator::Lt,
-            other => {
-                return Err(cx.err(
-                    format!("{field}[{i}].operator"),
-                    format!("unknown operator {other:?}"),
-                ))
-            }
-        };
+        let operator = node_operator(&r.operator).ok_or_else(|| {
+            cx.err(
+                format!("{field}[{i}].operator"),
+                format!("unknown operator {:?}", r.operator),
+            )
+        })?;
         out.push(SelectorRequirement {
             key: r.key.clone(),
             operator,
