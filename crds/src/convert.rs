@@ -33,7 +33,7 @@ mod nodes;
 mod owners;
 mod pod;
 mod unsupported;
-mod volumes;
+pub(crate) mod volumes;
 
 pub use devices::{
     GPU_MEMORY_LABEL, GPU_REPLICAS_LABEL, HAMI_DEVICES_ALLOCATED, HAMI_DEVICE_CORDON,
@@ -180,6 +180,7 @@ pub(crate) struct Context {
 }
 
 /// One object's part of a [`ClusterSpec`].
+#[derive(Clone)]
 pub(crate) enum Converted {
     Node(NodeSpec),
     Pod(Box<PodSpec>),

@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod crdgen;
+pub mod incremental;
 pub mod limits;
 pub mod quantity;
 pub mod read;
@@ -24,6 +25,7 @@ pub use convert::{
     build_snapshot, build_snapshot_with_warnings, cluster_spec, cluster_spec_with_warnings,
     ConvertError, ConvertOptions,
 };
+pub use incremental::IncrementalSnapshot;
 pub use quantity::QuantityError;
 pub use read::{read_objects, Loaded, Object, ReadError};
 pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};

@@ -15,7 +15,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use basalt_engine::{ClusterSpec, PodPhase, Snapshot, DEFAULT_QUEUE};
+use basalt_engine::{
+    ClusterSpec, GroupSpec, PodPhase, PodSpec, QueueSpec, Snapshot, DEFAULT_QUEUE,
+};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::convert::{locate, Context, ConvertError, ConvertOptions};
@@ -84,37 +86,18 @@ pub fn build_snapshot_tolerant(
 
 /// The context of every conversion, leaving out each PriorityClass, NodeTopology or HyperNode
 /// that cannot be read (these are few, so trying again without one is cheap).
-fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Context, Vec<String>) {
+pub(crate) fn context(
+    objects: &[(String, Object)],
+    errors: &mut Vec<ConvertError>,
+) -> (Context, Vec<String>) {
     let mut warnings = Vec::new();
     let first = match Context::collect(objects, &mut warnings) {
         Ok(c) => return (c, warnings),
         Err(e) => e,
     };
     // Only what informs the context: other kinds are left out of the retries.
-    let mut informers: Vec<(String, Object)> = objects
-        .iter()
-        .filter(|(_, o)| {
-            matches!(
-                o,
-                Object::PriorityClass(_)
-                    | Object::NodeTopology(_)
-                    | Object::HyperNode(_)
-                    | Object::Node(_)
-                    // Pods' volumes: the claims, volumes and classes, and the pods using
-                    // each claim.
-                    | Object::PersistentVolumeClaim(_)
-                    | Object::PersistentVolume(_)
-                    | Object::StorageClass(_)
-                    | Object::Pod(_)
-                    // Pods' claims: classes, the devices slices publish, and the claims.
-                    | Object::DeviceClass(_)
-                    | Object::ResourceSlice(_)
-                    | Object::ResourceClaim(_)
-                    | Object::ResourceClaimTemplate(_)
-                    // Pods' owners: the gangs their specs state.
-                    | Object::Workload(_)
-            )
-        })
+    let mut informers: Vec<(String, Object)> = (objects.iter())
+        .filter(|(_, o)| informs_context(o))
         .cloned()
         .collect();
     let mut next = Some(first);
@@ -138,8 +121,34 @@ fn context(objects: &[(String, Object)], errors: &mut Vec<ConvertError>) -> (Con
     (context, warnings)
 }
 
+/// The kinds the context of a conversion is read from (see [`Context::collect`]).
+pub(crate) fn informs_context(o: &Object) -> bool {
+    matches!(
+        o,
+        Object::PriorityClass(_)
+            | Object::NodeTopology(_)
+            | Object::HyperNode(_)
+            // Their names and labels: HyperNodes' members, DRA slices' node selectors.
+            | Object::Node(_)
+            // Their labels name queues.
+            | Object::Namespace(_)
+            // Pods' volumes: the claims, volumes and classes, and the pods using each claim.
+            | Object::PersistentVolumeClaim(_)
+            | Object::PersistentVolume(_)
+            | Object::StorageClass(_)
+            | Object::Pod(_)
+            // Pods' claims: classes, the devices slices publish, and the claims.
+            | Object::DeviceClass(_)
+            | Object::ResourceSlice(_)
+            | Object::ResourceClaim(_)
+            | Object::ResourceClaimTemplate(_)
+            // Pods' owners: the gangs their specs state.
+            | Object::Workload(_)
+    )
+}
+
 /// Errors made here name their object's source, as conversion errors do.
-fn name_origins(objects: &[(String, Object)], errors: &mut [ConvertError]) {
+pub(crate) fn name_origins(objects: &[(String, Object)], errors: &mut [ConvertError]) {
     if errors.iter().all(|e| e.origin.is_some()) {
         return;
     }
@@ -259,18 +268,59 @@ impl Round {
     /// Leaves out PodGroups whose queue is missing or not a leaf, and pods whose PodGroup is
     /// missing (kept as another scheduler's when bound) or that are bound to a missing node.
     fn check_references(&mut self, spec: &mut ClusterSpec) {
-        let queues: HashSet<&str> = spec.queues.iter().map(|q| q.name.as_str()).collect();
-        let parents: HashSet<&str> = spec
-            .queues
-            .iter()
-            .filter_map(|q| q.parent.as_deref())
-            .collect();
-        let bad_groups = &mut self.bad_groups;
-        let errors = &mut self.errors;
-        spec.groups.retain(|g| {
+        let (keep_groups, fates) = judge_references(
+            &spec.queues.iter().collect::<Vec<_>>(),
+            &spec.groups.iter().collect::<Vec<_>>(),
+            &spec.nodes.iter().map(|n| n.name.as_str()).collect(),
+            &spec.pods.iter().collect::<Vec<_>>(),
+            &mut self.bad_groups,
+            &mut self.errors,
+        );
+        let mut keep_groups = keep_groups.into_iter();
+        spec.groups.retain(|_| keep_groups.next() == Some(true));
+        let mut fates = fates.into_iter();
+        spec.pods.retain_mut(|p| match fates.next() {
+            Some(Fate::Keep) => true,
+            Some(Fate::Foreign) => {
+                p.ours = false;
+                p.group = None;
+                true
+            }
+            Some(Fate::Drop) | None => false,
+        });
+    }
+}
+
+/// What the reference check decides for a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Fate {
+    Keep,
+    /// Left out.
+    Drop,
+    /// Kept as another scheduler's pod (`ours` false, no group): it is bound and its PodGroup
+    /// is missing or bad, so its request stays on its node.
+    Foreign,
+}
+
+/// The reference checks over borrowed specs: whether each PodGroup stays (its queue exists and
+/// is a leaf) and each pod's [`Fate`] (its PodGroup exists among those that stay, a live pod's
+/// node exists). Each failure is an error; PodGroups left out join `bad_groups`.
+pub(crate) fn judge_references(
+    queues: &[&QueueSpec],
+    groups: &[&GroupSpec],
+    nodes: &HashSet<&str>,
+    pods: &[&PodSpec],
+    bad_groups: &mut HashSet<String>,
+    errors: &mut Vec<ConvertError>,
+) -> (Vec<bool>, Vec<Fate>) {
+    type Set<T> = HashSet<T, foldhash::fast::RandomState>;
+    let queue_names: Set<&str> = queues.iter().map(|q| q.name.as_str()).collect();
+    let parents: Set<&str> = queues.iter().filter_map(|q| q.parent.as_deref()).collect();
+    let keep_groups: Vec<bool> = (groups.iter())
+        .map(|g| {
             let queue = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
             // The engine adds `default` when it is not declared.
-            let exists = queues.contains(queue) || queue == DEFAULT_QUEUE;
+            let exists = queue_names.contains(queue) || queue == DEFAULT_QUEUE;
             let message = if !exists {
                 format!("names queue {queue}, which does not exist")
             } else if parents.contains(queue) {
@@ -282,28 +332,30 @@ impl Round {
             errors.push(error("PodGroup", &key, "spec.queue", message));
             bad_groups.insert(key);
             false
-        });
-        // Borrowed names: this runs over every pod every cycle, so nothing is allocated for
-        // a pod that passes.
-        let groups: HashSet<(&str, &str)> = (spec.groups.iter())
-            .map(|g| (g.namespace.as_str(), g.name.as_str()))
-            .collect();
-        let nodes: HashSet<&str> = spec.nodes.iter().map(|n| n.name.as_str()).collect();
-        spec.pods.retain_mut(|p| {
+        })
+        .collect();
+    // Borrowed names: this runs over every pod every cycle, so nothing is allocated for a pod
+    // that passes.
+    let kept: Set<(&str, &str)> = (groups.iter().zip(&keep_groups))
+        .filter(|(_, &keep)| keep)
+        .map(|(g, _)| (g.namespace.as_str(), g.name.as_str()))
+        .collect();
+    let fates = (pods.iter())
+        .map(|p| {
             let key = || format!("{}/{}", p.namespace, p.name);
             let live = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
             if let (Some(node), true) = (&p.node, live) {
                 if !nodes.contains(node.as_str()) {
                     let message = format!("names node {node}, which does not exist");
                     errors.push(error("Pod", &key(), "spec.nodeName", message));
-                    return false;
+                    return Fate::Drop;
                 }
             }
             let Some(group) = p.group.as_deref().filter(|_| p.ours) else {
-                return true;
+                return Fate::Keep;
             };
-            if groups.contains(&(p.namespace.as_str(), group)) {
-                return true;
+            if kept.contains(&(p.namespace.as_str(), group)) {
+                return Fate::Keep;
             }
             let group_key = format!("{}/{group}", p.namespace);
             let message = if bad_groups.contains(&group_key) {
@@ -315,17 +367,17 @@ impl Round {
             errors.push(error("Pod", &key(), field, message));
             if p.node.is_some() && live {
                 // Bound: its request stays on its node, as another scheduler's pod.
-                p.ours = false;
-                p.group = None;
-                return true;
+                Fate::Foreign
+            } else {
+                Fate::Drop
             }
-            false
-        });
-    }
+        })
+        .collect();
+    (keep_groups, fates)
 }
 
 /// The node of a pod that holds resources there (bound, neither succeeded nor failed).
-fn live_node(p: &Pod) -> Option<&str> {
+pub(crate) fn live_node(p: &Pod) -> Option<&str> {
     let node = p
         .spec
         .as_ref()?

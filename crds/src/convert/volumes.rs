@@ -43,6 +43,13 @@ struct User {
     scheduler: String,
 }
 
+/// Whether any of a pod's volumes uses a claim (see [`claim_names`]): such a pod informs the
+/// conversion of other pods using the same claim.
+pub(crate) fn uses_claims(spec: &PodSpec) -> bool {
+    (spec.volumes.iter().flatten())
+        .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+}
+
 /// The claim names a pod's volumes use: `persistentVolumeClaim.claimName`, and for a generic
 /// ephemeral volume the claim Kubernetes makes for it, `<pod>-<volume>`.
 /// Each comes with whether it is ephemeral.

@@ -25,7 +25,6 @@ use crate::assumed_pods::AssumedPods;
 use crate::cycle::pod_key;
 use crate::grouping::Grouping;
 use crate::http::Metrics;
-use crate::last_build::LastBuild;
 use crate::leader::Leadership;
 use crate::owners::OwnerCache;
 use crate::report::HeldPods;
@@ -81,8 +80,8 @@ pub struct Scheduler {
     pub view: View,
     /// This cycle's pending pods held for what they state or their volumes, from the snapshot.
     pub held: HeldPods,
-    /// The last snapshot and its inputs, scheduled on again while they have not changed.
-    pub last: LastBuild,
+    /// The snapshot, brought up to date with what changed each cycle.
+    pub snapshots: basalt_crds::IncrementalSnapshot,
     /// The engine's framework, kept while the config and resource names stay the same, so
     /// that each session takes over the node state the last one left.
     pub framework: crate::kept_framework::KeptFramework,
@@ -171,7 +170,7 @@ impl Scheduler {
             owners: OwnerCache::new(settings.owner_ttl),
             view: View::default(),
             held: HeldPods::default(),
-            last: LastBuild::default(),
+            snapshots: basalt_crds::IncrementalSnapshot::new(),
             framework: Default::default(),
             reported: Reported::default(),
             refused_evictions: RefusedEvictions::default(),
@@ -188,7 +187,7 @@ impl Scheduler {
         self.refused_evictions.clear();
         self.reported.forget_events();
         self.partial_gangs.clear();
-        self.last.forget();
+        self.snapshots = basalt_crds::IncrementalSnapshot::new();
     }
 
     /// Applies `plan`; returns how long to back off before the next cycle.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::convert::namespace_queue;
-use basalt_crds::{build_snapshot_tolerant, ConvertError, ConvertOptions, Object, PodGroup};
+use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::Scheduler;
@@ -36,31 +36,31 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         device_resources: s.config.devices.clone(),
         tiers: s.config.topology.tiers.clone(),
     };
-    // The last snapshot (`last_build.rs`) when nothing changed.
-    let reused = unreadable.is_empty() && s.last.reuse(&objects, &options);
+    // Only what changed since the last cycle is converted and built again; nothing when
+    // nothing did (`basalt_crds::incremental`).
+    let update = s.snapshots.update(objects, &options);
+    let reused = update.unchanged && unreadable.is_empty();
     if !reused {
-        s.last.forget();
         // Each bad object is reported and left out alone (its bound pods still count on their
         // nodes); no number of them stops the cycle.
-        let built = build_snapshot_tolerant(&objects, &options);
-        let mut errors = built.errors;
+        let mut errors = update.errors;
         errors.extend(unreadable);
         s.report_convert_errors(&errors).await;
-        warnings.extend(built.warnings);
+        warnings.extend(update.warnings);
         s.report_warnings(warnings).await;
-        let Some(snapshot) = built.snapshot else {
-            s.metrics
-                .cycle_duration
-                .observe(started.elapsed().as_secs_f64());
-            return Outcome {
-                backoff: Duration::ZERO,
-            };
+    }
+    let Some(snapshot) = s.snapshots.snapshot() else {
+        s.metrics
+            .cycle_duration
+            .observe(started.elapsed().as_secs_f64());
+        return Outcome {
+            backoff: Duration::ZERO,
         };
-        s.held = HeldPods::of(&snapshot);
-        s.last.keep(objects, options, snapshot);
+    };
+    if !update.unchanged {
+        s.held = HeldPods::of(snapshot);
     }
     let t_build = started.elapsed();
-    let snapshot = s.last.snapshot().expect("a snapshot was built or kept");
     let fw = s.framework.get(&s.config, &snapshot.resources);
     let plan = basalt_engine::schedule(snapshot, fw);
     let t_schedule = started.elapsed();

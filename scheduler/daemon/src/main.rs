@@ -11,7 +11,6 @@ mod dra;
 mod grouping;
 mod http;
 mod kept_framework;
-mod last_build;
 mod leader;
 mod optional_api;
 mod owners;

@@ -347,6 +347,12 @@ pub struct SnapshotBuilder {
     namespaces: Arc<Vec<NamespaceSpec>>,
     /// The pods' metadata values, shared between pods alike.
     metas: MetaInterner,
+    /// DRA's devices and claims (see [`SnapshotBuilder::set_dra`]).
+    dra: Arc<crate::dra::DraTable>,
+    /// Whether anything changed since the last snapshot (see [`SnapshotBuilder::build`]).
+    changed: bool,
+    /// The queues the last snapshot was built with, sorted by name.
+    last_queues: Vec<QueueSpec>,
 }
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -491,15 +497,15 @@ impl HeldCounts {
 }
 
 /// Puts `spec` under `key` (to be converted again) unless an equal spec is there, keeping the
-/// counts in step.
+/// counts in step; whether it changed anything.
 fn upsert<S: Held, F>(
     map: &mut BTreeMap<(String, String), Converted<S, F>>,
     counts: &mut HeldCounts,
     key: (String, String),
     spec: S,
-) {
+) -> bool {
     if map.get(&key).is_some_and(|c| c.spec == spec) {
-        return;
+        return false;
     }
     // The old spec leaves before the new one comes (both may name the same job).
     if let Some(old) = map.remove(&key) {
@@ -507,6 +513,7 @@ fn upsert<S: Held, F>(
     }
     counts.count(&spec, true);
     map.insert(key, Converted { spec, facts: None });
+    true
 }
 
 /// Takes the spec under (`namespace`, `name`) out, keeping the counts in step.
@@ -574,6 +581,9 @@ impl SnapshotBuilder {
             generation: 0,
             namespaces: Arc::default(),
             metas: MetaInterner::default(),
+            dra: Arc::default(),
+            changed: true,
+            last_queues: Vec::new(),
         })
     }
 
@@ -581,6 +591,18 @@ impl SnapshotBuilder {
     /// none until told.
     pub fn set_namespaces(&mut self, namespaces: Vec<NamespaceSpec>) {
         self.namespaces = sorted_namespaces(namespaces);
+        self.changed = true;
+    }
+
+    /// DRA's devices and claims ([`ClusterSpec::dra`]); none until told.
+    pub fn set_dra(&mut self, dra: crate::dra::DraSpec) {
+        self.dra = if dra.is_empty() {
+            Arc::default()
+        } else {
+            let names: Vec<&str> = self.specs.iter().map(|n| n.name.as_str()).collect();
+            Arc::new(crate::dra::DraTable::new(dra, &names))
+        };
+        self.changed = true;
     }
 
     /// The node specs, sorted by name (index = [`NodeId`]).
@@ -630,6 +652,7 @@ impl SnapshotBuilder {
             *self.node_names.entry(k.clone()).or_default() += 1;
         }
         self.dirty.insert(id.index());
+        self.changed = true;
         Ok(())
     }
 
@@ -653,32 +676,68 @@ impl SnapshotBuilder {
         self.groups.keys().cloned().collect()
     }
 
+    /// The last snapshot built, if any.
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.last.as_ref()
+    }
+
+    /// How many pods and PodGroups are held.
+    pub fn len(&self) -> (usize, usize) {
+        (self.pods.len(), self.groups.len())
+    }
+
     /// Adds a pod, or replaces the one of the same namespace and name.
     pub fn set_pod(&mut self, pod: PodSpec) {
         let key = (pod.namespace.clone(), pod.name.clone());
-        upsert(&mut self.pods, &mut self.held, key, pod);
+        self.changed |= upsert(&mut self.pods, &mut self.held, key, pod);
     }
 
     /// Removes a pod; returns it if it was there.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
-        take(&mut self.pods, &mut self.held, namespace, name)
+        let old = take(&mut self.pods, &mut self.held, namespace, name);
+        self.changed |= old.is_some();
+        old
     }
 
     /// Adds a PodGroup, or replaces the one of the same namespace and name.
     pub fn set_group(&mut self, group: GroupSpec) {
         let key = (group.namespace.clone(), group.name.clone());
-        upsert(&mut self.groups, &mut self.held, key, group);
+        self.changed |= upsert(&mut self.groups, &mut self.held, key, group);
     }
 
     /// Removes a PodGroup; returns it if it was there.
     pub fn remove_group(&mut self, namespace: &str, name: &str) -> Option<GroupSpec> {
-        take(&mut self.groups, &mut self.held, namespace, name)
+        let old = take(&mut self.groups, &mut self.held, namespace, name);
+        self.changed |= old.is_some();
+        old
     }
 
     /// The snapshot of the builder's nodes, pods and groups with these queues at `now_ms`.
+    /// When nothing changed since the last one, that one at `now_ms` (a snapshot depends on
+    /// the instant only through [`Snapshot::now_ms`]).
     pub fn build(&mut self, now_ms: i64, queues: &[QueueSpec]) -> Result<&Snapshot, SnapshotError> {
         let mut queues = queues.to_vec();
         queues.sort_by(|a, b| a.name.cmp(&b.name));
+        let unchanged = !self.changed && self.last_queues == queues;
+        if !(unchanged && self.last.is_some()) {
+            let built = self.assemble_or_patch(now_ms, &queues).map(|_| ());
+            // An error leaves the builder to try again next time.
+            self.changed = built.is_err();
+            self.last_queues = queues;
+            built?;
+        }
+        let last = self.last.as_mut().expect("a snapshot was built");
+        last.now_ms = now_ms;
+        last.dra = self.dra.clone();
+        Ok(last)
+    }
+
+    fn assemble_or_patch(
+        &mut self,
+        now_ms: i64,
+        queues: &[QueueSpec],
+    ) -> Result<&mut Snapshot, SnapshotError> {
+        let mut queues = queues.to_vec();
         let mut all: Vec<&str> = (self.held.names.keys())
             .chain(self.node_names.keys())
             .map(String::as_str)

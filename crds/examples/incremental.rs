@@ -1,0 +1,140 @@
+//! How long `IncrementalSnapshot::update` takes at scale, against the whole tolerant build:
+//! NODES nodes of 8 GPUs, PODS pods (half bound, not Basalt's; half pending Basalt pods in
+//! gangs of 8 over 200 queues), then a cycle with nothing changed, one new gang, and 1,000
+//! pending pods bound.
+//!
+//! ```sh
+//! cargo run --release -p basalt-crds --example incremental -- 10000 100000
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use basalt_crds::types::{PodGroup, Queue};
+use basalt_crds::{build_snapshot_tolerant, ConvertOptions, IncrementalSnapshot, Object};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+
+fn node(i: usize) -> Object {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": format!("node-{i:05}"), "labels": {"topology.basalt.dev/rack": format!("r{}", i / 16)}},
+        "status": {"allocatable": {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": "8", "pods": "110"}}
+    }))
+    .unwrap();
+    Object::Node(Arc::new(n))
+}
+
+fn pod(i: usize, nodes: usize, pending: bool) -> Object {
+    let p: Pod = if pending {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("job-{:05}-{}", i / 8, i % 8), "namespace": "ml",
+                "creationTimestamp": "2026-12-03T00:00:00Z",
+                "annotations": {"scheduling.basalt.dev/pod-group": format!("job-{:05}", i / 8)}},
+            "spec": {"schedulerName": "basalt", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending"}
+        }))
+    } else {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("other-{i:06}"), "namespace": "ml"},
+            "spec": {"schedulerName": "default-scheduler", "nodeName": format!("node-{:05}", i % nodes),
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"}
+        }))
+    }
+    .unwrap();
+    Object::Pod(Arc::new(p))
+}
+
+fn group(j: usize) -> Object {
+    let g: PodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": format!("job-{j:05}"), "namespace": "ml"},
+        "spec": {"minMember": 8, "queue": format!("q{}", j % 200)}
+    }))
+    .unwrap();
+    Object::PodGroup(Arc::new(g))
+}
+
+fn queue(q: usize) -> Object {
+    let q: Queue = serde_json::from_value(json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": format!("q{q}")}, "spec": {"weight": 1}
+    }))
+    .unwrap();
+    Object::Queue(Box::new(q))
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let (nodes, pods) = (
+        args.first().copied().unwrap_or(10_000),
+        args.get(1).copied().unwrap_or(100_000),
+    );
+    let src = || "cluster".to_string();
+    let mut objects: Vec<(String, Object)> = (0..nodes).map(|i| (src(), node(i))).collect();
+    objects.extend((0..200).map(|q| (src(), queue(q))));
+    let pending = pods / 2;
+    objects.extend((0..pending / 8).map(|j| (src(), group(j))));
+    objects.extend((0..pods - pending).map(|i| (src(), pod(i, nodes, false))));
+    objects.extend((0..pending).map(|i| (src(), pod(i, nodes, true))));
+    let options = ConvertOptions::default();
+    // The objects are cloned before the clock starts: a daemon makes them each cycle anyway.
+    let time = |what: &str, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        let rss = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS"))?.to_string();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        println!(
+            "{what}: {:.1} ms (VmRSS {} MiB)",
+            t.elapsed().as_secs_f64() * 1000.0,
+            rss / 1024
+        );
+    };
+    time("whole tolerant build", &mut || {
+        build_snapshot_tolerant(&objects, &options);
+    });
+    let mut inc = IncrementalSnapshot::new();
+    let mut given = Some(objects.clone());
+    time("first update", &mut || {
+        inc.update(given.take().unwrap(), &options);
+    });
+    given = Some(objects.clone());
+    time("nothing changed", &mut || {
+        inc.update(given.take().unwrap(), &options);
+    });
+    let n = objects.len();
+    let new_gang = pending / 8 + 1;
+    objects.push((src(), group(new_gang)));
+    objects.extend((0..8).map(|k| (src(), pod(new_gang * 8 + k, nodes, true))));
+    given = Some(objects.clone());
+    time("one new gang", &mut || {
+        inc.update(given.take().unwrap(), &options);
+    });
+    // 1,000 pending pods bound.
+    for (k, (_, o)) in objects[n - 1000..n].iter_mut().enumerate() {
+        let Object::Pod(p) = o else { continue };
+        let mut bound = (**p).clone();
+        bound.spec.as_mut().unwrap().node_name = Some(format!("node-{:05}", k % nodes));
+        bound.status.as_mut().unwrap().phase = Some("Running".into());
+        *o = Object::Pod(Arc::new(bound));
+    }
+    given = Some(objects.clone());
+    time("1,000 pods bound", &mut || {
+        inc.update(given.take().unwrap(), &options);
+    });
+    given = Some(objects.clone());
+    time("nothing changed", &mut || {
+        inc.update(given.take().unwrap(), &options);
+    });
+    time("whole tolerant build", &mut || {
+        build_snapshot_tolerant(&objects, &options);
+    });
+}

@@ -1,0 +1,247 @@
+//! `IncrementalSnapshot` gives what a fresh `build_snapshot_tolerant` of the same objects
+//! gives (the snapshot field by field, the errors and the warnings), after any sequence of
+//! watch events: adds, updates, deletes, relists after a dropped watch (every object a new
+//! `Arc`, some changed), cycles with nothing changed and objects in another order.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use basalt_crds::{build_snapshot_tolerant, ConvertOptions, IncrementalSnapshot, Object};
+use common::objects;
+use proptest::prelude::*;
+
+/// The objects a slot may hold: one per variant (`None` when the slot is empty).
+fn variant(slot: usize, v: u8) -> String {
+    let i = slot % 4;
+    match slot {
+        // Nodes.
+        0..=3 => {
+            let (alloc, labels, extra) = match v % 5 {
+                0 => ("{cpu: \"32\", memory: 256Gi, nvidia.com/gpu: \"8\"}", "{rack: a}", ""),
+                1 => ("{cpu: \"16\", memory: 128Gi, nvidia.com/gpu: \"4\"}", "{rack: b}", ""),
+                // A heartbeat: only the status' time changes.
+                2 => (
+                    "{cpu: \"32\", memory: 256Gi, nvidia.com/gpu: \"8\"}",
+                    "{rack: a}",
+                    "annotations: {beat: \"2\"}",
+                ),
+                3 => ("{cpu: \"32\", memory: 256Gi, nvidia.com/gpu: \"8\"}", "{rack: a}", "spec-unschedulable"),
+                _ => ("{cpu: lots, nvidia.com/gpu: \"8\"}", "{rack: a}", ""),
+            };
+            let spec = if extra == "spec-unschedulable" {
+                "spec: {unschedulable: true}\n"
+            } else {
+                ""
+            };
+            let extra = if extra.starts_with("annotations") { extra } else { "" };
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n{i}, labels: {labels}, {extra}}}\n{spec}status: {{allocatable: {alloc}}}\n"
+            )
+        }
+        // Queues: q0 a leaf, q1 a leaf or q0's parent.
+        4 | 5 => {
+            let name = format!("q{}", slot - 4);
+            let spec = match (slot, v % 3) {
+                (4, 0) => "{weight: 1}",
+                (4, 1) => "{weight: 2, capability: {nvidia.com/gpu: \"8\"}}",
+                (4, _) => "{weight: 1, parent: q1}",
+                (_, 0) => "{weight: 1}",
+                (_, 1) => "{weight: 3}",
+                _ => "{weight: 1, guarantee: {nvidia.com/gpu: \"2\"}}",
+            };
+            format!(
+                "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+            )
+        }
+        // PodGroups g0..g3.
+        6..=9 => {
+            let g = slot - 6;
+            let spec = match v % 6 {
+                0 => "{minMember: 1, queue: q0}".to_string(),
+                1 => "{minMember: 2, queue: q1}".to_string(),
+                2 => "{minMember: 1, queue: nope}".to_string(),
+                // The engine refuses it: the whole build's rounds.
+                3 => "{minMember: -1, queue: q0}".to_string(),
+                4 => "{minMember: 1, queue: q0, priorityClassName: high}".to_string(),
+                _ => "{minMember: 1}".to_string(),
+            };
+            format!(
+                "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\nmetadata: {{name: g{g}, namespace: ml}}\nspec: {spec}\n"
+            )
+        }
+        // Pods p0..p7.
+        10..=17 => {
+            let p = slot - 10;
+            let group = format!("{{scheduling.basalt.dev/pod-group: g{}}}", p % 4);
+            let (labels, spec, status) = match v % 9 {
+                0 => (group.as_str(), "schedulerName: basalt, containers: [{name: c, resources: {requests: {nvidia.com/gpu: \"1\"}}}]".to_string(), "{phase: Pending}".to_string()),
+                1 => (group.as_str(), format!("schedulerName: basalt, nodeName: n{i}, containers: [{{name: c, resources: {{requests: {{nvidia.com/gpu: \"2\"}}}}}}]"), "{phase: Running}".to_string()),
+                2 => ("{}", format!("schedulerName: other, nodeName: n{i}, containers: [{{name: c, resources: {{requests: {{cpu: \"4\"}}}}}}]"), "{phase: Running}".to_string()),
+                3 => (group.as_str(), format!("schedulerName: basalt, nodeName: n{i}, containers: [{{name: c, resources: {{requests: {{cpu: lots}}}}}}]"), "{phase: Running}".to_string()),
+                4 => ("{}", "schedulerName: basalt, containers: [{name: c, resources: {requests: {cpu: lots}}}]".to_string(), "{phase: Pending}".to_string()),
+                5 => ("{}", "schedulerName: basalt, volumes: [{name: data, persistentVolumeClaim: {claimName: c0}}], containers: [{name: c}]".to_string(), "{phase: Pending}".to_string()),
+                6 => ("{}", "schedulerName: basalt, nodeName: gone, containers: [{name: c}]".to_string(), "{phase: Running}".to_string()),
+                7 => (group.as_str(), "schedulerName: basalt, containers: [{name: c, resources: {requests: {nvidia.com/gpu: \"1\"}}}]".to_string(), "{phase: Pending, nominatedNodeName: n1}".to_string()),
+                _ => (group.as_str(), format!("schedulerName: basalt, nodeName: n{i}, containers: [{{name: c}}]"), "{phase: Succeeded}".to_string()),
+            };
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{p}, namespace: ml, labels: {labels}}}\nspec: {{{spec}}}\nstatus: {status}\n"
+            )
+        }
+        18 => format!(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: high}}\nvalue: {}\n",
+            [100, 1000, 5][v as usize % 3]
+        ),
+        19 => match v % 2 {
+            0 => "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n".to_string(),
+            _ => "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml, labels: {team: a}, annotations: {scheduling.basalt.dev/queue: q1}}\n".to_string(),
+        },
+        20 => format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: c0, namespace: ml}}\nspec: {{storageClassName: wait, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}{}}}\n",
+            ["", ", volumeName: pv0"][v as usize % 2]
+        ),
+        _ => "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: wait}\nprovisioner: x\nvolumeBindingMode: WaitForFirstConsumer\n".to_string(),
+    }
+}
+
+const SLOTS: usize = 22;
+
+fn parse(slot: usize, v: u8) -> Object {
+    let mut o = objects(&format!("slot{slot}"), &variant(slot, v));
+    assert_eq!(o.len(), 1, "slot {slot} variant {v}");
+    o.pop().unwrap().1
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    /// An add or an update: the slot's object replaced by a new one.
+    Set(usize, u8),
+    Delete(usize),
+    /// The watch dropped and relisted: every object anew, `changed` slots with a new variant.
+    Relist(Vec<(usize, u8)>),
+    /// A cycle with no event.
+    Nothing,
+    /// The caches hand their objects over in another order.
+    Reorder(u64),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (0..SLOTS, any::<u8>()).prop_map(|(s, v)| Event::Set(s, v)),
+        2 => (0..SLOTS).prop_map(Event::Delete),
+        1 => prop::collection::vec((0..SLOTS, any::<u8>()), 0..4).prop_map(Event::Relist),
+        1 => Just(Event::Nothing),
+        1 => any::<u64>().prop_map(Event::Reorder),
+    ]
+}
+
+/// The cache: per slot its variant and object (kept while unchanged, as a watch cache keeps
+/// its `Arc`).
+struct Cache {
+    slots: BTreeMap<usize, (u8, Object)>,
+    order: Vec<usize>,
+}
+
+impl Cache {
+    fn objects(&self) -> Vec<(String, Object)> {
+        (self.order.iter())
+            .filter_map(|s| {
+                self.slots
+                    .get(s)
+                    .map(|(_, o)| (format!("cluster slot{s}"), o.clone()))
+            })
+            .collect()
+    }
+
+    fn apply(&mut self, e: &Event) {
+        match e {
+            Event::Set(s, v) => {
+                self.slots.insert(*s, (*v, parse(*s, *v)));
+            }
+            Event::Delete(s) => {
+                self.slots.remove(s);
+            }
+            Event::Relist(changed) => {
+                for (s, (v, o)) in self.slots.iter_mut() {
+                    *o = parse(*s, *v);
+                }
+                for (s, v) in changed {
+                    self.slots.insert(*s, (*v, parse(*s, *v)));
+                }
+            }
+            Event::Nothing => {}
+            Event::Reorder(seed) => {
+                // A deterministic shuffle.
+                let mut x = *seed | 1;
+                for i in (1..self.order.len()).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    self.order.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+            }
+        }
+    }
+}
+
+fn check(inc: &mut IncrementalSnapshot, objects: &[(String, Object)], now: i64, step: usize) {
+    let options = ConvertOptions {
+        now_ms: now,
+        ..ConvertOptions::default()
+    };
+    let fresh = build_snapshot_tolerant(objects, &options);
+    let update = inc.update(objects.to_vec(), &options);
+    let got = inc.snapshot().map(|s| format!("{s:?}"));
+    let want = fresh.snapshot.as_ref().map(|s| format!("{s:?}"));
+    assert_eq!(got, want, "snapshot after step {step}");
+    assert_eq!(update.errors, fresh.errors, "errors after step {step}");
+    assert_eq!(
+        update.warnings, fresh.warnings,
+        "warnings after step {step}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn incremental_equals_a_fresh_build(
+        initial in prop::collection::vec(any::<Option<u8>>(), SLOTS),
+        events in prop::collection::vec(event(), 1..30),
+    ) {
+        let mut cache = Cache {
+            slots: (initial.iter().enumerate())
+                .filter_map(|(s, v)| v.map(|v| (s, (v, parse(s, v)))))
+                .collect(),
+            order: (0..SLOTS).collect(),
+        };
+        let mut inc = IncrementalSnapshot::new();
+        check(&mut inc, &cache.objects(), 1_000, 0);
+        for (step, e) in events.iter().enumerate() {
+            cache.apply(e);
+            check(&mut inc, &cache.objects(), 1_000 + 500 * step as i64, step + 1);
+        }
+    }
+}
+
+/// Options changing (a config reload) start everything afresh, and the result still matches.
+#[test]
+fn new_options_start_afresh() {
+    let objects: Vec<(String, Object)> = (0..SLOTS)
+        .map(|s| (format!("cluster slot{s}"), parse(s, 0)))
+        .collect();
+    let mut inc = IncrementalSnapshot::new();
+    check(&mut inc, &objects, 1, 0);
+    let other = ConvertOptions {
+        scheduler_names: vec!["other".into()],
+        ..ConvertOptions::default()
+    };
+    let update = inc.update(objects.clone(), &other);
+    let fresh = build_snapshot_tolerant(&objects, &other);
+    assert_eq!(
+        inc.snapshot().map(|s| format!("{s:?}")),
+        fresh.snapshot.map(|s| format!("{s:?}"))
+    );
+    assert_eq!(update.errors, fresh.errors);
+}
