@@ -112,3 +112,59 @@ async fn a_pod_whose_group_is_not_watched_yet_waits_quietly() {
     })
     .await;
 }
+
+/// Invalid objects are left out while others are scheduled, and scheduled once fixed: a
+/// PodGroup naming a queue that does not exist yet (left out before the engine sees it), and
+/// one the engine itself refuses (`minMember: -1`) until it is patched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_objects_are_scheduled_once_fixed() {
+    let c = cluster(Config::default()).await;
+    for n in 0..2 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("q"));
+    c.create(group("early", 2, "later"));
+    for i in 0..2 {
+        c.create(pod(&format!("early-{i}"), "early", 2));
+    }
+    let mut refused = group("refused", 1, "q");
+    refused["spec"]["minMember"] = json!(-1);
+    c.create(refused);
+    c.create(pod("refused-0", "refused", 2));
+    let _s = c.start_scheduler();
+
+    c.create(group("fine", 2, "q"));
+    for i in 0..2 {
+        c.create(pod(&format!("fine-{i}"), "fine", 4));
+    }
+    eventually("a valid gang is bound meanwhile", || {
+        (0..2).all(|i| c.node_of(&format!("fine-{i}")).is_some())
+    })
+    .await;
+    eventually("both bad PodGroups are reported", || {
+        !c.events("InvalidObject", "early").is_empty()
+            && !c.events("InvalidObject", "refused").is_empty()
+    })
+    .await;
+    assert!(c.node_of("early-0").is_none() && c.node_of("refused-0").is_none());
+
+    // Fixed: the queue is made, the minimum patched.
+    c.create(queue("later"));
+    c.server
+        .patch(
+            "scheduling.basalt.dev/v1alpha1",
+            "PodGroup",
+            "default",
+            "refused",
+            basalt_apiserver::PatchKind::Merge,
+            &json!({"spec": {"minMember": 1}}),
+        )
+        .expect("patched");
+    eventually("the fixed gangs are bound", || {
+        ["early-0", "early-1", "refused-0"]
+            .iter()
+            .all(|p| c.node_of(p).is_some())
+    })
+    .await;
+    c.assert_no_node_over_capacity();
+}
