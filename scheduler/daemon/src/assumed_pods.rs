@@ -15,6 +15,9 @@ struct Assumed {
     /// The GPU ids annotation value (`0,1`), empty when none.
     gpus: String,
     uid: Option<String>,
+    /// The store's object and the copy made of it: the same copy while the store holds the
+    /// same object, so a cycle's conversion of it is kept (`basalt_crds::incremental`).
+    view: Option<(Arc<Pod>, Arc<Pod>)>,
 }
 
 /// The pods bound and not yet watched bound, by `ns/name`.
@@ -26,7 +29,16 @@ pub struct AssumedPods {
 impl AssumedPods {
     /// Records a bind the API server accepted: `key` is on `node` with the GPU ids `gpus`.
     pub fn assume(&mut self, key: String, node: String, gpus: String, uid: Option<String>) {
-        self.bound.insert(key, Assumed { node, gpus, uid });
+        let view = None;
+        self.bound.insert(
+            key,
+            Assumed {
+                node,
+                gpus,
+                uid,
+                view,
+            },
+        );
     }
 
     /// Whether `key` was bound by this scheduler and the watch does not show it yet.
@@ -65,7 +77,7 @@ impl AssumedWalk<'_> {
     /// watch has not caught up, else the store's own object (not copied). A pod the watch shows
     /// bound, or another pod of the same name, releases its entry: the store is the truth now.
     pub fn view_of(&mut self, key: &str, mut pod: Arc<Pod>) -> Arc<Pod> {
-        let Some(assumed) = self.cache.bound.get(key) else {
+        let Some(assumed) = self.cache.bound.get_mut(key) else {
             return pod;
         };
         let watched = pod.spec.as_ref().and_then(|sp| sp.node_name.clone());
@@ -76,6 +88,12 @@ impl AssumedWalk<'_> {
             return pod;
         }
         self.seen.insert(key.to_string());
+        if let Some((source, copy)) = &assumed.view {
+            if Arc::ptr_eq(source, &pod) {
+                return copy.clone();
+            }
+        }
+        let source = pod.clone();
         let copy = Arc::make_mut(&mut pod);
         if let Some(spec) = copy.spec.as_mut() {
             spec.node_name = Some(assumed.node.clone());
@@ -89,6 +107,7 @@ impl AssumedWalk<'_> {
                     assumed.gpus.clone(),
                 );
         }
+        assumed.view = Some((source, pod.clone()));
         pod
     }
 
@@ -151,5 +170,36 @@ mod tests {
         a.assume("ml/p".into(), "n1".into(), String::new(), Some("u1".into()));
         a.walk().finish();
         assert!(!a.is_assumed("ml/p"), "not in the store: deleted");
+    }
+
+    #[test]
+    fn the_same_store_object_is_seen_as_the_same_copy() {
+        let mut a = AssumedPods::default();
+        a.assume("ml/p".into(), "n1".into(), "0".into(), Some("u1".into()));
+        let stored = pod("u1", None);
+        let views: Vec<Arc<Pod>> = (0..2)
+            .map(|_| {
+                let mut walk = a.walk();
+                let seen = walk.view_of("ml/p", stored.clone());
+                walk.finish();
+                seen
+            })
+            .collect();
+        assert!(
+            Arc::ptr_eq(&views[0], &views[1]),
+            "a conversion of it is kept"
+        );
+        assert!(
+            !Arc::ptr_eq(&views[0], &stored),
+            "the store's object is not changed"
+        );
+        assert_eq!(node_of(&stored), None);
+
+        // The store's object changed (still unbound): a new copy of it.
+        let mut walk = a.walk();
+        let seen = walk.view_of("ml/p", pod("u1", None));
+        walk.finish();
+        assert!(!Arc::ptr_eq(&seen, &views[0]));
+        assert_eq!(node_of(&seen), Some("n1"));
     }
 }
