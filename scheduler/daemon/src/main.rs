@@ -2,6 +2,12 @@
 //! once per period (and soon after changes), and applies the plan: binds, evictions, nominated
 //! nodes, PodGroup status and Events.
 
+// Each cycle converts changed objects, patches a snapshot and runs a session: many short-lived
+// allocations; mimalloc serves them faster and holds less memory than the system allocator
+// (the figures are in the README).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod apply;
 mod assumed_claims;
 mod assumed_pods;
