@@ -236,8 +236,12 @@ impl<T: Hash + Eq> Told<T> {
         }
     }
 
-    fn tell(&mut self, tag: T, key: (String, String), generation: u64) {
-        self.set.insert(key.clone());
+    /// Records `tag` told under `key`; `replacing` when the builder may hold the key from
+    /// another tag (not so for a new builder).
+    fn tell(&mut self, tag: T, key: (String, String), generation: u64, replacing: bool) {
+        if replacing {
+            self.set.insert(key.clone());
+        }
         self.by.insert(tag, (key, generation));
     }
 
@@ -506,6 +510,7 @@ impl Feed<'_> {
             now_ms,
             generation,
         } = self;
+        let mut new = false;
         let fed = match slot
             .take()
             .map(|mut fed| (fed.holds_nodes(wanted, generation), fed))
@@ -520,6 +525,7 @@ impl Feed<'_> {
                 let nodes = (wanted.nodes.iter())
                     .map(|(n, _)| cordon((*n).clone(), &wanted.cordoned))
                     .collect();
+                new = true;
                 let mut builder = SnapshotBuilder::new(nodes).ok()?;
                 builder.set_dra(context.dra.spec());
                 let nodes = (wanted.nodes.iter())
@@ -574,7 +580,7 @@ impl Feed<'_> {
             }
             let key = (spec.namespace.clone(), spec.name.clone());
             fed.builder.set_pod(spec);
-            fed.pods.tell((*id, form), key, generation);
+            fed.pods.tell((*id, form), key, generation, !new);
         }
         for (ns, name) in fed.pods.sweep(generation) {
             fed.builder.remove_pod(&ns, &name);
@@ -588,7 +594,7 @@ impl Feed<'_> {
             }
             let key = (g.namespace.clone(), g.name.clone());
             fed.builder.set_group((*g).clone());
-            fed.groups.tell(tag.clone(), key, generation);
+            fed.groups.tell(tag.clone(), key, generation, !new);
         }
         for (ns, name) in fed.groups.sweep(generation) {
             fed.builder.remove_group(&ns, &name);

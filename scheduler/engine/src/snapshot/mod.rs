@@ -473,14 +473,20 @@ impl HeldCounts {
         };
         let key = (spec.namespace().to_string(), job.to_string());
         if let Some(pod) = spec.member_name() {
-            let members = self.members.entry(key.clone()).or_default();
-            if add {
-                members.insert(pod.to_string());
-            } else {
-                members.remove(pod);
-                if members.is_empty() {
-                    self.members.remove(&key);
+            match self.members.get_mut(&key) {
+                Some(members) if add => {
+                    members.insert(pod.to_string());
                 }
+                Some(members) => {
+                    members.remove(pod);
+                    if members.is_empty() {
+                        self.members.remove(&key);
+                    }
+                }
+                None if add => {
+                    self.members.insert(key.clone(), [pod.to_string()].into());
+                }
+                None => {}
             }
         }
         if !self.untracked {
@@ -531,7 +537,13 @@ fn take<S: Held, F>(
 fn count_names(counts: &mut BTreeMap<String, usize>, list: Option<&ResourceList>, add: bool) {
     for k in list.into_iter().flat_map(|l| l.keys()) {
         if add {
-            *counts.entry(k.clone()).or_default() += 1;
+            // A name is new rarely: no key is copied for the others.
+            match counts.get_mut(k) {
+                Some(c) => *c += 1,
+                None => {
+                    counts.insert(k.clone(), 1);
+                }
+            }
         } else if let Some(c) = counts.get_mut(k) {
             *c -= 1;
             if *c == 0 {
