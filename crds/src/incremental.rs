@@ -18,17 +18,18 @@
 //! definition: a node added or removed (a new builder), and anything the engine refuses (the
 //! tolerant build's rounds leave such objects out).
 
-use std::collections::HashSet;
-use std::hash::Hash;
+mod feed;
+mod memo;
+
 use std::sync::Arc;
 
-use basalt_engine::{
-    GroupSpec, NamespaceSpec, NodeSpec, PodSpec, QueueSpec, Snapshot, SnapshotBuilder,
-};
+use basalt_engine::Snapshot;
 
-use crate::convert::{volumes, Context, ConvertError, ConvertOptions, Converted};
+use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
-use crate::tolerant::{self, judge_references, live_node, Fate};
+use crate::tolerant::{self, live_node};
+use feed::{Fed, Feed, Form, Wanted};
+use memo::{Conversion, Memo, Memos};
 
 /// foldhash: several times faster than SipHash on the short keys looked up per object and
 /// update, and still seeded per process. Nothing iterates these maps where order could leak.
@@ -83,91 +84,6 @@ struct KeptContext {
     warnings: Vec<String>,
 }
 
-/// One object's conversion.
-struct Memo {
-    _object: Object,
-    seen: u64,
-    converted: Converted1,
-    /// A bad bound pod of ours converted as another scheduler's, when it came to that.
-    foreign: Option<Converted1>,
-}
-
-/// The conversions kept, each under its object's identity.
-#[derive(Default)]
-struct Memos {
-    slots: Vec<Option<Memo>>,
-    free: Vec<usize>,
-    index: HashMap<Identity, usize>,
-}
-
-impl Memos {
-    /// The slot of `id`'s conversion, made by `convert` when there is none; marked seen.
-    fn slot(&mut self, id: Identity, generation: u64, convert: impl FnOnce() -> Memo) -> usize {
-        let slot = match self.index.get(&id) {
-            Some(&slot) => slot,
-            None => {
-                let memo = Some(convert());
-                let slot = match self.free.pop() {
-                    Some(slot) => {
-                        self.slots[slot] = memo;
-                        slot
-                    }
-                    None => {
-                        self.slots.push(memo);
-                        self.slots.len() - 1
-                    }
-                };
-                self.index.insert(id, slot);
-                slot
-            }
-        };
-        if let Some(m) = self.slots[slot].as_mut() {
-            m.seen = generation;
-        }
-        slot
-    }
-
-    fn get(&self, slot: usize) -> &Memo {
-        self.slots[slot].as_ref().expect("a live slot")
-    }
-
-    fn get_mut(&mut self, slot: usize) -> &mut Memo {
-        self.slots[slot].as_mut().expect("a live slot")
-    }
-
-    /// Drops the conversions not seen in update `generation`.
-    fn sweep(&mut self, generation: u64) {
-        let (slots, free) = (&mut self.slots, &mut self.free);
-        self.index.retain(|_, &mut slot| {
-            let keep = slots[slot].as_ref().is_some_and(|m| m.seen == generation);
-            if !keep {
-                slots[slot] = None;
-                free.push(slot);
-            }
-            keep
-        });
-    }
-
-    fn clear(&mut self) {
-        *self = Memos::default();
-    }
-}
-
-/// A conversion's result and the warnings it gave.
-#[derive(Clone)]
-struct Converted1 {
-    result: Result<Option<Converted>, ConvertError>,
-    warnings: Vec<String>,
-}
-
-impl Converted1 {
-    fn of(context: &Context, origin: &str, object: &Object, options: &ConvertOptions) -> Self {
-        let mut warnings = Vec::new();
-        let result = context.convert(origin, object, options, &mut warnings);
-        Converted1 { result, warnings }
-    }
-}
-
 /// Where an object's conversion is in an update.
 #[derive(Clone, Copy)]
 enum Source {
@@ -175,101 +91,6 @@ enum Source {
     Kept(usize),
     /// Made in this update, at this index.
     Made(usize),
-}
-
-/// How a pod goes to the builder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Form {
-    /// As converted.
-    Converted,
-    /// As converted, but as another scheduler's (its PodGroup is missing or bad).
-    Unowned,
-    /// Converted as another scheduler's pod (its own fields are bad).
-    Foreign,
-}
-
-/// The builder and what it was told.
-struct Fed {
-    builder: SnapshotBuilder,
-    /// Node name → what its spec came from and whether it was cordoned.
-    nodes: HashMap<String, (Identity, bool, u64)>,
-    pods: Told<(Identity, Form)>,
-    groups: Told<GroupTag>,
-    namespaces: Vec<NamespaceSpec>,
-    /// The queues of the last build.
-    queues: Vec<QueueSpec>,
-}
-
-/// A PodGroup's source: a shared object, or one made from a workload (keyed by its name).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum GroupTag {
-    Shared(Identity),
-    Made(String, String),
-}
-
-/// The specs a builder holds, by what each came from: its key there and the update that last
-/// gave it.
-struct Told<T> {
-    by: HashMap<T, ((String, String), u64)>,
-    /// Keys set in the current update (an entry no longer given is removed unless its key was).
-    set: HashSet<(String, String), foldhash::fast::RandomState>,
-}
-
-impl<T> Default for Told<T> {
-    fn default() -> Self {
-        Told {
-            by: HashMap::default(),
-            set: HashSet::default(),
-        }
-    }
-}
-
-impl<T: Hash + Eq> Told<T> {
-    /// Marks `tag` given in update `generation`; false when it was not told yet.
-    fn see(&mut self, tag: &T, generation: u64) -> bool {
-        match self.by.get_mut(tag) {
-            Some((_, seen)) => {
-                *seen = generation;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Records `tag` told under `key`; `replacing` when the builder may hold the key from
-    /// another tag (not so for a new builder).
-    fn tell(&mut self, tag: T, key: (String, String), generation: u64, replacing: bool) {
-        if replacing {
-            self.set.insert(key.clone());
-        }
-        self.by.insert(tag, (key, generation));
-    }
-
-    /// The keys no longer given in update `generation` (and not set again in it).
-    fn sweep(&mut self, generation: u64) -> Vec<(String, String)> {
-        let mut gone = Vec::new();
-        let set = std::mem::take(&mut self.set);
-        self.by.retain(|_, (key, seen)| {
-            let keep = *seen == generation;
-            if !keep && !set.contains(key) {
-                gone.push(key.clone());
-            }
-            keep
-        });
-        gone
-    }
-}
-
-/// The parts of the snapshot an update wants, borrowed from the conversions.
-#[derive(Default)]
-struct Wanted<'a> {
-    nodes: Vec<(&'a NodeSpec, Option<Identity>)>,
-    pods: Vec<(&'a PodSpec, Identity, Form)>,
-    groups: Vec<(&'a GroupSpec, GroupTag)>,
-    queues: Vec<&'a QueueSpec>,
-    namespaces: Vec<&'a NamespaceSpec>,
-    cordoned: HashSet<String>,
-    bad_groups: HashSet<String>,
 }
 
 impl IncrementalSnapshot {
@@ -361,18 +182,18 @@ impl IncrementalSnapshot {
         let context_changed = self.refresh_context(objects);
         let kept = self.context.as_ref().expect("refreshed");
         // Per object, its kept conversion's slot (shared objects) or its conversion made now.
-        let mut made: Vec<Converted1> = Vec::new();
+        let mut made: Vec<Conversion> = Vec::new();
         let mut sources: Vec<Source> = Vec::with_capacity(objects.len());
         for (origin, object) in objects {
             let Some(id) = identity(object) else {
                 sources.push(Source::Made(made.len()));
-                made.push(Converted1::of(&kept.context, origin, object, options));
+                made.push(Conversion::of(&kept.context, origin, object, options));
                 continue;
             };
             let slot = self.memo.slot(id, generation, || Memo {
                 _object: object.clone(),
                 seen: generation,
-                converted: Converted1::of(&kept.context, origin, object, options),
+                converted: Conversion::of(&kept.context, origin, object, options),
                 foreign: None,
             });
             sources.push(Source::Kept(slot));
@@ -384,7 +205,7 @@ impl IncrementalSnapshot {
                         scheduler_names: Vec::new(),
                         ..options.clone()
                     };
-                    memo.foreign = Some(Converted1::of(&kept.context, origin, object, &foreign));
+                    memo.foreign = Some(Conversion::of(&kept.context, origin, object, &foreign));
                 }
             }
         }
@@ -485,199 +306,6 @@ impl IncrementalSnapshot {
         self.memo.clear();
         true
     }
-}
-
-/// One update's telling of the builder.
-struct Feed<'u> {
-    wanted: &'u Wanted<'u>,
-    fates: &'u [Fate],
-    context: &'u Context,
-    /// The context was read again (its devices may have changed).
-    context_changed: bool,
-    now_ms: i64,
-    generation: u64,
-}
-
-impl Feed<'_> {
-    /// Tells the builder in `slot` (a new one when the nodes are not its nodes) what changed,
-    /// and builds; `None` when the whole build must do.
-    fn into(self, slot: &mut Option<Fed>) -> Option<()> {
-        let Feed {
-            wanted,
-            fates,
-            context,
-            context_changed,
-            now_ms,
-            generation,
-        } = self;
-        let mut new = false;
-        let fed = match slot
-            .take()
-            .map(|mut fed| (fed.holds_nodes(wanted, generation), fed))
-        {
-            Some((true, mut fed)) => {
-                if context_changed {
-                    fed.builder.set_dra(context.dra.spec());
-                }
-                slot.insert(fed)
-            }
-            _ => {
-                let nodes = (wanted.nodes.iter())
-                    .map(|(n, _)| cordon((*n).clone(), &wanted.cordoned))
-                    .collect();
-                new = true;
-                let mut builder = SnapshotBuilder::new(nodes).ok()?;
-                builder.set_dra(context.dra.spec());
-                let nodes = (wanted.nodes.iter())
-                    .map(|(n, id)| {
-                        let cordoned = wanted.cordoned.contains(&n.name);
-                        (
-                            n.name.clone(),
-                            (id.unwrap_or_default(), cordoned, generation),
-                        )
-                    })
-                    .collect();
-                slot.insert(Fed {
-                    builder,
-                    nodes,
-                    pods: Told::default(),
-                    groups: Told::default(),
-                    namespaces: Vec::new(),
-                    queues: Vec::new(),
-                })
-            }
-        };
-        for (n, id) in &wanted.nodes {
-            let cordoned = wanted.cordoned.contains(&n.name);
-            let id = id.unwrap_or_default();
-            let told = fed.nodes.get_mut(n.name.as_str()).expect("the same nodes");
-            // A new context may convert the same object differently.
-            if context_changed || (told.0, told.1) != (id, cordoned) {
-                let spec = cordon((*n).clone(), &wanted.cordoned);
-                let held =
-                    (fed.builder.node_id(&spec.name)).map(|i| &fed.builder.nodes()[i.index()]);
-                if held != Some(&spec) {
-                    fed.builder.update_node(spec).ok()?;
-                }
-                *told = (id, cordoned, generation);
-            }
-        }
-        let mut pods = 0;
-        for ((p, id, form), fate) in wanted.pods.iter().zip(fates) {
-            let form = match (fate, form) {
-                (Fate::Drop, _) => continue,
-                (Fate::Foreign, Form::Converted) => Form::Unowned,
-                _ => *form,
-            };
-            pods += 1;
-            if !context_changed && fed.pods.see(&(*id, form), generation) {
-                continue;
-            }
-            let mut spec = (*p).clone();
-            if form == Form::Unowned {
-                spec.ours = false;
-                spec.group = None;
-            }
-            let key = (spec.namespace.clone(), spec.name.clone());
-            fed.builder.set_pod(spec);
-            fed.pods.tell((*id, form), key, generation, !new);
-        }
-        for (ns, name) in fed.pods.sweep(generation) {
-            fed.builder.remove_pod(&ns, &name);
-        }
-        let mut groups = 0;
-        for (g, tag) in &wanted.groups {
-            groups += 1;
-            let shared = matches!(tag, GroupTag::Shared(_));
-            if shared && !context_changed && fed.groups.see(tag, generation) {
-                continue;
-            }
-            let key = (g.namespace.clone(), g.name.clone());
-            fed.builder.set_group((*g).clone());
-            fed.groups.tell(tag.clone(), key, generation, !new);
-        }
-        for (ns, name) in fed.groups.sweep(generation) {
-            fed.builder.remove_group(&ns, &name);
-        }
-        // Two pods or PodGroups of one name: the builder keeps one, the engine refuses both.
-        if fed.builder.len() != (pods, groups) {
-            return None;
-        }
-        if fed.namespaces.len() != wanted.namespaces.len()
-            || !(fed.namespaces.iter().zip(&wanted.namespaces)).all(|(a, b)| a == *b)
-        {
-            fed.namespaces = wanted.namespaces.iter().map(|n| (*n).clone()).collect();
-            fed.builder.set_namespaces(fed.namespaces.clone());
-        }
-        fed.queues = wanted.queues.iter().map(|q| (*q).clone()).collect();
-        fed.builder.build(now_ms, &fed.queues).ok()?;
-        Some(())
-    }
-}
-
-impl Fed {
-    /// Whether the builder holds exactly the wanted nodes (by name); marks them seen.
-    fn holds_nodes(&mut self, wanted: &Wanted, generation: u64) -> bool {
-        let mut seen = 0;
-        for (n, _) in &wanted.nodes {
-            match self.nodes.get_mut(n.name.as_str()) {
-                Some(told) if told.2 != generation => {
-                    told.2 = generation;
-                    seen += 1;
-                }
-                // New, or a second node of the name.
-                _ => return false,
-            }
-        }
-        seen == self.nodes.len()
-    }
-}
-
-impl<'a> Wanted<'a> {
-    fn add(&mut self, c: &'a Converted, id: Option<Identity>, form: Form) {
-        match c {
-            Converted::Node(n) => self.nodes.push((n, id)),
-            Converted::Pod(p) => {
-                let id = id.expect("pods are shared objects");
-                self.pods.push((p, id, form));
-            }
-            Converted::Group(g) => {
-                let tag = match id {
-                    Some(id) => GroupTag::Shared(id),
-                    None => GroupTag::Made(g.namespace.clone(), g.name.clone()),
-                };
-                self.groups.push((g, tag));
-            }
-            Converted::Queue(q) => self.queues.push(q),
-            Converted::Namespace(n) => self.namespaces.push(n),
-        }
-    }
-
-    /// The reference checks of the whole build: PodGroups left out go, each pod's fate.
-    fn judge(&mut self, errors: &mut Vec<ConvertError>) -> Vec<Fate> {
-        let groups: Vec<&GroupSpec> = self.groups.iter().map(|(g, _)| *g).collect();
-        let pods: Vec<&PodSpec> = self.pods.iter().map(|(p, _, _)| *p).collect();
-        let nodes: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.name.as_str()).collect();
-        let (keep, fates) = judge_references(
-            &self.queues,
-            &groups,
-            &nodes,
-            &pods,
-            &mut self.bad_groups,
-            errors,
-        );
-        let mut keep = keep.into_iter();
-        self.groups.retain(|_| keep.next() == Some(true));
-        fates
-    }
-}
-
-/// The node as the snapshot has it: closed to new pods when a pod's usage there is unknown.
-fn cordon(mut n: NodeSpec, cordoned: &HashSet<String>) -> NodeSpec {
-    if cordoned.contains(&n.name) {
-        n.unschedulable = true;
-    }
-    n
 }
 
 /// Whether a context object is still the one the context was read from: a shared object the
