@@ -57,10 +57,10 @@ impl Scheduler {
                     .labels
                     .as_ref()
                     .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
-            let key = pod_key(&p);
             if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
                 continue;
             }
+            let key = pod_key(&p);
             let (ns, name) = split_key(&key);
             if self.grouping.in_flight(&key) {
                 continue;
