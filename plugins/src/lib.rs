@@ -11,6 +11,8 @@
 
 pub mod admission;
 pub mod config;
+pub mod devicepick;
+pub mod fragmentation;
 pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
@@ -41,6 +43,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw.task_admit.push(Box::new(admission::Capability));
     fw.task_admit.push(Box::new(admission::Guarantee));
     fw.filters.push(Box::new(predicates::Predicates));
+    fw.device_pick = Box::new(devicepick::KeepIslandsWhole);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }
