@@ -13,10 +13,12 @@
 //!
 //! **The policies.** `fgd` scores a node ⌊100·sigmoid((F_before − F_after)/1000)⌋ and takes,
 //! for a pod sharing one device, the device with the best such score (lowest position on ties).
-//! `basalt` scores the growth of fragmentation exactly (no sigmoid, no floor: the paper's
-//! 0–100 scale ties many nodes that differ), then prefers the fuller node (a stable packing
-//! order: nodes fill up one by one, whole ones stay free), and takes the device where
-//! fragmentation grows least, the tightest fit on ties.
+//! `basalt` scores minus the growth of fragmentation in steps of 40 milli-device (the paper's
+//! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
+//! every large cut with every other), equal steps to the framework's tie order, and takes the
+//! device with the best such score (lowest position on ties). Measured alternatives on the
+//! openb default list (simulations README): the exact growth, or a packing order (fuller node
+//! first) or a spreading one breaking ties, all leave more GPUs unallocated than random ties.
 //!
 //! **In the engine.** Pods are tasks: CPU from their request, share from their HAMi compute
 //! share (`cores` percent × 10; a whole device is 1000), count from their device request. A
@@ -30,6 +32,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use basalt_engine::{DeviceChooser, DevicePick, NodeId, NodeScorer, Score, Session, TaskId, CPU};
+
+use crate::devicepick::KeepIslandsWhole;
 
 /// A whole device, in milli.
 pub const FULL: u16 = 1000;
@@ -430,18 +434,23 @@ impl DevicePick for Fragmentation {
     }
 
     fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's> {
+        if self.shared_only && session.snapshot.device_use.is_empty() {
+            return Box::new(KeepIslandsWhole);
+        }
         Box::new(self.measure(session))
     }
 }
 
-/// Basalt's score: the growth of fragmentation in micro-devices, then how full the node's
-/// devices are after placing (in milli, so it only orders equal growths).
-fn basalt_score(before: f64, after: f64, gpus_after: &[u16]) -> i64 {
+/// Steps of Basalt's score, in micro-device: 40 milli-device, the resolution of the paper's
+/// score where fragmentation barely moves.
+const STEP: i64 = 40_000;
+
+/// Basalt's score: minus the growth of fragmentation in steps of [`STEP`] (rounded down), a
+/// whole number without the sigmoid's saturation, so a large cut still beats a smaller one;
+/// equal steps go to the framework's tie order.
+pub fn basalt_score(before: f64, after: f64) -> i64 {
     let growth = ((after - before) * 1000.0).round() as i64;
-    let cap = gpus_after.len() as i64 * FULL as i64;
-    let used = cap - gpus_after.iter().map(|&g| g as i64).sum::<i64>();
-    let fullness = (used * 1000).checked_div(cap).unwrap_or(0);
-    -growth * 1024 + fullness
+    -growth.div_euclid(STEP)
 }
 
 impl Measure {
@@ -467,11 +476,7 @@ impl NodeScorer for Measure {
         let after = self.after(cpu, devices, share);
         match self.rule {
             Rule::Fgd => fgd_score(before, after) as i64,
-            Rule::Basalt => {
-                let mut gpus = self.free.gpus.clone();
-                take(&mut gpus, devices, share);
-                basalt_score(before, after, &gpus)
-            }
+            Rule::Basalt => basalt_score(before, after),
         }
     }
 }
@@ -503,8 +508,7 @@ impl DeviceChooser for Measure {
             }
             return picked;
         }
-        let tight = tightest(&self.free.gpus, open, share).map(|p| self.free.gpus[p]);
-        let mut best: Option<((i64, i64), usize)> = None;
+        let mut best: Option<(i64, usize)> = None;
         for p in (0..self.free.gpus.len()).filter(|&p| open & (1 << p) != 0) {
             let f = self.free.gpus[p];
             // Devices with equal free share give equal results: the first one stands for all.
@@ -513,11 +517,8 @@ impl DeviceChooser for Measure {
             }
             let after = self.after(cpu, 1 << p, share);
             let key = match self.rule {
-                Rule::Fgd => (fgd_score(before, after) as i64, 0),
-                Rule::Basalt => {
-                    let growth = ((after - before) * 1000.0).round() as i64;
-                    (-growth, -((Some(f) != tight) as i64))
-                }
+                Rule::Fgd => fgd_score(before, after) as i64,
+                Rule::Basalt => basalt_score(before, after),
             };
             if best.is_none_or(|(b, _)| key > b) {
                 best = Some((key, p));

@@ -163,16 +163,18 @@ fn taking_devices_and_the_tightest_fit() {
 }
 
 #[test]
-fn basalt_score_orders_by_growth_then_fullness() {
-    // Growth 218.18 milli-device → −218,182 micro; a 2-device node with 300 left of 2000:
-    // 1700/2000 = 850 ‰. Score = −218,182 × 1024 + 850.
-    assert_eq!(
-        basalt_score(54.545_454, 272.727_273, &[300, 0]),
-        -218_182 * 1024 + 850
-    );
-    // Equal growth: the fuller node wins; any less growth beats any fullness.
-    assert!(basalt_score(0.0, 100.0, &[0, 0]) > basalt_score(0.0, 100.0, &[1000, 0]));
-    assert!(basalt_score(0.0, 99.999, &[1000, 1000]) > basalt_score(0.0, 100.0, &[0, 0]));
+fn basalt_score_counts_growth_in_steps_of_40_milli() {
+    // Growth 218.18 milli-device = 218,182 micro: ⌊218,182 / 40,000⌋ = 5 steps → −5.
+    assert_eq!(basalt_score(54.545_454, 272.727_273), -5);
+    // A cut of 100 milli: ⌊−100,000 / 40,000⌋ = −3 steps → 3; no change → 0.
+    assert_eq!(basalt_score(300.0, 200.0), 3);
+    assert_eq!(basalt_score(300.0, 300.0), 0);
+    // Steps round down: a growth of 1 micro-device is still step 0, a cut of 1 is step −1.
+    assert_eq!(basalt_score(0.0, 0.001), 0);
+    assert_eq!(basalt_score(0.001, 0.0), 1);
+    // No saturation: a cut of 5 devices beats a cut of 4 (the paper's score ties them at 99).
+    assert!(basalt_score(5000.0, 0.0) > basalt_score(4000.0, 0.0));
+    assert_eq!(fgd_score(5000.0, 0.0), fgd_score(4600.0, 0.0));
 }
 
 #[test]

@@ -68,6 +68,8 @@ pub fn framework(
     names: &basalt_engine::ResourceNames,
 ) -> Framework {
     let mut config = basalt_plugins::Config::default();
+    // Basalt's policy with its device choice: the trace's pods state no HAMi policy.
+    config.node_order.fragmentation.pick_devices = true;
     config.actions = vec![
         basalt_plugins::config::ActionName::Enqueue,
         basalt_plugins::config::ActionName::Allocate,
@@ -255,5 +257,74 @@ impl Experiment {
             samples,
         };
         Ok((trajectory, placements))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fgd::{trace, workload, SAMPLE_NODES, SAMPLE_PODS};
+
+    /// Every policy's placements, replayed on plain counters, never overfill a node, a GPU or
+    /// a model constraint, and a dropped pod had no node with room; the same seed gives the
+    /// same placements.
+    #[test]
+    fn every_policy_places_feasibly_and_deterministically() {
+        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
+        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        for seed in [42, 43] {
+            let w = workload::generate(&exp.requests(), exp.capacity_milli, seed);
+            for policy in Policy::ALL {
+                let (_, placed) = exp.run(&w, policy, seed).unwrap();
+                assert_eq!(placed, exp.run(&w, policy, seed).unwrap().1, "{policy}");
+                let mut cpu: Vec<i64> = exp.nodes.iter().map(|n| n.cpu).collect();
+                let mut mem: Vec<i64> = exp.nodes.iter().map(|n| n.mem).collect();
+                let mut gpu: Vec<Vec<i64>> = (exp.nodes.iter())
+                    .map(|n| vec![GPU_MILLI as i64; n.gpus as usize])
+                    .collect();
+                let fits = |n: usize,
+                            p: &super::super::experiment::PodInfo,
+                            cpu: &[i64],
+                            mem: &[i64],
+                            gpu: &[Vec<i64>]| {
+                    cpu[n] >= p.cpu
+                        && mem[n] >= p.mem
+                        && p.models.allows(exp.nodes[n].model)
+                        && gpu[n].iter().filter(|&&g| g >= p.share as i64).count()
+                            >= p.num_gpu as usize
+                };
+                for (&i, at) in w.iter().zip(&placed) {
+                    let p = &exp.pods[i as usize];
+                    let Some((n, mask)) = *at else {
+                        let any = (0..exp.nodes.len()).any(|n| fits(n, p, &cpu, &mem, &gpu));
+                        assert!(!any, "{policy}: a pod was dropped with room for it");
+                        continue;
+                    };
+                    let n = n as usize;
+                    assert!(
+                        fits(n, p, &cpu, &mem, &gpu),
+                        "{policy}: placed without room"
+                    );
+                    assert_eq!(mask.count_ones(), p.num_gpu, "{policy}");
+                    cpu[n] -= p.cpu;
+                    mem[n] -= p.mem;
+                    for (g, free) in gpu[n].iter_mut().enumerate() {
+                        if mask & (1 << g) != 0 {
+                            let take = if p.share as u32 >= GPU_MILLI {
+                                GPU_MILLI as i64
+                            } else {
+                                p.share as i64
+                            };
+                            assert!(*free >= take, "{policy}: GPU {g} overfilled");
+                            if take == GPU_MILLI as i64 {
+                                assert_eq!(*free, take, "{policy}: a whole GPU was shared");
+                            }
+                            *free -= take;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
