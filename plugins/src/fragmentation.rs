@@ -297,6 +297,20 @@ pub fn tightest(gpus: &[u16], open: u64, share: u16) -> Option<usize> {
         .min_by_key(|&p| (gpus[p], p))
 }
 
+/// `count` devices of `open` for a share each, the tightest fit one after another.
+pub fn tightest_each(gpus: &[u16], open: u64, share: u16, count: u32) -> u64 {
+    let mut gpus = gpus.to_vec();
+    let mut picked = 0u64;
+    for _ in 0..count {
+        let Some(p) = tightest(&gpus, open & !picked, share) else {
+            break;
+        };
+        picked |= 1 << p;
+        gpus[p] -= share;
+    }
+    picked
+}
+
 /// Where typical shapes come from.
 #[derive(Clone, Debug)]
 pub enum Workload {
@@ -497,16 +511,7 @@ impl DeviceChooser for Measure {
             if share >= FULL {
                 return basalt_engine::lowest_bits(open, count);
             }
-            let mut gpus = self.free.gpus.clone();
-            let mut picked = 0u64;
-            for _ in 0..count {
-                let Some(p) = tightest(&gpus, open & !picked, share) else {
-                    break;
-                };
-                picked |= 1 << p;
-                gpus[p] -= share;
-            }
-            return picked;
+            return tightest_each(&self.free.gpus, open, share, count);
         }
         let mut best: Option<(i64, usize)> = None;
         for p in (0..self.free.gpus.len()).filter(|&p| open & (1 << p) != 0) {

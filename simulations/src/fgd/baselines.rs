@@ -10,7 +10,7 @@
 use basalt_engine::{
     lowest_bits, DeviceChooser, DevicePick, NodeId, NodeScorer, Score, Session, TaskId,
 };
-use basalt_plugins::fragmentation::{task_shape, tightest, Models, NodeFree, FULL};
+use basalt_plugins::fragmentation::{task_shape, tightest_each, Models, NodeFree, FULL};
 
 use super::policy::{self, ClassMix, Policy};
 use super::rng::draw;
@@ -111,17 +111,7 @@ impl NodeScorer for Prepared {
             Policy::Clustering => {
                 let list = &self.classes[node.index()];
                 let c = class(share, count);
-                let mix = if list.is_empty() {
-                    ClassMix::NoGpuPods
-                } else if list.iter().any(|&(x, _)| x == c) {
-                    if list.len() == 1 {
-                        ClassMix::OnlyThis
-                    } else {
-                        ClassMix::ThisAndOthers
-                    }
-                } else {
-                    ClassMix::OnlyOthers
-                };
+                let mix = ClassMix::of(list, c);
                 policy::clustering(count > 0, gpu_free, mix)
             }
             Policy::Random | Policy::Fgd | Policy::Basalt => {
@@ -152,15 +142,6 @@ impl DeviceChooser for Prepared {
             let d = draw(self.seed, self.arrival, node.0 as u64, 1);
             return 1 << fitting[(d % fitting.len() as u64) as usize];
         }
-        let gpus = &mut self.free.gpus;
-        let mut picked = 0u64;
-        for _ in 0..count {
-            let Some(p) = tightest(gpus, open & !picked, share) else {
-                break;
-            };
-            picked |= 1 << p;
-            gpus[p] -= share;
-        }
-        picked
+        tightest_each(&self.free.gpus, open, share, count)
     }
 }

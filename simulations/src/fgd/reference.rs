@@ -170,17 +170,7 @@ impl<'a> State<'a> {
             Policy::DotProd => policy::dotprod(cpu_free, pod.cpu, gpu_free, gpu),
             Policy::Clustering => {
                 let list = &self.classes[n];
-                let mix = if list.is_empty() {
-                    ClassMix::NoGpuPods
-                } else if list.iter().any(|&(c, _)| c == pod.class) {
-                    if list.len() == 1 {
-                        ClassMix::OnlyThis
-                    } else {
-                        ClassMix::ThisAndOthers
-                    }
-                } else {
-                    ClassMix::OnlyOthers
-                };
+                let mix = ClassMix::of(list, pod.class);
                 policy::clustering(pod.num_gpu > 0, gpu_free, mix)
             }
             Policy::Packing => policy::packing(pod.num_gpu, pod.share, self.gpus(n)),
