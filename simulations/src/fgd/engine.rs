@@ -68,7 +68,8 @@ pub fn framework(
     names: &basalt_engine::ResourceNames,
 ) -> Framework {
     let mut config = basalt_plugins::Config::default();
-    // Basalt's policy with its device choice: the trace's pods state no HAMi policy.
+    // Basalt's sharing policy with its device choice: the trace's pods state no HAMi policy.
+    config.node_order.fragmentation.enabled = true;
     config.node_order.fragmentation.pick_devices = true;
     config.actions = vec![
         basalt_plugins::config::ActionName::Enqueue,
