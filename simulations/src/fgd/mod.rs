@@ -1,9 +1,9 @@
 //! The fragmentation experiment of "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 //! with Fragmentation Gradient Descent" (Weng et al., USENIX ATC'23) on the Alibaba openb lists.
 //!
-//! Per seed, one arrival sequence ([`workload`]) is replayed under each policy ([`policy`]) by
-//! its own placement loop ([`sim`]): pods arrive one at a time, are placed at once or dropped and
-//! never leave. After each arrival the arrived and allocated GPU are recorded; [`measure`] turns
+//! Per seed, one arrival sequence ([`workload`]) is replayed under each policy ([`policy`])
+//! through the engine ([`engine`]): each arrival is one scheduling cycle with one pending pod,
+//! placed at once or dropped; nothing leaves. After each arrival the arrived and allocated GPU are recorded; [`measure`] turns
 //! that into unallocated GPU % at every 5 % of arrived load, and the report takes the median over
 //! seeds. Randomness is seeded ([`rng`]) with separate streams for the workload, the tie ranking
 //! and the `random` policy, so every policy sees the same workload for a seed.
