@@ -164,6 +164,37 @@ pub struct NodeOrderArgs {
     pub policy: NodeOrderPolicy,
     /// Weight of each resource in the utilisation score; resources not listed do not count.
     pub weights: BTreeMap<String, u32>,
+    /// Fragmentation-aware placement on clusters whose devices are shared
+    /// (`basalt_plugins::fragmentation`); clusters of whole devices keep `policy` alone.
+    pub fragmentation: FragmentationArgs,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct FragmentationArgs {
+    /// Off by default for now: the shapes are learned from the snapshot's tasks, and a replay
+    /// that folds running pods into pinned pods (no tasks) would learn other shapes than one
+    /// that does not, so folding would no longer be exact.
+    pub enabled: bool,
+    /// The typical pod shapes are learned from this many of the newest pods of the snapshot.
+    pub window: u32,
+    /// Shapes are taken most frequent first until they cover this share of those pods (%).
+    pub coverage_percent: u8,
+    /// Also choose the shared devices a pod takes (where fragmentation grows least) when it
+    /// states no HAMi device policy or filters. Off by default: such pods get HAMi's default
+    /// `spread`, as under HAMi's own scheduler, and only the node is chosen for fragmentation.
+    pub pick_devices: bool,
+}
+
+impl Default for FragmentationArgs {
+    fn default() -> Self {
+        FragmentationArgs {
+            enabled: false,
+            window: 10_000,
+            coverage_percent: 95,
+            pick_devices: false,
+        }
+    }
 }
 
 impl Default for NodeOrderArgs {
@@ -174,6 +205,7 @@ impl Default for NodeOrderArgs {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+            fragmentation: FragmentationArgs::default(),
         }
     }
 }
@@ -263,6 +295,8 @@ pub enum ConfigError {
     NoSchedulerNames,
     #[error("devices: must name at least one device resource")]
     NoDevices,
+    #[error("nodeOrder.fragmentation.coveragePercent: must be 1 to 100, got {0}")]
+    Coverage(u8),
 }
 
 impl Config {
@@ -297,6 +331,10 @@ impl Config {
         }
         if self.devices.is_empty() {
             return Err(ConfigError::NoDevices);
+        }
+        let coverage = self.node_order.fragmentation.coverage_percent;
+        if !(1..=100).contains(&coverage) {
+            return Err(ConfigError::Coverage(coverage));
         }
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())

@@ -4,6 +4,8 @@
 //! - `priority`: job order by PriorityClass value, then age;
 //! - `predicates`: cordons, taints, node selectors and required node affinity;
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
+//! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
+//! - `devicepick`: which devices of the chosen node a pod takes;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`.
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
@@ -11,6 +13,8 @@
 
 pub mod admission;
 pub mod config;
+pub mod devicepick;
+pub mod fragmentation;
 pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
@@ -41,6 +45,22 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw.task_admit.push(Box::new(admission::Capability));
     fw.task_admit.push(Box::new(admission::Guarantee));
     fw.filters.push(Box::new(predicates::Predicates));
+    fw.device_pick = Box::new(devicepick::KeepIslandsWhole);
+    let frag = &config.node_order.fragmentation;
+    if frag.enabled {
+        let policy = fragmentation::Fragmentation {
+            workload: fragmentation::Workload::Seen {
+                window: frag.window as usize,
+                coverage_pct: frag.coverage_percent as u64,
+            },
+            rule: fragmentation::Rule::Basalt,
+            shared_only: true,
+        };
+        fw.scores.push(Box::new(policy.clone()));
+        if frag.pick_devices {
+            fw.device_pick = Box::new(policy);
+        }
+    }
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }

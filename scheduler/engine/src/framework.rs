@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use crate::model::{Job, JobId, Node, PlacementRules, TaskId};
+use crate::model::{Job, JobId, Node, NodeId, PlacementRules, TaskId};
 use crate::plan::Condition;
 use crate::resources::Resources;
 use crate::session::Session;
@@ -59,6 +59,74 @@ pub trait NodeOrder: Send + Sync {
     fn key(&self, allocatable: &Resources, used: &Resources) -> u64;
 }
 
+/// A pod-aware node score: how good it is to put this task on this node with these devices
+/// (a mask of the node's device positions, as [`DevicePick`] chose them). Whole numbers,
+/// higher is better; the scores of all configured scorers are summed (saturating) and equal
+/// sums go to the node of least [`Framework::node_rank`].
+///
+/// Scoring sees every feasible node (static filters, capacity, devices, inter-pod rules) for
+/// every task, where [`NodeOrder`] keeps nodes in sorted buckets and asks a few; so a scorer
+/// declares per session whether it has anything to say: `prepare` returns `None` and the
+/// session keeps the bucketed node order, exactly as without the scorer.
+pub trait Score: Send + Sync {
+    fn name(&self) -> &str;
+    /// Called once when a session opens, to precompute what scoring needs (e.g. the typical
+    /// pod shapes of the workload), or `None` to stay out of this session.
+    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>>;
+}
+
+/// A [`Score`] prepared for one session.
+pub trait NodeScorer {
+    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64;
+}
+
+/// Which of a node's devices a task takes. The engine decides which devices the task could
+/// take at all (free whole devices, shared devices with room, the pod's device filters, the
+/// NVLink island the topology chose); the policy picks among them.
+pub trait DevicePick: Send + Sync {
+    fn name(&self) -> &str;
+    fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's>;
+}
+
+/// A [`DevicePick`] prepared for one session.
+pub trait DeviceChooser {
+    /// `count` devices out of `open` (a mask of device positions with at least `count` bits
+    /// set), as a mask. Must be a function of its arguments and the session: the search asks
+    /// once per node it scores and placing asks again.
+    fn pick(&mut self, session: &Session, task: TaskId, node: NodeId, open: u64, count: u32)
+        -> u64;
+}
+
+/// The engine's neutral device choice: the lowest free positions (plugins configure the
+/// scheduler's own, which keeps NVLink islands whole and follows HAMi's policies).
+pub struct LowestOpen;
+
+impl DevicePick for LowestOpen {
+    fn name(&self) -> &str {
+        "lowest-open"
+    }
+    fn prepare<'s>(&'s self, _: &Session) -> Box<dyn DeviceChooser + 's> {
+        Box::new(LowestOpen)
+    }
+}
+
+impl DeviceChooser for LowestOpen {
+    fn pick(&mut self, _: &Session, _: TaskId, _: NodeId, open: u64, count: u32) -> u64 {
+        lowest_bits(open, count)
+    }
+}
+
+/// The `count` lowest set bits of `mask`.
+pub fn lowest_bits(mut mask: u64, count: u32) -> u64 {
+    let mut out = 0;
+    for _ in 0..count {
+        let bit = mask & mask.wrapping_neg();
+        out |= bit;
+        mask &= !bit;
+    }
+    out
+}
+
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
@@ -90,6 +158,15 @@ pub struct Framework {
     /// their node index on to the next (its keys are this node order's).
     id: u64,
     pub fair_share: Option<Box<dyn FairShare>>,
+    /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
+    pub scores: Vec<Box<dyn Score>>,
+    /// Which devices of the chosen node a task takes.
+    pub device_pick: Box<dyn DevicePick>,
+    /// For ties between equal [`Score`] sums: the rank of each node by its position in name
+    /// order (the snapshot's node ids); the least rank wins, nodes beyond the list after all
+    /// listed ones, then by name. `None`: name order. An experiment hands a ranking drawn
+    /// from its seed here (the engine draws nothing).
+    pub node_rank: Option<std::sync::Arc<[u32]>>,
     /// A gang that has waited this long (milliseconds) reserves the nodes it will start on.
     pub reserve_after_ms: Option<i64>,
     /// How long a gang that timed out (its `scheduleTimeoutSeconds` waited without starting)
@@ -157,6 +234,9 @@ impl Framework {
             node_order,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
+            scores: Vec::new(),
+            device_pick: Box::new(LowestOpen),
+            node_rank: None,
             reserve_after_ms: None,
             gang_backoff_ms: DEFAULT_GANG_BACKOFF_MS,
             tiers: Vec::new(),
@@ -188,6 +268,12 @@ impl Framework {
         let period = timeout.saturating_add(self.gang_backoff_ms);
         let at = waited.rem_euclid(period);
         (waited >= timeout && at >= timeout).then(|| period - at)
+    }
+
+    /// The tie rank of a node among equal [`Score`] sums (see [`Framework::node_rank`]).
+    pub fn tie_rank(&self, node: NodeId) -> (u32, NodeId) {
+        let rank = self.node_rank.as_ref().and_then(|r| r.get(node.index()));
+        (rank.copied().unwrap_or(u32::MAX), node)
     }
 
     pub fn node_order(&self) -> &dyn NodeOrder {

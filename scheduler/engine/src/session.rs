@@ -22,6 +22,7 @@ mod dra;
 mod explain;
 mod plan;
 mod prefer;
+mod score;
 mod search;
 
 /// Where a task stands inside the session.
@@ -277,6 +278,11 @@ pub struct Session<'a> {
     /// Placements, evictions and undos so far (see `able`).
     charges: u64,
     able: Option<able::AbleNodes>,
+    /// The framework's pod-aware scorers prepared for this session (those that had
+    /// something to say): when empty, the bucketed node order alone (see `score.rs`).
+    scorers: Vec<Box<dyn crate::framework::NodeScorer + 'a>>,
+    /// The framework's device choice prepared for this session; taken out while it runs.
+    chooser: Option<Box<dyn crate::framework::DeviceChooser + 'a>>,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -484,6 +490,8 @@ impl<'a> Session<'a> {
             preference_cache: prefer::PreferenceCache::default(),
             charges: 0,
             able: None,
+            scorers: Vec::new(),
+            chooser: None,
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
@@ -506,6 +514,7 @@ impl<'a> Session<'a> {
             // Without a fair-share policy every queue may use the whole cluster.
             None => vec![session.queue_capacity.clone(); snapshot.queues.len()],
         };
+        session.prepare_scoring();
         session
     }
 
@@ -593,6 +602,12 @@ impl<'a> Session<'a> {
         let mut free = self.snapshot.node(node).allocatable.clone();
         free.sub(&self.used[node.index()]);
         free
+    }
+
+    /// The node's devices no pod can take or join now, as a mask of positions: the used whole
+    /// devices of an unshared node; on a shared one, devices full or in exclusive use.
+    pub fn closed_devices(&self, node: NodeId) -> u64 {
+        self.gpus_used[node.index()]
     }
 
     pub fn free_gpus(&self, node: NodeId) -> u32 {

@@ -1,18 +1,21 @@
 //! The fragmentation experiment of "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 //! with Fragmentation Gradient Descent" (Weng et al., USENIX ATC'23) on the Alibaba openb lists.
 //!
-//! Per seed, one arrival sequence ([`workload`]) is replayed under each policy ([`policy`]) by
-//! its own placement loop ([`sim`]): pods arrive one at a time, are placed at once or dropped and
-//! never leave. After each arrival the arrived and allocated GPU are recorded; [`measure`] turns
+//! Per seed, one arrival sequence ([`workload`]) is replayed under each policy ([`policy`])
+//! through the engine ([`engine`]): each arrival is one scheduling cycle with one pending pod,
+//! placed at once or dropped; nothing leaves. After each arrival the arrived and allocated GPU are recorded; [`measure`] turns
 //! that into unallocated GPU % at every 5 % of arrived load, and the report takes the median over
 //! seeds. Randomness is seeded ([`rng`]) with separate streams for the workload, the tie ranking
 //! and the `random` policy, so every policy sees the same workload for a seed.
 
-pub mod frag;
+pub mod baselines;
+pub mod engine;
+pub mod experiment;
 pub mod measure;
 pub mod policy;
+#[cfg(test)]
+mod reference;
 pub mod rng;
-pub mod sim;
 pub mod trace;
 pub mod workload;
 
@@ -22,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use experiment::Experiment;
 pub use policy::Policy;
-pub use sim::Experiment;
 
 /// The bundled sample (see `simulations/traces/openb-sample/README.md`).
 pub const SAMPLE_NODES: &str = include_str!("../../traces/openb-sample/nodes.csv");
@@ -127,7 +130,12 @@ pub struct Outcome {
 }
 
 /// Runs every policy on every seed (`threads` at a time) and takes the median per point.
-pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize) -> Outcome {
+pub fn run(
+    exp: &Experiment,
+    policies: &[Policy],
+    seeds: &[u64],
+    threads: usize,
+) -> Result<Outcome, FgdError> {
     let requests = exp.requests();
     let workloads: Vec<Vec<u32>> = seeds
         .iter()
@@ -136,7 +144,7 @@ pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize)
     let jobs: Vec<(usize, usize)> = (0..policies.len())
         .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
         .collect();
-    type Slot = Option<(measure::Curve, Duration)>;
+    type Slot = Option<Result<(measure::Curve, Duration), String>>;
     let results: Mutex<Vec<Slot>> = Mutex::new(vec![None; jobs.len()]);
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
@@ -145,23 +153,24 @@ pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize)
                 let j = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(p, s)) = jobs.get(j) else { break };
                 let start = Instant::now();
-                let t = exp.run(&workloads[s], policies[p], seeds[s]);
-                let c = measure::curve(&t);
-                let took = start.elapsed();
-                results.lock().expect("no worker panics")[j] = Some((c, took));
+                let ran = exp.run(&workloads[s], policies[p], seeds[s]);
+                let done = ran
+                    .map(|(t, _)| (measure::curve(&t), start.elapsed()))
+                    .map_err(|e| e.to_string());
+                results.lock().expect("no worker panics")[j] = Some(done);
             });
         }
     });
-    let results = results.into_inner().expect("no worker panics");
+    let results: Vec<(measure::Curve, Duration)> = (results.into_inner())
+        .expect("no worker panics")
+        .into_iter()
+        .map(|r| r.expect("every job ran").map_err(FgdError::Cluster))
+        .collect::<Result<_, _>>()?;
     let mut curves = Vec::new();
     let mut stats = Vec::new();
     for (p, &policy) in policies.iter().enumerate() {
         let runs: Vec<&(measure::Curve, Duration)> = (0..seeds.len())
-            .map(|s| {
-                results[p * seeds.len() + s]
-                    .as_ref()
-                    .expect("every job ran")
-            })
+            .map(|s| &results[p * seeds.len() + s])
             .collect();
         let points = measure::POINTS
             .iter()
@@ -185,7 +194,7 @@ pub fn run(exp: &Experiment, policies: &[Policy], seeds: &[u64], threads: usize)
             carried: runs.iter().map(|(c, _)| c.carried).sum(),
         });
     }
-    Outcome { curves, stats }
+    Ok(Outcome { curves, stats })
 }
 
 fn round3(v: f64) -> f64 {
@@ -248,15 +257,26 @@ mod tests {
         let w = workload::generate(&req, exp.capacity_milli, 42);
         assert_eq!(w, workload::generate(&req, exp.capacity_milli, 42));
         // Arrived demand after each arrival is the workload's alone: identical for every policy.
-        let arrived =
-            |p: Policy| -> Vec<u64> { exp.run(&w, p, 42).samples.iter().map(|s| s.0).collect() };
+        let arrived = |p: Policy| -> Vec<u64> {
+            exp.run(&w, p, 42)
+                .unwrap()
+                .0
+                .samples
+                .iter()
+                .map(|s| s.0)
+                .collect()
+        };
         let reference = arrived(Policy::Fgd);
         for p in Policy::ALL {
             assert_eq!(arrived(p), reference, "{p}");
         }
         // Same seed, same policy: the same trajectory; the run is deterministic.
         for p in Policy::ALL {
-            assert_eq!(exp.run(&w, p, 42), exp.run(&w, p, 42), "{p}");
+            assert_eq!(
+                exp.run(&w, p, 42).unwrap(),
+                exp.run(&w, p, 42).unwrap(),
+                "{p}"
+            );
         }
     }
 
@@ -265,8 +285,8 @@ mod tests {
         let nodes = trace::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES).unwrap();
         let pods = trace::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
-        let a = run(&exp, &Policy::ALL, &[1, 2, 3], 1);
-        let b = run(&exp, &Policy::ALL, &[1, 2, 3], 4);
+        let a = run(&exp, &Policy::ALL, &[1, 2, 3], 1).unwrap();
+        let b = run(&exp, &Policy::ALL, &[1, 2, 3], 4).unwrap();
         assert_eq!(a.curves, b.curves);
         for c in &a.curves {
             assert_eq!(c.points.len(), 26);

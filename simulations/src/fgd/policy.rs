@@ -122,6 +122,23 @@ pub enum ClassMix {
     OnlyOthers,
 }
 
+impl ClassMix {
+    /// The mix of a node holding GPU pods of `classes` (class, count) for a pod of `class`.
+    pub fn of(classes: &[(u32, u32)], class: u32) -> ClassMix {
+        if classes.is_empty() {
+            ClassMix::NoGpuPods
+        } else if classes.iter().any(|&(c, _)| c == class) {
+            if classes.len() == 1 {
+                ClassMix::OnlyThis
+            } else {
+                ClassMix::ThisAndOthers
+            }
+        } else {
+            ClassMix::OnlyOthers
+        }
+    }
+}
+
 /// `clustering` = ⌊25·(8000 − gpuFree)/8000⌋ + 75 / 50 / 25 / 0 by [`ClassMix`]; CPU-only pods
 /// score 0 everywhere (`gpu_pod` false).
 pub fn clustering(gpu_pod: bool, gpu_free: i64, mix: ClassMix) -> i32 {

@@ -39,6 +39,18 @@ impl SplitMix64 {
     }
 }
 
+/// The `random` policy's draw for (arrival, node, what) in the run with this seed: a pure
+/// function, so a plugin can draw through the engine without carrying a generator from cycle
+/// to cycle (`what`: 0 the node's score, 1 the device).
+pub fn draw(seed: u64, arrival: u64, node: u64, what: u64) -> u64 {
+    let tag = SplitMix64::new(Stream::Policy as u64).next_u64();
+    let mut sm = SplitMix64::new(seed ^ tag);
+    let base = sm.next_u64();
+    let mut a = SplitMix64::new(base ^ arrival.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let mut b = SplitMix64::new(a.next_u64() ^ node.wrapping_mul(0xA076_1D64_78BD_642F) ^ what);
+    b.next_u64()
+}
+
 /// xoshiro256**.
 #[derive(Clone, Debug)]
 pub struct Rng([u64; 4]);

@@ -5,7 +5,7 @@
 //! stay necessary conditions for every request and exact for whole devices.
 
 use super::Session;
-use crate::devices::{DeviceFilters, DevicePolicy, DeviceUse, ShareAsk, ShareMemory, Sharing};
+use crate::devices::{DeviceFilters, DeviceUse, ShareAsk, ShareMemory, Sharing};
 use crate::framework::Reason;
 use crate::model::{NodeId, TaskId};
 use crate::plan::BoundDevice;
@@ -19,7 +19,7 @@ const LEVEL_UNIT: u32 = 128;
 /// What a task asks of a node's devices, read once per search rather than once per node.
 #[derive(Clone, Copy)]
 pub(crate) struct DeviceNeed<'s> {
-    want: u32,
+    pub(crate) want: u32,
     /// Its [`Session::bucket_need`].
     bucket: u32,
     share: Option<ShareAsk>,
@@ -251,44 +251,43 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// The devices a task takes on a node. Whole devices inside one NVLink island when one can
-    /// hold them all (the fullest such island, so whole islands stay free), else the lowest
-    /// free indices; shared devices the same way, and inside an island the least used first
-    /// (HAMi's default `spread`) or the most used (`binpack`).
-    pub(super) fn pick_devices(&self, task: TaskId, node: NodeId, island: Option<u32>) -> u64 {
-        let count = self.devices_wanted(task) as usize;
+    /// The devices a task takes on a node: among those it could take (inside `island` when
+    /// given), the ones the framework's [`crate::DevicePick`] chooses.
+    pub(super) fn pick_devices(&mut self, task: TaskId, node: NodeId, island: Option<u32>) -> u64 {
+        let count = self.devices_wanted(task);
         if count == 0 {
             return 0;
         }
-        let n = self.snapshot.node(node);
         let open = self.open_devices(&self.device_need(task), node, island);
-        let mut islands: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (p, g) in n.gpus.iter().enumerate() {
-            if open & (1 << p) != 0 {
-                islands.entry(g.nvlink_domain).or_default().push(p);
-            }
-        }
-        let fitting = (islands.values()).filter(|free| free.len() >= count);
-        let mut chosen: Vec<usize> = match fitting.min_by_key(|free| free.len()) {
-            Some(free) => free.clone(),
-            None => (0..n.gpus.len())
-                .filter(|&p| open & (1 << p) != 0)
-                .collect(),
-        };
-        if n.sharing.shares() {
-            let usage = self.usage(node);
-            let policy = self.filters(task).map(|f| f.policy).unwrap_or_default();
-            // Stable: equally used devices keep index order.
-            chosen.sort_by_key(|&p| match policy {
-                DevicePolicy::Spread => usage[p].slots as i64,
-                DevicePolicy::Binpack => -(usage[p].slots as i64),
-            });
-        }
         debug_assert!(
-            chosen.len() >= count,
+            open.count_ones() >= count,
             "a task is placed without its devices"
         );
-        chosen.iter().take(count).fold(0, |m, &p| m | 1 << p)
+        let mut chooser = self.chooser.take().expect("device choices do not nest");
+        let picked = chooser.pick(self, task, node, open, count);
+        self.chooser = Some(chooser);
+        debug_assert!(
+            picked & !open == 0 && picked.count_ones() == count,
+            "the device pick took devices the task cannot have"
+        );
+        picked
+    }
+
+    /// What is in use on each device of a node that shares them (empty for one that does
+    /// not), for the policies choosing among them.
+    pub fn device_use(&self, node: NodeId) -> &[DeviceUse] {
+        self.usage(node)
+    }
+
+    /// The device filters (and HAMi device policy) the task's placement rules state.
+    pub fn device_filters(&self, task: TaskId) -> Option<&DeviceFilters> {
+        self.filters(task)
+    }
+
+    /// Positions of the node's devices the task could take one of now (see
+    /// [`Self::open_devices`]).
+    pub fn open_devices_for(&self, task: TaskId, node: NodeId) -> u64 {
+        self.open_devices(&self.device_need(task), node, None)
     }
 
     /// Puts the task's share on (or takes it off) each shared device of `gpus`, or marks whole

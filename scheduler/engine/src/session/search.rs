@@ -256,6 +256,28 @@ impl Session<'_> {
             return found;
         }
         let need = self.device_need(task);
+        if self.scores_pods() {
+            let all = || (0..snap.nodes.len() as u32).map(NodeId);
+            let candidates: Vec<NodeId> = match &statics.few {
+                Some(few) => few.clone(),
+                None => all().collect(),
+            };
+            let feasible: Vec<NodeId> = (candidates.into_iter())
+                .filter(|&n| {
+                    statics.ok[n.index()]
+                        && self.may_use(n, access)
+                        && self.fits(n, request)
+                        && self.has_devices_for(&need, n, None)
+                        && check.as_ref().is_none_or(|c| c.check(n).is_ok())
+                })
+                .collect();
+            drop(check);
+            let found = self.best_scored(task, &need, &feasible);
+            if found.is_none() {
+                self.note_no_node(task, shape, access, guard);
+            }
+            return found;
+        }
         // Room (resources and devices) only shrinks until capacity is given back: a miss is
         // kept (see `room_misses`).
         let room = |n: NodeId| match misses.borrow_mut().as_mut() {

@@ -1,174 +1,47 @@
-//! The placement loop: pods arrive one at a time, each is placed at once on the best feasible
-//! node or dropped, and nothing ever leaves. GPUs are accounted per device in milli.
-//!
-//! - feasible node: CPU and memory fit; the node's GPU model is allowed; at least `num_gpu` GPUs
-//!   each with free share ≥ the pod's per-GPU share;
-//! - node choice: the highest score wins; ties go to the best node in a random ranking of all
-//!   nodes drawn once per run from the seed (`random` picks a uniformly random feasible node);
-//! - GPU choice: whole-GPU pods take the lowest-numbered fully free GPUs; a sharing pod takes the
-//!   tightest-fitting GPU (`random`: a uniformly random GPU that fits; `fgd`: the GPU with the best
-//!   fgd score, lowest index on ties). A pod asking several GPUs with a share below 1000 (absent
-//!   from the openb lists) takes the tightest-fitting ones under every policy.
+//! The experiment's placement loop as it was before it ran through the engine, kept as the
+//! test oracle of the engine path (`engine.rs`): for every paper policy and a seed, both place
+//! every arrival on the same node and GPUs. Pods arrive one at a time, each is placed at once
+//! on the best feasible node or dropped, and nothing ever leaves; GPUs are accounted per
+//! device in milli.
 
-use std::collections::HashMap;
+use basalt_plugins::fragmentation::fgd_score;
 
-use super::frag::{fgd_score, Fragmenter, ModelSet, Shape};
+use super::engine::{tie_ranks, Placement};
+use super::experiment::{Experiment, PodInfo};
 use super::measure::Trajectory;
-use super::policy::{self, BasaltScore, ClassMix, Policy};
-use super::rng::{Rng, Stream};
-use super::trace::{NodeSpec, PodSpec, GPU_MILLI};
-use super::FgdError;
+use super::policy::{self, ClassMix, Policy};
+use super::rng::draw;
+use super::trace::GPU_MILLI;
 
 const FULL: u16 = GPU_MILLI as u16;
 
-#[derive(Clone, Debug)]
-pub struct NodeInfo {
-    pub cpu: i64,
-    pub mem: i64,
-    pub gpus: u32,
-    /// Model id; `None` when the list gives no model.
-    pub model: Option<u8>,
-    /// Offset of this node's GPUs in the flat per-GPU arrays.
-    off: usize,
-}
-
-#[derive(Clone, Debug)]
-pub struct PodInfo {
-    pub cpu: i64,
-    pub mem: i64,
-    pub num_gpu: u32,
-    pub share: u16,
-    pub models: ModelSet,
-    /// `clustering` class: the share for sharing pods, the GPU count for whole-GPU pods.
-    class: u32,
-    /// Id of (cpu, share, count): what the fgd score of a node depends on besides the node.
-    key: u32,
-    pub request: u64,
-}
-
-/// The cluster, the trace and the typical shapes, shared read-only by every run.
-#[derive(Clone, Debug)]
-pub struct Experiment {
-    pub nodes: Vec<NodeInfo>,
-    pub pods: Vec<PodInfo>,
-    pub models: Vec<String>,
-    pub capacity_milli: u64,
-    pub frag: Fragmenter,
-    keys: usize,
-    gpu_total: usize,
-}
-
-impl Experiment {
-    pub fn new(nodes: &[NodeSpec], pods: &[PodSpec]) -> Result<Self, FgdError> {
-        let mut models: Vec<String> = nodes
-            .iter()
-            .filter(|n| !n.model.is_empty())
-            .map(|n| n.model.clone())
-            .collect();
-        models.sort();
-        models.dedup();
-        // 63, not 64: the all-ones set is reserved for "any model".
-        if models.len() > 63 {
-            return Err(FgdError::Cluster(format!(
-                "{} GPU models in the node list; at most 63 are supported",
-                models.len()
-            )));
+/// Runs a paper policy over one arrival sequence: the trajectory and where each arrival went.
+pub fn run(
+    exp: &Experiment,
+    workload: &[u32],
+    policy: Policy,
+    seed: u64,
+) -> (Trajectory, Vec<Placement>) {
+    let mut state = State::new(exp, policy, seed);
+    let mut samples = Vec::with_capacity(workload.len());
+    let mut placements = Vec::with_capacity(workload.len());
+    let (mut arrived, mut allocated) = (0u64, 0u64);
+    for (k, &i) in workload.iter().enumerate() {
+        let pod = &exp.pods[i as usize];
+        arrived += pod.request;
+        state.arrival = k as u64;
+        let placed = state.arrive(pod);
+        if placed.is_some() {
+            allocated += pod.request;
         }
-        let model_id = |m: &str| models.iter().position(|x| x == m).map(|i| i as u8);
-        let mut off = 0;
-        let mut node_infos = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            node_infos.push(NodeInfo {
-                cpu: n.cpu_milli,
-                mem: n.memory_mib,
-                gpus: n.gpus,
-                model: if n.model.is_empty() {
-                    None
-                } else {
-                    model_id(&n.model)
-                },
-                off,
-            });
-            off += n.gpus as usize;
-        }
-        let capacity_milli = off as u64 * GPU_MILLI as u64;
-        if capacity_milli == 0 {
-            return Err(FgdError::Cluster(
-                "the node list has no GPUs; the experiment measures GPU allocation".to_string(),
-            ));
-        }
-        let mut keys: HashMap<(i64, u16, u32), u32> = HashMap::new();
-        let mut pod_infos = Vec::with_capacity(pods.len());
-        for p in pods {
-            let models = if p.gpu_spec.is_empty() {
-                ModelSet::ANY
-            } else {
-                // Models no node has cannot be chosen; a pod allowing only those never fits.
-                ModelSet(
-                    p.gpu_spec
-                        .iter()
-                        .filter_map(|m| model_id(m))
-                        .fold(0u64, |acc, id| acc | (1u64 << id)),
-                )
-            };
-            let share = p.gpu_milli as u16;
-            let next = keys.len() as u32;
-            let key = *keys.entry((p.cpu_milli, share, p.num_gpu)).or_insert(next);
-            pod_infos.push(PodInfo {
-                cpu: p.cpu_milli,
-                mem: p.memory_mib,
-                num_gpu: p.num_gpu,
-                share,
-                models,
-                class: (p.num_gpu << 11) | share as u32,
-                key,
-                request: p.gpu_request(),
-            });
-        }
-        let frag = Fragmenter::from_trace(
-            pod_infos.iter().map(|p| Shape {
-                cpu_milli: p.cpu,
-                gpu_milli: p.share,
-                num_gpu: p.num_gpu,
-                models: p.models,
-            }),
-            95,
-        );
-        Ok(Experiment {
-            nodes: node_infos,
-            pods: pod_infos,
-            models,
-            capacity_milli,
-            frag,
-            keys: keys.len(),
-            gpu_total: off,
-        })
+        samples.push((arrived, allocated));
+        placements.push(placed);
     }
-
-    /// GPU requests of the trace pods, in milli, for the workload generator.
-    pub fn requests(&self) -> Vec<u64> {
-        self.pods.iter().map(|p| p.request).collect()
-    }
-
-    /// Runs one policy over one arrival sequence. `seed` feeds the tie ranking and the policy's
-    /// own draws (the workload is already drawn).
-    pub fn run(&self, workload: &[u32], policy: Policy, seed: u64) -> Trajectory {
-        let mut state = State::new(self, policy, seed);
-        let mut samples = Vec::with_capacity(workload.len());
-        let (mut arrived, mut allocated) = (0u64, 0u64);
-        for &i in workload {
-            let pod = &self.pods[i as usize];
-            arrived += pod.request;
-            if state.arrive(pod) {
-                allocated += pod.request;
-            }
-            samples.push((arrived, allocated));
-        }
-        Trajectory {
-            capacity_milli: self.capacity_milli,
-            samples,
-        }
-    }
+    let trajectory = Trajectory {
+        capacity_milli: exp.capacity_milli,
+        samples,
+    };
+    (trajectory, placements)
 }
 
 /// A remembered fgd evaluation of (node, pod key), valid while the node's version matches.
@@ -197,24 +70,19 @@ struct State<'a> {
     classes: Vec<Vec<(u32, u32)>>,
     /// Position of each node in the run's tie ranking (lower wins).
     rank: Vec<u32>,
-    rng: Rng,
-    basalt: BasaltScore,
+    seed: u64,
+    /// The arrival being placed (what `random` draws for).
+    arrival: u64,
     /// Bumped whenever a node changes; invalidates its fgd entries.
     version: Vec<u32>,
     f_before: Vec<(u32, f64)>,
     fgd_cache: Vec<FgdEntry>,
-    feasible: Vec<u32>,
 }
 
 impl<'a> State<'a> {
     fn new(exp: &'a Experiment, policy: Policy, seed: u64) -> Self {
         let n = exp.nodes.len();
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        Rng::stream(seed, Stream::TieRank).shuffle(&mut order);
-        let mut rank = vec![0u32; n];
-        for (pos, &node) in order.iter().enumerate() {
-            rank[node as usize] = pos as u32;
-        }
+        let rank = tie_ranks(n, seed);
         let fgd = policy == Policy::Fgd;
         let cache = if fgd && n.saturating_mul(exp.keys) <= FGD_CACHE_MAX {
             n * exp.keys
@@ -230,12 +98,11 @@ impl<'a> State<'a> {
             gpu_free_total: exp.nodes.iter().map(|n| n.gpus * GPU_MILLI).collect(),
             classes: vec![Vec::new(); n],
             rank,
-            rng: Rng::stream(seed, Stream::Policy),
-            basalt: BasaltScore::new(),
+            seed,
+            arrival: 0,
             version: vec![1; n],
             f_before: vec![(0, 0.0); if fgd { n } else { 0 }],
             fgd_cache: vec![FgdEntry::default(); cache],
-            feasible: Vec::with_capacity(n),
         }
     }
 
@@ -259,22 +126,23 @@ impl<'a> State<'a> {
         room >= pod.num_gpu as usize
     }
 
-    /// Places the pod if some node fits; returns whether it was placed.
-    fn arrive(&mut self, pod: &PodInfo) -> bool {
+    /// Places the pod if some node fits; returns where (node, GPUs as a mask).
+    fn arrive(&mut self, pod: &PodInfo) -> Placement {
         let n_nodes = self.exp.nodes.len();
         let chosen = if self.policy == Policy::Random {
-            self.feasible.clear();
+            // The highest draw among the feasible nodes, ties to the ranking.
+            let mut best: Option<(u64, u32, usize)> = None;
             for n in 0..n_nodes {
-                if self.fits(n, pod) {
-                    self.feasible.push(n as u32);
+                if !self.fits(n, pod) {
+                    continue;
+                }
+                let d = draw(self.seed, self.arrival, n as u64, 0) >> 1;
+                let rank = self.rank[n];
+                if best.is_none_or(|(b, r, _)| d > b || (d == b && rank < r)) {
+                    best = Some((d, rank, n));
                 }
             }
-            if self.feasible.is_empty() {
-                None
-            } else {
-                let i = self.rng.below(self.feasible.len() as u64) as usize;
-                Some((self.feasible[i] as usize, NO_GPU))
-            }
+            best.map(|(_, _, n)| (n, NO_GPU))
         } else {
             let mut best: Option<(i32, u32, usize, u16)> = None;
             for n in 0..n_nodes {
@@ -289,18 +157,11 @@ impl<'a> State<'a> {
             }
             best.map(|(_, _, n, gpu)| (n, gpu))
         };
-        match chosen {
-            Some((n, gpu)) => {
-                self.place(n, pod, gpu);
-                true
-            }
-            None => false,
-        }
+        chosen.map(|(n, gpu)| (n as u32, self.place(n, pod, gpu)))
     }
 
     /// The node's score for the pod and, for `fgd`, the sharing GPU it chose.
     fn score(&mut self, n: usize, pod: &PodInfo) -> (i32, u16) {
-        let node = &self.exp.nodes[n];
         let cpu_free = self.cpu_free[n];
         let gpu_free = self.gpu_free_total[n] as i64;
         let gpu = pod.request as i64;
@@ -309,33 +170,14 @@ impl<'a> State<'a> {
             Policy::DotProd => policy::dotprod(cpu_free, pod.cpu, gpu_free, gpu),
             Policy::Clustering => {
                 let list = &self.classes[n];
-                let mix = if list.is_empty() {
-                    ClassMix::NoGpuPods
-                } else if list.iter().any(|&(c, _)| c == pod.class) {
-                    if list.len() == 1 {
-                        ClassMix::OnlyThis
-                    } else {
-                        ClassMix::ThisAndOthers
-                    }
-                } else {
-                    ClassMix::OnlyOthers
-                };
+                let mix = ClassMix::of(list, pod.class);
                 policy::clustering(pod.num_gpu > 0, gpu_free, mix)
             }
             Policy::Packing => policy::packing(pod.num_gpu, pod.share, self.gpus(n)),
-            Policy::Basalt => {
-                let cap_gpu = node.gpus as i64 * GPU_MILLI as i64;
-                self.basalt.score(
-                    (node.cpu, node.mem, cap_gpu),
-                    (
-                        node.cpu - cpu_free + pod.cpu,
-                        node.mem - self.mem_free[n] + pod.mem,
-                        cap_gpu - gpu_free + gpu,
-                    ),
-                )
-            }
             Policy::Fgd => return self.fgd(n, pod),
-            Policy::Random => unreachable!("random picks without scores"),
+            Policy::Random | Policy::Basalt => {
+                unreachable!("{} is no paper policy here", self.policy)
+            }
         };
         (s, NO_GPU)
     }
@@ -396,7 +238,9 @@ impl<'a> State<'a> {
         (score, gpu)
     }
 
-    fn place(&mut self, n: usize, pod: &PodInfo, fgd_gpu: u16) {
+    /// Places the pod; returns the GPUs it took as a mask.
+    fn place(&mut self, n: usize, pod: &PodInfo, fgd_gpu: u16) -> u64 {
+        let mut taken = 0u64;
         let node = &self.exp.nodes[n];
         let (off, len) = (node.off, node.gpus as usize);
         self.cpu_free[n] -= pod.cpu;
@@ -409,14 +253,19 @@ impl<'a> State<'a> {
                     Policy::Random => {
                         let fitting: Vec<usize> =
                             (0..len).filter(|&i| gpus[i] >= pod.share).collect();
-                        Some(fitting[self.rng.below(fitting.len() as u64) as usize])
+                        let d = draw(self.seed, self.arrival, n as u64, 1);
+                        Some(fitting[(d % fitting.len() as u64) as usize])
                     }
                     _ => None,
                 }
             } else {
                 None
             };
+            let before = gpus.to_vec();
             take_gpus(gpus, pod, pick);
+            taken = (0..len)
+                .filter(|&i| gpus[i] != before[i])
+                .fold(0, |m, i| m | 1 << i);
             self.gpu_free_total[n] -= pod.request as u32;
             let list = &mut self.classes[n];
             match list.iter_mut().find(|(c, _)| *c == pod.class) {
@@ -425,6 +274,7 @@ impl<'a> State<'a> {
             }
         }
         self.version[n] += 1;
+        taken
     }
 }
 
@@ -462,6 +312,53 @@ fn take_gpus(gpus: &mut [u16], pod: &PodInfo, pick: Option<usize>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fgd::trace::{NodeSpec, PodSpec};
+
+    /// The engine path places every arrival where this loop does, for each paper policy.
+    fn engine_matches_reference(exp: &Experiment, seeds: &[u64], limit: usize) {
+        for &seed in seeds {
+            let mut w = crate::fgd::workload::generate(&exp.requests(), exp.capacity_milli, seed);
+            w.truncate(limit);
+            for p in Policy::ALL.into_iter().filter(|&p| p != Policy::Basalt) {
+                let (want_t, want) = run(exp, &w, p, seed);
+                let (got_t, got) = exp.run(&w, p, seed).unwrap();
+                let first = want.iter().zip(&got).position(|(a, b)| a != b);
+                assert_eq!(first, None, "{p}, seed {seed}: arrival {first:?} differs");
+                assert_eq!(want_t, got_t, "{p}");
+                assert!(got.iter().any(Option::is_none) || limit < w.len() + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn engine_path_places_like_the_reference_on_the_sample() {
+        use crate::fgd::{trace, SAMPLE_NODES, SAMPLE_PODS};
+        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
+        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        engine_matches_reference(&exp, &[42, 7], usize::MAX);
+    }
+
+    /// The same on the first 2,000 arrivals of the full openb default lists, when this
+    /// machine has them (`/work/shared/traces`, or `BASALT_OPENB_DIR`).
+    #[test]
+    fn engine_path_places_like_the_reference_on_the_default_list() {
+        use crate::fgd::trace;
+        let dir = std::env::var("BASALT_OPENB_DIR")
+            .unwrap_or_else(|_| "/work/shared/traces/alibaba-gpu-v2023-openb".into());
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}"));
+        let (Ok(n), Ok(p)) = (
+            read("openb_node_list_gpu_node.csv"),
+            read("openb_pod_list_default.csv"),
+        ) else {
+            eprintln!("openb lists not found under {dir}: skipped");
+            return;
+        };
+        let nodes = trace::read_nodes("nodes", &n).unwrap();
+        let pods = trace::read_pods("pods", &p).unwrap();
+        let exp = Experiment::new(&nodes, &pods).unwrap();
+        engine_matches_reference(&exp, &[42], 2_000);
+    }
 
     fn node(name: &str, cpu: i64, gpus: u32, model: &str) -> NodeSpec {
         NodeSpec {
@@ -516,19 +413,19 @@ mod tests {
         .unwrap();
         let mut s = State::new(&exp, Policy::BestFit, 1);
         // 600 on the first GPU (all equally tight): [400, 1000, 1000, 1000].
-        assert!(s.arrive(&exp.pods[0]));
+        assert!(s.arrive(&exp.pods[0]).is_some());
         assert_eq!(s.gpus(0), &[400, 1000, 1000, 1000]);
         // Two whole GPUs: the lowest-numbered fully free ones, 1 and 2.
-        assert!(s.arrive(&exp.pods[1]));
+        assert!(s.arrive(&exp.pods[1]).is_some());
         assert_eq!(s.gpus(0), &[400, 0, 0, 1000]);
         // 300: tightest is GPU 0 (400 free).
-        assert!(s.arrive(&exp.pods[2]));
+        assert!(s.arrive(&exp.pods[2]).is_some());
         assert_eq!(s.gpus(0), &[100, 0, 0, 1000]);
         // Another 300 fits only on GPU 3.
-        assert!(s.arrive(&exp.pods[2]));
+        assert!(s.arrive(&exp.pods[2]).is_some());
         assert_eq!(s.gpus(0), &[100, 0, 0, 700]);
         // Two whole GPUs no longer fit: dropped.
-        assert!(!s.arrive(&exp.pods[1]));
+        assert!(!s.arrive(&exp.pods[1]).is_some());
     }
 
     #[test]
@@ -560,11 +457,11 @@ mod tests {
         pods.push(pod(1000, 1, 300));
         let exp = Experiment::new(&[node("a", 64000, 2, "T4")], &pods).unwrap();
         let mut s = State::new(&exp, Policy::Fgd, 1);
-        assert!(s.arrive(&exp.pods[8]));
+        assert!(s.arrive(&exp.pods[8]).is_some());
         assert_eq!(s.gpus(0), &[600, 1000]);
         assert_eq!(s.f_before(0), 0.0);
         assert_eq!(s.fgd(0, &exp.pods[9]), (50, 1));
-        assert!(s.arrive(&exp.pods[9]));
+        assert!(s.arrive(&exp.pods[9]).is_some());
         assert_eq!(s.gpus(0), &[600, 700]);
         // The same decision under bestfit takes the tightest GPU.
         let mut b = State::new(&exp, Policy::BestFit, 1);
@@ -587,8 +484,8 @@ mod tests {
         pods.push(pod(1000, 1, 1000));
         let exp = Experiment::new(&[node("a", 64000, 2, "T4")], &pods).unwrap();
         let mut s = State::new(&exp, Policy::Fgd, 1);
-        assert!(s.arrive(&exp.pods[8]));
-        assert!(s.arrive(&exp.pods[10]));
+        assert!(s.arrive(&exp.pods[8]).is_some());
+        assert!(s.arrive(&exp.pods[10]).is_some());
         assert_eq!(s.gpus(0), &[600, 0]);
         assert_eq!(s.fgd(0, &exp.pods[9]), (44, 0));
     }
@@ -605,7 +502,9 @@ mod tests {
             if !cached {
                 s.fgd_cache.clear();
             }
-            let placed: Vec<bool> = w.iter().map(|&i| s.arrive(&exp.pods[i as usize])).collect();
+            let placed: Vec<bool> = (w.iter())
+                .map(|&i| s.arrive(&exp.pods[i as usize]).is_some())
+                .collect();
             (placed, s.gpu_free.clone(), s.cpu_free.clone())
         };
         let cached = replay(true);
@@ -620,7 +519,7 @@ mod tests {
         p.gpu_spec = vec!["V100M16".to_string()];
         let exp = Experiment::new(&nodes, &[p]).unwrap();
         for seed in 0..10 {
-            let t = exp.run(&[0, 0], Policy::Random, seed);
+            let (t, _) = run(&exp, &[0, 0], Policy::Random, seed);
             assert_eq!(t.samples, vec![(1000, 1000), (2000, 1000)]);
         }
     }

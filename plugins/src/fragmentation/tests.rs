@@ -1,0 +1,185 @@
+//! The measure on hand-worked examples.
+
+use super::*;
+
+/// A tiny deterministic generator for the property-style check below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+const T4: Option<u8> = Some(0);
+const V100: Option<u8> = Some(1);
+
+fn shape(cpu: i64, share: u16, count: u32) -> Shape {
+    Shape {
+        cpu_milli: cpu,
+        gpu_milli: share,
+        num_gpu: count,
+        models: ModelSet::ANY,
+    }
+}
+
+#[test]
+fn fragment_of_one_shape_by_hand() {
+    // A node with GPUs free 1000, 600, 300, 0 (idle share 1900) and 8 free CPUs.
+    let gpus = [1000, 600, 300, 0];
+    // Half-GPU pod: GPUs with < 500 free are fragments: 300 + 0 = 300.
+    assert_eq!(shape_fragment(&shape(1000, 500, 1), T4, 8000, &gpus), 300);
+    // Whole-GPU pod: GPUs with < 1000 free: 600 + 300 + 0 = 900.
+    assert_eq!(shape_fragment(&shape(1000, 1000, 1), T4, 8000, &gpus), 900);
+    // Two whole GPUs: only one GPU has room, so the pod cannot run: all idle, 1900.
+    assert_eq!(shape_fragment(&shape(1000, 1000, 2), T4, 8000, &gpus), 1900);
+    // CPU-only pod: all idle share, 1900.
+    assert_eq!(shape_fragment(&shape(1000, 0, 0), T4, 8000, &gpus), 1900);
+    // Too little CPU: 9000 > 8000 free, all idle, 1900.
+    assert_eq!(shape_fragment(&shape(9000, 100, 1), T4, 8000, &gpus), 1900);
+    // A 300 milli pod fits on GPU 2 exactly: nothing below 300 but the full GPU: 0.
+    assert_eq!(shape_fragment(&shape(1000, 300, 1), T4, 8000, &gpus), 0);
+    // Model not allowed: V100-only pod on a T4 node: all idle, 1900.
+    let v100_only = Shape {
+        models: ModelSet(0b10),
+        ..shape(1000, 500, 1)
+    };
+    assert_eq!(shape_fragment(&v100_only, T4, 8000, &gpus), 1900);
+    assert_eq!(shape_fragment(&v100_only, V100, 8000, &gpus), 300);
+    // A node with no model in the list: only pods without a model constraint run there.
+    assert_eq!(shape_fragment(&v100_only, None, 8000, &gpus), 1900);
+    assert_eq!(shape_fragment(&shape(1000, 500, 1), None, 8000, &gpus), 300);
+}
+
+#[test]
+fn weighted_fragmentation_by_hand() {
+    // Shapes A (half GPU) seen 3 times, B (whole GPU) twice, C (CPU only) 5 times:
+    // weights 0.3, 0.2, 0.5.
+    let f = TypicalShapes::new(vec![
+        (shape(1000, 500, 1), 3),
+        (shape(1000, 1000, 1), 2),
+        (shape(1000, 0, 0), 5),
+    ]);
+    let gpus = [1000, 600, 300, 0];
+    // 0.3·300 + 0.2·900 + 0.5·1900 = 90 + 180 + 950 = 1220.
+    assert!((f.fragmentation(T4, 8000, &gpus) - 1220.0).abs() < 1e-9);
+    // With only 500 free CPU nobody fits: all idle, 1900.
+    assert!((f.fragmentation(T4, 500, &gpus) - 1900.0).abs() < 1e-9);
+    // A fully used node has nothing to fragment.
+    assert_eq!(f.fragmentation(T4, 8000, &[0, 0]), 0.0);
+}
+
+#[test]
+fn typical_shapes_cover_95_percent_most_frequent_first() {
+    // 100 pods: A×60, B×30, C×6, D×4. A+B = 90 % < 95 %, A+B+C = 96 % ≥ 95 %: D is dropped,
+    // weights 60/96, 30/96, 6/96.
+    let (a, b, c, d) = (
+        shape(1000, 500, 1),
+        shape(2000, 1000, 1),
+        shape(1000, 0, 0),
+        shape(4000, 1000, 8),
+    );
+    let trace = std::iter::repeat_n(a, 60)
+        .chain(std::iter::repeat_n(b, 30))
+        .chain(std::iter::repeat_n(c, 6))
+        .chain(std::iter::repeat_n(d, 4));
+    let f = TypicalShapes::from_pods(trace, 95);
+    let got: Vec<(Shape, f64)> = f.shapes().map(|(s, w)| (*s, w)).collect();
+    assert_eq!(got.len(), 3);
+    let weight = |s: Shape| got.iter().find(|(x, _)| *x == s).map(|(_, w)| *w);
+    assert!((weight(a).unwrap() - 60.0 / 96.0).abs() < 1e-12);
+    assert!((weight(b).unwrap() - 30.0 / 96.0).abs() < 1e-12);
+    assert!((weight(c).unwrap() - 6.0 / 96.0).abs() < 1e-12);
+    assert_eq!(weight(d), None);
+}
+
+#[test]
+fn fast_fragmentation_matches_the_definition() {
+    // Deterministic pseudo-random nodes and shapes; the fast path must equal the plain sum.
+    let mut rng = Lcg(3);
+    let mut shapes = Vec::new();
+    for _ in 0..40 {
+        let count = rng.below(4) as u32;
+        let share = if count == 0 {
+            0
+        } else if count > 1 {
+            1000
+        } else {
+            [100u16, 250, 500, 1000][rng.below(4) as usize]
+        };
+        let models = ModelSet([ModelSet::ANY.0, 0b01, 0b10, 0b11][rng.below(4) as usize]);
+        shapes.push((
+            Shape {
+                cpu_milli: rng.below(5) as i64 * 2000,
+                gpu_milli: share,
+                num_gpu: count,
+                models,
+            },
+            1 + rng.below(9),
+        ));
+    }
+    let f = TypicalShapes::new(shapes);
+    for _ in 0..500 {
+        let n = 1 + rng.below(8) as usize;
+        let gpus: Vec<u16> = (0..n).map(|_| rng.below(11) as u16 * 100).collect();
+        let cpu = rng.below(10) as i64 * 1000;
+        let model = [None, Some(0), Some(1)][rng.below(3) as usize];
+        let plain: f64 = f
+            .shapes()
+            .map(|(s, w)| w * shape_fragment(s, model, cpu, &gpus) as f64)
+            .sum();
+        assert!((f.fragmentation(model, cpu, &gpus) - plain).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn fgd_score_by_hand() {
+    // No change: sigmoid(0) = 0.5 → 50.
+    assert_eq!(fgd_score(1000.0, 1000.0), 50);
+    // Fragmentation drops by 1000: sigmoid(1) = 0.7311 → 73.
+    assert_eq!(fgd_score(1500.0, 500.0), 73);
+    // Rises by 1000: sigmoid(−1) = 0.2689 → 26.
+    assert_eq!(fgd_score(500.0, 1500.0), 26);
+    // Rises by 300: sigmoid(−0.3) = 0.4256 → 42.
+    assert_eq!(fgd_score(0.0, 300.0), 42);
+}
+
+#[test]
+fn taking_devices_and_the_tightest_fit() {
+    let mut gpus = [1000, 600, 300, 0];
+    // A 300 share fits on 0, 1, 2: the tightest is 2 (300 free), then 1.
+    assert_eq!(tightest(&gpus, 0b1111, 300), Some(2));
+    assert_eq!(tightest(&gpus, 0b0011, 300), Some(1));
+    assert_eq!(tightest(&gpus, 0b1111, 700), Some(0));
+    take(&mut gpus, 0b0110, 300);
+    assert_eq!(gpus, [1000, 300, 0, 0]);
+    // A whole device leaves nothing.
+    take(&mut gpus, 0b0001, FULL);
+    assert_eq!(gpus, [0, 300, 0, 0]);
+}
+
+#[test]
+fn basalt_score_counts_growth_in_steps_of_40_milli() {
+    // Growth 218.18 milli-device = 218,182 micro: ⌊218,182 / 40,000⌋ = 5 steps → −5.
+    assert_eq!(basalt_score(54.545_454, 272.727_273), -5);
+    // A cut of 100 milli: ⌊−100,000 / 40,000⌋ = −3 steps → 3; no change → 0.
+    assert_eq!(basalt_score(300.0, 200.0), 3);
+    assert_eq!(basalt_score(300.0, 300.0), 0);
+    // Steps round down: a growth of 1 micro-device is still step 0, a cut of 1 is step −1.
+    assert_eq!(basalt_score(0.0, 0.001), 0);
+    assert_eq!(basalt_score(0.001, 0.0), 1);
+    // No saturation: a cut of 5 devices beats a cut of 4 (the paper's score ties them at 99).
+    assert!(basalt_score(5000.0, 0.0) > basalt_score(4000.0, 0.0));
+    assert_eq!(fgd_score(5000.0, 0.0), fgd_score(4600.0, 0.0));
+}
+
+#[test]
+fn model_sets() {
+    assert!(ModelSet::ANY.allows(None) && ModelSet::ANY.allows(Some(5)));
+    assert!(ModelSet(0b10).allows(Some(1)) && !ModelSet(0b10).allows(Some(0)));
+    assert!(!ModelSet(0b10).allows(None));
+}

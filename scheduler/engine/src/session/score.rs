@@ -1,0 +1,58 @@
+//! The pod-aware search: with [`crate::Score`] plugins that prepared themselves for this
+//! session, a task's feasible nodes (static filters, reservations, capacity, devices,
+//! inter-pod rules) are each given the devices the framework's [`crate::DevicePick`] chooses
+//! there and scored; the highest sum wins, equal sums go to the least
+//! [`crate::Framework::tie_rank`]. Without such scorers none of this runs and the bucketed
+//! [`crate::NodeOrder`] search of `search.rs` decides, as it always did.
+
+use super::devices::DeviceNeed;
+use super::Session;
+use crate::model::{NodeId, TaskId};
+
+impl Session<'_> {
+    /// Prepares the framework's scorers and device choice for this session.
+    pub(super) fn prepare_scoring(&mut self) {
+        let fw = self.fw;
+        let scorers = (fw.scores.iter()).filter_map(|s| s.prepare(self)).collect();
+        self.scorers = scorers;
+        self.chooser = Some(fw.device_pick.prepare(self));
+    }
+
+    /// Whether some scorer looks at pods this session (the search then scores every
+    /// feasible node instead of walking the buckets).
+    pub fn scores_pods(&self) -> bool {
+        !self.scorers.is_empty()
+    }
+
+    /// The best of `feasible` (nodes that can take the task now) by the scorers' sum, ties to
+    /// the least tie rank.
+    pub(super) fn best_scored(
+        &mut self,
+        task: TaskId,
+        need: &DeviceNeed,
+        feasible: &[NodeId],
+    ) -> Option<NodeId> {
+        let mut scorers = std::mem::take(&mut self.scorers);
+        let mut chooser = self.chooser.take().expect("device choices do not nest");
+        let mut best: Option<(i64, (u32, NodeId))> = None;
+        for &node in feasible {
+            let devices = match need.want {
+                0 => 0,
+                want => {
+                    let open = self.open_devices_with(need, node, None, self.usage(node));
+                    chooser.pick(self, task, node, open, want)
+                }
+            };
+            let score = (scorers.iter_mut()).fold(0i64, |sum, s| {
+                sum.saturating_add(s.score(self, task, node, devices))
+            });
+            let rank = self.fw.tie_rank(node);
+            if best.is_none_or(|(s, r)| score > s || (score == s && rank < r)) {
+                best = Some((score, rank));
+            }
+        }
+        self.scorers = scorers;
+        self.chooser = Some(chooser);
+        best.map(|(_, (_, node))| node)
+    }
+}
