@@ -15,9 +15,13 @@ struct Args {
     trace: TraceArgs,
 }
 
-/// Writes `text` to a file `name` of this test process's temporary directory.
+/// Writes `text` to a file `name` in a temporary folder of its own.
 pub fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("basalt-replay-test-{}", std::process::id()));
+    // One folder per call: tests of one process run side by side and may write the same name.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("basalt-replay-test-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
