@@ -34,7 +34,7 @@ use crate::stranded::PartialGangs;
 use crate::view::View;
 use crate::writer::{EventSink, Limiter};
 
-mod auto_groups;
+pub(crate) mod auto_groups;
 mod binds;
 use binds::{BindJob, BindResult};
 mod claims;

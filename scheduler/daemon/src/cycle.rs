@@ -9,6 +9,7 @@ use basalt_crds::convert::namespace_queue;
 use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
 use crate::report::HeldPods;
 use crate::scheduler_plugins;
@@ -243,6 +244,11 @@ fn collect(
     let now = jiff::Timestamp::now();
     for p in stores.pods.state() {
         if waits_for_its_group(&p, &s.view, now) && !grouping.has_auto_group(&pod_key(&p)) {
+            continue;
+        }
+        // A groupless pod the auto groups did not see (it came after them): its owner may
+        // want a gang, so it waits for the next cycle rather than go alone.
+        if awaits_group(&p, &s.config.scheduler_names) && !grouping.knows(&pod_key(&p)) {
             continue;
         }
         if !bridging {

@@ -104,6 +104,13 @@ impl GroupingWalk<'_> {
         g.held.is_empty() && g.joining.is_empty() && g.auto.is_empty()
     }
 
+    /// Whether this cycle's auto groups dealt with the pod: its group is made or being
+    /// joined, or it is held.
+    pub fn knows(&self, key: &str) -> bool {
+        let g = &self.grouping;
+        g.auto.contains_key(key) || g.joining.contains_key(key) || g.held.contains(key)
+    }
+
     /// Whether the pod named its auto PodGroup and the watch does not show the group yet.
     pub fn has_auto_group(&self, key: &str) -> bool {
         self.grouping.auto.contains_key(key)

@@ -18,6 +18,26 @@ use crate::cycle::pod_key;
 use crate::owners::{self, OwnerGroup};
 use crate::stores::Stores;
 
+/// A pending pod of ours in no PodGroup yet (no Basalt, Volcano or scheduler-plugins group),
+/// not being deleted: one `auto_groups` makes or finds a group for before it is scheduled.
+pub fn awaits_group(p: &Pod, scheduler_names: &[String]) -> bool {
+    let spec = p.spec.as_ref();
+    // Most pods are bound: the cheapest test first.
+    if spec.and_then(|s| s.node_name.as_deref()).is_some() {
+        return false;
+    }
+    let ours = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .is_some_and(|n| scheduler_names.iter().any(|s| s == n));
+    let pending = (p.status.as_ref())
+        .and_then(|s| s.phase.as_deref())
+        .is_none_or(|ph| ph == "Pending");
+    let grouped = member_of(p).is_some()
+        || (p.metadata.labels.as_ref())
+            .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
+    ours && pending && !grouped && p.metadata.deletion_timestamp.is_none()
+}
+
 impl Scheduler {
     /// Gives every pending Basalt pod without a group a PodGroup of one, owned by the pod (so
     /// it goes with it): `<pod>-pg`, queue from the pod's `scheduling.basalt.dev/queue`
@@ -38,26 +58,7 @@ impl Scheduler {
         self.owners.expire();
         self.follow_owners(stores).await;
         for p in stores.pods.state() {
-            let spec = p.spec.as_ref();
-            // Most pods are bound: the cheapest test first.
-            if spec.and_then(|s| s.node_name.as_deref()).is_some() {
-                continue;
-            }
-            let ours = spec
-                .and_then(|s| s.scheduler_name.as_deref())
-                .is_some_and(|n| self.config.scheduler_names.iter().any(|s| s == n));
-            let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
-            let pending = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .is_none_or(|ph| ph == "Pending");
-            let grouped = member_of(&p).is_some()
-                || p.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
-            if !ours || !unbound || !pending || grouped || p.metadata.deletion_timestamp.is_some() {
+            if !awaits_group(&p, &self.config.scheduler_names) {
                 continue;
             }
             let key = pod_key(&p);
