@@ -425,7 +425,7 @@ mod tests {
         assert!(s.arrive(&exp.pods[2]).is_some());
         assert_eq!(s.gpus(0), &[100, 0, 0, 700]);
         // Two whole GPUs no longer fit: dropped.
-        assert!(!s.arrive(&exp.pods[1]).is_some());
+        assert!(s.arrive(&exp.pods[1]).is_none());
     }
 
     #[test]
