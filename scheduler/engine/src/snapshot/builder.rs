@@ -1,0 +1,306 @@
+//! [`SnapshotBuilder`]'s methods: told the changes of a cluster, it gives the snapshot
+//! [`Snapshot::build`] would, patching its last one where that is exact (`patch.rs`).
+
+use super::*;
+
+impl SnapshotBuilder {
+    /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors).
+    pub fn new(nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
+        let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut ids = HashMap::with_capacity(nodes.len());
+        let mut node_names: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if ids.insert(n.name.clone(), NodeId(i as u32)).is_some() {
+                return Err(duplicate_node(&n.name));
+            }
+            for k in n.allocatable.keys() {
+                *node_names.entry(k.clone()).or_default() += 1;
+            }
+        }
+        let names = ResourceNames::new(node_names.keys().map(String::as_str));
+        let built = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SnapshotBuilder {
+            specs: nodes,
+            ids,
+            node_names,
+            table: Some((names, built)),
+            dirty: BTreeSet::new(),
+            last: None,
+            node_cache: NodeCache::default(),
+            pods: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            held: HeldCounts::default(),
+            facts_names: None,
+            spare_tasks: Vec::new(),
+            claims_as_named: false,
+            patched: 0,
+            pinned_uses: HashMap::new(),
+            generation: 0,
+            namespaces: Arc::default(),
+            metas: MetaInterner::default(),
+            dra: Arc::default(),
+            changed: true,
+            last_queues: Vec::new(),
+        })
+    }
+
+    /// The namespaces and their labels, for `namespaceSelector` ([`ClusterSpec::namespaces`]);
+    /// none until told.
+    pub fn set_namespaces(&mut self, namespaces: Vec<NamespaceSpec>) {
+        self.namespaces = sorted_namespaces(namespaces);
+        self.changed = true;
+    }
+
+    /// DRA's devices and claims ([`ClusterSpec::dra`]); none until told.
+    pub fn set_dra(&mut self, dra: crate::dra::DraSpec) {
+        self.dra = if dra.is_empty() {
+            Arc::default()
+        } else {
+            let names: Vec<&str> = self.specs.iter().map(|n| n.name.as_str()).collect();
+            Arc::new(crate::dra::DraTable::new(dra, &names))
+        };
+        self.changed = true;
+    }
+
+    /// The node specs, sorted by name (index = [`NodeId`]).
+    pub fn nodes(&self) -> &[NodeSpec] {
+        &self.specs
+    }
+
+    /// The id of a node by name.
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.ids.get(name).copied()
+    }
+
+    /// Replaces the node of the same name (labels, taints, allocatable, GPUs may change; nodes
+    /// are neither added nor removed, so ids stay). Only that node is rebuilt.
+    pub fn update_node(&mut self, spec: NodeSpec) -> Result<(), SnapshotError> {
+        let spec = devices::with_share_totals(spec);
+        let Some(&id) = self.ids.get(&spec.name) else {
+            return Err(err(
+                "Node",
+                &spec.name,
+                "metadata.name",
+                "not a node of this builder".into(),
+            ));
+        };
+        // Validate before changing anything.
+        build_node(
+            &ResourceNames::new(spec.allocatable.keys().map(String::as_str)),
+            id,
+            &spec,
+        )?;
+        let old = std::mem::replace(&mut self.specs[id.index()], spec);
+        if old.labels != self.specs[id.index()].labels {
+            self.node_cache = NodeCache::default();
+        } else if old != self.specs[id.index()] {
+            // Capacity classes and keys of the kept node index may no longer hold.
+            self.node_cache.lock().node_state = None;
+        }
+        for k in old.allocatable.keys() {
+            if let Some(c) = self.node_names.get_mut(k) {
+                *c -= 1;
+                if *c == 0 {
+                    self.node_names.remove(k);
+                }
+            }
+        }
+        for k in self.specs[id.index()].allocatable.keys() {
+            *self.node_names.entry(k.clone()).or_default() += 1;
+        }
+        self.dirty.insert(id.index());
+        self.changed = true;
+        Ok(())
+    }
+
+    /// How many snapshots were patched from the last one rather than assembled anew: the jobs
+    /// that changed since are rebuilt and the rest renumbered, which is exact (the same
+    /// snapshot either way) and, when few jobs changed, several times quicker. A builder
+    /// assembles anew after node, resource-name or queue changes, when a pod of another
+    /// scheduler changed, when many jobs changed, when the result would be an error, and when
+    /// some bound pod's GPUs are not the ones it names.
+    pub fn patched(&self) -> u64 {
+        self.patched
+    }
+
+    /// The pods held, as (namespace, name), in order.
+    pub fn pod_names(&self) -> Vec<(String, String)> {
+        self.pods.keys().cloned().collect()
+    }
+
+    /// The PodGroups held, as (namespace, name), in order.
+    pub fn group_names(&self) -> Vec<(String, String)> {
+        self.groups.keys().cloned().collect()
+    }
+
+    /// The last snapshot built, if any.
+    pub fn last(&self) -> Option<&Snapshot> {
+        self.last.as_ref()
+    }
+
+    /// How many pods and PodGroups are held.
+    pub fn len(&self) -> (usize, usize) {
+        (self.pods.len(), self.groups.len())
+    }
+
+    /// Adds a pod, or replaces the one of the same namespace and name.
+    pub fn set_pod(&mut self, pod: PodSpec) {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        self.changed |= upsert(&mut self.pods, &mut self.held, key, pod);
+    }
+
+    /// Removes a pod; returns it if it was there.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
+        let old = take(&mut self.pods, &mut self.held, namespace, name);
+        self.changed |= old.is_some();
+        old
+    }
+
+    /// Adds a PodGroup, or replaces the one of the same namespace and name.
+    pub fn set_group(&mut self, group: GroupSpec) {
+        let key = (group.namespace.clone(), group.name.clone());
+        self.changed |= upsert(&mut self.groups, &mut self.held, key, group);
+    }
+
+    /// Removes a PodGroup; returns it if it was there.
+    pub fn remove_group(&mut self, namespace: &str, name: &str) -> Option<GroupSpec> {
+        let old = take(&mut self.groups, &mut self.held, namespace, name);
+        self.changed |= old.is_some();
+        old
+    }
+
+    /// The snapshot of the builder's nodes, pods and groups with these queues at `now_ms`.
+    /// When nothing changed since the last one, that one at `now_ms` (a snapshot depends on
+    /// the instant only through [`Snapshot::now_ms`]).
+    pub fn build(&mut self, now_ms: i64, queues: &[QueueSpec]) -> Result<&Snapshot, SnapshotError> {
+        let mut queues = queues.to_vec();
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+        let unchanged = !self.changed && self.last_queues == queues;
+        if !(unchanged && self.last.is_some()) {
+            let built = self.assemble_or_patch(now_ms, &queues).map(|_| ());
+            // An error leaves the builder to try again next time.
+            self.changed = built.is_err();
+            self.last_queues = queues;
+            built?;
+        }
+        let last = self.last.as_mut().expect("a snapshot was built");
+        last.now_ms = now_ms;
+        last.dra = self.dra.clone();
+        Ok(last)
+    }
+
+    fn assemble_or_patch(
+        &mut self,
+        now_ms: i64,
+        queues: &[QueueSpec],
+    ) -> Result<&mut Snapshot, SnapshotError> {
+        let mut queues = queues.to_vec();
+        let mut all: Vec<&str> = (self.held.names.keys())
+            .chain(self.node_names.keys())
+            .map(String::as_str)
+            .collect();
+        for q in &queues {
+            for list in [&q.capability, &q.guarantee, &q.deserved]
+                .into_iter()
+                .flatten()
+            {
+                all.extend(list.keys().map(String::as_str));
+            }
+        }
+        let names = ResourceNames::new(all);
+        let built_queues = build_queues(&names, &mut queues, self.held.default_queue_users > 0)?;
+        if self.facts_names.as_ref() != Some(&names) {
+            self.pods.values_mut().for_each(|c| c.facts = None);
+            self.groups.values_mut().for_each(|c| c.facts = None);
+            self.facts_names = Some(names.clone());
+        }
+        let before = self.last.as_ref().and_then(|s| s.hint.generation);
+        if let Some((mut snapshot, changed)) = patch::patch(self, now_ms, &built_queues) {
+            self.held.built();
+            self.patched += 1;
+            self.generation += 1;
+            snapshot.hint = NodeHint {
+                generation: Some(self.generation),
+                changed: before.map(|g| (g, changed)),
+            };
+            return Ok(self.last.insert(snapshot));
+        }
+        self.held.built();
+        let ids = &self.ids;
+        let node_id = |n: &str| ids.get(n).copied();
+        let metas = &mut self.metas;
+        metas.prune(self.pods.len());
+        let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
+            .map(|c| {
+                let facts =
+                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
+                (&c.spec, &*facts)
+            })
+            .collect();
+        let groups: Vec<(&GroupSpec, &GroupFacts)> = (self.groups.values_mut())
+            .map(|c| {
+                let facts = c
+                    .facts
+                    .get_or_insert_with(|| GroupFacts::of(&names, &c.spec));
+                (&c.spec, &*facts)
+            })
+            .collect();
+        let (mut recycled, mut reused) = (None, false);
+        let mut buffers = Buffers::default();
+        if let Some(last) = self.last.take() {
+            self.table = Some((last.resources, last.nodes));
+            recycled = Some((last.node_used, last.node_gpus_used));
+            buffers = Buffers {
+                last_tasks: last.tasks,
+                tasks: std::mem::take(&mut self.spare_tasks),
+                jobs: last.jobs,
+            };
+        }
+        let nodes = match self.table.take() {
+            Some((table_names, mut nodes)) if table_names == names => {
+                reused = true;
+                for &i in &self.dirty {
+                    nodes[i] = build_node(&names, NodeId(i as u32), &self.specs[i])?;
+                }
+                nodes
+            }
+            _ => self
+                .specs
+                .iter()
+                .enumerate()
+                .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        self.dirty.clear();
+        let assembled = assemble(
+            now_ms,
+            names,
+            built_queues,
+            BuiltNodes {
+                nodes,
+                recycled: recycled.filter(|_| reused),
+                node_cache: self.node_cache.clone(),
+                buffers,
+            },
+            &pods,
+            true,
+            &groups,
+        )?;
+        self.spare_tasks = assembled.spare_tasks;
+        self.claims_as_named = assembled.claims_as_named;
+        let keys: Vec<&(String, String)> = self.pods.keys().collect();
+        self.pinned_uses = (assembled.pinned.into_iter())
+            .map(|(i, used)| (keys[i].clone(), used))
+            .collect();
+        self.generation += 1;
+        let mut snapshot = assembled.snapshot;
+        snapshot.hint.generation = Some(self.generation);
+        snapshot.namespaces = self.namespaces.clone();
+        Ok(self.last.insert(snapshot))
+    }
+}
