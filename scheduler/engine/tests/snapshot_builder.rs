@@ -590,6 +590,136 @@ mod patched {
         }
     }
 
+    /// Nodes `n3`–`n5` share their 8 devices as HAMi does (4 slots, 1,000 MiB, 100 cores each).
+    fn shared_nodes() -> Vec<NodeSpec> {
+        let mut nodes = big_nodes();
+        for n in nodes.iter_mut().filter(|n| n.name.as_str() >= "n3") {
+            n.sharing = devices::Sharing::Hami;
+            n.allocatable.insert("nvidia.com/gpu".into(), 32);
+            n.gpus = Some(
+                (0..8)
+                    .map(|g| Gpu {
+                        uuid: Some(format!("{}-gpu{g}", n.name)),
+                        memory_mib: Some(1000),
+                        slots: 4,
+                        ..Gpu::new(g)
+                    })
+                    .collect(),
+            );
+        }
+        nodes
+    }
+
+    /// A pod bound to a shared node takes a share of its devices and names them: by HAMi's
+    /// UUIDs mostly, by index now and then, and now and then not at all (its devices then
+    /// depend on the pods before it, and the builder assembles anew).
+    fn on_shared_devices(
+        c: &Change,
+        b: &mut SnapshotBuilder,
+        pods: &mut BTreeMap<(String, String), PodSpec>,
+    ) {
+        let (ns, name) = match *c {
+            Change::Pod { ns, name, .. } => (ns, pod_name(name)),
+            Change::Pinned { ns, name, .. } => (ns, pod_name(if name == 3 { 7 } else { 8 + name })),
+            _ => return,
+        };
+        let key = (NAMESPACES[ns].to_string(), name);
+        let Some(p) = pods.get_mut(&key) else { return };
+        let node = p.node.clone().unwrap_or_default();
+        if node.as_str() < "n3" || node.len() != 2 {
+            return;
+        }
+        let want = p.request.get("nvidia.com/gpu").copied().unwrap_or(0);
+        if want <= 0 {
+            return;
+        }
+        let percent = 10 * (1 + (p.gpu_ids.first().copied().unwrap_or(0) % 4) as i64);
+        p.request.insert(devices::GPU_CORES_NAME.into(), percent);
+        p.request
+            .insert(devices::GPU_MEMORY_PERCENT_NAME.into(), percent);
+        let picked: Vec<u32> = (0..want as u32)
+            .map(|i| (p.gpu_ids.first().copied().unwrap_or(0) + i) % 8)
+            .collect();
+        match p.gpu_ids.first().map(|g| g % 5) {
+            Some(0) => {
+                p.gpu_ids = picked;
+                p.held_devices.clear();
+            }
+            Some(1) => p.gpu_ids = vec![9, 9],
+            _ => {
+                p.held_devices = (picked.iter())
+                    .map(|g| devices::HeldDevice {
+                        uuid: format!("{node}-gpu{g}"),
+                        memory_mib: 10 * percent as u32,
+                        cores: percent as u32,
+                    })
+                    .collect();
+            }
+        }
+        b.set_pod(p.clone());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// The same with half the nodes sharing their devices: usage per device is patched
+        /// while every holder names its devices.
+        #[test]
+        fn a_patched_snapshot_with_shared_devices_is_the_full_build(
+            batches in proptest::collection::vec(proptest::collection::vec(change(), 1..4), 1..24)
+        ) {
+            let mut b = SnapshotBuilder::new(shared_nodes()).unwrap();
+            let mut pods = BTreeMap::new();
+            let mut groups = BTreeMap::new();
+            for ns in 0..2 {
+                for name in 0..4 {
+                    let g = Change::Group { ns, name, min_member: 1, queue: name % 2, sub_group: None, phase: false };
+                    apply(&g, &mut b, &mut pods, &mut groups);
+                }
+            }
+            for (i, batch) in batches.iter().enumerate() {
+                for c in batch {
+                    apply(c, &mut b, &mut pods, &mut groups);
+                    on_shared_devices(c, &mut b, &mut pods);
+                }
+                check(&mut b, i as i64, &pods, &groups)?;
+            }
+        }
+    }
+
+    /// Shared devices named by their holders do not stop the builder patching: pods arrive
+    /// bound to shares of HAMi nodes and leave, as in the FGD experiment.
+    #[test]
+    fn a_builder_patches_shared_devices_named_by_their_holders() {
+        let mut b = SnapshotBuilder::new(shared_nodes()).unwrap();
+        let mut pods = BTreeMap::new();
+        let groups = BTreeMap::new();
+        for c in 0..40u32 {
+            let node = format!("n{}", 3 + c % 3);
+            let mut p = pod(&format!("s{c:03}"), None, Some(&node), &[]);
+            p.namespace = "a".into();
+            p.request = list(&[
+                ("cpu", 100),
+                ("nvidia.com/gpu", 1),
+                (devices::GPU_CORES_NAME, 20),
+                (devices::GPU_MEMORY_PERCENT_NAME, 20),
+            ]);
+            p.held_devices = vec![devices::HeldDevice {
+                uuid: format!("{node}-gpu{}", c % 8),
+                memory_mib: 200,
+                cores: 20,
+            }];
+            pods.insert(("a".to_string(), p.name.clone()), p.clone());
+            b.set_pod(p);
+            if c >= 8 {
+                let done = format!("s{:03}", c - 8);
+                pods.remove(&("a".to_string(), done.clone()));
+                b.remove_pod("a", &done);
+            }
+            check(&mut b, c as i64, &pods, &groups).unwrap();
+        }
+        assert!(b.patched() >= 30, "patched {} of 40", b.patched());
+    }
+
     /// The property above would hold if the builder never patched: make sure it does, on a
     /// replay-like run (jobs arrive, bind, finish).
     #[test]

@@ -122,8 +122,8 @@ impl SnapshotBuilder {
     /// that changed since are rebuilt and the rest renumbered, which is exact (the same
     /// snapshot either way) and, when few jobs changed, several times quicker. A builder
     /// assembles anew after node, resource-name or queue changes, when a pod of another
-    /// scheduler changed, when many jobs changed, when the result would be an error, and when
-    /// some bound pod's GPUs are not the ones it names.
+    /// scheduler changed, when many jobs changed, when the result would be an error, when
+    /// some bound pod's GPUs (whole or shared) are not the ones it names, and on MIG slices.
     pub fn patched(&self) -> u64 {
         self.patched
     }

@@ -104,10 +104,30 @@ pub(super) fn held_share(held: &[HeldDevice], asked: Option<ShareAsk>) -> Option
     })
 }
 
-/// Charges a bound pod's share on a shared node and returns the devices it holds: the UUIDs
-/// HAMi's annotation names, else the indices Basalt's annotation names, else the first
-/// devices with room. A bound pod is where it is: its usage counts even past a device's
-/// capacity.
+/// The devices a bound pod on a shared node names: the UUIDs HAMi's annotation records, else
+/// the indices Basalt's annotation records when they are as many as it takes. `None` when it
+/// names none that way: then which devices it holds depends on the pods charged before it.
+pub(super) fn named_shared(
+    gpus: &[Gpu],
+    held: &[HeldDevice],
+    named: &[u32],
+    want: usize,
+) -> Option<u64> {
+    if !held.is_empty() {
+        let by_uuid = |d: &HeldDevice| gpus.iter().position(|g| g.uuid.as_deref() == Some(&d.uuid));
+        return Some(held.iter().filter_map(by_uuid).fold(0, |m, p| m | 1 << p));
+    }
+    let mask: u64 = if named.len() == want && named.iter().all(|&i| (i as usize) < gpus.len()) {
+        named.iter().fold(0, |m, &i| m | 1 << i)
+    } else {
+        0
+    };
+    (mask.count_ones() as usize == want.min(gpus.len())).then_some(mask)
+}
+
+/// Charges a bound pod's share on a shared node and returns the devices it holds
+/// ([`named_shared`], else the first devices with room) and whether it named them. A bound pod
+/// is where it is: its usage counts even past a device's capacity.
 pub(super) fn claim_shared(
     node: &Node,
     usage: &mut [DeviceUse],
@@ -115,21 +135,12 @@ pub(super) fn claim_shared(
     named: &[u32],
     want: usize,
     share: Option<ShareAsk>,
-) -> u64 {
+) -> (u64, bool) {
     let gpus = &node.gpus;
     let ask = ask_on(node.sharing, share);
-    let mut mask = 0u64;
-    if !held.is_empty() {
-        for d in held {
-            if let Some(p) = gpus.iter().position(|g| g.uuid.as_deref() == Some(&d.uuid)) {
-                mask |= 1 << p;
-            }
-        }
-    } else if named.len() == want && named.iter().all(|&i| (i as usize) < gpus.len()) {
-        mask = named.iter().fold(0, |m, &i| m | 1 << i);
-    }
-    if mask.count_ones() as usize != want.min(gpus.len()) && held.is_empty() {
-        mask = 0;
+    let named = named_shared(gpus, held, named, want);
+    let mask = named.unwrap_or_else(|| {
+        let mut mask = 0u64;
         for (p, g) in gpus.iter().enumerate() {
             if mask.count_ones() as usize == want {
                 break;
@@ -138,9 +149,10 @@ pub(super) fn claim_shared(
                 mask |= 1 << p;
             }
         }
-    }
+        mask
+    });
     charge_shares(gpus, usage, mask, ask, true);
-    mask
+    (mask, named.is_some())
 }
 
 /// Puts one share on (or takes it off) each device of `mask`.
@@ -155,6 +167,53 @@ pub(crate) fn charge_shares(
         if mask & (1 << p) != 0 {
             let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
             usage[p].charge(memory, cores, add);
+        }
+    }
+}
+
+/// What a patch changes of shared devices' usage, per device of the flat table: slots, memory
+/// and compute, summed before any is applied so that the patch can decline while nothing is
+/// changed yet.
+#[derive(Default)]
+pub(super) struct SharedDelta(crate::hash::Map<usize, [i64; 3]>);
+
+impl SharedDelta {
+    /// Puts one share on (or takes it off) each device of `mask` on `node`, if it shares them.
+    pub(super) fn charge(&mut self, node: &Node, mask: u64, share: Option<ShareAsk>, add: bool) {
+        if !node.sharing.shares() {
+            return;
+        }
+        let ask = ask_on(node.sharing, share);
+        let sign = if add { 1 } else { -1 };
+        for (p, g) in node.gpus.iter().enumerate() {
+            if mask & (1 << p) != 0 {
+                let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+                let d = self.0.entry(node.device_base as usize + p).or_default();
+                d[0] += sign;
+                d[1] += sign * memory as i64;
+                d[2] += sign * cores as i64;
+            }
+        }
+    }
+
+    /// Whether applying it to `usage` gives what charging every holder anew would: no device's
+    /// usage saturates (the sums [`DeviceUse::charge`] keeps are saturating) or goes below 0.
+    pub(super) fn exact(&self, usage: &[DeviceUse]) -> bool {
+        self.0.iter().all(|(&i, delta)| {
+            let u = &usage[i];
+            let now = [u.slots, u.memory_mib, u.cores];
+            now.iter()
+                .zip(delta)
+                .all(|(&v, &d)| v < u32::MAX && (0..u32::MAX as i64).contains(&(v as i64 + d)))
+        })
+    }
+
+    pub(super) fn apply(self, usage: &mut [DeviceUse]) {
+        for (i, [slots, memory, cores]) in self.0 {
+            let u = &mut usage[i];
+            u.slots = (u.slots as i64 + slots) as u32;
+            u.memory_mib = (u.memory_mib as i64 + memory) as u32;
+            u.cores = (u.cores as i64 + cores) as u32;
         }
     }
 }

@@ -336,7 +336,8 @@ pub struct SnapshotBuilder {
     facts_names: Option<ResourceNames>,
     /// The task vector of the snapshot before last (see [`Buffers`]).
     spare_tasks: Vec<Task>,
-    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_gpus`]).
+    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_gpus`] and
+    /// `devices::named_shared`).
     claims_as_named: bool,
     /// Snapshots built by patching the last one (see [`SnapshotBuilder::patched`]).
     patched: u64,
@@ -839,7 +840,7 @@ struct Assembled {
     snapshot: Snapshot,
     /// The last snapshot's task vector, emptied, to fill next time.
     spare_tasks: Vec<Task>,
-    /// Every bound pod holds the GPUs it names (see [`claim_gpus`]).
+    /// Every bound pod holds the GPUs it names (see [`claim_gpus`] and `devices::named_shared`).
     claims_as_named: bool,
     /// What each pinned pod holds, by its index in the pods.
     pinned: Vec<(usize, PinnedUse)>,
@@ -1032,8 +1033,10 @@ fn assemble(
             if n.sharing.shares() {
                 let base = n.device_base as usize;
                 let usage = &mut device_use[base..base + n.gpus.len()];
-                gpus =
+                let as_named;
+                (gpus, as_named) =
                     devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share);
+                claims_as_named &= as_named;
             } else {
                 let as_named;
                 (gpus, as_named) = claim_gpus(
@@ -1056,6 +1059,7 @@ fn assemble(
                     queue,
                     request,
                     gpus,
+                    share: facts.share,
                 },
             ));
             continue;
@@ -1231,6 +1235,8 @@ struct PinnedUse {
     queue: QueueId,
     request: Resources,
     gpus: u64,
+    /// What it takes of each of `gpus` on a node that shares them.
+    share: Option<crate::devices::ShareAsk>,
 }
 
 /// A pinned pod's queue and node: the queue must exist and be a leaf, and the pod must be

@@ -5,10 +5,12 @@
 //! The result is the snapshot [`assemble`] would give, field by field: the jobs that changed
 //! are rebuilt from their specs with the same helpers, the others are moved over with their ids
 //! renumbered (one pass over tasks and jobs), node usage is patched by what the changed jobs
-//! took and gave back, and rules and shapes are renumbered when the order they first appear in
-//! changed. Whatever the patch cannot reproduce exactly — an error to report, a pod of another
-//! scheduler that changed, a GPU claim that depends on pod order, shared devices, new nodes,
-//! resource names or queues — makes it decline, and the builder assembles the snapshot anew.
+//! took and gave back (shared devices' usage too, device by device), and rules and shapes are
+//! renumbered when the order they first appear in changed. Whatever the patch cannot reproduce
+//! exactly — an error to report, a pod of another scheduler that changed, a GPU claim or a
+//! shared device that depends on pod order (a bound pod that does not name its devices), MIG
+//! slices, new nodes, resource names or queues — makes it decline, and the builder assembles
+//! the snapshot anew.
 
 use std::borrow::Cow;
 
@@ -92,9 +94,8 @@ pub(super) fn patch(
         || held.slashed
         || !b.claims_as_named
         || !b.dirty.is_empty()
-        // Shared devices' usage is not patched: it depends on every holder of a device.
-        || !last.device_use.is_empty()
-        // Nor MIG slices' (a slice a pod holds depends on every holder of its node's).
+        // MIG slices' usage is not patched (a slice a pod holds depends on every holder of
+        // its node's).
         || !last.slice_used.is_empty()
         || last.resources != *names
         || last.queues != queues
@@ -156,11 +157,14 @@ pub(super) fn patch(
         }
     }
     // A bound pod's GPUs, claimed; `None` unless they are the ones it names (only those
-    // claims are the same in any pod order).
+    // claims are the same in any pod order). Shared devices are charged below.
     let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
-        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
         let n = &last.nodes[node.index()];
         let want = facts.request.get(n.device_kind).max(0) as usize;
+        if n.sharing.shares() {
+            return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
+        }
+        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
         let count = n.gpus.len();
         let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
         as_named.then_some(mask)
@@ -183,6 +187,7 @@ pub(super) fn patch(
                 queue,
                 request,
                 gpus,
+                share: facts.share,
             },
         ));
     }
@@ -259,7 +264,33 @@ pub(super) fn patch(
         .filter(|m| m.node.is_some())
         .map(|m| &m.facts.request)
         .chain(pinned.iter().map(|(_, p)| &p.request));
-    if !sums_stay_exact(&b.last.as_ref()?.used_total, added) {
+    if !sums_stay_exact(&last.used_total, added) {
+        return None;
+    }
+    // Shared devices: what the gone jobs and pinned pods held given back, what the fresh take.
+    let mut shared = devices::SharedDelta::default();
+    for &j in &gone {
+        for &t in &last.jobs[j.index()].tasks {
+            let t = &last.tasks[t.index()];
+            if let TaskState::Bound(n) = t.state {
+                shared.charge(&last.nodes[n.index()], t.gpus, t.share, false);
+            }
+        }
+    }
+    for key in &held.changed_pinned {
+        if let Some(old) = b.pinned_uses.get(key) {
+            shared.charge(&last.nodes[old.node.index()], old.gpus, old.share, false);
+        }
+    }
+    for m in fresh.iter().flat_map(|f| &f.members) {
+        if let Some(n) = m.node {
+            shared.charge(&last.nodes[n.index()], m.gpus, m.facts.share, true);
+        }
+    }
+    for (_, new) in &pinned {
+        shared.charge(&last.nodes[new.node.index()], new.gpus, new.share, true);
+    }
+    if !shared.exact(&last.device_use) {
         return None;
     }
 
@@ -327,6 +358,17 @@ pub(super) fn patch(
         usage.charge(new.node, &new.request, new.gpus, true);
         queue_pinned[new.queue.index()].add(&new.request);
         b.pinned_uses.insert(key.clone(), new);
+    }
+    // A shared node's GPU mask is of the devices no pod can join, not of those held.
+    let mut device_use = std::mem::take(&mut last.device_use);
+    shared.apply(&mut device_use);
+    for &n in &usage.changed {
+        let node = &last.nodes[n.index()];
+        if node.sharing.shares() {
+            let base = node.device_base as usize;
+            let slice = &device_use[base..base + node.gpus.len()];
+            usage.gpus[n.index()] = devices::closed_devices(node, slice);
+        }
     }
 
     // New tasks: the old ones less the gone jobs', with the fresh members merged in by name.
@@ -455,7 +497,7 @@ pub(super) fn patch(
         shapes,
         node_used: usage.used,
         node_gpus_used: usage.gpus,
-        device_use: Vec::new(),
+        device_use,
         slice_used: Vec::new(),
         share_names: last.share_names,
         dra: last.dra,
