@@ -172,9 +172,9 @@ pub struct NodeOrderArgs {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct FragmentationArgs {
-    /// Off by default for now: the shapes are learned from the snapshot's tasks, and a replay
-    /// that folds running pods into pinned pods (no tasks) would learn other shapes than one
-    /// that does not, so folding would no longer be exact.
+    /// On by default; it acts only where some node shares its devices. The shapes are learned
+    /// from the snapshot's tasks (pending and bound pods), so a replay does not fold bound pods
+    /// into pinned pods (no tasks) while it is on and devices are shared.
     pub enabled: bool,
     /// The typical pod shapes are learned from this many of the newest pods of the snapshot.
     pub window: u32,
@@ -189,7 +189,7 @@ pub struct FragmentationArgs {
 impl Default for FragmentationArgs {
     fn default() -> Self {
         FragmentationArgs {
-            enabled: false,
+            enabled: true,
             window: 10_000,
             coverage_percent: 95,
             pick_devices: false,

@@ -18,6 +18,8 @@
 //!   pod. On a node that shares its devices a pod holding a share (or a time-sliced replica)
 //!   is pinned on its own, with the devices it holds (`held_devices`): a device's slots count
 //!   pods, so shares cannot be summed into one pod; whole devices on a HAMi node still fold.
+//!   Nothing folds while `nodeOrder.fragmentation` is on and devices are shared: it learns the
+//!   workload's shapes from every pod of the snapshot, and pinned pods are no tasks.
 //!   When the config can evict (`reclaim`, `preempt`), whose victims are single pods, the
 //!   folded cycle stands only when it provably equals the whole one — no gang has waited long
 //!   enough to reserve nodes, and every waiting pod was placed, so no job is left for reclaim
@@ -83,7 +85,8 @@ pub struct Options {
     pub quota: Quota,
     pub gpu_share: GpuShare,
     /// Fold fully placed jobs into per-(queue, node) pinned pods (`None`: yes); without, every
-    /// cycle sees every pod.
+    /// cycle sees every pod. Never folded while `nodeOrder.fragmentation` is on and devices are
+    /// shared (`--gpu-share hami`): it learns its shapes from every pod of the snapshot.
     pub fold_bound: Option<bool>,
     /// Rebuild the whole `ClusterSpec` and call `Snapshot::build` every cycle instead of keeping
     /// the specs and the node table between cycles: the reference the fast path is tested against.

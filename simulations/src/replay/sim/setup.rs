@@ -22,7 +22,11 @@ impl<'a> Simulator<'a> {
             "--dra: GPUs become whole DRA devices; --gpu-share {} does not apply",
             opts.gpu_share.name()
         );
-        let fold = opts.fold_bound.unwrap_or(true);
+        // Folded pods are no tasks: a scorer learning shapes from the snapshot's tasks would
+        // learn others than on the whole cluster, so folding would not be exact.
+        let learns_from_tasks =
+            config.node_order.fragmentation.enabled && opts.gpu_share == GpuShare::Hami;
+        let fold = opts.fold_bound.unwrap_or(true) && !learns_from_tasks;
         let mut nodes = cluster.nodes.clone();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut node_ids = HashMap::new();
