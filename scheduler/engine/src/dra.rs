@@ -310,6 +310,9 @@ pub enum ClaimShort {
     NoDeviceMatches { request: u32 },
     /// The claim's requests cannot all be met with the node's free devices.
     TooFewFreeDevices,
+    /// Shared, and allocated this cycle (for another of its pods) to devices the node does
+    /// not reach; worded as too few free devices.
+    SharedElsewhere,
     /// The search ran out of steps.
     SearchGaveUp,
 }
@@ -338,7 +341,9 @@ impl ClaimRefusal {
                 let name = &requests[*request as usize].name;
                 format!("no device matches selectors of request {name}")
             }
-            (ClaimShort::TooFewFreeDevices, _) => "too few free devices".to_string(),
+            (ClaimShort::TooFewFreeDevices | ClaimShort::SharedElsewhere, _) => {
+                "too few free devices".to_string()
+            }
             (ClaimShort::SearchGaveUp, _) => {
                 format!("the device search gave up after {SEARCH_STEPS} steps")
             }
@@ -379,7 +384,7 @@ pub fn search<'t>(
         };
         if let Some(devices) = c.shared.as_deref().and_then(taken) {
             if !devices.iter().all(|d| reach.binary_search(d).is_ok()) {
-                return Err(refusal(ClaimShort::TooFewFreeDevices));
+                return Err(refusal(ClaimShort::SharedElsewhere));
             }
             out.push(None);
             continue;

@@ -156,11 +156,13 @@ impl Refusal {
                     names.format(resource, capability)
                 )
             }
-            Refusal::Guaranteed { resource, unmet } => return format!(
+            Refusal::Guaranteed { resource, unmet } => {
+                return format!(
                 "{} {} of the free capacity is guaranteed to other queues that have not used it",
                 names.format(resource, unmet),
                 names.name(resource)
-            ),
+            )
+            }
         };
         fixed.to_string()
     }

@@ -188,6 +188,7 @@ fn preemption_lifts_only_what_evictions_can_change() {
     };
     assert!(claim(ClaimShort::TooFewFreeDevices).resolvable_by_preemption());
     assert!(!claim(ClaimShort::AllocatedElsewhere).resolvable_by_preemption());
+    assert!(!claim(ClaimShort::SharedElsewhere).resolvable_by_preemption());
     assert!(!claim(ClaimShort::NoDeviceMatches { request: 0 }).resolvable_by_preemption());
 }
 
