@@ -22,7 +22,7 @@ pub enum Refusal {
     Unschedulable,
     /// The node's taint at this position of [`crate::Node::taints`] (NoSchedule or NoExecute)
     /// is not tolerated. Named by position, so the same taint on two nodes is two refusals that
-    /// word alike: counts merge by wording (see [`crate::Session`]'s explanations).
+    /// word alike: their counts merge when worded (`nodes_available`).
     UntoleratedTaint { node: NodeId, taint: u32 },
     /// A `nodeSelector` entry does not match the node's labels.
     NodeSelector,
