@@ -3,7 +3,7 @@
 //! capability).
 
 use basalt_engine::actions::{NOT_ENOUGH_RESOURCES, UNSCHEDULABLE};
-use basalt_engine::{Admit, Condition, JobId, Reason, Resources, Session, TaskAdmit, TaskId};
+use basalt_engine::{Admit, Condition, JobId, Refusal, Resources, Session, TaskAdmit, TaskId};
 
 /// Factor as a fraction over 1000, so admission arithmetic stays in integers.
 pub struct Overcommit {
@@ -53,10 +53,10 @@ impl Admit for Overcommit {
 pub struct Guarantee;
 
 impl TaskAdmit for Guarantee {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal> {
         let snap = session.snapshot;
         let queue = snap.job(snap.task(task).job).queue;
-        basalt_queue::check_guarantees(session, queue, request).map_err(Reason::from)
+        basalt_queue::check_guarantees(session, queue, request)
     }
 }
 
@@ -81,10 +81,9 @@ impl Admit for Capability {
 /// victims of the same queue give back (negative entries are never over a capability), so a
 /// queue at its capability can still preempt inside itself.
 impl TaskAdmit for Capability {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason> {
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal> {
         let snap = session.snapshot;
         let queue = snap.job(snap.task(task).job).queue;
-        basalt_queue::check_capability(session, queue, request, false)
-            .map_err(|e| e.describe(snap).into())
+        basalt_queue::check_capability(session, queue, request, false).map_err(Refusal::from)
     }
 }

@@ -4,53 +4,52 @@
 //! UUID filters (a node must have a device they accept). Resource fit (CPU, memory,
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
-use basalt_engine::{Node, NodeFilter, PlacementRules, Reason, Taint, TaintEffect, Toleration};
+use basalt_engine::{Node, NodeFilter, PlacementRules, Refusal, Taint, TaintEffect, Toleration};
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 pub struct Predicates;
 
 impl NodeFilter for Predicates {
-    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason> {
+    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         // kube-scheduler lets pods that tolerate the unschedulable taint onto cordoned nodes.
         if node.unschedulable && !tolerated(&rules.tolerations, &unschedulable_taint()) {
-            return Err("were unschedulable".into());
+            return Err(Refusal::Unschedulable);
         }
-        if let Some(t) = node
-            .taints
-            .iter()
-            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
-            .find(|t| !tolerated(&rules.tolerations, t))
+        if let Some((taint, _)) = (0..)
+            .zip(&node.taints)
+            .filter(|(_, t)| t.effect != TaintEffect::PreferNoSchedule)
+            .find(|(_, t)| !tolerated(&rules.tolerations, t))
         {
-            return Err(format!("had untolerated taint {{{}: {}}}", t.key, t.value).into());
+            let node = node.id;
+            return Err(Refusal::UntoleratedTaint { node, taint });
         }
         if !rules
             .node_selector
             .iter()
             .all(|(k, v)| node.labels.get(k) == Some(v))
         {
-            return Err("didn't match node selector".into());
+            return Err(Refusal::NodeSelector);
         }
         if let Some(affinity) = &rules.affinity {
             if !affinity.terms.iter().any(|term| term.matches(node)) {
-                return Err("didn't match node affinity".into());
+                return Err(Refusal::NodeAffinity);
             }
         }
         if let Some(filters) = &rules.devices {
             // HAMi's type and UUID filters: a node without one device they accept is no
             // candidate, whatever is free.
             if !node.gpus.iter().any(|g| g.healthy && filters.accepts(g)) {
-                return Err("had no GPU of the types and UUIDs the pod accepts".into());
+                return Err(Refusal::NoAcceptedGpu);
             }
         }
         if let Some(rule) =
             (rules.volumes.iter()).find(|v| !v.terms.iter().any(|term| term.matches(node)))
         {
             return Err(match rule.bound {
-                true => "had volume node affinity conflict",
-                false => "didn't find available persistent volumes to bind",
-            }
-            .into());
+                true => Refusal::VolumeNodeAffinity,
+                false => Refusal::UnboundVolume,
+            });
         }
         Ok(())
     }
@@ -190,15 +189,12 @@ mod tests {
             rule(true, vec![term("b")]),
         ]);
         assert_eq!(
-            Predicates.filter(&bound, &n).unwrap_err(),
-            "had volume node affinity conflict"
+            Predicates.filter(&bound, &n),
+            Err(Refusal::VolumeNodeAffinity)
         );
         // No candidate volume and no provisioning: no node.
         let unbound = rules(vec![rule(false, vec![])]);
-        assert_eq!(
-            Predicates.filter(&unbound, &n).unwrap_err(),
-            "didn't find available persistent volumes to bind"
-        );
+        assert_eq!(Predicates.filter(&unbound, &n), Err(Refusal::UnboundVolume));
     }
 
     #[test]
@@ -206,20 +202,24 @@ mod tests {
         let mut n = node(&[]);
         n.taints = vec![
             Taint {
-                key: "gpu".into(),
-                value: "h100".into(),
-                effect: TaintEffect::NoSchedule,
-            },
-            Taint {
                 key: "soft".into(),
                 value: String::new(),
                 effect: TaintEffect::PreferNoSchedule,
             },
+            Taint {
+                key: "gpu".into(),
+                value: "h100".into(),
+                effect: TaintEffect::NoSchedule,
+            },
         ];
         let none = PlacementRules::default();
+        // The first taint not tolerated (PreferNoSchedule ones never refuse), by its position.
         assert_eq!(
-            Predicates.filter(&none, &n).unwrap_err(),
-            "had untolerated taint {gpu: h100}"
+            Predicates.filter(&none, &n),
+            Err(Refusal::UntoleratedTaint {
+                node: NodeId(0),
+                taint: 1
+            })
         );
         let tolerate = PlacementRules {
             tolerations: vec![Toleration {
@@ -233,8 +233,8 @@ mod tests {
         assert!(Predicates.filter(&tolerate, &n).is_ok());
         n.unschedulable = true;
         assert_eq!(
-            Predicates.filter(&tolerate, &n).unwrap_err(),
-            "were unschedulable"
+            Predicates.filter(&tolerate, &n),
+            Err(Refusal::Unschedulable)
         );
         let everything = PlacementRules {
             tolerations: vec![Toleration {

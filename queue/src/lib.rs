@@ -7,11 +7,11 @@
 pub mod fairshare;
 
 use basalt_engine::{
-    ancestors, FairShare, QueueId, ResourceId, Resources, Session, Snapshot, PODS,
+    ancestors, FairShare, QueueId, Refusal, ResourceId, Resources, Session, Snapshot, PODS,
 };
 
 /// A capability that `extra` more work in a queue would break.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CapabilityExceeded {
     /// The queue whose capability is hit (the queue itself or an ancestor).
     pub queue: QueueId,
@@ -23,14 +23,19 @@ pub struct CapabilityExceeded {
 
 impl CapabilityExceeded {
     pub fn describe(&self, snapshot: &Snapshot) -> String {
-        let names = &snapshot.resources;
-        format!(
-            "queue {} would hold {} {} over its capability of {}",
-            snapshot.queue(self.queue).name,
-            names.format(self.resource, self.would_hold),
-            names.name(self.resource),
-            names.format(self.resource, self.capability)
-        )
+        Refusal::from(*self).describe(snapshot)
+    }
+}
+
+/// A task's refusal: worded the same, but only when a message is written.
+impl From<CapabilityExceeded> for Refusal {
+    fn from(e: CapabilityExceeded) -> Refusal {
+        Refusal::OverCapability {
+            queue: e.queue,
+            resource: e.resource,
+            capability: e.capability,
+            would_hold: e.would_hold,
+        }
     }
 }
 
@@ -70,13 +75,14 @@ pub fn check_capability(
 
 /// A guarantee is reserved: the work of other queues may not eat into what a guaranteed queue
 /// has not used yet. Checks that `extra` more work in `queue` leaves every unmet guarantee of
-/// the queues outside its path to the root still coverable. Nested guarantees count once: a
-/// guaranteed queue inside another guaranteed queue off the path is covered by its ancestor's.
+/// the queues outside its path to the root still coverable ([`Refusal::Guaranteed`] when not).
+/// Nested guarantees count once: a guaranteed queue inside another guaranteed queue off the
+/// path is covered by its ancestor's.
 pub fn check_guarantees(
     session: &Session,
     queue: QueueId,
     extra: &Resources,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let snap = session.snapshot;
     if snap.queues.iter().all(|q| q.guarantee.is_empty()) {
         return Ok(());
@@ -105,11 +111,7 @@ pub fn check_guarantees(
             .fold(0, i64::saturating_add);
         // Only the guarantee is judged here; plain lack of room is the node search's to report.
         if unmet > 0 && (free.get(r) as i128 - unmet as i128) < want as i128 {
-            return Err(format!(
-                "{} {} of the free capacity is guaranteed to other queues that have not used it",
-                snap.resources.format(r, unmet),
-                snap.resources.name(r)
-            ));
+            return Err(Refusal::Guaranteed { resource: r, unmet });
         }
     }
     Ok(())

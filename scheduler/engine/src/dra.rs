@@ -249,21 +249,25 @@ impl DraTable {
 
     /// Whether the node could hold the claims with nothing in use: the static part of the
     /// check, the same for every pod with these rules.
-    pub fn could_fit(&self, need: &ClaimNeed, node: usize, node_name: &str) -> Result<(), String> {
+    pub fn could_fit(
+        &self,
+        need: &ClaimNeed,
+        node: usize,
+        node_name: &str,
+    ) -> Result<(), ClaimRefusal> {
         let reach = self.reach.get(node).map_or(&[][..], Vec::as_slice);
-        for c in &need.claims {
+        for (claim, c) in (0..).zip(&need.claims) {
+            let refuse = |why| Err(ClaimRefusal { claim, why });
             match &c.state {
                 ClaimState::Allocated { nodes: None } => {}
                 ClaimState::Allocated { nodes: Some(nodes) } => {
                     if !nodes.iter().any(|n| n == node_name) {
-                        return Err(format!("claim {} is allocated on other nodes", c.label));
+                        return refuse(ClaimShort::AllocatedElsewhere);
                     }
                 }
-                ClaimState::Refused(why) => {
-                    return Err(format!("cannot allocate claim {}: {why}", c.label))
-                }
+                ClaimState::Refused(_) => return refuse(ClaimShort::Refused),
                 ClaimState::Pending { requests, .. } => {
-                    for r in requests {
+                    for (request, r) in (0..).zip(requests) {
                         let enough = r.alternatives.iter().any(|a| {
                             let set = self.set(a.eligible);
                             let n = reach.iter().filter(|&&d| set.contains(d)).count();
@@ -273,10 +277,7 @@ impl DraTable {
                             }
                         });
                         if !enough {
-                            return Err(format!(
-                                "cannot allocate claim {}: no device matches selectors of request {}",
-                                c.label, r.name
-                            ));
+                            return refuse(ClaimShort::NoDeviceMatches { request });
                         }
                     }
                 }
@@ -290,23 +291,65 @@ impl DraTable {
 /// by time; a bound in steps keeps the outcome deterministic).
 pub const SEARCH_STEPS: u32 = 100_000;
 
-/// Why a search found nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NoFit {
-    /// The claim's requests cannot all be met with the node's free devices.
-    Devices(String),
-    /// The search ran out of steps.
-    TooLong(String),
+/// Why a node cannot hold a pod's claims: which claim (its position in
+/// [`ClaimNeed::claims`]) and what stops it. Plain data: worded only when a message is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimRefusal {
+    pub claim: u32,
+    pub why: ClaimShort,
 }
 
-impl NoFit {
-    pub fn message(&self) -> String {
-        match self {
-            NoFit::Devices(c) => format!("cannot allocate claim {c}: too few free devices"),
-            NoFit::TooLong(c) => format!(
-                "cannot allocate claim {c}: the device search gave up after {SEARCH_STEPS} steps"
-            ),
-        }
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClaimShort {
+    /// Allocated before this cycle where the node is not allowed.
+    AllocatedElsewhere,
+    /// Cannot be allocated on any node ([`ClaimState::Refused`] says why).
+    Refused,
+    /// No device the node reaches matches the selectors of this request (its position in
+    /// the claim's requests).
+    NoDeviceMatches { request: u32 },
+    /// The claim's requests cannot all be met with the node's free devices.
+    TooFewFreeDevices,
+    /// Shared, and allocated this cycle (for another of its pods) to devices the node does
+    /// not reach; worded as too few free devices.
+    SharedElsewhere,
+    /// The search ran out of steps.
+    SearchGaveUp,
+}
+
+impl ClaimShort {
+    /// Evictions free devices; they change neither where a claim is allocated nor which
+    /// devices a node reaches.
+    pub(crate) fn resolvable_by_preemption(self) -> bool {
+        matches!(
+            self,
+            ClaimShort::TooFewFreeDevices | ClaimShort::SearchGaveUp
+        )
+    }
+}
+
+impl ClaimRefusal {
+    /// kube-scheduler's wording; `need` holds the claims the refusal was made for.
+    pub fn describe(&self, need: &ClaimNeed) -> String {
+        let c = &need.claims[self.claim as usize];
+        let why = match (&self.why, &c.state) {
+            (ClaimShort::AllocatedElsewhere, _) => {
+                return format!("claim {} is allocated on other nodes", c.label)
+            }
+            (ClaimShort::Refused, ClaimState::Refused(why)) => why.clone(),
+            (ClaimShort::NoDeviceMatches { request }, ClaimState::Pending { requests, .. }) => {
+                let name = &requests[*request as usize].name;
+                format!("no device matches selectors of request {name}")
+            }
+            (ClaimShort::TooFewFreeDevices | ClaimShort::SharedElsewhere, _) => {
+                "too few free devices".to_string()
+            }
+            (ClaimShort::SearchGaveUp, _) => {
+                format!("the device search gave up after {SEARCH_STEPS} steps")
+            }
+            (why, state) => unreachable!("claim refusal {why:?} for a claim in state {state:?}"),
+        };
+        format!("cannot allocate claim {}: {why}", c.label)
     }
 }
 
@@ -319,7 +362,7 @@ pub fn search<'t>(
     node: usize,
     free: &dyn Fn(u32) -> bool,
     taken: &dyn Fn(&str) -> Option<&'t [u32]>,
-) -> Result<Vec<Option<ClaimPick>>, NoFit> {
+) -> Result<Vec<Option<ClaimPick>>, ClaimRefusal> {
     let reach = table.reach.get(node).map_or(&[][..], Vec::as_slice);
     let mut out = Vec::with_capacity(need.claims.len());
     let mut s = Search {
@@ -329,7 +372,8 @@ pub fn search<'t>(
         picked: Vec::new(),
         steps: 0,
     };
-    for c in &need.claims {
+    for (claim, c) in (0..).zip(&need.claims) {
+        let refusal = |why| ClaimRefusal { claim, why };
         let ClaimState::Pending {
             requests,
             constraints,
@@ -340,7 +384,7 @@ pub fn search<'t>(
         };
         if let Some(devices) = c.shared.as_deref().and_then(taken) {
             if !devices.iter().all(|d| reach.binary_search(d).is_ok()) {
-                return Err(NoFit::Devices(c.label.clone()));
+                return Err(refusal(ClaimShort::SharedElsewhere));
             }
             out.push(None);
             continue;
@@ -349,11 +393,11 @@ pub fn search<'t>(
         let base = s.picked.len();
         let mut results = Vec::new();
         if !s.requests(requests, constraints, 0, base, &mut results) {
-            return Err(if s.steps > SEARCH_STEPS {
-                NoFit::TooLong(c.label.clone())
+            return Err(refusal(if s.steps > SEARCH_STEPS {
+                ClaimShort::SearchGaveUp
             } else {
-                NoFit::Devices(c.label.clone())
-            });
+                ClaimShort::TooFewFreeDevices
+            }));
         }
         out.push(Some(ClaimPick { results }));
     }

@@ -5,12 +5,9 @@ use std::cmp::Ordering;
 
 use crate::model::{Job, JobId, Node, NodeId, PlacementRules, TaskId};
 use crate::plan::Condition;
+use crate::refusal::Refusal;
 use crate::resources::Resources;
 use crate::session::Session;
-
-/// A reason a node cannot take a pod, aggregated per job the way kube-scheduler does
-/// ("300 didn't match node selector").
-pub type Reason = std::borrow::Cow<'static, str>;
 
 /// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
 pub trait JobOrder: Send + Sync {
@@ -38,7 +35,7 @@ pub trait Admit: Send + Sync {
 /// preemptor, net of what its victims (of the same queue) give back, so some entries may be
 /// negative.
 pub trait TaskAdmit: Send + Sync {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Reason>;
+    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal>;
 }
 
 /// The default [`Framework::gang_backoff_ms`]: a minute.
@@ -49,7 +46,7 @@ pub const DEFAULT_GANG_BACKOFF_MS: i64 = 60_000;
 /// evaluate it once per distinct set of rules instead of once per pod. Capacity fit (every
 /// resource, and whole GPUs per device) is the engine's own check.
 pub trait NodeFilter: Send + Sync {
-    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason>;
+    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal>;
 }
 
 /// Node preference as a function of the node's capacity and usage alone; lower keys are better.
@@ -313,13 +310,13 @@ impl Framework {
         session: &Session,
         task: TaskId,
         request: &Resources,
-    ) -> Result<(), Reason> {
+    ) -> Result<(), Refusal> {
         self.task_admit
             .iter()
             .try_for_each(|p| p.admit(session, task, request))
     }
 
-    pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason> {
+    pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         self.filters.iter().try_for_each(|f| f.filter(rules, node))
     }
 }

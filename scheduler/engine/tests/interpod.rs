@@ -145,13 +145,16 @@ impl JobReady for Gang {
 struct Static;
 
 impl NodeFilter for Static {
-    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Reason> {
+    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         if (rules.node_selector.iter()).any(|(k, v)| node.labels.get(k) != Some(v)) {
-            return Err("didn't match Pod's node affinity/selector".into());
+            return Err(Refusal::NodeSelector);
         }
         let tolerated = |t: &Taint| rules.tolerations.iter().any(|tol| tol.tolerates(t));
-        if node.taints.iter().any(|t| !tolerated(t)) {
-            return Err("had untolerated taint".into());
+        if let Some(taint) = (0..).zip(&node.taints).find(|(_, t)| !tolerated(t)) {
+            return Err(Refusal::UntoleratedTaint {
+                node: node.id,
+                taint: taint.0,
+            });
         }
         Ok(())
     }

@@ -142,7 +142,7 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
     let admissible = |session: &Session, task: TaskId| -> Result<(), String> {
         let request = &session.snapshot.task(task).request;
         match fw.admit_task(session, task, request) {
-            Err(reason) => Err(reason.into_owned()),
+            Err(refusal) => Err(refusal.describe(session.snapshot)),
             Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
                 Err("its queue is at its deserved share".into())
             }
@@ -166,7 +166,7 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
     for (i, &task) in order.iter().enumerate() {
         let request = &snap.task(task).request;
         let placed = match fw.admit_task(session, task, request) {
-            Err(reason) => Err(reason.into_owned()),
+            Err(refusal) => Err(refusal.describe(session.snapshot)),
             Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
                 Err(String::new())
             }

@@ -43,7 +43,7 @@ fn one(requests: Vec<RequestAsk>, constraints: Vec<ConstraintAsk>) -> ClaimNeed 
     }
 }
 
-fn devices(t: &DraTable, need: &ClaimNeed) -> Result<Vec<(String, u32)>, NoFit> {
+fn devices(t: &DraTable, need: &ClaimNeed) -> Result<Vec<(String, u32)>, ClaimRefusal> {
     let picks = search(t, need, 0, &|_| true, &|_| None)?;
     let pick = picks.into_iter().next().flatten().unwrap();
     Ok(pick.results.into_iter().map(|(r, d, _)| (r, d)).collect())
@@ -116,9 +116,25 @@ fn all_takes_every_matching_device_only_when_none_is_in_use() {
         [("r".to_string(), 0), ("r".to_string(), 2)]
     );
     let busy = search(&t, &need, 0, &|d| d != 2, &|_| None);
-    assert_eq!(busy, Err(NoFit::Devices("c".into())));
+    let short = ClaimRefusal {
+        claim: 0,
+        why: ClaimShort::TooFewFreeDevices,
+    };
+    assert_eq!(busy, Err(short));
+    assert_eq!(
+        short.describe(&need),
+        "cannot allocate claim c: too few free devices"
+    );
     // No matching device at all: nothing to take, no fit.
     let none = table(&[0], vec![vec![]]);
     assert!(search(&none, &need, 0, &|_| true, &|_| None).is_err());
-    assert!(none.could_fit(&need, 0, "n").is_err());
+    let unmatched = ClaimRefusal {
+        claim: 0,
+        why: ClaimShort::NoDeviceMatches { request: 0 },
+    };
+    assert_eq!(none.could_fit(&need, 0, "n"), Err(unmatched));
+    assert_eq!(
+        unmatched.describe(&need),
+        "cannot allocate claim c: no device matches selectors of request r"
+    );
 }

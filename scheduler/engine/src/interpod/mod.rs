@@ -21,23 +21,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::constraints::{HostPort, PodConstraints};
-use crate::framework::Reason;
 use crate::hash::Map;
 use crate::model::{JobId, NodeId, TaskId, TaskState};
+use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 use intern::Interner;
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 use views::{SharedViews, TaskView};
-
-pub(crate) const AFFINITY: &str = "didn't match pod affinity rules";
-pub(crate) const ANTI_AFFINITY: &str = "didn't match pod anti-affinity rules";
-pub(crate) const EXISTING_ANTI_AFFINITY: &str = "didn't satisfy existing pods anti-affinity rules";
-pub(crate) const SPREAD: &str = "didn't match pod topology spread constraints";
-pub(crate) const SPREAD_LABEL: &str =
-    "didn't match pod topology spread constraints (missing required label)";
-pub(crate) const PORTS: &str = "didn't have free ports for the requested pod ports";
 
 /// kube-scheduler's `hardPodAffinityWeight`: an existing pod's required affinity term that
 /// selects the incoming pod scores like a preferred term of this weight.
@@ -300,9 +292,13 @@ impl InterPod {
         self.failures.insert(task, epoch);
     }
 
-    /// Whether the task's inter-pod rules let it onto the node now; the reason, worded as
-    /// kube-scheduler words it, when not.
-    pub(crate) fn allows(&self, snap: &Snapshot, task: TaskId, node: NodeId) -> Result<(), Reason> {
+    /// Whether the task's inter-pod rules let it onto the node now; the refusal when not.
+    pub(crate) fn allows(
+        &self,
+        snap: &Snapshot,
+        task: TaskId,
+        node: NodeId,
+    ) -> Result<(), Refusal> {
         self.prepare(snap, task).map_or(Ok(()), |c| c.check(node))
     }
 
@@ -557,16 +553,16 @@ impl Check<'_> {
         allowed.filter(|slots| !slots.iter().all(|&ok| ok))
     }
 
-    pub(crate) fn check(&self, node: NodeId) -> Result<(), Reason> {
+    pub(crate) fn check(&self, node: NodeId) -> Result<(), Refusal> {
         self.check_ports(node)?;
         self.check_pods(node)
     }
 
     /// NodePorts alone (kube-scheduler asks it before resources fit).
-    pub(crate) fn check_ports(&self, node: NodeId) -> Result<(), Reason> {
+    pub(crate) fn check_ports(&self, node: NodeId) -> Result<(), Refusal> {
         if let (Some(r), Some(taken)) = (self.rules, self.pods.ports.get(&node)) {
             if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
-                return Err(PORTS.into());
+                return Err(Refusal::HostPorts);
             }
         }
         Ok(())
@@ -574,7 +570,7 @@ impl Check<'_> {
 
     /// The rules about other pods: affinity, anti-affinity (both sides) and spread (asked
     /// after resources fit, as kube-scheduler does).
-    pub(crate) fn check_pods(&self, node: NodeId) -> Result<(), Reason> {
+    pub(crate) fn check_pods(&self, node: NodeId) -> Result<(), Refusal> {
         let pods = self.pods;
         let domains = &pods.domains;
         let present = |counts: &DomainCounts| counts.at(0, node, domains).is_some_and(|n| n > 0);
@@ -585,31 +581,31 @@ impl Check<'_> {
                 for i in 0..counts.keys.len() {
                     match counts.at(i, node, domains) {
                         Some(n) => exist &= n > 0,
-                        None => return Err(AFFINITY.into()),
+                        None => return Err(Refusal::PodAffinity),
                     }
                 }
                 // kube's first-pod rule: nothing selected anywhere, and the pod selects itself.
                 let first_pod = counts.total == 0 && self.view.self_affinity;
                 if !(exist || first_pod) {
-                    return Err(AFFINITY.into());
+                    return Err(Refusal::PodAffinity);
                 }
             }
             for &c in &r.anti {
                 if present(&pods.counters[c as usize]) {
-                    return Err(ANTI_AFFINITY.into());
+                    return Err(Refusal::PodAntiAffinity);
                 }
             }
         }
         for &h in &self.view.selected_by {
             if pods.held_keys[h as usize].weight.is_none() && present(&pods.held[h as usize]) {
-                return Err(EXISTING_ANTI_AFFINITY.into());
+                return Err(Refusal::ExistingPodsAntiAffinity);
             }
         }
         for s in &self.spread {
             match s.check(node, domains) {
                 Verdict::Fits => {}
-                Verdict::MissingLabel => return Err(SPREAD_LABEL.into()),
-                Verdict::Skewed => return Err(SPREAD.into()),
+                Verdict::MissingLabel => return Err(Refusal::TopologySpreadMissingLabel),
+                Verdict::Skewed => return Err(Refusal::TopologySpread),
             }
         }
         Ok(())

@@ -6,9 +6,9 @@
 
 use super::Session;
 use crate::devices::{DeviceFilters, DeviceUse, ShareAsk, ShareMemory, Sharing};
-use crate::framework::Reason;
 use crate::model::{NodeId, TaskId};
 use crate::plan::BoundDevice;
+use crate::refusal::{DeviceShort, Refusal};
 use crate::snapshot::ask_on;
 
 /// Free memory levels a shared node is indexed by: tenths of a device.
@@ -203,19 +203,28 @@ impl<'a> Session<'a> {
     /// Why the node lacks the devices the task asks for, if it does: the reason most of its
     /// devices give, in the order HAMi's filter checks them (health, slots, exclusive use,
     /// memory, compute), or too few free whole devices.
-    pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Reason> {
+    pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Refusal> {
         if self.has_gpus_for(&self.device_need(task), node, None) {
             return Ok(());
         }
         let n = self.snapshot.node(node);
+        let short = |why| Err(Refusal::Devices(why));
         if !n.sharing.shares() {
-            return Err("had too few free GPUs".into());
+            return short(DeviceShort::TooFewFree);
         }
         if n.sharing == Sharing::Mps && self.devices_wanted(task) > 1 {
-            return Err("share GPUs through MPS, one replica per pod".into());
+            return short(DeviceShort::MpsOneReplica);
         }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         let filters = self.filters(task);
+        // Per reason, in HAMi's order: how many devices give it.
+        const WHY: [DeviceShort; 5] = [
+            DeviceShort::Unhealthy,
+            DeviceShort::NoFreeSlot,
+            DeviceShort::ExclusiveUse,
+            DeviceShort::NoFreeMemory,
+            DeviceShort::NoFreeCompute,
+        ];
         let mut counts = [0usize; 5];
         for (g, u) in n.gpus.iter().zip(self.usage(node)) {
             if filters.is_some_and(|f| !f.accepts(g)) {
@@ -237,17 +246,10 @@ impl<'a> Session<'a> {
             };
             counts[why] += 1;
         }
-        const WHY: [&str; 5] = [
-            "had no healthy GPU for the pod",
-            "had no GPU with a free share slot",
-            "had only GPUs in exclusive use",
-            "had no GPU with enough free memory",
-            "had no GPU with enough free compute",
-        ];
         let most = (0..5).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
-        Err(match most.filter(|&i| counts[i] > 0) {
-            Some(i) => WHY[i].into(),
-            None => "had too few GPUs the pod accepts with room for its share".into(),
+        short(match most.filter(|&i| counts[i] > 0) {
+            Some(i) => WHY[i],
+            None => DeviceShort::TooFewAccepted,
         })
     }
 

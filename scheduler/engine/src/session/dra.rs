@@ -5,11 +5,13 @@
 use std::collections::HashMap;
 
 use super::{Op, Session};
-use crate::dra::{self, ClaimAsk, ClaimNeed, ClaimPick, ClaimState, DeviceSet, NoFit, Reach};
-use crate::framework::Reason;
+use crate::dra::{
+    self, ClaimAsk, ClaimNeed, ClaimPick, ClaimRefusal, ClaimState, DeviceSet, Reach,
+};
 use crate::hash::Map;
-use crate::model::{NodeId, PlacementRules, TaskId};
+use crate::model::{NodeId, RulesId, TaskId};
 use crate::plan::{ClaimAllocation, ClaimResult};
+use crate::refusal::Refusal;
 
 #[derive(Default)]
 pub(crate) struct Claims {
@@ -42,25 +44,21 @@ impl<'a> Session<'a> {
     }
 
     /// The static part: whether the node could hold the claims with no device in use.
-    pub(crate) fn claims_could_fit(
-        &self,
-        rules: &PlacementRules,
-        node: NodeId,
-    ) -> Result<(), Reason> {
-        let Some(need) = &rules.claims else {
+    pub(crate) fn claims_could_fit(&self, rules: RulesId, node: NodeId) -> Result<(), Refusal> {
+        let Some(need) = &self.snapshot.rules[rules.0 as usize].claims else {
             return Ok(());
         };
         let name = &self.snapshot.node(node).name;
         (self.snapshot.dra)
             .could_fit(need, node.index(), name)
-            .map_err(Reason::from)
+            .map_err(|refusal| Refusal::Claim { rules, refusal })
     }
 
     fn search_claims(
         &self,
         need: &ClaimNeed,
         node: NodeId,
-    ) -> Result<Vec<Option<ClaimPick>>, NoFit> {
+    ) -> Result<Vec<Option<ClaimPick>>, ClaimRefusal> {
         let used = &self.claims.used;
         let shared = &self.claims.shared;
         dra::search(
@@ -78,13 +76,14 @@ impl<'a> Session<'a> {
     }
 
     /// Why the node's free devices cannot hold the task's claims, if they cannot.
-    pub(super) fn claims_short(&self, task: TaskId, node: NodeId) -> Result<(), Reason> {
+    pub(super) fn claims_short(&self, task: TaskId, node: NodeId) -> Result<(), Refusal> {
         let Some(need) = self.claim_need(task) else {
             return Ok(());
         };
+        let rules = self.snapshot.task(task).rules;
         self.search_claims(need, node)
             .map(drop)
-            .map_err(|e| e.message().into())
+            .map_err(|refusal| Refusal::Claim { rules, refusal })
     }
 
     /// Allocates the task's pending claims on the node it is placed on.

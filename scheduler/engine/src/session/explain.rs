@@ -8,12 +8,15 @@
 //! nodes whose usage changed since (the session logs them), so it is always exact. A pod with
 //! inter-pod rules, whose reason is its own, checks its rules only on the nodes with room: a
 //! saturated cluster explains a thousand failing gangs without a scan of the cluster each.
+//!
+//! Nodes are counted per [`Refusal`], a `Copy` value; only the message words them, merging
+//! refusals that word alike (the same taint on two nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{ReservedNodes, Session};
-use crate::framework::Reason;
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
+use crate::refusal::{nodes_available, Refusal};
 use crate::resources::{ResourceId, Resources};
 
 /// A node refused by a static filter (its class in [`Scan::class`]); other classes are the
@@ -24,8 +27,8 @@ const REFUSED: u64 = u64::MAX;
 pub(crate) struct Scan {
     /// Per node: [`REFUSED`], or the resources it is short of as a bit mask (0: room).
     class: Vec<u64>,
-    /// Nodes refused by a static filter, by reason (static: never changes in a session).
-    refused: BTreeMap<Reason, usize>,
+    /// Nodes refused by a static filter, by refusal (static: never changes in a session).
+    refused: BTreeMap<Refusal, usize>,
     /// Nodes short of each resource, by resource index (a node short of two counts twice).
     short: Vec<usize>,
     room: BTreeSet<NodeId>,
@@ -90,8 +93,8 @@ impl Session<'_> {
         for node in &self.snapshot.nodes {
             let i = node.id.index();
             if !passes.is_some_and(|ok| ok[i]) {
-                let refused =
-                    (self.fw.filter_node(r, node)).and_then(|()| self.claims_could_fit(r, node.id));
+                let refused = (self.fw.filter_node(r, node))
+                    .and_then(|()| self.claims_could_fit(rules, node.id));
                 if let Err(reason) = refused {
                     *scan.refused.entry(reason).or_default() += 1;
                     scan.class[i] = REFUSED;
@@ -127,36 +130,25 @@ impl Session<'_> {
         for &node in &scan.room {
             let short =
                 (self.devices_short(task, node)).and_then(|()| self.claims_short(task, node));
-            if let Err(reason) = short {
-                *counts.entry(reason).or_default() += 1;
+            if let Err(refusal) = short {
+                *counts.entry(refusal).or_default() += 1;
                 continue;
             }
-            if let Some(Err(reason)) = check.as_ref().map(|c| c.check(node)) {
-                *counts.entry(reason).or_default() += 1;
+            if let Some(Err(refusal)) = check.as_ref().map(|c| c.check(node)) {
+                *counts.entry(refusal).or_default() += 1;
                 continue;
             }
             if !self.may_use(node, access) {
-                *counts
-                    .entry("were reserved for a starving gang".into())
-                    .or_default() += 1;
+                *counts.entry(Refusal::Reserved).or_default() += 1;
             }
         }
         for (id, &n) in scan.short.iter().enumerate().filter(|(_, &n)| n > 0) {
-            let name = self.snapshot.resources.name(ResourceId(id as u16));
             *counts
-                .entry(format!("insufficient {name}").into())
+                .entry(Refusal::Insufficient(ResourceId(id as u16)))
                 .or_default() += n;
         }
         drop(check);
         self.scans.insert(shape, scan);
-        let mut list: Vec<(Reason, usize)> = counts.into_iter().collect();
-        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let parts: Vec<String> = list.iter().map(|(r, c)| format!("{c} {r}")).collect();
-        let total = self.snapshot.nodes.len();
-        if parts.is_empty() {
-            format!("0/{total} nodes are available.")
-        } else {
-            format!("0/{total} nodes are available: {}.", parts.join(", "))
-        }
+        nodes_available(self.snapshot, &counts)
     }
 }

@@ -80,7 +80,9 @@ impl Session<'_> {
             .snapshot
             .nodes
             .iter()
-            .map(|n| self.fw.filter_node(r, n).is_ok() && self.claims_could_fit(r, n.id).is_ok())
+            .map(|n| {
+                self.fw.filter_node(r, n).is_ok() && self.claims_could_fit(rules, n.id).is_ok()
+            })
             .collect();
         let passing = ok.iter().filter(|&&b| b).count();
         // Scanning a short list of feasible nodes beats walking buckets full of infeasible ones.

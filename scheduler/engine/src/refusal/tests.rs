@@ -1,0 +1,236 @@
+//! Refusals word as the strings messages, PodGroup conditions and Events have always carried,
+//! and say whether preemption could lift them.
+
+use super::*;
+use crate::model::{Taint, TaintEffect};
+use crate::resources::{CPU, GPU, MEMORY};
+use crate::snapshot::{ClusterSpec, NodeSpec, QueueSpec};
+
+/// Two nodes with the same taint, and a queue `research`.
+fn snapshot() -> Snapshot {
+    let node = |name: &str| NodeSpec {
+        name: name.into(),
+        taints: vec![
+            Taint {
+                key: "soft".into(),
+                value: String::new(),
+                effect: TaintEffect::PreferNoSchedule,
+            },
+            Taint {
+                key: "gpu".into(),
+                value: "h100".into(),
+                effect: TaintEffect::NoSchedule,
+            },
+        ],
+        allocatable: [("cpu".to_string(), 8000)].into(),
+        ..Default::default()
+    };
+    Snapshot::build(ClusterSpec {
+        nodes: vec![node("n0"), node("n1")],
+        queues: vec![QueueSpec::new("research")],
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn refusals_word_as_kube_scheduler_does() {
+    let snap = snapshot();
+    let research = (snap.queues.iter()).find(|q| q.name == "research").unwrap();
+    let taint = |node| Refusal::UntoleratedTaint {
+        node: NodeId(node),
+        taint: 1,
+    };
+    let cases = [
+        (Refusal::Unschedulable, "were unschedulable"),
+        (taint(0), "had untolerated taint {gpu: h100}"),
+        (taint(1), "had untolerated taint {gpu: h100}"),
+        (Refusal::NodeSelector, "didn't match node selector"),
+        (Refusal::NodeAffinity, "didn't match node affinity"),
+        (
+            Refusal::NoAcceptedGpu,
+            "had no GPU of the types and UUIDs the pod accepts",
+        ),
+        (
+            Refusal::VolumeNodeAffinity,
+            "had volume node affinity conflict",
+        ),
+        (
+            Refusal::UnboundVolume,
+            "didn't find available persistent volumes to bind",
+        ),
+        (Refusal::Insufficient(GPU), "insufficient nvidia.com/gpu"),
+        (Refusal::Insufficient(MEMORY), "insufficient memory"),
+        (
+            Refusal::Devices(DeviceShort::TooFewFree),
+            "had too few free GPUs",
+        ),
+        (
+            Refusal::Devices(DeviceShort::MpsOneReplica),
+            "share GPUs through MPS, one replica per pod",
+        ),
+        (
+            Refusal::Devices(DeviceShort::Unhealthy),
+            "had no healthy GPU for the pod",
+        ),
+        (
+            Refusal::Devices(DeviceShort::NoFreeSlot),
+            "had no GPU with a free share slot",
+        ),
+        (
+            Refusal::Devices(DeviceShort::ExclusiveUse),
+            "had only GPUs in exclusive use",
+        ),
+        (
+            Refusal::Devices(DeviceShort::NoFreeMemory),
+            "had no GPU with enough free memory",
+        ),
+        (
+            Refusal::Devices(DeviceShort::NoFreeCompute),
+            "had no GPU with enough free compute",
+        ),
+        (
+            Refusal::Devices(DeviceShort::TooFewAccepted),
+            "had too few GPUs the pod accepts with room for its share",
+        ),
+        (
+            Refusal::HostPorts,
+            "didn't have free ports for the requested pod ports",
+        ),
+        (Refusal::PodAffinity, "didn't match pod affinity rules"),
+        (
+            Refusal::PodAntiAffinity,
+            "didn't match pod anti-affinity rules",
+        ),
+        (
+            Refusal::ExistingPodsAntiAffinity,
+            "didn't satisfy existing pods anti-affinity rules",
+        ),
+        (
+            Refusal::TopologySpread,
+            "didn't match pod topology spread constraints",
+        ),
+        (
+            Refusal::TopologySpreadMissingLabel,
+            "didn't match pod topology spread constraints (missing required label)",
+        ),
+        (Refusal::Reserved, "were reserved for a starving gang"),
+        (
+            Refusal::OverCapability {
+                queue: research.id,
+                resource: CPU,
+                capability: 4000,
+                would_hold: 4500,
+            },
+            "queue research would hold 4500m cpu over its capability of 4",
+        ),
+        (
+            Refusal::Guaranteed {
+                resource: MEMORY,
+                unmet: 64 << 30,
+            },
+            "64Gi memory of the free capacity is guaranteed to other queues that have not used it",
+        ),
+    ];
+    for (refusal, wording) in cases {
+        assert_eq!(refusal.describe(&snap), wording, "{refusal:?}");
+    }
+}
+
+#[test]
+fn preemption_lifts_only_what_evictions_can_change() {
+    let unresolvable = [
+        Refusal::Unschedulable,
+        Refusal::UntoleratedTaint {
+            node: NodeId(0),
+            taint: 1,
+        },
+        Refusal::NodeSelector,
+        Refusal::NodeAffinity,
+        Refusal::NoAcceptedGpu,
+        Refusal::VolumeNodeAffinity,
+        Refusal::UnboundVolume,
+        Refusal::Devices(DeviceShort::Unhealthy),
+        Refusal::Devices(DeviceShort::MpsOneReplica),
+        Refusal::PodAffinity,
+        Refusal::TopologySpreadMissingLabel,
+        Refusal::Reserved,
+    ];
+    for r in unresolvable {
+        assert!(!r.resolvable_by_preemption(), "{r:?}");
+    }
+    let resolvable = [
+        Refusal::Insufficient(GPU),
+        Refusal::Devices(DeviceShort::TooFewFree),
+        Refusal::Devices(DeviceShort::NoFreeMemory),
+        Refusal::HostPorts,
+        Refusal::PodAntiAffinity,
+        Refusal::ExistingPodsAntiAffinity,
+        Refusal::TopologySpread,
+        Refusal::OverCapability {
+            queue: crate::model::QueueId(0),
+            resource: GPU,
+            capability: 8,
+            would_hold: 10,
+        },
+        Refusal::Guaranteed {
+            resource: GPU,
+            unmet: 2,
+        },
+    ];
+    for r in resolvable {
+        assert!(r.resolvable_by_preemption(), "{r:?}");
+    }
+    use crate::dra::{ClaimRefusal, ClaimShort};
+    let claim = |why| Refusal::Claim {
+        rules: RulesId(0),
+        refusal: ClaimRefusal { claim: 0, why },
+    };
+    assert!(claim(ClaimShort::TooFewFreeDevices).resolvable_by_preemption());
+    assert!(!claim(ClaimShort::AllocatedElsewhere).resolvable_by_preemption());
+    assert!(!claim(ClaimShort::SharedElsewhere).resolvable_by_preemption());
+    assert!(!claim(ClaimShort::NoDeviceMatches { request: 0 }).resolvable_by_preemption());
+}
+
+#[test]
+fn a_refusal_is_a_small_plain_value() {
+    // Counted per node on the hot path: no heap, and no bigger than a few words.
+    fn copy<T: Copy + Ord + std::hash::Hash>() {}
+    copy::<Refusal>();
+    assert!(std::mem::size_of::<Refusal>() <= 32);
+}
+
+#[test]
+fn nodes_are_counted_per_refusal_and_worded_once_per_message() {
+    let snap = snapshot();
+    let mut counts: BTreeMap<Refusal, usize> = BTreeMap::new();
+    let refusals = [
+        Refusal::Insufficient(GPU),
+        Refusal::UntoleratedTaint {
+            node: NodeId(0),
+            taint: 1,
+        },
+        Refusal::Insufficient(GPU),
+        Refusal::PodAntiAffinity,
+        Refusal::UntoleratedTaint {
+            node: NodeId(1),
+            taint: 1,
+        },
+        Refusal::Insufficient(CPU),
+    ];
+    for r in refusals {
+        *counts.entry(r).or_default() += 1;
+    }
+    assert_eq!(counts[&Refusal::Insufficient(GPU)], 2);
+    // The same taint on two nodes: two refusals, one part of the message.
+    assert_eq!(
+        nodes_available(&snap, &counts),
+        "0/2 nodes are available: 2 had untolerated taint {gpu: h100}, \
+         2 insufficient nvidia.com/gpu, 1 didn't match pod anti-affinity rules, \
+         1 insufficient cpu."
+    );
+    assert_eq!(
+        nodes_available(&snap, &BTreeMap::new()),
+        "0/2 nodes are available."
+    );
+}
