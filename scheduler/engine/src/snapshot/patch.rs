@@ -390,9 +390,21 @@ pub(super) fn patch(
     let mut fresh_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); fresh.len()];
     // Fresh task -> its index in `members`.
     let mut fresh_member: Vec<(TaskId, usize)> = Vec::with_capacity(members.len());
-    let mut tasks = std::mem::take(&mut b.spare_tasks);
-    tasks.clear();
-    tasks.reserve(old_tasks.len() + members.len());
+    // Tasks before the first change keep their place and id (a replay's or an experiment's
+    // arrivals sort last): only the rest is moved.
+    let first_dropped = dropped.iter().position(|&d| d).unwrap_or(dropped.len());
+    let kept_tasks = members_at
+        .first()
+        .map_or(first_dropped, |&at| at.min(first_dropped));
+    let mut tasks = old_tasks;
+    let mut spare = std::mem::take(&mut b.spare_tasks);
+    spare.clear();
+    spare.extend(tasks.drain(kept_tasks..));
+    tasks.reserve(spare.len() + members.len());
+    for (old, t) in tasks.iter_mut().enumerate() {
+        task_map[old] = old as u32;
+        t.job = JobId(job_map[t.job.index()]);
+    }
     let mut add_member = |tasks: &mut Vec<Task>, k: usize| {
         let (f, m) = members[k];
         let id = TaskId(tasks.len() as u32);
@@ -413,8 +425,7 @@ pub(super) fn patch(
         tasks.push(new_task(m.spec, m.facts, refs));
     };
     let mut next_member = 0;
-    let mut spare = old_tasks;
-    for (old, mut t) in spare.drain(..).enumerate() {
+    for (old, mut t) in (kept_tasks..).zip(spare.drain(..)) {
         while next_member < members.len() && members_at[next_member] <= old {
             add_member(&mut tasks, next_member);
             next_member += 1;
@@ -438,7 +449,16 @@ pub(super) fn patch(
         (fresh_member.binary_search_by_key(&t, |&(id, _)| id))
             .map_or(&NO_LABELS, |i| &members[fresh_member[i].1].1.spec.labels)
     };
-    let mut jobs = Vec::with_capacity(old_jobs.len() + fresh.len());
+    // Jobs before the first change keep their place and id, as tasks do.
+    let mut jobs = old_jobs;
+    let first_gone = gone.first().map_or(jobs.len(), |g| g.index());
+    let kept_jobs = fresh_at
+        .first()
+        .copied()
+        .unwrap_or(jobs.len())
+        .min(first_gone);
+    let old_jobs: Vec<Job> = jobs.drain(kept_jobs..).collect();
+    jobs.reserve(old_jobs.len() + fresh.len());
     let mut add_fresh = |jobs: &mut Vec<Job>, tasks: &mut Vec<Task>, f: usize| {
         let job = &fresh[f];
         let refs = JobRefs {
@@ -456,8 +476,14 @@ pub(super) fn patch(
             *t = TaskId(task_map[t.index()]);
         }
     };
+    for j in &mut jobs {
+        renumber(&mut j.tasks);
+        for sg in &mut j.sub_groups {
+            renumber(&mut sg.tasks);
+        }
+    }
     let mut next_fresh = 0;
-    for (old, mut j) in old_jobs.into_iter().enumerate() {
+    for (old, mut j) in (kept_jobs..).zip(old_jobs) {
         while next_fresh < fresh.len() && fresh_at[next_fresh] <= old {
             add_fresh(&mut jobs, &mut tasks, next_fresh);
             next_fresh += 1;
