@@ -6,7 +6,8 @@
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
 //! - `devicepick`: which devices of the chosen node a pod takes;
-//! - `admission`: `overcommit` enqueue admission and queue `capability`.
+//! - `admission`: `overcommit` enqueue admission and queue `capability`;
+//! - `queue_order`: which sibling queue is served first (priority, then fair share).
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
 //! cycle. Depends on `basalt-engine` and `basalt-queue` only: no Kubernetes, no I/O.
@@ -19,6 +20,7 @@ pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
+pub mod queue_order;
 
 use basalt_engine::{Framework, Plan, ResourceNames, Snapshot};
 
@@ -61,6 +63,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
             fw.device_pick = Box::new(policy);
         }
     }
+    fw.queue_order = Box::new(queue_order::PriorityThenShare);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }

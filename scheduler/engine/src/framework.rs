@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use crate::model::{Job, JobId, Node, NodeId, PlacementRules, TaskId};
+use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, TaskId};
 use crate::plan::Condition;
 use crate::resources::Resources;
 use crate::session::Session;
@@ -127,6 +127,28 @@ pub fn lowest_bits(mut mask: u64, count: u32) -> u64 {
     out
 }
 
+/// The order in which sibling queues are served: `allocate` walks the queue tree from the root,
+/// at each level taking the first child with work. `Less`: `a` first; `Equal` defers to the
+/// name. Must depend only on the two queues (their spec, allocation and deserved share): the
+/// engine keeps siblings sorted and asks again only about queues whose allocation changed.
+pub trait QueueOrder: Send + Sync {
+    fn name(&self) -> &str;
+    fn compare(&self, session: &Session, a: QueueId, b: QueueId) -> Ordering;
+}
+
+/// The engine's neutral queue order: by name (plugins configure the scheduler's own, by
+/// priority and fair share).
+pub struct QueuesByName;
+
+impl QueueOrder for QueuesByName {
+    fn name(&self) -> &str {
+        "by-name"
+    }
+    fn compare(&self, _: &Session, _: QueueId, _: QueueId) -> Ordering {
+        Ordering::Equal
+    }
+}
+
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
@@ -158,6 +180,8 @@ pub struct Framework {
     /// their node index on to the next (its keys are this node order's).
     id: u64,
     pub fair_share: Option<Box<dyn FairShare>>,
+    /// Which sibling queue is served first.
+    pub queue_order: Box<dyn QueueOrder>,
     /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
     pub scores: Vec<Box<dyn Score>>,
     /// Which devices of the chosen node a task takes.
@@ -234,6 +258,7 @@ impl Framework {
             node_order,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
+            queue_order: Box::new(QueuesByName),
             scores: Vec::new(),
             device_pick: Box::new(LowestOpen),
             node_rank: None,
