@@ -7,7 +7,8 @@
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
 //! - `devicepick`: which devices of the chosen node a pod takes;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`;
-//! - `queue_order`: which sibling queue is served first (priority, then fair share).
+//! - `queue_order`: which sibling queue is served first (priority, then fair share);
+//! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first.
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
 //! cycle. Depends on `basalt-engine` and `basalt-queue` only: no Kubernetes, no I/O.
@@ -21,6 +22,7 @@ pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
 pub mod queue_order;
+pub mod victims;
 
 use basalt_engine::{Framework, Plan, ResourceNames, Snapshot};
 
@@ -64,6 +66,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
         }
     }
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
+    fw.victims = Box::new(victims::LowerPriorityOverShare);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }

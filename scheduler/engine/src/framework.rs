@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 
 use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, TaskId};
 use crate::plan::Condition;
-use crate::resources::Resources;
+use crate::resources::{ResourceId, Resources};
 use crate::session::Session;
 
 /// A reason a node cannot take a pod, aggregated per job the way kube-scheduler does
@@ -149,6 +149,126 @@ impl QueueOrder for QueuesByName {
     }
 }
 
+/// Which eviction action asks: `reclaim` takes back what other queues borrowed, `preempt`
+/// displaces pods of the starving gang's own queue. The action defines that scope; the
+/// [`Victims`] policy chooses inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionKind {
+    Reclaim,
+    Preempt,
+}
+
+/// Who may be evicted to make room for a starving gang, and who goes first. The engine owns the
+/// search: the nodes holding pods of the policy's queues, victims taken in the policy's order
+/// until the member fits (each with the gang mates whose minimum it would break: no gang is left
+/// below its minimum), the gang's whole placement simulated in a statement, and the cheapest set
+/// by the policy's costs. It never evicts the gang's own pods, a gang this cycle is starting, or
+/// pods outside the action's scope ([`EvictionKind`]).
+///
+/// A search that found no victims is not repeated in the same action for a member of the same
+/// shape, queue and job priority: the answers may depend on the preemptor's job through those.
+pub trait Victims: Send + Sync {
+    fn name(&self) -> &str;
+    /// Whether `job` may evict at all: a cheap check before any search.
+    fn may_evict_for(&self, session: &Session, job: JobId, kind: EvictionKind) -> bool;
+    /// The queues whose pods may make room for a member of `job` asking `request`: the engine
+    /// searches only the nodes that held their pods when the session opened.
+    fn queues(
+        &self,
+        session: &Session,
+        job: JobId,
+        request: &Resources,
+        kind: EvictionKind,
+    ) -> Vec<QueueId>;
+    /// Whether `job`'s queue may end up holding `more` than it holds now, counted in the
+    /// `resources` victims are taken for (e.g. a reclaimer above its deserved share would have
+    /// its gain taken back). Asked on each node before its victims are searched (`more`: the
+    /// member's request) and once the whole gang is placed (`more`: nothing).
+    fn may_keep(
+        &self,
+        session: &Session,
+        job: JobId,
+        more: &Resources,
+        resources: &[ResourceId],
+        kind: EvictionKind,
+    ) -> bool;
+    /// Whether `unit` may be evicted for `job`, all of it.
+    fn may_take(
+        &self,
+        session: &Session,
+        job: JobId,
+        unit: &VictimUnit,
+        kind: EvictionKind,
+    ) -> bool;
+    /// The order victims are taken in on one node: `Less`, `a` first; `Equal` defers to the
+    /// task order (name).
+    fn compare_victims(
+        &self,
+        session: &Session,
+        a: TaskId,
+        b: TaskId,
+        kind: EvictionKind,
+    ) -> Ordering;
+    /// Which of two sets of victims (on two nodes, from two first victims, or in two topology
+    /// domains) costs less: `Less`, `a`; `Equal` keeps the one found first.
+    fn compare_costs(&self, session: &Session, a: &[TaskId], b: &[TaskId]) -> Ordering;
+}
+
+/// Victims judged as one eviction: a pod alone while its gang keeps every minimum without it,
+/// else every bound member of its gang not taken yet.
+pub struct VictimUnit<'a> {
+    pub tasks: &'a [TaskId],
+    /// Their requests summed.
+    pub request: &'a Resources,
+    /// The resources the member lacks on the node: those the eviction is for.
+    pub short: &'a [ResourceId],
+    /// What the units chosen before this one on the node take from each queue (each victim's
+    /// leaf queue and every ancestor of it).
+    pub taken: &'a [(QueueId, Resources)],
+}
+
+impl VictimUnit<'_> {
+    /// What the units chosen before this one take from `queue`, if anything.
+    pub fn taken_from(&self, queue: QueueId) -> Option<&Resources> {
+        self.taken.iter().find(|(q, _)| *q == queue).map(|(_, r)| r)
+    }
+}
+
+/// The engine's neutral victims: none (plugins configure the scheduler's own, by priority and
+/// fair share).
+pub struct NoVictims;
+
+impl Victims for NoVictims {
+    fn name(&self) -> &str {
+        "none"
+    }
+    fn may_evict_for(&self, _: &Session, _: JobId, _: EvictionKind) -> bool {
+        false
+    }
+    fn queues(&self, _: &Session, _: JobId, _: &Resources, _: EvictionKind) -> Vec<QueueId> {
+        Vec::new()
+    }
+    fn may_keep(
+        &self,
+        _: &Session,
+        _: JobId,
+        _: &Resources,
+        _: &[ResourceId],
+        _: EvictionKind,
+    ) -> bool {
+        true
+    }
+    fn may_take(&self, _: &Session, _: JobId, _: &VictimUnit, _: EvictionKind) -> bool {
+        false
+    }
+    fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId, _: EvictionKind) -> Ordering {
+        Ordering::Equal
+    }
+    fn compare_costs(&self, _: &Session, _: &[TaskId], _: &[TaskId]) -> Ordering {
+        Ordering::Equal
+    }
+}
+
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
@@ -182,6 +302,8 @@ pub struct Framework {
     pub fair_share: Option<Box<dyn FairShare>>,
     /// Which sibling queue is served first.
     pub queue_order: Box<dyn QueueOrder>,
+    /// Who `reclaim` and `preempt` may evict, and who goes first.
+    pub victims: Box<dyn Victims>,
     /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
     pub scores: Vec<Box<dyn Score>>,
     /// Which devices of the chosen node a task takes.
@@ -259,6 +381,7 @@ impl Framework {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
             queue_order: Box::new(QueuesByName),
+            victims: Box::new(NoVictims),
             scores: Vec::new(),
             device_pick: Box::new(LowestOpen),
             node_rank: None,
