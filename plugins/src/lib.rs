@@ -6,6 +6,7 @@
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
 //! - `devicepick`: which devices of the chosen node a pod takes;
+//! - `domains`: which topology domains a gang tries, in order;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`;
 //! - `queue_order`: which sibling queue is served first (priority, then fair share);
 //! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first.
@@ -16,6 +17,7 @@
 pub mod admission;
 pub mod config;
 pub mod devicepick;
+pub mod domains;
 pub mod fragmentation;
 pub mod gang;
 pub mod nodeorder;
@@ -67,6 +69,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     }
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
     fw.victims = Box::new(victims::LowerPriorityOverShare);
+    fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }

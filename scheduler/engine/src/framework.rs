@@ -3,6 +3,8 @@
 
 use std::cmp::Ordering;
 
+use basalt_topology::{DomainId, TierId};
+
 use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, TaskId};
 use crate::plan::Condition;
 use crate::resources::{ResourceId, Resources};
@@ -269,6 +271,68 @@ impl Victims for NoVictims {
     }
 }
 
+/// What the engine asks topology domains for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainPurpose {
+    /// A domain for the whole gang.
+    Gang,
+    /// A domain for one of its sub-groups, inside the gang's.
+    SubGroup,
+    /// A domain of the gang's required tier to search for victims in (reclaim, preempt).
+    Evictions,
+}
+
+/// What a gang (or one of its sub-groups) asks of the domains of one topology tier.
+pub struct DomainAsk<'a> {
+    pub purpose: DomainPurpose,
+    pub job: JobId,
+    pub tier: TierId,
+    /// The free whole GPUs a domain needs (none for [`DomainPurpose::Evictions`]).
+    pub gpus: i64,
+    /// Enclosing tiers a policy may weigh, finest first: for a gang its tiers above `tier` up
+    /// to the required one; none for a sub-group (it stays inside the gang's domain).
+    pub coarser: &'a [TierId],
+    /// How many domains the engine tries at most.
+    pub limit: usize,
+}
+
+/// Which topology domains a gang tries, in order. The engine walks the gang's tiers (the finest
+/// first, up to its required tier), lists the domains it could use, dry-runs the chosen ones in
+/// a statement one by one and keeps the first that makes the gang ready (for evictions: the one
+/// needing the cheapest victims).
+pub trait Domains: Send + Sync {
+    fn name(&self) -> &str;
+    /// Up to `ask.limit` of `candidates`, in the order to try them. The candidates are the
+    /// domains of `ask.tier` the engine found possible (free GPUs, where the gang's members
+    /// already run, the required tier; for a sub-group its CPU and memory; for evictions every
+    /// domain of the tier), the fewest free GPUs first, ties by name: a best fit reads a few,
+    /// another rule may read them all.
+    fn choose(
+        &self,
+        session: &Session,
+        ask: &DomainAsk,
+        candidates: &mut dyn Iterator<Item = DomainId>,
+    ) -> Vec<DomainId>;
+}
+
+/// The engine's neutral domain choice: the first candidates as listed (plugins configure the
+/// scheduler's own, which keeps whole racks and cliques free).
+pub struct FirstListed;
+
+impl Domains for FirstListed {
+    fn name(&self) -> &str {
+        "first-listed"
+    }
+    fn choose(
+        &self,
+        _: &Session,
+        ask: &DomainAsk,
+        candidates: &mut dyn Iterator<Item = DomainId>,
+    ) -> Vec<DomainId> {
+        candidates.take(ask.limit).collect()
+    }
+}
+
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
@@ -304,6 +368,8 @@ pub struct Framework {
     pub queue_order: Box<dyn QueueOrder>,
     /// Who `reclaim` and `preempt` may evict, and who goes first.
     pub victims: Box<dyn Victims>,
+    /// Which topology domains a gang tries, in order.
+    pub domains: Box<dyn Domains>,
     /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
     pub scores: Vec<Box<dyn Score>>,
     /// Which devices of the chosen node a task takes.
@@ -382,6 +448,7 @@ impl Framework {
             fair_share: None,
             queue_order: Box::new(QueuesByName),
             victims: Box::new(NoVictims),
+            domains: Box::new(FirstListed),
             scores: Vec::new(),
             device_pick: Box::new(LowestOpen),
             node_rank: None,
