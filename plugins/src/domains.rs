@@ -3,7 +3,7 @@
 //! - A gang: the best fits first (the fewest free GPUs left over), ties broken by the enclosing
 //!   domains (the fuller the next tier up, and then the one above, the better), so equal
 //!   candidates never break a whole free rack or clique.
-//! - A sub-group, inside its gang's domain: the best fits first, ties by name.
+//! - A sub-group, inside its gang's domain: the best fits first, ties by domain id.
 //! - Evictions: the roomiest domains first (the fewest victims likely).
 
 use std::cmp::Reverse;

@@ -305,8 +305,8 @@ pub trait Domains: Send + Sync {
     /// Up to `ask.limit` of `candidates`, in the order to try them. The candidates are the
     /// domains of `ask.tier` the engine found possible (free GPUs, where the gang's members
     /// already run, the required tier; for a sub-group its CPU and memory; for evictions every
-    /// domain of the tier), the fewest free GPUs first, ties by name: a best fit reads a few,
-    /// another rule may read them all.
+    /// domain of the tier), the fewest free GPUs first, ties by domain id: a best fit reads a
+    /// few, another rule may read them all.
     fn choose(
         &self,
         session: &Session,
