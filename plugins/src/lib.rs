@@ -6,7 +6,10 @@
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
 //! - `devicepick`: which devices of the chosen node a pod takes;
-//! - `admission`: `overcommit` enqueue admission and queue `capability`.
+//! - `domains`: which topology domains a gang tries, in order;
+//! - `admission`: `overcommit` enqueue admission and queue `capability`;
+//! - `queue_order`: which sibling queue is served first (priority, then fair share);
+//! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first.
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
 //! cycle. Depends on `basalt-engine` and `basalt-queue` only: no Kubernetes, no I/O.
@@ -14,11 +17,14 @@
 pub mod admission;
 pub mod config;
 pub mod devicepick;
+pub mod domains;
 pub mod fragmentation;
 pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
+pub mod queue_order;
+pub mod victims;
 
 use basalt_engine::{Framework, Plan, ResourceNames, Snapshot};
 
@@ -61,6 +67,9 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
             fw.device_pick = Box::new(policy);
         }
     }
+    fw.queue_order = Box::new(queue_order::PriorityThenShare);
+    fw.victims = Box::new(victims::LowerPriorityOverShare);
+    fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
     }

@@ -3,10 +3,12 @@
 
 use std::cmp::Ordering;
 
-use crate::model::{Job, JobId, Node, NodeId, PlacementRules, TaskId};
+use basalt_topology::{DomainId, TierId};
+
+use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, TaskId};
 use crate::plan::Condition;
 use crate::refusal::Refusal;
-use crate::resources::Resources;
+use crate::resources::{ResourceId, Resources};
 use crate::session::Session;
 
 /// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
@@ -124,6 +126,210 @@ pub fn lowest_bits(mut mask: u64, count: u32) -> u64 {
     out
 }
 
+/// The order in which sibling queues are served: `allocate` walks the queue tree from the root,
+/// at each level taking the first child with work. `Less`: `a` first; `Equal` defers to the
+/// name. Must depend only on the two queues (their spec, allocation and deserved share): the
+/// engine keeps siblings sorted and asks again only about queues whose allocation changed.
+pub trait QueueOrder: Send + Sync {
+    fn name(&self) -> &str;
+    fn compare(&self, session: &Session, a: QueueId, b: QueueId) -> Ordering;
+}
+
+/// The engine's neutral queue order: by name (plugins configure the scheduler's own, by
+/// priority and fair share).
+pub struct QueuesByName;
+
+impl QueueOrder for QueuesByName {
+    fn name(&self) -> &str {
+        "by-name"
+    }
+    fn compare(&self, _: &Session, _: QueueId, _: QueueId) -> Ordering {
+        Ordering::Equal
+    }
+}
+
+/// Which eviction action asks: `reclaim` takes back what other queues borrowed, `preempt`
+/// displaces pods of the starving gang's own queue. The action defines that scope; the
+/// [`Victims`] policy chooses inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionKind {
+    Reclaim,
+    Preempt,
+}
+
+/// Who may be evicted to make room for a starving gang, and who goes first. The engine owns the
+/// search: the nodes holding pods of the policy's queues, victims taken in the policy's order
+/// until the member fits (each with the gang mates whose minimum it would break: no gang is left
+/// below its minimum), the gang's whole placement simulated in a statement, and the cheapest set
+/// by the policy's costs. It never evicts the gang's own pods, a gang this cycle is starting, or
+/// pods outside the action's scope ([`EvictionKind`]).
+///
+/// A search that found no victims is not repeated in the same action for a member of the same
+/// shape, queue and job priority: the answers may depend on the preemptor's job through those.
+pub trait Victims: Send + Sync {
+    fn name(&self) -> &str;
+    /// Whether `job` may evict at all: a cheap check before any search.
+    fn may_evict_for(&self, session: &Session, job: JobId, kind: EvictionKind) -> bool;
+    /// The queues whose pods may make room for a member of `job` asking `request`: the engine
+    /// searches only the nodes that held their pods when the session opened.
+    fn queues(
+        &self,
+        session: &Session,
+        job: JobId,
+        request: &Resources,
+        kind: EvictionKind,
+    ) -> Vec<QueueId>;
+    /// Whether `job`'s queue may end up holding `more` than it holds now, counted in the
+    /// `resources` victims are taken for (e.g. a reclaimer above its deserved share would have
+    /// its gain taken back). Asked on each node before its victims are searched (`more`: the
+    /// member's request) and once the whole gang is placed (`more`: nothing).
+    fn may_keep(
+        &self,
+        session: &Session,
+        job: JobId,
+        more: &Resources,
+        resources: &[ResourceId],
+        kind: EvictionKind,
+    ) -> bool;
+    /// Whether `unit` may be evicted for `job`, all of it.
+    fn may_take(
+        &self,
+        session: &Session,
+        job: JobId,
+        unit: &VictimUnit,
+        kind: EvictionKind,
+    ) -> bool;
+    /// The order victims are taken in on one node: `Less`, `a` first; `Equal` defers to the
+    /// task order (name).
+    fn compare_victims(
+        &self,
+        session: &Session,
+        a: TaskId,
+        b: TaskId,
+        kind: EvictionKind,
+    ) -> Ordering;
+    /// Which of two sets of victims (on two nodes, from two first victims, or in two topology
+    /// domains) costs less: `Less`, `a`; `Equal` keeps the one found first.
+    fn compare_costs(&self, session: &Session, a: &[TaskId], b: &[TaskId]) -> Ordering;
+}
+
+/// Victims judged as one eviction: a pod alone while its gang keeps every minimum without it,
+/// else every bound member of its gang not taken yet.
+pub struct VictimUnit<'a> {
+    pub tasks: &'a [TaskId],
+    /// Their requests summed.
+    pub request: &'a Resources,
+    /// The resources the member lacks on the node: those the eviction is for.
+    pub short: &'a [ResourceId],
+    /// What the units chosen before this one on the node take from each queue (each victim's
+    /// leaf queue and every ancestor of it).
+    pub taken: &'a [(QueueId, Resources)],
+}
+
+impl VictimUnit<'_> {
+    /// What the units chosen before this one take from `queue`, if anything.
+    pub fn taken_from(&self, queue: QueueId) -> Option<&Resources> {
+        self.taken.iter().find(|(q, _)| *q == queue).map(|(_, r)| r)
+    }
+}
+
+/// The engine's neutral victims: none (plugins configure the scheduler's own, by priority and
+/// fair share).
+pub struct NoVictims;
+
+impl Victims for NoVictims {
+    fn name(&self) -> &str {
+        "none"
+    }
+    fn may_evict_for(&self, _: &Session, _: JobId, _: EvictionKind) -> bool {
+        false
+    }
+    fn queues(&self, _: &Session, _: JobId, _: &Resources, _: EvictionKind) -> Vec<QueueId> {
+        Vec::new()
+    }
+    fn may_keep(
+        &self,
+        _: &Session,
+        _: JobId,
+        _: &Resources,
+        _: &[ResourceId],
+        _: EvictionKind,
+    ) -> bool {
+        true
+    }
+    fn may_take(&self, _: &Session, _: JobId, _: &VictimUnit, _: EvictionKind) -> bool {
+        false
+    }
+    fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId, _: EvictionKind) -> Ordering {
+        Ordering::Equal
+    }
+    fn compare_costs(&self, _: &Session, _: &[TaskId], _: &[TaskId]) -> Ordering {
+        Ordering::Equal
+    }
+}
+
+/// What the engine asks topology domains for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainPurpose {
+    /// A domain for the whole gang.
+    Gang,
+    /// A domain for one of its sub-groups, inside the gang's.
+    SubGroup,
+    /// A domain of the gang's required tier to search for victims in (reclaim, preempt).
+    Evictions,
+}
+
+/// What a gang (or one of its sub-groups) asks of the domains of one topology tier.
+pub struct DomainAsk<'a> {
+    pub purpose: DomainPurpose,
+    pub job: JobId,
+    pub tier: TierId,
+    /// The free whole GPUs a domain needs (none for [`DomainPurpose::Evictions`]).
+    pub gpus: i64,
+    /// Enclosing tiers a policy may weigh, finest first: for a gang its tiers above `tier` up
+    /// to the required one; none for a sub-group (it stays inside the gang's domain).
+    pub coarser: &'a [TierId],
+    /// How many domains the engine tries at most.
+    pub limit: usize,
+}
+
+/// Which topology domains a gang tries, in order. The engine walks the gang's tiers (the finest
+/// first, up to its required tier), lists the domains it could use, dry-runs the chosen ones in
+/// a statement one by one and keeps the first that makes the gang ready (for evictions: the one
+/// needing the cheapest victims).
+pub trait Domains: Send + Sync {
+    fn name(&self) -> &str;
+    /// Up to `ask.limit` of `candidates`, in the order to try them. The candidates are the
+    /// domains of `ask.tier` the engine found possible (free GPUs, where the gang's members
+    /// already run, the required tier; for a sub-group its CPU and memory; for evictions every
+    /// domain of the tier), the fewest free GPUs first, ties by domain id: a best fit reads a
+    /// few, another rule may read them all.
+    fn choose(
+        &self,
+        session: &Session,
+        ask: &DomainAsk,
+        candidates: &mut dyn Iterator<Item = DomainId>,
+    ) -> Vec<DomainId>;
+}
+
+/// The engine's neutral domain choice: the first candidates as listed (plugins configure the
+/// scheduler's own, which keeps whole racks and cliques free).
+pub struct FirstListed;
+
+impl Domains for FirstListed {
+    fn name(&self) -> &str {
+        "first-listed"
+    }
+    fn choose(
+        &self,
+        _: &Session,
+        ask: &DomainAsk,
+        candidates: &mut dyn Iterator<Item = DomainId>,
+    ) -> Vec<DomainId> {
+        candidates.take(ask.limit).collect()
+    }
+}
+
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
@@ -155,6 +361,12 @@ pub struct Framework {
     /// their node index on to the next (its keys are this node order's).
     id: u64,
     pub fair_share: Option<Box<dyn FairShare>>,
+    /// Which sibling queue is served first.
+    pub queue_order: Box<dyn QueueOrder>,
+    /// Who `reclaim` and `preempt` may evict, and who goes first.
+    pub victims: Box<dyn Victims>,
+    /// Which topology domains a gang tries, in order.
+    pub domains: Box<dyn Domains>,
     /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
     pub scores: Vec<Box<dyn Score>>,
     /// Which devices of the chosen node a task takes.
@@ -231,6 +443,9 @@ impl Framework {
             node_order,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
+            queue_order: Box::new(QueuesByName),
+            victims: Box::new(NoVictims),
+            domains: Box::new(FirstListed),
             scores: Vec::new(),
             device_pick: Box::new(LowestOpen),
             node_rank: None,

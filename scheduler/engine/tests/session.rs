@@ -150,3 +150,55 @@ fn snapshot_errors_name_object_and_field() {
         "PodGroup ns/g: spec.queue: queue org has child queues; only leaf queues hold jobs"
     );
 }
+
+/// Two queues, each with a one-pod gang asking the node's two GPUs: whichever queue is served
+/// first takes the node.
+fn two_queues_one_node() -> Snapshot {
+    let mut s = spec(1, 2, 0);
+    s.groups.clear();
+    for q in ["qa", "qb"] {
+        s.queues.push(QueueSpec::new(q));
+        s.pods.push(PodSpec {
+            namespace: "ns".into(),
+            name: format!("{q}-0"),
+            ours: true,
+            group: Some(q.into()),
+            request: list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]),
+            ..Default::default()
+        });
+        s.groups.push(GroupSpec {
+            name: q.into(),
+            queue: Some(q.into()),
+            min_member: 1,
+            ..spec(0, 0, 0).groups.remove(0)
+        });
+    }
+    Snapshot::build(s).unwrap()
+}
+
+/// Serves the queue of the later name first.
+struct ReverseNames;
+
+impl QueueOrder for ReverseNames {
+    fn name(&self) -> &str {
+        "reverse-names"
+    }
+    fn compare(&self, _: &Session, a: QueueId, b: QueueId) -> std::cmp::Ordering {
+        b.cmp(&a)
+    }
+}
+
+#[test]
+fn queues_are_served_in_the_frameworks_queue_order() {
+    let snap = two_queues_one_node();
+    let bound = |fw: &Framework| {
+        let plan = schedule(&snap, fw);
+        assert_eq!(plan.bindings.len(), 1);
+        plan.bindings[0].pod.clone()
+    };
+    let mut fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    // The engine's neutral order: by name.
+    assert!(bound(&fw).ends_with("qa-0"), "{}", bound(&fw));
+    fw.queue_order = Box::new(ReverseNames);
+    assert!(bound(&fw).ends_with("qb-0"), "{}", bound(&fw));
+}

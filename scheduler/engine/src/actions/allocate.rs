@@ -9,7 +9,7 @@ use super::{
     placement_order, queue_refuses, schedulable_jobs, unschedulable, NOT_ENOUGH_RESOURCES,
 };
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
-use crate::queue_order::QueueOrder;
+use crate::queue_order::ServiceOrder;
 use crate::resources::Resources;
 use crate::session::{ReservedNodes, Session};
 
@@ -74,7 +74,7 @@ fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass) {
     for &job in jobs {
         per_queue.entry(job.queue).or_default().push_back(job);
     }
-    let mut order = QueueOrder::new(session, per_queue.keys().copied());
+    let mut order = ServiceOrder::new(session, &*fw.queue_order, per_queue.keys().copied());
     while let Some(queue) = order.next() {
         let jobs = per_queue.get_mut(&queue).expect("ordered queues have jobs");
         let job = jobs.pop_front().expect("ordered queues have jobs");

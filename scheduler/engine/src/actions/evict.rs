@@ -1,46 +1,36 @@
-//! `reclaim` (across queues, back to fair share) and `preempt` (inside a queue, by priority).
+//! `reclaim` (across queues) and `preempt` (inside a queue): the mechanism. Who may be evicted
+//! and who goes first is the framework's [`crate::framework::Victims`] policy.
 //!
 //! Both simulate the starving gang's whole placement inside one statement before anything is
 //! evicted, and commit only when the gang then fits: its members are nominated to the freed
 //! nodes and the victims evicted. Each member that finds no room takes its victims on one node
 //! (the search is in [`super::victims`]). A victim whose gang would fall below any minimum
 //! (minMember, a role's minTaskMember) takes its whole gang with it, or is not taken at all
-//! when some member may not be evicted. Pods annotated `preemptable: "false"`, and everything
-//! for a preemptor with `preemptionPolicy: Never`, are left alone.
+//! when the policy keeps some member.
 //!
-//! - preempt: victims are lower-priority jobs of the preemptor's queue; in a queue at its
-//!   capability they are taken until the node fits and the queue's capability holds.
-//! - reclaim: victims are of reclaimable queues above their deserved share (before the
-//!   eviction) in a resource the member lacks; the reclaimer never ends above its own deserved
-//!   share in those resources, and the others it asks for (idle ones) never block it.
+//! - preempt: victims are of the preemptor's queue; in a queue at its capability they are taken
+//!   until the node fits and the queue's capability holds.
+//! - reclaim: victims are of other queues; a member its queue's capability refuses takes none.
 
-use super::victims::{best_victims, cost_of, Cost, Goal, Victims};
+use super::victims::{best_victims, Goal, NodeVictims};
 use super::{placement_order, schedulable_jobs};
+use crate::framework::EvictionKind;
 use crate::hash::Set;
 use crate::model::{Job, NodeId, QueueId, ShapeId, TaskId};
-use crate::resources::ResourceId;
+use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, Statement};
 
 pub const PREEMPT: &str = "preempt";
 pub const RECLAIM: &str = "reclaim";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    Reclaim,
-    Preempt,
-}
-
-/// A queue below its deserved share takes back what other queues borrowed: only from
-/// reclaimable queues above their deserved share in a resource it lacks, never below a
-/// guarantee, and never ending above its own share in the resources it lacks.
+/// A starving gang takes back what other queues borrowed.
 pub fn reclaim(session: &mut Session) {
-    run(session, Mode::Reclaim);
+    run(session, EvictionKind::Reclaim);
 }
 
-/// A higher-priority gang displaces lower-priority ones of its own queue (also when the queue
-/// is at its capability).
+/// A starving gang displaces pods of its own queue (also when the queue is at its capability).
 pub fn preempt(session: &mut Session) {
-    run(session, Mode::Preempt);
+    run(session, EvictionKind::Preempt);
 }
 
 /// Searches that found no victims. Evictions committed later only shrink the pool (their
@@ -48,7 +38,7 @@ pub fn preempt(session: &mut Session) {
 /// Keyed by shape, queue, job priority and whether the task was admitted without victims.
 type Failed = Set<(ShapeId, QueueId, i32, bool)>;
 
-fn run(session: &mut Session, mode: Mode) {
+fn run(session: &mut Session, mode: EvictionKind) {
     let fw = session.framework();
     let starving: Vec<&Job> = schedulable_jobs(session)
         .into_iter()
@@ -65,51 +55,38 @@ fn run(session: &mut Session, mode: Mode) {
     }
 }
 
-/// Cheap checks before any search: the preemptor may evict at all, and (for reclaim) its queue
-/// is below its deserved share.
-fn may_evict_for(session: &Session, job: &Job, mode: Mode) -> bool {
-    let snap = session.snapshot;
-    if job.tasks.iter().any(|&t| snap.task(t).preemption_never) {
-        return false;
-    }
-    match mode {
-        Mode::Preempt => !session.queue_nodes(job.queue).is_empty(),
-        Mode::Reclaim => {
-            let q = job.queue;
-            let deserved = session.deserved(q);
-            let allocated = session.queue_allocated(q);
-            // Below its share in some resource its pods ask for.
-            job.tasks.iter().any(|&t| {
-                snap.task(t)
-                    .request
-                    .iter()
-                    .any(|(r, _)| allocated.get(r) < deserved.get(r))
-            })
-        }
-    }
+/// Cheap checks before any search: something in the action's scope runs (for preempt, in the
+/// preemptor's queue), and the policy lets the preemptor evict.
+fn may_evict_for(session: &Session, job: &Job, mode: EvictionKind) -> bool {
+    let in_scope = match mode {
+        EvictionKind::Preempt => !session.queue_nodes(job.queue).is_empty(),
+        EvictionKind::Reclaim => true,
+    };
+    in_scope && (session.framework().victims).may_evict_for(session, job.id, mode)
 }
 
 /// Makes room for the job. A gang with a required topology tier picks the domain first: each
-/// candidate domain of that tier is tried in a statement, and the one needing the fewest,
-/// lowest-priority victims wins; victims are only ever taken inside it.
-fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) {
+/// candidate domain of that tier is tried in a statement, and the one needing the cheapest
+/// victims (by the policy) wins; victims are only ever taken inside it.
+fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut Failed) {
     let Some(domains) = super::topology::eviction_domains(session, job) else {
         if let Some(stmt) = attempt(session, job, mode, failed, None) {
             session.commit(stmt);
         }
         return;
     };
-    let mut best: Option<(Cost, Vec<NodeId>)> = None;
+    let victims = &*session.framework().victims;
+    let mut best: Option<(Vec<TaskId>, Vec<NodeId>)> = None;
     for nodes in domains {
         // A search inside one domain says nothing about the others: its failures stay local.
         let mut local = Failed::default();
         if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
-            let snap = session.snapshot;
-            let victims: Vec<TaskId> = stmt.evictions().collect();
-            let cost = cost_of(snap, &victims);
+            let taken: Vec<TaskId> = stmt.evictions().collect();
             session.discard(stmt);
-            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                best = Some((cost, nodes));
+            if (best.as_ref())
+                .is_none_or(|(b, _)| victims.compare_costs(session, &taken, b).is_lt())
+            {
+                best = Some((taken, nodes));
             }
         }
     }
@@ -126,15 +103,15 @@ fn make_room(session: &mut Session, job: &Job, mode: Mode, failed: &mut Failed) 
 fn attempt(
     session: &mut Session,
     job: &Job,
-    mode: Mode,
+    mode: EvictionKind,
     failed: &mut Failed,
     within: Option<&[NodeId]>,
 ) -> Option<Statement> {
     let fw = session.framework();
     let snap = session.snapshot;
     let reason = match mode {
-        Mode::Reclaim => RECLAIM,
-        Mode::Preempt => PREEMPT,
+        EvictionKind::Reclaim => RECLAIM,
+        EvictionKind::Preempt => PREEMPT,
     };
     let order = placement_order(session, job);
     let mut stmt = session.statement();
@@ -157,7 +134,7 @@ fn attempt(
         // A queue at its capability may still preempt inside itself: the victims it evicts give
         // back what the preemptor adds. Reclaim takes from other queues, which never helps.
         let admitted = fw.admit_task(session, task, &t.request).is_ok();
-        if !admitted && mode == Mode::Reclaim {
+        if !admitted && mode == EvictionKind::Reclaim {
             continue;
         }
         if admitted {
@@ -180,7 +157,8 @@ fn attempt(
             request: &t.request,
             needs_admission: !admitted,
         };
-        let Some(Victims { node, tasks, short }) = best_victims(session, job, &goal, mode, within)
+        let Some(NodeVictims { node, tasks, short }) =
+            best_victims(session, job, &goal, mode, within)
         else {
             failed.insert(key);
             continue;
@@ -201,29 +179,16 @@ fn attempt(
             holding += 1;
         }
     }
+    let nothing_more = Resources::zero(snap.resources.len());
     if evicted_any
         && fw.job_ready(session, job.id)
-        && !ends_above_share(session, job, mode, &reclaimed)
+        && (fw.victims).may_keep(session, job.id, &nothing_more, &reclaimed, mode)
     {
         Some(stmt)
     } else {
         session.discard(stmt);
         None
     }
-}
-
-/// Whether a reclaimer ends above its deserved share in a resource it took victims for, counting
-/// its members placed on free capacity too (capacity the victims freed is not idle); such a
-/// reclaim would be taken back, a ping-pong.
-fn ends_above_share(session: &Session, job: &Job, mode: Mode, reclaimed: &[ResourceId]) -> bool {
-    let (allocated, deserved) = (
-        session.queue_allocated(job.queue),
-        session.deserved(job.queue),
-    );
-    mode == Mode::Reclaim
-        && reclaimed
-            .iter()
-            .any(|&r| allocated.get(r) > deserved.get(r))
 }
 
 /// The best node among `nodes` with room for the task now (node order and preferences).

@@ -1,18 +1,19 @@
 //! Topology-aware gang placement. A gang goes to the tightest tier at which one domain holds
-//! it (node, NVLink domain, rack, spine, ..., up to its required tier), and among that tier's
-//! domains to the best fit: the one left with the fewest free GPUs, so large free domains stay
-//! whole for the gangs that need them. Each candidate is tried in a statement and only the one
-//! that works is kept. Inside it, the sub-groups (e.g. tensor-parallel groups) are assigned to
-//! domains of their own tiers by a bounded search ([`sub_groups`]), and consecutive ranks go to
-//! the same node; a sub-group that requires an NVLink tier on a node without a multi-node NVLink
-//! domain gets its GPUs inside one of the node's NVLink islands. A preferred tier the topology
-//! does not know is dropped with a warning condition; only an unknown required tier is an error.
+//! it (node, NVLink domain, rack, spine, ..., up to its required tier), trying at each tier the
+//! domains the framework's [`crate::framework::Domains`] policy chooses among those that could
+//! hold it, in its order. Each candidate is tried in a statement and only the one that works is
+//! kept. Inside it, the sub-groups (e.g. tensor-parallel groups) are assigned to domains of
+//! their own tiers by a bounded search ([`sub_groups`]), and consecutive ranks go to the same
+//! node; a sub-group that requires an NVLink tier on a node without a multi-node NVLink domain
+//! gets its GPUs inside one of the node's NVLink islands. A preferred tier the topology does not
+//! know is dropped with a warning condition; only an unknown required tier is an error.
 
 use basalt_topology::{DomainId, TierId, Topology};
 
 use super::placement_order;
+use crate::framework::{DomainAsk, DomainPurpose};
 use crate::model::{Job, NodeId, TaskId};
-use crate::session::{ReservedNodes, Session, Statement, TaskStatus, TopoState};
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
 use crate::snapshot::TopologySpec;
 use sub_groups::place_members;
 
@@ -24,8 +25,8 @@ pub const TOPOLOGY_WARNING: &str = "TopologyWarning";
 /// A preferred tier the topology does not know: the preference does not apply.
 pub const UNKNOWN_PREFERRED_TIER: &str = "UnknownPreferredTier";
 
-/// Candidate domains tried per tier before moving one tier up: the aggregate free GPUs say a
-/// domain may fit; the dry run says whether it does.
+/// Domains tried per tier before moving one tier up: the aggregate free GPUs say a domain may
+/// fit; the dry run says whether it does.
 const TRIES_PER_TIER: usize = 3;
 
 /// Why a gang was not placed: the condition reason and message.
@@ -189,7 +190,6 @@ fn place_gang(
     let spreads = gang.required.is_none() && members.iter().any(|&t| session.must_spread(t));
     let separate = session.one_per_node(&members[..need]);
     for &tier in gang.tiers.iter().filter(|_| !spreads) {
-        let topo = session.topology().expect("placed through the topology");
         let coarser: Vec<TierId> = gang
             .tiers
             .iter()
@@ -197,13 +197,25 @@ fn place_gang(
             .skip_while(|&t| t != tier)
             .skip(1)
             .collect();
-        let t = &topo.topology;
-        let candidates = best_fits(topo, tier, need_gpus, &coarser, |d| {
-            held.iter().all(|n| t.domain_of(n.index(), tier) == d)
-                // Nodes missing a coarser tier's label stand alone there: a finer domain of
-                // them may span several domains of the required tier.
-                && gang.required.is_none_or(|r| t.enclosing(d, r).is_some())
-        });
+        let ask = DomainAsk {
+            purpose: DomainPurpose::Gang,
+            job: job.id,
+            tier,
+            gpus: need_gpus,
+            coarser: &coarser,
+            limit: TRIES_PER_TIER,
+        };
+        let candidates = {
+            let topo = session.topology().expect("placed through the topology");
+            let t = &topo.topology;
+            let mut possible = topo.fitting(tier, need_gpus).filter(|&d| {
+                held.iter().all(|n| t.domain_of(n.index(), tier) == d)
+                    // Nodes missing a coarser tier's label stand alone there: a finer domain of
+                    // them may span several domains of the required tier.
+                    && gang.required.is_none_or(|r| t.enclosing(d, r).is_some())
+            });
+            choose_domains(session, &ask, &mut possible)
+        };
         for d in candidates {
             if separate && !room_for_one_per_node(session, &members[..need], d) {
                 let t = &session.topology().expect("topology").topology;
@@ -285,42 +297,15 @@ fn place_gang(
     ))
 }
 
-/// Up to [`TRIES_PER_TIER`] domains of `tier` with `need` free GPUs that pass `keep`: the best
-/// fits first, ties broken by the enclosing domains (the fuller the next tier up, and then the
-/// one above, the better), so equal candidates never break a whole free rack or clique.
-fn best_fits(
-    topo: &TopoState,
-    tier: TierId,
-    need: i64,
-    coarser: &[TierId],
-    keep: impl Fn(DomainId) -> bool,
+/// The domains the policy chooses among `candidates`, at most `ask.limit`.
+fn choose_domains(
+    session: &Session,
+    ask: &DomainAsk,
+    candidates: &mut dyn Iterator<Item = DomainId>,
 ) -> Vec<DomainId> {
-    /// Ties examined for the tie-break; beyond that the order by id stands.
-    const TIES: usize = 64;
-    /// Enclosing tiers compared in the tie-break (the nearest ones matter most).
-    const DEPTH: usize = 4;
-    let mut found: Vec<DomainId> = Vec::new();
-    let mut first_free = None;
-    for d in topo.fitting(tier, need).filter(|&d| keep(d)) {
-        let free = topo.free(d);
-        let tie = first_free.is_none_or(|f| f == free);
-        if found.len() >= TRIES_PER_TIER && (!tie || found.len() >= TIES) {
-            break;
-        }
-        first_free.get_or_insert(free);
-        found.push(d);
-    }
-    let t = &topo.topology;
-    found.sort_by_cached_key(|&d| {
-        let node = t.domain(d).nodes[0] as usize;
-        let mut enclosing = [0i64; DEPTH];
-        for (slot, &c) in enclosing.iter_mut().zip(coarser) {
-            *slot = topo.free(t.domain_of(node, c));
-        }
-        (topo.free(d), enclosing, d)
-    });
-    found.truncate(TRIES_PER_TIER);
-    found
+    let mut chosen = (session.framework().domains).choose(session, ask, candidates);
+    chosen.truncate(ask.limit);
+    chosen
 }
 
 /// The NVLink island a sub-group must use: when its required tier is an NVLink tier and the
@@ -480,22 +465,26 @@ fn place_one(
     Ok(node)
 }
 
-/// For a gang with a required tier, the candidate domains of that tier for evictions (their
-/// nodes, sorted), roomiest first, at most [`EVICTION_DOMAINS`]; `None` for a gang without one
-/// (or with an invalid one, which allocate reports).
+/// For a gang with a required tier, the domains of that tier to search for victims (their nodes,
+/// sorted), as the policy chooses them, at most [`EVICTION_DOMAINS`]; `None` for a gang without
+/// one (or with an invalid one, which allocate reports).
 pub(super) fn eviction_domains(session: &Session, job: &Job) -> Option<Vec<Vec<NodeId>>> {
     let topo = session.topology()?;
     let required = reach(&topo.topology, &job.topology, "spec.topology")
         .ok()?
         .0
         .required?;
+    let ask = DomainAsk {
+        purpose: DomainPurpose::Evictions,
+        job: job.id,
+        tier: required,
+        gpus: 0,
+        coarser: &[],
+        limit: EVICTION_DOMAINS,
+    };
+    let mut every = topo.fitting(required, i64::MIN);
+    let domains = choose_domains(session, &ask, &mut every);
     let t = &topo.topology;
-    let mut domains: Vec<DomainId> = (0..t.domains.len() as u32)
-        .map(DomainId)
-        .filter(|&d| t.domain(d).tier == required)
-        .collect();
-    domains.sort_by_key(|&d| (std::cmp::Reverse(topo.free(d)), d));
-    domains.truncate(EVICTION_DOMAINS);
     Some(
         domains
             .into_iter()

@@ -1,20 +1,17 @@
 //! The victim search of `reclaim` and `preempt`: for one pending task, the node and the set of
-//! bound pods whose eviction lets the task start there.
+//! bound pods whose eviction lets the task start there. Who may be taken, in what order, and
+//! which set costs least is the framework's [`crate::framework::Victims`] policy.
 //!
-//! On each candidate node the pods that free something the task lacks are ordered (lowest pod
-//! priority, then job priority, then youngest; for reclaim, the lowest queue priority first) and
-//! taken greedily until the task fits. One greedy pass can walk into a dead end: a cheap first
-//! victim can leave the gang that must go impossible to take. So when the first pass fails or
-//! takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more passes start from each of
-//! the next candidates instead (one victim ends the search, and a start that would only repeat
-//! the best set is skipped); the cheapest set found wins (fewest victims, then the lowest
-//! highest priority among them, then the least work lost). Units a set does not need (the task
-//! fits without them) are dropped.
+//! On each candidate node the pods that free something the task lacks are ordered by the policy
+//! and taken greedily until the task fits. One greedy pass can walk into a dead end: a cheap
+//! first victim can leave the gang that must go impossible to take. So when the first pass fails
+//! or takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more passes start from
+//! each of the next candidates instead (one victim ends the search, and a start that would only
+//! repeat the best set is skipped); the cheapest set found wins. Units a set does not need (the
+//! task fits without them) are dropped.
 
-use std::cmp::Reverse;
-
-use super::evict::Mode;
 use crate::devices::DeviceUse;
+use crate::framework::{EvictionKind, VictimUnit};
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, TaskStatus};
@@ -24,10 +21,6 @@ use crate::snapshot::{ask_on, charge_shares};
 /// How many other first victims a node's search tries after the plain greedy pass: the bound
 /// that keeps the search linear in the pods of a node.
 pub const FIRST_VICTIM_ALTERNATIVES: usize = 3;
-
-/// Fewest victims, then the lowest highest (pod, job) priority among them, then the youngest
-/// oldest victim (the least work lost).
-pub(super) type Cost = (usize, (i32, i32), Reverse<i64>);
 
 /// What the victims must achieve for one task.
 pub struct Goal<'r> {
@@ -39,7 +32,7 @@ pub struct Goal<'r> {
 }
 
 /// Where and whom to evict for one task.
-pub struct Victims {
+pub struct NodeVictims {
     pub node: NodeId,
     /// Whole gangs where a single eviction would break one.
     pub tasks: Vec<TaskId>,
@@ -53,11 +46,13 @@ pub fn best_victims(
     session: &mut Session,
     job: &Job,
     goal: &Goal,
-    mode: Mode,
+    mode: EvictionKind,
     within: Option<&[NodeId]>,
-) -> Option<Victims> {
+) -> Option<NodeVictims> {
     let snap = session.snapshot;
-    let queues = victim_queues(session, job, goal.request, mode);
+    let policy = &*session.framework().victims;
+    let mut queues = policy.queues(session, job.id, goal.request, mode);
+    queues.retain(|&q| in_scope(mode, job.queue, q));
     let mut nodes: Vec<NodeId> = queues
         .iter()
         .flat_map(|&q| session.queue_nodes(q).iter().copied())
@@ -67,7 +62,7 @@ pub fn best_victims(
     if let Some(within) = within {
         nodes.retain(|n| within.binary_search(n).is_ok());
     }
-    let mut best: Option<(Cost, Victims)> = None;
+    let mut best: Option<NodeVictims> = None;
     for node in nodes {
         if !session.may_use(node, ReservedNodes::Avoid(job.id))
             || !session.passes_filters(goal.task, node)
@@ -75,57 +70,50 @@ pub fn best_victims(
         {
             continue;
         }
-        let Some((cost, victims)) = victims_on(session, job, node, goal, mode) else {
+        let Some(victims) = victims_on(session, job, node, goal, mode) else {
             continue;
         };
-        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-            best = Some((cost, victims));
+        if (best.as_ref()).is_none_or(|b| {
+            policy
+                .compare_costs(session, &victims.tasks, &b.tasks)
+                .is_lt()
+        }) {
+            best = Some(victims);
         }
     }
-    best.map(|(_, victims)| victims)
+    best
 }
 
-/// Queues the job may take pods from: its own (preempt), or the reclaimable queues holding more
-/// than they deserve in some resource the task asks for (reclaim).
-fn victim_queues(session: &Session, job: &Job, request: &Resources, mode: Mode) -> Vec<QueueId> {
-    let snap = session.snapshot;
+/// Whether pods of `victim` are within the action's scope: the preemptor's own queue for
+/// preempt, any other for reclaim.
+fn in_scope(mode: EvictionKind, preemptor: QueueId, victim: QueueId) -> bool {
     match mode {
-        Mode::Preempt => vec![job.queue],
-        Mode::Reclaim => snap
-            .queues
-            .iter()
-            .filter(|q| q.id != job.queue && q.reclaimable && !session.queue_nodes(q.id).is_empty())
-            .filter(|q| {
-                let allocated = session.queue_allocated(q.id);
-                let deserved = session.deserved(q.id);
-                request
-                    .iter()
-                    .any(|(r, _)| allocated.get(r) > deserved.get(r))
-            })
-            .map(|q| q.id)
-            .collect(),
+        EvictionKind::Preempt => victim == preemptor,
+        EvictionKind::Reclaim => victim != preemptor,
     }
 }
 
-/// The cheapest victims on `node` for the goal and their cost; `None` when the node cannot be
-/// freed enough (or needs no victims: `find_node` has turned it down, so it is skipped too).
+/// The cheapest victims on `node` for the goal; `None` when the node cannot be freed enough (or
+/// needs no victims: `find_node` has turned it down, so it is skipped too).
 fn victims_on(
     session: &Session,
     job: &Job,
     node: NodeId,
     goal: &Goal,
-    mode: Mode,
-) -> Option<(Cost, Victims)> {
+    mode: EvictionKind,
+) -> Option<NodeVictims> {
     let snap = session.snapshot;
+    let policy = &*session.framework().victims;
     let search = NodeSearch::new(session, job, node, goal, mode)?;
     let candidates = search.candidates();
     if candidates.is_empty() {
         return None;
     }
-    let mut best: Option<(Cost, Vec<Vec<TaskId>>)> = None;
+    // The cheapest set so far: its victims, and the same in units.
+    let mut best: Option<(Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
     for first in 0..=FIRST_VICTIM_ALTERNATIVES.min(candidates.len().saturating_sub(1)) {
-        // One victim is as few as it gets.
-        if first > 0 && best.as_ref().is_some_and(|(cost, _)| cost.0 <= 1) {
+        // One victim ends the search (its bound, whatever the policy's costs).
+        if first > 0 && best.as_ref().is_some_and(|(victims, _)| victims.len() <= 1) {
             break;
         }
         // A start already in the best set, that would go the same way again (alone, or
@@ -145,34 +133,15 @@ fn victims_on(
         };
         let units = search.drop_unneeded(units);
         let victims: Vec<TaskId> = units.iter().flatten().copied().collect();
-        let cost = cost_of(snap, &victims);
-        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-            best = Some((cost, units));
+        if (best.as_ref()).is_none_or(|(b, _)| policy.compare_costs(session, &victims, b).is_lt()) {
+            best = Some((victims, units));
         }
     }
-    best.map(|(cost, units)| {
-        let victims = Victims {
-            node,
-            tasks: units.into_iter().flatten().collect(),
-            short: search.short.clone(),
-        };
-        (cost, victims)
+    best.map(|(tasks, _)| NodeVictims {
+        node,
+        tasks,
+        short: search.short.clone(),
     })
-}
-
-pub(super) fn cost_of(snap: &Snapshot, victims: &[TaskId]) -> Cost {
-    let priority = victims
-        .iter()
-        .map(|&v| (snap.task(v).priority, snap.job(snap.task(v).job).priority))
-        .max()
-        .unwrap_or((i32::MIN, i32::MIN));
-    // Prefer the set whose oldest victim is youngest: the least work lost.
-    let oldest = victims
-        .iter()
-        .map(|&v| snap.task(v).created_ms)
-        .min()
-        .unwrap_or(0);
-    (victims.len(), priority, Reverse(oldest))
 }
 
 /// One node's search: what it has free and what the task lacks there.
@@ -181,7 +150,7 @@ struct NodeSearch<'s, 'a> {
     job: &'s Job,
     node: NodeId,
     goal: &'s Goal<'s>,
-    mode: Mode,
+    mode: EvictionKind,
     free: Resources,
     free_gpus: i64,
     /// The resources the node lacks for the task (for a capped preempt, every one it asks for).
@@ -194,7 +163,7 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         job: &'s Job,
         node: NodeId,
         goal: &'s Goal<'s>,
-        mode: Mode,
+        mode: EvictionKind,
     ) -> Option<Self> {
         let free = session.free(node);
         let free_gpus = session.free_gpus(node) as i64;
@@ -221,17 +190,11 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         if search.short.is_empty() {
             search.short.push(session.snapshot.node(node).device_kind);
         }
-        // The reclaimer never ends above its own deserved share in a resource it is short of
-        // here; the resources that are idle (CPU beside the GPUs it lacks) never block it.
-        if mode == Mode::Reclaim {
-            let allocated = session.queue_allocated(job.queue);
-            let deserved = session.deserved(job.queue);
-            let over = |&r: &ResourceId| {
-                allocated.get(r).saturating_add(goal.request.get(r)) > deserved.get(r)
-            };
-            if search.short.iter().any(over) {
-                return None;
-            }
+        // Only the resources short here count: those that are idle (CPU beside the GPUs it
+        // lacks) are no victims' doing.
+        let policy = &session.framework().victims;
+        if !policy.may_keep(session, job.id, goal.request, &search.short, mode) {
+            return None;
         }
         Some(search)
     }
@@ -254,9 +217,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         }
     }
 
-    /// Bound pods on the node that free something the task lacks, in victim order: lowest pod
-    /// priority, then job priority (their queue's priority before both, for reclaim), then
-    /// youngest, then id.
+    /// Bound pods on the node that free something the task lacks, in the policy's victim order,
+    /// ties by id.
     fn candidates(&self) -> Vec<TaskId> {
         let (session, snap) = (self.session, self.session.snapshot);
         let mut candidates: Vec<TaskId> = session
@@ -268,23 +230,9 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
                     && self.short.iter().any(|&r| snap.task(v).request.get(r) > 0)
             })
             .collect();
-        let reclaim = self.mode == Mode::Reclaim;
-        candidates.sort_by_key(|&v| {
-            let t = snap.task(v);
-            let vjob = snap.job(t.job);
-            let queue_priority = if reclaim {
-                snap.queue(vjob.queue).priority
-            } else {
-                0
-            };
-            (
-                queue_priority,
-                t.priority,
-                vjob.priority,
-                Reverse(t.created_ms),
-                v,
-            )
-        });
+        let policy = &session.framework().victims;
+        candidates
+            .sort_by(|&a, &b| (policy.compare_victims(session, a, b, self.mode)).then(a.cmp(&b)));
         candidates
     }
 
@@ -420,33 +368,30 @@ impl Tally {
     fn has(&self, task: TaskId) -> bool {
         self.taken.contains(&task)
     }
-
-    fn taken_from_queue(&self, queue: QueueId) -> Option<&Resources> {
-        self.from_queue
-            .iter()
-            .find(|(q, _)| *q == queue)
-            .map(|(_, r)| r)
-    }
 }
 
 /// The victim alone while its gang keeps every minimum without it (minMember and each role's
 /// minTaskMember, see [`Session::meets_minimums`]), else its whole gang (every bound member not
-/// yet taken); `None` when any of them may not be evicted.
+/// yet taken); `None` when the gang may not lose them: it is the preemptor, this cycle starts
+/// it, it is outside the action's scope, or the policy keeps it.
 fn unit_of(
     session: &Session,
     job: &Job,
     victim: TaskId,
     short: &[ResourceId],
-    mode: Mode,
+    mode: EvictionKind,
     tally: &Tally,
 ) -> Option<Vec<TaskId>> {
     let snap = session.snapshot;
     let vjob = snap.job(snap.task(victim).job);
+    if vjob.id == job.id || session.placed_now(vjob.id) || !in_scope(mode, job.queue, vjob.queue) {
+        return None;
+    }
     let mut gone: Vec<TaskId> = (tally.taken.iter().copied())
         .filter(|&t| snap.task(t).job == vjob.id)
         .collect();
     gone.push(victim);
-    let unit: Vec<TaskId> = if session.meets_minimums(vjob.id, &gone) {
+    let tasks: Vec<TaskId> = if session.meets_minimums(vjob.id, &gone) {
         vec![victim]
     } else {
         vjob.tasks
@@ -455,14 +400,21 @@ fn unit_of(
             .filter(|&m| matches!(session.task_status(m), TaskStatus::Bound(_)) && !tally.has(m))
             .collect()
     };
-    // The unit goes as one eviction: judged as a whole against its queues.
+    // The unit goes as one eviction: judged as a whole.
     let mut request = Resources::zero(snap.resources.len());
-    for &m in &unit {
+    for &m in &tasks {
         request.add(&snap.task(m).request);
     }
-    (unit.iter().all(|&m| may_take(session, job, m, mode))
-        && (mode == Mode::Preempt || queues_give(session, job, vjob.queue, &request, short, tally)))
-    .then_some(unit)
+    let unit = VictimUnit {
+        tasks: &tasks,
+        request: &request,
+        short,
+        taken: &tally.from_queue,
+    };
+    let policy = &session.framework().victims;
+    policy
+        .may_take(session, job.id, &unit, mode)
+        .then_some(tasks)
 }
 
 /// Adds `request` to the entries of `job`'s queue and every ancestor of it.
@@ -478,63 +430,4 @@ fn add_to_queues(
             None => taken.push((q, request.clone())),
         }
     }
-}
-
-/// The queues a reclaim from `victim` to `preemptor` moves resources out of: the victim's leaf
-/// and its ancestors below the lowest one the two share. Above that, the move is internal.
-fn reclaimed_from(snap: &Snapshot, victim: QueueId, preemptor: QueueId) -> Vec<QueueId> {
-    ancestors(snap, victim)
-        .take_while(|&q| !ancestors(snap, preemptor).any(|p| p == q))
-        .collect()
-}
-
-/// Whether `victim` may be evicted for `job` at all: never a pod annotated non-preemptable, nor
-/// one of a gang this cycle is starting (evicting part of it would leave it broken); for preempt
-/// a lower-priority job of the same queue, for reclaim a job of another queue.
-fn may_take(session: &Session, job: &Job, victim: TaskId, mode: Mode) -> bool {
-    let snap = session.snapshot;
-    let v = snap.task(victim);
-    if v.non_preemptable || v.job == job.id || session.placed_now(v.job) {
-        return false;
-    }
-    let vjob = snap.job(v.job);
-    match mode {
-        Mode::Preempt => vjob.queue == job.queue && vjob.priority < job.priority,
-        Mode::Reclaim => vjob.queue != job.queue,
-    }
-}
-
-/// Whether the queues of a reclaim victim unit (of `queue`, asking `request` in all) may give it
-/// up, after what the units chosen before it take (`tally`). `short` names the resources the
-/// task lacks on the node. Judged at every level the reclaim crosses, from the victim's leaf up
-/// to (not including) the ancestor shared with the preemptor: each queue must be reclaimable,
-/// keep its guarantee, and be above its deserved share before this eviction in a resource the
-/// task lacks and the unit frees. Pods are indivisible, so a queue over by less than one pod
-/// still gives one up; the reclaimer, which never ends above its own share in those resources,
-/// is then no victim for the queue it took from (no ping-pong).
-fn queues_give(
-    session: &Session,
-    job: &Job,
-    queue: QueueId,
-    request: &Resources,
-    short: &[ResourceId],
-    tally: &Tally,
-) -> bool {
-    let snap = session.snapshot;
-    reclaimed_from(snap, queue, job.queue).into_iter().all(|q| {
-        let queue = snap.queue(q);
-        let allocated = session.queue_allocated(q);
-        let taken = tally.taken_from_queue(q);
-        // What the queue holds of `r` before this unit goes.
-        let held = |r: ResourceId| {
-            allocated
-                .get(r)
-                .saturating_sub(taken.map_or(0, |t| t.get(r)))
-        };
-        let deserved = session.deserved(q);
-        queue.reclaimable
-            && (queue.guarantee.iter())
-                .all(|(r, g)| request.get(r) == 0 || held(r).saturating_sub(request.get(r)) >= g)
-            && (short.iter()).any(|&r| request.get(r) > 0 && held(r) > deserved.get(r))
-    })
 }

@@ -4,8 +4,9 @@
 
 use basalt_topology::{DomainId, TierId};
 
-use super::{fill, nvlink_pin, place_one, Reach};
-use crate::model::{Job, NodeId, TaskId};
+use super::{choose_domains, fill, nvlink_pin, place_one, Reach};
+use crate::framework::{DomainAsk, DomainPurpose};
+use crate::model::{Job, JobId, NodeId, TaskId};
 use crate::resources::{CPU, MEMORY};
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
 
@@ -175,7 +176,8 @@ impl Search<'_> {
         let reach = &self.subs[g.sub];
         let mut candidates: Vec<Option<DomainId>> = Vec::new();
         for &tier in &reach.tiers {
-            for d in sub_domains(session, self.within, tier, g.demand, reach.required) {
+            let job = self.job.id;
+            for d in sub_domains(session, job, self.within, tier, g.demand, reach.required) {
                 if !candidates.contains(&Some(d)) {
                     candidates.push(Some(d));
                 }
@@ -253,7 +255,7 @@ fn place_sub_group(
     }
     let mut failure = None;
     for &tier in &reach.tiers {
-        for d in sub_domains(session, within, tier, g.demand, reach.required) {
+        for d in sub_domains(session, job.id, within, tier, g.demand, reach.required) {
             let mut sub = session.statement();
             let pin = nvlink_pin(session, reach.required, d);
             match fill(session, &mut sub, &g.tasks, d, pin, access, admissible) {
@@ -284,9 +286,10 @@ fn place_sub_group(
 }
 
 /// Domains of `tier` inside `within` (and inside one domain of `required`) whose free GPUs,
-/// CPU and memory hold `demand`, best fit first, at most [`SUB_DOMAINS`].
+/// CPU and memory hold `demand`, as the policy chooses them, at most [`SUB_DOMAINS`].
 fn sub_domains(
     session: &Session,
+    job: JobId,
     within: Option<DomainId>,
     tier: TierId,
     demand: Demand,
@@ -294,17 +297,25 @@ fn sub_domains(
 ) -> Vec<DomainId> {
     let topo = session.topology().expect("topology");
     let t = &topo.topology;
-    let room = |d: DomainId| {
+    let room = |d: &DomainId| {
         let (mut cpu, mut memory) = (0i64, 0i64);
-        for &n in &t.domain(d).nodes {
+        for &n in &t.domain(*d).nodes {
             let free = session.free(NodeId(n));
             cpu = cpu.saturating_add(free.get(CPU));
             memory = memory.saturating_add(free.get(MEMORY));
         }
         cpu >= demand.cpu && memory >= demand.memory
     };
-    let inside_required = |d: DomainId| required.is_none_or(|r| t.enclosing(d, r).is_some());
-    let mut found: Vec<DomainId> = match within {
+    let inside_required = |d: &DomainId| required.is_none_or(|r| t.enclosing(*d, r).is_some());
+    let ask = DomainAsk {
+        purpose: DomainPurpose::SubGroup,
+        job,
+        tier,
+        gpus: demand.gpus,
+        coarser: &[],
+        limit: SUB_DOMAINS,
+    };
+    match within {
         Some(w) => {
             let w_tier = t.domain(w).tier;
             let mut ds: Vec<DomainId> = t
@@ -318,15 +329,16 @@ fn sub_domains(
             // A tier coarser than the gang's domain is no tighter than the domain itself.
             ds.retain(|&d| topo.free(d) >= demand.gpus && t.enclosing(d, w_tier) == Some(w));
             ds.sort_by_key(|&d| (topo.free(d), d));
-            ds
+            let mut possible = ds.into_iter().filter(inside_required).filter(room);
+            choose_domains(session, &ask, &mut possible)
         }
-        None => topo
-            .fitting(tier, demand.gpus)
-            .filter(|&d| inside_required(d))
-            .take(4 * SUB_DOMAINS)
-            .collect(),
-    };
-    found.retain(|&d| inside_required(d) && room(d));
-    found.truncate(SUB_DOMAINS);
-    found
+        None => {
+            // The CPU and memory of at most this many domains are summed.
+            let mut possible = (topo.fitting(tier, demand.gpus))
+                .filter(inside_required)
+                .take(4 * SUB_DOMAINS)
+                .filter(room);
+            choose_domains(session, &ask, &mut possible)
+        }
+    }
 }

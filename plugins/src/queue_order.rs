@@ -1,0 +1,20 @@
+//! Which sibling queue is served first: [`PriorityThenShare`], the higher queue priority, then
+//! the lower dominant share (what the queue holds over what it deserves, in the resource where
+//! that is largest), so queues of one priority take turns towards their fair shares.
+
+use std::cmp::Ordering;
+
+use basalt_engine::{QueueId, QueueOrder, Session};
+
+pub struct PriorityThenShare;
+
+impl QueueOrder for PriorityThenShare {
+    fn name(&self) -> &str {
+        "priority-then-share"
+    }
+
+    fn compare(&self, session: &Session, a: QueueId, b: QueueId) -> Ordering {
+        let priority = |q| session.snapshot.queue(q).priority;
+        (priority(b).cmp(&priority(a))).then_with(|| session.share(a).cmp(&session.share(b)))
+    }
+}
