@@ -60,4 +60,9 @@ impl DeviceChooser for KeepIslandsWhole {
         }
         chosen.iter().take(count).fold(0, |m, &p| m | 1 << p)
     }
+
+    /// Islands, usage and the pod's policy: never the node's name or labels.
+    fn by_state(&self) -> bool {
+        true
+    }
 }

@@ -493,6 +493,11 @@ impl NodeScorer for Measure {
             Rule::Basalt => basalt_score(before, after),
         }
     }
+
+    /// Free CPU, the devices' model and free shares: the node's state alone.
+    fn by_state(&self) -> bool {
+        true
+    }
 }
 
 impl DeviceChooser for Measure {
@@ -530,6 +535,10 @@ impl DeviceChooser for Measure {
             }
         }
         best.map_or(0, |(_, p)| 1 << p)
+    }
+
+    fn by_state(&self) -> bool {
+        true
     }
 }
 

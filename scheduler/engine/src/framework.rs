@@ -77,6 +77,13 @@ pub trait Score: Send + Sync {
 /// A [`Score`] prepared for one session.
 pub trait NodeScorer {
     fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64;
+    /// Whether the score reads the node only through its state: allocatable, devices (not
+    /// their UUIDs), usage and device usage; never its name, labels or id. When every scorer
+    /// and the device chooser say so, the search scores one node per state (nodes of a
+    /// cluster are mostly in a few), and still finds the node scoring every node would.
+    fn by_state(&self) -> bool {
+        false
+    }
 }
 
 /// Which of a node's devices a task takes. The engine decides which devices the task could
@@ -94,6 +101,10 @@ pub trait DeviceChooser {
     /// once per node it scores and placing asks again.
     fn pick(&mut self, session: &Session, task: TaskId, node: NodeId, open: u64, count: u32)
         -> u64;
+    /// Whether the choice reads the node only through its state (see [`NodeScorer::by_state`]).
+    fn by_state(&self) -> bool {
+        false
+    }
 }
 
 /// The engine's neutral device choice: the lowest free positions (plugins configure the
@@ -112,6 +123,9 @@ impl DevicePick for LowestOpen {
 impl DeviceChooser for LowestOpen {
     fn pick(&mut self, _: &Session, _: TaskId, _: NodeId, open: u64, count: u32) -> u64 {
         lowest_bits(open, count)
+    }
+    fn by_state(&self) -> bool {
+        true
     }
 }
 

@@ -16,6 +16,7 @@ use crate::snapshot::{ancestors, Snapshot};
 use basalt_topology::{DomainId, TierId, Topology};
 
 mod able;
+mod classes;
 mod devices;
 mod domains;
 mod dra;
@@ -283,6 +284,10 @@ pub struct Session<'a> {
     scorers: Vec<Box<dyn crate::framework::NodeScorer + 'a>>,
     /// The framework's device choice prepared for this session; taken out while it runs.
     chooser: Option<Box<dyn crate::framework::DeviceChooser + 'a>>,
+    /// Tasks the pod-aware search has looked for a node for.
+    scored_tasks: u32,
+    /// The nodes grouped by state, once a second task is scored (see `classes.rs`).
+    classes: Option<classes::StateClasses>,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -492,6 +497,8 @@ impl<'a> Session<'a> {
             able: None,
             scorers: Vec::new(),
             chooser: None,
+            scored_tasks: 0,
+            classes: None,
         };
         let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);

@@ -33,6 +33,12 @@ impl DeviceNeed<'_> {
     pub(crate) fn bucket(&self) -> u32 {
         self.bucket
     }
+
+    /// Whether it depends on which node it is beyond the node's state: device filters (by
+    /// UUID, for one) or DRA claims.
+    pub(crate) fn per_node(&self) -> bool {
+        self.filters.is_some() || self.claims.is_some()
+    }
 }
 
 impl<'a> Session<'a> {

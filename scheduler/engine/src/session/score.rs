@@ -24,18 +24,25 @@ impl Session<'_> {
         !self.scorers.is_empty()
     }
 
-    /// The best of `feasible` (nodes that can take the task now) by the scorers' sum, ties to
-    /// the least tie rank.
+    /// Whether every scorer and the device choice read nodes only through their state.
+    pub(super) fn scores_by_state(&self) -> bool {
+        self.scorers.iter().all(|s| s.by_state())
+            && self.chooser.as_ref().is_some_and(|c| c.by_state())
+    }
+
+    /// The best of `feasible` by the scorers' sum, ties to the least tie rank. Each entry is a
+    /// node to score and the node taken if it wins: the same node, or one in the same state
+    /// (`classes.rs`).
     pub(super) fn best_scored(
         &mut self,
         task: TaskId,
         need: &DeviceNeed,
-        feasible: &[NodeId],
+        feasible: &[(NodeId, NodeId)],
     ) -> Option<NodeId> {
         let mut scorers = std::mem::take(&mut self.scorers);
         let mut chooser = self.chooser.take().expect("device choices do not nest");
         let mut best: Option<(i64, (u32, NodeId))> = None;
-        for &node in feasible {
+        for &(node, taken) in feasible {
             let devices = match need.want {
                 0 => 0,
                 want => {
@@ -46,7 +53,7 @@ impl Session<'_> {
             let score = (scorers.iter_mut()).fold(0i64, |sum, s| {
                 sum.saturating_add(s.score(self, task, node, devices))
             });
-            let rank = self.fw.tie_rank(node);
+            let rank = self.fw.tie_rank(taken);
             if best.is_none_or(|(s, r)| score > s || (score == s && rank < r)) {
                 best = Some((score, rank));
             }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::classes::StateClasses;
 use super::{domains, ReservedNodes, Session, Statics};
 use crate::interpod::{Guard, NO_DOMAIN};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
@@ -259,21 +260,52 @@ impl Session<'_> {
         }
         let need = self.device_need(task);
         if self.scores_pods() {
-            let all = || (0..snap.nodes.len() as u32).map(NodeId);
-            let candidates: Vec<NodeId> = match &statics.few {
-                Some(few) => few.clone(),
-                None => all().collect(),
+            // After a session's first scored task (one task alone does not pay for grouping
+            // the nodes), one node per state is scored (see `classes.rs`).
+            let by_state = statics.few.is_none()
+                && !need.per_node()
+                && self.scored_tasks > 0
+                && self.scores_by_state();
+            self.scored_tasks += 1;
+            let mut classes = None;
+            if by_state {
+                let kept = self.classes.take();
+                let mut states = kept.unwrap_or_else(|| StateClasses::new(self));
+                states.refresh(self);
+                classes = Some(states);
+            }
+            let passes = |n: NodeId| {
+                statics.ok[n.index()]
+                    && self.may_use(n, access)
+                    && check.as_ref().is_none_or(|c| c.check(n).is_ok())
             };
-            let feasible: Vec<NodeId> = (candidates.into_iter())
-                .filter(|&n| {
-                    statics.ok[n.index()]
-                        && self.may_use(n, access)
-                        && self.fits(n, request)
-                        && self.has_devices_for(&need, n, None)
-                        && check.as_ref().is_none_or(|c| c.check(n).is_ok())
-                })
-                .collect();
+            let room = |n: NodeId| self.fits(n, request) && self.has_devices_for(&need, n, None);
+            // (the node scored, the node taken if it wins).
+            let feasible: Vec<(NodeId, NodeId)> = match (&classes, &statics.few) {
+                (Some(classes), _) => (classes.states())
+                    .filter_map(|nodes| {
+                        let &(_, first) = nodes.first()?;
+                        if !room(first) {
+                            return None;
+                        }
+                        let &(_, taken) = nodes.iter().find(|&&(_, n)| passes(n))?;
+                        Some((first, taken))
+                    })
+                    .collect(),
+                (None, Some(few)) => (few.iter().copied())
+                    .filter(|&n| passes(n) && room(n))
+                    .map(|n| (n, n))
+                    .collect(),
+                (None, None) => (0..snap.nodes.len() as u32)
+                    .map(NodeId)
+                    .filter(|&n| passes(n) && room(n))
+                    .map(|n| (n, n))
+                    .collect(),
+            };
             drop(check);
+            if classes.is_some() {
+                self.classes = classes.take();
+            }
             let found = self.best_scored(task, &need, &feasible);
             if found.is_none() {
                 self.note_no_node(task, shape, access, guard);
