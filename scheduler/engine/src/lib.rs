@@ -20,6 +20,7 @@ pub mod resources;
 pub mod session;
 pub mod share;
 pub mod snapshot;
+mod warm;
 
 pub use actions::schedule;
 pub use constraints::*;
@@ -30,3 +31,4 @@ pub use resources::*;
 pub use session::*;
 pub use share::Share;
 pub use snapshot::*;
+pub use warm::Warm;
