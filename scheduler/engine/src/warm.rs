@@ -65,7 +65,7 @@ impl Warm {
             None => {
                 cache.cached.push(CachedTopology {
                     tiers: tiers.to_vec(),
-                    labelled: snapshot.labels_tiers(tiers),
+                    labelled: snapshot.has_tier_labels(tiers),
                     topology: None,
                 });
                 cache.cached.len() - 1

@@ -145,7 +145,7 @@ impl Version {
 
 impl Snapshot {
     /// Whether some node carries a label of `tiers` (or a Volcano tier label).
-    pub(crate) fn labels_tiers(&self, tiers: &[TierSpec]) -> bool {
+    pub(crate) fn has_tier_labels(&self, tiers: &[TierSpec]) -> bool {
         self.nodes.iter().any(|n| {
             n.labels.keys().any(|k| {
                 k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
@@ -158,7 +158,7 @@ impl Snapshot {
     /// Volcano tier label) unless `always`. Built anew by each call; a [`crate::Warm`] keeps
     /// it from cycle to cycle ([`crate::Warm::topology`]).
     pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Topology> {
-        (always || self.labels_tiers(tiers)).then(|| self.build_topology(tiers))
+        (always || self.has_tier_labels(tiers)).then(|| self.build_topology(tiers))
     }
 
     pub(crate) fn build_topology(&self, tiers: &[TierSpec]) -> Topology {
