@@ -100,3 +100,40 @@ impl std::fmt::Debug for Warm {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{schedule, Action, Framework, LeastAllocated, NodeSpec, SnapshotBuilder};
+
+    fn node(name: &str, cpu: i64) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            allocatable: [("cpu".to_string(), cpu)].into(),
+            ..Default::default()
+        }
+    }
+
+    /// The next snapshot of a builder takes over what the last session left, until a node
+    /// changes; a snapshot built on its own never does.
+    #[test]
+    fn node_state_is_handed_on_within_a_node_version() {
+        let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+        let mut b = SnapshotBuilder::new(vec![node("n0", 8000), node("n1", 8000)]).unwrap();
+        let mut warm = Warm::default();
+        schedule(b.build(0, &[]).unwrap(), &fw, &mut warm);
+        assert!(warm.take_node_state(b.build(1, &[]).unwrap()).is_some());
+
+        schedule(b.build(2, &[]).unwrap(), &fw, &mut warm);
+        b.update_node(node("n1", 4000)).unwrap();
+        assert!(warm.take_node_state(b.build(3, &[]).unwrap()).is_none());
+
+        let alone = crate::Snapshot::build(crate::ClusterSpec {
+            nodes: vec![node("n0", 8000), node("n1", 4000)],
+            ..Default::default()
+        })
+        .unwrap();
+        schedule(b.build(4, &[]).unwrap(), &fw, &mut warm);
+        assert!(warm.take_node_state(&alone).is_none());
+    }
+}
