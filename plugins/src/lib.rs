@@ -85,7 +85,11 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw
 }
 
-/// One scheduling cycle of `snapshot` under `config`.
+/// One scheduling cycle of `snapshot` under `config`, from scratch: a framework built for
+/// this call and nothing carried from an earlier cycle (for one-off plans and tests). A
+/// scheduler that runs cycle after cycle keeps its [`framework`] and a [`basalt_engine::Warm`]
+/// and calls [`basalt_engine::schedule`]; the plan is the same.
 pub fn schedule(snapshot: &Snapshot, config: &Config) -> Plan {
-    basalt_engine::schedule(snapshot, &framework(config, &snapshot.resources))
+    let fw = framework(config, &snapshot.resources);
+    basalt_engine::schedule(snapshot, &fw, &mut basalt_engine::Warm::default())
 }

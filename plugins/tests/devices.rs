@@ -518,9 +518,10 @@ fn another_vendor_s_devices_get_islands_and_ids_too() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// A framework kept from cycle to cycle hands its node index (shared nodes bucketed by the
-    /// level of their devices) to the next session; its plans agree with a fresh framework's on
-    /// a fresh snapshot, cycle after cycle, while bindings take shares and pods finish.
+    /// A framework and Warm kept from cycle to cycle hand the node index (shared nodes bucketed
+    /// by the level of their devices) to the next session; its plans agree with a fresh
+    /// framework's on a fresh snapshot, cycle after cycle, while bindings take shares and pods
+    /// finish.
     #[test]
     fn a_kept_index_of_shared_nodes_decides_as_a_fresh_one(spec in sharing_cluster(), done in 0..6usize) {
         let config = Config::default();
@@ -537,8 +538,8 @@ proptest! {
                 builder.set_pod(p.clone());
             }
             let snapshot = builder.build(cycle * 1000, &[]).unwrap();
-            let fw = kept.get_or_insert_with(|| basalt_plugins::framework(&config, &snapshot.resources));
-            let plan = basalt_engine::schedule(snapshot, fw);
+            let (fw, warm) = kept.get_or_insert_with(|| (basalt_plugins::framework(&config, &snapshot.resources), basalt_engine::Warm::default()));
+            let plan = basalt_engine::schedule(snapshot, fw, warm);
             let fresh = schedule(
                 &Snapshot::build(ClusterSpec {
                     now_ms: cycle * 1000,

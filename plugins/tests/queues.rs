@@ -216,7 +216,9 @@ proptest! {
         // The queue report is output only: without it (as replays run) the decisions are the same.
         let mut quiet = framework(&config, &snapshot.resources);
         quiet.report_queues = false;
-        let q = basalt_engine::schedule(&snapshot, &quiet);
+        // One Warm for both runs: the second starts from the first one's node state.
+        let mut warm = basalt_engine::Warm::default();
+        let q = basalt_engine::schedule(&snapshot, &quiet, &mut warm);
         prop_assert!(q.queues.is_empty());
         prop_assert_eq!(
             (&q.bindings, &q.evictions, &q.nominations, &q.pod_groups),
@@ -224,7 +226,7 @@ proptest! {
         );
         // So are the reasons no node fits: without them only condition messages change.
         quiet.explain_failures = false;
-        let q = basalt_engine::schedule(&snapshot, &quiet);
+        let q = basalt_engine::schedule(&snapshot, &quiet, &mut warm);
         let outcome = |p: &basalt_engine::Plan| p.pod_groups.iter()
             .map(|g| (g.name.clone(), g.phase, g.running, g.pending, g.conditions.iter().map(|c| c.reason.clone()).collect::<Vec<_>>()))
             .collect::<Vec<_>>();
@@ -236,7 +238,7 @@ proptest! {
         // no member placed, evicted, nominated or pending and kept the snapshot's phase.
         let mut terse = framework(&config, &snapshot.resources);
         terse.report_settled_groups = false;
-        let t = basalt_engine::schedule(&snapshot, &terse);
+        let t = basalt_engine::schedule(&snapshot, &terse, &mut basalt_engine::Warm::default());
         prop_assert_eq!(
             (&t.bindings, &t.evictions, &t.nominations),
             (&plan.bindings, &plan.evictions, &plan.nominations)
@@ -350,11 +352,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// A framework kept from cycle to cycle (as a replay keeps it) hands each session's node
-    /// index and filter results on to the next, which re-indexes only the nodes whose usage
-    /// changed; a framework
-    /// built anew each cycle (as the daemon's) indexes every node. Their plans must agree cycle
-    /// after cycle, while the plans' bindings, evictions and completions change usage.
+    /// A framework and Warm kept from cycle to cycle (as the daemon and a replay keep them)
+    /// hand each session's node index and filter results on to the next, which re-indexes only
+    /// the nodes whose usage changed; a fresh framework and Warm index every node. Their plans
+    /// must agree cycle after cycle, while the plans' bindings, evictions and completions
+    /// change usage.
     #[test]
     fn a_kept_node_index_decides_as_a_fresh_one(nodes in 1..=4usize, qs in queues(), gs in gangs(), done in 0..8usize) {
         let mut spec = cluster(nodes, &qs, &gs);
@@ -395,9 +397,9 @@ proptest! {
                 builder.set_group(g.clone());
             }
             let snapshot = builder.build(spec.now_ms + cycle * 1000, &spec.queues).unwrap();
-            let fw = kept.get_or_insert_with(|| framework(&config, &snapshot.resources));
-            let plan = basalt_engine::schedule(snapshot, fw);
-            // A snapshot of its own, so that the two sessions share no cache.
+            let (fw, warm) = kept.get_or_insert_with(|| (framework(&config, &snapshot.resources), basalt_engine::Warm::default()));
+            let plan = basalt_engine::schedule(snapshot, fw, warm);
+            // A snapshot of its own, scheduled from scratch.
             let fresh = schedule(&Snapshot::build(ClusterSpec {
                 now_ms: snapshot.now_ms,
                 nodes: spec.nodes.clone(),

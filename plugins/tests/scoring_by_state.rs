@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
     ClusterSpec, Gpu, NodeId, NodeScorer, NodeSpec, PodPhase, PodSpec, ResourceList, Score,
-    Session, Snapshot, TaskId,
+    Session, Snapshot, TaskId, Warm,
 };
 use basalt_plugins::fragmentation::{Fragmentation, Rule, Workload};
 use basalt_plugins::{framework, Config};
@@ -162,8 +162,8 @@ proptest! {
             by_state.node_rank = Some(rank.clone());
             per_node.node_rank = Some(rank);
         }
-        let want = basalt_engine::schedule(&snap, &per_node);
-        let got = basalt_engine::schedule(&snap, &by_state);
+        let want = basalt_engine::schedule(&snap, &per_node, &mut Warm::default());
+        let got = basalt_engine::schedule(&snap, &by_state, &mut Warm::default());
         prop_assert_eq!(bindings(&got), bindings(&want));
     }
 }

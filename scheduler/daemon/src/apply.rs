@@ -82,8 +82,9 @@ pub struct Scheduler {
     pub held: HeldPods,
     /// The snapshot, brought up to date with what changed each cycle.
     pub snapshots: basalt_crds::IncrementalSnapshot,
-    /// The engine's framework, kept while the config and resource names stay the same, so
-    /// that each session takes over the node state the last one left.
+    /// The engine's framework, kept while the config and resource names stay the same, with
+    /// the Warm its cycles carry, so that each session takes over the node state the last one
+    /// left.
     pub framework: crate::kept_framework::KeptFramework,
     /// What has been said already (Events, log lines), so that it is not said again.
     pub reported: Reported,

@@ -62,8 +62,8 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         s.held = HeldPods::of(snapshot);
     }
     let t_build = started.elapsed();
-    let fw = s.framework.get(&s.config, &snapshot.resources);
-    let plan = basalt_engine::schedule(snapshot, fw);
+    let (fw, warm) = s.framework.get(&s.config, &snapshot.resources);
+    let plan = basalt_engine::schedule(snapshot, fw, warm);
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();

@@ -1,26 +1,39 @@
 //! The engine's framework, built once per config and set of resource names rather than every
-//! cycle. A session ends by leaving its node state (usage, the free-capacity index, static filter
-//! results) in the snapshot's node cache, tagged with the framework it ran under; the next
-//! session under the same framework takes it over and re-indexes only the nodes whose usage
-//! differs, instead of indexing every node again (see the engine's README). A framework built
-//! anew each cycle has a new tag, so that state was never reused.
+//! cycle, and the [`Warm`] its cycles carry: a session ends by leaving its node state (usage,
+//! the free-capacity index, static filter results) there, and the next takes it over and
+//! re-indexes only the nodes whose usage differs, instead of indexing every node again (see
+//! the engine's README). A Warm belongs to one framework, so a framework built anew (a config
+//! reload, new resource names) comes with a fresh one.
 
-use basalt_engine::{Framework, ResourceNames};
+use basalt_engine::{Framework, ResourceNames, Warm};
 use basalt_plugins::Config;
 
 #[derive(Default)]
 pub struct KeptFramework {
-    kept: Option<(Config, ResourceNames, Framework)>,
+    kept: Option<Kept>,
+}
+
+struct Kept {
+    config: Config,
+    names: ResourceNames,
+    framework: Framework,
+    warm: Warm,
 }
 
 impl KeptFramework {
-    /// The framework of `config` over `names`: the kept one while both are the same.
-    pub fn get(&mut self, config: &Config, names: &ResourceNames) -> &Framework {
-        let same = (self.kept.as_ref()).is_some_and(|(c, n, _)| c == config && n == names);
+    /// The framework of `config` over `names` (the kept one while both are the same) and the
+    /// Warm of its cycles.
+    pub fn get(&mut self, config: &Config, names: &ResourceNames) -> (&Framework, &mut Warm) {
+        let same = (self.kept.as_ref()).is_some_and(|k| k.config == *config && k.names == *names);
         if !same {
-            let fw = basalt_plugins::framework(config, names);
-            self.kept = Some((config.clone(), names.clone(), fw));
+            self.kept = Some(Kept {
+                config: config.clone(),
+                names: names.clone(),
+                framework: basalt_plugins::framework(config, names),
+                warm: Warm::default(),
+            });
         }
-        &self.kept.as_ref().expect("kept above").2
+        let kept = self.kept.as_mut().expect("kept above");
+        (&kept.framework, &mut kept.warm)
     }
 }

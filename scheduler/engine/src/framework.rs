@@ -358,8 +358,6 @@ pub enum Action {
     Preempt,
 }
 
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// The configured plugins and actions of one scheduler.
 pub struct Framework {
     pub actions: Vec<Action>,
@@ -369,11 +367,8 @@ pub struct Framework {
     pub admit: Vec<Box<dyn Admit>>,
     pub task_admit: Vec<Box<dyn TaskAdmit>>,
     pub filters: Vec<Box<dyn NodeFilter>>,
-    /// Private so that it never changes under [`Framework::id`].
+    /// Private so that it never changes under a [`crate::Warm`], whose node index is keyed by it.
     node_order: Box<dyn NodeOrder>,
-    /// Unique per framework built: sessions of the same nodes under the same framework hand
-    /// their node index on to the next (its keys are this node order's).
-    id: u64,
     pub fair_share: Option<Box<dyn FairShare>>,
     /// Which sibling queue is served first.
     pub queue_order: Box<dyn QueueOrder>,
@@ -455,7 +450,6 @@ impl Framework {
             task_admit: Vec::new(),
             filters: Vec::new(),
             node_order,
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             fair_share: None,
             queue_order: Box::new(QueuesByName),
             victims: Box::new(NoVictims),
@@ -504,11 +498,6 @@ impl Framework {
 
     pub fn node_order(&self) -> &dyn NodeOrder {
         &*self.node_order
-    }
-
-    /// This framework's identity (never shared with another framework built in the process).
-    pub fn id(&self) -> u64 {
-        self.id
     }
 
     pub fn compare_jobs(&self, a: &Job, b: &Job) -> Ordering {

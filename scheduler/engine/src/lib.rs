@@ -1,5 +1,6 @@
 //! Basalt's scheduling engine: a pure function from a cluster [`Snapshot`] and a configured
-//! [`Framework`] to a [`Plan`].
+//! [`Framework`] to a [`Plan`]. What a scheduler carries from one cycle to the next to go faster
+//! is a [`Warm`] value it owns and passes in; it never changes the plan.
 //!
 //! Nothing here reads a clock, a random source, the network or a file: time and seeds arrive as
 //! arguments, so the same input always gives the same plan. This crate depends on no other Basalt
@@ -21,6 +22,7 @@ pub mod resources;
 pub mod session;
 pub mod share;
 pub mod snapshot;
+mod warm;
 
 pub use actions::schedule;
 pub use constraints::*;
@@ -32,3 +34,4 @@ pub use resources::*;
 pub use session::*;
 pub use share::Share;
 pub use snapshot::*;
+pub use warm::Warm;

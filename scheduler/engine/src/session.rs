@@ -13,6 +13,7 @@ use crate::plan::Condition;
 use crate::resources::Resources;
 use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
+use crate::warm::Warm;
 use basalt_topology::{DomainId, TierId, Topology};
 
 mod able;
@@ -162,15 +163,17 @@ struct FreeIndex {
 /// each; a cluster with more distinct rules in use recomputes some).
 const MAX_KEPT_STATICS: usize = 256;
 
-/// What a session hands on to the next session of the same nodes (see [`Session::new`]): its
-/// final usage and the index and domain counts built from it.
+/// What a session hands on to the next session of the same nodes through a [`crate::Warm`]
+/// (see [`Session::with_warm`]): its final usage and the index and domain counts built from it.
 pub(crate) struct NodeState {
-    pub(crate) framework: u64,
-    /// The generation of the snapshot the session ran on, and the nodes whose usage it
-    /// changed (sorted): elsewhere its usage is that snapshot's (see `NodeHint`).
+    /// The nodes and resource names of the snapshot the session ran on: the state fits only
+    /// those.
+    nodes: crate::snapshot::Version,
+    resources: crate::resources::ResourceNames,
+    /// The generation of that snapshot, and the nodes whose usage the session changed
+    /// (sorted): elsewhere its usage is that snapshot's (see `Lineage`).
     generation: Option<u64>,
     moved: Vec<NodeId>,
-    pub(crate) resources: crate::resources::ResourceNames,
     used: Vec<Resources>,
     gpus_used: Vec<u64>,
     /// The shared devices' usage it ended with (the index's levels follow it).
@@ -181,9 +184,21 @@ pub(crate) struct NodeState {
     statics: Map<PlacementRules, Statics>,
 }
 
+impl NodeState {
+    /// Whether the state is of `snapshot`'s nodes and resource names.
+    pub(crate) fn fits(&self, snapshot: &Snapshot) -> bool {
+        let fits = self.nodes.is(&snapshot.lineage.nodes) && self.resources == snapshot.resources;
+        debug_assert!(!fits || self.used.len() == snapshot.nodes.len());
+        fits
+    }
+}
+
 pub struct Session<'a> {
     pub snapshot: &'a Snapshot,
     fw: &'a Framework,
+    /// Where the session's node state comes from and goes back to (none: it starts afresh and
+    /// keeps nothing).
+    warm: Option<&'a mut Warm>,
     used: Vec<Resources>,
     /// The sum of `used`, kept up to date so admission never sums every node per job.
     cluster_used: Resources,
@@ -327,7 +342,19 @@ impl TopoState {
 }
 
 impl<'a> Session<'a> {
+    /// A session that starts afresh and hands nothing on.
     pub fn new(snapshot: &'a Snapshot, fw: &'a Framework) -> Self {
+        Self::open(snapshot, fw, None)
+    }
+
+    /// A session that starts from what `warm` carries, when it fits `snapshot`, and leaves its
+    /// own node state there when it ends ([`Session::into_plan`]). Decides exactly as
+    /// [`Session::new`] does.
+    pub fn with_warm(snapshot: &'a Snapshot, fw: &'a Framework, warm: &'a mut Warm) -> Self {
+        Self::open(snapshot, fw, Some(warm))
+    }
+
+    fn open(snapshot: &'a Snapshot, fw: &'a Framework, mut warm: Option<&'a mut Warm>) -> Self {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
         let cluster_allocatable = snapshot.allocatable_total.clone();
@@ -439,9 +466,17 @@ impl<'a> Session<'a> {
             .filter(|(_, c)| c.pending > 0)
             .map(|(j, _)| JobId(j as u32))
             .collect();
+        let kept = warm
+            .as_deref_mut()
+            .and_then(|w| w.take_node_state(snapshot));
+        let topology = match warm.as_deref_mut() {
+            Some(w) => w.topology(snapshot, &fw.tiers, constrained),
+            None => snapshot.topology(&fw.tiers, constrained).map(Arc::new),
+        };
         let mut session = Session {
             snapshot,
             fw,
+            warm,
             used: Vec::new(),
             cluster_used: Resources::zero(dims),
             gpus_used: Vec::new(),
@@ -500,11 +535,10 @@ impl<'a> Session<'a> {
             scored_tasks: 0,
             classes: None,
         };
-        let kept = snapshot.take_node_state(fw.id());
         let kept_topo = session.start_nodes(kept);
         session.domain_index =
             domains::DomainIndex::new(session.pods.coarse_keys(snapshot.nodes.len()));
-        session.topo = session.build_topology(kept_topo, constrained);
+        session.topo = topology.map(|t| session.topo_state(t, kept_topo));
         session.cluster_used.add(&node_used_sum);
         for job in to_reserve {
             session.reserve_admission(job, true);
@@ -525,17 +559,16 @@ impl<'a> Session<'a> {
         session
     }
 
-    /// Takes the topology when tiers are configured (or Volcano tiers are labelled) and some
-    /// node carries a tier label: on a flat cluster every gang is placed as before. Free GPUs
-    /// per domain come from `kept` (the last session's, for the same topology) brought up to
-    /// date, or are counted afresh.
-    fn build_topology(
+    /// Free GPUs per domain of `topology`, taken when tiers are configured (or Volcano tiers
+    /// are labelled) and some node carries a tier label: on a flat cluster every gang is placed
+    /// as before. They come from `kept` (the last session's, for the same topology) brought up
+    /// to date, or are counted afresh.
+    fn topo_state(
         &self,
+        topology: Arc<Topology>,
         kept: Option<(TopoState, Vec<(NodeId, u64)>)>,
-        constrained: bool,
-    ) -> Option<TopoState> {
+    ) -> TopoState {
         let snap = self.snapshot;
-        let topology = snap.topology(&self.fw.tiers, constrained)?;
         if let Some((mut topo, moved)) = kept {
             if Arc::ptr_eq(&topo.topology, &topology) {
                 for (node, was) in moved {
@@ -543,7 +576,7 @@ impl<'a> Session<'a> {
                     let free = |mask: u64| (count - mask.count_ones().min(count)) as i64;
                     topo.change(node, free(self.gpus_used[node.index()]) - free(was));
                 }
-                return Some(topo);
+                return topo;
             }
         }
         let mut free = vec![0i64; topology.domains.len()];
@@ -563,11 +596,11 @@ impl<'a> Session<'a> {
                 v.into_iter().collect()
             })
             .collect();
-        Some(TopoState {
+        TopoState {
             topology,
             free,
             by_tier,
-        })
+        }
     }
 
     /// The topology and its free capacity, when the cluster has one.
@@ -919,7 +952,7 @@ impl<'a> Session<'a> {
         let mut stale = Vec::new();
         let mut gpus_moved = Vec::new();
         // Only the nodes that snapshot or that session changed can differ, when known.
-        let nodes: Vec<NodeId> = match (&snap.hint.changed, state.generation) {
+        let nodes: Vec<NodeId> = match (&snap.lineage.changed, state.generation) {
             (Some((before, changed)), Some(kept)) if *before == kept => {
                 let mut nodes: Vec<NodeId> = changed.iter().chain(&state.moved).copied().collect();
                 nodes.sort_unstable();
@@ -956,7 +989,20 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             self.index_insert(node);
         }
+        debug_assert!(
+            self.index_follows_node_order(),
+            "node state carried from another framework: a Warm is for one framework only"
+        );
         state.topo.map(|t| (t, gpus_moved))
+    }
+
+    /// Whether every node's indexed key is the framework's node order's.
+    fn index_follows_node_order(&self) -> bool {
+        let order = self.fw.node_order();
+        (self.snapshot.nodes.iter()).all(|n| {
+            let i = n.id.index();
+            self.index.key[i].1 == order.key(&n.allocatable, &self.used[i])
+        })
     }
 
     /// Holds capacity for nominated pending pods (see `holds`), noting their nodes.

@@ -178,7 +178,7 @@ fn spec(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>, groups: Vec<GroupSpec>) -> Clu
 
 fn plan(spec: ClusterSpec) -> Plan {
     let snap = Snapshot::build(spec).expect("builds");
-    schedule(&snap, &framework())
+    schedule(&snap, &framework(), &mut Warm::default())
 }
 
 /// Pod name → node name of the plan's bindings.
@@ -244,7 +244,7 @@ fn a_512_member_anti_affinity_gang_takes_512_nodes() {
     let snap = Snapshot::build(spec(nodes, pods, vec![g])).expect("builds");
     let mut fw = Framework::new(vec![Action::Allocate], Box::new(Packing));
     fw.job_ready.push(Box::new(Gang));
-    let p = schedule(&snap, &fw);
+    let p = schedule(&snap, &fw, &mut Warm::default());
     let at = placed(&p);
     assert_eq!(at.len(), 512);
     let distinct: std::collections::BTreeSet<&String> = at.values().collect();

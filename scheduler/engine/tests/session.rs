@@ -75,7 +75,7 @@ fn discard_restores_capacity_and_gpus() {
 fn committed_gpus_are_distinct_and_reported() {
     let snap = Snapshot::build(spec(1, 4, 2)).unwrap();
     let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
-    let plan = schedule(&snap, &fw);
+    let plan = schedule(&snap, &fw, &mut Warm::default());
     assert_eq!(plan.bindings.len(), 2);
     assert_eq!(plan.bindings[0].gpus, vec![0, 1]);
     assert_eq!(plan.bindings[1].gpus, vec![2, 3]);
@@ -86,7 +86,7 @@ fn committed_gpus_are_distinct_and_reported() {
 fn failure_message_aggregates_reasons() {
     let snap = Snapshot::build(spec(3, 1, 1)).unwrap();
     let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
-    let plan = schedule(&snap, &fw);
+    let plan = schedule(&snap, &fw, &mut Warm::default());
     assert!(plan.bindings.is_empty());
     let c = &plan.pod_groups[0].conditions[0];
     assert_eq!(c.reason, "NotEnoughResources");
@@ -192,7 +192,7 @@ impl QueueOrder for ReverseNames {
 fn queues_are_served_in_the_frameworks_queue_order() {
     let snap = two_queues_one_node();
     let bound = |fw: &Framework| {
-        let plan = schedule(&snap, fw);
+        let plan = schedule(&snap, fw, &mut basalt_engine::Warm::default());
         assert_eq!(plan.bindings.len(), 1);
         plan.bindings[0].pod.clone()
     };

@@ -224,7 +224,8 @@ fn errors_match_a_full_build() {
     assert_eq!(got, full(7, &nodes(), &pods, &groups));
 }
 
-/// The topology is built once per set of nodes, and rebuilt when a node's labels change.
+/// A Warm builds the topology once per set of node labels, and again when a node's labels
+/// change.
 #[test]
 fn topology_follows_label_changes() {
     let tiers = [basalt_topology::TierSpec {
@@ -243,18 +244,35 @@ fn topology_follows_label_changes() {
     let (pods, groups) = workload(0);
     let first = sync(&mut b, 0, &pods, &groups).unwrap();
     assert_eq!(rack_of(first, "n2"), "r0");
-    let cached = first.topology(&tiers, false).unwrap();
+    let mut warm = Warm::default();
+    let cached = warm.topology(first, &tiers, false).unwrap();
     let again = b.build(1, &queues()).unwrap();
     assert!(std::sync::Arc::ptr_eq(
         &cached,
-        &again.topology(&tiers, false).unwrap()
+        &warm.topology(again, &tiers, false).unwrap()
+    ));
+    // Capacity alone changes no topology.
+    let mut n0 = nodes().into_iter().find(|n| n.name == "n0").unwrap();
+    n0.allocatable.insert("cpu".into(), 1);
+    b.update_node(n0).unwrap();
+    let resized = b.build(2, &queues()).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &cached,
+        &warm.topology(resized, &tiers, false).unwrap()
     ));
 
     let mut n2 = nodes().into_iter().find(|n| n.name == "n2").unwrap();
     n2.labels.insert("rack".into(), "r1".into());
     b.update_node(n2).unwrap();
-    let moved = b.build(2, &queues()).unwrap();
+    let moved = b.build(3, &queues()).unwrap();
     assert_eq!(rack_of(moved, "n2"), "r1");
+    let rack = warm.topology(moved, &tiers, false).unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&cached, &rack));
+    assert_eq!(
+        rack.domain(rack.domain_of(2, basalt_topology::TierId(0)))
+            .name,
+        "r1"
+    );
     // No node carries a label of these tiers: no topology unless asked for regardless.
     let other = [basalt_topology::TierSpec {
         name: "spine".into(),
@@ -263,6 +281,7 @@ fn topology_follows_label_changes() {
     }];
     assert!(moved.topology(&other, false).is_none());
     assert!(moved.topology(&other, true).is_some());
+    assert!(warm.topology(moved, &other, false).is_none());
 }
 
 mod patched {

@@ -213,6 +213,8 @@ impl Experiment {
         let cluster = |e: basalt_engine::SnapshotError| FgdError::Cluster(e.to_string());
         let mut builder = SnapshotBuilder::new(self.engine_nodes()).map_err(cluster)?;
         let mut fw: Option<Framework> = None;
+        // What each cycle hands the next (one builder, one framework).
+        let mut warm = basalt_engine::Warm::default();
         let mut samples = Vec::with_capacity(workload.len());
         let mut placements = Vec::with_capacity(workload.len());
         let (mut arrived, mut allocated) = (0u64, 0u64);
@@ -220,12 +222,10 @@ impl Experiment {
             let mut pod = self.engine_pod(k, i);
             builder.set_pod(pod.clone());
             let snapshot = builder.build(k as i64, &[]).map_err(cluster)?;
-            // One framework for the run (the nodes, hence the resource names, never change), so
-            // each session starts from the last one's node index.
-            if fw.is_none() {
-                fw = Some(framework(self, policy, seed, &snapshot.resources));
-            }
-            let plan = basalt_engine::schedule(snapshot, fw.as_ref().expect("built above"));
+            // One framework and Warm for the run (the nodes, hence the resource names, never
+            // change), so each session starts from the last one's node index.
+            let fw = fw.get_or_insert_with(|| framework(self, policy, seed, &snapshot.resources));
+            let plan = basalt_engine::schedule(snapshot, fw, &mut warm);
             arrived += self.pods[i as usize].request;
             let placed = plan.bindings.first().map(|b| {
                 let node: usize = b.node["fgd-".len()..].parse().expect("our node names");

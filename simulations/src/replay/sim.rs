@@ -6,7 +6,9 @@
 //! told of the jobs that changed, or with `--full-rebuild` from [`Snapshot::build`] of the whole
 //! [`ClusterSpec`]), schedules it with `basalt_engine::schedule` and the framework
 //! `basalt_plugins::framework` builds from the config — the daemon's code — and applies the
-//! plan's evictions and bindings. Two things keep cycles cheap without changing any decision:
+//! plan's evictions and bindings. The framework is kept from cycle to cycle with a
+//! `basalt_engine::Warm` per builder, so each session starts from the last one's node index.
+//! Two things keep cycles cheap without changing any decision:
 //!
 //! - a cycle runs only when something changed since the last one (an arrival, a completion or
 //!   eviction while jobs wait, or a previous cycle that bound, evicted or admitted something);
@@ -322,7 +324,7 @@ pub struct Simulator<'a> {
     events: u64,
     bindings: u64,
     stats: CycleStats,
-    framework: Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
+    framework: Option<cycle::KeptFramework>,
     // The fast path: specs kept between cycles, refreshed where something changed.
     /// Waiting jobs pod by pod and folded jobs as pinned pods (when folding).
     quick: Option<SnapshotBuilder>,

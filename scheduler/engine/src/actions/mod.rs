@@ -16,6 +16,7 @@ use crate::model::{Hold, Job, JobId, JobPhase, QueueState, TaskId};
 use crate::plan::{Condition, Plan};
 use crate::session::{Session, TaskStatus};
 use crate::snapshot::Snapshot;
+use crate::warm::Warm;
 
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
@@ -30,9 +31,11 @@ pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
 /// Some members' volumes are not ready (a missing claim or volume, a claim in use).
 pub const VOLUME_NOT_READY: &str = "VolumeNotReady";
 
-/// One scheduling cycle: `(Snapshot, Framework) -> Plan`.
-pub fn schedule(snapshot: &Snapshot, fw: &Framework) -> Plan {
-    let mut session = Session::new(snapshot, fw);
+/// One scheduling cycle: `(Snapshot, Framework) -> Plan`, carrying node state from the last
+/// cycle to the next in `warm` (see [`Warm`]: one per framework). The plan depends on the
+/// snapshot and the framework alone: `&mut Warm::default()` gives the same.
+pub fn schedule(snapshot: &Snapshot, fw: &Framework, warm: &mut Warm) -> Plan {
+    let mut session = Session::with_warm(snapshot, fw, warm);
     for action in &fw.actions {
         match action {
             Action::Enqueue => enqueue(&mut session),

@@ -9,7 +9,8 @@ use crate::share::Share;
 
 impl Session<'_> {
     /// The plan: committed bindings, nominations and evictions in the order they were decided,
-    /// every job's status after the cycle and every queue's share, sorted by name.
+    /// every job's status after the cycle and every queue's share, sorted by name. A session
+    /// opened [`Session::with_warm`] leaves its node state in that [`crate::Warm`].
     pub fn into_plan(self) -> Plan {
         let snap = self.snapshot;
         let mut plan = Plan::default();
@@ -143,29 +144,31 @@ impl Session<'_> {
                 state: q.state,
             });
         }
-        // Filter results of rules this session used, and of those the last one did.
-        let mut statics = self.kept_statics;
-        if statics.len() > MAX_KEPT_STATICS {
-            statics.clear();
+        if let Some(warm) = self.warm {
+            // Filter results of rules this session used, and of those the last one did.
+            let mut statics = self.kept_statics;
+            if statics.len() > MAX_KEPT_STATICS {
+                statics.clear();
+            }
+            for (rules, s) in self.statics {
+                statics.insert(snap.rules[rules.0 as usize].clone(), s);
+            }
+            let mut moved = self.moved;
+            moved.sort_unstable();
+            moved.dedup();
+            warm.keep_node_state(NodeState {
+                nodes: snap.lineage.nodes.clone(),
+                resources: names.clone(),
+                generation: snap.lineage.generation,
+                moved,
+                statics,
+                used: self.used,
+                gpus_used: self.gpus_used,
+                device_use: self.device_use,
+                index: self.index,
+                topo: self.topo,
+            });
         }
-        for (rules, s) in self.statics {
-            statics.insert(snap.rules[rules.0 as usize].clone(), s);
-        }
-        let mut moved = self.moved;
-        moved.sort_unstable();
-        moved.dedup();
-        snap.keep_node_state(NodeState {
-            statics,
-            framework: self.fw.id(),
-            generation: snap.hint.generation,
-            moved,
-            resources: names.clone(),
-            used: self.used,
-            gpus_used: self.gpus_used,
-            device_use: self.device_use,
-            index: self.index,
-            topo: self.topo,
-        });
         plan
     }
 }

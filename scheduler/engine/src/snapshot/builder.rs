@@ -31,7 +31,8 @@ impl SnapshotBuilder {
             table: Some((names, built)),
             dirty: BTreeSet::new(),
             last: None,
-            node_cache: NodeCache::default(),
+            nodes_version: Version::default(),
+            labels_version: Version::default(),
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
             held: HeldCounts::default(),
@@ -96,11 +97,13 @@ impl SnapshotBuilder {
             &spec,
         )?;
         let old = std::mem::replace(&mut self.specs[id.index()], spec);
+        // Carried topologies depend on labels; a carried node index (capacity classes, keys,
+        // filter results) on the whole spec.
         if old.labels != self.specs[id.index()].labels {
-            self.node_cache = NodeCache::default();
-        } else if old != self.specs[id.index()] {
-            // Capacity classes and keys of the kept node index may no longer hold.
-            self.node_cache.lock().node_state = None;
+            self.labels_version = Version::default();
+        }
+        if old != self.specs[id.index()] {
+            self.nodes_version = Version::default();
         }
         for k in old.allocatable.keys() {
             if let Some(c) = self.node_names.get_mut(k) {
@@ -219,15 +222,12 @@ impl SnapshotBuilder {
             self.groups.values_mut().for_each(|c| c.facts = None);
             self.facts_names = Some(names.clone());
         }
-        let before = self.last.as_ref().and_then(|s| s.hint.generation);
+        let before = self.last.as_ref().and_then(|s| s.lineage.generation);
         if let Some((mut snapshot, changed)) = patch::patch(self, now_ms, &built_queues) {
             self.held.built();
             self.patched += 1;
             self.generation += 1;
-            snapshot.hint = NodeHint {
-                generation: Some(self.generation),
-                changed: before.map(|g| (g, changed)),
-            };
+            snapshot.lineage = self.lineage(before.map(|g| (g, changed)));
             return Ok(self.last.insert(snapshot));
         }
         self.held.built();
@@ -284,7 +284,7 @@ impl SnapshotBuilder {
             BuiltNodes {
                 nodes,
                 recycled: recycled.filter(|_| reused),
-                node_cache: self.node_cache.clone(),
+                lineage: Lineage::default(),
                 buffers,
             },
             &pods,
@@ -299,8 +299,19 @@ impl SnapshotBuilder {
             .collect();
         self.generation += 1;
         let mut snapshot = assembled.snapshot;
-        snapshot.hint.generation = Some(self.generation);
+        snapshot.lineage = self.lineage(None);
         snapshot.namespaces = self.namespaces.clone();
         Ok(self.last.insert(snapshot))
+    }
+
+    /// The lineage of the snapshot just built (`self.generation`), with the nodes whose usage
+    /// changed since the one before, when known.
+    fn lineage(&self, changed: Option<(u64, Vec<NodeId>)>) -> Lineage {
+        Lineage {
+            nodes: self.nodes_version.clone(),
+            labels: self.labels_version.clone(),
+            generation: Some(self.generation),
+            changed,
+        }
     }
 }

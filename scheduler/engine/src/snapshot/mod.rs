@@ -6,7 +6,7 @@
 //! the same snapshot whatever order the objects came in.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use basalt_topology::{TierSpec, Topology};
 use thiserror::Error;
@@ -16,7 +16,6 @@ use crate::devices::{DeviceUse, ShareNames};
 use crate::hash::Map;
 use crate::model::*;
 use crate::resources::{ResourceId, ResourceList, ResourceNames, Resources, GPU, PODS};
-use crate::session::NodeState;
 
 mod builder;
 mod devices;
@@ -96,116 +95,77 @@ pub struct Snapshot {
     pub namespaces: Arc<Vec<NamespaceSpec>>,
     /// DRA devices and what claims may take (empty without ResourceSlices).
     pub dra: Arc<crate::dra::DraTable>,
-    /// What snapshots of the same nodes share (topologies, the last session's node state).
-    node_cache: NodeCache,
-    pub(crate) hint: NodeHint,
+    /// Which nodes this snapshot is of, for what a [`crate::Warm`] carries.
+    pub(crate) lineage: Lineage,
 }
 
-/// Which snapshot of a builder this is, and on which nodes its usage differs from the one
-/// before: a session that starts from the node state a session of that snapshot left compares
-/// only those nodes and the ones that session changed, not every node. Not part of what the
-/// snapshot says (two equal snapshots print alike).
+/// Which nodes a snapshot is of and which snapshot of its builder it is: what tells a
+/// [`crate::Warm`] whether the state it carries fits this snapshot. A session that starts
+/// from the node state a session of the snapshot before left compares only the nodes whose
+/// usage `changed` since and those that session changed, not every node. Not part of what
+/// the snapshot says (two equal snapshots print alike).
 #[derive(Clone, Default)]
-pub(crate) struct NodeHint {
+pub(crate) struct Lineage {
+    /// Shared by snapshots of the same node specs (a builder's, until a node changes).
+    pub(crate) nodes: Version,
+    /// Shared by snapshots of the same node names and labels, all topologies depend on.
+    pub(crate) labels: Version,
+    /// Which snapshot of its builder this is.
     pub(crate) generation: Option<u64>,
     /// (the generation before, the nodes whose usage changed since), when known.
     pub(crate) changed: Option<(u64, Vec<NodeId>)>,
 }
 
-impl std::fmt::Debug for NodeHint {
+impl std::fmt::Debug for Lineage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NodeHint")
+        f.write_str("Lineage")
     }
 }
 
-/// What snapshots of one set of nodes share: the topologies, per tier list, built from node
-/// labels by the first session that asks and kept for every later snapshot of the same nodes
-/// (a [`SnapshotBuilder`]'s, until a node's labels change), since labels are all they depend
-/// on; and the node state the last session ended with (usage, free-capacity index, free GPUs
-/// per domain, static filter results), which the next session brings up to date by
-/// re-indexing only the nodes whose usage differs (from one cycle to the next few do) instead
-/// of indexing every node again.
+/// A version of a builder's nodes, compared by identity: each `Version::default()` is new,
+/// and since whoever compares holds a clone, no other version can take its address meanwhile
+/// (no counter shared between builders or threads).
 #[derive(Clone, Default)]
-struct NodeCache(Arc<Mutex<NodeCacheData>>);
+pub(crate) struct Version(Arc<VersionTag>);
 
 #[derive(Default)]
-struct NodeCacheData {
-    topologies: Vec<CachedTopology>,
-    /// Valid while the nodes stay as they are (dropped by [`SnapshotBuilder::update_node`]).
-    node_state: Option<NodeState>,
-}
+struct VersionTag;
 
-struct CachedTopology {
-    tiers: Vec<TierSpec>,
-    /// Some node carries a label of these tiers (or a Volcano tier label).
-    labelled: bool,
-    topology: Option<Arc<Topology>>,
-}
-
-impl NodeCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, NodeCacheData> {
-        // A poisoned lock only means another thread panicked holding it; what the cache holds is
-        // a pure function of the nodes (and of a session's end state, checked on use), so go on.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl std::fmt::Debug for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Version")
     }
 }
 
-impl std::fmt::Debug for NodeCache {
-    // A cache, not part of what the snapshot says: two equal snapshots print alike.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NodeCache")
+impl Version {
+    pub(crate) fn is(&self, other: &Version) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
 impl Snapshot {
+    /// Whether some node carries a label of `tiers` (or a Volcano tier label).
+    pub(crate) fn has_tier_labels(&self, tiers: &[TierSpec]) -> bool {
+        self.nodes.iter().any(|n| {
+            n.labels.keys().any(|k| {
+                k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
+                    || tiers.iter().any(|t| &t.node_label == k)
+            })
+        })
+    }
+
     /// The nodes' topology under `tiers`: `None` when no node carries a label of them (nor a
-    /// Volcano tier label) unless `always`. Built once per set of nodes.
-    pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Arc<Topology>> {
-        let mut guard = self.node_cache.lock();
-        let cache = &mut guard.topologies;
-        let pos = match cache.iter().position(|c| c.tiers == tiers) {
-            Some(pos) => pos,
-            None => {
-                let labelled = self.nodes.iter().any(|n| {
-                    n.labels.keys().any(|k| {
-                        k.starts_with(basalt_topology::VOLCANO_TIER_LABEL)
-                            || tiers.iter().any(|t| &t.node_label == k)
-                    })
-                });
-                cache.push(CachedTopology {
-                    tiers: tiers.to_vec(),
-                    labelled,
-                    topology: None,
-                });
-                cache.len() - 1
-            }
-        };
-        let entry = &mut cache[pos];
-        if !entry.labelled && !always {
-            return None;
-        }
-        let topology = entry.topology.get_or_insert_with(|| {
-            let nodes: Vec<(&str, &BTreeMap<String, String>)> = self
-                .nodes
-                .iter()
-                .map(|n| (n.name.as_str(), &n.labels))
-                .collect();
-            Arc::new(Topology::build(tiers, &nodes))
-        });
-        Some(topology.clone())
+    /// Volcano tier label) unless `always`. Built anew by each call; a [`crate::Warm`] keeps
+    /// it from cycle to cycle ([`crate::Warm::topology`]).
+    pub fn topology(&self, tiers: &[TierSpec], always: bool) -> Option<Topology> {
+        (always || self.has_tier_labels(tiers)).then(|| self.build_topology(tiers))
     }
 
-    /// The node state the last session of these nodes ended with, when it was built under the
-    /// same framework and resource names (taken: a second session at once starts afresh).
-    pub(crate) fn take_node_state(&self, framework: u64) -> Option<NodeState> {
-        let state = self.node_cache.lock().node_state.take()?;
-        (state.framework == framework && state.resources == self.resources).then_some(state)
-    }
-
-    pub(crate) fn keep_node_state(&self, state: NodeState) {
-        self.node_cache.lock().node_state = Some(state);
+    pub(crate) fn build_topology(&self, tiers: &[TierSpec]) -> Topology {
+        let nodes: Vec<(&str, &BTreeMap<String, String>)> = (self.nodes.iter())
+            .map(|n| (n.name.as_str(), &n.labels))
+            .collect();
+        Topology::build(tiers, &nodes)
     }
 
     pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
@@ -258,7 +218,7 @@ impl Snapshot {
             BuiltNodes {
                 nodes: built_nodes,
                 recycled: None,
-                node_cache: NodeCache::default(),
+                lineage: Lineage::default(),
                 buffers: Buffers::default(),
             },
             &pods.iter().copied().zip(&pod_facts).collect::<Vec<_>>(),
@@ -328,7 +288,9 @@ pub struct SnapshotBuilder {
     /// Nodes changed since `table` was built.
     dirty: BTreeSet<usize>,
     last: Option<Snapshot>,
-    node_cache: NodeCache,
+    /// The versions of the nodes' specs and labels (see [`Lineage`]).
+    nodes_version: Version,
+    labels_version: Version,
     pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
     groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
     held: HeldCounts,
@@ -343,7 +305,7 @@ pub struct SnapshotBuilder {
     patched: u64,
     /// What each pinned pod held in the last snapshot.
     pinned_uses: HashMap<(String, String), PinnedUse>,
-    /// Snapshots built so far (see [`NodeHint`]).
+    /// Snapshots built so far (see [`Lineage`]).
     generation: u64,
     /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
     namespaces: Arc<Vec<NamespaceSpec>>,
@@ -627,7 +589,7 @@ struct BuiltNodes {
     nodes: Vec<Node>,
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     recycled: Option<(Vec<Resources>, Vec<u64>)>,
-    node_cache: NodeCache,
+    lineage: Lineage,
     buffers: Buffers,
 }
 
@@ -860,7 +822,7 @@ fn assemble(
     let BuiltNodes {
         nodes: mut built_nodes,
         recycled,
-        node_cache,
+        lineage,
         buffers,
     } = nodes;
     let mut device_use = vec![DeviceUse::default(); devices::assign_bases(&mut built_nodes)];
@@ -1193,8 +1155,7 @@ fn assemble(
             foreign: Arc::new(foreign),
             namespaces: Arc::default(),
             dra: Arc::default(),
-            node_cache,
-            hint: NodeHint::default(),
+            lineage,
         },
         spare_tasks: last_tasks,
         claims_as_named,

@@ -508,7 +508,6 @@ pub(super) fn patch(
         nodes,
         foreign_pods,
         foreign,
-        node_cache,
         allocatable_total,
         ..
     } = last;
@@ -535,9 +534,8 @@ pub(super) fn patch(
         foreign_pods,
         foreign: foreign.clone(),
         namespaces: b.namespaces.clone(),
-        node_cache,
         // The builder says which snapshot this is.
-        hint: NodeHint::default(),
+        lineage: Lineage::default(),
     };
     Some((snapshot, usage.changed))
 }

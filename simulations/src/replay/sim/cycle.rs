@@ -61,7 +61,8 @@ impl Simulator<'_> {
         if self.opts.full_rebuild {
             let t0 = std::time::Instant::now();
             let snapshot = Snapshot::build(self.spec()).map_err(failed)?;
-            let plan = (self.stats).schedule(&mut self.framework, self.config, &snapshot, t0);
+            let kept = &mut self.framework;
+            let plan = (self.stats).schedule(kept, self.config, &snapshot, Source::Whole, t0);
             return self.apply(plan);
         }
         self.refresh();
@@ -72,7 +73,8 @@ impl Simulator<'_> {
             let snapshot = quick.build(now, &self.queues).map_err(failed)?;
             let with_dra = self.dra.as_mut().map(|d| d.attach(snapshot));
             let snapshot = with_dra.as_ref().unwrap_or(snapshot);
-            let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
+            let kept = &mut self.framework;
+            let plan = (self.stats).schedule(kept, self.config, snapshot, Source::Quick, t0);
             if self.whole.is_none() || quick_plan_stands(&self.framework, snapshot, &plan) {
                 self.quick_backoff = 0;
                 return self.apply(plan);
@@ -88,9 +90,28 @@ impl Simulator<'_> {
         let snapshot = whole.build(now, &self.queues).map_err(failed)?;
         let with_dra = self.dra.as_mut().map(|d| d.attach(snapshot));
         let snapshot = with_dra.as_ref().unwrap_or(snapshot);
-        let plan = (self.stats).schedule(&mut self.framework, self.config, snapshot, t0);
+        let kept = &mut self.framework;
+        let plan = (self.stats).schedule(kept, self.config, snapshot, Source::Whole, t0);
         self.apply(plan)
     }
+}
+
+/// The framework a replay schedules with, kept while the resource names stay the same, and
+/// what its cycles carry (see `basalt_engine::Warm`): one Warm per builder, as the quick and
+/// the whole cluster's builders take turns. A new framework comes with new Warms.
+pub(super) struct KeptFramework {
+    names: basalt_engine::ResourceNames,
+    fw: basalt_engine::Framework,
+    quick: basalt_engine::Warm,
+    whole: basalt_engine::Warm,
+}
+
+/// Which builder a snapshot comes from (a whole build every cycle counts as the whole
+/// cluster's: its Warm is cold then, as each snapshot is of nodes of its own).
+#[derive(Clone, Copy)]
+enum Source {
+    Quick,
+    Whole,
 }
 
 /// Wall-clock time spent building snapshots and scheduling them, and their sizes.
@@ -103,28 +124,38 @@ pub(super) struct CycleStats {
 }
 
 impl CycleStats {
-    /// The daemon's `basalt_plugins::schedule` on a snapshot built since `t0`, with the
-    /// framework kept while the resource names stay and without what a replay does not read
-    /// (the queue report, the per-node reasons, settled groups).
+    /// The daemon's `basalt_plugins::schedule` on a snapshot of `source` built since `t0`,
+    /// with the framework kept while the resource names stay and without what a replay does
+    /// not read (the queue report, the per-node reasons, settled groups).
     fn schedule(
         &mut self,
-        framework: &mut Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
+        framework: &mut Option<KeptFramework>,
         config: &Config,
         snapshot: &Snapshot,
+        source: Source,
         t0: std::time::Instant,
     ) -> basalt_engine::Plan {
         let t1 = std::time::Instant::now();
-        if (framework.as_ref()).is_some_and(|(names, _)| *names != snapshot.resources) {
+        if (framework.as_ref()).is_some_and(|kept| kept.names != snapshot.resources) {
             *framework = None;
         }
-        let (_, fw) = framework.get_or_insert_with(|| {
+        let kept = framework.get_or_insert_with(|| {
             let mut fw = basalt_plugins::framework(config, &snapshot.resources);
             fw.report_queues = false;
             fw.explain_failures = false;
             fw.report_settled_groups = false;
-            (snapshot.resources.clone(), fw)
+            KeptFramework {
+                names: snapshot.resources.clone(),
+                fw,
+                quick: Default::default(),
+                whole: Default::default(),
+            }
         });
-        let plan = basalt_engine::schedule(snapshot, fw);
+        let warm = match source {
+            Source::Quick => &mut kept.quick,
+            Source::Whole => &mut kept.whole,
+        };
+        let plan = basalt_engine::schedule(snapshot, &kept.fw, warm);
         self.snapshot_s += (t1 - t0).as_secs_f64();
         self.schedule_s += t1.elapsed().as_secs_f64();
         self.tasks += snapshot.tasks.len() as u64;
@@ -137,12 +168,12 @@ impl CycleStats {
 /// docs): no gang has waited long enough to reserve nodes, every pending pod is placed,
 /// nothing is evicted or nominated.
 fn quick_plan_stands(
-    framework: &Option<(basalt_engine::ResourceNames, basalt_engine::Framework)>,
+    framework: &Option<KeptFramework>,
     snapshot: &Snapshot,
     plan: &basalt_engine::Plan,
 ) -> bool {
-    let reserving = (framework.as_ref()).is_some_and(|(_, fw)| {
-        (snapshot.jobs.iter()).any(|j| fw.waited_to_reserve(j, snapshot.now_ms))
+    let reserving = (framework.as_ref()).is_some_and(|kept| {
+        (snapshot.jobs.iter()).any(|j| kept.fw.waited_to_reserve(j, snapshot.now_ms))
     });
     let pending = (snapshot.tasks.iter())
         .filter(|t| t.state == basalt_engine::TaskState::Pending)
