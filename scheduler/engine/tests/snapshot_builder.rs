@@ -590,23 +590,44 @@ mod patched {
         fn a_patched_snapshot_is_the_full_build(
             batches in proptest::collection::vec(proptest::collection::vec(change(), 1..4), 1..24)
         ) {
-            let mut b = SnapshotBuilder::new(big_nodes()).unwrap();
-            let mut pods = BTreeMap::new();
-            let mut groups = BTreeMap::new();
-            // Every group exists at first, so that most states are valid.
-            for ns in 0..2 {
-                for name in 0..4 {
-                    let g = Change::Group { ns, name, min_member: 1, queue: name % 2, sub_group: None, phase: false };
-                    apply(&g, &mut b, &mut pods, &mut groups);
-                }
-            }
-            for (i, batch) in batches.iter().enumerate() {
-                for c in batch {
-                    apply(c, &mut b, &mut pods, &mut groups);
-                }
-                check(&mut b, i as i64, &pods, &groups)?;
+            run_batches(big_nodes(), &batches, false)?;
+        }
+    }
+
+    /// Applies `batches` of changes to a builder of `nodes` (pods on shared devices naming them
+    /// when `shared`), checking its snapshot against a full build after each batch.
+    fn run_batches(
+        nodes: Vec<NodeSpec>,
+        batches: &[Vec<Change>],
+        shared: bool,
+    ) -> Result<(), TestCaseError> {
+        let mut b = SnapshotBuilder::new(nodes).unwrap();
+        let mut pods = BTreeMap::new();
+        let mut groups = BTreeMap::new();
+        // Every group exists at first, so that most states are valid.
+        for ns in 0..2 {
+            for name in 0..4 {
+                let g = Change::Group {
+                    ns,
+                    name,
+                    min_member: 1,
+                    queue: name % 2,
+                    sub_group: None,
+                    phase: false,
+                };
+                apply(&g, &mut b, &mut pods, &mut groups);
             }
         }
+        for (i, batch) in batches.iter().enumerate() {
+            for c in batch {
+                apply(c, &mut b, &mut pods, &mut groups);
+                if shared {
+                    on_shared_devices(c, &mut b, &mut pods);
+                }
+            }
+            check(&mut b, i as i64, &pods, &groups)?;
+        }
+        Ok(())
     }
 
     /// Nodes `n3`–`n5` share their 8 devices as HAMi does (4 slots, 1,000 MiB, 100 cores each).
@@ -686,22 +707,7 @@ mod patched {
         fn a_patched_snapshot_with_shared_devices_is_the_full_build(
             batches in proptest::collection::vec(proptest::collection::vec(change(), 1..4), 1..24)
         ) {
-            let mut b = SnapshotBuilder::new(shared_nodes()).unwrap();
-            let mut pods = BTreeMap::new();
-            let mut groups = BTreeMap::new();
-            for ns in 0..2 {
-                for name in 0..4 {
-                    let g = Change::Group { ns, name, min_member: 1, queue: name % 2, sub_group: None, phase: false };
-                    apply(&g, &mut b, &mut pods, &mut groups);
-                }
-            }
-            for (i, batch) in batches.iter().enumerate() {
-                for c in batch {
-                    apply(c, &mut b, &mut pods, &mut groups);
-                    on_shared_devices(c, &mut b, &mut pods);
-                }
-                check(&mut b, i as i64, &pods, &groups)?;
-            }
+            run_batches(shared_nodes(), &batches, true)?;
         }
     }
 
