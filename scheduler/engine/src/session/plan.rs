@@ -1,6 +1,6 @@
 //! The session's result: the plan it hands to the binder and the status writers.
 
-use super::{MemberCounts, NodeState, Op, Session, TaskStatus, MAX_KEPT_STATICS};
+use super::{MemberCounts, Op, Session, TaskStatus};
 use crate::model::*;
 use crate::plan::{
     Binding, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
@@ -144,31 +144,7 @@ impl Session<'_> {
                 state: q.state,
             });
         }
-        if let Some(warm) = self.warm {
-            // Filter results of rules this session used, and of those the last one did.
-            let mut statics = self.kept_statics;
-            if statics.len() > MAX_KEPT_STATICS {
-                statics.clear();
-            }
-            for (rules, s) in self.statics {
-                statics.insert(snap.rules[rules.0 as usize].clone(), s);
-            }
-            let mut moved = self.moved;
-            moved.sort_unstable();
-            moved.dedup();
-            warm.keep_node_state(NodeState {
-                nodes: snap.lineage.nodes.clone(),
-                resources: names.clone(),
-                generation: snap.lineage.generation,
-                moved,
-                statics,
-                used: self.used,
-                gpus_used: self.gpus_used,
-                device_use: self.device_use,
-                index: self.index,
-                topo: self.topo,
-            });
-        }
+        self.hand_on();
         plan
     }
 }
