@@ -135,6 +135,8 @@ pub(super) fn patch(
     // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
     let mut gpus_used: Map<NodeId, u64> = Map::default();
     let mut gone: Vec<JobId> = Vec::new();
+    // Shared devices: what the gone jobs and pinned pods held given back, what the fresh take.
+    let mut shared = devices::SharedDelta::default();
     for (ns, job) in &held.changed_jobs {
         let name = format!("{ns}/{job}");
         if let Ok(pos) = last.jobs.binary_search_by(|j| (*j.name).cmp(name.as_str())) {
@@ -146,6 +148,7 @@ pub(super) fn patch(
                         .entry(node)
                         .or_insert(last.node_gpus_used[node.index()]);
                     *used &= !t.gpus;
+                    shared.charge(&last.nodes[node.index()], t.gpus, t.share, false);
                 }
             }
         }
@@ -154,6 +157,7 @@ pub(super) fn patch(
         if let Some(old) = b.pinned_uses.get(key) {
             let used = (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
             *used &= !old.gpus;
+            shared.charge(&last.nodes[old.node.index()], old.gpus, old.share, false);
         }
     }
     // A bound pod's GPUs, claimed; `None` unless they are the ones it names (only those
@@ -266,21 +270,6 @@ pub(super) fn patch(
         .chain(pinned.iter().map(|(_, p)| &p.request));
     if !sums_stay_exact(&last.used_total, added) {
         return None;
-    }
-    // Shared devices: what the gone jobs and pinned pods held given back, what the fresh take.
-    let mut shared = devices::SharedDelta::default();
-    for &j in &gone {
-        for &t in &last.jobs[j.index()].tasks {
-            let t = &last.tasks[t.index()];
-            if let TaskState::Bound(n) = t.state {
-                shared.charge(&last.nodes[n.index()], t.gpus, t.share, false);
-            }
-        }
-    }
-    for key in &held.changed_pinned {
-        if let Some(old) = b.pinned_uses.get(key) {
-            shared.charge(&last.nodes[old.node.index()], old.gpus, old.share, false);
-        }
     }
     for m in fresh.iter().flat_map(|f| &f.members) {
         if let Some(n) = m.node {
