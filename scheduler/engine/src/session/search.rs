@@ -292,15 +292,16 @@ impl Session<'_> {
                         Some((first, taken))
                     })
                     .collect(),
-                (None, Some(few)) => (few.iter().copied())
-                    .filter(|&n| passes(n) && room(n))
-                    .map(|n| (n, n))
-                    .collect(),
-                (None, None) => (0..snap.nodes.len() as u32)
-                    .map(NodeId)
-                    .filter(|&n| passes(n) && room(n))
-                    .map(|n| (n, n))
-                    .collect(),
+                (None, few) => {
+                    let feasible = |n: NodeId| (passes(n) && room(n)).then_some((n, n));
+                    match few {
+                        Some(few) => few.iter().copied().filter_map(feasible).collect(),
+                        None => (0..snap.nodes.len() as u32)
+                            .map(NodeId)
+                            .filter_map(feasible)
+                            .collect(),
+                    }
+                }
             };
             drop(check);
             if classes.is_some() {

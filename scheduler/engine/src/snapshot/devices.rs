@@ -165,10 +165,16 @@ pub(crate) fn charge_shares(
 ) {
     for (p, g) in gpus.iter().enumerate() {
         if mask & (1 << p) != 0 {
-            let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+            let (memory, cores) = share_on(ask, g);
             usage[p].charge(memory, cores, add);
         }
     }
+}
+
+/// The memory (MiB) and compute one share `ask` takes of device `g` (none on a time-sliced
+/// device).
+fn share_on(ask: Option<ShareAsk>, g: &Gpu) -> (u32, u32) {
+    ask.map_or((0, 0), |a| (a.memory_on(g), a.cores))
 }
 
 /// What a patch changes of shared devices' usage, per device of the flat table: slots, memory
@@ -187,7 +193,7 @@ impl SharedDelta {
         let sign = if add { 1 } else { -1 };
         for (p, g) in node.gpus.iter().enumerate() {
             if mask & (1 << p) != 0 {
-                let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+                let (memory, cores) = share_on(ask, g);
                 let d = self.0.entry(node.device_base as usize + p).or_default();
                 d[0] += sign;
                 d[1] += sign * memory as i64;
