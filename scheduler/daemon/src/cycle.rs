@@ -137,10 +137,16 @@ fn collect(
         }
         None => s.assumed_claims.clear(),
     }
+    // Basalt's own kinds: an object that did not decode is reported on itself and left out.
     for q in stores.queues.state() {
-        let name = q.metadata.name.clone().unwrap_or_default();
-        view.add_queue(name, q.status.clone(), Origin::Basalt);
-        objects.push((src(), Object::Queue(Box::new((*q).clone()))));
+        match q.typed(SOURCE) {
+            Ok(q) => {
+                let name = q.metadata.name.clone().unwrap_or_default();
+                view.add_queue(name, q.status.clone(), Origin::Basalt);
+                objects.push((src(), Object::Queue(Box::new((**q).clone()))));
+            }
+            Err(e) => unreadable.push(e),
+        }
     }
     for q in volcano
         .iter()
@@ -179,7 +185,10 @@ fn collect(
         }
     }
     for t in stores.topologies.state() {
-        objects.push((src(), Object::NodeTopology(Box::new((*t).clone()))));
+        match t.typed(SOURCE) {
+            Ok(t) => objects.push((src(), Object::NodeTopology(Box::new((**t).clone())))),
+            Err(e) => unreadable.push(e),
+        }
     }
     let mut group_keys = HashSet::new();
     for g in stores.pod_groups.state() {
@@ -188,9 +197,16 @@ fn collect(
             g.metadata.namespace.as_deref().unwrap_or("default"),
             g.metadata.name.as_deref().unwrap_or("")
         );
+        // An undecodable group still owns its name: its pods wait for it, not for a peer's
+        // group of the same name.
         group_keys.insert(key.clone());
-        objects.push((src(), Object::PodGroup(g.clone())));
-        view.add_group(key, g, Origin::Basalt);
+        match g.typed(SOURCE) {
+            Ok(typed) => {
+                objects.push((src(), Object::PodGroup(typed.clone())));
+                view.add_group(key, typed.clone(), Origin::Basalt);
+            }
+            Err(e) => unreadable.push(e),
+        }
     }
     // Volcano's groups, then scheduler-plugins', each where no group before it has the name
     // (Basalt's win, then Volcano's).

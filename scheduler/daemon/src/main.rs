@@ -18,6 +18,7 @@ mod grouping;
 mod http;
 mod kept_framework;
 mod leader;
+mod lenient;
 mod optional_api;
 mod owners;
 mod report;

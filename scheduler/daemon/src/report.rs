@@ -176,16 +176,23 @@ fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
 
 /// The object an Event about `kind` `ns/name` goes on, for the kinds users look at.
 fn reference(kind: &str, key: &str, origin: Origin) -> Option<ObjectReference> {
-    let api_version = match kind {
-        "Pod" => "v1",
-        "PodGroup" => origin.api_version(),
+    let (api_version, namespaced) = match kind {
+        "Pod" => ("v1", true),
+        "PodGroup" => (origin.api_version(), true),
+        "Queue" => (origin.api_version(), false),
+        "NodeTopology" => (basalt_crds::types::API_VERSION, false),
         _ => return None,
     };
-    let (ns, name) = key.split_once('/').unwrap_or(("default", key));
+    // A cluster-scoped object's Events go to `default`, as kubectl looks for them.
+    let (ns, name) = match key.split_once('/') {
+        Some((ns, name)) if namespaced => (Some(ns), name),
+        _ if namespaced => (Some("default"), key),
+        _ => (None, key),
+    };
     Some(ObjectReference {
         api_version: Some(api_version.into()),
         kind: Some(kind.into()),
-        namespace: Some(ns.into()),
+        namespace: ns.map(Into::into),
         name: Some(name.into()),
         ..Default::default()
     })

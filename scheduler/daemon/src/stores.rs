@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::dra::Dra;
+use crate::lenient::Lenient;
 use crate::scheduler_plugins::SchedulerPlugins;
 use crate::volcano::{HyperNodes, Volcano};
 
@@ -27,10 +28,11 @@ pub struct Stores {
     pub nodes: Store<Node>,
     /// Every pod: Basalt's to schedule, everyone's bound ones for node usage.
     pub pods: Store<Pod>,
-    pub pod_groups: Store<PodGroup>,
-    pub queues: Store<Queue>,
+    /// Basalt's own kinds, each object decoded on its own (`lenient.rs`).
+    pub pod_groups: Store<Lenient<PodGroup>>,
+    pub queues: Store<Lenient<Queue>>,
     pub priority_classes: Store<PriorityClass>,
-    pub topologies: Store<NodeTopology>,
+    pub topologies: Store<Lenient<NodeTopology>>,
     /// Read for their labels (`namespaceSelector` of pod affinity terms).
     pub namespaces: Store<Namespace>,
     /// Claims, volumes and classes: where a pod's volumes let it go, and which claims need

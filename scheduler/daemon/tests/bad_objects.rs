@@ -168,3 +168,91 @@ async fn invalid_objects_are_scheduled_once_fixed() {
     .await;
     c.assert_no_node_over_capacity();
 }
+
+/// Basalt's own kinds are read object by object: a PodGroup, a Queue and a NodeTopology with
+/// integers out of their range (a real API server stores them: CRD `int32` formats are not
+/// enforced on write) are each reported on themselves and left out, and the rest is scheduled,
+/// after a re-list (a restart) as while running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_that_do_not_decode_are_left_out_alone_across_a_relist() {
+    let c = cluster(Config::default()).await;
+    for n in 0..3 {
+        c.create(node(&format!("n{n}"), 8));
+    }
+    c.create(queue("q"));
+    let mut big = group("big", 2, "q");
+    big["spec"]["minMember"] = json!(2147483648u64);
+    c.create(big);
+    let mut huge = queue("huge");
+    huge["spec"]["priority"] = json!(2147483648u64);
+    c.create(huge);
+    c.create(json!({
+        "apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "NodeTopology",
+        "metadata": {"name": "n0"}, "spec": {"islands": [[-1]]},
+    }));
+
+    // Present at the first list.
+    let (s, logs) = c.start_logged(&[]);
+    c.create(group("train", 2, "q"));
+    for i in 0..2 {
+        c.create(pod(&format!("train-{i}"), "train", 8));
+    }
+    eventually("the gang binds beside the undecodable objects", || {
+        (0..2).all(|i| c.node_of(&format!("train-{i}")).is_some())
+    })
+    .await;
+    for (about, kind, field) in [
+        ("big", "PodGroup", "spec.minMember"),
+        ("huge", "Queue", "spec.priority"),
+        ("n0", "NodeTopology", "spec.islands"),
+    ] {
+        eventually(&format!("{kind} {about} is reported on itself"), || {
+            c.events("InvalidObject", about).iter().any(|e| {
+                e["involvedObject"]["kind"] == kind
+                    && e["message"].as_str().is_some_and(|m| m.contains(field))
+            })
+        })
+        .await;
+    }
+    eventually("the PodGroup's status says it is invalid", || {
+        (c.group("big")["status"]["conditions"]
+            .as_array()
+            .into_iter())
+        .flatten()
+        .any(|k| k["type"] == "InvalidObject")
+    })
+    .await;
+    // One log line names each, not the whole list.
+    let lines = logs.problems();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("PodGroup default/big: spec.minMember")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("watch error")),
+        "{lines:#?}"
+    );
+
+    // A good object turned bad while running is reported too, not silently dropped.
+    let mut later = group("later", 1, "q");
+    later["spec"]["minMember"] = json!(-4294967297i64);
+    c.create(later);
+    eventually("the later PodGroup is reported", || {
+        !c.events("InvalidObject", "later").is_empty()
+    })
+    .await;
+
+    // A restart lists everything again: the caches sync and scheduling goes on.
+    drop(s);
+    let _s = c.start_scheduler();
+    c.create(group("after", 1, "q"));
+    c.create(pod("after-0", "after", 8));
+    eventually("a gang binds after the re-list", || {
+        c.node_of("after-0").is_some()
+    })
+    .await;
+    assert_eq!(c.node_of("after-0").as_deref(), Some("n2"));
+    c.assert_no_node_over_capacity();
+}

@@ -235,6 +235,7 @@ impl Scheduler {
                     let existing = match stores
                         .pod_groups
                         .get(&ObjectRef::new(&group_name).within(ns))
+                        .and_then(|g| g.decoded.clone().ok())
                     {
                         Some(g) => Some(g),
                         None => groups
@@ -304,6 +305,7 @@ impl Scheduler {
     async fn follow_owners(&mut self, stores: &Stores) {
         use basalt_crds::types::PodGroupPhase;
         for g in stores.pod_groups.state() {
+            let Ok(g) = &g.decoded else { continue };
             if !owners::is_auto(&g.metadata) || g.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -331,7 +333,7 @@ impl Scheduler {
             };
             if let OwnerGroup::Gang { group, gang, .. } = decision {
                 if g.metadata.name.as_deref() == Some(group.as_str()) {
-                    self.follow_owner(&g, gang.min_member, gang.queue).await;
+                    self.follow_owner(g, gang.min_member, gang.queue).await;
                 }
             }
         }

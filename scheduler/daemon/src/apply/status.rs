@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
 use crate::cycle::pod_key;
+use crate::lenient::Lenient;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use crate::view::Origin;
@@ -111,7 +112,8 @@ impl Scheduler {
     ) -> kube::Result<()> {
         let params = PatchParams::default();
         match origin {
-            Origin::Basalt => Api::<PodGroup>::namespaced(self.client.clone(), ns)
+            // Answers read leniently: a group that does not decode is marked invalid all the same.
+            Origin::Basalt => Api::<Lenient<PodGroup>>::namespaced(self.client.clone(), ns)
                 .patch_status(name, &params, patch)
                 .await
                 .map(drop),
@@ -182,7 +184,7 @@ impl Scheduler {
                 return;
             }
             let result = match origin {
-                Origin::Basalt => Api::<basalt_crds::Queue>::all(self.client.clone())
+                Origin::Basalt => Api::<Lenient<basalt_crds::Queue>>::all(self.client.clone())
                     .patch_status(&q.name, &params, &patch)
                     .await
                     .map(drop),
