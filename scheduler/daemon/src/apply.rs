@@ -26,6 +26,7 @@ use crate::cycle::pod_key;
 use crate::grouping::Grouping;
 use crate::http::Metrics;
 use crate::leader::Leadership;
+use crate::overfull::Overfull;
 use crate::owners::OwnerCache;
 use crate::report::HeldPods;
 use crate::reported::Reported;
@@ -80,6 +81,10 @@ pub struct Scheduler {
     pub view: View,
     /// This cycle's pending pods held for what they state or their volumes, from the snapshot.
     pub held: HeldPods,
+    /// This snapshot's nodes over capacity, and the binds of this cycle's plan that wait for
+    /// them (`overfull.rs`).
+    pub overfull: Overfull,
+    pub held_binds: BTreeMap<String, String>,
     /// The snapshot, brought up to date with what changed each cycle.
     pub snapshots: basalt_crds::IncrementalSnapshot,
     /// The engine's framework, kept while the config and resource names stay the same, with
@@ -171,6 +176,8 @@ impl Scheduler {
             owners: OwnerCache::new(settings.owner_ttl),
             view: View::default(),
             held: HeldPods::default(),
+            overfull: Overfull::default(),
+            held_binds: BTreeMap::new(),
             snapshots: basalt_crds::IncrementalSnapshot::new(),
             framework: Default::default(),
             reported: Reported::default(),

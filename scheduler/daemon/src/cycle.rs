@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
+use crate::overfull::Overfull;
 use crate::report::HeldPods;
 use crate::scheduler_plugins;
 use crate::stores::Stores;
@@ -60,10 +61,13 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     };
     if !update.unchanged {
         s.held = HeldPods::of(snapshot);
+        s.overfull = Overfull::of(snapshot);
     }
     let t_build = started.elapsed();
     let (fw, warm) = s.framework.get(&s.config, &snapshot.resources);
     let plan = basalt_engine::schedule(snapshot, fw, warm);
+    s.held_binds = s.overfull.held(&plan, snapshot);
+    s.report_overfull();
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();
@@ -247,7 +251,8 @@ fn collect(
         });
     }
     for c in s.reported.new_collisions(collisions) {
-        tracing::warn!(object = %c, "PodGroups of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
+        let kind = c.split(' ').next().unwrap_or("object");
+        tracing::warn!(object = %c, "{kind}s of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
     }
     s.view = view;
     // Pods this scheduler bound (`assumed_pods.rs`) and pods on their way into a group

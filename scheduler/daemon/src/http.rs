@@ -75,6 +75,8 @@ pub struct Metrics {
     pub bind_errors: Counter,
     pub evictions: Counter,
     pub pending_pods: Gauge,
+    /// Nodes whose bound pods hold more than they have (`overfull.rs`).
+    pub nodes_over_capacity: Gauge,
     /// Pod creation to its successful bind, observed at the bind.
     pub scheduling_latency: Histogram,
     /// Per `queue`: Basalt pods unbound after the last cycle.
@@ -102,6 +104,7 @@ impl Metrics {
         let bind_errors = Counter::default();
         let evictions = Counter::default();
         let pending_pods = Gauge::default();
+        let nodes_over_capacity = Gauge::default();
         let scheduling_latency = Histogram::new(exponential_buckets(0.005, 2.0, 20));
         let queue_pending_pods = Family::<Labels, Gauge>::default();
         let queue_pending_groups = Family::<Labels, Gauge>::default();
@@ -138,6 +141,11 @@ impl Metrics {
             bind_errors.clone(),
         );
         registry.register("evictions", "Pods evicted", evictions.clone());
+        registry.register(
+            "nodes_over_capacity",
+            "Nodes whose bound pods request more than the node's allocatable; nothing more is bound there",
+            nodes_over_capacity.clone(),
+        );
         registry.register(
             "pending_pods",
             "Basalt pods waiting for a node after the last cycle",
@@ -183,6 +191,7 @@ impl Metrics {
             bind_errors,
             evictions,
             pending_pods,
+            nodes_over_capacity,
             registry,
         }
     }

@@ -16,7 +16,16 @@
 //!   `t` and takes over no earlier than `D` after that, so this replica has stopped acting
 //!   at least G before anyone else may start;
 //! - attempts start every G / 2 and last at most G / 2, so while the API answers, each renewal
-//!   lands within G of the one before, and G <= D - G: leadership does not lapse between them.
+//!   lands within G of the one before, and G <= D - G: leadership does not lapse between them;
+//! - no write outlives the lease: every write goes through [`Leadership::fence`] (the write
+//!   client's layer, `fence.rs`), which sends it only while leading and cuts it at `t + D`, or
+//!   at once when the elector says this replica no longer leads (a failed renewal, giving the
+//!   lease up). A write sent in a term has ended, answered or cut, before another replica may
+//!   take over;
+//! - a replica that takes the lease from another holder, or one that gave it up, writes
+//!   nothing for `min(--kube-api-timeout, D)` more: a holder that released the lease with
+//!   writes in flight, or one of a build without the fence, has had them answered or timed
+//!   out by then. Then it re-lists (`main.rs`) and acts on what the API says.
 //!
 //! A leader whose scheduling loop is stuck (liveness failing) stops leading and gives the lease
 //! up, in that order, so a follower takes over without waiting for the kubelet's restart; it
@@ -37,6 +46,9 @@ pub struct LeaseConfig {
     pub name: String,
     pub identity: String,
     pub duration: Duration,
+    /// The longest an ordinary request may take (`--kube-api-timeout`): how long a replica
+    /// that takes the lease from another holder waits before writing (at most `duration`).
+    pub write_timeout: Duration,
 }
 
 /// Whole seconds (the Lease API's unit): the duration, and the grace: how long before the
@@ -78,8 +90,15 @@ impl Timing {
 pub enum Term {
     /// Without leader election.
     Always,
-    /// Until this instant, unless renewed.
-    Until(Instant),
+    /// Elected: acting from `from` (a replica that took the lease from another holder first
+    /// waits out the writes that holder may still have in flight) until `until`, unless
+    /// renewed; no write of this replica outlives `lease_end`, when another replica may take
+    /// over (`fence.rs`).
+    Until {
+        from: Instant,
+        until: Instant,
+        lease_end: Instant,
+    },
     Follower,
 }
 
@@ -87,15 +106,42 @@ impl Term {
     fn leads_at(self, now: Instant) -> bool {
         match self {
             Term::Always => true,
-            Term::Until(t) => now < t,
+            Term::Until { from, until, .. } => from <= now && now < until,
             Term::Follower => false,
         }
+    }
+
+    fn elected(self) -> bool {
+        self != Term::Follower
     }
 }
 
 /// The leadership as the elector last published it; checked before every write.
 #[derive(Clone, Debug)]
 pub struct Leadership(watch::Receiver<Term>);
+
+/// A write that was not sent, or was cut, for leadership (the answer a fenced request gets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    NotLeader,
+    /// In flight when the elector said this replica no longer leads.
+    Cut,
+    LeaseEnded,
+}
+
+impl std::fmt::Display for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fenced::NotLeader => "not sent: this replica is not the leader",
+            Fenced::Cut => "cut: this replica stopped leading before an answer came",
+            Fenced::LeaseEnded => {
+                "cut: this replica's lease could end before an answer (another replica may lead)"
+            }
+        })
+    }
+}
+
+impl std::error::Error for Fenced {}
 
 impl Leadership {
     /// Leading for good (no leader election).
@@ -120,6 +166,41 @@ impl Leadership {
             .wait_for(|t| t.leads_at(Instant::now()))
             .await
             .is_ok()
+    }
+
+    /// Runs a write sent now: refused unless leading, and cut (dropped, so the connection
+    /// closes and an API server drops it too) once this replica stops leading by the elector's
+    /// word, or at the end of the lease it last renewed, whichever comes first.
+    pub async fn fence<T, E>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, tower::BoxError>
+    where
+        E: Into<tower::BoxError>,
+    {
+        if !self.leading() {
+            return Err(Fenced::NotLeader.into());
+        }
+        let mut term = self.0.clone();
+        tokio::pin!(write);
+        loop {
+            let now = *term.borrow_and_update();
+            let lease_end = match now {
+                Term::Always => return write.await.map_err(Into::into),
+                Term::Until { lease_end, .. } if Instant::now() < lease_end => lease_end,
+                Term::Until { .. } => return Err(Fenced::LeaseEnded.into()),
+                Term::Follower => return Err(Fenced::Cut.into()),
+            };
+            tokio::select! {
+                r = &mut write => return r.map_err(Into::into),
+                _ = tokio::time::sleep_until(lease_end.into()) => {
+                    return Err(Fenced::LeaseEnded.into())
+                }
+                changed = term.changed() => if changed.is_err() {
+                    return Err(Fenced::Cut.into());
+                },
+            }
+        }
     }
 }
 
@@ -157,7 +238,7 @@ impl Elector {
         let identity = &self.config.identity;
         let publish = |next: Term| {
             term.send_modify(|t| {
-                let (was, is) = (*t != Term::Follower, next != Term::Follower);
+                let (was, is) = (t.elected(), next.elected());
                 if was != is {
                     tracing::info!(identity = %identity, leader = is, "leadership changed");
                 }
@@ -165,13 +246,20 @@ impl Elector {
             });
         };
         let mut observed: Option<Observed> = None;
+        // Since when this replica may act in its current run of terms.
+        let mut acting_from: Option<Instant> = None;
+        // Another holder's writes end with its lease (`fence.rs`), or when it gave the lease
+        // up; one of an older build, or one that released with writes in flight, is waited
+        // out for as long as a request may take.
+        let settle = self.config.write_timeout.min(self.timing.duration);
         loop {
             if *stop.borrow() {
                 break;
             }
             let started = Instant::now();
             if !(self.live)() {
-                if *term.borrow() != Term::Follower {
+                acting_from = None;
+                if term.borrow().elected() {
                     tracing::warn!(lease = %self.config.name, "no scheduling cycle finished in time; giving the lease up");
                     // Not leading first: nothing more is written once another replica may lead.
                     publish(Term::Follower);
@@ -186,9 +274,25 @@ impl Elector {
                 r = tokio::time::timeout(self.timing.step, self.acquire_or_renew(&mut observed)) => r,
                 _ = stop.wait_for(|s| *s) => break,
             };
+            if !matches!(attempt, Ok(Ok(Grant::Held | Grant::TookOver))) {
+                acting_from = None;
+            }
             match attempt {
-                Ok(Ok(true)) => publish(Term::Until(started + self.timing.term)),
-                Ok(Ok(false)) => publish(Term::Follower),
+                Ok(Ok(grant @ (Grant::Held | Grant::TookOver))) => {
+                    let from = *acting_from.get_or_insert_with(|| match grant {
+                        Grant::TookOver => {
+                            tracing::info!(lease = %self.config.name, wait = ?settle, "took the lease from another holder; writing nothing until its writes have ended");
+                            Instant::now() + settle
+                        }
+                        _ => started,
+                    });
+                    publish(Term::Until {
+                        from,
+                        until: started + self.timing.term,
+                        lease_end: started + self.timing.duration,
+                    });
+                }
+                Ok(Ok(Grant::Refused)) => publish(Term::Follower),
                 Ok(Err(e)) => {
                     tracing::warn!(lease = %self.config.name, error = %e, "lease request failed; not leading until the lease is renewed");
                     publish(Term::Follower);
@@ -218,8 +322,8 @@ impl Elector {
         }
     }
 
-    /// One read and, when this replica may hold the lease, one write: true when it holds it.
-    async fn acquire_or_renew(&self, observed: &mut Option<Observed>) -> kube::Result<bool> {
+    /// One read and, when this replica may hold the lease, one write.
+    async fn acquire_or_renew(&self, observed: &mut Option<Observed>) -> kube::Result<Grant> {
         let me = &self.config.identity;
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let seconds = self.timing.duration.as_secs() as i32;
@@ -238,7 +342,8 @@ impl Elector {
                     ..Default::default()
                 }),
             };
-            return settled(self.api.create(&PostParams::default(), &lease).await);
+            let created = settled(self.api.create(&PostParams::default(), &lease).await)?;
+            return Ok(if created { Grant::Held } else { Grant::Refused });
         };
         let spec = lease.spec.unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
@@ -266,7 +371,7 @@ impl Elector {
                 .filter(|s| *s > 0)
                 .map_or(self.timing.duration, |s| Duration::from_secs(s as u64));
             if since.elapsed() < lasts {
-                return Ok(false);
+                return Ok(Grant::Refused);
             }
         }
         let (acquired, transitions) = if mine {
@@ -282,7 +387,12 @@ impl Elector {
             "spec": {"holderIdentity": me, "renewTime": now, "acquireTime": acquired,
                      "leaseDurationSeconds": seconds, "leaseTransitions": transitions},
         });
-        self.write(&patch).await
+        Ok(match self.write(&patch).await? {
+            false => Grant::Refused,
+            true if mine => Grant::Held,
+            // Held by another or given up (a released lease keeps no holder).
+            true => Grant::TookOver,
+        })
     }
 
     /// Merge-patches the lease (its resourceVersion in `patch` makes a rival's write a 409).
@@ -311,6 +421,17 @@ impl Elector {
         });
         self.write(&patch).await
     }
+}
+
+/// What one attempt got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    /// Another replica holds the lease, or wrote first.
+    Refused,
+    /// This replica holds it: renewed, or a new Lease created.
+    Held,
+    /// This replica took it from another holder, or one that gave it up.
+    TookOver,
 }
 
 /// A write that succeeded is true; a 409 (another replica wrote first) is false.
@@ -351,11 +472,22 @@ mod tests {
     async fn leadership_ends_by_time_alone_without_a_word_from_the_elector() {
         let (tx, leadership) = Leadership::elected();
         assert!(!leadership.leading());
-        tx.send(Term::Until(Instant::now() + Duration::from_secs(3600)))
-            .unwrap();
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        tx.send(Term::Until {
+            from: now,
+            until: now + hour,
+            lease_end: now + hour,
+        })
+        .unwrap();
         assert!(leadership.leading());
         // A renewal that hangs leaves the last term in place: it runs out on its own.
-        tx.send(Term::Until(Instant::now())).unwrap();
+        tx.send(Term::Until {
+            from: now,
+            until: Instant::now(),
+            lease_end: now + hour,
+        })
+        .unwrap();
         assert!(!leadership.leading());
         assert!(Leadership::unconditional().leading());
     }

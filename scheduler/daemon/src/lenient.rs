@@ -83,6 +83,23 @@ impl<K: DeserializeOwned + Resource<DynamicType = ()>> Lenient<K> {
     }
 }
 
+/// A peer's `spec` (Volcano, scheduler-plugins) read as `T`, a null one as empty; on error the
+/// field is the path inside it (`spec.minMember`).
+pub fn spec_of<T: DeserializeOwned>(spec: &Value) -> Result<T, Undecodable> {
+    let empty = Value::Object(Default::default());
+    let spec = if spec.is_null() { &empty } else { spec };
+    serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        Undecodable {
+            field: match path.as_str() {
+                "." => "spec".to_string(),
+                p => format!("spec.{p}"),
+            },
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
 /// The metadata as far as it reads: an API server validates it, so a failure here means an
 /// odd client; the name and namespace are still kept, so the object is reported by name.
 fn metadata_of(meta: Option<&Value>) -> ObjectMeta {

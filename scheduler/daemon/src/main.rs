@@ -14,12 +14,14 @@ mod assumed_pods;
 mod config_file;
 mod cycle;
 mod dra;
+mod fence;
 mod grouping;
 mod http;
 mod kept_framework;
 mod leader;
 mod lenient;
 mod optional_api;
+mod overfull;
 mod owners;
 mod report;
 mod reported;
@@ -197,13 +199,16 @@ fn main() -> ExitCode {
 /// watch start the API never answers fails.
 const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Two clients on one kubeconfig: one for watches (long-lived streams), one for every other
-/// request, whose connect, write and read are each bounded by `timeout`. (A read timeout that
-/// short on the watch client would cut every watch idle for longer.) Both name the replica in
-/// their User-Agent, so the API server's audit log tells replicas apart.
+/// Two clients on one kubeconfig: one for watches (long-lived streams) and the lease, one for
+/// every other request, whose connect, write and read are each bounded by `timeout`, and
+/// whose writes are fenced by `leadership` (`fence.rs`). (A read timeout that short on the
+/// watch client would cut every watch idle for longer; the elector bounds its own requests.)
+/// Both name the replica in their User-Agent, so the API server's audit log tells replicas
+/// apart.
 async fn clients(
     identity: &str,
     timeout: Duration,
+    leadership: &leader::Leadership,
 ) -> anyhow::Result<(kube::Client, kube::Client)> {
     use axum::http::{header, HeaderValue};
     let mut cfg = kube::Config::infer()
@@ -223,8 +228,13 @@ async fn clients(
     let mut watches = cfg.clone();
     watches.read_timeout = Some(WATCH_READ_TIMEOUT);
     cfg.read_timeout = Some(timeout);
-    let build = |c| kube::Client::try_from(c).context("cannot build the Kubernetes client");
-    Ok((build(watches)?, build(cfg)?))
+    let context = "cannot build the Kubernetes client";
+    let watch_client = kube::Client::try_from(watches).context(context)?;
+    let fence = fence::FenceLayer(leadership.clone());
+    let client = (kube::client::ClientBuilder::try_from(cfg).context(context)?)
+        .with_layer(&fence)
+        .build();
+    Ok((watch_client, client))
 }
 
 /// Waits for every cache's first list; the wait counts as progress for liveness. False when
@@ -257,7 +267,13 @@ async fn run(
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "basalt-scheduler".into());
         format!("{host}_{}", std::process::id())
     });
-    let (watch_client, client) = clients(&identity, args.kube_api_timeout).await?;
+    let (term_tx, leadership) = if args.leader_elect {
+        let (tx, leadership) = leader::Leadership::elected();
+        (Some(tx), leadership)
+    } else {
+        (None, leader::Leadership::unconditional())
+    };
+    let (watch_client, client) = clients(&identity, args.kube_api_timeout, &leadership).await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -265,13 +281,7 @@ async fn run(
         let _ = shutdown_tx.send(true);
     });
 
-    let (term_tx, leadership) = if args.leader_elect {
-        let (tx, leadership) = leader::Leadership::elected();
-        (Some(tx), leadership)
-    } else {
-        (None, leader::Leadership::unconditional())
-    };
-    let mut stores = stores::Stores::start(watch_client, args.volcano_discovery_interval);
+    let mut stores = stores::Stores::start(watch_client.clone(), args.volcano_discovery_interval);
     // Checked at start (exit 2).
     let max_gap = max_cycle_gap(args.period, args.max_cycle_gap).map_err(anyhow::Error::msg)?;
     let health = Arc::new(http::Health::new(
@@ -302,12 +312,13 @@ async fn run(
     let elector = match term_tx {
         Some(term) => {
             let elector = leader::Elector::new(
-                client.clone(),
+                watch_client,
                 leader::LeaseConfig {
                     namespace: args.lease_namespace.clone(),
                     name: args.lease_name.clone(),
                     identity: identity.clone(),
                     duration: args.lease_duration,
+                    write_timeout: args.kube_api_timeout,
                 },
                 {
                     let health = health.clone();

@@ -17,6 +17,8 @@ pub struct Reported {
     warnings: Lasting,
     /// Basalt and Volcano objects sharing a name, already warned about.
     collisions: Lasting,
+    /// Nodes over capacity, already warned about.
+    overfull: Lasting,
 }
 
 /// Things said once while they last.
@@ -68,11 +70,17 @@ impl Reported {
         self.collisions.fresh(now)
     }
 
+    /// The nodes over capacity among `now` not warned about while they lasted.
+    pub fn new_overfull(&mut self, now: HashSet<String>) -> HashSet<String> {
+        self.overfull.fresh(now)
+    }
+
     /// Another replica led in between: the reasons and invalid objects are given again (the
     /// Events it wrote are its own).
     pub fn forget_events(&mut self) {
         self.last_said.clear();
         self.convert_errors.0.clear();
+        self.overfull.0.clear();
     }
 }
 

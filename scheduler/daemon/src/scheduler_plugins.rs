@@ -77,10 +77,8 @@ impl SigsPodGroup {
             field: field.into(),
             message,
         };
-        let spec = match &self.spec {
-            Value::Null => sp::PodGroupSpec::default(),
-            v => serde_json::from_value(v.clone()).map_err(|e| error("spec", e.to_string()))?,
-        };
+        let spec: sp::PodGroupSpec =
+            crate::lenient::spec_of(&self.spec).map_err(|u| error(&u.field, u.message))?;
         let group = sp::PodGroup {
             metadata: self.metadata.clone(),
             spec,
@@ -149,6 +147,9 @@ mod tests {
         }))
         .unwrap();
         let e = bad.to_basalt().unwrap_err();
-        assert_eq!((e.object.as_str(), e.field.as_str()), ("ml/g", "spec"));
+        assert_eq!(
+            (e.object.as_str(), e.field.as_str()),
+            ("ml/g", "spec.minMember")
+        );
     }
 }

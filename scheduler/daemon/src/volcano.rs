@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::lenient::spec_of;
 use crate::optional_api::{watch, Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
 
@@ -137,14 +138,6 @@ fn convert_error(kind: &str, object: String, field: &str, message: String) -> Co
     }
 }
 
-fn null_to_empty(v: &Value) -> Value {
-    if v.is_null() {
-        Value::Object(Default::default())
-    } else {
-        v.clone()
-    }
-}
-
 impl VolcanoPodGroup {
     /// The Basalt form, through the crds crate's Volcano conversion (`networkTopology` and
     /// `subGroupPolicy` mapped to `topology` and `subGroups`), with warnings about fields Basalt
@@ -152,8 +145,8 @@ impl VolcanoPodGroup {
     /// field Basalt does not know, or an odd one, reads as absent: the scheduler rewrites it).
     pub fn to_basalt(&self) -> Result<(PodGroup, Vec<String>), ConvertError> {
         let name = key(&self.metadata, true);
-        let spec: vc::PodGroupSpec = serde_json::from_value(null_to_empty(&self.spec))
-            .map_err(|e| convert_error("PodGroup", name.clone(), "spec", e.to_string()))?;
+        let spec: vc::PodGroupSpec = spec_of(&self.spec)
+            .map_err(|u| convert_error("PodGroup", name.clone(), &u.field, u.message))?;
         let (group, issues) = vc::PodGroup {
             metadata: self.metadata.clone(),
             spec,
@@ -182,8 +175,8 @@ impl VolcanoQueue {
     /// flattened, `Unknown` state read as `Open`).
     pub fn to_basalt(&self) -> Result<Queue, ConvertError> {
         let name = key(&self.metadata, false);
-        let spec: vc::QueueSpec = serde_json::from_value(null_to_empty(&self.spec))
-            .map_err(|e| convert_error("Queue", name.clone(), "spec", e.to_string()))?;
+        let spec: vc::QueueSpec = spec_of(&self.spec)
+            .map_err(|u| convert_error("Queue", name.clone(), &u.field, u.message))?;
         let status = match &self.status {
             Value::Null => None,
             s => serde_json::from_value::<vc::QueueStatus>(s.clone()).ok(),
@@ -234,14 +227,13 @@ impl RawHyperNode {
     /// member type, say) is an error naming the HyperNode.
     pub fn to_basalt(&self) -> Result<HyperNode, ConvertError> {
         let name = key(&self.metadata, false);
-        let spec: vc::HyperNodeSpec =
-            serde_json::from_value(null_to_empty(&self.spec)).map_err(|e| ConvertError {
-                origin: Some(TOPOLOGY_ORIGIN.to_string()),
-                kind: "HyperNode".into(),
-                object: name.clone(),
-                field: "spec".into(),
-                message: e.to_string(),
-            })?;
+        let spec: vc::HyperNodeSpec = spec_of(&self.spec).map_err(|u| ConvertError {
+            origin: Some(TOPOLOGY_ORIGIN.to_string()),
+            kind: "HyperNode".into(),
+            object: name.clone(),
+            field: u.field,
+            message: u.message,
+        })?;
         let mut h = HyperNode::new(&name, spec);
         h.metadata = self.metadata.clone();
         Ok(h)
@@ -348,6 +340,7 @@ mod tests {
         .unwrap();
         let e = bad.to_basalt().unwrap_err();
         assert_eq!((e.kind.as_str(), e.object.as_str()), ("PodGroup", "ml/bad"));
+        assert_eq!(e.field, "spec.minMember");
         assert!(e.to_string().contains("scheduling.volcano.sh"), "{e}");
     }
 

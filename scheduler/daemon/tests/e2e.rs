@@ -776,6 +776,9 @@ async fn volcano_podgroups_and_queues_are_scheduled_and_their_status_written_bac
     c.create(group("dup", 1, "vq"));
     c.create(volcano_group("dup", 3, "vq"));
     c.create(pod("dup-0", "dup", 1));
+    // And a Queue named in both.
+    c.create(queue("both"));
+    c.create(volcano_queue("both"));
     let (_s, logs) = c.start_logged(&[]);
 
     eventually("the Volcano gang bound", || {
@@ -848,6 +851,20 @@ async fn volcano_podgroups_and_queues_are_scheduled_and_their_status_written_bac
         .filter(|l| l["level"] == "WARN" && l["object"] == "PodGroup default/dup")
         .collect();
     assert_eq!(clashes.len(), 1, "{clashes:?}");
+    assert!(
+        (clashes[0]["message"].as_str()).is_some_and(|m| m.starts_with("PodGroups of two APIs")),
+        "{clashes:?}"
+    );
+    let queue_clash = logs
+        .lines()
+        .into_iter()
+        .find(|l| l["object"] == "Queue both");
+    assert!(
+        queue_clash.as_ref().is_some_and(
+            |l| (l["message"].as_str()).is_some_and(|m| m.starts_with("Queues of two APIs"))
+        ),
+        "the clash names the kind: {queue_clash:?}"
+    );
     assert!(c
         .server
         .list("v1", "Event")

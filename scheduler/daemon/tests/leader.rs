@@ -107,6 +107,17 @@ impl Cluster {
         }));
     }
 
+    /// A gang of one like [`Self::job`], at PriorityClass `class`.
+    fn job_at(&self, name: &str, class: &str) {
+        self.job(name);
+        let mut pod = self.server.get("v1", "Pod", "default", name).unwrap();
+        pod["spec"]["priorityClassName"] = json!(class);
+        self.server.delete("v1", "Pod", "default", name).unwrap();
+        pod["metadata"] = json!({"name": name, "namespace": "default",
+                                 "labels": {"scheduling.basalt.dev/pod-group": name}});
+        self.create(pod);
+    }
+
     fn bound(&self, pod: &str) -> bool {
         self.server
             .get("v1", "Pod", "default", pod)
@@ -408,4 +419,72 @@ async fn a_leader_whose_cycle_hangs_gives_the_lease_up_and_the_follower_schedule
         "{stuck_binds:?}"
     );
     c.assert_no_node_over_capacity();
+}
+
+/// The failover of issue 30: the leader's binds take 9.5 s (under the 10 s request timeout)
+/// while its lease requests hang. The other replica takes over and binds; the old leader's
+/// binds must never land beside its own (they are cut with its term, and the new leader waits
+/// out whatever an old holder may still have in flight): never more GPUs bound than a node has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_binds_outlast_its_lease_never_overfills_a_node() {
+    let c = cluster(1).await;
+    // Pods the next leader takes first, without preempting the ones already placed.
+    c.create(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "urgent"}, "value": 1000, "preemptionPolicy": "Never",
+    }));
+    let args = |id: &'static str| ["--leader-elect", "--lease-duration", "6s", "--identity", id];
+    let _a = c.start(&free_addr(), &args("alpha"));
+    eventually("alpha leads", || c.holder().as_deref() == Some("alpha")).await;
+    let _b = c.start(&free_addr(), &args("beta"));
+
+    let slow_binds = FaultRule {
+        resource: Some("pods/binding".into()),
+        delay_ms: 9500,
+        ..Default::default()
+    };
+    c.server
+        .add_fault(slow_binds.from_client("(alpha)"))
+        .unwrap();
+    c.server
+        .add_fault(FaultRule::stall(None, "leases").from_client("(alpha)"))
+        .unwrap();
+    let faulted = Instant::now();
+    for i in 0..8 {
+        c.job(&format!("first-{i}"));
+    }
+    // alpha has sent its 8 binds (each answered only after 9.5 s) before these arrive.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for i in 0..8 {
+        c.job_at(&format!("urgent-{i}"), "urgent");
+    }
+    let bound = |c: &Cluster| {
+        (c.server.list("v1", "Pod").iter())
+            .filter(|p| p["spec"]["nodeName"].is_string())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while !(c.holder().as_deref() == Some("beta") && bound(&c) == 8) {
+        assert!(
+            Instant::now() < deadline,
+            "beta never took over and bound 8 pods"
+        );
+        c.assert_no_node_over_capacity();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Past the moment alpha's binds would have been answered.
+    let landed = faulted + Duration::from_secs(12);
+    while Instant::now() < landed {
+        c.assert_no_node_over_capacity();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.assert_no_node_over_capacity();
+    assert_eq!(bound(&c), 8);
+    // No bind of alpha's succeeded after the faults: they were cut, not answered.
+    let late = c
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| by(r, "alpha") && r.resource == "pods/binding" && succeeded(r));
+    assert_eq!(late.count(), 0);
 }

@@ -90,7 +90,7 @@ impl Scheduler {
         let jobs: Vec<_> = plan
             .bindings
             .iter()
-            .filter(|b| !self.assumed.is_assumed(&b.pod))
+            .filter(|b| !self.assumed.is_assumed(&b.pod) && !self.held_binds.contains_key(&b.pod))
             .map(|b| {
                 let (ns, name) = split_key(&b.pod);
                 let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
@@ -162,6 +162,17 @@ impl Scheduler {
 
         let mut retry = false;
         let mut failed: HashMap<String, (u32, String)> = HashMap::new();
+        // Binds held for a node over capacity count as not bound, quietly: the node is
+        // reported once, not each pod each cycle.
+        for (key, why) in &self.held_binds {
+            let (ns, name) = split_key(key);
+            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+            if let Some(g) = pod.as_deref().and_then(member_of) {
+                let entry = failed.entry(format!("{ns}/{g}")).or_default();
+                entry.0 += 1;
+                entry.1 = format!("{key}: {why}");
+            }
+        }
         for (job, result) in results {
             let BindJob {
                 key,
