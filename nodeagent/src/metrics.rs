@@ -132,21 +132,21 @@ pub fn health_router() -> Router {
 /// `/metrics`, served on `--metrics-bind-address` (loopback unless exposed on purpose).
 pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
     Router::new().route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                        .into_response()
-                }
-            }),
-        )
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+                    .into_response()
+            }
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Decide and report, write nothing, change no GPU.
     pub dry_run: bool,
-    /// Never change MIG instances (nodes without MIG, the unprivileged DaemonSet): a layout
+    /// Never change MIG instances (nodes without MIG, the default unprivileged DaemonSet): a layout
     /// label is then reported as a warning and not read.
     pub no_mig: bool,
     /// mig-parted config (the layouts `nvidia.com/mig.config` names).

@@ -753,9 +753,7 @@ async fn the_binary_publishes_once_and_a_dry_run_writes_nothing() {
     assert_eq!(report["nodeLabels"], json!("dryRun"));
     assert_eq!(server.resource_version(), version);
     assert!(topology(&client, "bin-2").await.is_none());
-    assert!(plugin_config(&client, "basalt-ts-bin-2")
-        .await
-        .is_none());
+    assert!(plugin_config(&client, "basalt-ts-bin-2").await.is_none());
     assert!(!labels(&get_node(&client, "bin-2").await).contains_key(DP_LABEL));
 
     // A node that does not exist: non-zero exit, the message names it.
@@ -808,16 +806,15 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
 
     // The real agent in `run` mode, a round every 100 ms. Before the fix it aborted in its first
     // round (a 32 GB allocation), so nothing was ever published.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let (listen, metrics_at) = (free(), free());
     let a100 = fixture("a100-mig.yaml");
     let mut child = Command::new(env!("CARGO_BIN_EXE_basalt-nodeagent"))
         .args(["run", "--interval", "100ms", "--node-name", "huge-1"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+        .args(["--listen", &listen, "--metrics-bind-address", &metrics_at])
         .arg("--fake")
         .arg(&a100)
         .env("KUBECONFIG", &kubeconfig)
@@ -862,6 +859,21 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
     )
     .await;
     assert!(child.try_wait().unwrap().is_none(), "the agent exited");
+    // The probe on --listen, /metrics on its own address only.
+    let get = |addr: &str, path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get(&listen, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(get(&listen, "/metrics").starts_with("HTTP/1.1 404"));
+    assert!(get(&metrics_at, "/healthz").starts_with("HTTP/1.1 404"));
+    let metrics = get(&metrics_at, "/metrics");
+    assert!(metrics.contains("basalt_nodeagent_gpus"), "{metrics}");
     // Many rounds, one Event: the unchanged problem is not reported again.
     assert_eq!(
         node_events(&client, "huge-1").await,

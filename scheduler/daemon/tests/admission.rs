@@ -27,9 +27,7 @@ struct Request<'a> {
 }
 
 fn run(env: &Arc<Env>, expr: &str, vars: &HashMap<&str, Value>) -> Value {
-    let program = env
-        .compile(expr)
-        .unwrap_or_else(|e| panic!("{expr}: {e}"));
+    let program = env.compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
     let mut context = Context::with_env(env.clone());
     for (name, value) in vars {
         context.add_variable_from_value(*name, value.clone());
@@ -138,7 +136,11 @@ fn node() -> Json {
 #[test]
 fn the_scheduler_may_write_only_the_pod_and_node_keys_it_owns() {
     let Some(docs) = kustomize() else { return };
-    let policy = find(&docs, "ValidatingAdmissionPolicy", "basalt-scheduler-owned-metadata");
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-scheduler-owned-metadata",
+    );
     let update = |resource, old: &Json, object: Json| Request {
         user: SCHEDULER,
         node: None,
@@ -187,18 +189,46 @@ fn the_scheduler_may_write_only_the_pod_and_node_keys_it_owns() {
     };
     let image = json!({"spec": {"containers": [{"name": "c", "image": "evil:1"}]}});
     refused("pods", &p, image);
-    refused("pods", &p, json!({"metadata": {"annotations": {"team": "other"}}}));
-    refused("pods", &p, json!({"metadata": {"annotations": {"team": null}}}));
-    refused("pods", &p, json!({"metadata": {"labels": {"app": "other"}}}));
+    refused(
+        "pods",
+        &p,
+        json!({"metadata": {"annotations": {"team": "other"}}}),
+    );
+    refused(
+        "pods",
+        &p,
+        json!({"metadata": {"annotations": {"team": null}}}),
+    );
+    refused(
+        "pods",
+        &p,
+        json!({"metadata": {"labels": {"app": "other"}}}),
+    );
     refused("pods", &p, json!({"metadata": {"labels": {"extra": "x"}}}));
     refused("pods", &p, json!({"metadata": {"ownerReferences": null}}));
     refused("pods", &p, json!({"metadata": {"finalizers": ["x/keep"]}}));
     // HAMi's pod keys are not the node's, nor the node's lock a pod's.
-    refused("pods", &p, json!({"metadata": {"annotations": {"hami.io/mutex.lock": "x"}}}));
-    refused("nodes", &n, json!({"metadata": {"annotations": {"hami.io/bind-phase": "x"}}}));
-    refused("nodes", &n, json!({"metadata": {"labels": {"hami.io/vgpu-node": "x"}}}));
+    refused(
+        "pods",
+        &p,
+        json!({"metadata": {"annotations": {"hami.io/mutex.lock": "x"}}}),
+    );
+    refused(
+        "nodes",
+        &n,
+        json!({"metadata": {"annotations": {"hami.io/bind-phase": "x"}}}),
+    );
+    refused(
+        "nodes",
+        &n,
+        json!({"metadata": {"labels": {"hami.io/vgpu-node": "x"}}}),
+    );
     refused("nodes", &n, json!({"spec": {"unschedulable": true}}));
-    refused("nodes", &n, json!({"metadata": {"annotations": {"hami.io/node-nvidia-register": "x"}}}));
+    refused(
+        "nodes",
+        &n,
+        json!({"metadata": {"annotations": {"hami.io/node-nvidia-register": "x"}}}),
+    );
 
     // Anyone else's writes are not the policy's business.
     let mut other = update("pods", &p, merge(&p, image_patch()));
@@ -213,7 +243,11 @@ fn image_patch() -> Json {
 #[test]
 fn the_scheduler_deletes_only_its_auto_podgroups() {
     let Some(docs) = kustomize() else { return };
-    let policy = find(&docs, "ValidatingAdmissionPolicy", "basalt-scheduler-auto-podgroups");
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-scheduler-auto-podgroups",
+    );
     let delete = |old: Json| Request {
         user: SCHEDULER,
         node: None,
@@ -225,9 +259,15 @@ fn the_scheduler_deletes_only_its_auto_podgroups() {
         json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
             "metadata": {"name": "train-pg", "namespace": "ml", "labels": labels}, "spec": {"minMember": 4}})
     };
-    assert!(admitted(policy, delete(group(json!({"scheduling.basalt.dev/auto": "true"})))));
+    assert!(admitted(
+        policy,
+        delete(group(json!({"scheduling.basalt.dev/auto": "true"})))
+    ));
     assert!(!admitted(policy, delete(group(json!({})))));
-    assert!(!admitted(policy, delete(group(json!({"scheduling.basalt.dev/auto": "false"})))));
+    assert!(!admitted(
+        policy,
+        delete(group(json!({"scheduling.basalt.dev/auto": "false"})))
+    ));
     let mut bare = group(json!({}));
     bare["metadata"].as_object_mut().unwrap().remove("labels");
     assert!(!admitted(policy, delete(bare)));
@@ -236,7 +276,11 @@ fn the_scheduler_deletes_only_its_auto_podgroups() {
 #[test]
 fn the_node_agent_writes_only_its_own_device_plugin_key() {
     let Some(docs) = kustomize() else { return };
-    let policy = find(&docs, "ValidatingAdmissionPolicy", "basalt-nodeagent-own-node");
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-nodeagent-own-node",
+    );
     let write = |object: Json, old: Json| Request {
         user: AGENT,
         node: Some("gpu-1"),
@@ -256,7 +300,10 @@ fn the_node_agent_writes_only_its_own_device_plugin_key() {
     assert!(admitted(policy, write(both.clone(), theirs.clone())));
     assert!(admitted(policy, write(theirs.clone(), both.clone())));
     // Another node's key, another ConfigMap, binaryData: refused.
-    assert!(!admitted(policy, write(cm(json!({"basalt-ts-gpu-2": "x"})), Json::Null)));
+    assert!(!admitted(
+        policy,
+        write(cm(json!({"basalt-ts-gpu-2": "x"})), Json::Null)
+    ));
     let changed = cm(json!({"basalt-ts-gpu-2": "evil", "basalt-ts-gpu-1": "version: v1\n"}));
     assert!(!admitted(policy, write(changed, both.clone())));
     assert!(!admitted(policy, write(cm(own.clone()), both.clone())));
@@ -269,7 +316,12 @@ fn the_node_agent_writes_only_its_own_device_plugin_key() {
 
     // Its Node's device-plugin label: its own key, or away; never another node's key.
     let n = node();
-    let label = |v: Json| merge(&n, json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": v}}}));
+    let label = |v: Json| {
+        merge(
+            &n,
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": v}}}),
+        )
+    };
     let on_node = |object: Json, old: Json| Request {
         user: AGENT,
         node: Some("gpu-1"),
@@ -280,10 +332,16 @@ fn the_node_agent_writes_only_its_own_device_plugin_key() {
     let ours = label(json!("basalt-ts-gpu-1"));
     assert!(admitted(policy, on_node(ours.clone(), n.clone())));
     assert!(admitted(policy, on_node(n.clone(), ours)));
-    assert!(!admitted(policy, on_node(label(json!("basalt-ts-gpu-2")), n.clone())));
+    assert!(!admitted(
+        policy,
+        on_node(label(json!("basalt-ts-gpu-2")), n.clone())
+    ));
     // An operator's own value is left alone: unchanged passes.
     let custom = label(json!("a100-mixed"));
-    let with_clique = merge(&custom, json!({"metadata": {"labels": {"nvidia.com/gpu.clique": "c.1"}}}));
+    let with_clique = merge(
+        &custom,
+        json!({"metadata": {"labels": {"nvidia.com/gpu.clique": "c.1"}}}),
+    );
     assert!(admitted(policy, on_node(with_clique, custom)));
     // Not its node.
     let mut elsewhere = on_node(label(json!("basalt-ts-gpu-1")), n);

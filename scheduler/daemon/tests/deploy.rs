@@ -317,7 +317,9 @@ fn the_node_agent_may_write_only_its_own_node() {
     assert_eq!(device_key.expression, "'basalt-ts-' + variables.nodeName");
     assert!(checks("k == variables.deviceKey"));
     assert!(checks("== variables.deviceKey"));
-    assert!(checks("object.metadata.name == 'basalt-device-plugin-config'"));
+    assert!(checks(
+        "object.metadata.name == 'basalt-device-plugin-config'"
+    ));
     // The labels and annotation it may change are exactly the agent's own.
     let owned = |name: &str| {
         &variables
@@ -397,7 +399,9 @@ fn the_node_agent_is_unprivileged_unless_it_applies_mig_layouts() {
     assert_eq!(sc.allow_privilege_escalation, None);
     let args = c.args.clone().unwrap();
     assert!(!args.iter().any(|a| a == "--no-mig"), "{args:?}");
-    assert!(args.iter().any(|a| a.starts_with("--metrics-bind-address=127.0.0.1:")));
+    assert!(args
+        .iter()
+        .any(|a| a.starts_with("--metrics-bind-address=127.0.0.1:")));
     find(
         &docs,
         "ValidatingAdmissionPolicy",

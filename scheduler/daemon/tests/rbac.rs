@@ -45,9 +45,17 @@ fn granted(docs: &[Value]) -> BTreeSet<Grant> {
                 "{role}: non-resource URLs"
             );
             let names = strings(&rule["resourceNames"]).join(", ");
-            let names = if names.is_empty() { "any".into() } else { names };
+            let names = if names.is_empty() {
+                "any".into()
+            } else {
+                names
+            };
             for group in strings(&rule["apiGroups"]) {
-                let group = if group.is_empty() { "core".into() } else { group };
+                let group = if group.is_empty() {
+                    "core".into()
+                } else {
+                    group
+                };
                 for resource in strings(&rule["resources"]) {
                     for verb in strings(&rule["verbs"]) {
                         assert!(
@@ -158,17 +166,22 @@ fn policy_for(docs: &[Value], user: &str, group: &str, resource: &str, op: &str)
         spec["failurePolicy"] == "Fail"
             && (spec["matchConditions"].as_array().into_iter().flatten())
                 .any(|c| c["expression"] == only_user.as_str())
-            && (spec["matchConstraints"]["resourceRules"].as_array().into_iter().flatten())
-                .any(|r| {
-                    has(&r["apiGroups"], group)
-                        && strings(&r["resources"]).iter().any(|x| x == resource)
-                        && has(&r["operations"], op)
-                })
+            && (spec["matchConstraints"]["resourceRules"]
+                .as_array()
+                .into_iter()
+                .flatten())
+            .any(|r| {
+                has(&r["apiGroups"], group)
+                    && strings(&r["resources"]).iter().any(|x| x == resource)
+                    && has(&r["operations"], op)
+            })
             && !spec["validations"].as_array().is_none_or(Vec::is_empty)
     })?;
     let name = str(&policy["metadata"]["name"]);
     all(docs, "ValidatingAdmissionPolicyBinding")
-        .any(|b| b["spec"]["policyName"] == name && strings(&b["spec"]["validationActions"]) == ["Deny"])
+        .any(|b| {
+            b["spec"]["policyName"] == name && strings(&b["spec"]["validationActions"]) == ["Deny"]
+        })
         .then(|| name.to_string())
 }
 
@@ -210,7 +223,11 @@ fn writes_rbac_cannot_narrow_are_held_by_a_bound_policy() {
 #[test]
 fn the_scheduler_policies_name_exactly_what_it_writes() {
     let Some(docs) = kustomize() else { return };
-    let owned = find(&docs, "ValidatingAdmissionPolicy", "basalt-scheduler-owned-metadata");
+    let owned = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-scheduler-owned-metadata",
+    );
     let variable = |name: &str| {
         let vars = owned["spec"]["variables"].as_array().unwrap();
         let v = vars.iter().find(|v| v["name"] == name).unwrap();
@@ -232,10 +249,19 @@ fn the_scheduler_policies_name_exactly_what_it_writes() {
     let annotations = variable("ownedAnnotations");
     let quoted = |k: &str| format!("'{k}'");
     for key in pod_annotations.iter().chain(&["hami.io/mutex.lock"]) {
-        assert!(source.contains(&format!("\"{key}\"")), "{key} not in the daemon");
-        assert!(annotations.contains(&quoted(key)), "{key} not owned: {annotations}");
+        assert!(
+            source.contains(&format!("\"{key}\"")),
+            "{key} not in the daemon"
+        );
+        assert!(
+            annotations.contains(&quoted(key)),
+            "{key} not owned: {annotations}"
+        );
     }
-    assert_eq!(annotations.matches("'").count(), 2 * (pod_annotations.len() + 1));
+    assert_eq!(
+        annotations.matches("'").count(),
+        2 * (pod_annotations.len() + 1)
+    );
     assert_eq!(
         variable("ownedLabels"),
         "variables.isPod ? ['hami.io/vgpu-node'] : []"
@@ -250,9 +276,13 @@ fn the_scheduler_policies_name_exactly_what_it_writes() {
     assert!(checks(owned, "variables.ownedAnnotations"));
     assert!(checks(owned, "ownerReferences"));
     // Deletes: only groups carrying the label the daemon puts on the groups it makes.
-    let auto = find(&docs, "ValidatingAdmissionPolicy", "basalt-scheduler-auto-podgroups");
-    let owners = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/owners.rs"))
-        .unwrap();
+    let auto = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-scheduler-auto-podgroups",
+    );
+    let owners =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/owners.rs")).unwrap();
     assert!(owners.contains("AUTO_LABEL: &str = \"scheduling.basalt.dev/auto\""));
     assert!(checks(
         auto,
@@ -266,13 +296,21 @@ fn no_container_may_escalate_but_the_mig_variant() {
     let containers = |docs: &[Value]| -> Vec<(String, Value)> {
         let workloads = ["Deployment", "DaemonSet", "StatefulSet", "Job"];
         let mut out = Vec::new();
-        for w in docs.iter().filter(|d| workloads.iter().any(|k| d["kind"] == *k)) {
+        for w in docs
+            .iter()
+            .filter(|d| workloads.iter().any(|k| d["kind"] == *k))
+        {
             let pod = &w["spec"]["template"]["spec"];
             for c in ["containers", "initContainers"]
                 .iter()
                 .flat_map(|k| pod[k].as_array().cloned().unwrap_or_default())
             {
-                let name = format!("{} {}/{}", str(&w["kind"]), str(&w["metadata"]["name"]), str(&c["name"]));
+                let name = format!(
+                    "{} {}/{}",
+                    str(&w["kind"]),
+                    str(&w["metadata"]["name"]),
+                    str(&c["name"])
+                );
                 out.push((name, c["securityContext"].clone()));
             }
         }
@@ -284,11 +322,18 @@ fn no_container_may_escalate_but_the_mig_variant() {
         assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
         assert_ne!(sc["privileged"], true, "{name}");
         assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
-        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{name}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            serde_json::json!(["ALL"]),
+            "{name}"
+        );
     }
     // The MIG component (deploy/README.md, Privileges) is the one privileged container.
     let mig = containers(&with_component("nodeagent/mig").unwrap());
-    let privileged: Vec<_> = mig.iter().filter(|(_, sc)| sc["privileged"] == true).collect();
+    let privileged: Vec<_> = mig
+        .iter()
+        .filter(|(_, sc)| sc["privileged"] == true)
+        .collect();
     assert_eq!(privileged.len(), 1, "{mig:?}");
     assert_eq!(privileged[0].0, "DaemonSet basalt-nodeagent/nodeagent");
     let readme = std::fs::read_to_string(deploy().join("README.md")).unwrap();
@@ -322,7 +367,10 @@ fn metrics_stay_on_loopback() {
             "{name}: {args:?}"
         );
         // The probes stay on --listen, where the kubelet reaches them.
-        assert!(args.iter().any(|a| a.starts_with("--listen=0.0.0.0:")), "{name}");
+        assert!(
+            args.iter().any(|a| a.starts_with("--listen=0.0.0.0:")),
+            "{name}"
+        );
     }
     // Nothing serves the old metrics port to the cluster.
     assert!(all(&docs, "Service").all(|s| !str(&s["metadata"]["name"]).contains("metrics")));
