@@ -118,8 +118,7 @@ impl Metrics {
     }
 }
 
-/// The router for `/healthz` and `/metrics`.
-/// `/healthz` and `/metrics` on one address.
+/// `/healthz` and `/metrics` on one address (`--metrics-bind-address` equal to `--listen`).
 pub fn router(metrics: Arc<Metrics>) -> Router {
     health_router().merge(metrics_router(metrics))
 }

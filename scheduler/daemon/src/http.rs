@@ -207,22 +207,22 @@ pub async fn start(
         .route("/readyz", get(readyz));
     let scrape = Router::new().route("/metrics", get(metrics_text));
     let servers = match listen == metrics_at {
-        true => vec![("--listen", listen, probes.merge(scrape))],
+        true => vec![(
+            "--listen",
+            listen,
+            "/healthz, /readyz, /metrics",
+            probes.merge(scrape),
+        )],
         false => vec![
-            ("--listen", listen, probes),
-            ("--metrics-bind-address", metrics_at, scrape),
+            ("--listen", listen, "/healthz, /readyz", probes),
+            ("--metrics-bind-address", metrics_at, "/metrics", scrape),
         ],
     };
     let mut running = Vec::new();
-    for (flag, addr, app) in servers {
+    for (flag, addr, paths, app) in servers {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("{flag} {addr}: cannot bind"))?;
-        let paths = match (flag, listen == metrics_at) {
-            (_, true) => "/healthz, /readyz, /metrics",
-            ("--listen", _) => "/healthz, /readyz",
-            _ => "/metrics",
-        };
         tracing::info!(address = %listener.local_addr()?, paths, "serving");
         let app = app.with_state((metrics.clone(), health.clone()));
         running.push(tokio::spawn(serve(listener, app, shutdown.clone())));

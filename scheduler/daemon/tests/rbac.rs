@@ -28,6 +28,15 @@ fn str(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
 
+/// `s`, or `empty` when it is empty.
+fn or(s: String, empty: &str) -> String {
+    if s.is_empty() {
+        empty.into()
+    } else {
+        s
+    }
+}
+
 fn strings(v: &Value) -> Vec<String> {
     (v.as_array().into_iter().flatten())
         .map(|s| str(s).to_string())
@@ -44,26 +53,17 @@ fn granted(docs: &[Value]) -> BTreeSet<Grant> {
                 rule.get("nonResourceURLs").is_none(),
                 "{role}: non-resource URLs"
             );
-            let names = strings(&rule["resourceNames"]).join(", ");
-            let names = if names.is_empty() {
-                "any".into()
-            } else {
-                names
-            };
+            let names = or(strings(&rule["resourceNames"]).join(", "), "any");
             for group in strings(&rule["apiGroups"]) {
-                let group = if group.is_empty() {
-                    "core".into()
-                } else {
-                    group
-                };
+                let group = or(group, "core");
                 for resource in strings(&rule["resources"]) {
                     for verb in strings(&rule["verbs"]) {
                         assert!(
                             group != "*" && resource != "*" && verb != "*",
                             "{role}: wildcard"
                         );
-                        let grant = (role.clone(), group.clone(), resource.clone(), verb);
-                        out.insert((grant.0, grant.1, grant.2, grant.3, names.clone()));
+                        let (r, g, n) = (role.clone(), group.clone(), names.clone());
+                        out.insert((r, g, resource.clone(), verb, n));
                     }
                 }
             }
@@ -96,9 +96,9 @@ fn justified() -> BTreeSet<Grant> {
         assert!(why.len() > 10, "no justification: {row}");
         for resource in list(resources) {
             for verb in list(verbs) {
-                let grant = (role.clone(), group.clone(), resource.clone(), verb);
+                let (r, g, n) = (role.clone(), group.clone(), names.clone());
                 assert!(
-                    out.insert((grant.0, grant.1, grant.2, grant.3, names.clone())),
+                    out.insert((r, g, resource.clone(), verb, n)),
                     "twice in the table: {row}"
                 );
             }
