@@ -333,7 +333,11 @@ fn mig_plan_refuses_counts_no_gpu_holds_as_a_malformed_list() {
 #[test]
 fn metrics_default_to_loopback_and_probes_to_the_pod_address() {
     let out = bin(&["run", "--help"]);
-    let help = text(&out.stdout);
+    // Wrapped to the terminal's width: compared with the whitespace collapsed.
+    let help = text(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         help.contains("--metrics-bind-address") && help.contains("[default: 127.0.0.1:9401]"),
         "{help}"

@@ -347,7 +347,9 @@ fn metrics_stay_on_loopback() {
         .arg("--help")
         .output()
         .unwrap();
+    // Wrapped to the terminal's width: compared with the whitespace collapsed.
     let help = String::from_utf8_lossy(&help.stdout);
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         help.contains("--metrics-bind-address") && help.contains("[default: 127.0.0.1:8081]"),
         "{help}"
