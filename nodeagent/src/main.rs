@@ -36,6 +36,8 @@ enum PlanFormat {
     Json,
 }
 
+// Parsed once at start: the size of `Run` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Print this node's NodeTopology (or, with --raw, what NVML reported, in fixture format).
@@ -73,7 +75,7 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Never change MIG instances; the nvidia.com/mig.config label is then ignored (with a
-        /// warning). For nodes without MIG and the unprivileged DaemonSet.
+        /// warning). For nodes without MIG and the default, unprivileged DaemonSet.
         #[arg(long)]
         no_mig: bool,
         /// Time between rounds: 30s, 5m, 1h, 500ms.
@@ -82,8 +84,13 @@ enum Command {
         /// One round, print its report as JSON, exit (1 if it failed).
         #[arg(long)]
         once: bool,
+        /// /healthz, for the kubelet's probes.
         #[arg(long, default_value = "0.0.0.0:9400")]
         listen: SocketAddr,
+        /// /metrics: loopback by default, so only a sidecar such as kube-rbac-proxy reaches it
+        /// (deploy/README.md); the same address as --listen serves both there.
+        #[arg(long, default_value = "127.0.0.1:9401")]
+        metrics_bind_address: SocketAddr,
         /// The mig-parted config ConfigMap (the layouts `nvidia.com/mig.config` names).
         #[arg(long, default_value = "gpu-operator/default-mig-parted-config")]
         mig_config_map: ConfigMapRef,
@@ -185,6 +192,7 @@ fn main() -> ExitCode {
             interval,
             once,
             listen,
+            metrics_bind_address,
             mig_config_map,
             mig_config_key,
             device_plugin_config_map,
@@ -197,7 +205,8 @@ fn main() -> ExitCode {
                 mig_config_key,
                 device_plugin_config_map,
             };
-            report_errors(run(cfg, fake, interval, once, listen))
+            let addrs = (listen, metrics_bind_address);
+            report_errors(run(cfg, fake, interval, once, addrs))
         }
     }
 }
@@ -267,7 +276,7 @@ fn run(
     fake: Option<PathBuf>,
     interval: Duration,
     once: bool,
-    listen: SocketAddr,
+    (listen, metrics_at): (SocketAddr, SocketAddr),
 ) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -291,16 +300,24 @@ fn run(
             return Ok(());
         }
         let metrics = Arc::new(Metrics::new());
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("cannot listen on {listen}"))?;
-        let app = metrics::router(metrics.clone());
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("metrics server: {e}");
-            }
-        });
-        tracing::info!(node = %cfg.node_name, backend = %backend.describe(), dry_run = cfg.dry_run, %listen, "basalt-nodeagent running");
+        let servers = match listen == metrics_at {
+            true => vec![(listen, metrics::router(metrics.clone()))],
+            false => vec![
+                (listen, metrics::health_router()),
+                (metrics_at, metrics::metrics_router(metrics.clone())),
+            ],
+        };
+        for (addr, app) in servers {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!("http server on {addr}: {e}");
+                }
+            });
+        }
+        tracing::info!(node = %cfg.node_name, backend = %backend.describe(), dry_run = cfg.dry_run, %listen, metrics = %metrics_at, "basalt-nodeagent running");
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -118,26 +118,34 @@ impl Metrics {
     }
 }
 
-/// The router for `/healthz` and `/metrics`.
+/// `/healthz` and `/metrics` on one address (`--metrics-bind-address` equal to `--listen`).
 pub fn router(metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                        .into_response()
-                }
-            }),
-        )
+    health_router().merge(metrics_router(metrics))
+}
+
+/// `/healthz`, for the kubelet's probes on the pod's address.
+pub fn health_router() -> Router {
+    Router::new().route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+}
+
+/// `/metrics`, served on `--metrics-bind-address` (loopback unless exposed on purpose).
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+                    .into_response()
+            }
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Decide and report, write nothing, change no GPU.
     pub dry_run: bool,
-    /// Never change MIG instances (nodes without MIG, the unprivileged DaemonSet): a layout
+    /// Never change MIG instances (nodes without MIG, the default unprivileged DaemonSet): a layout
     /// label is then reported as a warning and not read.
     pub no_mig: bool,
     /// mig-parted config (the layouts `nvidia.com/mig.config` names).
@@ -256,17 +256,23 @@ pub async fn reconcile_once(
         }
     }
 
-    // Time-slicing.
-    let ts_change = match timeslice::wanted(&labels) {
-        Ok(w) => {
+    // Time-slicing: the node's own key of the device plugin's ConfigMap.
+    let wanted = timeslice::wanted(&labels);
+    let ts_change = match (wanted, timeslice::config_name(&cfg.node_name)) {
+        (Ok(w), Ok(key)) => {
+            let change = timeslice::label_change(&labels, w, &key);
             if let timeslice::Wanted::Replicas(n) = w {
                 report.time_slice_replicas = Some(n);
                 report.time_slicing_config =
-                    Some(ensure_time_slicing_config(client, cfg, n).await?);
+                    Some(ensure_time_slicing_config(client, cfg, &key, n).await?);
+            } else if change == LabelChange::Remove {
+                report.time_slicing_config =
+                    Some(remove_time_slicing_config(client, cfg, &key).await?);
             }
-            timeslice::label_change(&labels, w)
+            change
         }
-        Err(e) => {
+        (Ok(timeslice::Wanted::Off), Err(_)) => LabelChange::Leave,
+        (Err(e), _) | (_, Err(e)) => {
             report.errors.push(e);
             LabelChange::Leave
         }
@@ -374,24 +380,25 @@ async fn mig_wants(
     config::wanted_for_gpus(&source, &parsed, layout, gpus).map_err(|e| e.to_string())
 }
 
-/// Makes sure the device plugin's ConfigMap has the time-slicing config for `replicas`.
+/// Makes sure the device plugin's ConfigMap has the time-slicing config for `replicas` under
+/// the node's `key`.
 async fn ensure_time_slicing_config(
     client: &Client,
     cfg: &AgentConfig,
+    key: &str,
     replicas: u32,
 ) -> Result<Write, ReconcileError> {
     let r = &cfg.device_plugin_config_map;
     let what = format!("ConfigMap {r}");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
-    let key = timeslice::config_name(replicas);
     let value = timeslice::render_config(replicas);
     match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
-        Some(cm) if cm.data.as_ref().and_then(|d| d.get(&key)) == Some(&value) => {
+        Some(cm) if cm.data.as_ref().and_then(|d| d.get(key)) == Some(&value) => {
             Ok(Write::Unchanged)
         }
         _ if cfg.dry_run => Ok(Write::DryRun),
         Some(_) => {
-            // Merge patch on one key: agents on other nodes write other keys concurrently.
+            // Merge patch on one key: agents on other nodes write their keys concurrently.
             let patch = json!({ "data": { key: value } });
             cms.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -405,18 +412,43 @@ async fn ensure_time_slicing_config(
                     namespace: Some(r.namespace.clone()),
                     ..Default::default()
                 },
-                data: Some(BTreeMap::from([(key, value)])),
+                data: Some(BTreeMap::from([(key.to_string(), value)])),
                 ..Default::default()
             };
             match cms.create(&PostParams::default(), &cm).await {
                 Ok(_) => Ok(Write::Created),
                 // Another node's agent created it first: add our key.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Box::pin(ensure_time_slicing_config(client, cfg, replicas)).await
+                    Box::pin(ensure_time_slicing_config(client, cfg, key, replicas)).await
                 }
                 Err(e) => Err(kube_err(&what)(e)),
             }
         }
+    }
+}
+
+/// Removes the node's `key` from the device plugin's ConfigMap when time-slicing is turned off
+/// (the node label that points at it goes in the same round).
+async fn remove_time_slicing_config(
+    client: &Client,
+    cfg: &AgentConfig,
+    key: &str,
+) -> Result<Write, ReconcileError> {
+    let r = &cfg.device_plugin_config_map;
+    let what = format!("ConfigMap {r}");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
+    match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
+        Some(cm) if cm.data.as_ref().is_some_and(|d| d.contains_key(key)) => {
+            if cfg.dry_run {
+                return Ok(Write::DryRun);
+            }
+            let patch = json!({ "data": { key: null } });
+            cms.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err(&what))?;
+            Ok(Write::Updated)
+        }
+        _ => Ok(Write::Unchanged),
     }
 }
 
@@ -494,8 +526,8 @@ mod tests {
     fn device_plugin_label_patch() {
         let n = node(&[], &[]);
         assert_eq!(
-            node_label_patch(&n, None, &LabelChange::Set("basalt-time-slicing-4".into())).unwrap(),
-            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": "basalt-time-slicing-4"}}})
+            node_label_patch(&n, None, &LabelChange::Set("basalt-ts-gpu-7".into())).unwrap(),
+            json!({"metadata": {"labels": {"nvidia.com/device-plugin.config": "basalt-ts-gpu-7"}}})
         );
         assert_eq!(
             node_label_patch(&n, None, &LabelChange::Remove).unwrap(),

@@ -1,9 +1,10 @@
 //! Time-slicing: the NVIDIA device plugin advertises each GPU as N `nvidia.com/gpu` replicas when
 //! its config says so. The wanted N comes from the node label [`REPLICAS_LABEL`]; the agent
-//! writes the plugin's config under the key [`config_name`]`(N)` of a ConfigMap the plugin reads
-//! (the GPU operator's `devicePlugin.config.name`), and points the node at that key with the
-//! plugin's [`DEVICE_PLUGIN_CONFIG_LABEL`]. Keys are per replica count, not per node, so the
-//! ConfigMap stays small however many nodes there are, and nodes with the same N share a key.
+//! writes the plugin's config under its node's key [`config_name`]`(node)` of the ConfigMap the
+//! plugin reads (the GPU operator's `devicePlugin.config.name`), and points the node at that key
+//! with the plugin's [`DEVICE_PLUGIN_CONFIG_LABEL`]. Keys are per node, not per replica count, so
+//! an admission policy can hold each agent to its own key: an agent cannot change another
+//! node's config (deploy/README.md).
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,10 @@ pub const REPLICAS_LABEL: &str = "scheduling.basalt.dev/time-slicing-replicas";
 /// The device plugin's per-node config selector.
 pub const DEVICE_PLUGIN_CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
 /// Prefix of the config keys this agent writes; the node label is removed only when it has it.
-pub const CONFIG_PREFIX: &str = "basalt-time-slicing-";
+/// Short, as the key is also a label value (63 characters at most) with the node name in it.
+pub const CONFIG_PREFIX: &str = "basalt-ts-";
+/// A label value holds at most 63 characters.
+const LABEL_VALUE_MAX: usize = 63;
 /// Above this, a replica count is surely a typo (the plugin itself sets no limit).
 pub const MAX_REPLICAS: u32 = 1024;
 
@@ -41,9 +45,19 @@ pub fn wanted(labels: &BTreeMap<String, String>) -> Result<Wanted, String> {
     }
 }
 
-/// The config key (and node label value) for `replicas`.
-pub fn config_name(replicas: u32) -> String {
-    format!("{CONFIG_PREFIX}{replicas}")
+/// The config key (and node label value) of `node`; an error for a node name too long to fit
+/// a label value.
+pub fn config_name(node: &str) -> Result<String, String> {
+    let key = format!("{CONFIG_PREFIX}{node}");
+    match key.len() <= LABEL_VALUE_MAX {
+        true => Ok(key),
+        false => Err(format!(
+            "time-slicing: the device plugin's config key {key:?} (the value of node label \
+             {DEVICE_PLUGIN_CONFIG_LABEL}) is over {LABEL_VALUE_MAX} characters: node names of \
+             at most {} characters only",
+            LABEL_VALUE_MAX - CONFIG_PREFIX.len()
+        )),
+    }
 }
 
 /// The device plugin's config file for `replicas` per GPU (its `version: v1` format).
@@ -63,13 +77,13 @@ pub enum LabelChange {
     Leave,
 }
 
-/// The change to [`DEVICE_PLUGIN_CONFIG_LABEL`] for `wanted`, given the node's labels. Turning
-/// time-slicing off removes only a value this agent wrote.
-pub fn label_change(labels: &BTreeMap<String, String>, wanted: Wanted) -> LabelChange {
+/// The change to [`DEVICE_PLUGIN_CONFIG_LABEL`] for `wanted`, given the node's labels and its
+/// config key. Turning time-slicing off removes only a value this agent wrote.
+pub fn label_change(labels: &BTreeMap<String, String>, wanted: Wanted, key: &str) -> LabelChange {
     let current = labels.get(DEVICE_PLUGIN_CONFIG_LABEL);
     match wanted {
-        Wanted::Replicas(n) => {
-            let name = config_name(n);
+        Wanted::Replicas(_) => {
+            let name = key.to_string();
             if current == Some(&name) {
                 LabelChange::Leave
             } else {
@@ -119,19 +133,31 @@ mod tests {
 
     #[test]
     fn label_changes_touch_only_our_values() {
+        let key = config_name("gpu-7").unwrap();
+        assert_eq!(key, "basalt-ts-gpu-7");
         let none = labels(&[]);
         assert_eq!(
-            label_change(&none, Wanted::Replicas(4)),
-            LabelChange::Set("basalt-time-slicing-4".into())
+            label_change(&none, Wanted::Replicas(4), &key),
+            LabelChange::Set(key.clone())
         );
-        let ours = labels(&[(DEVICE_PLUGIN_CONFIG_LABEL, "basalt-time-slicing-4")]);
-        assert_eq!(label_change(&ours, Wanted::Replicas(4)), LabelChange::Leave);
-        assert_eq!(label_change(&ours, Wanted::Off), LabelChange::Remove);
-        let theirs = labels(&[(DEVICE_PLUGIN_CONFIG_LABEL, "a100-mixed")]);
-        assert_eq!(label_change(&theirs, Wanted::Off), LabelChange::Leave);
+        let ours = labels(&[(DEVICE_PLUGIN_CONFIG_LABEL, "basalt-ts-gpu-7")]);
         assert_eq!(
-            label_change(&theirs, Wanted::Replicas(2)),
-            LabelChange::Set("basalt-time-slicing-2".into())
+            label_change(&ours, Wanted::Replicas(4), &key),
+            LabelChange::Leave
         );
+        assert_eq!(label_change(&ours, Wanted::Off, &key), LabelChange::Remove);
+        let theirs = labels(&[(DEVICE_PLUGIN_CONFIG_LABEL, "a100-mixed")]);
+        assert_eq!(label_change(&theirs, Wanted::Off, &key), LabelChange::Leave);
+        assert_eq!(
+            label_change(&theirs, Wanted::Replicas(2), &key),
+            LabelChange::Set(key)
+        );
+    }
+
+    #[test]
+    fn keys_fit_a_label_value() {
+        assert_eq!(config_name(&"n".repeat(53)).unwrap().len(), 63);
+        let e = config_name(&"n".repeat(54)).unwrap_err();
+        assert!(e.contains("at most 53 characters"), "{e}");
     }
 }

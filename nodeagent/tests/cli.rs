@@ -329,3 +329,18 @@ fn mig_plan_refuses_counts_no_gpu_holds_as_a_malformed_list() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("at most 2 3g.40gb instance(s), 7 wanted"));
 }
+
+#[test]
+fn metrics_default_to_loopback_and_probes_to_the_pod_address() {
+    let out = bin(&["run", "--help"]);
+    // Wrapped to the terminal's width: compared with the whitespace collapsed.
+    let help = text(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("--metrics-bind-address") && help.contains("[default: 127.0.0.1:9401]"),
+        "{help}"
+    );
+    assert!(help.contains("[default: 0.0.0.0:9400]"), "{help}");
+}

@@ -536,7 +536,8 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
     let r = reconcile(&client, &h100, &agent("ts-1")).await;
     assert_eq!(r.time_slice_replicas, Some(4));
     assert_eq!(r.time_slicing_config, Some(Write::Created));
-    let cfg = plugin_config(&client, "basalt-time-slicing-4")
+    // The node's own key, so an admission policy can hold each agent to it.
+    let cfg = plugin_config(&client, "basalt-ts-ts-1")
         .await
         .expect("config key written");
     assert_eq!(
@@ -548,26 +549,25 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
     let n = get_node(&client, "ts-1").await;
     assert_eq!(
         labels(&n).get(DP_LABEL).map(String::as_str),
-        Some("basalt-time-slicing-4")
+        Some("basalt-ts-ts-1")
     );
     let t = topology(&client, "ts-1").await.unwrap();
     assert_eq!(t.spec.time_slice_replicas, Some(4));
 
-    // Another node with another count adds its key next to the first.
+    // Another node adds its key next to the first.
     create_node(&client, "ts-2", json!({REPLICAS_LABEL: "2"})).await;
     let r = reconcile(&client, &h100, &agent("ts-2")).await;
     assert_eq!(r.time_slicing_config, Some(Write::Updated));
-    assert!(plugin_config(&client, "basalt-time-slicing-4")
-        .await
-        .is_some());
+    assert!(plugin_config(&client, "basalt-ts-ts-1").await.is_some());
     assert_eq!(
-        plugin_config(&client, "basalt-time-slicing-2")
-            .await
-            .unwrap()["sharing"]["timeSlicing"]["resources"][0]["replicas"],
+        plugin_config(&client, "basalt-ts-ts-2").await.unwrap()["sharing"]["timeSlicing"]
+            ["resources"][0]["replicas"],
         json!(2)
     );
-    // A third with the same count shares the key: nothing to write.
+    // A third with the same count writes its own key; then nothing more to write.
     create_node(&client, "ts-3", json!({REPLICAS_LABEL: "4"})).await;
+    let r = reconcile(&client, &h100, &agent("ts-3")).await;
+    assert_eq!(r.time_slicing_config, Some(Write::Updated));
     let r = reconcile(&client, &h100, &agent("ts-3")).await;
     assert_eq!(r.time_slicing_config, Some(Write::Unchanged));
 
@@ -591,21 +591,20 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
     );
     for n in [6, 8] {
         assert!(
-            plugin_config(&client, &format!("basalt-time-slicing-{n}"))
+            plugin_config(&client, &format!("basalt-ts-ts-{n}"))
                 .await
                 .is_some(),
-            "key for {n} missing"
+            "key for ts-{n} missing"
         );
     }
 
-    // The ConfigMap was deleted under ts-3 too: its next round puts its key back.
-    let r = reconcile(&client, &h100, &agent("ts-3")).await;
+    // The ConfigMap was deleted under ts-1 too: its next round puts its key back.
+    let r = reconcile(&client, &h100, &agent("ts-1")).await;
     assert_eq!(r.time_slicing_config, Some(Write::Updated));
-    assert!(plugin_config(&client, "basalt-time-slicing-4")
-        .await
-        .is_some());
+    assert!(plugin_config(&client, "basalt-ts-ts-1").await.is_some());
 
-    // The label goes: the node label is removed, NodeTopology drops the count.
+    // The label goes: the node label and the node's key are removed, NodeTopology drops the
+    // count; other nodes' keys stay.
     Api::<Node>::all(client.clone())
         .patch(
             "ts-1",
@@ -615,7 +614,10 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
         .await
         .unwrap();
     let r = reconcile(&client, &h100, &agent("ts-1")).await;
-    assert_eq!((r.time_slice_replicas, r.time_slicing_config), (None, None));
+    assert_eq!(
+        (r.time_slice_replicas, r.time_slicing_config),
+        (None, Some(Write::Updated))
+    );
     assert_eq!(r.node_labels, Some(Write::Updated));
     let n = get_node(&client, "ts-1").await;
     assert!(!labels(&n).contains_key(DP_LABEL), "{:?}", labels(&n));
@@ -627,10 +629,21 @@ async fn time_slicing_label_writes_the_device_plugin_config_and_off_cleans_up() 
             .time_slice_replicas,
         None
     );
-    // The shared key stays: ts-3 still uses it.
-    assert!(plugin_config(&client, "basalt-time-slicing-4")
-        .await
-        .is_some());
+    assert!(plugin_config(&client, "basalt-ts-ts-1").await.is_none());
+    assert!(plugin_config(&client, "basalt-ts-ts-6").await.is_some());
+    let r = reconcile(&client, &h100, &agent("ts-1")).await;
+    assert_eq!(r.time_slicing_config, None);
+
+    // A node name too long for a label value with the prefix: reported, nothing written.
+    let long = format!("ts-{}", "x".repeat(51));
+    create_node(&client, &long, json!({REPLICAS_LABEL: "2"})).await;
+    let r = reconcile(&client, &h100, &agent(&long)).await;
+    assert!(
+        r.errors.iter().any(|e| e.contains("at most 53 characters")),
+        "{:?}",
+        r.errors
+    );
+    assert!(!labels(&get_node(&client, &long).await).contains_key(DP_LABEL));
 
     // A device-plugin config the operator chose (not ours) is never removed.
     create_node(&client, "ts-4", json!({DP_LABEL: "custom"})).await;
@@ -740,9 +753,7 @@ async fn the_binary_publishes_once_and_a_dry_run_writes_nothing() {
     assert_eq!(report["nodeLabels"], json!("dryRun"));
     assert_eq!(server.resource_version(), version);
     assert!(topology(&client, "bin-2").await.is_none());
-    assert!(plugin_config(&client, "basalt-time-slicing-3")
-        .await
-        .is_none());
+    assert!(plugin_config(&client, "basalt-ts-bin-2").await.is_none());
     assert!(!labels(&get_node(&client, "bin-2").await).contains_key(DP_LABEL));
 
     // A node that does not exist: non-zero exit, the message names it.
@@ -795,15 +806,15 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
 
     // The real agent in `run` mode, a round every 100 ms. Before the fix it aborted in its first
     // round (a 32 GB allocation), so nothing was ever published.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let (listen, metrics_at) = (free(), free());
     let a100 = fixture("a100-mig.yaml");
     let mut child = Command::new(env!("CARGO_BIN_EXE_basalt-nodeagent"))
         .args(["run", "--interval", "100ms", "--node-name", "huge-1"])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--listen", &listen, "--metrics-bind-address", &metrics_at])
         .arg("--fake")
         .arg(&a100)
         .env("KUBECONFIG", &kubeconfig)
@@ -848,6 +859,21 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
     )
     .await;
     assert!(child.try_wait().unwrap().is_none(), "the agent exited");
+    // The probe on --listen, /metrics on its own address only.
+    let get = |addr: &str, path: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get(&listen, "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(get(&listen, "/metrics").starts_with("HTTP/1.1 404"));
+    assert!(get(&metrics_at, "/healthz").starts_with("HTTP/1.1 404"));
+    let metrics = get(&metrics_at, "/metrics");
+    assert!(metrics.contains("basalt_nodeagent_gpus"), "{metrics}");
     // Many rounds, one Event: the unchanged problem is not reported again.
     assert_eq!(
         node_events(&client, "huge-1").await,

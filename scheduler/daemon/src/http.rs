@@ -1,4 +1,6 @@
-//! `/healthz`, `/readyz` and `/metrics` (OpenMetrics text).
+//! `/healthz` and `/readyz` on `--listen` (the pod's address: the kubelet probes them) and
+//! `/metrics` (OpenMetrics text) on `--metrics-bind-address` (loopback unless exposed on
+//! purpose); one server when the two are the same.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -199,17 +201,49 @@ impl Metrics {
 
 type Probed = (Arc<Metrics>, Arc<Health>);
 
-pub async fn serve(
-    listener: TcpListener,
+/// Binds `listen` (probes) and `metrics_at` (`/metrics`), one listener when they are the same
+/// address, and serves them until shutdown; the handle ends when every server has stopped.
+pub async fn start(
+    listen: &str,
+    metrics_at: &str,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shutdown: watch::Receiver<bool>,
-) {
-    let app = Router::new()
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use anyhow::Context;
+    let probes = Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state((metrics, health));
+        .route("/readyz", get(readyz));
+    let scrape = Router::new().route("/metrics", get(metrics_text));
+    let servers = match listen == metrics_at {
+        true => vec![(
+            "--listen",
+            listen,
+            "/healthz, /readyz, /metrics",
+            probes.merge(scrape),
+        )],
+        false => vec![
+            ("--listen", listen, "/healthz, /readyz", probes),
+            ("--metrics-bind-address", metrics_at, "/metrics", scrape),
+        ],
+    };
+    let mut running = Vec::new();
+    for (flag, addr, paths, app) in servers {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("{flag} {addr}: cannot bind"))?;
+        tracing::info!(address = %listener.local_addr()?, paths, "serving");
+        let app = app.with_state((metrics.clone(), health.clone()));
+        running.push(tokio::spawn(serve(listener, app, shutdown.clone())));
+    }
+    Ok(tokio::spawn(async move {
+        for server in running {
+            let _ = server.await;
+        }
+    }))
+}
+
+async fn serve(listener: TcpListener, app: Router, shutdown: watch::Receiver<bool>) {
     let mut rx = shutdown;
     let stop = async move {
         let _ = rx.wait_for(|s| *s).await;

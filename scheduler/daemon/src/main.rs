@@ -55,9 +55,13 @@ struct Args {
     /// Time between scheduling cycles when nothing changes (`1s`, `500ms`).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     period: Duration,
-    /// Address of /healthz, /readyz and /metrics.
+    /// Address of /healthz and /readyz (the kubelet's probes).
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen: String,
+    /// Address of /metrics: loopback, so only a sidecar such as kube-rbac-proxy reaches it
+    /// (deploy/README.md); the same address as --listen serves everything there.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    metrics_bind_address: String,
     /// Writes in flight at once: bindings, evictions and status writes in a cycle, and
     /// Events (sent beside the cycles).
     #[arg(long, default_value_t = 64)]
@@ -290,16 +294,14 @@ async fn run(
         stores.health.clone(),
     ));
     let metrics = Arc::new(http::Metrics::new());
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("--listen {}: cannot bind", args.listen))?;
-    tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz, /metrics");
-    let server = tokio::spawn(http::serve(
-        listener,
+    let server = http::start(
+        &args.listen,
+        &args.metrics_bind_address,
         metrics.clone(),
         health.clone(),
         shutdown_rx.clone(),
-    ));
+    )
+    .await?;
 
     if !wait_caches(&stores, &health, args.period, &shutdown_rx).await? {
         let _ = server.await;

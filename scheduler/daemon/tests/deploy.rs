@@ -2,49 +2,12 @@
 //! objects parse, the config parses as the scheduler's config, the RBAC grants every verb the
 //! daemon uses, and the examples read as Basalt objects.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod render;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
-use serde::Deserialize;
-
-fn deploy() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-fn kustomize() -> Option<Vec<serde_json::Value>> {
-    render(&deploy())
-}
-
-/// `kubectl kustomize DIR`, parsed; `None` (the test skips) without kubectl.
-fn render(dir: &Path) -> Option<Vec<serde_json::Value>> {
-    let out = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
-        Ok(out) => out,
-        Err(e) => {
-            eprintln!("skipping: kubectl is not available ({e})");
-            return None;
-        }
-    };
-    assert!(
-        out.status.success(),
-        "kubectl kustomize: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    Some(
-        serde_yaml::Deserializer::from_str(&text)
-            .map(|doc| serde_json::Value::deserialize(doc).expect("rendered YAML"))
-            .collect(),
-    )
-}
-
-fn find<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("{kind} {name} not rendered"))
-}
+use render::{deploy, find, kustomize, with_component};
 
 fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
     rules.iter().any(|r| {
@@ -139,7 +102,6 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("scheduling.volcano.sh", "queues/status", "patch"),
         ("scheduling.x-k8s.io", "podgroups", "list"),
         ("scheduling.x-k8s.io", "podgroups", "watch"),
-        ("topology.volcano.sh", "hypernodes", "get"),
         ("topology.volcano.sh", "hypernodes", "list"),
         ("topology.volcano.sh", "hypernodes", "watch"),
         // DRA: what `dra.rs` watches and `apply/resource_claims.rs` writes.
@@ -153,7 +115,6 @@ fn kustomize_renders_a_working_scheduler_install() {
         ("resource.k8s.io", "resourceclaims", "patch"),
         ("resource.k8s.io", "resourceclaims/status", "update"),
         ("resource.k8s.io", "resourceclaims/binding", "update"),
-        ("resource.k8s.io", "resourceclaims/binding", "patch"),
         ("batch", "jobs", "get"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("kubeflow.org", "pytorchjobs", "get"),
@@ -332,6 +293,8 @@ fn the_node_agent_may_write_only_its_own_node() {
         ("nodetopologies", "UPDATE"),
         ("nodetopologies/status", "UPDATE"),
         ("events", "CREATE"),
+        ("configmaps", "CREATE"),
+        ("configmaps", "UPDATE"),
     ] {
         assert!(covers(resource, op), "{op} {resource} not covered");
     }
@@ -348,6 +311,15 @@ fn the_node_agent_may_write_only_its_own_node() {
     assert!(checks("object.spec == oldObject.spec"));
     assert!(checks("variables.ownedLabels"));
     assert!(checks("variables.ownedAnnotations"));
+    // In the device plugin's ConfigMap, and as the device-plugin label, only its own key: the
+    // one `nodeagent/src/timeslice.rs` writes.
+    let device_key = variables.iter().find(|v| v.name == "deviceKey").unwrap();
+    assert_eq!(device_key.expression, "'basalt-ts-' + variables.nodeName");
+    assert!(checks("k == variables.deviceKey"));
+    assert!(checks("== variables.deviceKey"));
+    assert!(checks(
+        "object.metadata.name == 'basalt-device-plugin-config'"
+    ));
     // The labels and annotation it may change are exactly the agent's own.
     let owned = |name: &str| {
         &variables
@@ -381,50 +353,24 @@ fn the_node_agent_may_write_only_its_own_node() {
     assert_eq!(binding.validation_actions, Some(vec!["Deny".to_string()]));
 }
 
-/// Relative path from `from` to `to` (kustomize refuses absolute ones).
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let (from, to) = (from.canonicalize().unwrap(), to.canonicalize().unwrap());
-    let common = from
-        .components()
-        .zip(to.components())
-        .take_while(|(a, b)| a == b)
-        .count();
-    let mut out = PathBuf::new();
-    for _ in from.components().skip(common) {
-        out.push("..");
-    }
-    out.extend(to.components().skip(common));
-    out
-}
-
 #[test]
-fn the_unprivileged_node_agent_has_no_privilege_and_no_mig() {
+fn the_node_agent_is_unprivileged_unless_it_applies_mig_layouts() {
     use k8s_openapi::api::apps::v1::DaemonSet;
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nodeagent-unprivileged");
-    std::fs::create_dir_all(&dir).unwrap();
-    let base = relative(&dir, &deploy());
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!(
-            "resources:\n  - {0}\ncomponents:\n  - {0}/nodeagent/unprivileged\n",
-            base.display()
-        ),
-    )
-    .unwrap();
-    let Some(docs) = render(&dir) else { return };
-    let ds: DaemonSet =
-        serde_json::from_value(find(&docs, "DaemonSet", "basalt-nodeagent").clone()).unwrap();
-    let pod = ds.spec.unwrap().template.spec.unwrap();
+    use k8s_openapi::api::core::v1::PodSpec;
+    let pod_of = |docs: &[serde_json::Value]| -> PodSpec {
+        let ds: DaemonSet =
+            serde_json::from_value(find(docs, "DaemonSet", "basalt-nodeagent").clone()).unwrap();
+        ds.spec.unwrap().template.spec.unwrap()
+    };
+    let Some(docs) = kustomize() else { return };
+    let pod = pod_of(&docs);
     assert_eq!(
         pod.service_account_name.as_deref(),
         Some("basalt-nodeagent")
     );
     assert!(pod.host_pid != Some(true) && pod.host_network != Some(true));
     assert!(
-        pod.volumes
-            .unwrap_or_default()
-            .iter()
-            .all(|v| v.host_path.is_none()),
+        (pod.volumes.iter().flatten()).all(|v| v.host_path.is_none()),
         "no host paths"
     );
     for c in pod
@@ -442,18 +388,24 @@ fn the_unprivileged_node_agent_has_no_privilege_and_no_mig() {
     }
     let args = pod.containers[0].args.clone().unwrap();
     assert!(args.iter().any(|a| a == "--no-mig"), "{args:?}");
-    // The policy and everything else of the install are still there.
+
+    // The MIG component: privileged (creating GPU instances needs root and /dev/nvidia-caps),
+    // MIG changes on; the policy and the rest of the install unchanged.
+    let docs = with_component("nodeagent/mig").unwrap();
+    let c = &pod_of(&docs).containers[0];
+    let sc = c.security_context.clone().unwrap();
+    assert_eq!(sc.privileged, Some(true));
+    // The API server refuses allowPrivilegeEscalation: false beside privileged: true.
+    assert_eq!(sc.allow_privilege_escalation, None);
+    let args = c.args.clone().unwrap();
+    assert!(!args.iter().any(|a| a == "--no-mig"), "{args:?}");
+    assert!(args
+        .iter()
+        .any(|a| a.starts_with("--metrics-bind-address=127.0.0.1:")));
     find(
         &docs,
         "ValidatingAdmissionPolicy",
         "basalt-nodeagent-own-node",
     );
     find(&docs, "Deployment", "basalt-scheduler");
-
-    // The default install keeps the privileged agent that applies MIG layouts.
-    let docs = kustomize().unwrap();
-    let ds: DaemonSet =
-        serde_json::from_value(find(&docs, "DaemonSet", "basalt-nodeagent").clone()).unwrap();
-    let c = &ds.spec.unwrap().template.spec.unwrap().containers[0];
-    assert!(!c.args.as_ref().unwrap().iter().any(|a| a == "--no-mig"));
 }

@@ -452,13 +452,13 @@ async fn health_readiness_and_metrics_are_served() {
     // A gang that cannot fit: pending in its queue.
     c.create(group("big", 1, "research"));
     c.create(pod("big-0", "big", 16));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let _s = c.start_with(&["--listen", &addr]);
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    // Probes on --listen, /metrics on its own address only.
+    let (addr, metrics_at) = (free(), free());
+    let _s = c.start_with(&["--listen", &addr, "--metrics-bind-address", &metrics_at]);
     eventually("/healthz answers ok", || {
         http_get(&addr, "/healthz")
             .is_some_and(|r| r.starts_with("HTTP/1.1 200") && r.ends_with("ok"))
@@ -468,10 +468,17 @@ async fn health_readiness_and_metrics_are_served() {
         http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
     })
     .await;
+    let on_listen = http_get(&addr, "/metrics").unwrap();
+    assert!(on_listen.starts_with("HTTP/1.1 404"), "{on_listen}");
+    let probe_on_metrics = http_get(&metrics_at, "/healthz").unwrap();
+    assert!(
+        probe_on_metrics.starts_with("HTTP/1.1 404"),
+        "{probe_on_metrics}"
+    );
     let mut last = String::new();
     let start = Instant::now();
     let ok = loop {
-        last = http_get(&addr, "/metrics").unwrap_or(last);
+        last = http_get(&metrics_at, "/metrics").unwrap_or(last);
         let m = &last;
         let lines: Vec<&str> = m.lines().collect();
         let has = |l: &str| lines.contains(&l);
@@ -661,6 +668,8 @@ async fn json_logs_are_one_object_a_line() {
     let mut child = Command::new(BIN)
         .args([
             "--listen",
+            "127.0.0.1:0",
+            "--metrics-bind-address",
             "127.0.0.1:0",
             "--period",
             "200ms",

@@ -58,6 +58,7 @@ impl Cluster {
     fn start(&self, addr: &str, extra: &[&str]) -> Scheduler {
         let child = Command::new(BIN)
             .args(["--listen", addr, "--period", "200ms"])
+            .args(["--metrics-bind-address", addr])
             .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "basalt_scheduler=info,kube=warn")

@@ -48,6 +48,13 @@ impl Cluster {
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
+        // /metrics beside the probes (one server), never the fixed default port, which
+        // schedulers running at once would fight over.
+        if !extra.contains(&"--metrics-bind-address") {
+            let at = extra.iter().position(|a| *a == "--listen");
+            let listen = at.map_or("127.0.0.1:0", |i| extra[i + 1]);
+            cmd.args(["--metrics-bind-address", listen]);
+        }
         let child = cmd
             .args(["--period", "200ms"])
             .args(extra)
@@ -237,6 +244,7 @@ impl Cluster {
     pub fn start_logged(&self, extra: &[&str]) -> (Scheduler, Logs) {
         let mut child = Command::new(BIN)
             .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(["--log-format", "json"])
             .args(extra)
             .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
