@@ -28,6 +28,7 @@ use crate::http::Metrics;
 use crate::leader::Leadership;
 use crate::overfull::Overfull;
 use crate::owners::OwnerCache;
+use crate::ownership::Ownership;
 use crate::report::HeldPods;
 use crate::reported::Reported;
 use crate::stores::Stores;
@@ -81,6 +82,8 @@ pub struct Scheduler {
     pub view: View,
     /// This cycle's pending pods held for what they state or their volumes, from the snapshot.
     pub held: HeldPods,
+    /// The PodGroups Basalt may write to, from their pods' scheduler names.
+    pub ownership: Ownership,
     /// This snapshot's nodes over capacity, and the binds of this cycle's plan that wait for
     /// them (`overfull.rs`).
     pub overfull: Overfull,
@@ -176,6 +179,7 @@ impl Scheduler {
             owners: OwnerCache::new(settings.owner_ttl),
             view: View::default(),
             held: HeldPods::default(),
+            ownership: Ownership::default(),
             overfull: Overfull::default(),
             held_binds: BTreeMap::new(),
             snapshots: basalt_crds::IncrementalSnapshot::new(),
@@ -353,8 +357,33 @@ impl Scheduler {
         }
     }
 
-    /// Queues a core/v1 Event for the writer ([`EventSink`]); never waits.
+    /// Queues a core/v1 Event for the writer ([`EventSink`]); never waits. None about a
+    /// PodGroup that is not Basalt's (`ownership.rs`).
     pub(crate) fn event(&self, about: ObjectReference, type_: &str, reason: &str, message: &str) {
+        if about.kind.as_deref() == Some("PodGroup") {
+            let ns = about.namespace.as_deref().unwrap_or("default");
+            let name = about.name.as_deref().unwrap_or("");
+            let origin = match about.api_version.as_deref() {
+                Some(basalt_crds::types::API_VERSION) => crate::view::Origin::Basalt,
+                Some(crate::volcano::API_VERSION) => crate::view::Origin::Volcano,
+                _ => crate::view::Origin::SchedulerPlugins,
+            };
+            if !self.ownership.allows(&format!("{ns}/{name}"), origin) {
+                return;
+            }
+        }
+        self.send_event(about, type_, reason, message);
+    }
+
+    /// [`Self::event`] without the ownership check: for what Basalt says about a PodGroup that
+    /// is not its own (that it leaves it alone).
+    pub(crate) fn send_event(
+        &self,
+        about: ObjectReference,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) {
         if !self.leadership.leading() {
             return;
         }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
 use crate::overfull::Overfull;
+use crate::ownership::Ownership;
 use crate::report::HeldPods;
 use crate::scheduler_plugins;
 use crate::stores::Stores;
@@ -42,6 +43,11 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     // nothing did (`basalt_crds::incremental`).
     let update = s.snapshots.update(objects, &options);
     let reused = update.unchanged && unreadable.is_empty();
+    if !update.unchanged {
+        let names = &s.config.scheduler_names;
+        s.ownership = Ownership::of(&stores.pods.state(), names);
+        s.report_shared_groups();
+    }
     if !reused {
         // Each bad object is reported and left out alone (its bound pods still count on their
         // nodes); no number of them stops the cycle.

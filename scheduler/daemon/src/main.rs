@@ -23,6 +23,7 @@ mod lenient;
 mod optional_api;
 mod overfull;
 mod owners;
+mod ownership;
 mod report;
 mod reported;
 mod scheduler_plugins;

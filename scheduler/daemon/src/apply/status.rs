@@ -110,6 +110,10 @@ impl Scheduler {
         origin: Origin,
         patch: &Patch<Value>,
     ) -> kube::Result<()> {
+        // Another scheduler's group, or one several share: not Basalt's to write.
+        if !self.ownership.allows(&format!("{ns}/{name}"), origin) {
+            return Ok(());
+        }
         let params = PatchParams::default();
         match origin {
             // Answers read leniently: a group that does not decode is marked invalid all the same.
