@@ -1,7 +1,8 @@
-//! Inter-pod rules, as kube-scheduler's InterPodAffinity, PodTopologySpread and NodePorts
-//! plugins enforce them: required pod affinity and anti-affinity (the symmetric rule
-//! included: an existing pod's required anti-affinity repels pods it selects), `DoNotSchedule`
-//! topology spread and host ports, plus the points of the soft forms for scoring.
+//! Inter-pod rules, as kube-scheduler's InterPodAffinity, PodTopologySpread, NodePorts and
+//! VolumeRestrictions plugins enforce them: required pod affinity and anti-affinity (the
+//! symmetric rule included: an existing pod's required anti-affinity repels pods it selects),
+//! `DoNotSchedule` topology spread, host ports and in-tree disks, plus the points of the soft
+//! forms for scoring.
 //!
 //! They depend on what is placed, so the session keeps, per distinct term (its selector over a
 //! resolved namespace set) and topology key, how many selected pods run in each domain, updated
@@ -20,7 +21,7 @@ use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::constraints::{HostPort, PodConstraints};
+use crate::constraints::{Disk, HostPort, PodConstraints};
 use crate::hash::Map;
 use crate::model::{JobId, NodeId, TaskId, TaskState};
 use crate::refusal::Refusal;
@@ -42,6 +43,9 @@ const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
 struct CounterKey {
     all: Vec<Matcher>,
     keys: Vec<String>,
+    /// A spread constraint's: terminating pods do not count in it (kube-scheduler's
+    /// PodTopologySpread skips them; InterPodAffinity does not).
+    spread: bool,
 }
 
 /// A term some pod holds, counted at the holders' domains: the symmetric view.
@@ -65,6 +69,7 @@ struct Rules {
     /// Held terms this pod holds (the symmetric side).
     holds: Vec<u32>,
     ports: Vec<HostPort>,
+    disks: Vec<Disk>,
 }
 
 impl Rules {
@@ -72,6 +77,7 @@ impl Rules {
         self.affinity.is_some()
             || !self.anti.is_empty()
             || !self.ports.is_empty()
+            || !self.disks.is_empty()
             || self.spread.iter().any(|(s, _)| s.hard)
     }
 
@@ -86,7 +92,7 @@ impl Rules {
 pub(crate) enum Guard {
     /// No inter-pod rule applies: its shape's cache holds.
     Free,
-    /// Only rules that placing pods can make harder (anti-affinity, ports): a failure holds
+    /// Only rules that placing pods can make harder (anti-affinity, ports, disks): a failure holds
     /// until capacity is given back, but per task, not per shape.
     PerTask,
     /// Required affinity or spread: placing pods can make it feasible; never cached.
@@ -115,6 +121,8 @@ pub(crate) struct InterPod {
     foreign_rules: Vec<Option<Arc<Rules>>>,
     /// Host ports taken per node.
     ports: Map<NodeId, Vec<HostPort>>,
+    /// In-tree disks mounted per node.
+    disks: Map<NodeId, Vec<Disk>>,
     spread: RefCell<SpreadCache>,
     /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
     failures: Map<TaskId, u64>,
@@ -143,6 +151,7 @@ impl InterPod {
             shared_views: RefCell::default(),
             foreign_rules: Vec::new(),
             ports: Map::default(),
+            disks: Map::default(),
             spread: RefCell::default(),
             failures: Map::default(),
         };
@@ -228,7 +237,7 @@ impl InterPod {
         this
     }
 
-    /// Moves a pod's counts, held terms and host ports on or off a node.
+    /// Moves a pod's counts, held terms, host ports and disks on or off a node.
     fn change(&mut self, node: NodeId, counts_in: &[u32], rules: Option<&Rules>, add: bool) {
         for &c in counts_in {
             self.counters[c as usize].change(node, &self.domains, add);
@@ -239,16 +248,8 @@ impl InterPod {
         for &h in &rules.holds {
             self.held[h as usize].change(node, &self.domains, add);
         }
-        if !rules.ports.is_empty() {
-            let taken = self.ports.entry(node).or_default();
-            for p in &rules.ports {
-                if add {
-                    taken.push(p.clone());
-                } else if let Some(i) = taken.iter().position(|q| q == p) {
-                    taken.swap_remove(i);
-                }
-            }
-        }
+        take(&mut self.ports, node, &rules.ports, add);
+        take(&mut self.disks, node, &rules.disks, add);
     }
 
     /// A task goes on (`add`) or off a node: called by the session's `charge`.
@@ -555,7 +556,19 @@ impl Check<'_> {
 
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Refusal> {
         self.check_ports(node)?;
+        self.check_disks(node)?;
         self.check_pods(node)
+    }
+
+    /// VolumeRestrictions: a disk the pod mounts that a pod on the node mounts too, where
+    /// the disk's kind forbids sharing it.
+    fn check_disks(&self, node: NodeId) -> Result<(), Refusal> {
+        if let (Some(r), Some(mounted)) = (self.rules, self.pods.disks.get(&node)) {
+            if (r.disks.iter()).any(|d| mounted.iter().any(|m| d.conflicts(m))) {
+                return Err(Refusal::DiskConflict);
+            }
+        }
+        Ok(())
     }
 
     /// NodePorts alone (kube-scheduler asks it before resources fit).
@@ -609,5 +622,20 @@ impl Check<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Adds (or removes, one of each) a pod's items to what a node holds.
+fn take<T: PartialEq + Clone>(held: &mut Map<NodeId, Vec<T>>, node: NodeId, items: &[T], add: bool) {
+    if items.is_empty() {
+        return;
+    }
+    let taken = held.entry(node).or_default();
+    for p in items {
+        if add {
+            taken.push(p.clone());
+        } else if let Some(i) = taken.iter().position(|q| q == p) {
+            taken.swap_remove(i);
+        }
     }
 }
