@@ -317,10 +317,7 @@ fn unsupported_fields_hold_pods_of_ours_only() {
             Wait::Volume(m) | Wait::Claim(m) => panic!("{m}"),
         })
         .collect();
-    assert_eq!(
-        fields,
-        ["spec.resources.requests[hugepages-2Mi]"]
-    );
+    assert_eq!(fields, ["spec.resources.requests[hugepages-2Mi]"]);
     let (cluster, _) = convert(&pod_yaml("p", "default-scheduler", spec)).unwrap();
     assert!(cluster.pods[0].waits.is_empty());
 }
@@ -369,8 +366,10 @@ fn in_tree_disks_are_read_for_volume_restrictions_not_held() {
 
 #[test]
 fn a_deletion_timestamp_marks_the_pod_terminating() {
-    let text = pod_yaml("p", "default-scheduler", "  nodeName: n1\n")
-        .replace("  namespace: ns\n", "  namespace: ns\n  deletionTimestamp: '2026-01-01T00:00:00Z'\n");
+    let text = pod_yaml("p", "default-scheduler", "  nodeName: n1\n").replace(
+        "  namespace: ns\n",
+        "  namespace: ns\n  deletionTimestamp: '2026-01-01T00:00:00Z'\n",
+    );
     let (cluster, _) = convert(&text).unwrap();
     assert!(cluster.pods[0].terminating);
     assert!(!ours("").terminating);

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use basalt_engine::{
-    Disk, HostPort, InclusionPolicy, LabelSelector, NodeSelectorTerm, PodAffinityRules, PodAffinityTerm,
-    PodConstraints, PreferredNodeTerm, SelectorOperator, SelectorRequirement,
+    Disk, HostPort, InclusionPolicy, LabelSelector, NodeSelectorTerm, PodAffinityRules,
+    PodAffinityTerm, PodConstraints, PreferredNodeTerm, SelectorOperator, SelectorRequirement,
     TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 use k8s_openapi::api::core::v1 as k8s;

@@ -158,19 +158,41 @@ impl Disk {
     pub fn conflicts(&self, other: &Disk) -> bool {
         use Disk::*;
         match (self, other) {
-            (GcePd { pd_name: a, read_only: ra }, GcePd { pd_name: b, read_only: rb }) => {
-                a == b && !(*ra && *rb)
-            }
-            (AwsEbs { volume_id: a }, AwsEbs { volume_id: b }) => a == b,
-            (Iscsi { iqn: a, read_only: ra }, Iscsi { iqn: b, read_only: rb }) => {
-                a == b && !(*ra && *rb)
-            }
             (
-                Rbd { monitors: ma, pool: pa, image: ia, read_only: ra },
-                Rbd { monitors: mb, pool: pb, image: ib, read_only: rb },
-            ) => {
-                ma.iter().any(|m| mb.contains(m)) && pa == pb && ia == ib && !(*ra && *rb)
-            }
+                GcePd {
+                    pd_name: a,
+                    read_only: ra,
+                },
+                GcePd {
+                    pd_name: b,
+                    read_only: rb,
+                },
+            ) => a == b && !(*ra && *rb),
+            (AwsEbs { volume_id: a }, AwsEbs { volume_id: b }) => a == b,
+            (
+                Iscsi {
+                    iqn: a,
+                    read_only: ra,
+                },
+                Iscsi {
+                    iqn: b,
+                    read_only: rb,
+                },
+            ) => a == b && !(*ra && *rb),
+            (
+                Rbd {
+                    monitors: ma,
+                    pool: pa,
+                    image: ia,
+                    read_only: ra,
+                },
+                Rbd {
+                    monitors: mb,
+                    pool: pb,
+                    image: ib,
+                    read_only: rb,
+                },
+            ) => ma.iter().any(|m| mb.contains(m)) && pa == pb && ia == ib && !(*ra && *rb),
             _ => false,
         }
     }

@@ -146,9 +146,20 @@ fn spread_does_not_count_terminating_pods_when_filtering() {
     let snap = snapshot(
         vec![node("node-a"), node("node-b")],
         vec![
-            terminating(running("p-a", "node-a", true, &[("foo", "")], Default::default())),
+            terminating(running(
+                "p-a",
+                "node-a",
+                true,
+                &[("foo", "")],
+                Default::default(),
+            )),
             running("p-b", "node-b", false, &[("foo", "")], Default::default()),
-            pending("p", None, &[("foo", "")], spread_on("node", WhenUnsatisfiable::DoNotSchedule)),
+            pending(
+                "p",
+                None,
+                &[("foo", "")],
+                spread_on("node", WhenUnsatisfiable::DoNotSchedule),
+            ),
         ],
         vec![],
     );
@@ -166,9 +177,20 @@ fn spread_does_not_count_terminating_pods_when_scoring() {
     let snap = snapshot(
         vec![node("node-a"), node("node-b")],
         vec![
-            terminating(running("p-a", "node-a", false, &[("foo", "")], Default::default())),
+            terminating(running(
+                "p-a",
+                "node-a",
+                false,
+                &[("foo", "")],
+                Default::default(),
+            )),
             running("p-b", "node-b", false, &[("foo", "")], Default::default()),
-            pending("p", None, &[("foo", "")], spread_on(HOST, WhenUnsatisfiable::ScheduleAnyway)),
+            pending(
+                "p",
+                None,
+                &[("foo", "")],
+                spread_on(HOST, WhenUnsatisfiable::ScheduleAnyway),
+            ),
         ],
         vec![],
     );
@@ -189,7 +211,13 @@ fn pod_anti_affinity_still_counts_terminating_pods() {
     let snap = snapshot(
         vec![node("node-a"), node("node-b")],
         vec![
-            terminating(running("p-a", "node-a", false, &[("foo", "")], Default::default())),
+            terminating(running(
+                "p-a",
+                "node-a",
+                false,
+                &[("foo", "")],
+                Default::default(),
+            )),
             pending("p", None, &[("foo", "")], c),
         ],
         vec![],
@@ -253,20 +281,85 @@ fn disks_conflict_as_volume_restrictions_says() {
     let cases: [(&str, Vec<Disk>, Vec<Disk>, bool); 16] = [
         ("nothing", vec![], vec![], true),
         ("one state", vec![gce("foo", false)], vec![], true),
-        ("gce same state", vec![gce("foo", false)], vec![gce("foo", false)], false),
-        ("gce different state", vec![gce("foo", false)], vec![gce("bar", false)], true),
-        ("gce both read-only", vec![gce("foo", true)], vec![gce("foo", true)], true),
-        ("gce one read-only", vec![gce("foo", true)], vec![gce("foo", false)], false),
+        (
+            "gce same state",
+            vec![gce("foo", false)],
+            vec![gce("foo", false)],
+            false,
+        ),
+        (
+            "gce different state",
+            vec![gce("foo", false)],
+            vec![gce("bar", false)],
+            true,
+        ),
+        (
+            "gce both read-only",
+            vec![gce("foo", true)],
+            vec![gce("foo", true)],
+            true,
+        ),
+        (
+            "gce one read-only",
+            vec![gce("foo", true)],
+            vec![gce("foo", false)],
+            false,
+        ),
         ("aws same state", vec![ebs("foo")], vec![ebs("foo")], false),
-        ("aws different state", vec![ebs("foo")], vec![ebs("bar")], true),
-        ("rbd same state", vec![rbd(&["a", "b"], false)], vec![rbd(&["a", "b"], false)], false),
-        ("rbd different monitors", vec![rbd(&["a", "b"], false)], vec![rbd(&["c", "d"], false)], true),
-        ("rbd one monitor shared", vec![rbd(&["a", "b"], true)], vec![rbd(&["b", "c"], false)], false),
-        ("rbd both read-only", vec![rbd(&["a", "b"], true)], vec![rbd(&["b"], true)], true),
-        ("iscsi same state", vec![iscsi(IQN1, false)], vec![iscsi(IQN1, false)], false),
-        ("iscsi different iqn", vec![iscsi(IQN1, false)], vec![iscsi(IQN2, false)], true),
-        ("iscsi both read-only", vec![iscsi(IQN1, true)], vec![iscsi(IQN1, true)], true),
-        ("kinds never mix", vec![gce("foo", false)], vec![ebs("foo")], true),
+        (
+            "aws different state",
+            vec![ebs("foo")],
+            vec![ebs("bar")],
+            true,
+        ),
+        (
+            "rbd same state",
+            vec![rbd(&["a", "b"], false)],
+            vec![rbd(&["a", "b"], false)],
+            false,
+        ),
+        (
+            "rbd different monitors",
+            vec![rbd(&["a", "b"], false)],
+            vec![rbd(&["c", "d"], false)],
+            true,
+        ),
+        (
+            "rbd one monitor shared",
+            vec![rbd(&["a", "b"], true)],
+            vec![rbd(&["b", "c"], false)],
+            false,
+        ),
+        (
+            "rbd both read-only",
+            vec![rbd(&["a", "b"], true)],
+            vec![rbd(&["b"], true)],
+            true,
+        ),
+        (
+            "iscsi same state",
+            vec![iscsi(IQN1, false)],
+            vec![iscsi(IQN1, false)],
+            false,
+        ),
+        (
+            "iscsi different iqn",
+            vec![iscsi(IQN1, false)],
+            vec![iscsi(IQN2, false)],
+            true,
+        ),
+        (
+            "iscsi both read-only",
+            vec![iscsi(IQN1, true)],
+            vec![iscsi(IQN1, true)],
+            true,
+        ),
+        (
+            "kinds never mix",
+            vec![gce("foo", false)],
+            vec![ebs("foo")],
+            true,
+        ),
     ];
     for (name, existing, incoming, want) in cases {
         assert_eq!(allowed(&existing, &incoming), want, "{name}");
@@ -298,7 +391,9 @@ fn a_gang_mounting_one_ebs_volume_takes_two_nodes() {
         .map(|c| c.message.as_str())
         .collect();
     assert!(
-        messages.iter().any(|m| m.contains("1 had no available disk")),
+        messages
+            .iter()
+            .any(|m| m.contains("1 had no available disk")),
         "{messages:?}"
     );
 }

@@ -13,6 +13,7 @@
 //! every call returns at once.
 
 mod intern;
+mod on_node;
 mod spread;
 mod terms;
 mod views;
@@ -28,6 +29,7 @@ use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 use intern::Interner;
+use on_node::OnNode;
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 use views::{SharedViews, TaskView};
@@ -119,10 +121,8 @@ pub(crate) struct InterPod {
     selector_keys: Vec<String>,
     shared_views: RefCell<SharedViews>,
     foreign_rules: Vec<Option<Arc<Rules>>>,
-    /// Host ports taken per node.
-    ports: Map<NodeId, Vec<HostPort>>,
-    /// In-tree disks mounted per node.
-    disks: Map<NodeId, Vec<Disk>>,
+    /// Host ports taken and disks mounted per node.
+    on_node: OnNode,
     spread: RefCell<SpreadCache>,
     /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
     failures: Map<TaskId, u64>,
@@ -150,8 +150,7 @@ impl InterPod {
             selector_keys: Vec::new(),
             shared_views: RefCell::default(),
             foreign_rules: Vec::new(),
-            ports: Map::default(),
-            disks: Map::default(),
+            on_node: OnNode::default(),
             spread: RefCell::default(),
             failures: Map::default(),
         };
@@ -248,8 +247,7 @@ impl InterPod {
         for &h in &rules.holds {
             self.held[h as usize].change(node, &self.domains, add);
         }
-        take(&mut self.ports, node, &rules.ports, add);
-        take(&mut self.disks, node, &rules.disks, add);
+        (self.on_node).change(node, &rules.ports, &rules.disks, add);
     }
 
     /// A task goes on (`add`) or off a node: called by the session's `charge`.
@@ -555,30 +553,12 @@ impl Check<'_> {
     }
 
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Refusal> {
-        self.check_ports(node)?;
-        self.check_disks(node)?;
+        if let Some(r) = self.rules {
+            // NodePorts, then VolumeRestrictions, in kube-scheduler's order.
+            self.pods.on_node.check_ports(node, &r.ports)?;
+            self.pods.on_node.check_disks(node, &r.disks)?;
+        }
         self.check_pods(node)
-    }
-
-    /// VolumeRestrictions: a disk the pod mounts that a pod on the node mounts too, where
-    /// the disk's kind forbids sharing it.
-    fn check_disks(&self, node: NodeId) -> Result<(), Refusal> {
-        if let (Some(r), Some(mounted)) = (self.rules, self.pods.disks.get(&node)) {
-            if (r.disks.iter()).any(|d| mounted.iter().any(|m| d.conflicts(m))) {
-                return Err(Refusal::DiskConflict);
-            }
-        }
-        Ok(())
-    }
-
-    /// NodePorts alone (kube-scheduler asks it before resources fit).
-    pub(crate) fn check_ports(&self, node: NodeId) -> Result<(), Refusal> {
-        if let (Some(r), Some(taken)) = (self.rules, self.pods.ports.get(&node)) {
-            if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
-                return Err(Refusal::HostPorts);
-            }
-        }
-        Ok(())
     }
 
     /// The rules about other pods: affinity, anti-affinity (both sides) and spread (asked
@@ -622,20 +602,5 @@ impl Check<'_> {
             }
         }
         Ok(())
-    }
-}
-
-/// Adds (or removes, one of each) a pod's items to what a node holds.
-fn take<T: PartialEq + Clone>(held: &mut Map<NodeId, Vec<T>>, node: NodeId, items: &[T], add: bool) {
-    if items.is_empty() {
-        return;
-    }
-    let taken = held.entry(node).or_default();
-    for p in items {
-        if add {
-            taken.push(p.clone());
-        } else if let Some(i) = taken.iter().position(|q| q == p) {
-            taken.swap_remove(i);
-        }
     }
 }
