@@ -64,6 +64,10 @@ fn clash<T>(
     asked: &[T],
     conflicts: fn(&T, &T) -> bool,
 ) -> bool {
+    // Most pods ask for neither: no lookup for them.
+    if asked.is_empty() {
+        return false;
+    }
     let taken = held.get(&node).map_or(&[][..], Vec::as_slice);
     asked.iter().any(|a| taken.iter().any(|t| conflicts(a, t)))
 }
