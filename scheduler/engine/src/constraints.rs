@@ -1,9 +1,9 @@
 //! What a pod states about other pods, and its soft preferences: inter-pod affinity and
 //! anti-affinity, topology spread constraints, host ports, in-tree disks and preferred node
 //! affinity, as kube-scheduler reads them (its InterPodAffinity, PodTopologySpread, NodePorts,
-//! VolumeRestrictions and NodeAffinity plugins). Unlike [`crate::PlacementRules`], most of these depend on what is
-//! already placed, so they are checked against counts the session keeps as it places and
-//! evicts, not cached per node.
+//! VolumeRestrictions and NodeAffinity plugins). Unlike [`crate::PlacementRules`], most of
+//! these depend on what is already placed, so they are checked against counts the session
+//! keeps as it places and evicts, not cached per node.
 //!
 //! These are the reader-facing forms: selectors are final (a reader merges `matchLabelKeys` /
 //! `mismatchLabelKeys` into them from the pod's own labels, as the API server does), while
@@ -155,45 +155,39 @@ pub enum Disk {
 }
 
 impl Disk {
+    /// Whether two pods mounting these may not share a node: the same disk, unless both mount
+    /// it read-only (an EBS volume counts as never read-only).
     pub fn conflicts(&self, other: &Disk) -> bool {
         use Disk::*;
-        match (self, other) {
-            (
-                GcePd {
-                    pd_name: a,
-                    read_only: ra,
-                },
-                GcePd {
-                    pd_name: b,
-                    read_only: rb,
-                },
-            ) => a == b && !(*ra && *rb),
+        let same = match (self, other) {
+            (GcePd { pd_name: a, .. }, GcePd { pd_name: b, .. }) => a == b,
             (AwsEbs { volume_id: a }, AwsEbs { volume_id: b }) => a == b,
-            (
-                Iscsi {
-                    iqn: a,
-                    read_only: ra,
-                },
-                Iscsi {
-                    iqn: b,
-                    read_only: rb,
-                },
-            ) => a == b && !(*ra && *rb),
+            (Iscsi { iqn: a, .. }, Iscsi { iqn: b, .. }) => a == b,
             (
                 Rbd {
                     monitors: ma,
                     pool: pa,
                     image: ia,
-                    read_only: ra,
+                    ..
                 },
                 Rbd {
                     monitors: mb,
                     pool: pb,
                     image: ib,
-                    read_only: rb,
+                    ..
                 },
-            ) => ma.iter().any(|m| mb.contains(m)) && pa == pb && ia == ib && !(*ra && *rb),
+            ) => pa == pb && ia == ib && ma.iter().any(|m| mb.contains(m)),
             _ => false,
+        };
+        same && !(self.read_only() && other.read_only())
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            Disk::GcePd { read_only, .. }
+            | Disk::Rbd { read_only, .. }
+            | Disk::Iscsi { read_only, .. } => *read_only,
+            Disk::AwsEbs { .. } => false,
         }
     }
 }

@@ -94,8 +94,8 @@ impl Rules {
 pub(crate) enum Guard {
     /// No inter-pod rule applies: its shape's cache holds.
     Free,
-    /// Only rules that placing pods can make harder (anti-affinity, ports, disks): a failure holds
-    /// until capacity is given back, but per task, not per shape.
+    /// Only rules that placing pods can make harder (anti-affinity, ports, disks): a failure
+    /// holds until capacity is given back, but per task, not per shape.
     PerTask,
     /// Required affinity or spread: placing pods can make it feasible; never cached.
     Never,
