@@ -1,13 +1,13 @@
-//! Pods' inter-pod affinity and anti-affinity, topology spread constraints, host ports and
-//! preferred node affinity to the engine's `PodConstraints`; namespaces; fields Basalt does not
-//! act on holding the pod.
+//! Pods' inter-pod affinity and anti-affinity, topology spread constraints, host ports, in-tree
+//! disks and preferred node affinity to the engine's `PodConstraints`; namespaces; fields Basalt
+//! does not act on holding the pod.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use basalt_crds::{cluster_spec_with_warnings, read_objects, ConvertOptions};
 use basalt_engine::{
-    ClusterSpec, HostPort, InclusionPolicy, LabelSelector, PodConstraints, PodSpec,
+    ClusterSpec, Disk, HostPort, InclusionPolicy, LabelSelector, PodConstraints, PodSpec,
     SelectorOperator::{self, *},
     SelectorRequirement, Wait, WhenUnsatisfiable,
 };
@@ -309,7 +309,7 @@ fn namespaces_are_read_with_the_name_label() {
 
 #[test]
 fn unsupported_fields_hold_pods_of_ours_only() {
-    let spec = "  volumes: [{name: d, gcePersistentDisk: {pdName: x}}]\n  resources: {requests: {cpu: '2', hugepages-2Mi: 1Gi}}\n";
+    let spec = "  resources: {requests: {cpu: '2', hugepages-2Mi: 1Gi}}\n";
     let p = ours(spec);
     let fields: Vec<&str> = (p.waits.iter())
         .map(|w| match w {
@@ -317,13 +317,7 @@ fn unsupported_fields_hold_pods_of_ours_only() {
             Wait::Volume(m) | Wait::Claim(m) => panic!("{m}"),
         })
         .collect();
-    assert_eq!(
-        fields,
-        [
-            "spec.volumes[0].gcePersistentDisk",
-            "spec.resources.requests[hugepages-2Mi]"
-        ]
-    );
+    assert_eq!(fields, ["spec.resources.requests[hugepages-2Mi]"]);
     let (cluster, _) = convert(&pod_yaml("p", "default-scheduler", spec)).unwrap();
     assert!(cluster.pods[0].waits.is_empty());
 }
@@ -338,4 +332,45 @@ fn pod_level_resources_replace_the_containers_aggregate() {
         "the limit stands in for the request"
     );
     assert_eq!(p.request["nvidia.com/gpu"], 1, "from the containers");
+}
+
+#[test]
+fn in_tree_disks_are_read_for_volume_restrictions_not_held() {
+    let spec = "  volumes:\n  - {name: a, gcePersistentDisk: {pdName: pd, readOnly: true}}\n  - {name: b, awsElasticBlockStore: {volumeID: vol-1}}\n  - {name: c, rbd: {monitors: [m1, m2], image: img}}\n  - {name: d, iscsi: {targetPortal: '10.0.0.1:3260', iqn: iqn.x, lun: 3, readOnly: true}}\n  - {name: e, emptyDir: {}}\n";
+    let want = [
+        Disk::GcePd {
+            pd_name: "pd".into(),
+            read_only: true,
+        },
+        Disk::AwsEbs {
+            volume_id: "vol-1".into(),
+        },
+        Disk::Rbd {
+            monitors: vec!["m1".into(), "m2".into()],
+            pool: "rbd".into(),
+            image: "img".into(),
+            read_only: false,
+        },
+        Disk::Iscsi {
+            iqn: "iqn.x".into(),
+            read_only: true,
+        },
+    ];
+    let p = ours(spec);
+    assert!(p.waits.is_empty(), "{:?}", p.waits);
+    assert_eq!(p.constraints.expect("disks").disks, want);
+    // Another scheduler's pod mounts them too: they count on its node.
+    let (cluster, _) = convert(&pod_yaml("p", "default-scheduler", spec)).unwrap();
+    assert_eq!(cluster.pods[0].constraints.as_ref().unwrap().disks, want);
+}
+
+#[test]
+fn a_deletion_timestamp_marks_the_pod_terminating() {
+    let text = pod_yaml("p", "default-scheduler", "  nodeName: n1\n").replace(
+        "  namespace: ns\n",
+        "  namespace: ns\n  deletionTimestamp: '2026-01-01T00:00:00Z'\n",
+    );
+    let (cluster, _) = convert(&text).unwrap();
+    assert!(cluster.pods[0].terminating);
+    assert!(!ours("").terminating);
 }

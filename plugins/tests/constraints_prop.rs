@@ -472,6 +472,7 @@ fn constraints(r: &Rules) -> Option<Arc<PodConstraints>> {
                 port: *port,
             })
             .collect(),
+        disks: vec![],
         preferred_node_affinity: vec![],
     };
     (!c.is_empty()).then(|| Arc::new(c))

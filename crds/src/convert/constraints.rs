@@ -1,6 +1,6 @@
 //! What a pod states about other pods and its soft node preferences, to the engine's
 //! [`PodConstraints`]: inter-pod affinity and anti-affinity, topology spread constraints, host
-//! ports and preferred node affinity, validated as the API server validates them.
+//! ports, in-tree disks and preferred node affinity, validated as the API server validates them.
 //!
 //! `matchLabelKeys` / `mismatchLabelKeys` are merged into the selector from the pod's own labels
 //! as the API server (pod affinity) and kube-scheduler (topology spread) do: `key In [value]` /
@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use basalt_engine::{
-    HostPort, InclusionPolicy, LabelSelector, NodeSelectorTerm, PodAffinityRules, PodAffinityTerm,
-    PodConstraints, PreferredNodeTerm, SelectorOperator, SelectorRequirement,
+    Disk, HostPort, InclusionPolicy, LabelSelector, NodeSelectorTerm, PodAffinityRules,
+    PodAffinityTerm, PodConstraints, PreferredNodeTerm, SelectorOperator, SelectorRequirement,
     TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 use k8s_openapi::api::core::v1 as k8s;
@@ -66,6 +66,7 @@ pub(super) fn pod_constraints(
         anti_affinity: lenient.or(anti_rules, PodAffinityRules::default())?,
         spread: lenient.or(spread_constraints(cx, spec, labels), Vec::new())?,
         host_ports: lenient.or(host_ports(cx, spec), Vec::new())?,
+        disks: disks(spec),
         preferred_node_affinity: lenient.or(preferred_node, Vec::new())?,
     })
 }
@@ -360,6 +361,37 @@ fn host_ports(cx: &Cx, spec: &k8s::PodSpec) -> Result<Vec<HostPort>, ConvertErro
         }
     }
     Ok(out)
+}
+
+/// The in-tree disks the pod mounts, for kube-scheduler's VolumeRestrictions: a volume source's
+/// own `readOnly` decides sharing (the API server defaults an RBD pool to `rbd`).
+fn disks(spec: &k8s::PodSpec) -> Vec<Disk> {
+    let read_only = |r: Option<bool>| r == Some(true);
+    let disk = |v: &k8s::Volume| {
+        if let Some(d) = &v.gce_persistent_disk {
+            Some(Disk::GcePd {
+                pd_name: d.pd_name.clone(),
+                read_only: read_only(d.read_only),
+            })
+        } else if let Some(d) = &v.aws_elastic_block_store {
+            Some(Disk::AwsEbs {
+                volume_id: d.volume_id.clone(),
+            })
+        } else if let Some(d) = &v.rbd {
+            Some(Disk::Rbd {
+                monitors: d.monitors.clone(),
+                pool: d.pool.clone().unwrap_or_else(|| "rbd".into()),
+                image: d.image.clone(),
+                read_only: read_only(d.read_only),
+            })
+        } else {
+            (v.iscsi.as_ref()).map(|d| Disk::Iscsi {
+                iqn: d.iqn.clone(),
+                read_only: read_only(d.read_only),
+            })
+        }
+    };
+    spec.volumes.iter().flatten().filter_map(disk).collect()
 }
 
 fn preferred_node_affinity(

@@ -198,6 +198,7 @@ pub(super) fn pod(
         created_ms: created_ms(meta),
         phase,
         node,
+        terminating: meta.deletion_timestamp.is_some(),
         gpu_ids,
         held_devices,
         nominated_node: p

@@ -12,22 +12,6 @@ pub(super) const POD_LEVEL_RESOURCES: [&str; 2] = ["cpu", "memory"];
 /// The fields of `spec` Basalt does not act on, one wait each.
 pub(super) fn unsupported(spec: &PodSpec) -> Vec<Wait> {
     let mut out = Vec::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        // kube-scheduler's VolumeRestrictions refuses a node where another pod mounts the same
-        // in-tree disk read-write; Basalt does not track these disks.
-        let in_tree = [
-            ("gcePersistentDisk", v.gce_persistent_disk.is_some()),
-            ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
-            ("rbd", v.rbd.is_some()),
-            ("iscsi", v.iscsi.is_some()),
-        ];
-        for (name, _) in in_tree.iter().filter(|(_, set)| *set) {
-            out.push(Wait::Unsupported {
-                field: format!("spec.volumes[{i}].{name}"),
-                message: "in-tree disk volumes are not supported (Basalt does not check which node mounts the disk); use a PersistentVolumeClaim".into(),
-            });
-        }
-    }
     let pod_level = spec.resources.as_ref();
     let lists = pod_level.into_iter().flat_map(|r| {
         [

@@ -1,9 +1,9 @@
 //! What a pod states about other pods, and its soft preferences: inter-pod affinity and
-//! anti-affinity, topology spread constraints, host ports and preferred node affinity, as
-//! kube-scheduler reads them (its InterPodAffinity, PodTopologySpread, NodePorts and
-//! NodeAffinity plugins). Unlike [`crate::PlacementRules`], most of these depend on what is
-//! already placed, so they are checked against counts the session keeps as it places and
-//! evicts, not cached per node.
+//! anti-affinity, topology spread constraints, host ports, in-tree disks and preferred node
+//! affinity, as kube-scheduler reads them (its InterPodAffinity, PodTopologySpread, NodePorts,
+//! VolumeRestrictions and NodeAffinity plugins). Unlike [`crate::PlacementRules`], most of
+//! these depend on what is already placed, so they are checked against counts the session
+//! keeps as it places and evicts, not cached per node.
 //!
 //! These are the reader-facing forms: selectors are final (a reader merges `matchLabelKeys` /
 //! `mismatchLabelKeys` into them from the pod's own labels, as the API server does), while
@@ -132,6 +132,66 @@ impl HostPort {
     }
 }
 
+/// An in-tree disk volume, as kube-scheduler's VolumeRestrictions compares them: two pods on
+/// one node conflict when they mount the same disk and the rule of its kind forbids sharing it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Disk {
+    /// `gcePersistentDisk`: shared only when both mount it read-only.
+    GcePd { pd_name: String, read_only: bool },
+    /// `awsElasticBlockStore`: never shared, read-only or not.
+    AwsEbs { volume_id: String },
+    /// `rbd`: the same image when a monitor is shared and pool and image are equal; shared only
+    /// when both mount it read-only.
+    Rbd {
+        monitors: Vec<String>,
+        /// `rbd` when the pod states none, as the API server defaults it.
+        pool: String,
+        image: String,
+        read_only: bool,
+    },
+    /// `iscsi`: the same disk by IQN alone (kube ignores portal and lun); shared only when both
+    /// mount it read-only.
+    Iscsi { iqn: String, read_only: bool },
+}
+
+impl Disk {
+    /// Whether two pods mounting these may not share a node: the same disk, unless both mount
+    /// it read-only (an EBS volume counts as never read-only).
+    pub fn conflicts(&self, other: &Disk) -> bool {
+        use Disk::*;
+        let same = match (self, other) {
+            (GcePd { pd_name: a, .. }, GcePd { pd_name: b, .. }) => a == b,
+            (AwsEbs { volume_id: a }, AwsEbs { volume_id: b }) => a == b,
+            (Iscsi { iqn: a, .. }, Iscsi { iqn: b, .. }) => a == b,
+            (
+                Rbd {
+                    monitors: ma,
+                    pool: pa,
+                    image: ia,
+                    ..
+                },
+                Rbd {
+                    monitors: mb,
+                    pool: pb,
+                    image: ib,
+                    ..
+                },
+            ) => pa == pb && ia == ib && ma.iter().any(|m| mb.contains(m)),
+            _ => false,
+        };
+        same && !(self.read_only() && other.read_only())
+    }
+
+    fn read_only(&self) -> bool {
+        match self {
+            Disk::GcePd { read_only, .. }
+            | Disk::Rbd { read_only, .. }
+            | Disk::Iscsi { read_only, .. } => *read_only,
+            Disk::AwsEbs { .. } => false,
+        }
+    }
+}
+
 /// A `preferredDuringSchedulingIgnoredDuringExecution` node affinity entry (`weight` 1..=100).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PreferredNodeTerm {
@@ -141,13 +201,15 @@ pub struct PreferredNodeTerm {
 
 /// Everything a pod states beyond its static [`crate::PlacementRules`]. A bound pod's
 /// constraints matter too: its required anti-affinity repels incoming pods, its preferred terms
-/// and required affinity score them, its host ports are taken.
+/// and required affinity score them, its host ports are taken, its disks are mounted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PodConstraints {
     pub affinity: PodAffinityRules,
     pub anti_affinity: PodAffinityRules,
     pub spread: Vec<TopologySpreadConstraint>,
     pub host_ports: Vec<HostPort>,
+    /// In-tree disk volumes (see [`Disk`]).
+    pub disks: Vec<Disk>,
     pub preferred_node_affinity: Vec<PreferredNodeTerm>,
 }
 
@@ -157,6 +219,7 @@ impl PodConstraints {
             && self.anti_affinity.is_empty()
             && self.spread.is_empty()
             && self.host_ports.is_empty()
+            && self.disks.is_empty()
             && self.preferred_node_affinity.is_empty()
     }
 }

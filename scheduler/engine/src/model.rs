@@ -351,6 +351,9 @@ pub struct Task {
 pub struct PodMeta {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
+    /// Being deleted (`deletionTimestamp` set): spread constraints do not count it, as
+    /// kube-scheduler's PodTopologySpread skips it; pod affinity still does.
+    pub terminating: bool,
 }
 
 /// A bound pod of another scheduler, as far as inter-pod rules see it: where it runs, what

@@ -45,6 +45,9 @@ pub enum Refusal {
     Devices(DeviceShort),
     /// A host port the pod asks for is taken on the node.
     HostPorts,
+    /// An in-tree disk the pod mounts is mounted on the node in a way that forbids sharing it
+    /// (kube-scheduler's VolumeRestrictions).
+    DiskConflict,
     /// The pod's required pod affinity is not met in the node's domain.
     PodAffinity,
     /// The pod's required anti-affinity selects a pod in the node's domain.
@@ -134,6 +137,7 @@ impl Refusal {
             }
             Refusal::Devices(short) => short.describe(),
             Refusal::HostPorts => "didn't have free ports for the requested pod ports",
+            Refusal::DiskConflict => "had no available disk",
             Refusal::PodAffinity => "didn't match pod affinity rules",
             Refusal::PodAntiAffinity => "didn't match pod anti-affinity rules",
             Refusal::ExistingPodsAntiAffinity => "didn't satisfy existing pods anti-affinity rules",
@@ -187,6 +191,7 @@ impl Refusal {
             Refusal::Devices(short) => short.resolvable_by_preemption(),
             Refusal::Insufficient(_)
             | Refusal::HostPorts
+            | Refusal::DiskConflict
             | Refusal::PodAntiAffinity
             | Refusal::ExistingPodsAntiAffinity
             | Refusal::TopologySpread

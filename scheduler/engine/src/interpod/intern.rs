@@ -23,8 +23,8 @@ pub(super) struct Interner<'n> {
 }
 
 impl Interner<'_> {
-    fn counter(&mut self, all: Vec<Matcher>, keys: Vec<String>) -> u32 {
-        let key = CounterKey { all, keys };
+    fn counter(&mut self, all: Vec<Matcher>, keys: Vec<String>, spread: bool) -> u32 {
+        let key = CounterKey { all, keys, spread };
         if let Some(&id) = self.counter_ids.get(&key) {
             return id;
         }
@@ -51,6 +51,7 @@ impl Interner<'_> {
         }
         let mut r = Rules {
             ports: c.host_ports.clone(),
+            disks: c.disks.clone(),
             ..Rules::default()
         };
         // The symmetric side: what this pod's terms do to pods they select.
@@ -84,19 +85,19 @@ impl Interner<'_> {
                 .map(|t| Matcher::of_term(t, ns).unwrap_or_else(|| never(ns)))
                 .collect();
             let keys = terms.iter().map(|t| t.topology_key.clone()).collect();
-            r.affinity = Some((self.counter(matchers.clone(), keys), matchers));
+            r.affinity = Some((self.counter(matchers.clone(), keys, false), matchers));
         }
         for t in &c.anti_affinity.required {
             if let Some(m) = Matcher::of_term(t, ns) {
                 r.anti
-                    .push(self.counter(vec![m], vec![t.topology_key.clone()]));
+                    .push(self.counter(vec![m], vec![t.topology_key.clone()], false));
             }
         }
         for (w, sign) in (c.affinity.preferred.iter().map(|w| (w, 1)))
             .chain(c.anti_affinity.preferred.iter().map(|w| (w, -1)))
         {
             if let Some(m) = Matcher::of_term(&w.term, ns) {
-                let id = self.counter(vec![m], vec![w.term.topology_key.clone()]);
+                let id = self.counter(vec![m], vec![w.term.topology_key.clone()], false);
                 r.preferred.push((id, sign * w.weight as i64));
             }
         }
@@ -106,7 +107,7 @@ impl Interner<'_> {
                 Some(sel) => Matcher::in_namespace(sel, ns),
                 None => never(ns),
             };
-            let id = self.counter(vec![m.clone()], vec![s.topology_key.clone()]);
+            let id = self.counter(vec![m.clone()], vec![s.topology_key.clone()], true);
             let rule = SpreadRule::of(s, id, &all, &mut self.domains, self.nodes);
             r.spread.push((rule, m));
         }

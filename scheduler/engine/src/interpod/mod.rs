@@ -1,7 +1,8 @@
-//! Inter-pod rules, as kube-scheduler's InterPodAffinity, PodTopologySpread and NodePorts
-//! plugins enforce them: required pod affinity and anti-affinity (the symmetric rule
-//! included: an existing pod's required anti-affinity repels pods it selects), `DoNotSchedule`
-//! topology spread and host ports, plus the points of the soft forms for scoring.
+//! Inter-pod rules, as kube-scheduler's InterPodAffinity, PodTopologySpread, NodePorts and
+//! VolumeRestrictions plugins enforce them: required pod affinity and anti-affinity (the
+//! symmetric rule included: an existing pod's required anti-affinity repels pods it selects),
+//! `DoNotSchedule` topology spread, host ports and in-tree disks, plus the points of the soft
+//! forms for scoring.
 //!
 //! They depend on what is placed, so the session keeps, per distinct term (its selector over a
 //! resolved namespace set) and topology key, how many selected pods run in each domain, updated
@@ -12,6 +13,7 @@
 //! every call returns at once.
 
 mod intern;
+mod on_node;
 mod spread;
 mod terms;
 mod views;
@@ -20,13 +22,14 @@ use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::constraints::{HostPort, PodConstraints};
+use crate::constraints::{Disk, HostPort, PodConstraints};
 use crate::hash::Map;
 use crate::model::{JobId, NodeId, TaskId, TaskState};
 use crate::refusal::Refusal;
 use crate::snapshot::Snapshot;
 
 use intern::Interner;
+use on_node::OnNode;
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 use views::{SharedViews, TaskView};
@@ -42,6 +45,9 @@ const HARD_POD_AFFINITY_WEIGHT: i64 = 1;
 struct CounterKey {
     all: Vec<Matcher>,
     keys: Vec<String>,
+    /// A spread constraint's: terminating pods do not count in it (kube-scheduler's
+    /// PodTopologySpread skips them; InterPodAffinity does not).
+    spread: bool,
 }
 
 /// A term some pod holds, counted at the holders' domains: the symmetric view.
@@ -65,6 +71,7 @@ struct Rules {
     /// Held terms this pod holds (the symmetric side).
     holds: Vec<u32>,
     ports: Vec<HostPort>,
+    disks: Vec<Disk>,
 }
 
 impl Rules {
@@ -72,6 +79,7 @@ impl Rules {
         self.affinity.is_some()
             || !self.anti.is_empty()
             || !self.ports.is_empty()
+            || !self.disks.is_empty()
             || self.spread.iter().any(|(s, _)| s.hard)
     }
 
@@ -86,8 +94,8 @@ impl Rules {
 pub(crate) enum Guard {
     /// No inter-pod rule applies: its shape's cache holds.
     Free,
-    /// Only rules that placing pods can make harder (anti-affinity, ports): a failure holds
-    /// until capacity is given back, but per task, not per shape.
+    /// Only rules that placing pods can make harder (anti-affinity, ports, disks): a failure
+    /// holds until capacity is given back, but per task, not per shape.
     PerTask,
     /// Required affinity or spread: placing pods can make it feasible; never cached.
     Never,
@@ -113,8 +121,8 @@ pub(crate) struct InterPod {
     selector_keys: Vec<String>,
     shared_views: RefCell<SharedViews>,
     foreign_rules: Vec<Option<Arc<Rules>>>,
-    /// Host ports taken per node.
-    ports: Map<NodeId, Vec<HostPort>>,
+    /// Host ports taken and disks mounted per node.
+    on_node: OnNode,
     spread: RefCell<SpreadCache>,
     /// Per-task failure cache for [`Guard::PerTask`]: the `released` epoch it failed at.
     failures: Map<TaskId, u64>,
@@ -142,7 +150,7 @@ impl InterPod {
             selector_keys: Vec::new(),
             shared_views: RefCell::default(),
             foreign_rules: Vec::new(),
-            ports: Map::default(),
+            on_node: OnNode::default(),
             spread: RefCell::default(),
             failures: Map::default(),
         };
@@ -228,7 +236,7 @@ impl InterPod {
         this
     }
 
-    /// Moves a pod's counts, held terms and host ports on or off a node.
+    /// Moves a pod's counts, held terms, host ports and disks on or off a node.
     fn change(&mut self, node: NodeId, counts_in: &[u32], rules: Option<&Rules>, add: bool) {
         for &c in counts_in {
             self.counters[c as usize].change(node, &self.domains, add);
@@ -239,16 +247,7 @@ impl InterPod {
         for &h in &rules.holds {
             self.held[h as usize].change(node, &self.domains, add);
         }
-        if !rules.ports.is_empty() {
-            let taken = self.ports.entry(node).or_default();
-            for p in &rules.ports {
-                if add {
-                    taken.push(p.clone());
-                } else if let Some(i) = taken.iter().position(|q| q == p) {
-                    taken.swap_remove(i);
-                }
-            }
-        }
+        (self.on_node).change(node, &rules.ports, &rules.disks, add);
     }
 
     /// A task goes on (`add`) or off a node: called by the session's `charge`.
@@ -554,18 +553,12 @@ impl Check<'_> {
     }
 
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Refusal> {
-        self.check_ports(node)?;
-        self.check_pods(node)
-    }
-
-    /// NodePorts alone (kube-scheduler asks it before resources fit).
-    pub(crate) fn check_ports(&self, node: NodeId) -> Result<(), Refusal> {
-        if let (Some(r), Some(taken)) = (self.rules, self.pods.ports.get(&node)) {
-            if (r.ports.iter()).any(|p| taken.iter().any(|q| p.conflicts(q))) {
-                return Err(Refusal::HostPorts);
-            }
+        if let Some(r) = self.rules {
+            // NodePorts, then VolumeRestrictions, in kube-scheduler's order.
+            self.pods.on_node.check_ports(node, &r.ports)?;
+            self.pods.on_node.check_disks(node, &r.disks)?;
         }
-        Ok(())
+        self.check_pods(node)
     }
 
     /// The rules about other pods: affinity, anti-affinity (both sides) and spread (asked

@@ -36,11 +36,14 @@ pub(super) struct SharedViews {
 }
 
 impl InterPod {
-    /// The counters that select a pod.
+    /// The counters that select a pod (a terminating pod: none of spread's).
     pub(super) fn counts_in(&self, pod: &PodMeta) -> Vec<u32> {
         let mut ids = self.counter_index.candidates(&pod.labels);
         let ns = &self.namespaces;
-        ids.retain(|&c| (self.counter_keys[c as usize].all.iter()).all(|m| m.matches(pod, ns)));
+        ids.retain(|&c| {
+            let key = &self.counter_keys[c as usize];
+            !(key.spread && pod.terminating) && key.all.iter().all(|m| m.matches(pod, ns))
+        });
         ids
     }
 
@@ -69,8 +72,8 @@ impl InterPod {
         })
     }
 
-    /// The task's rules, namespace and the labels selectors read, hashed: what its view
-    /// depends on.
+    /// The task's rules, namespace, whether it is terminating and the labels selectors read,
+    /// hashed: what its view depends on.
     fn likeness(&self, snap: &Snapshot, task: TaskId) -> u64 {
         use std::hash::{BuildHasher, Hash, Hasher};
         let meta = &snap.task(task).meta;
@@ -79,6 +82,7 @@ impl InterPod {
             .map(Arc::as_ptr)
             .hash(&mut h);
         meta.namespace.hash(&mut h);
+        meta.terminating.hash(&mut h);
         for k in &self.selector_keys {
             meta.labels.get(k).hash(&mut h);
         }
@@ -95,6 +99,7 @@ impl InterPod {
         };
         same_rules
             && ma.namespace == mb.namespace
+            && ma.terminating == mb.terminating
             && (self.selector_keys.iter()).all(|k| ma.labels.get(k) == mb.labels.get(k))
     }
 

@@ -97,6 +97,7 @@ fn refusals_word_as_kube_scheduler_does() {
             Refusal::HostPorts,
             "didn't have free ports for the requested pod ports",
         ),
+        (Refusal::DiskConflict, "had no available disk"),
         (Refusal::PodAffinity, "didn't match pod affinity rules"),
         (
             Refusal::PodAntiAffinity,
@@ -164,6 +165,7 @@ fn preemption_lifts_only_what_evictions_can_change() {
         Refusal::Devices(DeviceShort::TooFewFree),
         Refusal::Devices(DeviceShort::NoFreeMemory),
         Refusal::HostPorts,
+        Refusal::DiskConflict,
         Refusal::PodAntiAffinity,
         Refusal::ExistingPodsAntiAffinity,
         Refusal::TopologySpread,

@@ -16,10 +16,12 @@ impl MetaInterner {
         &mut self,
         namespace: &str,
         labels: &BTreeMap<String, String>,
+        terminating: bool,
     ) -> Arc<PodMeta> {
         let meta = PodMeta {
             namespace: namespace.to_string(),
             labels: labels.clone(),
+            terminating,
         };
         if let Some(shared) = self.0.get(&meta) {
             return shared.clone();
@@ -46,17 +48,17 @@ mod tests {
     fn equal_metadata_is_shared_and_dropped_values_are_forgotten() {
         let mut metas = MetaInterner::default();
         let labels = BTreeMap::from([("app".to_string(), "a".to_string())]);
-        let a = metas.intern("ns", &labels);
-        let b = metas.intern("ns", &labels);
-        let other = metas.intern("other", &labels);
+        let a = metas.intern("ns", &labels, false);
+        let b = metas.intern("ns", &labels, false);
+        let other = metas.intern("other", &labels, false);
         assert!(Arc::ptr_eq(&a, &b));
         assert!(!Arc::ptr_eq(&a, &other));
         drop(other);
         for i in 0..2048 {
-            metas.intern(&format!("ns-{i}"), &labels);
+            metas.intern(&format!("ns-{i}"), &labels, false);
         }
         metas.prune(1);
         assert_eq!(metas.0.len(), 1, "only the value pods still hold is kept");
-        assert!(Arc::ptr_eq(&metas.intern("ns", &labels), &a));
+        assert!(Arc::ptr_eq(&metas.intern("ns", &labels, false), &a));
     }
 }

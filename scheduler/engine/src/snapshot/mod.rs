@@ -685,7 +685,7 @@ impl PodFacts {
             nominated: p.nominated_node.as_deref().and_then(node_id),
             job_hash: JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name)).hash(),
             slot: std::cell::Cell::new(u32::MAX),
-            meta: metas.intern(&p.namespace, &p.labels),
+            meta: metas.intern(&p.namespace, &p.labels, p.terminating),
             share,
         }
     }

@@ -55,6 +55,9 @@ pub struct PodSpec {
     pub created_ms: i64,
     pub phase: PodPhase,
     pub node: Option<String>,
+    /// `metadata.deletionTimestamp` is set: a bound pod still holds its node, but topology
+    /// spread no longer counts it (see [`PodMeta::terminating`]).
+    pub terminating: bool,
     pub gpu_ids: Vec<u32>,
     /// The devices a bound pod holds by UUID with its share of each, as HAMi's
     /// `hami.io/vgpu-devices-allocated` records them (wins over `gpu_ids`).
