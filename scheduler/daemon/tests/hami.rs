@@ -224,13 +224,20 @@ async fn hami_pods_bind_one_per_node_at_a_time_with_hami_s_annotations() {
         devices.extend(assert_handed_off(&c, &new, "h1", 30000));
         held = now;
         if round < 2 {
-            // Cycles every 200 ms: the others try, and the lock refuses them.
+            // Cycles every 200 ms: the others try, and wait for the lock (told on the pod).
             let refused = format!("locked by HAMi pod default/{new}");
-            let before = logs.lines().len();
-            eventually(&format!("a bind refused for the lock of {new}"), || {
-                (logs.lines()[before..].iter()).any(|l| l.to_string().contains(&refused))
+            eventually(&format!("a bind waiting for the lock of {new}"), || {
+                (c.server.list("v1", "Event").iter()).any(|e| {
+                    e["reason"] == "WaitingForNodeLock"
+                        && e["message"].as_str().is_some_and(|m| m.contains(&refused))
+                })
             })
             .await;
+            assert!(
+                !logs.problems().iter().any(|l| l.contains(&refused)),
+                "a wait on the lock is no warning: {:?}",
+                logs.problems()
+            );
             assert_eq!(bound(&c, &names), held, "another pod bound past the lock");
             stays(&c, &names, &held, &new, if round == 0 { 3 } else { 1 }).await;
         }
@@ -433,4 +440,61 @@ async fn a_volcano_vgpu_pod_gets_volcano_s_annotations_on_its_binding() {
         node_obj(&c, "v1")["metadata"]["annotations"][LOCK].is_null(),
         "no HAMi lock"
     );
+}
+
+/// A wait on HAMi's node lock is a wait: the PodGroup says `WaitingForNodeLock` and is never
+/// reported Running while its pod is not bound, the pod is told once, and nothing is logged
+/// as a bind error; once the lock is free the pod binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_hami_s_node_lock_is_a_wait_not_a_bind_error() {
+    let c = cluster(Config::default()).await;
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let lock = format!("{now},default,holder");
+    c.create(hami_node("h1", &["GPU-aaa"], &[(LOCK, &lock)]));
+    // The lock's holder, alive (another scheduler's pod on its way).
+    let mut holder = sharing_pod("holder", 1, Some(1000));
+    holder["spec"]["schedulerName"] = json!("hami-scheduler");
+    c.create(holder);
+    c.create(queue("q"));
+    c.create(group("g", 1, "q"));
+    let mut p = sharing_pod("g-0", 1, Some(1000));
+    p["metadata"]["labels"] = json!({"scheduling.basalt.dev/pod-group": "g"});
+    c.create(p);
+    let (_s, logs) = c.start_logged(&[]);
+
+    eventually("the PodGroup says it waits for the node lock", || {
+        (c.group("g")["status"]["conditions"].as_array().into_iter())
+            .flatten()
+            .any(|k| k["type"] == "WaitingForNodeLock")
+    })
+    .await;
+    for _ in 0..15 {
+        let g = c.group("g");
+        assert_ne!(g["status"]["phase"], "Running", "{g}");
+        assert_eq!(g["status"]["running"], 0, "{g}");
+        assert!(c.node_of("g-0").is_none());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(c.events("WaitingForNodeLock", "g-0").len(), 1, "told once");
+    let problems = logs.problems();
+    assert!(
+        !problems.iter().any(|l| l.contains("bind")),
+        "no bind error logged: {problems:?}"
+    );
+
+    // The lock is released: the pod binds and the group runs.
+    let free = json!({"metadata": {"annotations": {LOCK: null}}});
+    (c.server)
+        .patch("v1", "Node", "", "h1", PatchKind::Merge, &free)
+        .unwrap();
+    eventually("the pod binds once the lock is free", || {
+        c.node_of("g-0").is_some()
+    })
+    .await;
+    eventually("the group runs", || {
+        c.group("g")["status"]["phase"] == "Running"
+    })
+    .await;
 }

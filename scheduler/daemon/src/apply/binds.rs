@@ -26,13 +26,34 @@ pub(super) enum BindResult {
     Failed(String),
     /// 5xx, 429 or a transport error: retried with backoff.
     Retry(String),
+    /// Not sent: HAMi's node lock is held for another pod (one HAMi pod per node binds at a
+    /// time). A wait, not an error: tried again with backoff.
+    Wait(String),
+}
+
+/// What kept a PodGroup's planned binds from landing this cycle, by the condition it says so
+/// with: `BindFailed`, `WaitingForNodeLock`, `NodeOverCapacity`.
+pub type Unbound = HashMap<String, BTreeMap<&'static str, (u32, String)>>;
+
+pub const BIND_FAILED: &str = "BindFailed";
+pub const WAITING_FOR_NODE_LOCK: &str = "WaitingForNodeLock";
+pub const NODE_OVER_CAPACITY: &str = "NodeOverCapacity";
+
+/// Counts one bind of `group` that did not land, for `why`.
+fn unbound(map: &mut Unbound, group: String, why: &'static str, last: String) {
+    let entry = map.entry(group).or_default().entry(why).or_default();
+    entry.0 += 1;
+    entry.1 = last;
 }
 
 impl BindResult {
     pub(super) fn message(&self) -> &str {
         match self {
             BindResult::Bound => "bound",
-            BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) => m,
+            BindResult::Conflict(m)
+            | BindResult::Failed(m)
+            | BindResult::Retry(m)
+            | BindResult::Wait(m) => m,
         }
     }
 }
@@ -81,11 +102,7 @@ impl Scheduler {
             .collect()
     }
 
-    pub(super) async fn bind_all(
-        &mut self,
-        plan: &Plan,
-        stores: &Stores,
-    ) -> (bool, HashMap<String, (u32, String)>) {
+    pub(super) async fn bind_all(&mut self, plan: &Plan, stores: &Stores) -> (bool, Unbound) {
         let mut created_at = HashMap::new();
         let jobs: Vec<_> = plan
             .bindings
@@ -161,16 +178,20 @@ impl Scheduler {
         }
 
         let mut retry = false;
-        let mut failed: HashMap<String, (u32, String)> = HashMap::new();
+        let mut failed = Unbound::new();
         // Binds held for a node over capacity count as not bound, quietly: the node is
         // reported once, not each pod each cycle.
         for (key, why) in &self.held_binds {
             let (ns, name) = split_key(key);
             let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
             if let Some(g) = pod.as_deref().and_then(member_of) {
-                let entry = failed.entry(format!("{ns}/{g}")).or_default();
-                entry.0 += 1;
-                entry.1 = format!("{key}: {why}");
+                let group = format!("{ns}/{g}");
+                unbound(
+                    &mut failed,
+                    group,
+                    NODE_OVER_CAPACITY,
+                    format!("{key}: {why}"),
+                );
             }
         }
         for (job, result) in results {
@@ -182,16 +203,18 @@ impl Scheduler {
                 ..
             } = job;
             let (ns, name) = split_key(&key);
-            if let BindResult::Conflict(m) | BindResult::Failed(m) | BindResult::Retry(m) = &result
-            {
+            if !matches!(result, BindResult::Bound) {
                 let group = stores
                     .pods
                     .get(&ObjectRef::new(name).within(ns))
                     .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")));
                 if let Some(group) = group {
-                    let entry = failed.entry(group).or_default();
-                    entry.0 += 1;
-                    entry.1 = format!("{key} on {node}: {m}");
+                    let why = match result {
+                        BindResult::Wait(_) => WAITING_FOR_NODE_LOCK,
+                        _ => BIND_FAILED,
+                    };
+                    let last = format!("{key} on {node}: {}", result.message());
+                    unbound(&mut failed, group, why, last);
                 }
             }
             match result {
@@ -216,6 +239,13 @@ impl Scheduler {
                 BindResult::Failed(m) => {
                     self.metrics.bind_errors.inc();
                     tracing::warn!(pod = %key, node = %node, error = %m, "bind failed");
+                }
+                BindResult::Wait(m) => {
+                    retry = true;
+                    tracing::debug!(pod = %key, node = %node, reason = %m, "waiting for HAMi's node lock");
+                    let reference = pod_ref(ns, name, uid.clone());
+                    let key = format!("Pod/{key}");
+                    self.event_once(key, reference, "Normal", WAITING_FOR_NODE_LOCK, &m);
                 }
                 BindResult::Retry(m) => {
                     self.metrics.bind_errors.inc();

@@ -148,7 +148,7 @@ fn lock_holder(node: &Node, now: jiff::Timestamp) -> Option<(String, String)> {
 }
 
 /// Takes the node's HAMi lock for the pod and writes the pod's HAMi annotations; an error is
-/// what the bind reports (a lock held by another live pod is a conflict: retried next cycle).
+/// what the bind reports (a lock held by another live pod is a wait: tried again with backoff).
 pub async fn prepare(
     client: &Client,
     key: &str,
@@ -171,7 +171,7 @@ pub async fn prepare(
         let pods: Api<Pod> = Api::namespaced(client.clone(), &holder_ns);
         let alive = ours || pods.get_opt(&holder).await.map_err(failed)?.is_some();
         if alive && !ours {
-            return Err(BindResult::Conflict(format!(
+            return Err(BindResult::Wait(format!(
                 "node {node} is locked by HAMi pod {holder_ns}/{holder} (one HAMi pod per node \
                  binds at a time)"
             )));

@@ -3,7 +3,7 @@
 //! start and their waiting pods.
 
 use futures::StreamExt;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use basalt_crds::PodGroup;
 use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
@@ -13,6 +13,7 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 
+use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
 use crate::cycle::pod_key;
 use crate::lenient::Lenient;
@@ -26,7 +27,7 @@ impl Scheduler {
         &mut self,
         plan: &Plan,
         stores: &Stores,
-        failed: &HashMap<String, (u32, String)>,
+        unbound: &Unbound,
         partial: &[PartialGang],
     ) {
         let now = jiff::Timestamp::now().to_string();
@@ -40,19 +41,8 @@ impl Scheduler {
                 continue;
             };
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
-            if let Some((n, last)) = failed.get(&*planned.name) {
-                // The gang is partly bound: say so until a cycle binds the rest.
-                desired
-                    .conditions
-                    .push(basalt_crds::types::PodGroupCondition {
-                        type_: "BindFailed".into(),
-                        status: "True".into(),
-                        reason: Some("BindFailed".into()),
-                        message: Some(format!(
-                            "{n} bind(s) failed this cycle; retried next cycle (last: {last})"
-                        )),
-                        last_transition_time: Some(now.clone()),
-                    });
+            if let Some(why) = unbound.get(&*planned.name) {
+                not_landed(&mut desired, planned.min_member, why, &now);
             }
             if let Some(p) = partial
                 .iter()
@@ -260,6 +250,40 @@ impl Scheduler {
 
 /// The status to write: the plan's phase, conditions and counts; a condition keeps its
 /// `lastTransitionTime` while it holds.
+/// The status counts only pods that are bound: binds of this cycle that did not land (failed,
+/// waiting for HAMi's node lock, held for a node over capacity) are taken off `running`, and
+/// each cause is a condition until a cycle binds the rest.
+fn not_landed(
+    desired: &mut basalt_crds::PodGroupStatus,
+    min_member: u32,
+    why: &BTreeMap<&'static str, (u32, String)>,
+    now: &str,
+) {
+    use basalt_crds::types::{PodGroupCondition, PodGroupPhase};
+    let missing: u32 = why.values().map(|(n, _)| n).sum();
+    desired.running = desired.running.saturating_sub(missing as i32);
+    let below = (desired.running + desired.succeeded) < min_member as i32;
+    if desired.phase == PodGroupPhase::Running && below {
+        desired.phase = PodGroupPhase::Inqueue;
+    }
+    for (kind, (n, last)) in why {
+        let message = match *kind {
+            WAITING_FOR_NODE_LOCK => format!(
+                "{n} pod(s) wait for HAMi's node lock; tried again with backoff (last: {last})"
+            ),
+            NODE_OVER_CAPACITY => format!("{n} bind(s) held: {last}"),
+            _ => format!("{n} bind(s) failed this cycle; retried next cycle (last: {last})"),
+        };
+        desired.conditions.push(PodGroupCondition {
+            type_: kind.to_string(),
+            status: "True".into(),
+            reason: Some(kind.to_string()),
+            message: Some(message),
+            last_transition_time: Some(now.to_string()),
+        });
+    }
+}
+
 fn desired_status(
     planned: &PlannedGroup,
     current: Option<&basalt_crds::PodGroupStatus>,
