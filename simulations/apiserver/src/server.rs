@@ -21,6 +21,7 @@ use crate::requests::{RequestLog, RequestRecord};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
+use crate::{protobuf, tables};
 
 /// State shared by the handlers and the library handle.
 #[derive(Clone)]
@@ -130,6 +131,7 @@ enum Path {
     Group(String),
     Resources(String, String),
     Resource(Target),
+    OpenApiV2,
     OpenApiV3,
     OpenApiV3Doc(String, String),
 }
@@ -144,6 +146,7 @@ fn parse_path(path: &str) -> Option<Path> {
         ["api"] => return Some(Path::CoreVersions),
         ["apis"] => return Some(Path::Groups),
         ["apis", g] => return Some(Path::Group(g.to_string())),
+        ["openapi", "v2"] => return Some(Path::OpenApiV2),
         ["openapi", "v3"] => return Some(Path::OpenApiV3),
         ["openapi", "v3", "api", v] => {
             return Some(Path::OpenApiV3Doc(String::new(), v.to_string()))
@@ -221,6 +224,11 @@ async fn api(
             Some(v) => json_response(StatusCode::OK, &v),
             None => not_found(),
         },
+        Path::OpenApiV2 => {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let (ct, body) = discovery::openapi_v2(accept.is_some_and(|a| a.contains("protobuf")));
+            (StatusCode::OK, [(header::CONTENT_TYPE, ct)], body).into_response()
+        }
         Path::OpenApiV3 => json_response(
             StatusCode::OK,
             &discovery::openapi_v3_root(store().resources()),
@@ -302,11 +310,28 @@ fn parse_body(headers: &HeaderMap, body: &[u8], what: &str) -> Result<Value, Api
         serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid YAML: {e}")))
     } else if ct.contains("protobuf") {
-        Err(ApiError::unsupported_media_type(ct))
+        protobuf_body(ct, body, what)
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid JSON: {e}")))
     }
+}
+
+/// A protobuf body: client-go's typed clients send built-in kinds so (`kubectl create namespace`).
+fn protobuf_body(ct: &str, body: &[u8], what: &str) -> Result<Value, ApiError> {
+    protobuf::decode(body).map_err(|e| match e {
+        protobuf::DecodeError::Unsupported(kind) => ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "{what}: the body is {ct:?} of {kind}; basalt-apiserver reads protobuf bodies of {} only: send JSON",
+                protobuf::KINDS
+            ),
+        ),
+        protobuf::DecodeError::Malformed(m) => {
+            ApiError::bad_request(format!("{what}: the body is not valid protobuf: {m}"))
+        }
+    })
 }
 
 async fn resource_request(
@@ -394,11 +419,12 @@ async fn resource_request(
         }
     };
     let render = |o: &Value| versioned(&info, &t.version, o);
+    let table = tables::requested(headers, params.get("includeObject").map(String::as_str));
     match verb {
         Verb::List | Verb::Watch => {
             let filter = selection(params, t.namespace.clone())?;
             if verb == Verb::Watch {
-                return watch(s, res, &info, &t.version, filter, params);
+                return watch(s, res, (&info, table), &t.version, filter, params);
             }
             let limit =
                 match params.get("limit").filter(|l| !l.is_empty()) {
@@ -416,12 +442,24 @@ async fn resource_request(
                     .map(String::as_str)
                     .filter(|c| !c.is_empty()),
             )?;
-            Ok(list_response(&info, &t.version, page))
+            Ok(match table {
+                Some(req) => json_response(
+                    StatusCode::OK,
+                    &tables::list_table(req, &info, &t.version, &page),
+                ),
+                None => list_response(&info, &t.version, page),
+            })
         }
         Verb::Get => {
             let name = t.name.as_deref().unwrap_or_default();
-            let obj = s.store().get(res, &ns, name)?;
-            Ok(json_response(StatusCode::OK, &render(&obj)))
+            let obj = render(&*s.store().get(res, &ns, name)?);
+            Ok(match table {
+                Some(req) => json_response(
+                    StatusCode::OK,
+                    &tables::object_table(req, &info, &t.version, &obj),
+                ),
+                None => json_response(StatusCode::OK, &obj),
+            })
         }
         Verb::Create => {
             if t.name.is_some() {
@@ -541,7 +579,7 @@ fn list_response(info: &ResourceInfo, version: &str, page: crate::store::ListPag
 fn watch(
     s: &Shared,
     res: ResId,
-    info: &ResourceInfo,
+    (info, table): (&ResourceInfo, Option<tables::TableRequest>),
     version: &str,
     filter: Filter,
     params: &Params,
@@ -581,8 +619,10 @@ fn watch(
     let av = info.api_version(version);
     let kind = info.kind.clone();
     let multi = info.versions.len() > 1;
+    let (info, version) = (info.clone(), version.to_string());
     let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
         let (av, kind) = (av.clone(), kind.clone());
+        let (info, version) = (info.clone(), version.clone());
         async move {
             if done {
                 return None;
@@ -596,6 +636,11 @@ fn watch(
                         o
                     } else {
                         (*obj).clone()
+                    };
+                    // Asked as a Table (`kubectl get -w`): each event's object is a one-row Table.
+                    let obj = match table {
+                        Some(req) => tables::object_table(req, &info, &version, &obj),
+                        None => obj,
                     };
                     (json!({"type": t, "object": obj}), false)
                 }
