@@ -31,6 +31,7 @@ mod selectors;
 mod server;
 mod store;
 mod tables;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::Path;

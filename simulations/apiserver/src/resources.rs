@@ -389,3 +389,23 @@ pub fn crd_established_status(info: &ResourceInfo) -> Value {
         "storedVersions": [info.versions.first().cloned().unwrap_or_default()],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basalts_shipped_crds_are_preinstalled_with_their_printer_columns() {
+        let crds = preinstalled_crds(|_| json!({}));
+        assert_eq!(crds.len(), BASALT_CRDS.len() + volcano_crds().len());
+        let podgroups = from_crd(&crds[0]).unwrap();
+        assert_eq!(podgroups.short_names, vec!["pg"]);
+        let (version, columns) = &podgroups.printer_columns[0];
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(version, "v1alpha1");
+        assert_eq!(
+            names,
+            ["Phase", "MinMember", "Running", "Queue", "Reason", "Age"]
+        );
+    }
+}

@@ -1,11 +1,9 @@
 //! HTTP routing: parses Kubernetes API paths, applies faults, and calls the store.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +18,7 @@ use crate::patch::PatchKind;
 use crate::requests::{RequestLog, RequestRecord};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
+use crate::store::{Filter, Part, Store};
 use crate::{protobuf, tables};
 
 /// State shared by the handlers and the library handle.
@@ -184,9 +182,9 @@ fn parse_path(path: &str) -> Option<Path> {
     }
 }
 
-type Params = HashMap<String, String>;
+pub(crate) type Params = HashMap<String, String>;
 
-fn flag(p: &Params, k: &str) -> bool {
+pub(crate) fn flag(p: &Params, k: &str) -> bool {
     matches!(p.get(k).map(String::as_str), Some("true" | "1"))
 }
 
@@ -424,7 +422,7 @@ async fn resource_request(
         Verb::List | Verb::Watch => {
             let filter = selection(params, t.namespace.clone())?;
             if verb == Verb::Watch {
-                return watch(s, res, (&info, table), &t.version, filter, params);
+                return crate::watch::watch(s, res, (&info, table), &t.version, filter, params);
             }
             let limit =
                 match params.get("limit").filter(|l| !l.is_empty()) {
@@ -574,99 +572,6 @@ fn list_response(info: &ResourceInfo, version: &str, page: crate::store::ListPag
         out,
     )
         .into_response()
-}
-
-fn watch(
-    s: &Shared,
-    res: ResId,
-    (info, table): (&ResourceInfo, Option<tables::TableRequest>),
-    version: &str,
-    filter: Filter,
-    params: &Params,
-) -> Result<Response, ApiError> {
-    let rv = params
-        .get("resourceVersion")
-        .map(String::as_str)
-        .unwrap_or("");
-    let from = match rv {
-        "" | "0" => WatchFrom::Now,
-        v => WatchFrom::After(v.parse().map_err(|_| {
-            ApiError::bad_request(format!(
-                "resourceVersion: {v:?} is not a resourceVersion this server issued"
-            ))
-        })?),
-    };
-    let send_initial = flag(params, "sendInitialEvents");
-    let bookmarks = flag(params, "allowWatchBookmarks");
-    if send_initial {
-        if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
-            return Err(ApiError::invalid("ListOptions", "", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
-        }
-        if !bookmarks {
-            return Err(ApiError::invalid("ListOptions", "", "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
-        }
-    }
-    // With sendInitialEvents the initial state is sent whatever the version (this store
-    // always has the newest data, which satisfies NotOlderThan).
-    let from = if send_initial { WatchFrom::Now } else { from };
-    let timeout = params
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .filter(|t| *t > 0)
-        .unwrap_or(1800);
-    let rx = s.store().watch(res, filter, from, bookmarks, send_initial);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-    let av = info.api_version(version);
-    let kind = info.kind.clone();
-    let multi = info.versions.len() > 1;
-    let (info, version) = (info.clone(), version.to_string());
-    let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
-        let (av, kind) = (av.clone(), kind.clone());
-        let (info, version) = (info.clone(), version.clone());
-        async move {
-            if done {
-                return None;
-            }
-            let msg = tokio::time::timeout_at(deadline, rx.recv()).await.ok()??;
-            let (line, done) = match msg {
-                WatchMsg::Event(t, obj) => {
-                    let obj = if multi {
-                        let mut o = (*obj).clone();
-                        o["apiVersion"] = json!(av);
-                        o
-                    } else {
-                        (*obj).clone()
-                    };
-                    // Asked as a Table (`kubectl get -w`): each event's object is a one-row Table.
-                    let obj = match table {
-                        Some(req) => tables::object_table(req, &info, &version, &obj),
-                        None => obj,
-                    };
-                    (json!({"type": t, "object": obj}), false)
-                }
-                WatchMsg::Bookmark(rv, initial_end) => {
-                    let mut meta = json!({"resourceVersion": rv.to_string()});
-                    if initial_end {
-                        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-                    }
-                    (
-                        json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": av, "metadata": meta}}),
-                        false,
-                    )
-                }
-                WatchMsg::Error(status) => (json!({"type": "ERROR", "object": status}), true),
-            };
-            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-            bytes.push(b'\n');
-            Some((Ok::<_, Infallible>(Bytes::from(bytes)), (rx, done)))
-        }
-    });
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(stream),
-    )
-        .into_response())
 }
 
 /// The objects a list, watch or deletecollection selects: the namespace and the
