@@ -1,6 +1,6 @@
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`). client-go's typed clients
 //! send built-in kinds this way since Kubernetes 1.31, so `kubectl create namespace x` (and
-//! `create configmap|priorityclass`, the evictions of `kubectl drain`) POSTs protobuf, not JSON. The kinds
+//! `create configmap|priorityclass`, the evictions or deletes of `kubectl drain`) POSTs protobuf, not JSON. The kinds
 //! those commands write are decoded here to JSON through a table of their messages (field
 //! numbers from k8s.io/api's generated.proto); any other kind is a 415 naming it.
 
@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 const MAGIC: &[u8] = b"k8s\0";
 
 /// The kinds whose protobuf bodies this server reads.
-pub const KINDS: &str = "Namespace, ConfigMap, PriorityClass, Eviction, Binding";
+pub const KINDS: &str = "Namespace, ConfigMap, PriorityClass, Eviction, Binding, DeleteOptions";
 
 #[derive(Clone, Copy)]
 enum Ty {
@@ -118,6 +118,7 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [F]> {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("policy/v1", "Eviction") => EVICTION,
+        ("v1" | "meta.k8s.io/v1", "DeleteOptions") => DELETE_OPTIONS,
         ("v1", "Binding") => BINDING,
         ("scheduling.k8s.io/v1", "PriorityClass") => PRIORITY_CLASS,
         _ => return None,
@@ -338,6 +339,23 @@ mod tests {
             decode(b"k8s\0\x0a\xff"),
             Err(DecodeError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn drains_delete_options_read_as_json() {
+        // v1 DeleteOptions {gracePeriodSeconds: 0, propagationPolicy: Background}.
+        let raw = [b"\x08\x00\x22\x0aBackground".as_slice()].concat();
+        let body = [
+            b"k8s\0\x0a\x13\x0a\x02v1\x12\x0dDeleteOptions\x12".as_slice(),
+            &[raw.len() as u8],
+            &raw,
+        ]
+        .concat();
+        assert_eq!(
+            decode(&body),
+            Ok(json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                      "gracePeriodSeconds": 0, "propagationPolicy": "Background"}))
+        );
     }
 
     #[test]
