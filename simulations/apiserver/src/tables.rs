@@ -123,7 +123,7 @@ pub(crate) enum Cell {
 pub(crate) struct Column {
     name: String,
     type_: String,
-    format: &'static str,
+    format: String,
     description: String,
     priority: i64,
     cell: Cell,
@@ -134,11 +134,13 @@ impl Column {
         Column {
             name: name.into(),
             type_: type_.into(),
+            // Marks the column kubectl takes the object's name from.
             format: if matches!(cell, Cell::Name) {
                 "name"
             } else {
                 ""
-            },
+            }
+            .into(),
             description: String::new(),
             priority,
             cell,
@@ -231,13 +233,13 @@ fn crd_column(c: &PrinterColumn) -> Column {
         c.priority,
         Cell::Path(c.json_path.clone()),
     );
-    col.format = if c.format == "name" { "name" } else { "" };
+    col.format = c.format.clone();
     col.description = c.description.clone();
     col
 }
 
 /// A CRD cell as the API server converts it: strings printed, numbers and booleans kept when
-/// of the column's type, dates as an age; missing values are null (`<none>`).
+/// of the column's type, dates as an age; missing values are null (kubectl prints nothing).
 fn typed_cell(type_: &str, v: Option<&Value>) -> Value {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Value::Null;
@@ -282,10 +284,13 @@ pub fn jsonpath<'a>(o: &'a Value, path: &str) -> Option<&'a Value> {
 fn filter_first<'a>(v: &'a Value, filter: &str) -> Option<&'a Value> {
     let (path, want) = filter.split_once("==")?;
     let want = want.trim().trim_matches(|c| c == '"' || c == '\'');
-    v.as_array()?.iter().find(|item| {
-        jsonpath(item, path.trim()).and_then(Value::as_str) == Some(want)
-            || jsonpath(item, path.trim()).map(|x| x.to_string()) == Some(want.to_string())
-    })
+    v.as_array()?
+        .iter()
+        .find(|item| match jsonpath(item, path.trim()) {
+            Some(Value::String(s)) => s == want,
+            Some(other) => other.to_string() == want,
+            None => false,
+        })
 }
 
 pub(crate) fn str_at<'a>(o: &'a Value, pointer: &str) -> &'a str {
