@@ -288,7 +288,8 @@ fn filter_first<'a>(v: &'a Value, filter: &str) -> Option<&'a Value> {
         .iter()
         .find(|item| match jsonpath(item, path.trim()) {
             Some(Value::String(s)) => s == want,
-            Some(other) => other.to_string() == want,
+            // A number or boolean: `[?(@.count==3)]`.
+            Some(other) => serde_json::from_str::<Value>(want).is_ok_and(|w| &w == other),
             None => false,
         })
 }
