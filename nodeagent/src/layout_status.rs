@@ -12,7 +12,7 @@ use kube::Client;
 use serde_json::json;
 
 use crate::mig::config::MIG_CONFIG_LABEL;
-use crate::publish::{Report, Write, FIELD_MANAGER};
+use crate::publish::{kube_words, Report, Write, FIELD_MANAGER};
 
 pub const MIG_LAYOUT_CONDITION: &str = "MigLayoutValid";
 /// The Event's reason when the layout cannot be used.
@@ -104,7 +104,8 @@ pub async fn report_on_node(
     let name = node.metadata.name.as_deref().unwrap_or_default();
     if let Err(e) = write_conditions(client, name, &next).await {
         report.warnings.push(format!(
-            "cannot write the {MIG_LAYOUT_CONDITION} condition of NodeTopology {name}: {e}"
+            "cannot write the {MIG_LAYOUT_CONDITION} condition of NodeTopology {name}: {}",
+            kube_words(&e)
         ));
         return;
     }
@@ -112,9 +113,10 @@ pub async fn report_on_node(
     if let Some(message) = event_message(stored, &next) {
         match warn_on_node(client, node, MIG_LAYOUT_INVALID, &message).await {
             Ok(()) => report.events.push(message),
-            Err(e) => report
-                .warnings
-                .push(format!("cannot write an Event on Node {name}: {e}")),
+            Err(e) => report.warnings.push(format!(
+                "cannot write an Event on Node {name}: {}",
+                kube_words(&e)
+            )),
         }
     }
 }

@@ -16,3 +16,4 @@ pub mod nvml;
 pub mod publish;
 pub mod raw;
 pub mod timeslice;
+pub mod timeslice_config;

@@ -81,7 +81,8 @@ enum Command {
         /// Time between rounds: 30s, 5m, 1h, 500ms.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         interval: Duration,
-        /// One round, print its report as JSON, exit (1 if it failed).
+        /// One round, print its report as JSON, exit: 1 if it could not run (the Node unreadable,
+        /// no GPU report); a write that failed is in the report's errors, exit 0.
         #[arg(long)]
         once: bool,
         /// /healthz, for the kubelet's probes.
@@ -295,7 +296,10 @@ fn run(
             .await
             .map_err(|e| anyhow!("no Kubernetes client (in-cluster config or KUBECONFIG): {e}"))?;
         if once {
-            let report = publish::reconcile_once(&client, backend.as_ref(), &cfg).await?;
+            // Its text already holds its source: printed with `{:#}`, it would repeat.
+            let report = publish::reconcile_once(&client, backend.as_ref(), &cfg)
+                .await
+                .map_err(|e| anyhow!("{e}"))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(());
         }

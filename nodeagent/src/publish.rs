@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use basalt_crds::types::NodeTopology;
+use basalt_crds::types::{NodeTopology, PodGroupCondition};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -19,6 +19,7 @@ use crate::layout_status;
 use crate::mig::applier::{self, AppliedStep, Outcome};
 use crate::mig::config::{self, MIG_CONFIG_LABEL};
 use crate::timeslice::{self, LabelChange};
+use crate::timeslice_config;
 
 /// The label of NVIDIA's GPU operator that names the node's multi-node NVLink clique.
 pub const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
@@ -104,14 +105,13 @@ pub struct Report {
     pub errors: Vec<String>,
 }
 
+/// What ends a round: a read it cannot do without (the Node), the GPUs. A failing write never
+/// does; it is an error in the report.
 #[derive(Debug, Error)]
 pub enum ReconcileError {
-    #[error("{what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    /// In words ([`kube_words`]), without a source: kube's own text already repeats it.
+    #[error("{what}: {detail}")]
+    Kube { what: String, detail: String },
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("GPU report: {0}")]
@@ -120,7 +120,19 @@ pub enum ReconcileError {
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
     let what = what.into();
-    move |source| ReconcileError::Kube { what, source }
+    move |e| ReconcileError::Kube {
+        what,
+        detail: kube_words(&e),
+    }
+}
+
+/// A kube error in words: the server's message, code and reason (`namespaces "gpu-operator" not
+/// found (404 NotFound)`), not kube's text, which adds the whole Status as a Debug structure.
+pub fn kube_words(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
 }
 
 /// The NodeTopology the agent wants for `node`: the discovery, owned by the Node so it goes
@@ -257,94 +269,36 @@ pub async fn reconcile_once(
     }
 
     // Time-slicing: the node's own key of the device plugin's ConfigMap.
-    let wanted = timeslice::wanted(&labels);
-    let ts_change = match (wanted, timeslice::config_name(&cfg.node_name)) {
-        (Ok(w), Ok(key)) => {
-            let change = timeslice::label_change(&labels, w, &key);
-            if let timeslice::Wanted::Replicas(n) = w {
-                report.time_slice_replicas = Some(n);
-                report.time_slicing_config =
-                    Some(ensure_time_slicing_config(client, cfg, &key, n).await?);
-            } else if change == LabelChange::Remove {
-                report.time_slicing_config =
-                    Some(remove_time_slicing_config(client, cfg, &key).await?);
-            }
-            change
-        }
-        (Ok(timeslice::Wanted::Off), Err(_)) => LabelChange::Leave,
-        (Err(e), _) | (_, Err(e)) => {
-            report.errors.push(e);
-            LabelChange::Leave
-        }
-    };
+    let ts_change = timeslice_config::reconcile(client, cfg, &labels, &mut report).await;
 
-    // NodeTopology.
+    // NodeTopology, then the layout's condition in its status (and an Event when it turns bad).
     let desired = desired_topology(&node, &discovery, report.time_slice_replicas);
-    let topologies: Api<NodeTopology> = Api::all(client.clone());
-    let what = format!("NodeTopology {}", cfg.node_name);
-    let current = topologies
-        .get_opt(&cfg.node_name)
-        .await
-        .map_err(kube_err(&what))?;
-    let conditions = current
-        .as_ref()
-        .and_then(|t| t.status.as_ref())
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    report.topology = Some(match current {
-        None if cfg.dry_run => Write::DryRun,
-        None => {
-            topologies
-                .create(&PostParams::default(), &desired)
-                .await
-                .map_err(kube_err(&what))?;
-            Write::Created
+    match write_topology(client, cfg, &desired).await {
+        Ok((write, conditions)) => {
+            report.topology = Some(write);
+            let wanted = layout.map(|l| {
+                layout_status::layout_condition(l, layout_problem.as_deref(), &layout_status::now())
+            });
+            layout_status::report_on_node(
+                client,
+                &node,
+                &conditions,
+                wanted,
+                cfg.dry_run,
+                &mut report,
+            )
+            .await;
         }
-        Some(cur)
-            if cur.spec == desired.spec
-                && cur.metadata.owner_references == desired.metadata.owner_references =>
-        {
-            Write::Unchanged
-        }
-        Some(_) if cfg.dry_run => Write::DryRun,
-        Some(cur) => {
-            let mut next = desired.clone();
-            next.metadata.resource_version = cur.metadata.resource_version.clone();
-            next.metadata.labels = cur.metadata.labels.clone();
-            next.metadata.annotations = cur.metadata.annotations.clone();
-            topologies
-                .replace(&cfg.node_name, &PostParams::default(), &next)
-                .await
-                .map_err(kube_err(&what))?;
-            Write::Updated
-        }
-    });
-
-    // The layout's condition, and an Event when it turns bad.
-    let wanted = layout.map(|l| {
-        layout_status::layout_condition(l, layout_problem.as_deref(), &layout_status::now())
-    });
-    layout_status::report_on_node(client, &node, &conditions, wanted, cfg.dry_run, &mut report)
-        .await;
+        // Without the stored condition no Event either: it is what keeps one from repeating.
+        Err(e) => report.errors.push(e),
+    }
 
     // Node labels.
-    report.node_labels = Some(
-        match node_label_patch(&node, discovery.clique_id.as_deref(), &ts_change) {
-            None => Write::Unchanged,
-            Some(_) if cfg.dry_run => Write::DryRun,
-            Some(patch) => {
-                nodes
-                    .patch(
-                        &cfg.node_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .map_err(kube_err(format!("labelling Node {}", cfg.node_name)))?;
-                Write::Updated
-            }
-        },
-    );
+    let patch = node_label_patch(&node, discovery.clique_id.as_deref(), &ts_change);
+    match label_node(&nodes, cfg, patch).await {
+        Ok(w) => report.node_labels = Some(w),
+        Err(e) => report.errors.push(e),
+    }
 
     report.gpus = discovery.gpus.len();
     report.islands = discovery.islands.clone();
@@ -367,7 +321,7 @@ async fn mig_wants(
     let cm = cms
         .get_opt(&r.name)
         .await
-        .map_err(|e| format!("reading ConfigMap {r}: {e}"))?
+        .map_err(|e| format!("reading ConfigMap {r}: {}", kube_words(&e)))?
         .ok_or_else(|| {
             format!("node label {MIG_CONFIG_LABEL}={layout:?}, but ConfigMap {r} does not exist")
         })?;
@@ -380,75 +334,73 @@ async fn mig_wants(
     config::wanted_for_gpus(&source, &parsed, layout, gpus).map_err(|e| e.to_string())
 }
 
-/// Makes sure the device plugin's ConfigMap has the time-slicing config for `replicas` under
-/// the node's `key`.
-async fn ensure_time_slicing_config(
+/// Creates or replaces the NodeTopology when it differs from `desired`; returns what it did and
+/// the conditions stored in its status. An error is text for the report.
+async fn write_topology(
     client: &Client,
     cfg: &AgentConfig,
-    key: &str,
-    replicas: u32,
-) -> Result<Write, ReconcileError> {
-    let r = &cfg.device_plugin_config_map;
-    let what = format!("ConfigMap {r}");
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
-    let value = timeslice::render_config(replicas);
-    match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
-        Some(cm) if cm.data.as_ref().and_then(|d| d.get(key)) == Some(&value) => {
-            Ok(Write::Unchanged)
-        }
-        _ if cfg.dry_run => Ok(Write::DryRun),
-        Some(_) => {
-            // Merge patch on one key: agents on other nodes write their keys concurrently.
-            let patch = json!({ "data": { key: value } });
-            cms.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(kube_err(&what))?;
-            Ok(Write::Updated)
-        }
+    desired: &NodeTopology,
+) -> Result<(Write, Vec<PodGroupCondition>), String> {
+    let topologies: Api<NodeTopology> = Api::all(client.clone());
+    let name = &cfg.node_name;
+    let failed = |doing: &'static str| {
+        move |e: kube::Error| format!("{doing} NodeTopology {name}: {}", kube_words(&e))
+    };
+    let current = topologies.get_opt(name).await.map_err(failed("reading"))?;
+    let conditions = current
+        .as_ref()
+        .and_then(|t| t.status.as_ref())
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let write = match current {
+        None if cfg.dry_run => Write::DryRun,
         None => {
-            let cm = ConfigMap {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(r.name.clone()),
-                    namespace: Some(r.namespace.clone()),
-                    ..Default::default()
-                },
-                data: Some(BTreeMap::from([(key.to_string(), value)])),
-                ..Default::default()
-            };
-            match cms.create(&PostParams::default(), &cm).await {
-                Ok(_) => Ok(Write::Created),
-                // Another node's agent created it first: add our key.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    Box::pin(ensure_time_slicing_config(client, cfg, key, replicas)).await
-                }
-                Err(e) => Err(kube_err(&what)(e)),
-            }
+            topologies
+                .create(&PostParams::default(), desired)
+                .await
+                .map_err(failed("creating"))?;
+            Write::Created
         }
-    }
+        Some(cur)
+            if cur.spec == desired.spec
+                && cur.metadata.owner_references == desired.metadata.owner_references =>
+        {
+            Write::Unchanged
+        }
+        Some(_) if cfg.dry_run => Write::DryRun,
+        Some(cur) => {
+            let mut next = desired.clone();
+            next.metadata.resource_version = cur.metadata.resource_version.clone();
+            next.metadata.labels = cur.metadata.labels.clone();
+            next.metadata.annotations = cur.metadata.annotations.clone();
+            topologies
+                .replace(name, &PostParams::default(), &next)
+                .await
+                .map_err(failed("replacing"))?;
+            Write::Updated
+        }
+    };
+    Ok((write, conditions))
 }
 
-/// Removes the node's `key` from the device plugin's ConfigMap when time-slicing is turned off
-/// (the node label that points at it goes in the same round).
-async fn remove_time_slicing_config(
-    client: &Client,
+/// Applies the Node's label patch, if any. An error is text for the report.
+async fn label_node(
+    nodes: &Api<Node>,
     cfg: &AgentConfig,
-    key: &str,
-) -> Result<Write, ReconcileError> {
-    let r = &cfg.device_plugin_config_map;
-    let what = format!("ConfigMap {r}");
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &r.namespace);
-    match cms.get_opt(&r.name).await.map_err(kube_err(&what))? {
-        Some(cm) if cm.data.as_ref().is_some_and(|d| d.contains_key(key)) => {
-            if cfg.dry_run {
-                return Ok(Write::DryRun);
-            }
-            let patch = json!({ "data": { key: null } });
-            cms.patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(kube_err(&what))?;
-            Ok(Write::Updated)
-        }
-        _ => Ok(Write::Unchanged),
+    patch: Option<Value>,
+) -> Result<Write, String> {
+    match patch {
+        None => Ok(Write::Unchanged),
+        Some(_) if cfg.dry_run => Ok(Write::DryRun),
+        Some(patch) => nodes
+            .patch(
+                &cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| Write::Updated)
+            .map_err(|e| format!("labelling Node {}: {}", cfg.node_name, kube_words(&e))),
     }
 }
 

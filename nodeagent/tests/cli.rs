@@ -303,14 +303,16 @@ fn run_needs_a_node_name_and_a_valid_interval() {
 }
 
 #[test]
-fn mig_plan_refuses_counts_no_gpu_holds_as_a_malformed_list() {
+fn mig_plan_exits_2_for_counts_no_gpu_holds() {
+    // Impossible layouts all exit 2, as the help says; 8 × 1g.10gb on an H100 exited 1.
     for (profiles, count) in [
+        ("1g.10gb=8", "8"),
         ("3g.40gb=4294967295", "4294967295"),
         ("3g.40gb=99999999999999999999", "99999999999999999999"),
         ("1g.10gb=4,1g.10gb=4", "8"),
     ] {
         let out = bin(&["mig-plan", "--model", "H100-80GB", "--profiles", profiles]);
-        assert_eq!(out.status.code(), Some(1), "{profiles}");
+        assert_eq!(out.status.code(), Some(2), "{profiles}");
         let profile = profiles.split('=').next().unwrap();
         assert_eq!(
             text(&out.stderr),
@@ -318,7 +320,19 @@ fn mig_plan_refuses_counts_no_gpu_holds_as_a_malformed_list() {
         );
         assert!(out.stdout.is_empty());
     }
-    // Within what a GPU can hold but over this model's limit: impossible, as before.
+    let out = bin(&[
+        "mig-plan",
+        "--model",
+        "H100-80GB",
+        "--profiles",
+        "1g.10gb=8",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["impossible"], true);
+    // Within what a GPU can hold but over this model's limit: impossible too.
     let out = bin(&[
         "mig-plan",
         "--model",

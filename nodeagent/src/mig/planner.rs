@@ -16,8 +16,8 @@ pub struct Wanted(pub BTreeMap<String, u32>);
 
 impl Wanted {
     /// Parses `3g.40gb=2,1g.10gb=1` (a profile without `=N` counts once; repeats add up). A
-    /// count no GPU could hold (over [`profiles::max_instances_of_any_profile`]) is refused here,
-    /// as a malformed list, so nothing is ever sized by it.
+    /// count no GPU could hold (over [`profiles::max_instances_of_any_profile`]) is refused here
+    /// as impossible, so nothing is ever sized by it.
     pub fn parse(text: &str) -> Result<Self, PlanError> {
         let max = profiles::max_instances_of_any_profile();
         let mut out = BTreeMap::new();
@@ -167,9 +167,13 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// Whether the request was well-formed but cannot be met.
+    /// Whether the request was well-formed but cannot be met: a count no GPU holds is as
+    /// impossible as a set that does not fit (`mig-plan` exits 2 for both).
     pub fn is_impossible(&self) -> bool {
-        matches!(self, PlanError::Impossible { .. })
+        matches!(
+            self,
+            PlanError::Impossible { .. } | PlanError::TooMany { .. }
+        )
     }
 }
 

@@ -211,3 +211,32 @@ pub fn openapi_v3_group_version<'a>(
         "components": {"schemas": {}},
     }))
 }
+
+/// `/openapi/v2`: a document without definitions. kubectl's client-side validation reads it
+/// for what it cannot validate on the server (a `kind: List` file); with no definitions it
+/// skips the items, which the server then checks as it creates them. Asked for protobuf (as
+/// kubectl does), it answers gnostic's `openapi_v2.Document` encoding.
+pub fn openapi_v2(protobuf: bool) -> (&'static str, Vec<u8>) {
+    const TITLE: &str = "Kubernetes";
+    const VERSION: &str = "v1.34.0-basalt";
+    if !protobuf {
+        let doc = json!({"swagger": "2.0", "info": {"title": TITLE, "version": VERSION},
+                         "paths": {}, "definitions": {}});
+        return ("application/json", doc.to_string().into_bytes());
+    }
+    // Length-delimited fields: Document.swagger = 1, Document.info = 2, Info.title = 1,
+    // Info.version = 2. Every length here is under 128, one varint byte.
+    let field = |num: u8, bytes: &[u8]| {
+        let mut f = vec![num << 3 | 2, bytes.len() as u8];
+        f.extend_from_slice(bytes);
+        f
+    };
+    let info = [field(1, TITLE.as_bytes()), field(2, VERSION.as_bytes())].concat();
+    let doc = [field(1, b"2.0"), field(2, &info)].concat();
+    // The real server's type (kubectl asks `...spec.v2@v1.0+protobuf`; `@` is not valid in an
+    // answer's media type, and Go's mime parser refuses it).
+    (
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+        doc,
+    )
+}

@@ -23,11 +23,15 @@ mod dra;
 mod error;
 mod faults;
 mod patch;
+mod printers;
+mod protobuf;
 mod requests;
 mod resources;
 mod selectors;
 mod server;
 mod store;
+mod tables;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -42,7 +46,7 @@ pub use error::{ApiError, Error};
 pub use faults::{FaultRule, Faults, Verb};
 pub use patch::PatchKind;
 pub use requests::{RequestRecord, REQUEST_LOG_CAPACITY};
-pub use resources::ResourceInfo;
+pub use resources::{PrinterColumn, ResourceInfo};
 pub use selectors::{FieldSelector, LabelSelector};
 pub use store::REFUSE_EVICTION_ANNOTATION;
 

@@ -23,6 +23,34 @@ pub struct ResourceInfo {
     pub status_subresource: bool,
     /// Registered through a CustomResourceDefinition (merge-patch only; no strategic merge).
     pub custom: bool,
+    /// A CRD's `additionalPrinterColumns`, by version (what `kubectl get` shows).
+    pub printer_columns: Vec<(String, Vec<PrinterColumn>)>,
+}
+
+/// One of a CRD version's `additionalPrinterColumns`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrinterColumn {
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub json_path: String,
+}
+
+impl PrinterColumn {
+    fn from_json(v: &Value) -> Self {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        PrinterColumn {
+            name: s("name"),
+            type_: s("type"),
+            format: s("format"),
+            description: s("description"),
+            priority: v.get("priority").and_then(Value::as_i64).unwrap_or(0),
+            json_path: s("jsonPath"),
+        }
+    }
 }
 
 impl ResourceInfo {
@@ -37,6 +65,7 @@ impl ResourceInfo {
             short_names: Vec::new(),
             status_subresource: false,
             custom: false,
+            printer_columns: Vec::new(),
         }
     }
 
@@ -170,8 +199,39 @@ pub fn dra() -> Vec<ResourceInfo> {
     ]
 }
 
-/// Custom kinds served without registering a CRD first: Basalt's and Volcano's scheduling kinds.
-pub fn preinstalled_crds() -> Vec<ResourceInfo> {
+/// Basalt's CRDs as shipped (`deploy/crds`, generated from `basalt-crds`): preinstalled from the
+/// same files `kubectl apply -f deploy/crds/` reads, so `kubectl get podgroups` shows their
+/// printer columns from the start.
+const BASALT_CRDS: [(&str, &str); 3] = [
+    (
+        "podgroups.scheduling.basalt.dev.yaml",
+        include_str!("../../../deploy/crds/podgroups.scheduling.basalt.dev.yaml"),
+    ),
+    (
+        "queues.scheduling.basalt.dev.yaml",
+        include_str!("../../../deploy/crds/queues.scheduling.basalt.dev.yaml"),
+    ),
+    (
+        "nodetopologies.scheduling.basalt.dev.yaml",
+        include_str!("../../../deploy/crds/nodetopologies.scheduling.basalt.dev.yaml"),
+    ),
+];
+
+/// The CRD objects served without registering them first: Basalt's (as shipped) and minimal
+/// ones for Volcano's scheduling kinds (`crd_object` builds a CRD from a row).
+pub fn preinstalled_crds(crd_object: impl Fn(&ResourceInfo) -> Value) -> Vec<Value> {
+    // Compiled in from the repository (a unit test reads them): skipped, not fatal, if bad.
+    let basalt = BASALT_CRDS.iter().filter_map(|(file, text)| {
+        serde_yaml::from_str::<Value>(text)
+            .map_err(|e| tracing::error!("deploy/crds/{file} is not YAML: {e}"))
+            .ok()
+    });
+    let volcano = volcano_crds();
+    basalt.chain(volcano.iter().map(crd_object)).collect()
+}
+
+/// Volcano's PodGroup and Queue, which Basalt also reads.
+fn volcano_crds() -> Vec<ResourceInfo> {
     let crd =
         |group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, short: &[&str]| {
             let mut r = ResourceInfo::builtin(group, version, kind, plural, namespaced)
@@ -181,30 +241,6 @@ pub fn preinstalled_crds() -> Vec<ResourceInfo> {
             r
         };
     vec![
-        crd(
-            "scheduling.basalt.dev",
-            "v1alpha1",
-            "PodGroup",
-            "podgroups",
-            true,
-            &["pg"],
-        ),
-        crd(
-            "scheduling.basalt.dev",
-            "v1alpha1",
-            "Queue",
-            "queues",
-            false,
-            &[],
-        ),
-        crd(
-            "scheduling.basalt.dev",
-            "v1alpha1",
-            "NodeTopology",
-            "nodetopologies",
-            false,
-            &[],
-        ),
         crd(
             "scheduling.volcano.sh",
             "v1beta1",
@@ -305,6 +341,19 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, ApiError> {
             })
             .unwrap_or_default()
     };
+    let printer_columns = versions
+        .iter()
+        .filter_map(|v| {
+            let name = v.get("name").and_then(Value::as_str)?;
+            let cols = v
+                .get("additionalPrinterColumns")
+                .and_then(Value::as_array)?;
+            Some((
+                name.to_string(),
+                cols.iter().map(PrinterColumn::from_json).collect(),
+            ))
+        })
+        .collect();
     let singular = match str_at("/spec/names/singular") {
         "" => kind.to_ascii_lowercase(),
         s => s.to_string(),
@@ -319,6 +368,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceInfo, ApiError> {
         short_names: str_list("/spec/names/shortNames"),
         status_subresource,
         custom: true,
+        printer_columns,
     })
 }
 
@@ -338,4 +388,24 @@ pub fn crd_established_status(info: &ResourceInfo) -> Value {
         ],
         "storedVersions": [info.versions.first().cloned().unwrap_or_default()],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basalts_shipped_crds_are_preinstalled_with_their_printer_columns() {
+        let crds = preinstalled_crds(|_| json!({}));
+        assert_eq!(crds.len(), BASALT_CRDS.len() + volcano_crds().len());
+        let podgroups = from_crd(&crds[0]).unwrap();
+        assert_eq!(podgroups.short_names, vec!["pg"]);
+        let (version, columns) = &podgroups.printer_columns[0];
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(version, "v1alpha1");
+        assert_eq!(
+            names,
+            ["Phase", "MinMember", "Running", "Queue", "Reason", "Age"]
+        );
+    }
 }

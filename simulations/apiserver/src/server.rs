@@ -1,11 +1,9 @@
 //! HTTP routing: parses Kubernetes API paths, applies faults, and calls the store.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +18,8 @@ use crate::patch::PatchKind;
 use crate::requests::{RequestLog, RequestRecord};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{Filter, Part, ResId, Store, WatchFrom, WatchMsg};
+use crate::store::{Filter, Part, Store};
+use crate::{protobuf, tables};
 
 /// State shared by the handlers and the library handle.
 #[derive(Clone)]
@@ -130,6 +129,7 @@ enum Path {
     Group(String),
     Resources(String, String),
     Resource(Target),
+    OpenApiV2,
     OpenApiV3,
     OpenApiV3Doc(String, String),
 }
@@ -144,6 +144,7 @@ fn parse_path(path: &str) -> Option<Path> {
         ["api"] => return Some(Path::CoreVersions),
         ["apis"] => return Some(Path::Groups),
         ["apis", g] => return Some(Path::Group(g.to_string())),
+        ["openapi", "v2"] => return Some(Path::OpenApiV2),
         ["openapi", "v3"] => return Some(Path::OpenApiV3),
         ["openapi", "v3", "api", v] => {
             return Some(Path::OpenApiV3Doc(String::new(), v.to_string()))
@@ -181,9 +182,9 @@ fn parse_path(path: &str) -> Option<Path> {
     }
 }
 
-type Params = HashMap<String, String>;
+pub(crate) type Params = HashMap<String, String>;
 
-fn flag(p: &Params, k: &str) -> bool {
+pub(crate) fn flag(p: &Params, k: &str) -> bool {
     matches!(p.get(k).map(String::as_str), Some("true" | "1"))
 }
 
@@ -221,6 +222,11 @@ async fn api(
             Some(v) => json_response(StatusCode::OK, &v),
             None => not_found(),
         },
+        Path::OpenApiV2 => {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let (ct, body) = discovery::openapi_v2(accept.is_some_and(|a| a.contains("protobuf")));
+            (StatusCode::OK, [(header::CONTENT_TYPE, ct)], body).into_response()
+        }
         Path::OpenApiV3 => json_response(
             StatusCode::OK,
             &discovery::openapi_v3_root(store().resources()),
@@ -302,11 +308,28 @@ fn parse_body(headers: &HeaderMap, body: &[u8], what: &str) -> Result<Value, Api
         serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid YAML: {e}")))
     } else if ct.contains("protobuf") {
-        Err(ApiError::unsupported_media_type(ct))
+        protobuf_body(ct, body, what)
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("{what}: the body is not valid JSON: {e}")))
     }
+}
+
+/// A protobuf body: client-go's typed clients send built-in kinds so (`kubectl create namespace`).
+fn protobuf_body(ct: &str, body: &[u8], what: &str) -> Result<Value, ApiError> {
+    protobuf::decode(body).map_err(|e| match e {
+        protobuf::DecodeError::Unsupported(kind) => ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "{what}: the body is {ct:?} of {kind}; basalt-apiserver reads protobuf bodies of {} only: send JSON",
+                protobuf::KINDS
+            ),
+        ),
+        protobuf::DecodeError::Malformed(m) => {
+            ApiError::bad_request(format!("{what}: the body is not valid protobuf: {m}"))
+        }
+    })
 }
 
 async fn resource_request(
@@ -394,11 +417,12 @@ async fn resource_request(
         }
     };
     let render = |o: &Value| versioned(&info, &t.version, o);
+    let table = tables::requested(headers, params.get("includeObject").map(String::as_str));
     match verb {
         Verb::List | Verb::Watch => {
             let filter = selection(params, t.namespace.clone())?;
             if verb == Verb::Watch {
-                return watch(s, res, &info, &t.version, filter, params);
+                return crate::watch::watch(s, res, (&info, table), &t.version, filter, params);
             }
             let limit =
                 match params.get("limit").filter(|l| !l.is_empty()) {
@@ -416,12 +440,24 @@ async fn resource_request(
                     .map(String::as_str)
                     .filter(|c| !c.is_empty()),
             )?;
-            Ok(list_response(&info, &t.version, page))
+            Ok(match table {
+                Some(req) => json_response(
+                    StatusCode::OK,
+                    &tables::list_table(req, &info, &t.version, &page),
+                ),
+                None => list_response(&info, &t.version, page),
+            })
         }
         Verb::Get => {
             let name = t.name.as_deref().unwrap_or_default();
-            let obj = s.store().get(res, &ns, name)?;
-            Ok(json_response(StatusCode::OK, &render(&obj)))
+            let obj = render(&*s.store().get(res, &ns, name)?);
+            Ok(match table {
+                Some(req) => json_response(
+                    StatusCode::OK,
+                    &tables::object_table(req, &info, &t.version, &obj),
+                ),
+                None => json_response(StatusCode::OK, &obj),
+            })
         }
         Verb::Create => {
             if t.name.is_some() {
@@ -536,92 +572,6 @@ fn list_response(info: &ResourceInfo, version: &str, page: crate::store::ListPag
         out,
     )
         .into_response()
-}
-
-fn watch(
-    s: &Shared,
-    res: ResId,
-    info: &ResourceInfo,
-    version: &str,
-    filter: Filter,
-    params: &Params,
-) -> Result<Response, ApiError> {
-    let rv = params
-        .get("resourceVersion")
-        .map(String::as_str)
-        .unwrap_or("");
-    let from = match rv {
-        "" | "0" => WatchFrom::Now,
-        v => WatchFrom::After(v.parse().map_err(|_| {
-            ApiError::bad_request(format!(
-                "resourceVersion: {v:?} is not a resourceVersion this server issued"
-            ))
-        })?),
-    };
-    let send_initial = flag(params, "sendInitialEvents");
-    let bookmarks = flag(params, "allowWatchBookmarks");
-    if send_initial {
-        if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
-            return Err(ApiError::invalid("ListOptions", "", "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
-        }
-        if !bookmarks {
-            return Err(ApiError::invalid("ListOptions", "", "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"));
-        }
-    }
-    // With sendInitialEvents the initial state is sent whatever the version (this store
-    // always has the newest data, which satisfies NotOlderThan).
-    let from = if send_initial { WatchFrom::Now } else { from };
-    let timeout = params
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .filter(|t| *t > 0)
-        .unwrap_or(1800);
-    let rx = s.store().watch(res, filter, from, bookmarks, send_initial);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-    let av = info.api_version(version);
-    let kind = info.kind.clone();
-    let multi = info.versions.len() > 1;
-    let stream = futures::stream::unfold((rx, false), move |(mut rx, done)| {
-        let (av, kind) = (av.clone(), kind.clone());
-        async move {
-            if done {
-                return None;
-            }
-            let msg = tokio::time::timeout_at(deadline, rx.recv()).await.ok()??;
-            let (line, done) = match msg {
-                WatchMsg::Event(t, obj) => {
-                    let obj = if multi {
-                        let mut o = (*obj).clone();
-                        o["apiVersion"] = json!(av);
-                        o
-                    } else {
-                        (*obj).clone()
-                    };
-                    (json!({"type": t, "object": obj}), false)
-                }
-                WatchMsg::Bookmark(rv, initial_end) => {
-                    let mut meta = json!({"resourceVersion": rv.to_string()});
-                    if initial_end {
-                        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-                    }
-                    (
-                        json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": av, "metadata": meta}}),
-                        false,
-                    )
-                }
-                WatchMsg::Error(status) => (json!({"type": "ERROR", "object": status}), true),
-            };
-            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-            bytes.push(b'\n');
-            Some((Ok::<_, Infallible>(Bytes::from(bytes)), (rx, done)))
-        }
-    });
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(stream),
-    )
-        .into_response())
 }
 
 /// The objects a list, watch or deletecollection selects: the namespace and the

@@ -137,7 +137,12 @@ pub fn now_rfc3339() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    rfc3339(i64::try_from(secs).unwrap_or(i64::MAX))
+}
+
+/// Seconds since the epoch as `2026-12-06T02:27:09Z`.
+pub fn rfc3339(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's days-to-civil.
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -241,8 +246,8 @@ impl Store {
             let crd_res = s
                 .find("apiextensions.k8s.io", "customresourcedefinitions")
                 .expect("built in");
-            for info in resources::preinstalled_crds() {
-                s.create(crd_res, "", crd_object(&info))
+            for crd in resources::preinstalled_crds(crd_object) {
+                s.create(crd_res, "", crd)
                     .expect("fresh store accepts the preinstalled CRDs");
             }
         }
