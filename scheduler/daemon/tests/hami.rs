@@ -399,7 +399,11 @@ async fn an_unreadable_register_closes_the_node_s_gpus_and_writes_nothing() {
     let whole = register(&["GPU-aaa", "GPU-bbb"]);
     let cut = &whole[..whole.len() / 2];
     let register_key = "hami.io/node-nvidia-register";
-    c.create(hami_node("h1", &["GPU-aaa", "GPU-bbb"], &[(register_key, cut)]));
+    c.create(hami_node(
+        "h1",
+        &["GPU-aaa", "GPU-bbb"],
+        &[(register_key, cut)],
+    ));
     c.create(sharing_pod("gpu", 1, None));
     let mut cpu = sharing_pod("cpu", 1, None);
     cpu["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
@@ -407,23 +411,31 @@ async fn an_unreadable_register_closes_the_node_s_gpus_and_writes_nothing() {
     let (_s, logs) = c.start_logged(&[]);
 
     eventually("cpu bound", || c.node_of("cpu").is_some()).await;
-    eventually("a ConversionWarning Event on h1 naming the register", || {
-        (c.events("ConversionWarning", "h1").iter()).any(|e| {
-            (e["message"].as_str()).is_some_and(|m| {
-                m.contains("metadata.annotations[hami.io/node-nvidia-register]: malformed JSON")
+    eventually(
+        "a ConversionWarning Event on h1 naming the register",
+        || {
+            (c.events("ConversionWarning", "h1").iter()).any(|e| {
+                (e["message"].as_str()).is_some_and(|m| {
+                    m.contains("metadata.annotations[hami.io/node-nvidia-register]: malformed JSON")
+                })
             })
-        })
-    })
+        },
+    )
     .await;
     eventually("a FailedScheduling Event on gpu saying why", || {
         (c.events("FailedScheduling", "gpu").iter()).any(|e| {
             (e["message"].as_str()).is_some_and(|m| {
-                m.contains("had their GPUs closed (metadata.annotations[hami.io/node-nvidia-register]")
+                m.contains(
+                    "had their GPUs closed (metadata.annotations[hami.io/node-nvidia-register]",
+                )
             })
         })
     })
     .await;
-    assert!(c.node_of("gpu").is_none(), "gpu bound to a node whose GPUs are closed");
+    assert!(
+        c.node_of("gpu").is_none(),
+        "gpu bound to a node whose GPUs are closed"
+    );
     assert!(
         node_obj(&c, "h1")["metadata"]["annotations"][LOCK].is_null(),
         "a HAMi lock taken on h1"
@@ -436,7 +448,10 @@ async fn an_unreadable_register_closes_the_node_s_gpus_and_writes_nothing() {
             .map(|(k, _)| k)
             .filter(|k| k.starts_with("hami.io/"))
             .collect();
-        assert!(hami.is_empty(), "{name}: HAMi annotations written: {hami:?}");
+        assert!(
+            hami.is_empty(),
+            "{name}: HAMi annotations written: {hami:?}"
+        );
     }
     assert!(
         !logs.any(|l| l.to_string().contains("InvalidObject")),

@@ -310,7 +310,10 @@ spec:
         let mut nameless = device("", 1000, 0);
         nameless.index = 3;
         assert_eq!(unnamed(&[device("GPU-a", 1000, 0)]), None);
-        assert_eq!(unnamed(&[device("GPU-a", 1000, 0), nameless.clone()]), Some(3));
+        assert_eq!(
+            unnamed(&[device("GPU-a", 1000, 0), nameless.clone()]),
+            Some(3)
+        );
         nameless.uuid = None;
         assert_eq!(unnamed(&[nameless]), Some(3));
     }
