@@ -239,7 +239,11 @@ fn nodes_are_counted_per_refusal_and_worded_once_per_message() {
 fn closed_devices_are_worded_with_their_node_s_reason_and_merge_when_alike() {
     let closed = |name: &str, why: &str| NodeSpec {
         name: name.into(),
-        allocatable: [("cpu".to_string(), 8000), ("nvidia.com/gpu".to_string(), 40)].into(),
+        allocatable: [
+            ("cpu".to_string(), 8000),
+            ("nvidia.com/gpu".to_string(), 40),
+        ]
+        .into(),
         devices_closed: Some(why.into()),
         ..Default::default()
     };
