@@ -130,8 +130,16 @@ fn register_devices(
 }
 
 /// A register's devices, each named once: a device listed twice would be given to one pod
-/// twice, and one without a UUID cannot be named in the annotations the plugin reads.
+/// twice, and one without a UUID cannot be named in the annotations the plugin reads. At most
+/// the engine's 64, so that a long register closes the GPUs, not the whole node.
 fn distinct(gpus: Vec<Gpu>) -> Result<Vec<Gpu>, String> {
+    let max = basalt_engine::MAX_GPUS_PER_NODE;
+    if gpus.len() > max {
+        return Err(format!(
+            "{} devices; at most {max} per node are supported",
+            gpus.len()
+        ));
+    }
     let mut uuids = std::collections::HashMap::with_capacity(gpus.len());
     let mut indices = std::collections::HashMap::with_capacity(gpus.len());
     for (pos, g) in gpus.iter().enumerate() {

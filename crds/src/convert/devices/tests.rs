@@ -262,6 +262,14 @@ fn an_untrusted_register_closes_the_node_s_devices() {
     assert_eq!(why, format!("{field}: device 1 has no UUID"));
     let (why, _) = closed("GPU-a,10,1,100,T4,0,true:GPU-a,10,1,100,T4,0,true:");
     assert_eq!(why, format!("{field}: devices 0 and 1 are both GPU-a"));
+    let many: Vec<String> = (0..65)
+        .map(|i| format!(r#"{{"id":"GPU-{i}","index":{i}}}"#))
+        .collect();
+    let (why, _) = closed(&format!("[{}]", many.join(",")));
+    assert_eq!(
+        why,
+        format!("{field}: 65 devices; at most 64 per node are supported")
+    );
     // An empty register is no HAMi node, silently.
     let m = meta(&[(HAMI_NODE_REGISTER, "[]")], &[]);
     assert_eq!(devices(&m, 8, None), (None, Sharing::Exclusive, vec![]));
