@@ -11,6 +11,15 @@
 //!   about 15 deep (a pod's node affinity expressions are the deepest Basalt reads), and the
 //!   YAML reader refuses anything beyond 128 anyway.
 //!
+//! Bounds on what one object may add, checked when it is converted:
+//!
+//! - [`MAX_DRA_DEVICES_PER_NODE`] (4,096) DRA devices of a node's own ResourceSlices (and of a
+//!   pool reaching several nodes): 32 full slices of 128, far above a GPU node with every MIG
+//!   instance or a NIC with every virtual function. Each device costs the reader and the
+//!   allocator memory per node that reaches it (100,000 on one node took 770 MB); past the
+//!   bound none of them is used, with a warning naming the slice. GPUs per node are bounded by
+//!   the engine (64, `MAX_GPUS_PER_NODE`) and quantities by `quantity::MAX_QUANTITY` (2^60).
+//!
 //! The depth comes from a small scanner that follows libyaml's tokenizer (`scanner.c`) where it
 //! decides what nests: flow collection indicators, block indentation (sequence entries and
 //! mapping keys), and the scalars, comments and block literals whose text does not nest. It
@@ -26,6 +35,9 @@ use thiserror::Error;
 pub const MAX_BYTES: usize = 64 << 20;
 /// The deepest nesting of collections Basalt reads.
 pub const MAX_DEPTH: usize = 64;
+/// The most DRA devices a node's own ResourceSlices (or one pool reaching several nodes) may
+/// publish for Basalt to use them.
+pub const MAX_DRA_DEVICES_PER_NODE: usize = 4096;
 
 /// Input over a limit.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -138,25 +138,73 @@ fn hami_pods_hold_devices_and_state_filters() {
 }
 
 #[test]
-fn malformed_register_is_a_warning() {
-    let text = r#"apiVersion: v1
-kind: Node
-metadata:
-  name: hami
-  annotations: {hami.io/node-nvidia-register: '[{"id": "GPU-0", "count": "ten"}]'}
-status: {allocatable: {nvidia.com/gpu: "8"}}
-"#;
-    let (spec, warnings) = read(text);
-    let n = node(&spec, "hami");
-    assert_eq!((n.sharing, n.gpus.is_none()), (Sharing::Exclusive, true));
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(
-        warnings[0].starts_with(
-            "devices.yaml: document 1: Node hami: metadata.annotations[hami.io/node-nvidia-register]: malformed JSON"
-        ),
-        "{}",
-        warnings[0]
+fn an_untrusted_register_closes_the_node_s_devices() {
+    let one = r#"{"id": "GPU-0", "index": 0, "count": 10, "devmem": 81920, "health": true}"#;
+    let text = format!(
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: bad
+    annotations: {{hami.io/node-nvidia-register: '[{{"id": "GPU-0", "count": "ten"}}]'}}
+  status: {{allocatable: {{cpu: "8", nvidia.com/gpu: "8"}}}}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: dup
+    annotations: {{hami.io/node-nvidia-register: '[{one}, {one}, {one}, {one}]'}}
+  status: {{allocatable: {{cpu: "8", nvidia.com/gpu: "40"}}}}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: vgpu
+    annotations: {{volcano.sh/node-vgpu-register: "GPU-v,10,32768,V100,true:GPU-v,10,32768,V100,true:"}}
+  status: {{allocatable: {{cpu: "8", volcano.sh/vgpu-number: "20", volcano.sh/vgpu-memory: "65536", volcano.sh/vgpu-cores: "200"}}}}
+"#
     );
+    let (spec, warnings) = read(&text);
+    let field = "metadata.annotations[hami.io/node-nvidia-register]";
+    let cases = [
+        ("bad", 1, format!("{field}: malformed JSON")),
+        ("dup", 2, format!("{field}: devices 0 and 1 are both GPU-0")),
+        (
+            "vgpu",
+            3,
+            "metadata.annotations[volcano.sh/node-vgpu-register]: devices 0 and 1 are both GPU-v"
+                .to_string(),
+        ),
+    ];
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    for (name, doc, why) in cases {
+        let n = node(&spec, name);
+        let closed = n.devices_closed.as_deref().unwrap_or("");
+        assert!(closed.starts_with(&why), "{name}: {closed:?}");
+        assert!(n.gpus.is_none(), "{name}");
+        let warned = format!(
+            "devices.yaml: document 1: items[{}]: Node {name}: {why}",
+            doc - 1
+        );
+        assert!(
+            warnings.iter().any(|w| w.starts_with(&warned)),
+            "{warned}\n{warnings:?}"
+        );
+    }
+    // The engine takes the nodes, their devices closed: none counted, no share totals.
+    let objects = objects("devices.yaml", &text);
+    let (snapshot, _) = build_snapshot_with_warnings(&objects, &ConvertOptions::default()).unwrap();
+    for n in &snapshot.nodes {
+        assert!(n.gpus.is_empty() && !n.sharing.shares(), "{}", n.name);
+        assert!(n.devices_closed.is_some(), "{}", n.name);
+        let names = &snapshot.resources;
+        for (id, amount) in n.allocatable.iter() {
+            let name = names.name(id);
+            if name != "cpu" && name != "pods" {
+                assert_eq!(amount, 0, "{}: {name}", n.name);
+            }
+        }
+    }
 }
 
 #[test]

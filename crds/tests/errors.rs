@@ -210,6 +210,10 @@ fn bad_node_topology() {
             "spec.gpus[1].index: duplicate GPU index 0",
         ),
         (
+            "spec: {gpus: [{index: 0, uuid: GPU-a}, {index: 1, uuid: GPU-b}, {index: 2, uuid: GPU-a}]}",
+            "spec.gpus[2].uuid: duplicate GPU UUID GPU-a (also spec.gpus[0])",
+        ),
+        (
             "spec: {gpus: [{index: 0}, {index: 5}]}",
             "spec.gpus[1].index: GPU index 5 out of range: indices must be 0..2",
         ),

@@ -92,6 +92,7 @@ mod tests {
             device_kind: basalt_engine::GPU,
             device_base: 0,
             slices: vec![],
+            devices_closed: None,
         }
     }
 

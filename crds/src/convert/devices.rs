@@ -87,27 +87,86 @@ fn annotation_field(key: &str) -> String {
 /// times the GPUs); else uniform time-sliced devices from GFD's replicas label; else nothing
 /// listed (the engine takes `count` uniform whole devices). `count` is allocatable
 /// `nvidia.com/gpu`. What is not used is said in a warning.
+///
+/// `Err`: the register cannot be trusted (see [`register_devices`]); the reason, said in a
+/// warning too, closes the node's devices.
 pub(super) fn node_devices(
     cx: &Cx,
     meta: &ObjectMeta,
     count: i64,
     topology: Option<&Topology>,
     warnings: &mut Vec<String>,
-) -> (Option<Vec<Gpu>>, Sharing) {
+) -> Result<(Option<Vec<Gpu>>, Sharing), String> {
     if let Some(text) = annotation(meta, HAMI_NODE_REGISTER) {
-        match parse_register(text) {
-            Ok(gpus) if !gpus.is_empty() => {
-                let cordoned = annotation(meta, HAMI_DEVICE_CORDON).map_or_else(Vec::new, csv);
-                return (Some(hami_gpus(gpus, topology, &cordoned)), Sharing::Hami);
-            }
-            // HAMi too takes a node that registers no device as no HAMi node.
-            Ok(_) => {}
-            Err(e) => warnings.push(cx.warning(
-                annotation_field(HAMI_NODE_REGISTER),
-                format!("{e}; the node is read as if it had no such annotation"),
-            )),
+        let gpus = register_devices(cx, HAMI_NODE_REGISTER, parse_register(text), warnings)?;
+        // HAMi too takes a node that registers no device as no HAMi node.
+        if !gpus.is_empty() {
+            let cordoned = annotation(meta, HAMI_DEVICE_CORDON).map_or_else(Vec::new, csv);
+            return Ok((Some(hami_gpus(gpus, topology, &cordoned)), Sharing::Hami));
         }
     }
+    Ok(node_devices_unregistered(
+        cx, meta, count, topology, warnings,
+    ))
+}
+
+/// A device plugin's register, parsed: its devices when it can be trusted; else the reason,
+/// warned of, for the engine to close the node's devices with. Read as no register instead,
+/// a node would offer devices no plugin hands out under the names Basalt would write.
+fn register_devices(
+    cx: &Cx,
+    key: &str,
+    parsed: Result<Vec<Gpu>, String>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Gpu>, String> {
+    let e = match parsed.and_then(distinct) {
+        Ok(gpus) => return Ok(gpus),
+        Err(e) => e,
+    };
+    let field = annotation_field(key);
+    let why = format!("{e}; the node's GPUs take no pod until it is fixed");
+    warnings.push(cx.warning(&field, why));
+    Err(format!("{field}: {e}"))
+}
+
+/// A register's devices, each named once: a device listed twice would be given to one pod
+/// twice, and one without a UUID cannot be named in the annotations the plugin reads. At most
+/// the engine's 64, so that a long register closes the GPUs, not the whole node.
+fn distinct(gpus: Vec<Gpu>) -> Result<Vec<Gpu>, String> {
+    let max = basalt_engine::MAX_GPUS_PER_NODE;
+    if gpus.len() > max {
+        return Err(format!(
+            "{} devices; at most {max} per node are supported",
+            gpus.len()
+        ));
+    }
+    let mut uuids = std::collections::HashMap::with_capacity(gpus.len());
+    let mut indices = std::collections::HashMap::with_capacity(gpus.len());
+    for (pos, g) in gpus.iter().enumerate() {
+        let Some(uuid) = g.uuid.as_deref() else {
+            return Err(format!("device {pos} has no UUID"));
+        };
+        if let Some(first) = uuids.insert(uuid, pos) {
+            return Err(format!("devices {first} and {pos} are both {uuid}"));
+        }
+        if let Some(first) = indices.insert(g.index, pos) {
+            return Err(format!(
+                "devices {first} and {pos} both have index {}",
+                g.index
+            ));
+        }
+    }
+    Ok(gpus)
+}
+
+/// [`node_devices`] for a node without a HAMi register.
+fn node_devices_unregistered(
+    cx: &Cx,
+    meta: &ObjectMeta,
+    count: i64,
+    topology: Option<&Topology>,
+    warnings: &mut Vec<String>,
+) -> (Option<Vec<Gpu>>, Sharing) {
     let labels = meta.labels.as_ref();
     let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
     let label_field = |key: &str| format!("metadata.labels[{key}]");
@@ -213,14 +272,15 @@ pub(super) fn node_devices(
 
 /// A Volcano vGPU node's devices, when its plugin registered them and advertises
 /// `volcano.sh/vgpu-number`, `vgpu-memory` and `vgpu-cores` (all above 0, as Volcano
-/// requires), with islands from the NodeTopology as for HAMi.
+/// requires), with islands from the NodeTopology as for HAMi. `Some(Err)`: the register
+/// cannot be trusted, as in [`node_devices`].
 pub(super) fn vgpu_devices(
     cx: &Cx,
     meta: &ObjectMeta,
     allocatable: &basalt_engine::ResourceList,
     topology: Option<&Topology>,
     warnings: &mut Vec<String>,
-) -> Option<Vec<Gpu>> {
+) -> Option<Result<Vec<Gpu>, String>> {
     use basalt_engine::devices::{VGPU_CORES_NAME, VGPU_MEMORY_NAME, VGPU_NUMBER_NAME};
     let text = annotation(meta, VGPU_NODE_REGISTER)?;
     let advertised = [VGPU_NUMBER_NAME, VGPU_MEMORY_NAME, VGPU_CORES_NAME]
@@ -229,16 +289,10 @@ pub(super) fn vgpu_devices(
     if !advertised {
         return None;
     }
-    match parse_vgpu_register(text) {
-        Ok(gpus) if !gpus.is_empty() => Some(hami_gpus(gpus, topology, &[])),
-        Ok(_) => None,
-        Err(e) => {
-            warnings.push(cx.warning(
-                annotation_field(VGPU_NODE_REGISTER),
-                format!("{e}; the node is read as if it had no such annotation"),
-            ));
-            None
-        }
+    match register_devices(cx, VGPU_NODE_REGISTER, parse_vgpu_register(text), warnings) {
+        Ok(gpus) if gpus.is_empty() => None,
+        Ok(gpus) => Some(Ok(hami_gpus(gpus, topology, &[]))),
+        Err(why) => Some(Err(why)),
     }
 }
 
@@ -424,38 +478,46 @@ pub(super) fn csv(text: &str) -> Vec<String> {
 /// The devices of `hami.io/vgpu-devices-allocated`: containers separated by `;`, devices in a
 /// container by `:`, each `UUID,TYPE,memMiB,cores[,...]` (HAMi's `DecodePodDevices`; a piece
 /// without a comma is skipped, as there). Memory and cores are summed per UUID across
-/// containers, in order of first appearance.
+/// containers, in order of first appearance. Linear: the annotation is the pod's to write, and
+/// may list thousands of devices.
 pub(super) fn parse_allocated(text: &str) -> Result<Vec<HeldDevice>, String> {
     let mut out: Vec<HeldDevice> = Vec::new();
+    // Position in `out` by UUID.
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (c, container) in text.split(';').enumerate() {
         for device in container.split(':').map(str::trim) {
             if !device.contains(',') {
                 continue;
             }
             let f: Vec<&str> = device.split(',').collect();
-            let at = format!("container {c}, device {device:?}");
+            // Worded only on an error: most annotations have none.
+            let at = || format!("container {c}, device {device:?}");
             if f.len() < 4 {
-                return Err(format!("{at}: expected UUID,TYPE,memory,cores"));
+                return Err(format!("{}: expected UUID,TYPE,memory,cores", at()));
             }
             if f[0].is_empty() {
-                return Err(format!("{at}: empty UUID"));
+                return Err(format!("{}: empty UUID", at()));
             }
             let amount = |i: usize, what: &str| {
                 (f[i].parse::<i32>().ok())
                     .and_then(|v| u32::try_from(v).ok())
-                    .ok_or_else(|| format!("{at}: invalid {what} {:?}", f[i]))
+                    .ok_or_else(|| format!("{}: invalid {what} {:?}", at(), f[i]))
             };
             let (memory_mib, cores) = (amount(2, "memory")?, amount(3, "cores")?);
-            match out.iter_mut().find(|d| d.uuid == f[0]) {
-                Some(d) => {
+            match seen.get(f[0]) {
+                Some(&i) => {
+                    let d = &mut out[i];
                     d.memory_mib = d.memory_mib.saturating_add(memory_mib);
                     d.cores = d.cores.saturating_add(cores);
                 }
-                None => out.push(HeldDevice {
-                    uuid: f[0].to_string(),
-                    memory_mib,
-                    cores,
-                }),
+                None => {
+                    seen.insert(f[0], out.len());
+                    out.push(HeldDevice {
+                        uuid: f[0].to_string(),
+                        memory_mib,
+                        cores,
+                    });
+                }
             }
         }
     }

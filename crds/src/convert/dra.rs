@@ -15,6 +15,8 @@
 //!   request's matching devices as a set. A CEL error on any device refuses the request, as
 //!   kube-scheduler's allocator fails the claim.
 //! - **Allocated** devices: every claim's `status.allocation`, admin-access results excepted.
+//! - **Bound**: a node's own devices (`nodeName` slices), and a pool's that reach several
+//!   nodes, at most [`MAX_DRA_DEVICES_PER_NODE`]; past it none of them is used, with a warning.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ use basalt_topology::TierSpec;
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaint, ResourceClaim, ResourceSlice};
 
+use crate::limits::MAX_DRA_DEVICES_PER_NODE;
 use crate::read::Object;
 
 mod claims;
@@ -117,18 +120,35 @@ impl Dra {
                 e.2 += 1;
             }
         }
+        let usable = |s: &ResourceSlice| {
+            let (generation, count, seen) =
+                newest[&(s.spec.driver.as_str(), s.spec.pool.name.as_str())];
+            s.spec.pool.generation == generation && (seen as i64) >= count
+        };
+        let mut over = over_bound(slices.iter().map(|(_, s)| *s).filter(|s| usable(s)));
         let mut found: Vec<(Key, DraDevice, View)> = Vec::new();
         for (origin, s) in &slices {
             let spec = &s.spec;
             let (generation, count, seen) =
                 newest[&(spec.driver.as_str(), spec.pool.name.as_str())];
             let slice = s.metadata.name.as_deref().unwrap_or("<unnamed>");
-            if spec.pool.generation != generation || (seen as i64) < count {
+            if !usable(s) {
                 if spec.pool.generation == generation {
                     warnings.push(format!(
                         "{origin}: ResourceSlice {slice}: spec.pool: pool {} of {} has {seen} of \
                          its {count} slices; its devices are not used until it is complete",
                         spec.pool.name, spec.driver
+                    ));
+                }
+                continue;
+            }
+            if let Some(unsaid) = over.get_mut(&bound_key(s)) {
+                // Said once, on the first of its slices.
+                if let Some(n) = unsaid.take() {
+                    warnings.push(format!(
+                        "{origin}: ResourceSlice {slice}: spec.devices: {} has {n} devices, more \
+                         than {MAX_DRA_DEVICES_PER_NODE} (the limit per node); none of them is used",
+                        bound_key(s)
                     ));
                 }
                 continue;
@@ -319,6 +339,32 @@ impl Dra {
             allocated: self.allocated.clone(),
         }
     }
+}
+
+/// What the bound on devices counts a slice's under: its node's own devices, or its pool's
+/// when the slice reaches several nodes (so no node reaches more than the bound from one pool).
+fn bound_key(s: &ResourceSlice) -> String {
+    match s.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+        Some(node) => format!("node {node}"),
+        None => format!("pool {} of {}", s.spec.pool.name, s.spec.driver),
+    }
+}
+
+/// The keys ([`bound_key`]) of the usable slices whose devices together exceed
+/// [`MAX_DRA_DEVICES_PER_NODE`], each with its count (taken when warned of). Counted before any
+/// device is read, so an oversized node costs no memory past its objects.
+fn over_bound<'s>(
+    usable: impl Iterator<Item = &'s ResourceSlice>,
+) -> HashMap<String, Option<usize>> {
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for s in usable {
+        let n = s.spec.devices.as_ref().map_or(0, Vec::len);
+        *counts.entry(bound_key(s)).or_default() += n;
+    }
+    (counts.into_iter())
+        .filter(|&(_, n)| n > MAX_DRA_DEVICES_PER_NODE)
+        .map(|(k, n)| (k, Some(n)))
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

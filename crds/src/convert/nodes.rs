@@ -60,6 +60,19 @@ fn topology_gpus(cx: &Cx, t: &NodeTopology) -> Result<Vec<Gpu>, ConvertError> {
             return Err(cx.err(&field, format!("duplicate GPU index {}", g.index)));
         }
     }
+    // A UUID names one device: two GPUs with one would be given to pods as one.
+    let mut uuids = HashMap::with_capacity(n);
+    for (pos, g) in t.spec.gpus.iter().enumerate() {
+        let Some(uuid) = g.uuid.as_deref().filter(|u| !u.is_empty()) else {
+            continue;
+        };
+        if let Some(first) = uuids.insert(uuid, pos) {
+            return Err(cx.err(
+                format!("spec.gpus[{pos}].uuid"),
+                format!("duplicate GPU UUID {uuid} (also spec.gpus[{first}])"),
+            ));
+        }
+    }
     let mut domain: Vec<Option<u32>> = vec![None; n];
     for (i, island) in t.spec.islands.iter().enumerate() {
         for (j, &index) in island.iter().enumerate() {
@@ -162,9 +175,13 @@ pub(super) fn node(
     };
     let topology = topology.as_deref();
     // A Volcano vGPU node's devices are counted by `volcano.sh/vgpu-number`.
-    if let Some(gpus) = devices::vgpu_devices(cx, &n.metadata, &allocatable, topology, warnings) {
+    if let Some(read) = devices::vgpu_devices(cx, &n.metadata, &allocatable, topology, warnings) {
+        let (gpus, devices_closed) = match read {
+            Ok(gpus) => (Some(gpus), None),
+            Err(why) => (None, Some(why)),
+        };
         return Ok(NodeSpec {
-            gpus: Some(gpus),
+            gpus,
             name,
             labels,
             taints,
@@ -173,17 +190,37 @@ pub(super) fn node(
             sharing: basalt_engine::devices::Sharing::VolcanoVgpu,
             device_resource: Some(basalt_engine::devices::VGPU_NUMBER_NAME.to_string()),
             slices: Vec::new(),
+            devices_closed,
         });
     }
+    let mut devices_closed = None;
+    let mut registered = |read: Result<_, String>| {
+        read.unwrap_or_else(|why| {
+            devices_closed = Some(why);
+            (None, Default::default())
+        })
+    };
     let (gpus, sharing) = match &device_resource {
         None => {
             let count = (allocatable.get(basalt_engine::GPU_NAME).copied()).unwrap_or(0);
-            devices::node_devices(cx, &n.metadata, count, topology, warnings)
+            registered(devices::node_devices(
+                cx,
+                &n.metadata,
+                count,
+                topology,
+                warnings,
+            ))
         }
         // NVIDIA's plugin renames shared replicas (`renameByDefault`): still its GPUs.
         Some(resource) if resource == devices::SHARED_GPU_NAME => {
             let count = allocatable[resource];
-            devices::node_devices(cx, &n.metadata, count, topology, warnings)
+            registered(devices::node_devices(
+                cx,
+                &n.metadata,
+                count,
+                topology,
+                warnings,
+            ))
         }
         Some(resource) => {
             let count = allocatable[resource];
@@ -218,6 +255,7 @@ pub(super) fn node(
         sharing,
         device_resource,
         slices,
+        devices_closed,
     })
 }
 

@@ -396,6 +396,77 @@ async fn a_time_sliced_node_keeps_its_nodetopology_and_gets_no_hami_annotations(
     );
 }
 
+/// An unreadable register (here cut off mid-write) drives no bind sequence: the node's GPUs
+/// take no pod and the pod asking for one is told why, nothing HAMi reads is written (no lock,
+/// no empty-UUID device list), the register is said on the node, and the node's CPUs still
+/// take a pod that asks for none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_register_closes_the_node_s_gpus_and_writes_nothing() {
+    let c = cluster(Config::default()).await;
+    let whole = register(&["GPU-aaa", "GPU-bbb"]);
+    let cut = &whole[..whole.len() / 2];
+    let register_key = "hami.io/node-nvidia-register";
+    c.create(hami_node(
+        "h1",
+        &["GPU-aaa", "GPU-bbb"],
+        &[(register_key, cut)],
+    ));
+    c.create(sharing_pod("gpu", 1, None));
+    let mut cpu = sharing_pod("cpu", 1, None);
+    cpu["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
+    c.create(cpu);
+    let (_s, logs) = c.start_logged(&[]);
+
+    eventually("cpu bound", || c.node_of("cpu").is_some()).await;
+    eventually(
+        "a ConversionWarning Event on h1 naming the register",
+        || {
+            (c.events("ConversionWarning", "h1").iter()).any(|e| {
+                (e["message"].as_str()).is_some_and(|m| {
+                    m.contains("metadata.annotations[hami.io/node-nvidia-register]: malformed JSON")
+                })
+            })
+        },
+    )
+    .await;
+    eventually("a FailedScheduling Event on gpu saying why", || {
+        (c.events("FailedScheduling", "gpu").iter()).any(|e| {
+            (e["message"].as_str()).is_some_and(|m| {
+                m.contains(
+                    "had their GPUs closed (metadata.annotations[hami.io/node-nvidia-register]",
+                )
+            })
+        })
+    })
+    .await;
+    assert!(
+        c.node_of("gpu").is_none(),
+        "gpu bound to a node whose GPUs are closed"
+    );
+    assert!(
+        node_obj(&c, "h1")["metadata"]["annotations"][LOCK].is_null(),
+        "a HAMi lock taken on h1"
+    );
+    for name in ["gpu", "cpu"] {
+        let p = c.pod(name);
+        let hami: Vec<&String> = (p["metadata"]["annotations"].as_object())
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .filter(|k| k.starts_with("hami.io/"))
+            .collect();
+        assert!(
+            hami.is_empty(),
+            "{name}: HAMi annotations written: {hami:?}"
+        );
+    }
+    assert!(
+        !logs.any(|l| l.to_string().contains("InvalidObject")),
+        "an object refused: {:?}",
+        logs.problems()
+    );
+}
+
 /// Volcano vGPU: on a node Volcano's vGPU plugin registered, the pod binds at once (no lock)
 /// and Volcano's annotations arrive with the binding, as Volcano's scheduler writes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

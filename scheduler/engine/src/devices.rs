@@ -42,6 +42,18 @@ pub const VGPU_MEMORY_PERCENT_NAME: &str = "volcano.sh/vgpu-memory-percentage";
 /// Volcano vGPU's compute request per device, in percent.
 pub const VGPU_CORES_NAME: &str = "volcano.sh/vgpu-cores";
 
+/// The share names of HAMi and Volcano vGPU: what a node whose devices are closed offers none
+/// of, with its device count.
+pub const SHARE_NAMES: [&str; 7] = [
+    GPU_MEMORY_NAME,
+    GPU_MEMORY_PERCENT_NAME,
+    GPU_CORES_NAME,
+    VGPU_NUMBER_NAME,
+    VGPU_MEMORY_NAME,
+    VGPU_MEMORY_PERCENT_NAME,
+    VGPU_CORES_NAME,
+];
+
 /// How a node's devices are shared between pods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Sharing {

@@ -273,6 +273,8 @@ pub struct Node {
     pub device_base: u32,
     /// MIG instances advertised on their own (`nvidia.com/mig-<profile>`), at most 64.
     pub slices: Vec<crate::devices::Slice>,
+    /// Why its devices take no pod ([`crate::NodeSpec::devices_closed`]).
+    pub devices_closed: Option<std::sync::Arc<str>>,
 }
 
 impl Node {

@@ -43,6 +43,9 @@ pub enum Refusal {
     Insufficient(ResourceId),
     /// The node's GPUs cannot hold the pod's device ask (see [`DeviceShort`]).
     Devices(DeviceShort),
+    /// The node's devices are closed ([`crate::Node::devices_closed`] says why) and the pod
+    /// asks for them. Named by node, as a taint is, so equal reasons merge when worded.
+    DevicesClosed { node: NodeId },
     /// A host port the pod asks for is taken on the node.
     HostPorts,
     /// An in-tree disk the pod mounts is mounted on the node in a way that forbids sharing it
@@ -136,6 +139,13 @@ impl Refusal {
                 return format!("insufficient {}", names.name(resource))
             }
             Refusal::Devices(short) => short.describe(),
+            Refusal::DevicesClosed { node } => {
+                let why = snapshot.node(node).devices_closed.as_deref();
+                return format!(
+                    "had their GPUs closed ({})",
+                    why.unwrap_or("no reason given")
+                );
+            }
             Refusal::HostPorts => "didn't have free ports for the requested pod ports",
             Refusal::DiskConflict => "had no available disk",
             Refusal::PodAffinity => "didn't match pod affinity rules",
@@ -186,6 +196,7 @@ impl Refusal {
             // Evictions only take pods away: they never bring the pods affinity asks for.
             | Refusal::PodAffinity
             | Refusal::TopologySpreadMissingLabel
+            | Refusal::DevicesClosed { .. }
             | Refusal::Reserved => false,
             Refusal::Claim { refusal, .. } => refusal.why.resolvable_by_preemption(),
             Refusal::Devices(short) => short.resolvable_by_preemption(),

@@ -199,14 +199,14 @@ fn devices(
     t: Option<&Topology>,
 ) -> (Option<Vec<Gpu>>, Sharing, Vec<String>) {
     let mut warnings = Vec::new();
-    let (gpus, sharing) = node_devices(&cx(), m, count, t, &mut warnings);
+    let (gpus, sharing) = node_devices(&cx(), m, count, t, &mut warnings).unwrap();
     (gpus, sharing, warnings)
 }
 
 #[test]
 fn hami_node_takes_islands_and_cordon() {
     let register = r#"[{"id":"GPU-5","index":0,"count":10,"health":true},
-                       {"index":6,"count":10,"health":true},
+                       {"id":"GPU-z","index":6,"count":10,"health":true},
                        {"id":"GPU-x","index":7,"count":10,"health":true},
                        {"id":"GPU-y","index":9,"count":10,"health":true}]"#;
     let m = meta(
@@ -216,12 +216,13 @@ fn hami_node_takes_islands_and_cordon() {
         ],
         &[],
     );
-    let t = topology(8, None);
+    let mut t = topology(8, None);
+    t.gpus[6].uuid = None;
     let (gpus, sharing, warnings) = devices(&m, 40, Some(&t));
     assert_eq!(sharing, Sharing::Hami);
     assert!(warnings.is_empty(), "{warnings:?}");
     let gpus = gpus.unwrap();
-    // By UUID (GPU-5 is in island 1); by index without a UUID (6); not by index when the
+    // By UUID (GPU-5 is in island 1); by index where the topology gives no UUID (6); not by index when the
     // UUIDs differ (GPU-x is not GPU-7); not at all (9): island 0.
     let domains: Vec<u32> = gpus.iter().map(|g| g.nvlink_domain).collect();
     assert_eq!(domains, [1, 1, 0, 0]);
@@ -233,21 +234,60 @@ fn hami_node_takes_islands_and_cordon() {
 }
 
 #[test]
-fn malformed_register_is_warned_and_ignored() {
-    let m = meta(&[(HAMI_NODE_REGISTER, "[{")], &[]);
-    let (gpus, sharing, warnings) = devices(&m, 8, None);
-    assert_eq!((gpus, sharing), (None, Sharing::Exclusive));
-    assert_eq!(warnings.len(), 1);
+fn an_untrusted_register_closes_the_node_s_devices() {
+    let closed = |register: &str| {
+        let m = meta(&[(HAMI_NODE_REGISTER, register)], &[]);
+        let mut warnings = Vec::new();
+        let why = node_devices(&cx(), &m, 8, None, &mut warnings).unwrap_err();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        (why, warnings.remove(0))
+    };
+    let (why, warning) = closed("[{");
+    let field = "metadata.annotations[hami.io/node-nvidia-register]";
     assert!(
-        warnings[0].starts_with(
-            "t.yaml: Node n: metadata.annotations[hami.io/node-nvidia-register]: malformed JSON"
-        ),
-        "{}",
-        warnings[0]
+        why.starts_with(&format!("{field}: malformed JSON")),
+        "{why}"
+    );
+    assert!(
+        warning.starts_with(&format!("t.yaml: Node n: {field}: malformed JSON")),
+        "{warning}"
+    );
+    assert!(warning.ends_with("; the node's GPUs take no pod until it is fixed"));
+    let one = r#"{"id":"GPU-a","index":0,"count":10}"#;
+    let (why, _) = closed(&format!("[{one},{one},{one},{one}]"));
+    assert_eq!(why, format!("{field}: devices 0 and 1 are both GPU-a"));
+    let (why, _) = closed(r#"[{"id":"GPU-a"},{"id":"GPU-b"}]"#);
+    assert_eq!(why, format!("{field}: devices 0 and 1 both have index 0"));
+    let (why, _) = closed(r#"[{"id":"GPU-a"},{"index":1}]"#);
+    assert_eq!(why, format!("{field}: device 1 has no UUID"));
+    let (why, _) = closed("GPU-a,10,1,100,T4,0,true:GPU-a,10,1,100,T4,0,true:");
+    assert_eq!(why, format!("{field}: devices 0 and 1 are both GPU-a"));
+    let many: Vec<String> = (0..65)
+        .map(|i| format!(r#"{{"id":"GPU-{i}","index":{i}}}"#))
+        .collect();
+    let (why, _) = closed(&format!("[{}]", many.join(",")));
+    assert_eq!(
+        why,
+        format!("{field}: 65 devices; at most 64 per node are supported")
     );
     // An empty register is no HAMi node, silently.
     let m = meta(&[(HAMI_NODE_REGISTER, "[]")], &[]);
     assert_eq!(devices(&m, 8, None), (None, Sharing::Exclusive, vec![]));
+}
+
+#[test]
+fn allocated_devices_are_summed_per_uuid_in_order_of_first_appearance() {
+    // Many devices, each listed again in a later container: sums in one pass.
+    let n = 12_000;
+    let container =
+        |mem: u32| -> String { (0..n).map(|d| format!("GPU-{d},NVIDIA,{mem},1:")).collect() };
+    let text = format!("{};{};", container(10), container(5));
+    let held = parse_allocated(&text).unwrap();
+    assert_eq!(held.len(), n);
+    assert!(held
+        .iter()
+        .enumerate()
+        .all(|(d, h)| h.uuid == format!("GPU-{d}") && h.memory_mib == 15 && h.cores == 2));
 }
 
 #[test]
@@ -440,7 +480,7 @@ fn whole_devices_take_their_memory_from_gfd_s_label() {
         ..Default::default()
     };
     let mut warnings = Vec::new();
-    let (gpus, sharing) = node_devices(&cx(), &m, 8, None, &mut warnings);
+    let (gpus, sharing) = node_devices(&cx(), &m, 8, None, &mut warnings).unwrap();
     let gpus = gpus.unwrap();
     assert_eq!((gpus.len(), sharing), (8, Sharing::Exclusive));
     assert!(gpus
@@ -448,7 +488,9 @@ fn whole_devices_take_their_memory_from_gfd_s_label() {
         .all(|g| g.memory_mib == Some(81559) && g.slots == 1));
     // Past the engine's 64 devices nothing is listed (the engine refuses the node).
     assert_eq!(
-        node_devices(&cx(), &m, 1 << 40, None, &mut warnings).0,
+        node_devices(&cx(), &m, 1 << 40, None, &mut warnings)
+            .unwrap()
+            .0,
         None
     );
     assert!(warnings.is_empty());

@@ -137,6 +137,14 @@ pub fn vgpu_annotations(
     .collect()
 }
 
+/// The index of the first device without a UUID, if any: the conversion closes a node whose
+/// register names none, so this is a last guard against writing an empty one.
+fn unnamed(devices: &[BoundDevice]) -> Option<u32> {
+    (devices.iter())
+        .find(|d| d.uuid.as_deref().is_none_or(str::is_empty))
+        .map(|d| d.index)
+}
+
 /// Who holds a node's HAMi lock, when someone does and the lock has not expired:
 /// (namespace, pod).
 fn lock_holder(node: &Node, now: jiff::Timestamp) -> Option<(String, String)> {
@@ -164,6 +172,12 @@ pub async fn prepare(
         (Some(_), m) => BindResult::Failed(m),
         (None, m) => BindResult::Retry(m),
     };
+    // HAMi's plugin finds a pod's devices by UUID: without one, nothing is worth writing.
+    if let Some(index) = unnamed(devices) {
+        return Err(BindResult::Failed(format!(
+            "GPU {index} of node {node} has no UUID to hand HAMi's device plugin; nothing written"
+        )));
+    }
     let current = nodes.get(node).await.map_err(failed)?;
     let now = jiff::Timestamp::now();
     if let Some((holder_ns, holder)) = lock_holder(&current, now) {
@@ -289,6 +303,19 @@ spec:
         assert_eq!(a["volcano.sh/devices-to-allocate"], list);
         assert_eq!(a["volcano.sh/vgpu-node"], "n1");
         assert_eq!(a["volcano.sh/bind-phase"], "allocating");
+    }
+
+    #[test]
+    fn a_device_without_a_uuid_is_never_handed_off() {
+        let mut nameless = device("", 1000, 0);
+        nameless.index = 3;
+        assert_eq!(unnamed(&[device("GPU-a", 1000, 0)]), None);
+        assert_eq!(
+            unnamed(&[device("GPU-a", 1000, 0), nameless.clone()]),
+            Some(3)
+        );
+        nameless.uuid = None;
+        assert_eq!(unnamed(&[nameless]), Some(3));
     }
 
     #[test]

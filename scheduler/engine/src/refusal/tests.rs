@@ -236,3 +236,43 @@ fn nodes_are_counted_per_refusal_and_worded_once_per_message() {
         "0/2 nodes are available."
     );
 }
+
+#[test]
+fn closed_devices_are_worded_with_their_node_s_reason_and_merge_when_alike() {
+    let closed = |name: &str, why: &str| NodeSpec {
+        name: name.into(),
+        allocatable: [
+            ("cpu".to_string(), 8000),
+            ("nvidia.com/gpu".to_string(), 40),
+        ]
+        .into(),
+        devices_closed: Some(why.into()),
+        ..Default::default()
+    };
+    let snap = Snapshot::build(ClusterSpec {
+        nodes: vec![
+            closed("a", "register: devices 0 and 1 are both GPU-x"),
+            closed("b", "register: devices 0 and 1 are both GPU-x"),
+            closed("c", "register: malformed JSON"),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    // Closed: no device listed, the count read 0; the CPUs stay.
+    let n = snap.node(NodeId(0));
+    assert!(n.gpus.is_empty());
+    assert_eq!(n.allocatable.get(GPU), 0);
+    assert_eq!(n.allocatable.get(CPU), 8000);
+    let mut counts: BTreeMap<Refusal, usize> = BTreeMap::new();
+    for node in 0..3 {
+        *counts
+            .entry(Refusal::DevicesClosed { node: NodeId(node) })
+            .or_default() += 1;
+    }
+    assert_eq!(
+        nodes_available(&snap, &counts),
+        "0/3 nodes are available: 2 had their GPUs closed (register: devices 0 and 1 are both \
+         GPU-x), 1 had their GPUs closed (register: malformed JSON)."
+    );
+    assert!(!Refusal::DevicesClosed { node: NodeId(0) }.resolvable_by_preemption());
+}

@@ -101,6 +101,15 @@ impl Session<'_> {
                     continue;
                 }
             }
+            // A closed node's devices read 0: say why rather than "insufficient".
+            let closed = node.devices_closed.is_some()
+                && crate::snapshot::asks_closed(node, &self.snapshot.share_names, request);
+            if closed {
+                let reason = Refusal::DevicesClosed { node: node.id };
+                *scan.refused.entry(reason).or_default() += 1;
+                scan.class[i] = REFUSED;
+                continue;
+            }
             let mut mask = 0;
             for id in request.short_on(&self.used[i], &node.allocatable) {
                 scan.short[id.0 as usize] += 1;

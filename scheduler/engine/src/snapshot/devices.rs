@@ -16,6 +16,9 @@ use crate::snapshot::NodeSpec;
 /// added (and the others when a node lacks them).
 pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
     use crate::devices::*;
+    if spec.devices_closed.is_some() {
+        return closed(spec);
+    }
     let (memory_name, percent_name, cores_name) = match spec.sharing {
         Sharing::Hami => (GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME),
         Sharing::VolcanoVgpu => (VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME, VGPU_CORES_NAME),
@@ -34,6 +37,48 @@ pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
         list.entry(name.to_string()).or_insert(total);
     }
     spec
+}
+
+/// A node whose devices are closed: none listed, and its device count and share totals 0, so
+/// the fast paths refuse what asks for them; `session/explain.rs` words why.
+fn closed(mut spec: NodeSpec) -> NodeSpec {
+    let kind = spec
+        .device_resource
+        .as_deref()
+        .unwrap_or(GPU_NAME)
+        .to_string();
+    let names = crate::devices::SHARE_NAMES.iter().copied();
+    for name in std::iter::once(kind.as_str()).chain(names) {
+        if let Some(v) = spec.allocatable.get_mut(name) {
+            *v = 0;
+        }
+    }
+    spec.gpus = None;
+    spec.sharing = Sharing::Exclusive;
+    // MIG instances are tied to listed GPUs: with none listed they are counted only.
+    spec.slices.clear();
+    spec
+}
+
+/// Whether `request` asks for what a closed node offers none of: its device count or a share.
+pub(crate) fn asks_closed(
+    node: &Node,
+    shares: &crate::devices::ShareNames,
+    request: &crate::resources::Resources,
+) -> bool {
+    let s = shares;
+    let ids = [
+        s.memory,
+        s.percent,
+        s.cores,
+        s.vgpu_number,
+        s.vgpu_memory,
+        s.vgpu_percent,
+    ];
+    (ids.into_iter()
+        .chain([s.vgpu_cores, Some(node.device_kind)]))
+    .flatten()
+    .any(|id| request.get(id) > 0)
 }
 
 /// The devices of a node that shares them: they must be listed (the count of slots does not

@@ -22,7 +22,7 @@ mod devices;
 mod meta;
 mod patch;
 pub use devices::ask_on;
-pub(crate) use devices::{charge_shares, closed_devices};
+pub(crate) use devices::{asks_closed, charge_shares, closed_devices};
 mod spec;
 
 use meta::MetaInterner;
@@ -575,6 +575,7 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         device_kind,
         device_base: 0,
         slices,
+        devices_closed: n.devices_closed.as_deref().map(Arc::from),
     })
 }
 

@@ -26,6 +26,10 @@ pub struct NodeSpec {
     /// MIG instances advertised on their own (NVIDIA's mixed strategy), each on a GPU of
     /// `gpus` in MIG mode.
     pub slices: Vec<crate::devices::MigSlice>,
+    /// Why the node's devices take no pod, when its device plugin's register cannot be
+    /// trusted (unreadable, or naming a device twice): its device count and share totals read
+    /// 0, and pods asking for them are refused with this reason. Its other resources schedule.
+    pub devices_closed: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
