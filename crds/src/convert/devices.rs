@@ -1,7 +1,7 @@
 //! Shared GPUs: HAMi's node register, device cordon and pod annotations, Volcano vGPU's node
 //! register and pod annotations, NVIDIA's time-slicing (NodeTopology `spec.timeSliceReplicas`,
 //! GFD's `nvidia.com/gpu.replicas` label), and the device filters and policy on pods
-//! (`../shared/specs/device-sharing.md` §A, §B, §C).
+//! (`docs/protocols.md`, sections 1 to 3).
 //!
 //! The parsers are pure and follow HAMi's decoders (`pkg/device/devices.go`): what HAMi
 //! accepts is accepted, except values that make no sense as amounts (negative memory or cores

@@ -1,4 +1,4 @@
-//! MIG (`../shared/specs/device-sharing.md` §C): a NodeTopology's GPUs in MIG mode as NVIDIA's
+//! MIG (`docs/protocols.md`, section 3): a NodeTopology's GPUs in MIG mode as NVIDIA's
 //! device plugin advertises them under GFD's `nvidia.com/mig.strategy`, and mig-manager's
 //! reconfiguration hold.
 

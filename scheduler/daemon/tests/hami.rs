@@ -1,4 +1,4 @@
-//! HAMi GPU sharing end to end (`../shared/specs/device-sharing.md` §A): on a node whose
+//! HAMi GPU sharing end to end (`docs/protocols.md`, section 1): on a node whose
 //! `hami.io/node-nvidia-register` annotation says HAMi's device plugin runs there, the real
 //! binary hands each pod off as HAMi's own scheduler does — it takes the node lock
 //! `hami.io/mutex.lock`, writes HAMi's pod annotations (`vgpu-node` also as a label,

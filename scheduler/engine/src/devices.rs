@@ -6,7 +6,7 @@
 //! device as HAMi's `devcore`); a pod takes `count` **distinct** devices, the same amounts on
 //! each, as HAMi allocates. Nodes that do not share keep whole devices in a mask, as before.
 //! Integer arithmetic only. The names and defaults are HAMi's
-//! (`../shared/specs/device-sharing.md` §A).
+//! (`docs/protocols.md`, section 1).
 
 use serde::{Deserialize, Serialize};
 

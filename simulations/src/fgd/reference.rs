@@ -339,13 +339,16 @@ mod tests {
         engine_matches_reference(&exp, &[42, 7], usize::MAX);
     }
 
-    /// The same on the first 2,000 arrivals of the full openb default lists, when this
-    /// machine has them (`/work/shared/traces`, or `BASALT_OPENB_DIR`).
+    /// The same on the first 2,000 arrivals of the full openb default lists, when
+    /// `BASALT_OPENB_DIR` names a directory holding them (alibaba/clusterdata,
+    /// `cluster-trace-gpu-v2023/csv/`; see `simulations/traces/README.md`).
     #[test]
     fn engine_path_places_like_the_reference_on_the_default_list() {
         use crate::fgd::trace;
-        let dir = std::env::var("BASALT_OPENB_DIR")
-            .unwrap_or_else(|_| "/work/shared/traces/alibaba-gpu-v2023-openb".into());
+        let Ok(dir) = std::env::var("BASALT_OPENB_DIR") else {
+            eprintln!("BASALT_OPENB_DIR not set: skipped");
+            return;
+        };
         let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}"));
         let (Ok(n), Ok(p)) = (
             read("openb_node_list_gpu_node.csv"),

@@ -25,7 +25,7 @@ use basalt_engine::{BoundDevice, Gpu, NodeSpec};
 use super::workload::GPU_MODEL_LABEL;
 
 /// Slots per device of a HAMi node made from a trace: HAMi's chart default `deviceSplitCount`
-/// (`../shared/specs/device-sharing.md` §A). At most this many pods share one GPU.
+/// (HAMi's `charts/hami/values.yaml`; `docs/protocols.md`, section 1). At most this many pods share one GPU.
 pub const HAMI_SLOTS: u32 = 10;
 
 /// Memory of a GPU whose model the table does not know (openb's undisclosed `G2` and `G3`, or

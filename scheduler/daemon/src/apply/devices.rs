@@ -1,5 +1,5 @@
 //! The handoff of shared devices to the node's device plugin, so it gives each container the
-//! devices and shares Basalt chose (`../shared/specs/device-sharing.md` §A, §B):
+//! devices and shares Basalt chose (`docs/protocols.md`, sections 1 and 2):
 //! - HAMi's device plugin: HAMi's pod annotations and its bind sequence, below;
 //! - Volcano's vGPU device plugin: Volcano's annotations, which ride on the Binding (Basalt
 //!   takes no `hamivgpu` node lock for it: Volcano's own is optional).
