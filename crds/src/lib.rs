@@ -87,8 +87,10 @@ pub fn read_file(path: &Path) -> Result<Loaded, Error> {
         path: path.to_path_buf(),
         error,
     };
-    let mut bytes = Vec::new();
     let file = std::fs::File::open(path).map_err(io)?;
+    // The size when it has one (a stream has none), so the buffer is not grown by doubling.
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::with_capacity(size.min(limits::MAX_BYTES as u64 + 1) as usize);
     file.take(limits::MAX_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(io)?;
