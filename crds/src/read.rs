@@ -351,6 +351,15 @@ fn read_value(
     let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup" | "PersistentVolumeClaim")
         || crate::workloads::is_workload(&api_version, &kind);
     let object_name = describe(&kind, map, namespaced);
+    // Volcano's own top queue: Basalt's is implicit, and a Queue of that name is refused.
+    if api_version == types::volcano::API_VERSION && kind == "Queue" && object_name == "Queue root"
+    {
+        out.warnings.push(format!(
+            "{}: skipped {api_version} Queue root: Volcano's top queue, implicit in Basalt",
+            place.label()
+        ));
+        return Ok(());
+    }
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
         let object =

@@ -165,3 +165,20 @@ fn a_missing_parent_is_still_said_to_be_missing() {
         "{errors:#?}"
     );
 }
+
+#[test]
+fn volcanos_root_queue_in_a_dump_is_skipped_not_refused() {
+    let text = format!(
+        "{NODE}apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: root}}\nspec: {{weight: 1}}\n---\n\
+         apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: team}}\nspec: {{weight: 1, parent: root}}\n---\n{}",
+        gang("team")
+    );
+    let loaded = basalt_crds::read_objects("cluster.yaml", &text).unwrap();
+    assert_eq!(
+        loaded.warnings,
+        ["cluster.yaml: document 2: skipped scheduling.volcano.sh/v1beta1 Queue root: Volcano's top queue, implicit in Basalt"]
+    );
+    let (errors, tasks) = build(&text);
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(tasks, ["ml/p-team"]);
+}
