@@ -49,6 +49,9 @@ use nodes::{collect_topologies, node};
 pub use pod::RANK_LABELS;
 pub use volumes::{volume_admits_node, volume_can_bind};
 
+/// The implicit top of the queue tree: a parent of `root` (or none) means the top, and no
+/// Queue may take the name.
+pub const ROOT_QUEUE: &str = "root";
 /// Label or annotation naming a pod's PodGroup (same namespace).
 pub const POD_GROUP: &str = "scheduling.basalt.dev/pod-group";
 /// Annotation (or label) naming a queue: on a pod without a PodGroup, its own job's; on a
@@ -719,7 +722,19 @@ fn sub_groups(
 
 fn queue(cx: &Cx, q: &Queue) -> Result<QueueSpec, ConvertError> {
     let name = cx.name(&q.metadata)?.to_string();
+    // A parent of `root` means the top of the tree, so a queue of that name could never be
+    // anyone's parent, and naming it would make a cycle the engine cannot see.
+    if name == ROOT_QUEUE {
+        return Err(cx.err(
+            "metadata.name",
+            "root is reserved: it names the implicit top of the queue tree",
+        ));
+    }
     let s = &q.spec;
+    // Checked here rather than left to the engine, so that children learn why it is invalid.
+    if s.weight == 0 {
+        return Err(cx.err("spec.weight", "must be at least 1"));
+    }
     let list = |field: &str,
                 l: &BTreeMap<String, Quantity>|
      -> Result<Option<ResourceList>, ConvertError> {

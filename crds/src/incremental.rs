@@ -237,6 +237,10 @@ impl IncrementalSnapshot {
                 Object::PodGroup(_) => {
                     wanted.bad_groups.insert(object.key());
                 }
+                Object::Queue(_) => {
+                    let reason = tolerant::queue_reason(Some(e));
+                    wanted.bad_queues.insert(object.key(), reason);
+                }
                 Object::Pod(p) => {
                     let Some(node) = live_node(p) else { continue };
                     let foreign = memo.and_then(|m| m.foreign.as_ref());

@@ -16,6 +16,7 @@ pub mod tolerant;
 pub mod types;
 pub mod workloads;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use basalt_engine::Snapshot;
@@ -51,6 +52,9 @@ pub enum Error {
         offset: usize,
         line: usize,
     },
+    /// Larger than [`limits::MAX_BYTES`]: refused before more of it is read.
+    #[error("{}: more than {} bytes, the limit of {} MiB a file", path.display(), limits::MAX_BYTES, limits::MAX_BYTES >> 20)]
+    TooLarge { path: PathBuf },
     #[error(transparent)]
     Read(#[from] ReadError),
     #[error(transparent)]
@@ -76,12 +80,25 @@ pub fn load_files(
     Ok((snapshot, warnings))
 }
 
-/// Reads one manifest file, labelled by its path as given.
+/// Reads one manifest file, labelled by its path as given. At most [`limits::MAX_BYTES`] are
+/// read: a larger file (or a stream without end) is refused without holding it.
 pub fn read_file(path: &Path) -> Result<Loaded, Error> {
-    let bytes = std::fs::read(path).map_err(|error| Error::Io {
+    let io = |error| Error::Io {
         path: path.to_path_buf(),
         error,
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // The size when it has one (a stream has none), so the buffer is not grown by doubling.
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::with_capacity(size.min(limits::MAX_BYTES as u64 + 1) as usize);
+    file.take(limits::MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > limits::MAX_BYTES {
+        return Err(Error::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         let offset = e.utf8_error().valid_up_to();
         Error::NotText {

@@ -25,6 +25,8 @@ use crate::limits;
 use crate::types::volcano::HyperNode;
 use crate::types::{self, NodeTopology, PodGroup, Queue};
 
+mod list;
+
 /// One Kubernetes object Basalt understands. Volcano's PodGroup and Queue are converted to
 /// Basalt's on read; Volcano's HyperNode is kept as it is.
 #[derive(Clone, Debug, PartialEq)]
@@ -218,6 +220,9 @@ pub fn read_objects(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
             let value = doc.map_err(|e| place.error(None, None, format!("invalid JSON: {e}")))?;
             read_document(place, value, &mut loaded)?;
         }
+    } else if let Some(read) = list::read_by_item(file_label, text) {
+        // A `kubectl get -o yaml` dump, read item by item.
+        return read;
     } else {
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let place = Place {
@@ -346,6 +351,15 @@ fn read_value(
     let namespaced = matches!(kind.as_str(), "Pod" | "PodGroup" | "PersistentVolumeClaim")
         || crate::workloads::is_workload(&api_version, &kind);
     let object_name = describe(&kind, map, namespaced);
+    // Volcano's own top queue: Basalt's is implicit, and a Queue of that name is refused.
+    if api_version == types::volcano::API_VERSION && kind == "Queue" && object_name == "Queue root"
+    {
+        out.warnings.push(format!(
+            "{}: skipped {api_version} Queue root: Volcano's top queue, implicit in Basalt",
+            place.label()
+        ));
+        return Ok(());
+    }
     let mut warnings = Vec::new();
     let mut parse = |value: Value| -> Result<Option<Object>, ReadError> {
         let object =

@@ -8,8 +8,10 @@
 //!   PodGroup is) is kept as if another scheduler had bound it: its request counts on its node,
 //!   and nothing moves or evicts it. Only when even that fails (its request cannot be read) is
 //!   its node closed to new pods for the cycle, since its usage there is unknown.
-//! - The references the engine refuses most (a PodGroup naming a missing or non-leaf queue, a pod
-//!   naming a missing PodGroup, a live pod bound to a missing node) are checked before the build.
+//! - The references the engine refuses most (a queue whose parent is missing, invalid or on a
+//!   cycle with it, a PodGroup naming a missing, invalid or non-leaf queue, a pod naming a
+//!   missing PodGroup, a live pod bound to a missing node) are checked before the build. What
+//!   names an invalid object is told it is invalid, and why, rather than that it is missing.
 //!   Whatever the engine still refuses is left out and the snapshot built again, one object at a
 //!   time; the loop ends because every round leaves out one more object.
 
@@ -22,6 +24,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::convert::{locate, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
+pub(crate) use queues::{reason as queue_reason, BadQueues};
+
+mod queues;
 
 /// What [`build_snapshot_tolerant`] made of the objects.
 #[derive(Debug)]
@@ -50,6 +55,7 @@ pub fn build_snapshot_tolerant(
             errors: Vec::new(),
             cordoned: HashSet::new(),
             bad_groups: HashSet::new(),
+            bad_queues: BadQueues::new(),
         };
         let spec = round.convert_all(&context, objects, options, &refused);
         let e = match Snapshot::build(spec) {
@@ -189,6 +195,8 @@ struct Round {
     cordoned: HashSet<String>,
     /// PodGroups left out (`ns/name`): their pods say so.
     bad_groups: HashSet<String>,
+    /// Queues left out: their children and PodGroups say so.
+    bad_queues: BadQueues,
 }
 
 impl Round {
@@ -233,6 +241,10 @@ impl Round {
                 Ok(None) => continue,
                 Err(e) => e,
             };
+            if let Object::Queue(_) = object {
+                self.bad_queues
+                    .insert(object.key(), queue_reason(e.as_ref()));
+            }
             self.errors.extend(e);
             match object {
                 Object::PodGroup(_) => {
@@ -265,17 +277,24 @@ impl Round {
         spec
     }
 
-    /// Leaves out PodGroups whose queue is missing or not a leaf, and pods whose PodGroup is
-    /// missing (kept as another scheduler's when bound) or that are bound to a missing node.
+    /// Leaves out queues whose parent is missing, invalid or on a cycle with them, PodGroups
+    /// whose queue is missing, invalid or not a leaf, and pods whose PodGroup is missing (kept
+    /// as another scheduler's when bound) or that are bound to a missing node.
     fn check_references(&mut self, spec: &mut ClusterSpec) {
-        let (keep_groups, fates) = judge_references(
+        let Judged {
+            queues: keep_queues,
+            groups: keep_groups,
+            fates,
+        } = judge_references(
             &spec.queues.iter().collect::<Vec<_>>(),
             &spec.groups.iter().collect::<Vec<_>>(),
             &spec.nodes.iter().map(|n| n.name.as_str()).collect(),
             &spec.pods.iter().collect::<Vec<_>>(),
-            &mut self.bad_groups,
+            (&mut self.bad_queues, &mut self.bad_groups),
             &mut self.errors,
         );
+        let mut keep_queues = keep_queues.into_iter();
+        spec.queues.retain(|_| keep_queues.next() == Some(true));
         let mut keep_groups = keep_groups.into_iter();
         spec.groups.retain(|_| keep_groups.next() == Some(true));
         let mut fates = fates.into_iter();
@@ -302,26 +321,40 @@ pub(crate) enum Fate {
     Foreign,
 }
 
-/// The reference checks over borrowed specs: whether each PodGroup stays (its queue exists and
-/// is a leaf) and each pod's [`Fate`] (its PodGroup exists among those that stay, a live pod's
-/// node exists). Each failure is an error; PodGroups left out join `bad_groups`.
+/// What [`judge_references`] keeps: one flag per queue and per PodGroup, one fate per pod.
+pub(crate) struct Judged {
+    pub(crate) queues: Vec<bool>,
+    pub(crate) groups: Vec<bool>,
+    pub(crate) fates: Vec<Fate>,
+}
+
+/// The reference checks over borrowed specs: whether each queue stays (its parent is the top
+/// or a queue that stays), each PodGroup stays (its queue stays and is a leaf) and each pod's
+/// [`Fate`] (its PodGroup exists among those that stay, a live pod's node exists). Each
+/// failure is an error; queues and PodGroups left out join `bad` (which holds, on entry, those
+/// whose conversion failed).
 pub(crate) fn judge_references(
     queues: &[&QueueSpec],
     groups: &[&GroupSpec],
     nodes: &HashSet<&str>,
     pods: &[&PodSpec],
-    bad_groups: &mut HashSet<String>,
+    bad: (&mut BadQueues, &mut HashSet<String>),
     errors: &mut Vec<ConvertError>,
-) -> (Vec<bool>, Vec<Fate>) {
+) -> Judged {
     type Set<T> = HashSet<T, foldhash::fast::RandomState>;
-    let queue_names: Set<&str> = queues.iter().map(|q| q.name.as_str()).collect();
-    let parents: Set<&str> = queues.iter().filter_map(|q| q.parent.as_deref()).collect();
+    let (bad_queues, bad_groups) = bad;
+    let keep_queues = queues::judge_queues(queues, bad_queues, errors);
+    let kept_queues = || (queues.iter().zip(&keep_queues)).filter_map(|(q, &k)| k.then_some(q));
+    let queue_names: Set<&str> = kept_queues().map(|q| q.name.as_str()).collect();
+    let parents: Set<&str> = kept_queues().filter_map(|q| q.parent.as_deref()).collect();
     let keep_groups: Vec<bool> = (groups.iter())
         .map(|g| {
             let queue = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
             // The engine adds `default` when it is not declared.
             let exists = queue_names.contains(queue) || queue == DEFAULT_QUEUE;
-            let message = if !exists {
+            let message = if let Some(why) = bad_queues.get(queue) {
+                format!("names queue {queue}, which is invalid ({why})")
+            } else if !exists {
                 format!("names queue {queue}, which does not exist")
             } else if parents.contains(queue) {
                 format!("queue {queue} has child queues; only leaf queues hold jobs")
@@ -373,7 +406,11 @@ pub(crate) fn judge_references(
             }
         })
         .collect();
-    (keep_groups, fates)
+    Judged {
+        queues: keep_queues,
+        groups: keep_groups,
+        fates,
+    }
 }
 
 /// The node of a pod that holds resources there (bound, neither succeeded nor failed).

@@ -39,15 +39,25 @@ fn variant(slot: usize, v: u8) -> String {
                 "apiVersion: v1\nkind: Node\nmetadata: {{name: n{i}, labels: {labels}, {extra}}}\n{spec}status: {{allocatable: {alloc}}}\n"
             )
         }
-        // Queues: q0 a leaf, q1 a leaf or q0's parent.
+        // Queues: q0 a leaf, q1 a leaf or q0's parent; or bad trees: q0 its own parent, q1
+        // on a cycle with q0, q1 invalid (then q0 is its invalid parent's child), or a queue
+        // named `root` that is q0's parent.
         4 | 5 => {
-            let name = format!("q{}", slot - 4);
-            let spec = match (slot, v % 3) {
+            let mut name = format!("q{}", slot - 4);
+            let spec = match (slot, v % 6) {
                 (4, 0) => "{weight: 1}",
                 (4, 1) => "{weight: 2, capability: {nvidia.com/gpu: \"8\"}}",
+                (4, 2) => "{weight: 1, parent: q0}",
+                (4, 3) => "{weight: 1, parent: root}",
                 (4, _) => "{weight: 1, parent: q1}",
                 (_, 0) => "{weight: 1}",
                 (_, 1) => "{weight: 3}",
+                (_, 2) => "{weight: 1, parent: q0}",
+                (_, 3) => "{weight: 0}",
+                (_, 4) => {
+                    name = "root".to_string();
+                    "{weight: 1, parent: q0}"
+                }
                 _ => "{weight: 1, guarantee: {nvidia.com/gpu: \"2\"}}",
             };
             format!(

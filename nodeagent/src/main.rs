@@ -16,6 +16,10 @@ use basalt_nodeagent::nvml::NvmlBackend;
 use basalt_nodeagent::publish::{self, AgentConfig, ConfigMapRef};
 use clap::{Parser, Subcommand, ValueEnum};
 
+// The scheduler's text-log fields, which escape control characters: one event, one line.
+#[path = "../../scheduler/daemon/src/text_log.rs"]
+mod text_log;
+
 /// Basalt's node agent: GPU topology discovery, NodeTopology publishing, MIG and time-slicing.
 #[derive(Parser)]
 #[command(name = "basalt-nodeagent", version)]
@@ -284,6 +288,7 @@ fn run(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .fmt_fields(text_log::EscapedFields)
         .init();
     let backend = backend(fake.as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -587,7 +587,8 @@ fn run_fgd(
             .unwrap_or(1)
     });
     anyhow::ensure!(threads >= 1, "--jobs: must be at least 1");
-    let outcome = fgd::run(&exp, &policies, &seeds, threads)?;
+    let outcome =
+        fgd::run(&exp, &policies, &seeds, threads).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
     for s in &outcome.stats {
         let secs: Vec<f64> = s.elapsed.iter().map(|d| d.as_secs_f64()).collect();
         let total: f64 = secs.iter().sum();

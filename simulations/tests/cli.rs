@@ -107,6 +107,18 @@ fn missing_file() {
     assert_rejected(&plan(&bad("does-not-exist.yaml")), &["does-not-exist.yaml"]);
 }
 
+/// Over the size limit: refused before it is held (an endless stream included).
+#[test]
+fn a_snapshot_over_the_size_limit_is_refused() {
+    let zero = Path::new("/dev/zero");
+    if zero.exists() {
+        assert_rejected(
+            &plan(zero),
+            &["/dev/zero: more than 67108864 bytes, the limit of 64 MiB a file"],
+        );
+    }
+}
+
 #[test]
 fn config_unknown_field_is_named() {
     let config = bad("unknown-config-field.config.yaml");

@@ -307,3 +307,47 @@ fn quantities_that_would_overflow_a_score_are_refused() {
         &["huge-cpu.csv:2", "cpu_milli", "out of range"],
     );
 }
+
+/// A few bytes of trace that would take tens of millions of arrivals a seed (1 milli-GPU pods
+/// on 64-GPU nodes) are refused at once, naming the files, the columns and the limit.
+#[test]
+fn a_tiny_trace_with_a_huge_workload_is_refused() {
+    let nodes = scratch(
+        "wide-nodes.csv",
+        &format!(
+            "sn,cpu_milli,memory_mib,gpu,model\n{}",
+            (0..100)
+                .map(|i| format!("n{i},96000,393216,64,G2\n"))
+                .collect::<String>()
+        ),
+    );
+    let pods = scratch(
+        "thin-pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,0,0,1,1\n",
+    );
+    // Killed past 30 s: without the limit this runs for hours.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_basalt-sim"))
+        .args(["fgd", "--nodes", &nodes, "--pods", &pods, "--seeds", "42"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > 30 {
+            child.kill().unwrap();
+            panic!("still running after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_rejected(
+        &child.wait_with_output().unwrap(),
+        &[
+            "wide-nodes.csv and ",
+            "thin-pods.csv: seed 42: reaching 130 % of the node list's 6400 GPUs (column `gpu`) \
+             takes more than 100000 arrivals, the limit a seed on 100 nodes (100000 arrivals, and \
+             150000000 arrivals × nodes): the pod list's 1 pods ask 0.001 GPU each on average \
+             (columns `num_gpu` × `gpu_milli`)",
+        ],
+    );
+}

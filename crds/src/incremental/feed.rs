@@ -8,7 +8,7 @@ use basalt_engine::{GroupSpec, NamespaceSpec, NodeSpec, PodSpec, QueueSpec, Snap
 
 use super::{HashMap, Identity};
 use crate::convert::{Context, ConvertError, Converted};
-use crate::tolerant::{judge_references, Fate};
+use crate::tolerant::{judge_references, BadQueues, Fate, Judged};
 
 /// How a pod goes to the builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +103,7 @@ pub(super) struct Wanted<'a> {
     pub(super) namespaces: Vec<&'a NamespaceSpec>,
     pub(super) cordoned: HashSet<String>,
     pub(super) bad_groups: HashSet<String>,
+    pub(super) bad_queues: BadQueues,
 }
 
 /// One update's telling of the builder.
@@ -271,19 +272,26 @@ impl<'a> Wanted<'a> {
         }
     }
 
-    /// The reference checks of the whole build: PodGroups left out go, each pod's fate.
+    /// The reference checks of the whole build: queues and PodGroups left out go, each pod's
+    /// fate.
     pub(super) fn judge(&mut self, errors: &mut Vec<ConvertError>) -> Vec<Fate> {
         let groups: Vec<&GroupSpec> = self.groups.iter().map(|(g, _)| *g).collect();
         let pods: Vec<&PodSpec> = self.pods.iter().map(|(p, _, _)| *p).collect();
         let nodes: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.name.as_str()).collect();
-        let (keep, fates) = judge_references(
+        let Judged {
+            queues,
+            groups: keep,
+            fates,
+        } = judge_references(
             &self.queues,
             &groups,
             &nodes,
             &pods,
-            &mut self.bad_groups,
+            (&mut self.bad_queues, &mut self.bad_groups),
             errors,
         );
+        let mut queues = queues.into_iter();
+        self.queues.retain(|_| queues.next() == Some(true));
         let mut keep = keep.into_iter();
         self.groups.retain(|_| keep.next() == Some(true));
         fates

@@ -29,6 +29,7 @@ mod reported;
 mod scheduler_plugins;
 mod stores;
 mod stranded;
+mod text_log;
 mod view;
 mod volcano;
 mod writer;
@@ -162,7 +163,8 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match args.log_format {
-        LogFormat::Text => logs.init(),
+        // Values escaped, so that one event is one line whatever users' objects hold.
+        LogFormat::Text => logs.fmt_fields(text_log::EscapedFields).init(),
         // Fields at the top level, as log collectors expect (`{"level":..,"message":..}`).
         LogFormat::Json => logs.json().flatten_event(true).init(),
     }

@@ -256,3 +256,64 @@ async fn objects_that_do_not_decode_are_left_out_alone_across_a_relist() {
     assert_eq!(c.node_of("after-0").as_deref(), Some("n2"));
     c.assert_no_node_over_capacity();
 }
+
+/// The text log escapes what users' objects hold: a PodGroup whose `spec.queue` holds a newline,
+/// a carriage return and an escape sequence is logged as invalid on one line, and no line of
+/// stderr starts with anything but a timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newline_in_a_queue_name_stays_on_its_log_line() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n0", 8));
+    c.create(group(
+        "forged",
+        1,
+        "a\n2099-01-01T00:00:00Z  INFO forged\r\x1b[2Kline",
+    ));
+    c.create(pod("forged-0", "forged", 1));
+    let mut child = std::process::Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--period", "200ms"])
+        .args(["--log-format", "text"])
+        .env("KUBECONFIG", c.dir.path().join("kubeconfig"))
+        .env("RUST_LOG", "basalt_scheduler=info,kube=warn")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("scheduler starts");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let _s = Scheduler(child);
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).split(b'\n') {
+            let Ok(line) = line else { break };
+            sink.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&line).into_owned());
+        }
+    });
+    eventually("the bad PodGroup is logged", || {
+        (lines.lock().unwrap().iter()).any(|l| l.contains("object left out of scheduling"))
+    })
+    .await;
+    let lines = lines.lock().unwrap().clone();
+    // `2026-12-06T01:02:03.456789Z  INFO ...`
+    let stamped = |l: &str| {
+        let b = l.as_bytes();
+        b.len() > 20 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[10] == b'T'
+    };
+    for l in &lines {
+        assert!(
+            stamped(l),
+            "a line that is not a log line: {l:?}\nin {lines:#?}"
+        );
+        assert!(!l.contains(['\r', '\x1b']), "{l:?}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(r"names queue a\n2099-01-01T00:00:00Z  INFO forged\r\u{1b}[2Kline")),
+        "{lines:#?}"
+    );
+}

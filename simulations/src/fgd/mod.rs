@@ -59,6 +59,24 @@ pub enum FgdError {
     Seeds(String),
     #[error("{0}")]
     Cluster(String),
+    /// More arrivals than [`workload::max_arrivals`] for one seed.
+    #[error(
+        "seed {seed}: reaching {target} % of the node list's {gpus} GPUs (column `gpu`) takes more \
+         than {max} arrivals, the limit a seed on {nodes} nodes ({max_arrivals} arrivals, and \
+         {max_visits} arrivals × nodes): the pod list's {pods} pods ask {mean:.3} GPU each on \
+         average (columns `num_gpu` × `gpu_milli`)",
+        target = workload::TARGET_PCT,
+        max_arrivals = workload::MAX_ARRIVALS,
+        max_visits = workload::MAX_NODE_VISITS
+    )]
+    TooManyArrivals {
+        seed: u64,
+        max: usize,
+        nodes: usize,
+        gpus: u64,
+        pods: usize,
+        mean: f64,
+    },
 }
 
 /// Seeds as `42-51`, `42,43` or a mix (`1-3,7`); duplicates dropped, order kept.
@@ -137,10 +155,22 @@ pub fn run(
     threads: usize,
 ) -> Result<Outcome, FgdError> {
     let requests = exp.requests();
-    let workloads: Vec<Vec<u32>> = seeds
-        .iter()
-        .map(|&s| workload::generate(&requests, exp.capacity_milli, s))
-        .collect();
+    let mut workloads: Vec<Vec<u32>> = Vec::with_capacity(seeds.len());
+    for &seed in seeds {
+        let w = workload::generate(&requests, exp.capacity_milli, seed);
+        let max = workload::max_arrivals(exp.nodes.len());
+        if w.len() > max {
+            return Err(FgdError::TooManyArrivals {
+                seed,
+                max,
+                nodes: exp.nodes.len(),
+                gpus: exp.capacity_milli / trace::GPU_MILLI as u64,
+                pods: requests.len(),
+                mean: requests.iter().sum::<u64>() as f64 / requests.len() as f64 / 1000.0,
+            });
+        }
+        workloads.push(w);
+    }
     let jobs: Vec<(usize, usize)> = (0..policies.len())
         .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
         .collect();

@@ -8,7 +8,23 @@ use super::rng::{Rng, Stream};
 /// Total arrived GPU request stops at this share of capacity (percent).
 pub const TARGET_PCT: u64 = 130;
 
+/// At most this many arrivals a seed: about ten times the openb default list's 10,800. Each
+/// arrival is a scheduling cycle, and how many there are is hidden in the ratio of capacity to
+/// request: one pod of 1 milli-GPU on one 64-GPU node is 83,200 arrivals (23 s a seed and
+/// policy in a debug build), on a few hundred such nodes tens of millions.
+pub const MAX_ARRIVALS: usize = 100_000;
+/// At most this many arrivals × nodes a seed (each arrival scores every node): about ten times
+/// the openb default list's 13 million (1,213 nodes), which take 10–17 s a seed in release.
+pub const MAX_NODE_VISITS: usize = 150_000_000;
+
+/// The most arrivals a seed may have on `nodes` nodes.
+pub fn max_arrivals(nodes: usize) -> usize {
+    MAX_ARRIVALS.min(MAX_NODE_VISITS / nodes.max(1))
+}
+
 /// Indices into the trace, in arrival order. `requests[i]` is pod i's GPU request in milli.
+/// Draws stop one past [`MAX_ARRIVALS`]: a longer workload is refused by its caller, and
+/// making it would already take the time and memory the limit is for.
 pub fn generate(requests: &[u64], capacity_milli: u64, seed: u64) -> Vec<u32> {
     let mut rng = Rng::stream(seed, Stream::Workload);
     let mut order: Vec<u32> = (0..requests.len() as u32).collect();
@@ -19,7 +35,7 @@ pub fn generate(requests: &[u64], capacity_milli: u64, seed: u64) -> Vec<u32> {
     if requests.is_empty() || requests.iter().all(|&r| r == 0) {
         return order;
     }
-    loop {
+    while order.len() <= MAX_ARRIVALS {
         let i = rng.below(requests.len() as u64) as usize;
         let next = total + requests[i];
         if next as u128 * 100 > limit {
@@ -64,5 +80,17 @@ mod tests {
         assert_eq!(w.len(), 3);
         let w = generate(&[0, 0], 1000, 1);
         assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn draws_stop_past_the_limit() {
+        // 1 milli-GPU a pod on 64 GPUs: 83,200 arrivals; on 6,400 GPUs, 8.3 million.
+        assert_eq!(generate(&[1], 64_000, 1).len(), 83_200);
+        assert_eq!(generate(&[1], 6_400_000, 1).len(), MAX_ARRIVALS + 1);
+        // CPU-only pods are arrivals too.
+        assert_eq!(
+            generate(&[0, 0, 0, 1], 6_400_000, 1).len(),
+            MAX_ARRIVALS + 1
+        );
     }
 }
