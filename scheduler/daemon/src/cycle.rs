@@ -122,6 +122,7 @@ fn collect(
         objects.push((src(), Object::Namespace(Box::new((*n).clone()))));
     }
     let mut view = View::new(namespace_queues);
+    let now = jiff::Timestamp::now();
     for c in stores.claims.state() {
         objects.push((src(), Object::PersistentVolumeClaim(Box::new((*c).clone()))));
     }
@@ -211,6 +212,7 @@ fn collect(
         // group of the same name.
         group_keys.insert(key.clone());
         match g.typed(SOURCE) {
+            Ok(typed) if waits_for_its_queue(typed, &view, now) => {}
             Ok(typed) => {
                 objects.push((src(), Object::PodGroup(typed.clone())));
                 view.add_group(key, typed.clone(), Origin::Basalt);
@@ -230,6 +232,7 @@ fn collect(
                 return;
             }
             match convert() {
+                Ok((b, _)) if waits_for_its_queue(&b, &view, now) => {}
                 Ok((b, w)) => {
                     warnings.extend(w);
                     let label = match origin {
@@ -268,7 +271,6 @@ fn collect(
     // (no key is made for each of them).
     let bridging = !(s.assumed.is_empty() && grouping.is_idle());
     let mut assumed = s.assumed.walk();
-    let now = jiff::Timestamp::now();
     for p in stores.pods.state() {
         if waits_for_its_group(&p, &s.view, now) && !grouping.has_auto_group(&pod_key(&p)) {
             continue;
@@ -299,6 +301,21 @@ fn collect(
 /// one that does not exist: a controller makes the group first, but two watches need not
 /// deliver in that order.
 const GROUP_GRACE_S: i64 = 30;
+
+/// The same for a PodGroup naming a Queue: both come from one `kubectl apply` (or a Volcano
+/// install), seconds apart at most; shorter than for pods, so a misspelt queue is told soon.
+const QUEUE_GRACE_S: i64 = 5;
+
+/// A PodGroup naming a queue the watches have not shown yet, created less than
+/// [`QUEUE_GRACE_S`] ago: left out of this cycle quietly (not an invalid object).
+fn waits_for_its_queue(g: &PodGroup, view: &View, now: jiff::Timestamp) -> bool {
+    let queue = view.queue_of(g);
+    if queue == basalt_engine::DEFAULT_QUEUE || view.has_queue(&queue) {
+        return false;
+    }
+    (g.metadata.creation_timestamp.as_ref())
+        .is_some_and(|t| now.duration_since(t.0).as_secs() < QUEUE_GRACE_S)
+}
 
 /// A pod waiting to be placed that names a PodGroup the watches have not shown yet, created
 /// less than [`GROUP_GRACE_S`] ago: left out of this cycle quietly (not an invalid object).

@@ -82,3 +82,26 @@ async fn another_scheduler_s_podgroups_are_never_written() {
     );
     c.assert_no_node_over_capacity();
 }
+
+/// A Volcano PodGroup that arrives before its Queue (one `kubectl apply`, two watches) is
+/// valid: it waits quietly for the queue, never reported `InvalidObject`, and runs once the
+/// queue is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_podgroup_seen_before_its_queue_is_not_reported_invalid() {
+    let c = cluster(Config::default()).await;
+    c.create(node("n0", 8));
+    let _s = c.start_scheduler();
+    c.create(volcano_group("early", 1, "later"));
+    c.create(volcano_pod("early-0", "early", 1));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        c.events("InvalidObject", "early").is_empty(),
+        "a valid group reported invalid"
+    );
+    c.create(volcano_queue("later"));
+    eventually("the group runs once its queue is seen", || {
+        c.node_of("early-0").is_some()
+    })
+    .await;
+    assert!(c.events("InvalidObject", "early").is_empty());
+}
