@@ -31,6 +31,7 @@ mod mig;
 mod namespaces;
 mod nodes;
 mod owners;
+pub(crate) use owners::missing_owners;
 mod pod;
 mod unsupported;
 pub(crate) mod volumes;

@@ -28,7 +28,7 @@ pub use convert::{
 };
 pub use incremental::IncrementalSnapshot;
 pub use quantity::QuantityError;
-pub use read::{read_objects, Loaded, Object, ReadError};
+pub use read::{read_objects, read_objects_lenient, Loaded, Object, ReadError};
 pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};
 pub use types::volcano::HyperNode;
 pub use types::{
@@ -80,9 +80,60 @@ pub fn load_files(
     Ok((snapshot, warnings))
 }
 
+/// What [`load_files_lenient`] built: the snapshot of every object that could be read and
+/// converted, the warnings, and one error per object left out (each naming it).
+pub struct LenientLoad {
+    pub snapshot: Option<Snapshot>,
+    pub warnings: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+/// As [`load_files`], but as the scheduler reads a cluster: an object that cannot be read or
+/// converted is left out and reported, and the rest is built (`basalt-sim plan` on a dump
+/// with one bad object plans the others). A file that cannot be read at all still fails.
+pub fn load_files_lenient(
+    paths: &[PathBuf],
+    options: &ConvertOptions,
+) -> Result<LenientLoad, Error> {
+    let mut objects = Vec::new();
+    let (mut warnings, mut errors) = (Vec::new(), Vec::new());
+    for path in paths {
+        let loaded = read_file_with(path, read_objects_lenient)?;
+        objects.extend(loaded.objects);
+        warnings.extend(loaded.warnings);
+        errors.extend(loaded.errors.iter().map(ToString::to_string));
+    }
+    warnings.extend(convert::missing_owners(&objects, &options.scheduler_names));
+    // The exact build when every object converts; only otherwise the tolerant one, which
+    // leaves the bad objects out (it differs for LeaderWorkerSet pods' groups, which the
+    // daemon makes itself; see the closing note of issue 31).
+    let built = match build_snapshot_with_warnings(&objects, options) {
+        Ok((snapshot, warnings)) => TolerantSnapshot {
+            snapshot: Some(snapshot),
+            warnings,
+            errors: Vec::new(),
+        },
+        Err(_) => build_snapshot_tolerant(&objects, options),
+    };
+    warnings.extend(built.warnings);
+    errors.extend(built.errors.iter().map(ToString::to_string));
+    Ok(LenientLoad {
+        snapshot: built.snapshot,
+        warnings,
+        errors,
+    })
+}
+
 /// Reads one manifest file, labelled by its path as given. At most [`limits::MAX_BYTES`] are
 /// read: a larger file (or a stream without end) is refused without holding it.
 pub fn read_file(path: &Path) -> Result<Loaded, Error> {
+    read_file_with(path, read_objects)
+}
+
+fn read_file_with(
+    path: &Path,
+    read: fn(&str, &str) -> Result<Loaded, ReadError>,
+) -> Result<Loaded, Error> {
     let io = |error| Error::Io {
         path: path.to_path_buf(),
         error,
@@ -110,5 +161,5 @@ pub fn read_file(path: &Path) -> Result<Loaded, Error> {
                 .count(),
         }
     })?;
-    Ok(read_objects(&path.display().to_string(), &text)?)
+    Ok(read(&path.display().to_string(), &text)?)
 }

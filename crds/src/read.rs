@@ -130,6 +130,9 @@ impl Object {
 pub struct Loaded {
     pub objects: Vec<(String, Object)>,
     pub warnings: Vec<String>,
+    /// Objects that could not be read, each named (left out of `objects`). Only
+    /// [`read_objects_lenient`] returns any: [`read_objects`] fails on the first.
+    pub errors: Vec<ReadError>,
 }
 
 /// A document that could not be read.
@@ -192,8 +195,24 @@ impl Place<'_> {
 }
 
 /// Reads every object of a manifest file. `file_label` names the file in labels and errors.
-/// The text is checked against [`crate::limits`] first.
+/// The text is checked against [`crate::limits`] first. The first object that cannot be read
+/// fails the read.
 pub fn read_objects(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
+    let loaded = read_objects_lenient(file_label, text)?;
+    match loaded.errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(Loaded {
+            errors: Vec::new(),
+            ..loaded
+        }),
+    }
+}
+
+/// As [`read_objects`], but an object that cannot be read (a field of the wrong type, an
+/// integer out of range) is left out and returned in [`Loaded::errors`], so the rest is read:
+/// one bad object affects only itself. What is not an object at all (invalid YAML or JSON, a
+/// document without `kind`) still fails the read.
+pub fn read_objects_lenient(file_label: &str, text: &str) -> Result<Loaded, ReadError> {
     limits::check(file_label, text).map_err(|e| ReadError {
         file: file_label.to_string(),
         document: e.line.map_or(1, |line| document_at(text, line)),
@@ -448,7 +467,14 @@ fn read_value(
             };
         Ok(Some(object))
     };
-    let parsed = parse(value)?;
+    let parsed = match parse(value) {
+        Ok(parsed) => parsed,
+        // Named (kind and name): left out alone.
+        Err(e) => {
+            out.errors.push(e);
+            return Ok(());
+        }
+    };
     out.warnings.append(&mut warnings);
     match parsed {
         Some(object) => out.objects.push((place.label(), object)),

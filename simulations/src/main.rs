@@ -60,6 +60,11 @@ enum Command {
         /// times (backfill reservations) are measured against it.
         #[arg(long, value_name = "TIME")]
         now: Option<jiff::Timestamp>,
+        /// Refuse the whole dump at its first object that cannot be read or converted (exit
+        /// 2), instead of leaving that object out with an error on stderr, as the scheduler
+        /// does (the default).
+        #[arg(long)]
+        strict: bool,
     },
     /// Place a synthetic backlog of gangs and report pods placed per second and cycle time.
     Bench {
@@ -360,6 +365,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             scheduler_names,
             output,
             now,
+            strict,
         } => {
             let mut config = plan::load_config(config.as_deref())?;
             if !scheduler_names.is_empty() {
@@ -381,8 +387,18 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                     basalt_crds::build_snapshot(&loaded.objects, &options)?,
                     loaded.warnings,
                 )
-            } else {
+            } else if strict {
                 basalt_crds::load_files(&snapshots, &options)?
+            } else {
+                // As the scheduler reads a cluster: a bad object is reported and left out.
+                let load = basalt_crds::load_files_lenient(&snapshots, &options)?;
+                for e in &load.errors {
+                    eprintln!("basalt-sim: error: {e} (left out)");
+                }
+                let snapshot = load.snapshot.ok_or_else(|| {
+                    anyhow::anyhow!("no snapshot: the engine refused the cluster as a whole")
+                })?;
+                (snapshot, load.warnings)
             };
             for w in warnings {
                 eprintln!("basalt-sim: warning: {w}");

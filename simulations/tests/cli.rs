@@ -17,14 +17,74 @@ fn sim(args: &[&str]) -> Output {
         .expect("basalt-sim runs")
 }
 
+/// `plan --strict`: the whole dump refused at its first bad object.
 fn plan(file: &Path) -> Output {
     sim(&[
         "plan",
+        "--strict",
         "--output",
         "json",
         "--snapshot",
         file.to_str().unwrap(),
     ])
+}
+
+/// Without `--strict`, as the scheduler reads a cluster: each bad object is left out with an
+/// error naming it and its field, and the rest is planned.
+#[test]
+fn plan_leaves_one_bad_object_out_and_plans_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.yaml");
+    let example = include_str!("../../examples/cluster.yaml");
+    let bad = "---\napiVersion: scheduling.basalt.dev/v1alpha1\nkind: PodGroup\n\
+               metadata: {name: big, namespace: default}\nspec: {minMember: 2147483648}\n";
+    std::fs::write(&file, format!("{example}\n{bad}")).unwrap();
+    let out = sim(&["plan", "--snapshot", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PodGroup default/big: spec.minMember") && stderr.contains("left out"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("BINDINGS ("), "{stdout}");
+    assert!(
+        !stdout.contains("BINDINGS (0)"),
+        "the rest is planned: {stdout}"
+    );
+}
+
+/// A pod whose owner (a training job) is not in the dump is planned alone: said, with the fix.
+#[test]
+fn plan_says_when_a_pods_owner_is_not_in_the_dump() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.yaml");
+    let dump = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n0}
+status: {allocatable: {cpu: "8", memory: 32Gi, pods: "110", nvidia.com/gpu: "8"}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train-worker-0
+  namespace: ml
+  ownerReferences:
+  - {apiVersion: kubeflow.org/v1, kind: PyTorchJob, name: train, uid: u1, controller: true}
+spec:
+  schedulerName: basalt
+  containers: [{name: main, image: t, resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+"#;
+    std::fs::write(&file, dump).unwrap();
+    let out = sim(&["plan", "--snapshot", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PyTorchJob ml/train")
+            && stderr.contains("kubectl get pytorchjob.kubeflow.org -A -o yaml"),
+        "{stderr}"
+    );
 }
 
 /// Exit 2, empty stdout, and stderr containing every fragment.
