@@ -54,6 +54,37 @@ fn plan_leaves_one_bad_object_out_and_plans_the_rest() {
     );
 }
 
+/// A PodGroup naming a parent queue is reported and left out with its pod; the rest is
+/// planned (issue 32: one bad group does not sink `plan`).
+#[test]
+fn a_group_in_a_parent_queue_is_left_out_and_the_rest_planned() {
+    let file = bad("group-in-parent-queue.yaml");
+    let out = sim(&[
+        "plan",
+        "--output",
+        "json",
+        "--snapshot",
+        file.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PodGroup ml/wrong: spec.queue: queue org has child queues"),
+        "{stderr}"
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["bindings"][0]["pod"], "ml/b", "{plan}");
+    assert_eq!(plan["bindings"].as_array().unwrap().len(), 1, "{plan}");
+    assert_rejected(
+        &plan(&file),
+        &[
+            "group-in-parent-queue.yaml",
+            "PodGroup ml/wrong",
+            "child queues",
+        ],
+    );
+}
+
 /// A pod whose owner (a training job) is not in the dump is planned alone: said, with the fix.
 #[test]
 fn plan_says_when_a_pods_owner_is_not_in_the_dump() {
