@@ -72,9 +72,10 @@ fn a_group_in_a_parent_queue_is_left_out_and_the_rest_planned() {
         stderr.contains("PodGroup ml/wrong: spec.queue: queue org has child queues"),
         "{stderr}"
     );
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(plan["bindings"][0]["pod"], "ml/b", "{plan}");
-    assert_eq!(plan["bindings"].as_array().unwrap().len(), 1, "{plan}");
+    let planned: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bindings = planned["bindings"].as_array().unwrap();
+    assert_eq!(bindings.len(), 1, "{planned}");
+    assert_eq!(bindings[0]["pod"], "ml/b", "{planned}");
     assert_rejected(
         &plan(&file),
         &[
