@@ -334,7 +334,24 @@ fn container_request<'a>(
             out.entry(name).or_insert(v);
         }
     }
+    clamp_hami_percents(cx, &mut out, lenient);
     Ok(out)
+}
+
+/// HAMi's percentages per device above 100 count as 100, as HAMi does (`device.go` Fit clamps
+/// `nvidia.com/gpucores`, GenerateResourceRequests `nvidia.com/gpumem-percentage`); said in a
+/// warning on a pod of ours. Refusing the pod instead would leave pending what HAMi places.
+fn clamp_hami_percents(cx: &Cx, request: &mut Entries, lenient: &mut Lenience) {
+    use basalt_engine::devices::{GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME};
+    for name in [GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME] {
+        if let Some((value, at)) = request.get_mut(name).filter(|(v, _)| *v > 100) {
+            if lenient.ours {
+                let why = format!("{value} is above 100; counted as 100, as HAMi does");
+                lenient.warnings.push(cx.warning(at.to_string(), why));
+            }
+            *value = 100;
+        }
+    }
 }
 
 /// Parses a resource list: strictly for a pod of ours; for another scheduler's pod a value

@@ -116,13 +116,21 @@ pub struct DeviceFilters {
 impl DeviceFilters {
     /// Whether the device is one the pod accepts.
     pub fn accepts(&self, gpu: &Gpu) -> bool {
-        let model = gpu.model.as_deref().unwrap_or("").to_ascii_lowercase();
         let uuid = gpu.uuid.as_deref().unwrap_or("");
+        self.accepts_type(gpu)
+            && (self.use_uuids.is_empty() || self.use_uuids.iter().any(|u| u == uuid))
+            && !self.nouse_uuids.iter().any(|u| u == uuid)
+    }
+
+    /// Whether the device's model is one the pod accepts (its UUID aside).
+    pub fn accepts_type(&self, gpu: &Gpu) -> bool {
+        if self.use_types.is_empty() && self.nouse_types.is_empty() {
+            return true;
+        }
+        let model = gpu.model.as_deref().unwrap_or("").to_ascii_lowercase();
         let typed = |t: &String| model.contains(&t.to_ascii_lowercase());
         (self.use_types.is_empty() || self.use_types.iter().any(typed))
             && !self.nouse_types.iter().any(typed)
-            && (self.use_uuids.is_empty() || self.use_uuids.iter().any(|u| u == uuid))
-            && !self.nouse_uuids.iter().any(|u| u == uuid)
     }
 
     pub fn is_default(&self) -> bool {
@@ -198,6 +206,14 @@ impl ShareNames {
             vgpu_percent: names.id(VGPU_MEMORY_PERCENT_NAME),
             vgpu_cores: names.id(VGPU_CORES_NAME),
         }
+    }
+
+    /// The share totals Basalt makes up as a shared node's allocatable, which no device
+    /// plugin advertises (HAMi's memory, memory percentage and compute; Volcano's memory
+    /// percentage): a node short of them is worded by its cards, never "insufficient
+    /// nvidia.com/gpumem".
+    pub fn totals(&self) -> [Option<ResourceId>; 4] {
+        [self.memory, self.percent, self.cores, self.vgpu_percent]
     }
 
     /// The share a request states with Volcano vGPU's names, with Volcano's defaults

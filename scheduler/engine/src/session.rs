@@ -569,7 +569,7 @@ impl<'a> Session<'a> {
     }
 
     /// The node's devices no pod can take or join now, as a mask of positions: the used whole
-    /// devices of an unshared node; on a shared one, devices full or in exclusive use.
+    /// devices of an unshared node; on a shared one, devices no pod can join any more.
     pub fn closed_devices(&self, node: NodeId) -> u64 {
         self.gpus_used[node.index()]
     }

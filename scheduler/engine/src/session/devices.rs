@@ -207,56 +207,78 @@ impl<'a> Session<'a> {
     }
 
     /// Why the node lacks the devices the task asks for, if it does: the reason most of its
-    /// devices give, in the order HAMi's filter checks them (health, slots, exclusive use,
-    /// memory, compute), or too few free whole devices.
+    /// cards give, named and checked in the order of HAMi's device fit (health, type, UUID,
+    /// slots, memory, compute, exclusive use, compute exhausted), or too few free whole
+    /// devices. The share totals Basalt gives HAMi nodes as allocatable (`nvidia.com/gpumem`
+    /// and the others, which no node advertises) are never the reason: a node short of them
+    /// is a HAMi node whose cards lack room, or a node without HAMi's devices.
     pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Refusal> {
-        if self.has_gpus_for(&self.device_need(task), node, None) {
+        let shares_short = self.share_totals_short(task, node);
+        if !shares_short && self.has_gpus_for(&self.device_need(task), node, None) {
             return Ok(());
         }
         let n = self.snapshot.node(node);
         let short = |why| Err(Refusal::Devices(why));
         if !n.sharing.shares() {
-            return short(DeviceShort::TooFewFree);
+            return short(match shares_short {
+                true => DeviceShort::NodeInsufficientDevice,
+                false => DeviceShort::TooFewFree,
+            });
         }
         if n.sharing == Sharing::Mps && self.devices_wanted(task) > 1 {
             return short(DeviceShort::MpsOneReplica);
         }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         let filters = self.filters(task);
-        // Per reason, in HAMi's order: how many devices give it.
-        const WHY: [DeviceShort; 5] = [
-            DeviceShort::Unhealthy,
-            DeviceShort::NoFreeSlot,
-            DeviceShort::ExclusiveUse,
-            DeviceShort::NoFreeMemory,
-            DeviceShort::NoFreeCompute,
+        // Per reason, in HAMi's order: how many cards give it.
+        const WHY: [DeviceShort; 8] = [
+            DeviceShort::CardNotHealth,
+            DeviceShort::CardTypeMismatch,
+            DeviceShort::CardUuidMismatch,
+            DeviceShort::CardTimeSlicingExhausted,
+            DeviceShort::CardInsufficientMemory,
+            DeviceShort::CardInsufficientCore,
+            DeviceShort::ExclusiveDeviceAllocateConflict,
+            DeviceShort::CardComputeUnitsExhausted,
         ];
-        let mut counts = [0usize; 5];
+        let mut counts = [0usize; WHY.len()];
         for (g, u) in n.gpus.iter().zip(self.usage(node)) {
-            if filters.is_some_and(|f| !f.accepts(g)) {
-                continue;
-            }
             let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
             let why = if !g.healthy {
                 0
-            } else if u.slots >= g.slots {
+            } else if filters.is_some_and(|f| !f.accepts_type(g)) {
                 1
-            } else if (cores == 100 && u.slots > 0) || (u.cores >= g.cores && g.cores > 0) {
+            } else if filters.is_some_and(|f| !f.accepts(g)) {
                 2
-            } else if u.memory_mib as u64 + memory as u64 > g.memory_mib.unwrap_or(0) {
+            } else if u.slots >= g.slots {
                 3
-            } else if u.cores.saturating_add(cores) > g.cores {
+            } else if u.memory_mib as u64 + memory as u64 > g.memory_mib.unwrap_or(0) {
                 4
+            } else if u.cores.saturating_add(cores) > g.cores {
+                5
+            } else if cores == 100 && u.slots > 0 {
+                6
+            } else if u.cores >= g.cores && g.cores > 0 {
+                7
             } else {
                 continue;
             };
             counts[why] += 1;
         }
-        let most = (0..5).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
+        let most = (0..WHY.len()).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
         short(match most.filter(|&i| counts[i] > 0) {
             Some(i) => WHY[i],
-            None => DeviceShort::TooFewAccepted,
+            None => DeviceShort::AllocatedCardsInsufficientRequest,
         })
+    }
+
+    /// Whether the node lacks room, by the capacity check, for the task's HAMi share totals
+    /// (see [`crate::devices::ShareNames::totals`]).
+    fn share_totals_short(&self, task: TaskId, node: NodeId) -> bool {
+        let totals = self.snapshot.share_names.totals();
+        let request = &self.snapshot.task(task).request;
+        let alloc = &self.snapshot.node(node).allocatable;
+        (request.short_on(&self.used[node.index()], alloc)).any(|id| totals.contains(&Some(id)))
     }
 
     /// The devices a task takes on a node: among those it could take (inside `island` when

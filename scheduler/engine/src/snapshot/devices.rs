@@ -10,7 +10,9 @@ use crate::snapshot::NodeSpec;
 /// A HAMi node's devices, summed, as allocatable in HAMi's request names: memory (MiB),
 /// memory percentage (100 per device) and compute (`devcore`). The kubelet never advertises
 /// them; they bound a node's shares as its allocatable bounds everything else, and a node
-/// without them (no HAMi) refuses a pod that asks for them ("insufficient nvidia.com/gpumem").
+/// without them (no HAMi) refuses a pod that asks for them. Being made up, they are never
+/// named in a refusal: the cards' reasons are, in HAMi's words (`CardInsufficientMemory`;
+/// `NodeInsufficientDevice` on a node without HAMi), see `Session::devices_short`.
 ///
 /// A Volcano vGPU node's plugin advertises memory and compute itself; only the percentage is
 /// added (and the others when a node lacks them).
