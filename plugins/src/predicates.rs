@@ -38,7 +38,7 @@ impl NodeFilter for Predicates {
                 return Err(Refusal::NodeAffinity);
             }
         }
-        if let Some(filters) = &rules.devices {
+        if let Some(filters) = rules.devices.as_ref().filter(|f| f.restricts()) {
             // HAMi's type and UUID filters: a node without one device they accept is no
             // candidate, whatever is free. Refused with the reason most of its cards give, in
             // HAMi's words and order (health, then type, then UUID).

@@ -111,6 +111,10 @@ pub struct DeviceFilters {
     pub use_uuids: Vec<String>,
     pub nouse_uuids: Vec<String>,
     pub policy: DevicePolicy,
+    /// HAMi's `hami.io/node-scheduler-policy`, when the pod states it: `Binpack` prefers the
+    /// node whose cards are most used, `Spread` the least used (HAMi's node score). `None`:
+    /// the scheduler's own node order.
+    pub node_policy: Option<DevicePolicy>,
 }
 
 impl DeviceFilters {
@@ -135,6 +139,14 @@ impl DeviceFilters {
 
     pub fn is_default(&self) -> bool {
         *self == DeviceFilters::default()
+    }
+
+    /// Whether they refuse some devices (by model or UUID), not only order them.
+    pub fn restricts(&self) -> bool {
+        !(self.use_types.is_empty()
+            && self.nouse_types.is_empty()
+            && self.use_uuids.is_empty()
+            && self.nouse_uuids.is_empty())
     }
 }
 

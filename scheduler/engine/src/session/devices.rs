@@ -50,7 +50,8 @@ impl<'a> Session<'a> {
             want: self.devices_wanted(task),
             bucket: self.bucket_need(task),
             share: t.share,
-            filters: snap.rules[t.rules.0 as usize].devices.as_deref(),
+            // Filters that only order devices (HAMi's policies) refuse none.
+            filters: (snap.rules[t.rules.0 as usize].devices.as_deref()).filter(|f| f.restricts()),
             claims: self.claim_need(task),
         }
     }
