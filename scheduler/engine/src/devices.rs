@@ -277,6 +277,26 @@ fn share_of(
     Some(ShareAsk { memory, cores })
 }
 
+/// One container's device ask, for a pod whose containers ask for devices separately: HAMi
+/// allocates per container, each container's cards chosen after the previous containers',
+/// and two containers may share a card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ContainerAsk {
+    /// Distinct devices the container takes.
+    pub count: u32,
+    /// What it takes of each (`None`: whole devices, see [`ShareAsk::WHOLE`]).
+    pub share: Option<ShareAsk>,
+}
+
+/// What one container takes of one device: the device's position in the node's list, and the
+/// memory (MiB) and compute it takes there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Take {
+    pub position: u8,
+    pub memory_mib: u32,
+    pub cores: u32,
+}
+
 /// What is in use on one shared device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceUse {

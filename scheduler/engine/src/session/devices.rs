@@ -5,7 +5,9 @@
 //! stay necessary conditions for every request and exact for whole devices.
 
 use super::Session;
-use crate::devices::{DeviceFilters, DeviceUse, ShareAsk, ShareMemory, Sharing};
+use crate::devices::{
+    ContainerAsk, DeviceFilters, DevicePolicy, DeviceUse, ShareAsk, ShareMemory, Sharing, Take,
+};
 use crate::model::{NodeId, TaskId};
 use crate::plan::BoundDevice;
 use crate::refusal::{DeviceShort, Refusal};
@@ -26,6 +28,10 @@ pub(crate) struct DeviceNeed<'s> {
     filters: Option<&'s DeviceFilters>,
     /// What its DRA claims ask.
     claims: Option<&'s crate::dra::ClaimNeed>,
+    /// Its containers' asks, when they ask separately (see [`crate::Task::containers`]).
+    containers: Option<&'s [ContainerAsk]>,
+    /// The pod's `hami.io/gpu-scheduler-policy`, for the containers' cards.
+    policy: DevicePolicy,
 }
 
 impl DeviceNeed<'_> {
@@ -53,6 +59,9 @@ impl<'a> Session<'a> {
             // Filters that only order devices (HAMi's policies) refuse none.
             filters: (snap.rules[t.rules.0 as usize].devices.as_deref()).filter(|f| f.restricts()),
             claims: self.claim_need(task),
+            containers: t.containers.as_deref(),
+            policy: (snap.rules[t.rules.0 as usize].devices.as_deref())
+                .map_or(DevicePolicy::default(), |f| f.policy),
         }
     }
 
@@ -93,7 +102,12 @@ impl<'a> Session<'a> {
         if want == 0 {
             return 0;
         }
-        let level = match self.snapshot.task(task).share {
+        let t = self.snapshot.task(task);
+        if t.containers.is_some() {
+            // Containers ask apart: the pod-level share overstates what one device needs.
+            return want;
+        }
+        let level = match t.share {
             None => LEVELS,
             Some(ask) => {
                 let memory = match ask.memory {
@@ -204,6 +218,9 @@ impl<'a> Session<'a> {
         if n.sharing.shares() && self.index.key[node.index()].0 < need.bucket {
             return false;
         }
+        if need.containers.is_some() && n.sharing.shares() {
+            return self.container_takes(need, node, island).is_some();
+        }
         self.open_devices(need, node, island).count_ones() >= want
     }
 
@@ -289,7 +306,16 @@ impl<'a> Session<'a> {
         if count == 0 {
             return 0;
         }
-        let open = self.open_devices(&self.device_need(task), node, island);
+        let need = self.device_need(task);
+        if need.containers.is_some() && self.snapshot.node(node).sharing.shares() {
+            let takes = self
+                .container_takes(&need, node, island)
+                .unwrap_or_default();
+            let picked = takes.iter().fold(0u64, |m, t| m | 1 << t.position);
+            self.placed_takes.insert(task, takes);
+            return picked;
+        }
+        let open = self.open_devices(&need, node, island);
         debug_assert!(
             open.count_ones() >= count,
             "a task is placed without its devices"
@@ -302,6 +328,55 @@ impl<'a> Session<'a> {
             "the device pick took devices the task cannot have"
         );
         picked
+    }
+
+    /// The cards each container of a multi-container task takes on a node that shares its
+    /// devices, as HAMi allocates them: container after container, each taking its count of
+    /// distinct cards with room for its share beside what is in use and what the containers
+    /// before it took (two containers may share a card), among the cards its filters accept
+    /// (inside `island` when given), the least used first (`spread`, HAMi's default) or the
+    /// most used (`binpack`), equally used ones in index order. `None` when some container
+    /// finds too few. Only multi-container tasks come here: a pod of one container allocates
+    /// nothing.
+    pub(crate) fn container_takes(
+        &self,
+        need: &DeviceNeed,
+        node: NodeId,
+        island: Option<u32>,
+    ) -> Option<Vec<Take>> {
+        let n = self.snapshot.node(node);
+        let mut usage = self.usage(node).to_vec();
+        let mut takes = Vec::new();
+        let mut open = Vec::with_capacity(n.gpus.len());
+        for c in need.containers? {
+            let ask = ask_on(n.sharing, c.share);
+            open.clear();
+            open.extend((n.gpus.iter().enumerate()).filter_map(|(p, g)| {
+                let fits = usage[p].fits(g, ask.map(|a| (a, a.memory_on(g))))
+                    && island.is_none_or(|i| g.nvlink_domain == i)
+                    && need.filters.is_none_or(|f| f.accepts(g));
+                fits.then_some(p)
+            }));
+            if open.len() < c.count as usize {
+                return None;
+            }
+            open.sort_by_key(|&p| match need.policy {
+                DevicePolicy::Spread => usage[p].slots as i64,
+                DevicePolicy::Binpack => -(usage[p].slots as i64),
+            });
+            for &p in &open[..c.count as usize] {
+                let g = &n.gpus[p];
+                let (memory_mib, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+                usage[p].charge(memory_mib, cores, true);
+                let position = p as u8;
+                takes.push(Take {
+                    position,
+                    memory_mib,
+                    cores,
+                });
+            }
+        }
+        Some(takes)
     }
 
     /// What is in use on each device of a node that shares them (empty for one that does
@@ -342,6 +417,13 @@ impl<'a> Session<'a> {
         }
         let base = n.device_base as usize;
         let usage = &mut self.device_use[base..base + n.gpus.len()];
+        if let Some(takes) = self.placed_takes.get(&task) {
+            for t in takes {
+                usage[t.position as usize].charge(t.memory_mib, t.cores, add);
+            }
+            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
+            return;
+        }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         crate::snapshot::charge_shares(&n.gpus, usage, gpus, ask, add);
         self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
@@ -391,6 +473,21 @@ impl<'a> Session<'a> {
 
     fn bound_gpus(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
         let n = self.snapshot.node(node);
+        // Per container, in container order: the handoff lists each container's cards.
+        if let Some(takes) = self.placed_takes.get(&task) {
+            return (takes.iter())
+                .map(|t| {
+                    let g = &n.gpus[t.position as usize];
+                    BoundDevice {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        memory_mib: Some(t.memory_mib),
+                        cores: Some(t.cores),
+                        mig: None,
+                    }
+                })
+                .collect();
+        }
         let ask: Option<ShareAsk> = ask_on(n.sharing, self.snapshot.task(task).share);
         (n.gpus.iter().enumerate())
             .filter(|(p, _)| gpus & (1 << p) != 0)

@@ -651,6 +651,8 @@ struct PodFacts {
     meta: Arc<PodMeta>,
     /// What it takes of each device it shares (see [`Task::share`]).
     share: Option<crate::devices::ShareAsk>,
+    /// Its containers' asks (see [`Task::containers`]).
+    containers: Option<Arc<[crate::devices::ContainerAsk]>>,
 }
 
 impl PodFacts {
@@ -679,6 +681,7 @@ impl PodFacts {
             }
         }
         let share = devices::held_share(&p.held_devices, hami.or(vgpu));
+        let containers = devices::container_asks(names, &share_names, &p.device_containers);
         PodFacts {
             key: object_key(&p.namespace, &p.name),
             request,
@@ -688,6 +691,7 @@ impl PodFacts {
             slot: std::cell::Cell::new(u32::MAX),
             meta: metas.intern(&p.namespace, &p.labels, p.terminating),
             share,
+            containers,
         }
     }
 }
@@ -1274,6 +1278,10 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         gpus,
         slices,
         share: facts.share,
+        containers: match state {
+            TaskState::Pending => facts.containers.clone(),
+            _ => None,
+        },
         // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
         nominated: match node {
             None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,
