@@ -328,8 +328,13 @@ impl Freed {
             false => self.free_gpus >= session.snapshot.devices_asked(request) as i64,
             true => {
                 let need = session.device_need(search.goal.task);
-                let open = session.open_devices_with(&need, node, None, &self.devices);
-                open.count_ones() >= session.snapshot.devices_asked(request)
+                let sharing = session.snapshot.node(node).sharing;
+                if need.per_container(sharing) {
+                    (session.container_takes(&need, node, None, &self.devices)).is_some()
+                } else {
+                    let open = session.open_devices_with(&need, node, None, &self.devices);
+                    open.count_ones() >= session.snapshot.devices_asked(request)
+                }
             }
         };
         if !(request.fits_in(&self.free) && devices_fit) {

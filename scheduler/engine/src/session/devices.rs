@@ -40,6 +40,12 @@ impl DeviceNeed<'_> {
         self.bucket
     }
 
+    /// Whether its containers ask for devices apart, on a node that shares them (see
+    /// [`Session::container_takes`]).
+    pub(crate) fn per_container(&self, sharing: Sharing) -> bool {
+        self.containers.is_some() && sharing.shares()
+    }
+
     /// Whether it depends on which node it is beyond the node's state: device filters (by
     /// UUID, for one) or DRA claims.
     pub(crate) fn per_node(&self) -> bool {
@@ -218,8 +224,8 @@ impl<'a> Session<'a> {
         if n.sharing.shares() && self.index.key[node.index()].0 < need.bucket {
             return false;
         }
-        if need.containers.is_some() && n.sharing.shares() {
-            return self.container_takes(need, node, island).is_some();
+        if need.per_container(n.sharing) {
+            return (self.container_takes(need, node, island, self.usage(node))).is_some();
         }
         self.open_devices(need, node, island).count_ones() >= want
     }
@@ -246,7 +252,22 @@ impl<'a> Session<'a> {
         if n.sharing == Sharing::Mps && self.devices_wanted(task) > 1 {
             return short(DeviceShort::MpsOneReplica);
         }
-        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        // A pod whose containers ask apart: the reasons of the first container without its
+        // cards, beside what the containers before it took.
+        let need = self.device_need(task);
+        let pod_share = self.snapshot.task(task).share;
+        let (ask, usage) = match need.per_container(n.sharing) {
+            true => match self.allocate_containers(&need, node, None, self.usage(node)) {
+                Err((c, usage)) => (ask_on(n.sharing, c.share), usage),
+                Ok(_) => (ask_on(n.sharing, pod_share), self.usage(node).to_vec()),
+            },
+            false => (ask_on(n.sharing, pod_share), Vec::new()),
+        };
+        let usage = if usage.is_empty() {
+            self.usage(node)
+        } else {
+            &usage[..]
+        };
         let filters = self.filters(task);
         // Per reason, in HAMi's order: how many cards give it.
         const WHY: [DeviceShort; 8] = [
@@ -260,7 +281,7 @@ impl<'a> Session<'a> {
             DeviceShort::CardComputeUnitsExhausted,
         ];
         let mut counts = [0usize; WHY.len()];
-        for (g, u) in n.gpus.iter().zip(self.usage(node)) {
+        for (g, u) in n.gpus.iter().zip(usage) {
             let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
             let why = if !g.healthy {
                 0
@@ -307,13 +328,15 @@ impl<'a> Session<'a> {
             return 0;
         }
         let need = self.device_need(task);
-        if need.containers.is_some() && self.snapshot.node(node).sharing.shares() {
-            let takes = self
-                .container_takes(&need, node, island)
-                .unwrap_or_default();
-            let picked = takes.iter().fold(0u64, |m, t| m | 1 << t.position);
-            self.placed_takes.insert(task, takes);
-            return picked;
+        if need.per_container(self.snapshot.node(node).sharing) {
+            let takes = self.container_takes(&need, node, island, self.usage(node));
+            debug_assert!(takes.is_some(), "a task is placed without its devices");
+            // (Never without: the pod-level pick below is the fallback.)
+            if let Some(takes) = takes {
+                let picked = takes.iter().fold(0u64, |m, t| m | 1 << t.position);
+                self.placed_takes.insert(task, takes);
+                return picked;
+            }
         }
         let open = self.open_devices(&need, node, island);
         debug_assert!(
@@ -337,18 +360,32 @@ impl<'a> Session<'a> {
     /// (inside `island` when given), the least used first (`spread`, HAMi's default) or the
     /// most used (`binpack`), equally used ones in index order. `None` when some container
     /// finds too few. Only multi-container tasks come here: a pod of one container allocates
-    /// nothing.
+    /// nothing. The node's shared devices are in use as `usage` says (the session's, or what
+    /// the victim search frees).
     pub(crate) fn container_takes(
         &self,
         need: &DeviceNeed,
         node: NodeId,
         island: Option<u32>,
+        usage: &[DeviceUse],
     ) -> Option<Vec<Take>> {
+        self.allocate_containers(need, node, island, usage).ok()
+    }
+
+    /// [`Self::container_takes`], or the first container without its cards and the usage the
+    /// containers before it left (for the refusal's reasons).
+    fn allocate_containers(
+        &self,
+        need: &DeviceNeed,
+        node: NodeId,
+        island: Option<u32>,
+        usage: &[DeviceUse],
+    ) -> Result<Vec<Take>, (ContainerAsk, Vec<DeviceUse>)> {
         let n = self.snapshot.node(node);
-        let mut usage = self.usage(node).to_vec();
+        let mut usage = usage.to_vec();
         let mut takes = Vec::new();
         let mut open = Vec::with_capacity(n.gpus.len());
-        for c in need.containers? {
+        for c in need.containers.unwrap_or_default() {
             let ask = ask_on(n.sharing, c.share);
             open.clear();
             open.extend((n.gpus.iter().enumerate()).filter_map(|(p, g)| {
@@ -358,7 +395,7 @@ impl<'a> Session<'a> {
                 fits.then_some(p)
             }));
             if open.len() < c.count as usize {
-                return None;
+                return Err((*c, usage));
             }
             open.sort_by_key(|&p| match need.policy {
                 DevicePolicy::Spread => usage[p].slots as i64,
@@ -376,7 +413,7 @@ impl<'a> Session<'a> {
                 });
             }
         }
-        Some(takes)
+        Ok(takes)
     }
 
     /// What is in use on each device of a node that shares them (empty for one that does
