@@ -311,7 +311,9 @@ impl Freed {
             self.free.add(&t.request);
             self.free_gpus += t.gpus.count_ones() as i64;
             let n = search.session.snapshot.node(search.node);
-            if n.sharing.shares() {
+            if let Some(held) = t.held.as_deref().filter(|_| n.sharing.shares()) {
+                crate::snapshot::charge_held(&n.gpus, &mut self.devices, held, false);
+            } else if n.sharing.shares() {
                 let ask = ask_on(n.sharing, t.share);
                 charge_shares(&n.gpus, &mut self.devices, t.gpus, ask, false);
             }

@@ -461,6 +461,11 @@ impl<'a> Session<'a> {
             self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
             return;
         }
+        if let Some(held) = self.snapshot.task(task).held.as_deref() {
+            crate::snapshot::charge_held(&n.gpus, usage, held, add);
+            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
+            return;
+        }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         crate::snapshot::charge_shares(&n.gpus, usage, gpus, ask, add);
         self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);

@@ -174,6 +174,23 @@ pub(super) fn container_asks(
     (asks.len() >= 2).then(|| asks.into())
 }
 
+/// Whether a bound pod's devices hold different amounts (HAMi's record of a pod whose
+/// containers asked apart): then its usage is charged device by device ([`charge_held`]).
+pub(crate) fn held_differs(held: &[HeldDevice]) -> bool {
+    held.windows(2)
+        .any(|w| (w[0].memory_mib, w[0].cores) != (w[1].memory_mib, w[1].cores))
+}
+
+/// Puts what a bound pod holds of each device, by UUID, on (or takes it off) the node's
+/// devices; a UUID the node does not list holds nothing here.
+pub(crate) fn charge_held(gpus: &[Gpu], usage: &mut [DeviceUse], held: &[HeldDevice], add: bool) {
+    for d in held {
+        if let Some(p) = gpus.iter().position(|g| g.uuid.as_deref() == Some(&d.uuid)) {
+            usage[p].charge(d.memory_mib, d.cores, add);
+        }
+    }
+}
+
 /// The share a pod holds of each of its devices: what HAMi's annotation records (the largest
 /// amounts, when its devices differ: a task holds the same of each), else its request's.
 pub(super) fn held_share(held: &[HeldDevice], asked: Option<ShareAsk>) -> Option<ShareAsk> {
@@ -233,7 +250,10 @@ pub(super) fn claim_shared(
         }
         mask
     });
-    charge_shares(gpus, usage, mask, ask, true);
+    match held_differs(held) {
+        true => charge_held(gpus, usage, held, true),
+        false => charge_shares(gpus, usage, mask, ask, true),
+    }
     (mask, named.is_some())
 }
 

@@ -22,7 +22,7 @@ mod devices;
 mod meta;
 mod patch;
 pub use devices::ask_on;
-pub(crate) use devices::{asks_closed, charge_shares, closed_devices};
+pub(crate) use devices::{asks_closed, charge_held, charge_shares, closed_devices};
 mod spec;
 
 use meta::MetaInterner;
@@ -653,6 +653,8 @@ struct PodFacts {
     share: Option<crate::devices::ShareAsk>,
     /// Its containers' asks (see [`Task::containers`]).
     containers: Option<Arc<[crate::devices::ContainerAsk]>>,
+    /// Its devices hold different amounts (see [`Task::held`]): snapshot patching declines.
+    held_differs: bool,
 }
 
 impl PodFacts {
@@ -692,6 +694,7 @@ impl PodFacts {
             meta: metas.intern(&p.namespace, &p.labels, p.terminating),
             share,
             containers,
+            held_differs: devices::held_differs(&p.held_devices),
         }
     }
 }
@@ -1027,6 +1030,7 @@ fn assemble(
                     request,
                     gpus,
                     share: facts.share,
+                    held_differs: facts.held_differs,
                 },
             ));
             continue;
@@ -1203,6 +1207,8 @@ struct PinnedUse {
     gpus: u64,
     /// What it takes of each of `gpus` on a node that shares them.
     share: Option<crate::devices::ShareAsk>,
+    /// Its devices hold different amounts (see [`Task::held`]).
+    held_differs: bool,
 }
 
 /// A pinned pod's queue and node: the queue must exist and be a leaf, and the pod must be
@@ -1280,6 +1286,12 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         share: facts.share,
         containers: match state {
             TaskState::Pending => facts.containers.clone(),
+            _ => None,
+        },
+        held: match state {
+            TaskState::Bound(_) if devices::held_differs(&p.held_devices) => {
+                Some(p.held_devices.as_slice().into())
+            }
             _ => None,
         },
         // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
