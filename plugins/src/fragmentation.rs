@@ -485,6 +485,10 @@ impl Measure {
 
 impl NodeScorer for Measure {
     fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64 {
+        // A pod stating HAMi's node policy is placed by it (`hami_nodes`).
+        if crate::hami_nodes::node_policy(session, task).is_some() {
+            return 0;
+        }
         let (cpu, share, _) = task_shape(session, task);
         let before = self.read(session, node);
         let after = self.after(cpu, devices, share);

@@ -6,6 +6,7 @@
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
 //! - `devicepick`: which devices of the chosen node a pod takes;
+//! - `hami_nodes`: HAMi's per-pod `hami.io/node-scheduler-policy` (binpack or spread);
 //! - `domains`: which topology domains a gang tries, in order;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`;
 //! - `queue_order`: which sibling queue is served first (priority, then fair share);
@@ -20,6 +21,7 @@ pub mod devicepick;
 pub mod domains;
 pub mod fragmentation;
 pub mod gang;
+pub mod hami_nodes;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
@@ -67,6 +69,8 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
             fw.device_pick = Box::new(policy);
         }
     }
+    // After fragmentation, which leaves the pods stating HAMi's node policy to it.
+    fw.scores.push(Box::new(hami_nodes::HamiNodePolicy));
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
     fw.victims = Box::new(victims::LowerPriorityOverShare);
     fw.domains = Box::new(domains::BestFit);

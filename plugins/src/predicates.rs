@@ -4,7 +4,9 @@
 //! UUID filters (a node must have a device they accept). Resource fit (CPU, memory,
 //! pod count, whole GPUs and every extended resource) is the engine's own capacity check.
 
-use basalt_engine::{Node, NodeFilter, PlacementRules, Refusal, Taint, TaintEffect, Toleration};
+use basalt_engine::{
+    DeviceShort, Node, NodeFilter, PlacementRules, Refusal, Taint, TaintEffect, Toleration,
+};
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -36,11 +38,27 @@ impl NodeFilter for Predicates {
                 return Err(Refusal::NodeAffinity);
             }
         }
-        if let Some(filters) = &rules.devices {
+        if let Some(filters) = rules.devices.as_ref().filter(|f| f.restricts()) {
             // HAMi's type and UUID filters: a node without one device they accept is no
-            // candidate, whatever is free.
+            // candidate, whatever is free. Refused with the reason most of its cards give, in
+            // HAMi's words and order (health, then type, then UUID).
             if !node.gpus.iter().any(|g| g.healthy && filters.accepts(g)) {
-                return Err(Refusal::NoAcceptedGpu);
+                let mut counts = [0usize; 3];
+                for g in &node.gpus {
+                    let why = match () {
+                        _ if !g.healthy => 0,
+                        _ if !filters.accepts_type(g) => 1,
+                        _ => 2,
+                    };
+                    counts[why] += 1;
+                }
+                let most = (0..3).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
+                return Err(Refusal::Devices(match most.filter(|&i| counts[i] > 0) {
+                    None => DeviceShort::NodeInsufficientDevice,
+                    Some(0) => DeviceShort::CardNotHealth,
+                    Some(1) => DeviceShort::CardTypeMismatch,
+                    _ => DeviceShort::CardUuidMismatch,
+                }));
             }
         }
         if let Some(rule) =

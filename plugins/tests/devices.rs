@@ -203,7 +203,12 @@ fn shares_need_a_hami_node() {
     assert!(plan.bindings.is_empty());
     let pg = &plan.pod_groups[0];
     let message = &pg.conditions[0].message;
-    assert!(message.contains("nvidia.com/gpumem"), "{message}");
+    // In HAMi's words: the node has no HAMi devices; never the made-up gpumem resource.
+    assert!(message.contains("NodeInsufficientDevice"), "{message}");
+    assert!(
+        !message.contains("insufficient nvidia.com/gpumem"),
+        "{message}"
+    );
 }
 
 #[test]

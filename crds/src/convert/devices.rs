@@ -541,8 +541,9 @@ pub(super) fn parse_policy(text: &str) -> (Option<DevicePolicy>, Vec<String>) {
 }
 
 /// A pod's HAMi devices: what a bound pod holds (read leniently) and the device filters it
-/// states (`None` when it states no filter and no binpack or spread policy). Warns, on a pod
-/// of ours, about the policies Basalt does not honour.
+/// states (`None` when it states no filter and no binpack or spread policy, for its devices
+/// or, `hami.io/node-scheduler-policy`, its node). Warns, on a pod of ours, about the
+/// policies Basalt does not honour.
 pub(super) fn pod_devices(
     cx: &Cx,
     meta: &ObjectMeta,
@@ -563,34 +564,41 @@ pub(super) fn pod_devices(
     let list = |key: &str| annotation(meta, key).map_or_else(Vec::new, csv);
     let (policy, others) =
         annotation(meta, HAMI_GPU_POLICY).map_or((None, Vec::new()), parse_policy);
+    let node_policy = match annotation(meta, HAMI_NODE_POLICY).map(str::trim) {
+        None => None,
+        Some("binpack") => Some(DevicePolicy::Binpack),
+        Some("spread") => Some(DevicePolicy::Spread),
+        Some(other) => {
+            if lenient.ours {
+                lenient.warnings.push(cx.warning(
+                    annotation_field(HAMI_NODE_POLICY),
+                    format!("{other:?} is neither binpack nor spread; Basalt's node order applies"),
+                ));
+            }
+            None
+        }
+    };
     let filters = DeviceFilters {
         use_types: list(USE_GPU_TYPE),
         nouse_types: list(NOUSE_GPU_TYPE),
         use_uuids: [list(USE_GPU_UUID), list(VGPU_USE_UUID)].concat(),
         nouse_uuids: [list(NOUSE_GPU_UUID), list(VGPU_NOUSE_UUID)].concat(),
         policy: policy.unwrap_or_default(),
+        node_policy,
     };
     let stated = policy.is_some() || !filters.is_default();
-    if lenient.ours {
-        if !others.is_empty() {
-            let chosen = match filters.policy {
-                DevicePolicy::Binpack => "binpack",
-                DevicePolicy::Spread => "spread",
-            };
-            lenient.warnings.push(cx.warning(
-                annotation_field(HAMI_GPU_POLICY),
-                format!(
-                    "not honoured: {}; Basalt picks a pod's devices by {chosen} only",
-                    others.join(", ")
-                ),
-            ));
-        }
-        if annotation(meta, HAMI_NODE_POLICY).is_some() {
-            lenient.warnings.push(cx.warning(
-                annotation_field(HAMI_NODE_POLICY),
-                "not honoured: Basalt's node order applies",
-            ));
-        }
+    if lenient.ours && !others.is_empty() {
+        let chosen = match filters.policy {
+            DevicePolicy::Binpack => "binpack",
+            DevicePolicy::Spread => "spread",
+        };
+        lenient.warnings.push(cx.warning(
+            annotation_field(HAMI_GPU_POLICY),
+            format!(
+                "not honoured: {}; Basalt picks a pod's devices by {chosen} only",
+                others.join(", ")
+            ),
+        ));
     }
     Ok((held, stated.then(|| Arc::new(filters))))
 }

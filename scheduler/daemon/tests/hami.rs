@@ -569,3 +569,40 @@ async fn a_wait_on_hami_s_node_lock_is_a_wait_not_a_bind_error() {
     })
     .await;
 }
+
+/// Issue 31 item 3: HAMi allocates per container, each container's cards chosen after the
+/// previous containers'. A pod whose first container asks a whole card's memory and whose
+/// last asks 1000 MiB (a container without GPUs between them) takes one card per container,
+/// and `vgpu-devices-to-allocate` lists each container's cards in its own slot, as HAMi's
+/// device plugin pops them container by container. Summed into one share, the pod stayed
+/// pending: 82,920 MiB on each of two cards fits neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_container_gets_its_own_cards_and_its_own_slot_in_the_annotation() {
+    let c = cluster(Config::default()).await;
+    c.create(hami_node("h1", &["GPU-aaa", "GPU-bbb"], &[]));
+    let container = |name: &str, mem: Option<&str>| match mem {
+        Some(m) => json!({"name": name, "image": "worker:1", "resources": {
+            "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": m}}}),
+        None => json!({"name": name, "image": "worker:1"}),
+    };
+    c.create(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "two", "namespace": "default"},
+        "spec": {"schedulerName": "basalt", "containers": [
+            container("big", Some("81920")),
+            container("sidecar", None),
+            container("small", Some("1000")),
+        ]},
+    }));
+    let _s = c.start_scheduler();
+
+    eventually("two bound", || c.node_of("two").is_some()).await;
+    let p = c.pod("two");
+    let expected = "GPU-aaa,NVIDIA,81920,0:;;GPU-bbb,NVIDIA,1000,0:;";
+    for key in [
+        "hami.io/vgpu-devices-to-allocate",
+        "hami.io/vgpu-devices-allocated",
+    ] {
+        assert_eq!(annotation(&p, key).as_deref(), Some(expected), "{key}");
+    }
+}

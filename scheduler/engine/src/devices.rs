@@ -111,22 +111,42 @@ pub struct DeviceFilters {
     pub use_uuids: Vec<String>,
     pub nouse_uuids: Vec<String>,
     pub policy: DevicePolicy,
+    /// HAMi's `hami.io/node-scheduler-policy`, when the pod states it: `Binpack` prefers the
+    /// node whose cards are most used, `Spread` the least used (HAMi's node score). `None`:
+    /// the scheduler's own node order.
+    pub node_policy: Option<DevicePolicy>,
 }
 
 impl DeviceFilters {
     /// Whether the device is one the pod accepts.
     pub fn accepts(&self, gpu: &Gpu) -> bool {
-        let model = gpu.model.as_deref().unwrap_or("").to_ascii_lowercase();
         let uuid = gpu.uuid.as_deref().unwrap_or("");
-        let typed = |t: &String| model.contains(&t.to_ascii_lowercase());
-        (self.use_types.is_empty() || self.use_types.iter().any(typed))
-            && !self.nouse_types.iter().any(typed)
+        self.accepts_type(gpu)
             && (self.use_uuids.is_empty() || self.use_uuids.iter().any(|u| u == uuid))
             && !self.nouse_uuids.iter().any(|u| u == uuid)
     }
 
+    /// Whether the device's model is one the pod accepts (its UUID aside).
+    pub fn accepts_type(&self, gpu: &Gpu) -> bool {
+        if self.use_types.is_empty() && self.nouse_types.is_empty() {
+            return true;
+        }
+        let model = gpu.model.as_deref().unwrap_or("").to_ascii_lowercase();
+        let typed = |t: &String| model.contains(&t.to_ascii_lowercase());
+        (self.use_types.is_empty() || self.use_types.iter().any(typed))
+            && !self.nouse_types.iter().any(typed)
+    }
+
     pub fn is_default(&self) -> bool {
         *self == DeviceFilters::default()
+    }
+
+    /// Whether they refuse some devices (by model or UUID), not only order them.
+    pub fn restricts(&self) -> bool {
+        !(self.use_types.is_empty()
+            && self.nouse_types.is_empty()
+            && self.use_uuids.is_empty()
+            && self.nouse_uuids.is_empty())
     }
 }
 
@@ -200,6 +220,14 @@ impl ShareNames {
         }
     }
 
+    /// The share totals Basalt makes up as a shared node's allocatable, which no device
+    /// plugin advertises (HAMi's memory, memory percentage and compute; Volcano's memory
+    /// percentage): a node short of them is worded by its cards, never "insufficient
+    /// nvidia.com/gpumem".
+    pub fn totals(&self) -> [Option<ResourceId>; 4] {
+        [self.memory, self.percent, self.cores, self.vgpu_percent]
+    }
+
     /// The share a request states with Volcano vGPU's names, with Volcano's defaults
     /// (`vgpu.go`): memory in MiB, else a percentage, else 100 %; cores as given, else 0.
     /// `None`: it names neither memory nor cores.
@@ -247,6 +275,26 @@ fn share_of(
     };
     let cores = cores.map_or_else(|| default_cores(memory), clamp);
     Some(ShareAsk { memory, cores })
+}
+
+/// One container's device ask, for a pod whose containers ask for devices separately: HAMi
+/// allocates per container, each container's cards chosen after the previous containers',
+/// and two containers may share a card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ContainerAsk {
+    /// Distinct devices the container takes.
+    pub count: u32,
+    /// What it takes of each (`None`: whole devices, see [`ShareAsk::WHOLE`]).
+    pub share: Option<ShareAsk>,
+}
+
+/// What one container takes of one device: the device's position in the node's list, and the
+/// memory (MiB) and compute it takes there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Take {
+    pub position: u8,
+    pub memory_mib: u32,
+    pub cores: u32,
 }
 
 /// What is in use on one shared device.

@@ -318,6 +318,15 @@ pub struct Task {
     /// what HAMi's annotation records; `None` asks for whole devices (see
     /// [`crate::devices::ShareAsk::WHOLE`]).
     pub share: Option<crate::devices::ShareAsk>,
+    /// A pending pod whose containers (two or more) ask for devices separately: each
+    /// container's ask, in container order. Placed on a node that shares its devices, the
+    /// containers are allocated one after the other (see `Session::container_takes`); elsewhere
+    /// and for bound pods the pod-level `share` counts.
+    pub containers: Option<std::sync::Arc<[crate::devices::ContainerAsk]>>,
+    /// A bound pod whose devices hold different amounts (its containers asked apart): what it
+    /// holds of each, by UUID, as HAMi's annotation records it; its usage is charged device by
+    /// device from this (`share` is the largest amount). `None` for every other pod.
+    pub held: Option<std::sync::Arc<[crate::devices::HeldDevice]>>,
     /// The node's MIG slices a bound pod holds (positions in [`Node::slices`]).
     pub slices: u64,
     /// A pending pod's `status.nominatedNodeName`: capacity freed for it by evictions, held for

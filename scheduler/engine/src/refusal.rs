@@ -28,8 +28,6 @@ pub enum Refusal {
     NodeSelector,
     /// No term of the required node affinity matches the node.
     NodeAffinity,
-    /// No healthy GPU of the node passes the pod's device type and UUID filters.
-    NoAcceptedGpu,
     /// A bound volume's node affinity excludes the node.
     VolumeNodeAffinity,
     /// An unbound claim has no volume to bind on the node.
@@ -76,42 +74,78 @@ pub enum Refusal {
 }
 
 /// Why a node's GPUs cannot hold a pod's device ask: on a node that does not share them, too
-/// few free; on a shared one, the reason most of its devices give, in the order HAMi's filter
-/// checks them.
+/// few free; on a shared one, the reason most of its cards give, named and checked in the
+/// order of HAMi's device fit (`pkg/device/nvidia/device.go` Fit, the reasons of
+/// `pkg/device/common`), so a HAMi user reads the words HAMi's scheduler would have written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DeviceShort {
     TooFewFree,
     /// An MPS node gives each pod one replica; the pod asks for more.
     MpsOneReplica,
-    Unhealthy,
-    NoFreeSlot,
-    ExclusiveUse,
-    NoFreeMemory,
-    NoFreeCompute,
-    /// No device has a reason of its own, yet too few accept the pod with room for its share.
-    TooFewAccepted,
+    /// HAMi's `NodeInsufficientDevice`: the pod asks for HAMi shares (`nvidia.com/gpumem`,
+    /// `gpumem-percentage`, `gpucores`) of a node without HAMi's devices.
+    NodeInsufficientDevice,
+    /// The card is unhealthy (or cordoned by `hami.io/device-cordon`).
+    CardNotHealth,
+    /// The card's model fails `nvidia.com/use-gputype` / `nouse-gputype`.
+    CardTypeMismatch,
+    /// The card's UUID fails `nvidia.com/use-gpuuuid` / `nouse-gpuuuid`.
+    CardUuidMismatch,
+    /// Every share slot of the card is taken.
+    CardTimeSlicingExhausted,
+    CardInsufficientMemory,
+    CardInsufficientCore,
+    /// `gpucores: 100` asks for the card alone, and it is in use.
+    ExclusiveDeviceAllocateConflict,
+    /// A pod asking no compute cannot join a card whose compute is all taken.
+    CardComputeUnitsExhausted,
+    /// No card has a reason of its own, yet too few fit the pod.
+    AllocatedCardsInsufficientRequest,
 }
 
 impl DeviceShort {
-    fn describe(self) -> &'static str {
+    /// HAMi's name of the reason, where HAMi has one.
+    pub fn hami_reason(self) -> Option<&'static str> {
+        Some(match self {
+            DeviceShort::TooFewFree | DeviceShort::MpsOneReplica => return None,
+            DeviceShort::NodeInsufficientDevice => "NodeInsufficientDevice",
+            DeviceShort::CardNotHealth => "CardNotHealth",
+            DeviceShort::CardTypeMismatch => "CardTypeMismatch",
+            DeviceShort::CardUuidMismatch => "CardUuidMismatch",
+            DeviceShort::CardTimeSlicingExhausted => "CardTimeSlicingExhausted",
+            DeviceShort::CardInsufficientMemory => "CardInsufficientMemory",
+            DeviceShort::CardInsufficientCore => "CardInsufficientCore",
+            DeviceShort::ExclusiveDeviceAllocateConflict => "ExclusiveDeviceAllocateConflict",
+            DeviceShort::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
+            DeviceShort::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+        })
+    }
+
+    fn describe(self) -> String {
         match self {
-            DeviceShort::TooFewFree => "had too few free GPUs",
-            DeviceShort::MpsOneReplica => "share GPUs through MPS, one replica per pod",
-            DeviceShort::Unhealthy => "had no healthy GPU for the pod",
-            DeviceShort::NoFreeSlot => "had no GPU with a free share slot",
-            DeviceShort::ExclusiveUse => "had only GPUs in exclusive use",
-            DeviceShort::NoFreeMemory => "had no GPU with enough free memory",
-            DeviceShort::NoFreeCompute => "had no GPU with enough free compute",
-            DeviceShort::TooFewAccepted => {
-                "had too few GPUs the pod accepts with room for its share"
+            DeviceShort::TooFewFree => "had too few free GPUs".into(),
+            DeviceShort::MpsOneReplica => "share GPUs through MPS, one replica per pod".into(),
+            DeviceShort::NodeInsufficientDevice => {
+                "had no HAMi GPU for the pod's shares (NodeInsufficientDevice)".into()
+            }
+            other => {
+                let reason = other.hami_reason().unwrap_or("none");
+                format!("had no GPU that fits the pod ({reason})")
             }
         }
     }
 
-    /// Evicting pods frees slots, memory, compute and whole devices; it heals no device and
-    /// changes no node's sharing mode.
+    /// Evicting pods frees slots, memory, compute and whole devices; it heals no device,
+    /// changes no card's model or UUID, no node's sharing mode.
     fn resolvable_by_preemption(self) -> bool {
-        !matches!(self, DeviceShort::Unhealthy | DeviceShort::MpsOneReplica)
+        !matches!(
+            self,
+            DeviceShort::CardNotHealth
+                | DeviceShort::CardTypeMismatch
+                | DeviceShort::CardUuidMismatch
+                | DeviceShort::MpsOneReplica
+                | DeviceShort::NodeInsufficientDevice
+        )
     }
 }
 
@@ -128,7 +162,6 @@ impl Refusal {
             }
             Refusal::NodeSelector => "didn't match node selector",
             Refusal::NodeAffinity => "didn't match node affinity",
-            Refusal::NoAcceptedGpu => "had no GPU of the types and UUIDs the pod accepts",
             Refusal::VolumeNodeAffinity => "had volume node affinity conflict",
             Refusal::UnboundVolume => "didn't find available persistent volumes to bind",
             Refusal::Claim { rules, refusal } => {
@@ -138,7 +171,7 @@ impl Refusal {
             Refusal::Insufficient(resource) => {
                 return format!("insufficient {}", names.name(resource))
             }
-            Refusal::Devices(short) => short.describe(),
+            Refusal::Devices(short) => return short.describe(),
             Refusal::DevicesClosed { node } => {
                 let why = snapshot.node(node).devices_closed.as_deref();
                 return format!(
@@ -190,7 +223,6 @@ impl Refusal {
             | Refusal::UntoleratedTaint { .. }
             | Refusal::NodeSelector
             | Refusal::NodeAffinity
-            | Refusal::NoAcceptedGpu
             | Refusal::VolumeNodeAffinity
             | Refusal::UnboundVolume
             // Evictions only take pods away: they never bring the pods affinity asks for.

@@ -177,6 +177,9 @@ pub struct Session<'a> {
     slice_used: Vec<u64>,
     /// The MIG slices each task placed by this cycle takes.
     placed_slices: Map<TaskId, u64>,
+    /// What each container of a multi-container task placed this cycle takes (see
+    /// [`Self::container_takes`]), in container order.
+    placed_takes: Map<TaskId, Vec<crate::devices::Take>>,
     /// DRA devices in use and the claims this cycle allocated.
     claims: dra::Claims,
     status: Vec<TaskStatus>,
@@ -451,6 +454,7 @@ impl<'a> Session<'a> {
             device_use: snapshot.device_use.clone(),
             slice_used: snapshot.slice_used.clone(),
             placed_slices: Map::default(),
+            placed_takes: Map::default(),
             claims: dra::Claims::new(&snapshot.dra.allocated),
             status,
             phase,
@@ -569,7 +573,7 @@ impl<'a> Session<'a> {
     }
 
     /// The node's devices no pod can take or join now, as a mask of positions: the used whole
-    /// devices of an unshared node; on a shared one, devices full or in exclusive use.
+    /// devices of an unshared node; on a shared one, devices no pod can join any more.
     pub fn closed_devices(&self, node: NodeId) -> u64 {
         self.gpus_used[node.index()]
     }
@@ -1073,6 +1077,7 @@ impl<'a> Session<'a> {
                 } => {
                     self.charge(task, node, gpus, false);
                     self.placed_slices.remove(&task);
+                    self.placed_takes.remove(&task);
                     self.give_back_claims(task);
                     self.placed[self.snapshot.task(task).job.index()] -= 1;
                     self.status[task.index()] = TaskStatus::Pending;

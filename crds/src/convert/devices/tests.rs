@@ -411,12 +411,21 @@ fn pod_filters_and_policy() {
     assert_eq!(f.nouse_uuids, ["GPU-1"]);
     assert!(f.nouse_types.is_empty() && f.use_uuids.is_empty());
     assert_eq!(f.policy, DevicePolicy::Binpack);
+    assert_eq!(f.node_policy, Some(DevicePolicy::Spread));
     assert_eq!(
         warnings,
-        [
-            "t.yaml: Pod n: metadata.annotations[hami.io/gpu-scheduler-policy]: not honoured: numa; Basalt picks a pod's devices by binpack only",
-            "t.yaml: Pod n: metadata.annotations[hami.io/node-scheduler-policy]: not honoured: Basalt's node order applies",
-        ]
+        ["t.yaml: Pod n: metadata.annotations[hami.io/gpu-scheduler-policy]: not honoured: numa; Basalt picks a pod's devices by binpack only"]
+    );
+    // The node policy alone is stated; an unknown one is not, with a warning.
+    let (_, filters, warnings) = pod(&[(HAMI_NODE_POLICY, "binpack")], false, true).unwrap();
+    let f = filters.unwrap();
+    assert_eq!(f.node_policy, Some(DevicePolicy::Binpack));
+    assert!(!f.restricts() && warnings.is_empty());
+    let (_, filters, warnings) = pod(&[(HAMI_NODE_POLICY, "fullest")], false, true).unwrap();
+    assert!(filters.is_none());
+    assert_eq!(
+        warnings,
+        ["t.yaml: Pod n: metadata.annotations[hami.io/node-scheduler-policy]: \"fullest\" is neither binpack nor spread; Basalt's node order applies"]
     );
     // Nothing stated (or only what is not honoured, or empty lists): no filters.
     assert_eq!(pod(&[], false, true).unwrap(), (vec![], None, vec![]));

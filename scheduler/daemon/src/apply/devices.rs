@@ -53,10 +53,21 @@ pub fn runs_vgpu(node: &Node) -> bool {
     (node.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(VGPU_NODE_REGISTER))
 }
 
+/// HAMi's and Volcano vGPU's share names: a container asking one of them without a device
+/// count takes one device (HAMi's webhook adds the count; Volcano reads memory alone so).
+const SHARE_NAMES: [&str; 6] = [
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+    "volcano.sh/vgpu-cores",
+];
+
 /// Per container of `containers`, its devices as `UUID,NVIDIA,<memMiB>,<cores>:` (empty for a
-/// container without any). Containers take the pod's devices in order, as many as they ask
-/// for of `resource` (limits, else requests); devices left over go to the last container that
-/// asks for any.
+/// container without any). Containers take the pod's devices in order (the plan lists them
+/// container by container), as many as they ask for of `resource` (limits, else requests; one
+/// for a share without a count); devices left over go to the last container that asks for any.
 fn per_container<'c>(
     containers: impl Iterator<Item = &'c Container>,
     resource: &str,
@@ -65,12 +76,18 @@ fn per_container<'c>(
     let count = |m: Option<&BTreeMap<String, Quantity>>| {
         (m.and_then(|m| m.get(resource))).and_then(|q| q.0.parse::<usize>().ok())
     };
+    let shares = |m: Option<&BTreeMap<String, Quantity>>| {
+        m.is_some_and(|m| SHARE_NAMES.iter().any(|n| m.contains_key(*n)))
+    };
     let wants: Vec<usize> = containers
         .map(|c| {
             let r = c.resources.as_ref();
-            count(r.and_then(|r| r.limits.as_ref()))
-                .or_else(|| count(r.and_then(|r| r.requests.as_ref())))
-                .unwrap_or(0)
+            let (limits, requests) = (
+                r.and_then(|r| r.limits.as_ref()),
+                r.and_then(|r| r.requests.as_ref()),
+            );
+            (count(limits).or_else(|| count(requests)))
+                .unwrap_or_else(|| (shares(limits) || shares(requests)) as usize)
         })
         .collect();
     let last_asking = wants.iter().rposition(|&w| w > 0);
@@ -282,6 +299,21 @@ spec:
 "#);
         let list = encode_devices(&p, &[device("GPU-a", 30000, 0), device("GPU-b", 30000, 0)]);
         assert_eq!(list, ";GPU-a,NVIDIA,30000,0:;;GPU-b,NVIDIA,30000,0:;");
+    }
+
+    #[test]
+    fn a_container_asking_a_share_without_a_count_takes_one_device() {
+        let p = pod(r#"
+metadata: {name: p}
+spec:
+  containers:
+  - name: a
+    resources: {limits: {nvidia.com/gpumem: "8000"}}
+  - name: b
+    resources: {limits: {nvidia.com/gpumem: "1000"}}
+"#);
+        let list = encode_devices(&p, &[device("GPU-a", 8000, 0), device("GPU-b", 1000, 0)]);
+        assert_eq!(list, "GPU-a,NVIDIA,8000,0:;GPU-b,NVIDIA,1000,0:;");
     }
 
     #[test]

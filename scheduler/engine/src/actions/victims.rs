@@ -311,7 +311,9 @@ impl Freed {
             self.free.add(&t.request);
             self.free_gpus += t.gpus.count_ones() as i64;
             let n = search.session.snapshot.node(search.node);
-            if n.sharing.shares() {
+            if let Some(held) = t.held.as_deref().filter(|_| n.sharing.shares()) {
+                crate::snapshot::charge_held(&n.gpus, &mut self.devices, held, false);
+            } else if n.sharing.shares() {
                 let ask = ask_on(n.sharing, t.share);
                 charge_shares(&n.gpus, &mut self.devices, t.gpus, ask, false);
             }
@@ -328,8 +330,13 @@ impl Freed {
             false => self.free_gpus >= session.snapshot.devices_asked(request) as i64,
             true => {
                 let need = session.device_need(search.goal.task);
-                let open = session.open_devices_with(&need, node, None, &self.devices);
-                open.count_ones() >= session.snapshot.devices_asked(request)
+                let sharing = session.snapshot.node(node).sharing;
+                if need.per_container(sharing) {
+                    (session.container_takes(&need, node, None, &self.devices)).is_some()
+                } else {
+                    let open = session.open_devices_with(&need, node, None, &self.devices);
+                    open.count_ones() >= session.snapshot.devices_asked(request)
+                }
             }
         };
         if !(request.fits_in(&self.free) && devices_fit) {

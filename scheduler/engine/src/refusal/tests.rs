@@ -48,10 +48,6 @@ fn refusals_word_as_kube_scheduler_does() {
         (Refusal::NodeSelector, "didn't match node selector"),
         (Refusal::NodeAffinity, "didn't match node affinity"),
         (
-            Refusal::NoAcceptedGpu,
-            "had no GPU of the types and UUIDs the pod accepts",
-        ),
-        (
             Refusal::VolumeNodeAffinity,
             "had volume node affinity conflict",
         ),
@@ -70,28 +66,44 @@ fn refusals_word_as_kube_scheduler_does() {
             "share GPUs through MPS, one replica per pod",
         ),
         (
-            Refusal::Devices(DeviceShort::Unhealthy),
-            "had no healthy GPU for the pod",
+            Refusal::Devices(DeviceShort::NodeInsufficientDevice),
+            "had no HAMi GPU for the pod's shares (NodeInsufficientDevice)",
         ),
         (
-            Refusal::Devices(DeviceShort::NoFreeSlot),
-            "had no GPU with a free share slot",
+            Refusal::Devices(DeviceShort::CardNotHealth),
+            "had no GPU that fits the pod (CardNotHealth)",
         ),
         (
-            Refusal::Devices(DeviceShort::ExclusiveUse),
-            "had only GPUs in exclusive use",
+            Refusal::Devices(DeviceShort::CardTypeMismatch),
+            "had no GPU that fits the pod (CardTypeMismatch)",
         ),
         (
-            Refusal::Devices(DeviceShort::NoFreeMemory),
-            "had no GPU with enough free memory",
+            Refusal::Devices(DeviceShort::CardUuidMismatch),
+            "had no GPU that fits the pod (CardUuidMismatch)",
         ),
         (
-            Refusal::Devices(DeviceShort::NoFreeCompute),
-            "had no GPU with enough free compute",
+            Refusal::Devices(DeviceShort::CardTimeSlicingExhausted),
+            "had no GPU that fits the pod (CardTimeSlicingExhausted)",
         ),
         (
-            Refusal::Devices(DeviceShort::TooFewAccepted),
-            "had too few GPUs the pod accepts with room for its share",
+            Refusal::Devices(DeviceShort::CardInsufficientMemory),
+            "had no GPU that fits the pod (CardInsufficientMemory)",
+        ),
+        (
+            Refusal::Devices(DeviceShort::CardInsufficientCore),
+            "had no GPU that fits the pod (CardInsufficientCore)",
+        ),
+        (
+            Refusal::Devices(DeviceShort::ExclusiveDeviceAllocateConflict),
+            "had no GPU that fits the pod (ExclusiveDeviceAllocateConflict)",
+        ),
+        (
+            Refusal::Devices(DeviceShort::CardComputeUnitsExhausted),
+            "had no GPU that fits the pod (CardComputeUnitsExhausted)",
+        ),
+        (
+            Refusal::Devices(DeviceShort::AllocatedCardsInsufficientRequest),
+            "had no GPU that fits the pod (AllocatedCardsInsufficientRequest)",
         ),
         (
             Refusal::HostPorts,
@@ -148,10 +160,12 @@ fn preemption_lifts_only_what_evictions_can_change() {
         },
         Refusal::NodeSelector,
         Refusal::NodeAffinity,
-        Refusal::NoAcceptedGpu,
         Refusal::VolumeNodeAffinity,
         Refusal::UnboundVolume,
-        Refusal::Devices(DeviceShort::Unhealthy),
+        Refusal::Devices(DeviceShort::CardNotHealth),
+        Refusal::Devices(DeviceShort::CardTypeMismatch),
+        Refusal::Devices(DeviceShort::CardUuidMismatch),
+        Refusal::Devices(DeviceShort::NodeInsufficientDevice),
         Refusal::Devices(DeviceShort::MpsOneReplica),
         Refusal::PodAffinity,
         Refusal::TopologySpreadMissingLabel,
@@ -163,7 +177,7 @@ fn preemption_lifts_only_what_evictions_can_change() {
     let resolvable = [
         Refusal::Insufficient(GPU),
         Refusal::Devices(DeviceShort::TooFewFree),
-        Refusal::Devices(DeviceShort::NoFreeMemory),
+        Refusal::Devices(DeviceShort::CardInsufficientMemory),
         Refusal::HostPorts,
         Refusal::DiskConflict,
         Refusal::PodAntiAffinity,

@@ -5,7 +5,9 @@
 //! stay necessary conditions for every request and exact for whole devices.
 
 use super::Session;
-use crate::devices::{DeviceFilters, DeviceUse, ShareAsk, ShareMemory, Sharing};
+use crate::devices::{
+    ContainerAsk, DeviceFilters, DevicePolicy, DeviceUse, ShareAsk, ShareMemory, Sharing, Take,
+};
 use crate::model::{NodeId, TaskId};
 use crate::plan::BoundDevice;
 use crate::refusal::{DeviceShort, Refusal};
@@ -26,12 +28,22 @@ pub(crate) struct DeviceNeed<'s> {
     filters: Option<&'s DeviceFilters>,
     /// What its DRA claims ask.
     claims: Option<&'s crate::dra::ClaimNeed>,
+    /// Its containers' asks, when they ask separately (see [`crate::Task::containers`]).
+    containers: Option<&'s [ContainerAsk]>,
+    /// The pod's `hami.io/gpu-scheduler-policy`, for the containers' cards.
+    policy: DevicePolicy,
 }
 
 impl DeviceNeed<'_> {
     /// The least bucket coordinate of a node that can take it.
     pub(crate) fn bucket(&self) -> u32 {
         self.bucket
+    }
+
+    /// Whether its containers ask for devices apart, on a node that shares them (see
+    /// [`Session::container_takes`]).
+    pub(crate) fn per_container(&self, sharing: Sharing) -> bool {
+        self.containers.is_some() && sharing.shares()
     }
 
     /// Whether it depends on which node it is beyond the node's state: device filters (by
@@ -50,8 +62,12 @@ impl<'a> Session<'a> {
             want: self.devices_wanted(task),
             bucket: self.bucket_need(task),
             share: t.share,
-            filters: snap.rules[t.rules.0 as usize].devices.as_deref(),
+            // Filters that only order devices (HAMi's policies) refuse none.
+            filters: (snap.rules[t.rules.0 as usize].devices.as_deref()).filter(|f| f.restricts()),
             claims: self.claim_need(task),
+            containers: t.containers.as_deref(),
+            policy: (snap.rules[t.rules.0 as usize].devices.as_deref())
+                .map_or(DevicePolicy::default(), |f| f.policy),
         }
     }
 
@@ -92,7 +108,12 @@ impl<'a> Session<'a> {
         if want == 0 {
             return 0;
         }
-        let level = match self.snapshot.task(task).share {
+        let t = self.snapshot.task(task);
+        if t.containers.is_some() {
+            // Containers ask apart: the pod-level share overstates what one device needs.
+            return want;
+        }
+        let level = match t.share {
             None => LEVELS,
             Some(ask) => {
                 let memory = match ask.memory {
@@ -203,60 +224,100 @@ impl<'a> Session<'a> {
         if n.sharing.shares() && self.index.key[node.index()].0 < need.bucket {
             return false;
         }
+        if need.per_container(n.sharing) {
+            return (self.container_takes(need, node, island, self.usage(node))).is_some();
+        }
         self.open_devices(need, node, island).count_ones() >= want
     }
 
     /// Why the node lacks the devices the task asks for, if it does: the reason most of its
-    /// devices give, in the order HAMi's filter checks them (health, slots, exclusive use,
-    /// memory, compute), or too few free whole devices.
+    /// cards give, named and checked in the order of HAMi's device fit (health, type, UUID,
+    /// slots, memory, compute, exclusive use, compute exhausted), or too few free whole
+    /// devices. The share totals Basalt gives HAMi nodes as allocatable (`nvidia.com/gpumem`
+    /// and the others, which no node advertises) are never the reason: a node short of them
+    /// is a HAMi node whose cards lack room, or a node without HAMi's devices.
     pub(super) fn devices_short(&self, task: TaskId, node: NodeId) -> Result<(), Refusal> {
-        if self.has_gpus_for(&self.device_need(task), node, None) {
+        let shares_short = self.share_totals_short(task, node);
+        if !shares_short && self.has_gpus_for(&self.device_need(task), node, None) {
             return Ok(());
         }
         let n = self.snapshot.node(node);
         let short = |why| Err(Refusal::Devices(why));
         if !n.sharing.shares() {
-            return short(DeviceShort::TooFewFree);
+            return short(match shares_short {
+                true => DeviceShort::NodeInsufficientDevice,
+                false => DeviceShort::TooFewFree,
+            });
         }
         if n.sharing == Sharing::Mps && self.devices_wanted(task) > 1 {
             return short(DeviceShort::MpsOneReplica);
         }
-        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
+        // A pod whose containers ask apart: the reasons of the first container without its
+        // cards, beside what the containers before it took.
+        let need = self.device_need(task);
+        let pod_share = self.snapshot.task(task).share;
+        let (ask, usage) = match need.per_container(n.sharing) {
+            true => match self.allocate_containers(&need, node, None, self.usage(node)) {
+                Err((c, usage)) => (ask_on(n.sharing, c.share), usage),
+                Ok(_) => (ask_on(n.sharing, pod_share), self.usage(node).to_vec()),
+            },
+            false => (ask_on(n.sharing, pod_share), Vec::new()),
+        };
+        let usage = if usage.is_empty() {
+            self.usage(node)
+        } else {
+            &usage[..]
+        };
         let filters = self.filters(task);
-        // Per reason, in HAMi's order: how many devices give it.
-        const WHY: [DeviceShort; 5] = [
-            DeviceShort::Unhealthy,
-            DeviceShort::NoFreeSlot,
-            DeviceShort::ExclusiveUse,
-            DeviceShort::NoFreeMemory,
-            DeviceShort::NoFreeCompute,
+        // Per reason, in HAMi's order: how many cards give it.
+        const WHY: [DeviceShort; 8] = [
+            DeviceShort::CardNotHealth,
+            DeviceShort::CardTypeMismatch,
+            DeviceShort::CardUuidMismatch,
+            DeviceShort::CardTimeSlicingExhausted,
+            DeviceShort::CardInsufficientMemory,
+            DeviceShort::CardInsufficientCore,
+            DeviceShort::ExclusiveDeviceAllocateConflict,
+            DeviceShort::CardComputeUnitsExhausted,
         ];
-        let mut counts = [0usize; 5];
-        for (g, u) in n.gpus.iter().zip(self.usage(node)) {
-            if filters.is_some_and(|f| !f.accepts(g)) {
-                continue;
-            }
+        let mut counts = [0usize; WHY.len()];
+        for (g, u) in n.gpus.iter().zip(usage) {
             let (memory, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
             let why = if !g.healthy {
                 0
-            } else if u.slots >= g.slots {
+            } else if filters.is_some_and(|f| !f.accepts_type(g)) {
                 1
-            } else if (cores == 100 && u.slots > 0) || (u.cores >= g.cores && g.cores > 0) {
+            } else if filters.is_some_and(|f| !f.accepts(g)) {
                 2
-            } else if u.memory_mib as u64 + memory as u64 > g.memory_mib.unwrap_or(0) {
+            } else if u.slots >= g.slots {
                 3
-            } else if u.cores.saturating_add(cores) > g.cores {
+            } else if u.memory_mib as u64 + memory as u64 > g.memory_mib.unwrap_or(0) {
                 4
+            } else if u.cores.saturating_add(cores) > g.cores {
+                5
+            } else if cores == 100 && u.slots > 0 {
+                6
+            } else if u.cores >= g.cores && g.cores > 0 {
+                7
             } else {
                 continue;
             };
             counts[why] += 1;
         }
-        let most = (0..5).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
+        let most = (0..WHY.len()).max_by_key(|&i| (counts[i], std::cmp::Reverse(i)));
         short(match most.filter(|&i| counts[i] > 0) {
             Some(i) => WHY[i],
-            None => DeviceShort::TooFewAccepted,
+            None => DeviceShort::AllocatedCardsInsufficientRequest,
         })
+    }
+
+    /// Whether the node lacks room, by the capacity check, for the task's HAMi share totals
+    /// (see [`crate::devices::ShareNames::totals`]).
+    fn share_totals_short(&self, task: TaskId, node: NodeId) -> bool {
+        let totals = self.snapshot.share_names.totals();
+        let request = &self.snapshot.task(task).request;
+        let alloc = &self.snapshot.node(node).allocatable;
+        (request.short_on(&self.used[node.index()], alloc)).any(|id| totals.contains(&Some(id)))
     }
 
     /// The devices a task takes on a node: among those it could take (inside `island` when
@@ -266,7 +327,18 @@ impl<'a> Session<'a> {
         if count == 0 {
             return 0;
         }
-        let open = self.open_devices(&self.device_need(task), node, island);
+        let need = self.device_need(task);
+        if need.per_container(self.snapshot.node(node).sharing) {
+            let takes = self.container_takes(&need, node, island, self.usage(node));
+            debug_assert!(takes.is_some(), "a task is placed without its devices");
+            // (Never without: the pod-level pick below is the fallback.)
+            if let Some(takes) = takes {
+                let picked = takes.iter().fold(0u64, |m, t| m | 1 << t.position);
+                self.placed_takes.insert(task, takes);
+                return picked;
+            }
+        }
+        let open = self.open_devices(&need, node, island);
         debug_assert!(
             open.count_ones() >= count,
             "a task is placed without its devices"
@@ -279,6 +351,69 @@ impl<'a> Session<'a> {
             "the device pick took devices the task cannot have"
         );
         picked
+    }
+
+    /// The cards each container of a multi-container task takes on a node that shares its
+    /// devices, as HAMi allocates them: container after container, each taking its count of
+    /// distinct cards with room for its share beside what is in use and what the containers
+    /// before it took (two containers may share a card), among the cards its filters accept
+    /// (inside `island` when given), the least used first (`spread`, HAMi's default) or the
+    /// most used (`binpack`), equally used ones in index order. `None` when some container
+    /// finds too few. Only multi-container tasks come here: a pod of one container allocates
+    /// nothing. The node's shared devices are in use as `usage` says (the session's, or what
+    /// the victim search frees).
+    pub(crate) fn container_takes(
+        &self,
+        need: &DeviceNeed,
+        node: NodeId,
+        island: Option<u32>,
+        usage: &[DeviceUse],
+    ) -> Option<Vec<Take>> {
+        self.allocate_containers(need, node, island, usage).ok()
+    }
+
+    /// [`Self::container_takes`], or the first container without its cards and the usage the
+    /// containers before it left (for the refusal's reasons).
+    fn allocate_containers(
+        &self,
+        need: &DeviceNeed,
+        node: NodeId,
+        island: Option<u32>,
+        usage: &[DeviceUse],
+    ) -> Result<Vec<Take>, (ContainerAsk, Vec<DeviceUse>)> {
+        let n = self.snapshot.node(node);
+        let mut usage = usage.to_vec();
+        let mut takes = Vec::new();
+        let mut open = Vec::with_capacity(n.gpus.len());
+        for c in need.containers.unwrap_or_default() {
+            let ask = ask_on(n.sharing, c.share);
+            open.clear();
+            open.extend((n.gpus.iter().enumerate()).filter_map(|(p, g)| {
+                let fits = usage[p].fits(g, ask.map(|a| (a, a.memory_on(g))))
+                    && island.is_none_or(|i| g.nvlink_domain == i)
+                    && need.filters.is_none_or(|f| f.accepts(g));
+                fits.then_some(p)
+            }));
+            if open.len() < c.count as usize {
+                return Err((*c, usage));
+            }
+            open.sort_by_key(|&p| match need.policy {
+                DevicePolicy::Spread => usage[p].slots as i64,
+                DevicePolicy::Binpack => -(usage[p].slots as i64),
+            });
+            for &p in &open[..c.count as usize] {
+                let g = &n.gpus[p];
+                let (memory_mib, cores) = ask.map_or((0, 0), |a| (a.memory_on(g), a.cores));
+                usage[p].charge(memory_mib, cores, true);
+                let position = p as u8;
+                takes.push(Take {
+                    position,
+                    memory_mib,
+                    cores,
+                });
+            }
+        }
+        Ok(takes)
     }
 
     /// What is in use on each device of a node that shares them (empty for one that does
@@ -319,6 +454,18 @@ impl<'a> Session<'a> {
         }
         let base = n.device_base as usize;
         let usage = &mut self.device_use[base..base + n.gpus.len()];
+        if let Some(takes) = self.placed_takes.get(&task) {
+            for t in takes {
+                usage[t.position as usize].charge(t.memory_mib, t.cores, add);
+            }
+            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
+            return;
+        }
+        if let Some(held) = self.snapshot.task(task).held.as_deref() {
+            crate::snapshot::charge_held(&n.gpus, usage, held, add);
+            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
+            return;
+        }
         let ask = ask_on(n.sharing, self.snapshot.task(task).share);
         crate::snapshot::charge_shares(&n.gpus, usage, gpus, ask, add);
         self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
@@ -368,6 +515,21 @@ impl<'a> Session<'a> {
 
     fn bound_gpus(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
         let n = self.snapshot.node(node);
+        // Per container, in container order: the handoff lists each container's cards.
+        if let Some(takes) = self.placed_takes.get(&task) {
+            return (takes.iter())
+                .map(|t| {
+                    let g = &n.gpus[t.position as usize];
+                    BoundDevice {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        memory_mib: Some(t.memory_mib),
+                        cores: Some(t.cores),
+                        mig: None,
+                    }
+                })
+                .collect();
+        }
         let ask: Option<ShareAsk> = ask_on(n.sharing, self.snapshot.task(task).share);
         (n.gpus.iter().enumerate())
             .filter(|(p, _)| gpus & (1 << p) != 0)

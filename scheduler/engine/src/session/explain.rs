@@ -40,10 +40,13 @@ pub(crate) struct Scan {
 /// every time.
 const MASKABLE: usize = 63;
 
-fn short_mask(request: &Resources, used: &Resources, alloc: &Resources) -> u64 {
+/// The resources a node is short of as a bit mask, without `unworded` (the share totals the
+/// device check words instead, see [`Session::devices_short`]).
+fn short_mask(request: &Resources, used: &Resources, alloc: &Resources, unworded: u64) -> u64 {
     request
         .short_on(used, alloc)
         .fold(0, |m, id| m | (1u64 << id.0))
+        & !unworded
 }
 
 impl Scan {
@@ -69,11 +72,17 @@ impl Session<'_> {
     /// The shape's scan, up to date.
     fn scan(&mut self, shape: ShapeId, rules: RulesId, request: &Resources) -> Scan {
         let maskable = self.snapshot.resources.len() <= MASKABLE;
+        let totals = self.snapshot.share_names.totals();
+        let unworded = (totals.iter().flatten())
+            .fold(0u64, |m, id| m | 1u64.checked_shl(id.0 as u32).unwrap_or(0));
         if let Some(mut scan) = self.scans.remove(&shape).filter(|_| maskable) {
             for &node in &self.touched[scan.seen..] {
                 if scan.class[node.index()] != REFUSED {
                     let alloc = &self.snapshot.nodes[node.index()].allocatable;
-                    scan.set(node, short_mask(request, &self.used[node.index()], alloc));
+                    scan.set(
+                        node,
+                        short_mask(request, &self.used[node.index()], alloc, unworded),
+                    );
                 }
             }
             scan.seen = self.touched.len();
@@ -112,6 +121,9 @@ impl Session<'_> {
             }
             let mut mask = 0;
             for id in request.short_on(&self.used[i], &node.allocatable) {
+                if totals.contains(&Some(id)) {
+                    continue;
+                }
                 scan.short[id.0 as usize] += 1;
                 mask |= 1u64.checked_shl(id.0 as u32).unwrap_or(0);
             }

@@ -45,6 +45,10 @@ impl Session<'_> {
         for &(node, taken) in feasible {
             let devices = match need.want {
                 0 => 0,
+                _ if need.per_container(self.snapshot.node(node).sharing) => {
+                    let takes = self.container_takes(need, node, None, self.usage(node));
+                    (takes.iter().flatten()).fold(0u64, |m, t| m | 1 << t.position)
+                }
                 want => {
                     let open = self.open_devices_with(need, node, None, self.usage(node));
                     chooser.pick(self, task, node, open, want)

@@ -10,7 +10,9 @@ use crate::snapshot::NodeSpec;
 /// A HAMi node's devices, summed, as allocatable in HAMi's request names: memory (MiB),
 /// memory percentage (100 per device) and compute (`devcore`). The kubelet never advertises
 /// them; they bound a node's shares as its allocatable bounds everything else, and a node
-/// without them (no HAMi) refuses a pod that asks for them ("insufficient nvidia.com/gpumem").
+/// without them (no HAMi) refuses a pod that asks for them. Being made up, they are never
+/// named in a refusal: the cards' reasons are, in HAMi's words (`CardInsufficientMemory`;
+/// `NodeInsufficientDevice` on a node without HAMi), see `Session::devices_short`.
 ///
 /// A Volcano vGPU node's plugin advertises memory and compute itself; only the percentage is
 /// added (and the others when a node lacks them).
@@ -137,6 +139,58 @@ pub fn ask_on(sharing: Sharing, share: Option<ShareAsk>) -> Option<ShareAsk> {
     }
 }
 
+/// The containers' device asks of a pod whose containers ask separately (two or more with a
+/// GPU count or a HAMi share; a share without a count takes one device, as HAMi's webhook
+/// adds it). `None` for every other pod, so a pod of one container pays nothing.
+pub(super) fn container_asks(
+    names: &crate::resources::ResourceNames,
+    shares: &crate::devices::ShareNames,
+    containers: &[ResourceList],
+) -> Option<std::sync::Arc<[crate::devices::ContainerAsk]>> {
+    if containers.len() < 2 {
+        return None;
+    }
+    let gpu = names.id(GPU_NAME);
+    let asks: Vec<crate::devices::ContainerAsk> = (containers.iter())
+        .map(|c| {
+            // Only names the snapshot knows (all of them: the pod's request sums these).
+            let mut request = crate::resources::Resources::zero(names.len());
+            for (name, &v) in c {
+                if let Some(id) = names.id(name) {
+                    request.set(id, v);
+                }
+            }
+            let share = shares.ask(&request);
+            let count = gpu.map_or(0, |id| request.get(id).clamp(0, 64) as u32);
+            let count = if count == 0 && share.is_some() {
+                1
+            } else {
+                count
+            };
+            crate::devices::ContainerAsk { count, share }
+        })
+        .filter(|c| c.count > 0)
+        .collect();
+    (asks.len() >= 2).then(|| asks.into())
+}
+
+/// Whether a bound pod's devices hold different amounts (HAMi's record of a pod whose
+/// containers asked apart): then its usage is charged device by device ([`charge_held`]).
+pub(crate) fn held_differs(held: &[HeldDevice]) -> bool {
+    held.windows(2)
+        .any(|w| (w[0].memory_mib, w[0].cores) != (w[1].memory_mib, w[1].cores))
+}
+
+/// Puts what a bound pod holds of each device, by UUID, on (or takes it off) the node's
+/// devices; a UUID the node does not list holds nothing here.
+pub(crate) fn charge_held(gpus: &[Gpu], usage: &mut [DeviceUse], held: &[HeldDevice], add: bool) {
+    for d in held {
+        if let Some(p) = gpus.iter().position(|g| g.uuid.as_deref() == Some(&d.uuid)) {
+            usage[p].charge(d.memory_mib, d.cores, add);
+        }
+    }
+}
+
 /// The share a pod holds of each of its devices: what HAMi's annotation records (the largest
 /// amounts, when its devices differ: a task holds the same of each), else its request's.
 pub(super) fn held_share(held: &[HeldDevice], asked: Option<ShareAsk>) -> Option<ShareAsk> {
@@ -196,7 +250,10 @@ pub(super) fn claim_shared(
         }
         mask
     });
-    charge_shares(gpus, usage, mask, ask, true);
+    match held_differs(held) {
+        true => charge_held(gpus, usage, held, true),
+        false => charge_shares(gpus, usage, mask, ask, true),
+    }
     (mask, named.is_some())
 }
 

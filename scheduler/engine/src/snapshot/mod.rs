@@ -22,7 +22,7 @@ mod devices;
 mod meta;
 mod patch;
 pub use devices::ask_on;
-pub(crate) use devices::{asks_closed, charge_shares, closed_devices};
+pub(crate) use devices::{asks_closed, charge_held, charge_shares, closed_devices};
 mod spec;
 
 use meta::MetaInterner;
@@ -651,6 +651,10 @@ struct PodFacts {
     meta: Arc<PodMeta>,
     /// What it takes of each device it shares (see [`Task::share`]).
     share: Option<crate::devices::ShareAsk>,
+    /// Its containers' asks (see [`Task::containers`]).
+    containers: Option<Arc<[crate::devices::ContainerAsk]>>,
+    /// Its devices hold different amounts (see [`Task::held`]): snapshot patching declines.
+    held_differs: bool,
 }
 
 impl PodFacts {
@@ -679,6 +683,7 @@ impl PodFacts {
             }
         }
         let share = devices::held_share(&p.held_devices, hami.or(vgpu));
+        let containers = devices::container_asks(names, &share_names, &p.device_containers);
         PodFacts {
             key: object_key(&p.namespace, &p.name),
             request,
@@ -688,6 +693,8 @@ impl PodFacts {
             slot: std::cell::Cell::new(u32::MAX),
             meta: metas.intern(&p.namespace, &p.labels, p.terminating),
             share,
+            containers,
+            held_differs: devices::held_differs(&p.held_devices),
         }
     }
 }
@@ -1023,6 +1030,7 @@ fn assemble(
                     request,
                     gpus,
                     share: facts.share,
+                    held_differs: facts.held_differs,
                 },
             ));
             continue;
@@ -1199,6 +1207,8 @@ struct PinnedUse {
     gpus: u64,
     /// What it takes of each of `gpus` on a node that shares them.
     share: Option<crate::devices::ShareAsk>,
+    /// Its devices hold different amounts (see [`Task::held`]).
+    held_differs: bool,
 }
 
 /// A pinned pod's queue and node: the queue must exist and be a leaf, and the pod must be
@@ -1274,6 +1284,16 @@ fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
         gpus,
         slices,
         share: facts.share,
+        containers: match state {
+            TaskState::Pending => facts.containers.clone(),
+            _ => None,
+        },
+        held: match state {
+            TaskState::Bound(_) if devices::held_differs(&p.held_devices) => {
+                Some(p.held_devices.as_slice().into())
+            }
+            _ => None,
+        },
         // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
         nominated: match node {
             None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,

@@ -144,6 +144,10 @@ pub(super) fn patch(
             for &t in &last.jobs[pos].tasks {
                 let t = &last.tasks[t.index()];
                 if let TaskState::Bound(node) = t.state {
+                    // Charged device by device: the patch does not follow.
+                    if t.held.is_some() {
+                        return None;
+                    }
                     let used = gpus_used
                         .entry(node)
                         .or_insert(last.node_gpus_used[node.index()]);
@@ -155,6 +159,9 @@ pub(super) fn patch(
     }
     for key in &held.changed_pinned {
         if let Some(old) = b.pinned_uses.get(key) {
+            if old.held_differs {
+                return None;
+            }
             let used = (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
             *used &= !old.gpus;
             shared.charge(&last.nodes[old.node.index()], old.gpus, old.share, false);
@@ -192,6 +199,7 @@ pub(super) fn patch(
                 request,
                 gpus,
                 share: facts.share,
+                held_differs: facts.held_differs,
             },
         ));
     }
@@ -273,10 +281,16 @@ pub(super) fn patch(
     }
     for m in fresh.iter().flat_map(|f| &f.members) {
         if let Some(n) = m.node {
+            if m.facts.held_differs {
+                return None;
+            }
             shared.charge(&last.nodes[n.index()], m.gpus, m.facts.share, true);
         }
     }
     for (_, new) in &pinned {
+        if new.held_differs {
+            return None;
+        }
         shared.charge(&last.nodes[new.node.index()], new.gpus, new.share, true);
     }
     if !shared.exact(&last.device_use) {
