@@ -1,7 +1,7 @@
 //! Basalt's scheduling policies and the configuration that picks them.
 //!
 //! - `gang`: all-or-nothing admission by minMember / minTaskMember;
-//! - `priority`: job order by PriorityClass value, then age;
+//! - `priority`: job order by PriorityClass value, then age; a job's pods by their own priority;
 //! - `predicates`: cordons, taints, node selectors and required node affinity;
 //! - `nodeorder`: `binpack` (default) or `spread` scoring;
 //! - `fragmentation`: fragmentation-aware scoring and device choice where devices are shared;
@@ -41,6 +41,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     );
     if config.priority.enabled {
         fw.job_order.push(Box::new(priority::Priority));
+        fw.task_order.push(Box::new(priority::Priority));
     }
     if config.gang.enabled {
         fw.job_valid.push(Box::new(gang::Gang));

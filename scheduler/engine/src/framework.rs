@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 
 use basalt_topology::{DomainId, TierId};
 
-use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, TaskId};
+use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, Task, TaskId};
 use crate::plan::Condition;
 use crate::refusal::Refusal;
 use crate::resources::{ResourceId, Resources};
@@ -14,6 +14,14 @@ use crate::session::Session;
 /// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
 pub trait JobOrder: Send + Sync {
     fn compare(&self, a: &Job, b: &Job) -> Ordering;
+}
+
+/// Orders the pending members of one job, the order they are placed in (by `allocate`, and by
+/// `reclaim` and `preempt` for a starving gang): `Less`, `a` first; `Equal` defers to the next
+/// plugin, then to the engine's own order (members a role still needs for its minimum first,
+/// then rank).
+pub trait TaskOrder: Send + Sync {
+    fn compare(&self, a: &Task, b: &Task) -> Ordering;
 }
 
 /// Whether a job may be scheduled at all this cycle (e.g. it has fewer pods than its minimum).
@@ -362,6 +370,8 @@ pub enum Action {
 pub struct Framework {
     pub actions: Vec<Action>,
     pub job_order: Vec<Box<dyn JobOrder>>,
+    /// The order of a job's own pending members (see [`TaskOrder`]).
+    pub task_order: Vec<Box<dyn TaskOrder>>,
     pub job_valid: Vec<Box<dyn JobValid>>,
     pub job_ready: Vec<Box<dyn JobReady>>,
     pub admit: Vec<Box<dyn Admit>>,
@@ -444,6 +454,7 @@ impl Framework {
         Framework {
             actions,
             job_order: Vec::new(),
+            task_order: Vec::new(),
             job_valid: Vec::new(),
             job_ready: Vec::new(),
             admit: Vec::new(),
@@ -506,6 +517,15 @@ impl Framework {
             .map(|o| o.compare(a, b))
             .find(|o| o.is_ne())
             .unwrap_or_else(|| a.name.cmp(&b.name))
+    }
+
+    /// The configured order of two members of one job; `Equal` when no plugin tells them apart.
+    pub fn compare_tasks(&self, a: &Task, b: &Task) -> Ordering {
+        self.task_order
+            .iter()
+            .map(|o| o.compare(a, b))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 
     pub fn validate_job(&self, session: &Session, job: JobId) -> Result<(), Condition> {

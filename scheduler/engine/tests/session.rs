@@ -202,3 +202,86 @@ fn queues_are_served_in_the_frameworks_queue_order() {
     fw.queue_order = Box::new(ReverseNames);
     assert!(bound(&fw).ends_with("qb-0"), "{}", bound(&fw));
 }
+
+/// Gang readiness by `minMember` alone, for tests of the engine's mechanism without plugins.
+struct MinMember;
+
+impl JobReady for MinMember {
+    fn ready(&self, session: &Session, job: JobId) -> bool {
+        let c = session.counts(job);
+        c.running + c.pipelined + c.succeeded >= session.snapshot.job(job).min_member
+    }
+}
+
+/// A job's members by their own priority, higher first.
+struct ByPriority;
+
+impl TaskOrder for ByPriority {
+    fn compare(&self, a: &Task, b: &Task) -> std::cmp::Ordering {
+        b.priority.cmp(&a.priority)
+    }
+}
+
+/// One node with `gpus` GPUs; groups `(name, minMember, pod priorities)`, each pod asking one
+/// GPU each, or `per_pod` GPUs.
+fn elastic(gpus: i64, per_pod: i64, groups: &[(&str, i64, &[i32])]) -> Snapshot {
+    let mut spec = spec(1, gpus, 0);
+    spec.groups.clear();
+    for &(name, min, priorities) in groups {
+        spec.groups.push(GroupSpec {
+            name: name.into(),
+            min_member: min,
+            ..spec_group()
+        });
+        for (i, &priority) in priorities.iter().enumerate() {
+            spec.pods.push(PodSpec {
+                namespace: "ns".into(),
+                name: format!("{name}-{i}"),
+                ours: true,
+                group: Some(name.into()),
+                request: list(&[("cpu", 100), ("nvidia.com/gpu", per_pod)]),
+                priority,
+                ..Default::default()
+            });
+        }
+    }
+    Snapshot::build(spec).unwrap()
+}
+
+fn spec_group() -> GroupSpec {
+    spec(1, 1, 1).groups.remove(0)
+}
+
+fn bound(plan: &Plan) -> Vec<String> {
+    let mut pods: Vec<String> = plan.bindings.iter().map(|b| b.pod.clone()).collect();
+    pods.sort();
+    pods
+}
+
+#[test]
+fn a_jobs_members_are_placed_in_the_task_order_then_rank() {
+    // Room for one of two 4-GPU members: rank order takes e-0, the task order the
+    // higher-priority e-1.
+    let snap = elastic(4, 4, &[("e", 1, &[100, 1000])]);
+    let mut fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    fw.job_ready.push(Box::new(MinMember));
+    let plan = schedule(&snap, &fw, &mut Warm::default());
+    assert_eq!(bound(&plan), ["ns/e-0"]);
+    fw.task_order.push(Box::new(ByPriority));
+    let plan = schedule(&snap, &fw, &mut Warm::default());
+    assert_eq!(bound(&plan), ["ns/e-1"]);
+}
+
+#[test]
+fn every_jobs_minimum_is_served_before_any_jobs_extras() {
+    // 5 GPUs, two elastic jobs of four 1-GPU members, minimum 2 each: 2 + 2, then the first
+    // job in order takes the last GPU.
+    let snap = elastic(5, 1, &[("a", 2, &[0; 4]), ("b", 2, &[0; 4])]);
+    let mut fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+    fw.job_ready.push(Box::new(MinMember));
+    let plan = schedule(&snap, &fw, &mut Warm::default());
+    assert_eq!(
+        bound(&plan),
+        ["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-0", "ns/b-1"]
+    );
+}

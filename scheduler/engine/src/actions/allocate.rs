@@ -24,10 +24,21 @@ enum Pass {
     Lend,
 }
 
-/// Places jobs gang by gang, in two passes (see [`Pass`]). Queues are served by priority, then
-/// lowest dominant share (down the tree); jobs inside a queue by the configured job order.
-/// Each job is tried in its own statement, committed only when the job is ready (its minimum
-/// is met) and discarded otherwise; once the minimum is met, extra members are placed too.
+/// How much of a job one visit places.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extent {
+    /// Only what the gang needs to be ready (its minimums): every job's minimum is served
+    /// before any job's extras, as KAI does for elastic jobs.
+    Minimum,
+    /// The members beyond it (an elastic job's extras), once every minimum had its turn.
+    Extras,
+}
+
+/// Places jobs gang by gang, in two passes (see [`Pass`]), each in two rounds: first every
+/// job's minimum, then every ready job's extra members (see [`Extent`]). Queues are served by
+/// priority, then lowest dominant share (down the tree); jobs inside a queue by the configured
+/// job order. Each job is tried in its own statement, committed only when the job is ready (its
+/// minimum is met) and discarded otherwise.
 pub fn allocate(session: &mut Session) {
     super::note_timed_out(session);
     let jobs = schedulable_jobs(session);
@@ -46,19 +57,29 @@ pub fn allocate(session: &mut Session) {
         if session.framework().validate_job(session, job.id).is_ok() {
             let access = backfill_access(session, job, &starts);
             session.release_holds(job.id);
-            allocate_job(session, job.id, access, Pass::Lend);
+            allocate_job(session, job.id, access, Pass::Lend, Extent::Minimum);
             session.restore_holds(job.id);
         }
     }
     // Only the second pass reports why pods wait: the first need not word it.
     session.set_quiet(true);
-    serve(session, &jobs, &starts, Pass::WithinDeserved);
-    session.set_quiet(false);
-    let left: Vec<&Job> = jobs
-        .into_iter()
-        .filter(|j| super::has_pending(session, j))
-        .collect();
-    serve(session, &left, &starts, Pass::Lend);
+    for pass in [Pass::WithinDeserved, Pass::Lend] {
+        if pass == Pass::Lend {
+            session.set_quiet(false);
+        }
+        for extent in [Extent::Minimum, Extent::Extras] {
+            let fw = session.framework();
+            // A job short of its minimum takes part in the first round, a ready one with
+            // members left in the second.
+            let round: Vec<&Job> = (jobs.iter().copied())
+                .filter(|j| {
+                    super::has_pending(session, j)
+                        && fw.job_ready(session, j.id) == (extent == Extent::Extras)
+                })
+                .collect();
+            serve(session, &round, &starts, pass, extent);
+        }
+    }
     // A reservation whose gang the quota no longer admits (work ahead of it in its queue took
     // the room) nominates nothing: its members would not start there.
     for &job in starts.keys() {
@@ -68,7 +89,7 @@ pub fn allocate(session: &mut Session) {
     }
 }
 
-fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass) {
+fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass, extent: Extent) {
     let fw = session.framework();
     let mut per_queue: BTreeMap<QueueId, VecDeque<&Job>> = BTreeMap::new();
     for &job in jobs {
@@ -94,7 +115,7 @@ fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass) {
         }
         let access = backfill_access(session, job, starts);
         session.release_holds(job.id);
-        allocate_job(session, job.id, access, pass);
+        allocate_job(session, job.id, access, pass, extent);
         session.restore_holds(job.id);
         order.refresh(session, queue);
     }
@@ -130,7 +151,13 @@ fn quota_admits(session: &Session, job: &Job) -> bool {
     })
 }
 
-fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pass: Pass) {
+fn allocate_job(
+    session: &mut Session,
+    job_id: JobId,
+    access: ReservedNodes,
+    pass: Pass,
+    extent: Extent,
+) {
     let snap = session.snapshot;
     let fw = session.framework();
     let job = snap.job(job_id);
@@ -178,6 +205,13 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
             Ok(node) => {
                 session.allocate(&mut stmt, task, node);
                 holding += 1;
+                // Its minimum met, the job's extras wait for every other job's minimum.
+                if extent == Extent::Minimum
+                    && holding >= job.min_member
+                    && fw.job_ready(session, job_id)
+                {
+                    break;
+                }
             }
             Err(message) => {
                 failure.get_or_insert(message);
@@ -197,8 +231,8 @@ fn allocate_job(session: &mut Session, job_id: JobId, access: ReservedNodes, pas
         session.discard(stmt);
     }
     let message = if ready {
-        // The gang runs; only extra members are left waiting.
-        failure
+        // The gang runs; only extra members are left waiting, and say why in their own round.
+        failure.filter(|_| extent == Extent::Extras)
     } else {
         let why = failure.unwrap_or_else(|| "per-role minimums (minTaskMember) are not met".into());
         Some(format!(

@@ -195,32 +195,42 @@ pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
     })
 }
 
-/// Pending members in placement order: members that a role still needs for its minimum first
-/// (so optional pods never take the capacity a required role needs), then by name. Held
-/// members ([`crate::model::Hold`]) are never candidates.
+/// Pending members in placement order: by the configured task order ([`crate::TaskOrder`],
+/// e.g. the pod's own priority, higher first), then members that a role still needs for its
+/// minimum before the others (so optional pods never take the capacity a required role needs),
+/// then rank (the job's member order: rank, then name). Role slots go to members in that same
+/// order. Held members ([`crate::model::Hold`]) are never candidates.
 pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
     let snap = session.snapshot;
+    let fw = session.framework();
     let mut need = job.min_task_member.clone();
     for (role, have) in session.counts(job.id).by_role {
         if let Some(n) = need.get_mut(&role) {
             *n = n.saturating_sub(have);
         }
     }
-    let mut required = Vec::new();
-    let mut optional = Vec::new();
-    for &t in &job.tasks {
-        if *session.task_status(t) != TaskStatus::Pending || snap.task(t).hold.is_some() {
-            continue;
-        }
-        let slot = need.get_mut(snap.task(t).role()).filter(|n| **n > 0);
-        match slot {
-            Some(n) => {
-                *n -= 1;
-                required.push(t);
-            }
-            None => optional.push(t),
-        }
+    let mut pending: Vec<TaskId> = (job.tasks.iter().copied())
+        .filter(|&t| *session.task_status(t) == TaskStatus::Pending && snap.task(t).hold.is_none())
+        .collect();
+    let ordered = !fw.task_order.is_empty();
+    if ordered {
+        // Stable: members the policy does not tell apart keep their rank order.
+        pending.sort_by(|&a, &b| fw.compare_tasks(snap.task(a), snap.task(b)));
     }
-    required.extend(optional);
-    required
+    let mut members: Vec<(TaskId, bool)> = Vec::with_capacity(pending.len());
+    for t in pending {
+        let slot = need.get_mut(snap.task(t).role()).filter(|n| **n > 0);
+        let required = slot.map(|n| *n -= 1).is_some();
+        members.push((t, required));
+    }
+    // Required members first among members the policy ranks equal (all of them, without one).
+    members.sort_by(|&(a, ra), &(b, rb)| {
+        let by_policy = if ordered {
+            fw.compare_tasks(snap.task(a), snap.task(b))
+        } else {
+            std::cmp::Ordering::Equal
+        };
+        by_policy.then(rb.cmp(&ra))
+    });
+    members.into_iter().map(|(t, _)| t).collect()
 }
