@@ -377,29 +377,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 device_resources: config.devices.clone(),
                 tiers: config.topology.tiers.clone(),
             };
-            let (snapshot, warnings) = if snapshots.is_empty() {
-                eprintln!(
-                    "basalt-sim: no --snapshot given; planning {}",
-                    plan::EXAMPLE_LABEL
-                );
-                let loaded = basalt_crds::read_objects(plan::EXAMPLE_LABEL, plan::EXAMPLE_CLUSTER)?;
-                (
-                    basalt_crds::build_snapshot(&loaded.objects, &options)?,
-                    loaded.warnings,
-                )
-            } else if strict {
-                basalt_crds::load_files(&snapshots, &options)?
-            } else {
-                // As the scheduler reads a cluster: a bad object is reported and left out.
-                let load = basalt_crds::load_files_lenient(&snapshots, &options)?;
-                for e in &load.errors {
-                    eprintln!("basalt-sim: error: {e} (left out)");
-                }
-                let snapshot = load.snapshot.ok_or_else(|| {
-                    anyhow::anyhow!("no snapshot: the engine refused the cluster as a whole")
-                })?;
-                (snapshot, load.warnings)
-            };
+            let (snapshot, warnings) = plan::load(&snapshots, &options, strict)?;
             for w in warnings {
                 eprintln!("basalt-sim: warning: {w}");
             }

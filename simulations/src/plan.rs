@@ -27,6 +27,33 @@ pub fn parse_config(label: &str, text: &str) -> anyhow::Result<Config> {
     Config::from_yaml(label, text).map_err(anyhow::Error::msg)
 }
 
+/// The snapshot `plan` schedules and the warnings on the way: the built-in example without
+/// files; else the files as the scheduler reads a cluster (each object that cannot be read or
+/// converted left out, with an error on stderr), or with `strict` refused at the first one.
+pub fn load(
+    files: &[std::path::PathBuf],
+    options: &basalt_crds::ConvertOptions,
+    strict: bool,
+) -> anyhow::Result<(Snapshot, Vec<String>)> {
+    if files.is_empty() {
+        eprintln!("basalt-sim: no --snapshot given; planning {EXAMPLE_LABEL}");
+        let loaded = basalt_crds::read_objects(EXAMPLE_LABEL, EXAMPLE_CLUSTER)?;
+        let snapshot = basalt_crds::build_snapshot(&loaded.objects, options)?;
+        return Ok((snapshot, loaded.warnings));
+    }
+    if strict {
+        return Ok(basalt_crds::load_files(files, options)?);
+    }
+    let load = basalt_crds::load_files_lenient(files, options)?;
+    for e in &load.errors {
+        eprintln!("basalt-sim: error: {e} (left out)");
+    }
+    let snapshot = load
+        .snapshot
+        .context("no snapshot: the engine refused the cluster as a whole")?;
+    Ok((snapshot, load.warnings))
+}
+
 /// What a binding takes of each of its devices, compactly: `30000MiB 25%` for a share (the
 /// same on each device), `replica` for time-sliced replicas, `1g.10gb@4` for a MIG instance
 /// on GPU 4, empty for whole devices.
