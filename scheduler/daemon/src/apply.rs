@@ -363,11 +363,7 @@ impl Scheduler {
         if about.kind.as_deref() == Some("PodGroup") {
             let ns = about.namespace.as_deref().unwrap_or("default");
             let name = about.name.as_deref().unwrap_or("");
-            let origin = match about.api_version.as_deref() {
-                Some(basalt_crds::types::API_VERSION) => crate::view::Origin::Basalt,
-                Some(crate::volcano::API_VERSION) => crate::view::Origin::Volcano,
-                _ => crate::view::Origin::SchedulerPlugins,
-            };
+            let origin = crate::view::Origin::of(about.api_version.as_deref().unwrap_or(""));
             if !self.ownership.allows(&format!("{ns}/{name}"), origin) {
                 return;
             }

@@ -21,6 +21,15 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The API an object of `api_version` was read from (the inverse of [`Self::api_version`]).
+    pub fn of(api_version: &str) -> Origin {
+        match api_version {
+            basalt_crds::types::API_VERSION => Origin::Basalt,
+            volcano::API_VERSION => Origin::Volcano,
+            _ => Origin::SchedulerPlugins,
+        }
+    }
+
     pub fn api_version(self) -> &'static str {
         match self {
             Origin::Basalt => basalt_crds::types::API_VERSION,

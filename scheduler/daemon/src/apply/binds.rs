@@ -273,7 +273,7 @@ async fn bind_job(
     let r = if w.may_write().await {
         bind_with_handoff(&w.client, job).await
     } else {
-        BindResult::Failed("not sent: this replica is not the leader".into())
+        BindResult::Failed(crate::leader::Fenced::NotLeader.to_string())
     };
     if !matches!(r, BindResult::Bound) && !reserved.is_empty() {
         resource_claims::unreserve_all(w, job, reserved, written).await;

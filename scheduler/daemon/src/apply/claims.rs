@@ -256,7 +256,7 @@ impl Scheduler {
                 let (client, leadership) = (client.clone(), leadership.clone());
                 async move {
                     if !leadership.leading() {
-                        let why = "not sent: this replica is not the leader".to_string();
+                        let why = crate::leader::Fenced::NotLeader.to_string();
                         return (s, Err(BindResult::Failed(why)));
                     }
                     let answer = settle(&client, &s).await;

@@ -33,7 +33,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::{classify, split_key, BindJob, BindResult, Scheduler};
-use crate::leader::Leadership;
+use crate::leader::{Fenced, Leadership};
 use crate::stores::Stores;
 use crate::writer::Limiter;
 
@@ -74,8 +74,6 @@ pub(super) struct Writer {
     pub(super) limiter: Arc<Limiter>,
     pub(super) leadership: Leadership,
 }
-
-const NOT_LEADER: &str = "not sent: this replica is not the leader";
 
 impl Writer {
     /// Takes a token; false when this replica does not lead (nothing may be sent).
@@ -173,7 +171,7 @@ async fn reserve(
         let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
         if !finalizers.iter().any(|f| f == DELETE_PROTECTION) {
             if !w.may_write().await {
-                return fail(NOT_LEADER);
+                return fail(&Fenced::NotLeader.to_string());
             }
             let mut with = finalizers;
             with.push(DELETE_PROTECTION.to_string());
@@ -216,7 +214,7 @@ async fn reserve(
                 });
         }
         if !w.may_write().await {
-            return fail(NOT_LEADER);
+            return fail(&Fenced::NotLeader.to_string());
         }
         match api
             .replace_status(name, &PostParams::default(), &next)
@@ -291,7 +289,7 @@ async fn unreserve(
             return Ok(());
         }
         if !w.may_write().await {
-            return Err(NOT_LEADER.into());
+            return Err(Fenced::NotLeader.to_string());
         }
         match api
             .replace_status(name, &PostParams::default(), &next)
