@@ -34,6 +34,13 @@ pub struct Metrics {
     pub islands: Gauge<i64, AtomicI64>,
     pub reconciles: Family<OutcomeLabels, Counter<u64, AtomicU64>>,
     pub mig_steps: Family<StepLabels, Counter<u64, AtomicU64>>,
+    /// Per `layout` the node names (`nvidia.com/mig.config`): 1 valid, 0 not.
+    pub mig_layout_valid: Family<LayoutLabels, Gauge<i64, AtomicI64>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LayoutLabels {
+    pub layout: String,
 }
 
 impl Default for Metrics {
@@ -49,6 +56,7 @@ impl Metrics {
         let islands = Gauge::<i64, AtomicI64>::default();
         let reconciles = Family::<OutcomeLabels, Counter<u64, AtomicU64>>::default();
         let mig_steps = Family::<StepLabels, Counter<u64, AtomicU64>>::default();
+        let mig_layout_valid = Family::<LayoutLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("gpus", "GPUs found on the node", gpus.clone());
         registry.register(
             "nvlink_islands",
@@ -65,8 +73,15 @@ impl Metrics {
             "MIG applier steps by action and outcome",
             mig_steps.clone(),
         );
+        registry.register(
+            "mig_layout_valid",
+            "1 when the MIG layout the node names (label nvidia.com/mig.config, in the layout label) \
+             can be read and fits its GPUs, 0 when not; absent when the node names none",
+            mig_layout_valid.clone(),
+        );
         Metrics {
             registry,
+            mig_layout_valid,
             gpus,
             islands,
             reconciles,
@@ -80,6 +95,15 @@ impl Metrics {
             Ok(r) => {
                 self.gpus.set(r.gpus as i64);
                 self.islands.set(r.islands.len() as i64);
+                self.mig_layout_valid.clear();
+                if let (Some(layout), Some(valid)) = (&r.mig_layout, r.mig_layout_valid) {
+                    let labels = LayoutLabels {
+                        layout: layout.clone(),
+                    };
+                    self.mig_layout_valid
+                        .get_or_create(&labels)
+                        .set(i64::from(valid));
+                }
                 for s in &r.mig_steps {
                     let outcome = match &s.outcome {
                         crate::mig::applier::Outcome::NotApplied => "not_applied",
@@ -185,6 +209,34 @@ mod tests {
         assert!(
             text.contains("basalt_nodeagent_mig_steps_total{action=\"create\",outcome=\"done\"} 1"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_mig_layout_gauge_follows_the_last_round() {
+        let m = Metrics::new();
+        let round = |layout: Option<&str>, valid: Option<bool>| Report {
+            mig_layout: layout.map(String::from),
+            mig_layout_valid: valid,
+            ..Default::default()
+        };
+        m.record(&Ok(round(Some("all-9g"), Some(false))));
+        let text = m.encode();
+        assert!(
+            text.contains("basalt_nodeagent_mig_layout_valid{layout=\"all-9g\"} 0"),
+            "{text}"
+        );
+        m.record(&Ok(round(Some("all-1g.10gb"), Some(true))));
+        let text = m.encode();
+        assert!(
+            text.contains("basalt_nodeagent_mig_layout_valid{layout=\"all-1g.10gb\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("all-9g"), "{text}");
+        m.record(&Ok(round(None, None)));
+        assert!(
+            !m.encode().contains("mig_layout_valid{"),
+            "a node naming no layout has none"
         );
     }
 }

@@ -93,6 +93,9 @@ pub struct Report {
     pub topology: Option<Write>,
     pub node_labels: Option<Write>,
     pub mig_layout: Option<String>,
+    /// Whether the layout `mig_layout` names could be read and fits the GPUs it selects
+    /// (`None` when the node names none).
+    pub mig_layout_valid: Option<bool>,
     pub mig_steps: Vec<AppliedStep>,
     /// The `MigLayoutValid` condition in the NodeTopology's status.
     pub mig_layout_condition: Option<Write>,
@@ -276,6 +279,7 @@ pub async fn reconcile_once(
     match write_topology(client, cfg, &desired).await {
         Ok((write, conditions)) => {
             report.topology = Some(write);
+            report.mig_layout_valid = layout.map(|_| layout_problem.is_none());
             let wanted = layout.map(|l| {
                 layout_status::layout_condition(l, layout_problem.as_deref(), &layout_status::now())
             });

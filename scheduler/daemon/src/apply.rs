@@ -24,8 +24,8 @@ use crate::assumed_claims::AssumedClaims;
 use crate::assumed_pods::AssumedPods;
 use crate::cycle::pod_key;
 use crate::grouping::Grouping;
-use crate::http::Metrics;
 use crate::leader::Leadership;
+use crate::metrics::Metrics;
 use crate::overfull::Overfull;
 use crate::owners::OwnerCache;
 use crate::ownership::Ownership;
@@ -235,78 +235,9 @@ impl Scheduler {
             })
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
-        self.queue_metrics(plan, &pending);
+        self.metrics.observe_queues(plan, &pending, &self.view);
 
         self.retry.backoff(retry)
-    }
-
-    /// Per-queue gauges: pending pods and PodGroups, deserved and allocated resources. Series
-    /// of queues or resources gone since the last cycle are dropped.
-    fn queue_metrics(&self, plan: &Plan, pending: &[Arc<Pod>]) {
-        let m = &self.metrics;
-        let queue_of_group = |ns: &str, name: &str| {
-            (self.view.group(&format!("{ns}/{name}"))).map(|g| g.queue.clone())
-        };
-        let label = |q: &str| vec![("queue".to_string(), q.to_string())];
-        let mut pods: BTreeMap<String, i64> = BTreeMap::new();
-        let mut groups: BTreeMap<String, i64> = BTreeMap::new();
-        for q in &plan.queues {
-            pods.insert(q.name.clone(), 0);
-            groups.insert(q.name.clone(), 0);
-        }
-        for p in pending {
-            let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-            let queue = member_of(p)
-                .and_then(|g| queue_of_group(ns, g))
-                .or_else(|| {
-                    p.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(AUTO_QUEUE))
-                        .cloned()
-                })
-                .or_else(|| self.view.namespace_queue(ns).map(str::to_string))
-                .unwrap_or_else(|| "default".into());
-            *pods.entry(queue).or_default() += 1;
-        }
-        for planned in &plan.pod_groups {
-            if !matches!(
-                planned.phase,
-                basalt_engine::JobPhase::Pending | basalt_engine::JobPhase::Inqueue
-            ) {
-                continue;
-            }
-            let (ns, name) = split_key(&planned.name);
-            if let Some(queue) = queue_of_group(ns, name) {
-                *groups.entry(queue).or_default() += 1;
-            }
-        }
-        m.queue_pending_pods.clear();
-        for (q, n) in pods {
-            m.queue_pending_pods.get_or_create(&label(&q)).set(n);
-        }
-        m.queue_pending_groups.clear();
-        for (q, n) in groups {
-            m.queue_pending_groups.get_or_create(&label(&q)).set(n);
-        }
-        m.queue_deserved.clear();
-        m.queue_allocated.clear();
-        for q in &plan.queues {
-            for (family, list) in [
-                (&m.queue_deserved, &q.deserved),
-                (&m.queue_allocated, &q.allocated),
-            ] {
-                for (resource, text) in list {
-                    // Thousandths, so cpu reads in cores with millicore precision.
-                    let Ok(v) = basalt_crds::quantity::parse_scaled(text, 1000) else {
-                        continue;
-                    };
-                    let mut l = label(&q.name);
-                    l.push(("resource".to_string(), resource.clone()));
-                    family.get_or_create(&l).set(v as f64 / 1000.0);
-                }
-            }
-        }
     }
 
     /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup

@@ -59,8 +59,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     }
     let Some(snapshot) = s.snapshots.snapshot() else {
         s.metrics
-            .cycle_duration
-            .observe(started.elapsed().as_secs_f64());
+            .cycle_ended(started.elapsed().as_secs_f64(), unix_now());
         return Outcome {
             backoff: Duration::ZERO,
         };
@@ -71,13 +70,20 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     }
     let t_build = started.elapsed();
     let (fw, warm) = s.framework.get(&s.config, &snapshot.resources);
-    let plan = basalt_engine::schedule(snapshot, fw, warm);
+    let metrics = &s.metrics;
+    let plan = basalt_engine::schedule_each(snapshot, fw, warm, |action, run| {
+        let t = Instant::now();
+        run();
+        metrics.action_ran(action.name(), t.elapsed().as_secs_f64());
+    });
+    let topology = warm.topology(snapshot, &s.config.topology.tiers, false);
+    s.metrics.observe_plan(snapshot, &plan, topology.as_deref());
     s.held_binds = s.overfull.held(&plan, snapshot);
     s.report_overfull();
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
     let total = started.elapsed();
-    s.metrics.cycle_duration.observe(total.as_secs_f64());
+    s.metrics.cycle_ended(total.as_secs_f64(), unix_now());
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     tracing::debug!(
         auto_groups_ms = ms(t_auto),
@@ -335,6 +341,11 @@ fn waits_for_its_group(p: &Pod, view: &View, now: jiff::Timestamp) -> bool {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         !view.has_group(&format!("{ns}/{group}"))
     }
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> f64 {
+    jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
 }
 
 pub fn pod_key(p: &Pod) -> String {

@@ -2,7 +2,7 @@
 //! `/metrics` (OpenMetrics text) on `--metrics-bind-address` (loopback unless exposed on
 //! purpose); one server when the two are the same.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,18 +11,11 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use prometheus_client::encoding::text::encode;
-use std::sync::atomic::AtomicU64;
-
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::leader::Leadership;
+use crate::metrics::Metrics;
 use crate::stores::WatchHealth;
 
 /// What the probes look at.
@@ -66,136 +59,6 @@ impl Health {
                 self.max_gap
             )
         })
-    }
-}
-
-pub struct Metrics {
-    /// The caches hold a full list: scheduling has started.
-    pub ready: AtomicBool,
-    pub cycle_duration: Histogram,
-    pub binds: Counter,
-    pub bind_errors: Counter,
-    pub evictions: Counter,
-    pub pending_pods: Gauge,
-    /// Nodes whose bound pods hold more than they have (`overfull.rs`).
-    pub nodes_over_capacity: Gauge,
-    /// Pod creation to its successful bind, observed at the bind.
-    pub scheduling_latency: Histogram,
-    /// Per `queue`: Basalt pods unbound after the last cycle.
-    pub queue_pending_pods: Family<Labels, Gauge>,
-    /// Per `queue`: PodGroups the last plan left Pending or Inqueue.
-    pub queue_pending_groups: Family<Labels, Gauge>,
-    /// Per `queue` and `resource` (cores for cpu, base units otherwise), from the plan.
-    pub queue_deserved: Family<Labels, Gauge<f64, AtomicU64>>,
-    pub queue_allocated: Family<Labels, Gauge<f64, AtomicU64>>,
-    /// Config files read again because they changed, and those refused (the old config kept).
-    pub config_reloads: Counter,
-    pub config_reload_errors: Counter,
-    /// Events not written because the Event queue was full.
-    pub events_dropped: Counter,
-    registry: Registry,
-}
-
-/// Label pairs of a series (`queue`, `resource`).
-pub type Labels = Vec<(String, String)>;
-
-impl Metrics {
-    pub fn new() -> Metrics {
-        let cycle_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        let binds = Counter::default();
-        let bind_errors = Counter::default();
-        let evictions = Counter::default();
-        let pending_pods = Gauge::default();
-        let nodes_over_capacity = Gauge::default();
-        let scheduling_latency = Histogram::new(exponential_buckets(0.005, 2.0, 20));
-        let queue_pending_pods = Family::<Labels, Gauge>::default();
-        let queue_pending_groups = Family::<Labels, Gauge>::default();
-        let queue_deserved = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        let queue_allocated = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        let config_reloads = Counter::default();
-        let config_reload_errors = Counter::default();
-        let events_dropped = Counter::default();
-        let mut registry = Registry::with_prefix("basalt_scheduler");
-        registry.register(
-            "events_dropped",
-            "Events not written because the Event queue was full",
-            events_dropped.clone(),
-        );
-        registry.register(
-            "config_reloads",
-            "Changed config files read and taken",
-            config_reloads.clone(),
-        );
-        registry.register(
-            "config_reload_errors",
-            "Changed config files refused (invalid); the config before is kept",
-            config_reload_errors.clone(),
-        );
-        registry.register(
-            "cycle_duration_seconds",
-            "Duration of a scheduling cycle (snapshot, engine, apply)",
-            cycle_duration.clone(),
-        );
-        registry.register("binds", "Pods bound", binds.clone());
-        registry.register(
-            "bind_errors",
-            "Bindings refused or failed",
-            bind_errors.clone(),
-        );
-        registry.register("evictions", "Pods evicted", evictions.clone());
-        registry.register(
-            "nodes_over_capacity",
-            "Nodes whose bound pods request more than the node's allocatable; nothing more is bound there",
-            nodes_over_capacity.clone(),
-        );
-        registry.register(
-            "pending_pods",
-            "Basalt pods waiting for a node after the last cycle",
-            pending_pods.clone(),
-        );
-        registry.register(
-            "scheduling_latency_seconds",
-            "Time from a pod's creation to its successful bind",
-            scheduling_latency.clone(),
-        );
-        registry.register(
-            "queue_pending_pods",
-            "Basalt pods waiting for a node after the last cycle, per queue",
-            queue_pending_pods.clone(),
-        );
-        registry.register(
-            "queue_pending_podgroups",
-            "PodGroups the last cycle left Pending or Inqueue, per queue",
-            queue_pending_groups.clone(),
-        );
-        registry.register(
-            "queue_deserved",
-            "Queue's deserved share from the last plan (cpu in cores, others in base units)",
-            queue_deserved.clone(),
-        );
-        registry.register(
-            "queue_allocated",
-            "Queue's allocation from the last plan (cpu in cores, others in base units)",
-            queue_allocated.clone(),
-        );
-        Metrics {
-            config_reloads,
-            config_reload_errors,
-            events_dropped,
-            scheduling_latency,
-            queue_pending_pods,
-            queue_pending_groups,
-            queue_deserved,
-            queue_allocated,
-            ready: AtomicBool::new(false),
-            cycle_duration,
-            binds,
-            bind_errors,
-            evictions,
-            pending_pods,
-            nodes_over_capacity,
-            registry,
-        }
     }
 }
 
@@ -283,10 +146,14 @@ async fn readyz(State((m, h)): State<Probed>) -> (StatusCode, String) {
     (StatusCode::OK, "ok".into())
 }
 
-async fn metrics_text(State((m, _)): State<Probed>) -> impl IntoResponse {
-    let mut out = String::new();
-    match encode(&mut out, &m.registry) {
-        Ok(()) => (
+async fn metrics_text(State((m, h)): State<Probed>) -> impl IntoResponse {
+    let leading = h.leadership.leading();
+    m.leader.set(i64::from(leading));
+    if !leading {
+        m.forget_plan();
+    }
+    match m.encode() {
+        Ok(out) => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,

@@ -20,6 +20,7 @@ mod http;
 mod kept_framework;
 mod leader;
 mod lenient;
+mod metrics;
 mod optional_api;
 mod overfull;
 mod owners;
@@ -296,7 +297,8 @@ async fn run(
         leadership.clone(),
         stores.health.clone(),
     ));
-    let metrics = Arc::new(http::Metrics::new());
+    let metrics = Arc::new(metrics::Metrics::new());
+    metrics.max_cycle_gap.set(max_gap.as_secs_f64());
     let server = http::start(
         &args.listen,
         &args.metrics_bind_address,

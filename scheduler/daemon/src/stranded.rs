@@ -72,11 +72,7 @@ impl PartialGangs {
     ) -> Vec<PartialGang> {
         let mut out = Vec::new();
         let mut still = HashMap::with_capacity(self.since.len());
-        for g in &plan.pod_groups {
-            let held = g.running.saturating_add(g.succeeded);
-            if g.running == 0 || held >= g.min_member {
-                continue;
-            }
+        for g in plan.pod_groups.iter().filter(|g| partly_bound(g)) {
             let seen = self.since.remove(&g.name).unwrap_or_else(|| Seen {
                 at: now,
                 deadline: deadline(wall_now, self.timeout),
@@ -98,6 +94,11 @@ impl PartialGangs {
     pub fn clear(&mut self) {
         self.since.clear();
     }
+}
+
+/// Members bound or running, but fewer (with those that succeeded) than the minimum.
+pub fn partly_bound(g: &basalt_engine::PodGroupStatus) -> bool {
+    g.running > 0 && g.running.saturating_add(g.succeeded) < g.min_member
 }
 
 fn deadline(now: jiff::Timestamp, timeout: Duration) -> String {

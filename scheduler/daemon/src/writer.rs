@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 // Tokio's clock: the same as the system's, and paused with it in tests.
 use tokio::time::Instant;
 
-use crate::http::Metrics;
 use crate::leader::Leadership;
+use crate::metrics::Metrics;
 
 /// A token bucket: `qps` tokens a second, at most `burst` saved up. A `qps` of 0 (or less)
 /// limits nothing.

@@ -429,17 +429,6 @@ async fn a_pod_without_a_group_gets_a_podgroup_of_one_owned_by_it() {
 }
 
 /// A plain HTTP GET on loopback; None until something answers.
-fn http_get(addr: &str, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_readiness_and_metrics_are_served() {
     let c = cluster(Config::default()).await;

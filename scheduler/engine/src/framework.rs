@@ -366,6 +366,18 @@ pub enum Action {
     Preempt,
 }
 
+impl Action {
+    /// The name the config file gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Enqueue => "enqueue",
+            Action::Allocate => "allocate",
+            Action::Reclaim => "reclaim",
+            Action::Preempt => "preempt",
+        }
+    }
+}
+
 /// The configured plugins and actions of one scheduler.
 pub struct Framework {
     pub actions: Vec<Action>,

@@ -24,7 +24,7 @@ pub mod share;
 pub mod snapshot;
 mod warm;
 
-pub use actions::schedule;
+pub use actions::{schedule, schedule_each};
 pub use constraints::*;
 pub use framework::*;
 pub use model::*;

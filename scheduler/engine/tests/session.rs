@@ -285,3 +285,18 @@ fn every_jobs_minimum_is_served_before_any_jobs_extras() {
         ["ns/a-0", "ns/a-1", "ns/a-2", "ns/b-0", "ns/b-1"]
     );
 }
+
+#[test]
+fn schedule_each_hands_every_action_over_once_in_order_and_plans_the_same() {
+    let snap = Snapshot::build(spec(2, 8, 3)).unwrap();
+    let actions = vec![Action::Enqueue, Action::Allocate, Action::Preempt];
+    let fw = Framework::new(actions.clone(), Box::new(LeastAllocated));
+    let mut seen = Vec::new();
+    let plan = schedule_each(&snap, &fw, &mut Warm::default(), |action, run| {
+        seen.push(action.name());
+        run();
+    });
+    assert_eq!(seen, ["enqueue", "allocate", "preempt"]);
+    assert_eq!(plan, schedule(&snap, &fw, &mut Warm::default()));
+    assert!(!plan.bindings.is_empty(), "{plan:?}");
+}

@@ -16,6 +16,9 @@ use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use basalt_engine::Plan;
 
+/// The metrics' action of a partly bound gang's rollback (the plan's evictions name theirs).
+const ROLLBACK: &str = "gang_rollback";
+
 /// How long an eviction refused by a disruption budget is not asked for again.
 const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
 
@@ -49,8 +52,14 @@ impl Scheduler {
         for ev in &plan.evictions {
             let uid = self.uid_of(&ev.pod, stores);
             let why = format!("Preempted by {}: {}", ev.for_group, ev.reason);
+            let done = ("Normal", "Preempted", why.as_str());
+            // The engine's reason starts with its action; the label keeps to the two.
+            let action = match ev.reason.starts_with("reclaim") {
+                true => "reclaim",
+                false => "preempt",
+            };
             if self
-                .evict_pod(&ev.pod, uid, &ev.for_group, ("Normal", "Preempted", &why))
+                .evict_pod(&ev.pod, uid, (action, &ev.for_group), done)
                 .await
             {
                 tracing::info!(pod = %ev.pod, r#for = %ev.for_group, reason = %ev.reason, "evicted");
@@ -82,7 +91,12 @@ impl Scheduler {
             let mut evicted = 0;
             for (key, uid) in members {
                 if self
-                    .evict_pod(&key, uid, &gang.group, ("Warning", GANG_ROLLBACK, &why))
+                    .evict_pod(
+                        &key,
+                        uid,
+                        (ROLLBACK, &gang.group),
+                        ("Warning", GANG_ROLLBACK, &why),
+                    )
                     .await
                 {
                     evicted += 1;
@@ -113,14 +127,15 @@ impl Scheduler {
             .and_then(|p| p.metadata.uid.clone())
     }
 
-    /// Evicts one pod through the Eviction API; on success writes the Event `done` (type,
-    /// reason, message) on it and returns true. A pod a disruption budget protects is not
-    /// asked again for a while; one already gone is not an error.
+    /// Evicts one pod through the Eviction API for `action` (the metrics' label) and the
+    /// PodGroup `for_group`; on success writes the Event `done` (type, reason, message) on it
+    /// and returns true. A pod a disruption budget protects is not asked again for a while;
+    /// one already gone is not an error.
     async fn evict_pod(
         &mut self,
         key: &str,
         uid: Option<String>,
-        for_group: &str,
+        (action, for_group): (&str, &str),
         done: (&str, &str, &str),
     ) -> bool {
         if self.refused_evictions.is_refused(key) {
@@ -134,7 +149,7 @@ impl Scheduler {
         self.limiter.acquire().await;
         match api.evict(name, &EvictParams::default()).await {
             Ok(_) => {
-                self.metrics.evictions.inc();
+                self.metrics.evicted(action);
                 let (type_, reason, message) = done;
                 self.event(pod_ref(ns, name, uid), type_, reason, message);
                 true
@@ -142,11 +157,13 @@ impl Scheduler {
             Err(e) => {
                 let (code, msg) = classify(&e);
                 if code == Some(429) {
+                    self.metrics.eviction_failed(action, "disruption_budget");
                     self.refused_evictions.refused(key.to_string());
                     tracing::warn!(pod = %key, error = %msg, "eviction refused by a disruption budget");
                     let text = format!("Eviction for {for_group} refused: {msg}");
                     self.event(pod_ref(ns, name, uid), "Warning", "EvictionRefused", &text);
                 } else if code != Some(404) {
+                    self.metrics.eviction_failed(action, "api_error");
                     tracing::warn!(pod = %key, error = %msg, "eviction failed");
                 }
                 false

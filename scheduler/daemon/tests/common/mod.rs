@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use basalt_apiserver::{ApiServer, Config, Handle};
+
+pub mod workload;
 use serde_json::{json, Value};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_basalt-scheduler");
@@ -184,6 +186,24 @@ pub fn pod(name: &str, group: &str, gpus: u32) -> Value {
                           "limits": {"nvidia.com/gpu": gpus.to_string()}},
         }]},
     })
+}
+
+/// A plain HTTP/1.1 GET on loopback: the whole answer (status line, headers, body).
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// A loopback address with a port free now.
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", l.local_addr().unwrap().port())
 }
 
 /// Polls `f` until it holds; the deadline only stops a hung test.

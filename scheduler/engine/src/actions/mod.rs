@@ -35,14 +35,26 @@ pub const VOLUME_NOT_READY: &str = "VolumeNotReady";
 /// cycle to the next in `warm` (see [`Warm`]: one per framework). The plan depends on the
 /// snapshot and the framework alone: `&mut Warm::default()` gives the same.
 pub fn schedule(snapshot: &Snapshot, fw: &Framework, warm: &mut Warm) -> Plan {
+    schedule_each(snapshot, fw, warm, |_, run| run())
+}
+
+/// [`schedule`], each action run by `around`, which is handed the action and a closure that
+/// runs it and must call that closure once: the daemon times each action this way, while the
+/// engine reads no clock.
+pub fn schedule_each(
+    snapshot: &Snapshot,
+    fw: &Framework,
+    warm: &mut Warm,
+    mut around: impl FnMut(Action, &mut dyn FnMut()),
+) -> Plan {
     let mut session = Session::with_warm(snapshot, fw, warm);
-    for action in &fw.actions {
-        match action {
+    for &action in &fw.actions {
+        around(action, &mut || match action {
             Action::Enqueue => enqueue(&mut session),
             Action::Allocate => allocate(&mut session),
             Action::Reclaim => reclaim(&mut session),
             Action::Preempt => preempt(&mut session),
-        }
+        });
     }
     session.into_plan()
 }
