@@ -79,6 +79,14 @@ impl Metrics {
              can be read and fits its GPUs, 0 when not; absent when the node names none",
             mig_layout_valid.clone(),
         );
+        // The steps that change GPUs, failed, from the start: an alert on their increase then
+        // sees the first failure (a series born at 1 has no increase).
+        for action in ["create", "destroy"] {
+            let _ = mig_steps.get_or_create(&StepLabels {
+                action: action.into(),
+                outcome: "failed".into(),
+            });
+        }
         Metrics {
             registry,
             mig_layout_valid,
@@ -210,6 +218,17 @@ mod tests {
             text.contains("basalt_nodeagent_mig_steps_total{action=\"create\",outcome=\"done\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn failed_mig_steps_are_counted_from_zero() {
+        let text = Metrics::new().encode();
+        for action in ["create", "destroy"] {
+            let series = format!(
+                "basalt_nodeagent_mig_steps_total{{action=\"{action}\",outcome=\"failed\"}} 0"
+            );
+            assert!(text.contains(&series), "{text}");
+        }
     }
 
     #[test]

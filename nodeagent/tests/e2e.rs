@@ -785,6 +785,58 @@ where
     }
 }
 
+#[path = "../../scheduler/daemon/tests/prom/mod.rs"]
+mod prom;
+
+/// `deploy/components/monitoring`'s node agent half, on an agent whose MIG layout is invalid:
+/// every metric its panels and alerts read is exported; a real Prometheus scraping the agent
+/// gets data for every panel and every metric the alerts read, evaluates every alert, and
+/// holds BasaltNodeAgentMigLayoutFailed active (pending its `for`).
+fn monitoring_reads_the_agent(scrape: &str, metrics_at: &str) {
+    let ours = |(_, e): &(String, String)| prom::reads_node_agent(e);
+    let exprs: Vec<(String, String)> = (prom::panels().into_iter())
+        .chain(prom::alerts())
+        .filter(ours)
+        .collect();
+    assert!(exprs.len() >= 4, "{exprs:?}");
+    for (what, expr) in &exprs {
+        for name in prom::metric_names(expr).into_iter().filter(|n| n != "up") {
+            let family = ["_total", ""]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap();
+            assert!(
+                scrape.contains(&format!("# TYPE {family} ")),
+                "{what}: {name} is not exported:\n{scrape}"
+            );
+        }
+    }
+    let Some(p) = prom::Prometheus::start(&[prom::Target {
+        job: "basalt-nodeagent",
+        addr: metrics_at,
+        labels: &[("node", "huge-1")],
+    }]) else {
+        return;
+    };
+    p.wait("two scrapes of the agent", || {
+        !(p.query(r#"rate(basalt_nodeagent_reconciles_total{job="basalt-nodeagent"}[1m])"#))
+            .is_empty()
+    });
+    for (what, expr) in &exprs {
+        if prom::panels().iter().any(|(_, e)| e == expr) {
+            p.wait(&format!("panel {what:?}: {expr}"), || {
+                !p.query(expr).is_empty()
+            });
+        }
+    }
+    p.assert_rules_evaluate();
+    p.wait("the alert on the invalid layout", || {
+        let alert =
+            r#"ALERTS{alertname="BasaltNodeAgentMigLayoutFailed",node="huge-1",layout="huge"}"#;
+        !p.query(alert).is_empty()
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_running() {
     let (server, client) = start().await;
@@ -874,6 +926,10 @@ async fn a_layout_of_4294967295_instances_is_reported_and_the_agent_keeps_runnin
     assert!(get(&metrics_at, "/healthz").starts_with("HTTP/1.1 404"));
     let metrics = get(&metrics_at, "/metrics");
     assert!(metrics.contains("basalt_nodeagent_gpus"), "{metrics}");
+    // The bad layout, as the alert BasaltNodeAgentMigLayoutFailed reads it.
+    let invalid = r#"basalt_nodeagent_mig_layout_valid{layout="huge"} 0"#;
+    assert!(metrics.contains(invalid), "{metrics}");
+    monitoring_reads_the_agent(&metrics, &metrics_at);
     // Many rounds, one Event: the unchanged problem is not reported again.
     assert_eq!(
         node_events(&client, "huge-1").await,

@@ -17,15 +17,21 @@ pub fn kustomize() -> Option<Vec<serde_json::Value>> {
 
 /// The install with the component `deploy/<component>` added.
 pub fn with_component(component: &str) -> Option<Vec<serde_json::Value>> {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(component.replace('/', "-"));
+    with_components(&[component])
+}
+
+/// The install with the components `deploy/<component>` added, in this order.
+pub fn with_components(components: &[&str]) -> Option<Vec<serde_json::Value>> {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(components.join("+").replace('/', "-"));
     std::fs::create_dir_all(&dir).unwrap();
     let base = relative(&dir, &deploy());
+    let listed: String = (components.iter())
+        .map(|c| format!("  - {}/{c}\n", base.display()))
+        .collect();
     std::fs::write(
         dir.join("kustomization.yaml"),
-        format!(
-            "resources:\n  - {0}\ncomponents:\n  - {0}/{component}\n",
-            base.display()
-        ),
+        format!("resources:\n  - {}\ncomponents:\n{listed}", base.display()),
     )
     .unwrap();
     render(&dir)
