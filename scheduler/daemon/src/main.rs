@@ -49,6 +49,7 @@ use tokio::sync::watch;
 #[derive(Parser, Debug)]
 #[command(
     name = "basalt-scheduler",
+    version,
     about = "Basalt's gang scheduler for Kubernetes"
 )]
 struct Args {
