@@ -397,6 +397,13 @@ fn the_node_agent_is_unprivileged_unless_it_applies_mig_layouts() {
     assert_eq!(sc.privileged, Some(true));
     // The API server refuses allowPrivilegeEscalation: false beside privileged: true.
     assert_eq!(sc.allow_privilege_escalation, None);
+    // Root, said here: the image's own user is not (deploy/images), and the MIG capability
+    // files are root's alone.
+    assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), Some(false)));
+    // The NVIDIA runtime mounts the MIG configuration capability only when asked.
+    let env = c.env.clone().unwrap();
+    let mig_config = env.iter().find(|e| e.name == "NVIDIA_MIG_CONFIG_DEVICES");
+    assert_eq!(mig_config.and_then(|e| e.value.as_deref()), Some("all"));
     let args = c.args.clone().unwrap();
     assert!(!args.iter().any(|a| a == "--no-mig"), "{args:?}");
     assert!(args
