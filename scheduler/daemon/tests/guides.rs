@@ -6,7 +6,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// GitHub's anchor of a heading: lowercase, punctuation but `-` and `_` dropped, spaces to `-`.
@@ -80,7 +83,10 @@ fn every_link_of_the_guides_reaches_a_file_and_a_heading() {
 #[test]
 fn the_guides_the_deploy_files_name_exist() {
     let repo = repo();
-    let named = ["deploy/components/monitoring/rules.yaml", "deploy/README.md"];
+    let named = [
+        "deploy/components/monitoring/rules.yaml",
+        "deploy/README.md",
+    ];
     let mut seen = 0;
     for file in named {
         let text = std::fs::read_to_string(repo.join(file)).unwrap();
@@ -103,7 +109,10 @@ fn the_opt_in_guide_states_what_the_component_does() {
     let policy =
         std::fs::read_to_string(repo.join("deploy/components/namespace-opt-in/policy.yaml"))
             .unwrap();
-    for said in ["scheduling.basalt.dev/enabled", "admissionregistration.k8s.io/v1"] {
+    for said in [
+        "scheduling.basalt.dev/enabled",
+        "admissionregistration.k8s.io/v1",
+    ] {
         assert!(guide.contains(said) && policy.contains(said), "{said}");
     }
     assert!(guide.contains("1.36") && guide.contains("1.34"));
