@@ -281,17 +281,12 @@ impl Session<'_> {
             };
             let room = |n: NodeId| self.fits(n, request) && self.has_devices_for(&need, n, None);
             // (the node scored, the node taken if it wins).
-            let feasible: Vec<(NodeId, NodeId)> = match (&classes, &statics.few) {
-                (Some(classes), _) => (classes.states())
-                    .filter_map(|nodes| {
-                        let &(_, first) = nodes.first()?;
-                        if !room(first) {
-                            return None;
-                        }
-                        let &(_, taken) = nodes.iter().find(|&&(_, n)| passes(n))?;
-                        Some((first, taken))
-                    })
-                    .collect(),
+            let feasible: Vec<(NodeId, NodeId)> = match (&mut classes, &statics.few) {
+                (Some(classes), _) => {
+                    // Room is the state's: known once per state and request.
+                    let key = t.containers.is_none().then_some((shape, t.share));
+                    classes.candidates(key, room, passes)
+                }
                 (None, few) => {
                     let feasible = |n: NodeId| (passes(n) && room(n)).then_some((n, n));
                     match few {
