@@ -51,6 +51,11 @@ impl DeviceChooser for KeepIslandsWhole {
     fn by_state(&self) -> bool {
         true
     }
+
+    /// The pod's policy is part of its placement rules.
+    fn by_shape(&self) -> bool {
+        true
+    }
 }
 
 /// The positions of `mask`, lowest first.

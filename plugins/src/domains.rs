@@ -60,7 +60,7 @@ fn best_fits(
         }
         (topo.free(d), enclosing, d)
     };
-    let mut found = Vec::new();
+    let mut found = Vec::with_capacity(TIES);
     let mut first_free = None;
     for d in candidates {
         let free = topo.free(d);

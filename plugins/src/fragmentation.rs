@@ -505,6 +505,11 @@ impl NodeScorer for Measure {
     fn by_state(&self) -> bool {
         true
     }
+
+    /// The pod's CPU request, device count and share, and its node policy (a placement rule).
+    fn by_shape(&self) -> bool {
+        true
+    }
 }
 
 impl DeviceChooser for Measure {
@@ -545,6 +550,10 @@ impl DeviceChooser for Measure {
     }
 
     fn by_state(&self) -> bool {
+        true
+    }
+
+    fn by_shape(&self) -> bool {
         true
     }
 }

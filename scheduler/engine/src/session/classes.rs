@@ -8,17 +8,20 @@
 //!
 //! States are kept up to date from the session's log of nodes whose usage changed, so a
 //! search costs a look at each occupied state and, mostly, at its first node. A state never
-//! changes once numbered (a node that changes moves to another), so whether a state has room
-//! for a request is kept per state and request ([`RoomKey`]) for the rest of the session.
+//! changes once numbered (a node that changes moves to another), so what a state offers a
+//! request is kept per state and request ([`RoomKey`]) for the rest of the session: whether
+//! it has room and, where the scorers and the device chooser read tasks only by their shape
+//! ([`crate::NodeScorer::by_shape`]), its score.
 
 use std::collections::BTreeSet;
 
+use super::score::Candidate;
 use super::Session;
 use crate::devices::ShareAsk;
 use crate::hash::Map;
 use crate::model::{NodeId, ShapeId};
 
-/// What room for a task depends on besides the node's state: its shape (placement rules and
+/// What a state offers a task depends on besides the state: its shape (placement rules and
 /// request) and its device share. Tasks whose containers ask apart have no key.
 pub(super) type RoomKey = (ShapeId, Option<ShareAsk>);
 
@@ -27,6 +30,13 @@ const UNKNOWN: u8 = 0;
 const ROOM: u8 = 1;
 const NO_ROOM: u8 = 2;
 
+/// What is known of each state for one request (see [`RoomKey`]), by state number.
+#[derive(Default)]
+struct Known {
+    room: Vec<u8>,
+    scores: Vec<Option<i64>>,
+}
+
 /// The session's nodes grouped by state.
 pub(super) struct StateClasses {
     /// Per node, its static class: allocatable, sharing and devices (models, memory, slots,
@@ -34,13 +44,14 @@ pub(super) struct StateClasses {
     statics: Vec<u32>,
     ids: Map<Vec<i64>, u32>,
     of_node: Vec<u32>,
-    /// Per state, its nodes by tie rank.
+    /// Per state, its nodes by tie rank, and the first of them.
     members: Vec<BTreeSet<(u32, NodeId)>>,
+    first: Vec<Option<NodeId>>,
     /// The states with nodes, in no particular order, and each state's place there.
     occupied: Vec<u32>,
     place_in_occupied: Vec<u32>,
-    /// Per request, per state, whether it has room (see [`RoomKey`]).
-    room: Map<RoomKey, Vec<u8>>,
+    /// Per request, what is known of each state.
+    known: Map<RoomKey, Known>,
     /// The key being built by [`Self::place`] (kept to spare an allocation per change).
     scratch: Vec<i64>,
     /// How much of the session's log of changed nodes has been seen.
@@ -77,9 +88,10 @@ impl StateClasses {
             ids: Map::default(),
             of_node: vec![u32::MAX; snap.nodes.len()],
             members: Vec::new(),
+            first: Vec::new(),
             occupied: Vec::new(),
             place_in_occupied: Vec::new(),
-            room: Map::default(),
+            known: Map::default(),
             scratch: Vec::new(),
             seen: session.touched.len(),
         };
@@ -112,6 +124,7 @@ impl StateClasses {
                 let class = self.ids.len() as u32;
                 self.ids.insert(key.clone(), class);
                 self.members.push(BTreeSet::new());
+                self.first.push(None);
                 self.place_in_occupied.push(u32::MAX);
                 class
             }
@@ -119,16 +132,20 @@ impl StateClasses {
         let entry = session.fw.tie_rank(node);
         let old = std::mem::replace(&mut self.of_node[i], class);
         if old != u32::MAX {
-            self.members[old as usize].remove(&entry);
-            if self.members[old as usize].is_empty() {
+            let members = &mut self.members[old as usize];
+            members.remove(&entry);
+            self.first[old as usize] = members.first().map(|&(_, n)| n);
+            if members.is_empty() {
                 self.vacate(old);
             }
         }
-        if self.members[class as usize].is_empty() {
+        let members = &mut self.members[class as usize];
+        if members.is_empty() {
             self.place_in_occupied[class as usize] = self.occupied.len() as u32;
             self.occupied.push(class);
         }
-        self.members[class as usize].insert(entry);
+        members.insert(entry);
+        self.first[class as usize] = members.first().map(|&(_, n)| n);
     }
 
     /// Takes a state that lost its last node out of the occupied ones.
@@ -149,22 +166,21 @@ impl StateClasses {
         key: Option<RoomKey>,
         room: impl Fn(NodeId) -> bool,
         passes: impl Fn(NodeId) -> bool,
-    ) -> Vec<(NodeId, NodeId)> {
-        let mut known = key.map(|key| self.room.entry(key).or_default());
+    ) -> Vec<Candidate> {
+        let mut known = key.map(|key| &mut self.known.entry(key).or_default().room);
         if let Some(known) = &mut known {
             // States are only added: the list grows with them.
             known.resize(self.members.len(), UNKNOWN);
         }
         let mut found = Vec::new();
-        for &class in &self.occupied {
-            let nodes = &self.members[class as usize];
-            let Some(&(_, first)) = nodes.first() else {
+        for &state in &self.occupied {
+            let Some(first) = self.first[state as usize] else {
                 continue;
             };
             let has_room = match &mut known {
                 None => room(first),
                 Some(known) => {
-                    let slot = &mut known[class as usize];
+                    let slot = &mut known[state as usize];
                     if *slot == UNKNOWN {
                         *slot = if room(first) { ROOM } else { NO_ROOM };
                     }
@@ -174,10 +190,27 @@ impl StateClasses {
             if !has_room {
                 continue;
             }
-            if let Some(&(_, taken)) = nodes.iter().find(|&&(_, n)| passes(n)) {
-                found.push((first, taken));
+            let taken = match passes(first) {
+                true => Some(first),
+                false => (self.members[state as usize].iter())
+                    .find(|&&(_, n)| passes(n))
+                    .map(|&(_, n)| n),
+            };
+            if let Some(taken) = taken {
+                found.push(Candidate {
+                    scored: first,
+                    taken,
+                    state: Some(state),
+                });
             }
         }
         found
+    }
+
+    /// The scores known per state for the request of `key` (`None`: not yet scored).
+    pub(super) fn scores(&mut self, key: RoomKey) -> &mut [Option<i64>] {
+        let scores = &mut self.known.entry(key).or_default().scores;
+        scores.resize(self.members.len(), None);
+        scores
     }
 }
