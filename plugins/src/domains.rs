@@ -50,7 +50,17 @@ fn best_fits(
     const TIES: usize = 64;
     /// Enclosing tiers compared in the tie-break (the nearest ones matter most).
     const DEPTH: usize = 4;
-    let mut found: Vec<DomainId> = Vec::new();
+    let t = &topo.topology;
+    // Ordered by free GPUs, then the enclosing domains' free GPUs, then id: keys are unique.
+    let key = |d: DomainId| {
+        let node = t.domain(d).nodes[0] as usize;
+        let mut enclosing = [0i64; DEPTH];
+        for (slot, &c) in enclosing.iter_mut().zip(ask.coarser) {
+            *slot = topo.free(t.domain_of(node, c));
+        }
+        (topo.free(d), enclosing, d)
+    };
+    let mut found = Vec::with_capacity(TIES);
     let mut first_free = None;
     for d in candidates {
         let free = topo.free(d);
@@ -59,17 +69,13 @@ fn best_fits(
             break;
         }
         first_free.get_or_insert(free);
-        found.push(d);
+        found.push(key(d));
     }
-    let t = &topo.topology;
-    found.sort_by_cached_key(|&d| {
-        let node = t.domain(d).nodes[0] as usize;
-        let mut enclosing = [0i64; DEPTH];
-        for (slot, &c) in enclosing.iter_mut().zip(ask.coarser) {
-            *slot = topo.free(t.domain_of(node, c));
-        }
-        (topo.free(d), enclosing, d)
-    });
-    found.truncate(ask.limit);
-    found
+    // The first `ask.limit` in that order: the least ones, then sorted.
+    if found.len() > ask.limit {
+        found.select_nth_unstable(ask.limit);
+        found.truncate(ask.limit);
+    }
+    found.sort_unstable();
+    found.into_iter().map(|(_, _, d)| d).collect()
 }

@@ -412,6 +412,8 @@ pub struct Measure {
     models: Models,
     shapes: TypicalShapes,
     free: NodeFree,
+    /// The free shares after a placement (kept to spare an allocation per node scored).
+    after: Vec<u16>,
 }
 
 impl Fragmentation {
@@ -422,6 +424,7 @@ impl Fragmentation {
             shapes: self.workload.shapes(session, &models),
             models,
             free: NodeFree::default(),
+            after: Vec::new(),
         }
     }
 }
@@ -477,9 +480,9 @@ impl Measure {
     }
 
     fn after(&mut self, cpu: i64, devices: u64, share: u16) -> f64 {
-        let mut gpus = self.free.gpus.clone();
-        take(&mut gpus, devices, share);
-        (self.shapes).fragmentation(self.free.model, self.free.cpu - cpu, &gpus)
+        self.after.clone_from(&self.free.gpus);
+        take(&mut self.after, devices, share);
+        (self.shapes).fragmentation(self.free.model, self.free.cpu - cpu, &self.after)
     }
 }
 
@@ -500,6 +503,11 @@ impl NodeScorer for Measure {
 
     /// Free CPU, the devices' model and free shares: the node's state alone.
     fn by_state(&self) -> bool {
+        true
+    }
+
+    /// The pod's CPU request, device count and share, and its node policy (a placement rule).
+    fn by_shape(&self) -> bool {
         true
     }
 }
@@ -542,6 +550,10 @@ impl DeviceChooser for Measure {
     }
 
     fn by_state(&self) -> bool {
+        true
+    }
+
+    fn by_shape(&self) -> bool {
         true
     }
 }

@@ -67,4 +67,9 @@ impl NodeScorer for HamiNodePolicy {
     fn by_state(&self) -> bool {
         true
     }
+
+    /// The pod's node policy: one of its placement rules.
+    fn by_shape(&self) -> bool {
+        true
+    }
 }

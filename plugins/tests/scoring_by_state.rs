@@ -1,9 +1,12 @@
 //! The pod-aware search scores one node per state when the scorers read nodes only through
 //! their state (`NodeScorer::by_state`): on clusters of many alike nodes it must choose
 //! exactly what scoring every node chooses, whatever the labels, reservations and bound pods
-//! that make alike nodes differ in what they may take.
+//! that make alike nodes differ in what they may take. When the scorers also read tasks only
+//! through their shape (`NodeScorer::by_shape`), each state is scored once per shape.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
@@ -166,4 +169,121 @@ proptest! {
         let got = basalt_engine::schedule(&snap, &by_state, &mut Warm::default());
         prop_assert_eq!(bindings(&got), bindings(&want));
     }
+}
+
+/// The default fragmentation scorer, counting the nodes it scores and saying (or not) that it
+/// reads tasks by shape.
+struct Counted {
+    inner: Fragmentation,
+    by_shape: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+struct CountedScorer<'s> {
+    inner: Box<dyn NodeScorer + 's>,
+    by_shape: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Score for Counted {
+    fn name(&self) -> &str {
+        "counted"
+    }
+    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+        Some(Box::new(CountedScorer {
+            inner: self.inner.prepare(session)?,
+            by_shape: self.by_shape,
+            calls: self.calls.clone(),
+        }))
+    }
+}
+
+impl NodeScorer for CountedScorer<'_> {
+    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64 {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.score(session, task, node, devices)
+    }
+    fn by_state(&self) -> bool {
+        self.inner.by_state()
+    }
+    fn by_shape(&self) -> bool {
+        self.by_shape
+    }
+}
+
+/// Twenty alike HAMi nodes (four cards of four slots) and sixty pending quarter-card pods.
+fn alike_nodes_and_pods() -> ClusterSpec {
+    let nodes = (0..20)
+        .map(|i| {
+            let name = format!("n{i:02}");
+            let gpus = (0..4)
+                .map(|d| Gpu {
+                    uuid: Some(format!("{name}-{d}")),
+                    memory_mib: Some(81_920),
+                    slots: 4,
+                    ..Gpu::new(d)
+                })
+                .collect();
+            NodeSpec {
+                name,
+                allocatable: list(&[("cpu", 64_000), ("nvidia.com/gpu", 16)]),
+                gpus: Some(gpus),
+                sharing: Sharing::Hami,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let pods = (0..60)
+        .map(|k| PodSpec {
+            namespace: "ns".into(),
+            name: format!("p{k:02}"),
+            ours: true,
+            request: list(&[
+                ("cpu", 1000),
+                ("nvidia.com/gpu", 1),
+                ("nvidia.com/gpucores", 25),
+                ("nvidia.com/gpumem-percentage", 25),
+            ]),
+            created_ms: 1 + k,
+            ..Default::default()
+        })
+        .collect();
+    ClusterSpec {
+        nodes,
+        pods,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn scorers_reading_tasks_by_shape_score_each_state_once_per_shape() {
+    let snap = Snapshot::build(alike_nodes_and_pods()).unwrap();
+    let config = Config::default();
+    let frag = &config.node_order.fragmentation;
+    let run = |by_shape: bool| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut fw = framework(&config, &snap.resources);
+        fw.scores = vec![Box::new(Counted {
+            inner: Fragmentation {
+                workload: Workload::Seen {
+                    window: frag.window as usize,
+                    coverage_pct: frag.coverage_percent as u64,
+                },
+                rule: Rule::Basalt,
+                shared_only: true,
+            },
+            by_shape,
+            calls: calls.clone(),
+        })];
+        let plan = basalt_engine::schedule(&snap, &fw, &mut Warm::default());
+        (bindings(&plan), calls.load(Ordering::Relaxed))
+    };
+    let (per_shape, kept) = run(true);
+    let (per_task, asked) = run(false);
+    assert_eq!(per_shape.len(), 60);
+    assert_eq!(per_shape, per_task);
+    // The first pod scores each node (20); then each pod scores the states with room, again
+    // and again (one or two per pod), unless the states' scores are kept for the shape.
+    assert!(asked >= 20 + 59, "{asked} scores without keeping them");
+    assert!(kept * 2 < asked, "{kept} scores kept per shape, {asked} asked per task");
 }

@@ -41,6 +41,17 @@ pub struct BenchReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unconstrained_cycle_ms: Option<f64>,
     pub runs: usize,
+    /// FNV-1a of the last cycle's plan as JSON: a change for speed that keeps every decision
+    /// keeps the digest.
+    pub plan_digest: String,
+}
+
+/// FNV-1a (64 bits) of `bytes`, in hex.
+fn digest(bytes: &[u8]) -> String {
+    let hash = (bytes.iter()).fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<BenchReport> {
@@ -97,6 +108,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
     }
     let plan = plan.expect("at least one run");
     let placed = plan.bindings.len();
+    let plan_digest = digest(&serde_json::to_vec(&plan)?);
     Ok(BenchReport {
         nodes: setup.nodes,
         pods: setup.pods,
@@ -124,6 +136,7 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
         },
         unconstrained_cycle_ms: unconstrained.is_some().then_some(baseline * 1e3),
         runs: runs.max(1),
+        plan_digest,
     })
 }
 
@@ -172,7 +185,8 @@ impl BenchReport {
              placed: {} pods, {} gangs running; {} evictions, {} nominations\n\
              snapshot build: {:.1} ms (best of {})\n\
              cycle: {:.1} ms (best of {})\n\
-             {baseline}throughput: {:.0} pods/s\n",
+             {baseline}throughput: {:.0} pods/s\n\
+             plan digest: {}\n",
             self.nodes,
             self.gpus_per_node,
             self.pods_placed,
@@ -183,7 +197,8 @@ impl BenchReport {
             self.runs,
             self.cycle_ms,
             self.runs,
-            self.pods_per_second
+            self.pods_per_second,
+            self.plan_digest
         )
     }
 }

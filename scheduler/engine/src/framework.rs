@@ -92,6 +92,14 @@ pub trait NodeScorer {
     fn by_state(&self) -> bool {
         false
     }
+    /// Whether, with [`Self::by_state`], the score reads the task only through its shape:
+    /// its placement rules, request and device share (never its name, labels, job or
+    /// priority), so the same state and shape score the same all session long. When every
+    /// scorer and the device chooser say so, the search keeps each state's score per shape
+    /// for the session instead of scoring the state again for each task of that shape.
+    fn by_shape(&self) -> bool {
+        false
+    }
 }
 
 /// Which of a node's devices a task takes. The engine decides which devices the task could
@@ -111,6 +119,11 @@ pub trait DeviceChooser {
         -> u64;
     /// Whether the choice reads the node only through its state (see [`NodeScorer::by_state`]).
     fn by_state(&self) -> bool {
+        false
+    }
+    /// Whether the choice reads the task only through its shape (see
+    /// [`NodeScorer::by_shape`]).
+    fn by_shape(&self) -> bool {
         false
     }
 }
@@ -133,6 +146,9 @@ impl DeviceChooser for LowestOpen {
         lowest_bits(open, count)
     }
     fn by_state(&self) -> bool {
+        true
+    }
+    fn by_shape(&self) -> bool {
         true
     }
 }

@@ -302,6 +302,10 @@ impl TopoState {
     }
 
     fn change(&mut self, node: NodeId, delta: i64) {
+        // A share that leaves the node's free whole GPUs as they were moves no domain.
+        if delta == 0 {
+            return;
+        }
         for &d in self.topology.domains_of(node.index()) {
             let tier = self.topology.domain(d).tier.0 as usize;
             let set = &mut self.by_tier[tier];

@@ -7,7 +7,17 @@
 
 use super::devices::DeviceNeed;
 use super::Session;
+use crate::framework::{DeviceChooser, NodeScorer};
 use crate::model::{NodeId, TaskId};
+
+/// A node to score and the node taken if it wins: the same node, or one in the same state
+/// (`classes.rs`), whose number is given where the search groups nodes by state.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Candidate {
+    pub(super) scored: NodeId,
+    pub(super) taken: NodeId,
+    pub(super) state: Option<u32>,
+}
 
 impl Session<'_> {
     /// Prepares the framework's scorers and device choice for this session.
@@ -30,32 +40,39 @@ impl Session<'_> {
             && self.chooser.as_ref().is_some_and(|c| c.by_state())
     }
 
-    /// The best of `feasible` by the scorers' sum, ties to the least tie rank. Each entry is a
-    /// node to score and the node taken if it wins: the same node, or one in the same state
-    /// (`classes.rs`).
+    /// Whether every scorer and the device choice read tasks only through their shape (see
+    /// [`crate::NodeScorer::by_shape`]).
+    pub(super) fn scores_by_shape(&self) -> bool {
+        self.scorers.iter().all(|s| s.by_shape())
+            && self.chooser.as_ref().is_some_and(|c| c.by_shape())
+    }
+
+    /// The best of `feasible` by the scorers' sum, ties to the least tie rank. `known`: the
+    /// scores of states already scored for this task's shape, by state number, which this
+    /// search completes.
     pub(super) fn best_scored(
         &mut self,
         task: TaskId,
         need: &DeviceNeed,
-        feasible: &[(NodeId, NodeId)],
+        feasible: &[Candidate],
+        mut known: Option<&mut [Option<i64>]>,
     ) -> Option<NodeId> {
         let mut scorers = std::mem::take(&mut self.scorers);
         let mut chooser = self.chooser.take().expect("device choices do not nest");
         let mut best: Option<(i64, (u32, NodeId))> = None;
-        for &(node, taken) in feasible {
-            let devices = match need.want {
-                0 => 0,
-                _ if need.per_container(self.snapshot.node(node).sharing) => {
-                    let takes = self.container_takes(need, node, None, self.usage(node));
-                    (takes.iter().flatten()).fold(0u64, |m, t| m | 1 << t.position)
+        for &Candidate {
+            scored: node,
+            taken,
+            state,
+        } in feasible
+        {
+            let kept = known.as_deref().zip(state).and_then(|(k, s)| k[s as usize]);
+            let score = kept.unwrap_or_else(|| {
+                let score = score_on(self, &mut scorers, &mut *chooser, task, need, node);
+                if let Some((k, s)) = known.as_deref_mut().zip(state) {
+                    k[s as usize] = Some(score);
                 }
-                want => {
-                    let open = self.open_devices_with(need, node, None, self.usage(node));
-                    chooser.pick(self, task, node, open, want)
-                }
-            };
-            let score = (scorers.iter_mut()).fold(0i64, |sum, s| {
-                sum.saturating_add(s.score(self, task, node, devices))
+                score
             });
             let rank = self.fw.tie_rank(taken);
             if best.is_none_or(|(s, r)| score > s || (score == s && rank < r)) {
@@ -66,4 +83,29 @@ impl Session<'_> {
         self.chooser = Some(chooser);
         best.map(|(_, (_, node))| node)
     }
+}
+
+/// The scorers' sum for the task on `node`, with the devices the chooser picks there.
+fn score_on(
+    session: &Session,
+    scorers: &mut [Box<dyn NodeScorer + '_>],
+    chooser: &mut (dyn DeviceChooser + '_),
+    task: TaskId,
+    need: &DeviceNeed,
+    node: NodeId,
+) -> i64 {
+    let devices = match need.want {
+        0 => 0,
+        _ if need.per_container(session.snapshot.node(node).sharing) => {
+            let takes = session.container_takes(need, node, None, session.usage(node));
+            (takes.iter().flatten()).fold(0u64, |m, t| m | 1 << t.position)
+        }
+        want => {
+            let open = session.open_devices_with(need, node, None, session.usage(node));
+            chooser.pick(session, task, node, open, want)
+        }
+    };
+    (scorers.iter_mut()).fold(0i64, |sum, s| {
+        sum.saturating_add(s.score(session, task, node, devices))
+    })
 }

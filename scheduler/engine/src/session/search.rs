@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::classes::StateClasses;
+use super::score::Candidate;
 use super::{domains, ReservedNodes, Session, Statics};
 use crate::interpod::{Guard, NO_DOMAIN};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
@@ -280,20 +281,18 @@ impl Session<'_> {
                     && check.as_ref().is_none_or(|c| c.check(n).is_ok())
             };
             let room = |n: NodeId| self.fits(n, request) && self.has_devices_for(&need, n, None);
-            // (the node scored, the node taken if it wins).
-            let feasible: Vec<(NodeId, NodeId)> = match (&classes, &statics.few) {
-                (Some(classes), _) => (classes.states())
-                    .filter_map(|nodes| {
-                        let &(_, first) = nodes.first()?;
-                        if !room(first) {
-                            return None;
-                        }
-                        let &(_, taken) = nodes.iter().find(|&&(_, n)| passes(n))?;
-                        Some((first, taken))
-                    })
-                    .collect(),
+            // What a state offers is the state's: known once per state and request.
+            let key = t.containers.is_none().then_some((shape, t.share));
+            let feasible: Vec<Candidate> = match (&mut classes, &statics.few) {
+                (Some(classes), _) => classes.candidates(key, room, passes),
                 (None, few) => {
-                    let feasible = |n: NodeId| (passes(n) && room(n)).then_some((n, n));
+                    let feasible = |n: NodeId| {
+                        (passes(n) && room(n)).then_some(Candidate {
+                            scored: n,
+                            taken: n,
+                            state: None,
+                        })
+                    };
                     match few {
                         Some(few) => few.iter().copied().filter_map(feasible).collect(),
                         None => (0..snap.nodes.len() as u32)
@@ -304,10 +303,15 @@ impl Session<'_> {
                 }
             };
             drop(check);
+            let by_shape = self.scores_by_shape();
+            let known = match (&mut classes, key) {
+                (Some(classes), Some(key)) if by_shape => Some(classes.scores(key)),
+                _ => None,
+            };
+            let found = self.best_scored(task, &need, &feasible, known);
             if classes.is_some() {
                 self.classes = classes.take();
             }
-            let found = self.best_scored(task, &need, &feasible);
             if found.is_none() {
                 self.note_no_node(task, shape, access, guard);
             }
