@@ -11,7 +11,7 @@
 //! task fits without them) are dropped.
 
 use crate::devices::DeviceUse;
-use crate::framework::{EvictionKind, VictimUnit};
+use crate::framework::{EvictionKind, GivenBack, VictimUnit};
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, TaskStatus};
@@ -26,9 +26,10 @@ pub const FIRST_VICTIM_ALTERNATIVES: usize = 3;
 pub struct Goal<'r> {
     pub task: TaskId,
     pub request: &'r Resources,
-    /// Preempt in a queue at its capability: the victims (all of the preemptor's queue) must
-    /// also give back enough for the task to be admitted.
-    pub needs_admission: bool,
+    /// The task's queue (or an ancestor) refuses it now: the victims must also give back
+    /// enough, to the queues they share with it, for it to be admitted; these resources are
+    /// then what the eviction is (also) for.
+    pub admission: Option<Vec<ResourceId>>,
 }
 
 /// Where and whom to evict for one task.
@@ -180,11 +181,12 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         if search.fits(&[]) {
             return None;
         }
-        search.short = if goal.needs_admission {
-            goal.request.iter().map(|(r, _)| r).collect()
-        } else {
-            goal.request.shortfall(&search.free).collect()
-        };
+        search.short = goal.request.shortfall(&search.free).collect();
+        for &r in goal.admission.iter().flatten() {
+            if !search.short.contains(&r) {
+                search.short.push(r);
+            }
+        }
         // Nothing but its devices short (a share's memory or compute on a shared node): the
         // pods holding devices there may free them.
         if search.short.is_empty() {
@@ -213,7 +215,7 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             free: self.free.clone(),
             free_gpus: self.free_gpus,
             devices: self.session.usage(self.node).to_vec(),
-            given_back: Resources::zero(self.session.snapshot.resources.len()),
+            given_back: Vec::new(),
         }
     }
 
@@ -301,7 +303,8 @@ struct Freed {
     free_gpus: i64,
     /// The shared devices' usage on a node that shares them (empty on one that does not).
     devices: Vec<DeviceUse>,
-    given_back: Resources,
+    /// What the victims give back to each queue (kept only when admission is at stake).
+    given_back: Vec<(QueueId, Resources)>,
 }
 
 impl Freed {
@@ -318,11 +321,13 @@ impl Freed {
                 charge_shares(&n.gpus, &mut self.devices, t.gpus, ask, false);
             }
         }
-        self.given_back.add(&t.request);
+        if search.goal.admission.is_some() {
+            add_to_queues(search.session.snapshot, &mut self.given_back, t.job, &t.request);
+        }
     }
 
-    /// Room on the node (whole GPUs counted per device) and, for a capped preempt, admission
-    /// with what the victims give back to the queue.
+    /// Room on the node (whole GPUs counted per device) and, when the task's queue refuses it
+    /// now, admission with what the victims give back to the queues they share with it.
     fn fits(&self, search: &NodeSearch) -> bool {
         let request = search.goal.request;
         let (session, node) = (search.session, search.node);
@@ -342,15 +347,12 @@ impl Freed {
         if !(request.fits_in(&self.free) && devices_fit) {
             return false;
         }
-        if !search.goal.needs_admission {
+        if search.goal.admission.is_none() {
             return true;
         }
-        // Preempt victims are of the preemptor's queue: the task adds only the difference.
-        let mut net = request.clone();
-        net.sub(&self.given_back);
-        let session = search.session;
+        let given_back = GivenBack(&self.given_back);
         (session.framework())
-            .admit_task(session, search.goal.task, &net)
+            .admit_task_over(session, search.goal.task, request, given_back)
             .is_ok()
     }
 }
