@@ -40,8 +40,9 @@ pub fn preempt(session: &mut Session) {
 
 /// Searches that found no victims. Evictions committed later only shrink the pool (their
 /// capacity goes to their preemptor), so a failed search stays failed for the action's run.
-/// Keyed by shape, queue, job priority and whether the task was admitted without victims.
-type Failed = Set<(ShapeId, QueueId, i32, bool)>;
+/// Keyed by shape, queue, job priority, whether the task was admitted without victims and its
+/// inter-pod view (which pods its rules count against it).
+type Failed = Set<(ShapeId, QueueId, i32, bool, usize)>;
 
 fn run(session: &mut Session, mode: EvictionKind) {
     let fw = session.framework();
@@ -153,7 +154,13 @@ fn attempt(
                 continue;
             }
         }
-        let key = (t.shape, job.queue, job.priority, admitted);
+        let key = (
+            t.shape,
+            job.queue,
+            job.priority,
+            admitted,
+            session.pod_view(task),
+        );
         if failed.contains(&key) {
             continue;
         }
