@@ -77,10 +77,12 @@ impl Admit for Capability {
         let Some(min) = &j.min_resources else {
             return Ok(());
         };
-        basalt_queue::check_capability(session, j.queue, min, true, GivenBack::NONE).map_err(|e| Condition {
-            kind: UNSCHEDULABLE.to_string(),
-            reason: NOT_ENOUGH_RESOURCES.to_string(),
-            message: format!("minResources: {}", e.describe(snap)),
+        basalt_queue::check_capability(session, j.queue, min, true, GivenBack::NONE).map_err(|e| {
+            Condition {
+                kind: UNSCHEDULABLE.to_string(),
+                reason: NOT_ENOUGH_RESOURCES.to_string(),
+                message: format!("minResources: {}", e.describe(snap)),
+            }
         })
     }
 }

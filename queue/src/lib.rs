@@ -235,7 +235,11 @@ mod tests {
                 ..Default::default()
             }],
             queues: vec![org, queue("a", Some("org")), queue("b", Some("org")), other],
-            groups: vec![group("wants", "a"), group("runs", "b"), group("side", "other")],
+            groups: vec![
+                group("wants", "a"),
+                group("runs", "b"),
+                group("side", "other"),
+            ],
             pods: vec![
                 pod("wants-0", "wants", None),
                 pod("runs-0", "runs", Some("n")),
@@ -277,7 +281,8 @@ mod tests {
         assert_eq!(refused.unwrap_err().would_hold, 6000);
         // Victims giving back less than the member adds still leave org over.
         let one = snap.resources.resources(&cpu(1));
-        let less: Vec<(QueueId, Resources)> = sibling.iter().map(|(q, _)| (*q, one.clone())).collect();
+        let less: Vec<(QueueId, Resources)> =
+            sibling.iter().map(|(q, _)| (*q, one.clone())).collect();
         let refused = check_capability(&session, a, &two, false, GivenBack(&less));
         assert_eq!(refused.unwrap_err().would_hold, 5000);
     }
@@ -291,13 +296,19 @@ mod tests {
         let a = queue(&snap, "a");
         let two = snap.resources.resources(&cpu(2));
         let refused = check_guarantees(&session, a, &two, GivenBack::NONE);
-        assert!(matches!(refused, Err(Refusal::Guaranteed { unmet: 10000, .. })));
+        assert!(matches!(
+            refused,
+            Err(Refusal::Guaranteed { unmet: 10000, .. })
+        ));
         // A pod of b gives back 2 cpu to the cluster: the move takes nothing net.
         let sibling = back(&snap, "b");
         assert!(check_guarantees(&session, a, &two, GivenBack(&sibling)).is_ok());
         // A pod of the guaranteed queue itself leaves its guarantee 2 cpu less met.
         let guaranteed = back(&snap, "other");
         let refused = check_guarantees(&session, a, &two, GivenBack(&guaranteed));
-        assert!(matches!(refused, Err(Refusal::Guaranteed { unmet: 12000, .. })));
+        assert!(matches!(
+            refused,
+            Err(Refusal::Guaranteed { unmet: 12000, .. })
+        ));
     }
 }

@@ -209,7 +209,9 @@ pub enum EvictionKind {
 /// pods outside the action's scope ([`EvictionKind`]).
 ///
 /// A search that found no victims is not repeated in the same action for a member of the same
-/// shape, queue and job priority: the answers may depend on the preemptor's job through those.
+/// shape, queue, job priority and inter-pod view: the answers may depend on the preemptor's job
+/// through those. The preemptor's inter-pod rules are the engine's to apply (pods it conflicts
+/// with are victims too, by the same policy).
 pub trait Victims: Send + Sync {
     fn name(&self) -> &str;
     /// Whether `job` may evict at all: a cheap check before any search.

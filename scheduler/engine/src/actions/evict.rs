@@ -224,11 +224,12 @@ fn admission(session: &Session, job: &Job, task: TaskId, mode: EvictionKind) -> 
     };
     match (mode, refusal) {
         (EvictionKind::Preempt, _) => Admission::Over(request.iter().map(|(r, _)| r).collect()),
-        (EvictionKind::Reclaim, Refusal::OverCapability { queue, resource, .. })
-            if queue != job.queue =>
-        {
-            Admission::Over(vec![resource])
-        }
+        (
+            EvictionKind::Reclaim,
+            Refusal::OverCapability {
+                queue, resource, ..
+            },
+        ) if queue != job.queue => Admission::Over(vec![resource]),
         (EvictionKind::Reclaim, Refusal::Guaranteed { resource, .. }) => {
             Admission::Over(vec![resource])
         }

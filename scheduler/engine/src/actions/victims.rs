@@ -363,7 +363,12 @@ impl Freed {
             }
         }
         if search.goal.admission.is_some() {
-            add_to_queues(search.session.snapshot, &mut self.given_back, t.job, &t.request);
+            add_to_queues(
+                search.session.snapshot,
+                &mut self.given_back,
+                t.job,
+                &t.request,
+            );
         }
         if search.rules.is_some() {
             self.gone.push(task);

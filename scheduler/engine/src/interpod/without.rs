@@ -98,7 +98,8 @@ impl Check<'_> {
             Some(counts.in_domain(i, d).saturating_sub(away))
         };
         let counts_in = |c: u32| move |g: TaskId| pods.view(snap, g).counts_in.contains(&c);
-        let present = |c: u32| left(&pods.counters[c as usize], 0, &counts_in(c)).is_some_and(|n| n > 0);
+        let present =
+            |c: u32| left(&pods.counters[c as usize], 0, &counts_in(c)).is_some_and(|n| n > 0);
         if let Some(r) = self.rules {
             if let Some((c, _)) = &r.affinity {
                 let counts = &pods.counters[*c as usize];
@@ -154,3 +155,6 @@ fn clashes(a: &Rules, b: &Rules) -> bool {
     let ports = (a.ports.iter()).any(|p| b.ports.iter().any(|q| p.conflicts(q)));
     ports || (a.disks.iter()).any(|d| b.disks.iter().any(|e| d.conflicts(e)))
 }
+
+#[cfg(test)]
+mod tests;
