@@ -3,7 +3,9 @@
 //! capability).
 
 use basalt_engine::actions::{NOT_ENOUGH_RESOURCES, UNSCHEDULABLE};
-use basalt_engine::{Admit, Condition, JobId, Refusal, Resources, Session, TaskAdmit, TaskId};
+use basalt_engine::{
+    Admit, Condition, GivenBack, JobId, Refusal, Resources, Session, TaskAdmit, TaskId,
+};
 
 /// Factor as a fraction over 1000, so admission arithmetic stays in integers.
 pub struct Overcommit {
@@ -53,10 +55,16 @@ impl Admit for Overcommit {
 pub struct Guarantee;
 
 impl TaskAdmit for Guarantee {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal> {
+    fn admit(
+        &self,
+        session: &Session,
+        task: TaskId,
+        request: &Resources,
+        given_back: GivenBack,
+    ) -> Result<(), Refusal> {
         let snap = session.snapshot;
         let queue = snap.job(snap.task(task).job).queue;
-        basalt_queue::check_guarantees(session, queue, request)
+        basalt_queue::check_guarantees(session, queue, request, given_back)
     }
 }
 
@@ -69,21 +77,31 @@ impl Admit for Capability {
         let Some(min) = &j.min_resources else {
             return Ok(());
         };
-        basalt_queue::check_capability(session, j.queue, min, true).map_err(|e| Condition {
-            kind: UNSCHEDULABLE.to_string(),
-            reason: NOT_ENOUGH_RESOURCES.to_string(),
-            message: format!("minResources: {}", e.describe(snap)),
+        basalt_queue::check_capability(session, j.queue, min, true, GivenBack::NONE).map_err(|e| {
+            Condition {
+                kind: UNSCHEDULABLE.to_string(),
+                reason: NOT_ENOUGH_RESOURCES.to_string(),
+                message: format!("minResources: {}", e.describe(snap)),
+            }
         })
     }
 }
 
-/// Per task: `request` is what the task adds to its queue; for a preemptor, net of what its
-/// victims of the same queue give back (negative entries are never over a capability), so a
-/// queue at its capability can still preempt inside itself.
+/// Per task: `request` is what the task adds to its queue and every ancestor; for a member placed
+/// over victims, each queue is credited what they give back to it (victims of the same queue
+/// credit every level, a sibling's the ancestors the two share), so a queue, or a parent, at
+/// its capability can still make room inside itself.
 impl TaskAdmit for Capability {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal> {
+    fn admit(
+        &self,
+        session: &Session,
+        task: TaskId,
+        request: &Resources,
+        given_back: GivenBack,
+    ) -> Result<(), Refusal> {
         let snap = session.snapshot;
         let queue = snap.job(snap.task(task).job).queue;
-        basalt_queue::check_capability(session, queue, request, false).map_err(Refusal::from)
+        basalt_queue::check_capability(session, queue, request, false, given_back)
+            .map_err(Refusal::from)
     }
 }

@@ -7,7 +7,8 @@
 pub mod fairshare;
 
 use basalt_engine::{
-    ancestors, FairShare, QueueId, Refusal, ResourceId, Resources, Session, Snapshot, PODS,
+    ancestors, FairShare, GivenBack, QueueId, Refusal, ResourceId, Resources, Session, Snapshot,
+    PODS,
 };
 
 /// A capability that `extra` more work in a queue would break.
@@ -40,13 +41,17 @@ impl From<CapabilityExceeded> for Refusal {
 }
 
 /// Checks `extra` on top of what each queue on the path to the root holds (plus `reserved`,
-/// when admission reservations count) against its capability. Only the resources a capability
-/// names are capped, and only those `extra` asks for.
+/// when admission reservations count) against its capability, less what evicted pods give back
+/// to that queue (`given_back`: victims of the same queue, or of a sibling under a common
+/// ancestor, credit every queue they share with it). Only the resources a capability names are
+/// capped, and only those in which the queue grows: a move that gives a queue back at least as
+/// much as it adds never breaks its capability.
 pub fn check_capability(
     session: &Session,
     queue: QueueId,
     extra: &Resources,
     with_reservations: bool,
+    given_back: GivenBack,
 ) -> Result<(), CapabilityExceeded> {
     let snap = session.snapshot;
     for q in ancestors(snap, queue) {
@@ -54,13 +59,17 @@ pub fn check_capability(
         if cap.is_empty() {
             continue;
         }
+        let mut grows = extra.clone();
+        if let Some(back) = given_back.to(q) {
+            grows.sub(back);
+        }
         let mut held = session.queue_allocated(q).clone();
         if with_reservations {
             held.add(session.queue_reserved(q));
         }
-        held.add(extra);
+        held.add(&grows);
         for (resource, capability) in cap.iter() {
-            if extra.get(resource) > 0 && held.get(resource) > capability {
+            if grows.get(resource) > 0 && held.get(resource) > capability {
                 return Err(CapabilityExceeded {
                     queue: q,
                     resource,
@@ -75,43 +84,57 @@ pub fn check_capability(
 
 /// A guarantee is reserved: the work of other queues may not eat into what a guaranteed queue
 /// has not used yet. Checks that `extra` more work in `queue` leaves every unmet guarantee of
-/// the queues outside its path to the root still coverable ([`Refusal::Guaranteed`] when not).
-/// Nested guarantees count once: a guaranteed queue inside another guaranteed queue off the
-/// path is covered by its ancestor's.
+/// the queues outside its path to the root still coverable by the free room
+/// ([`Refusal::Guaranteed`] when not). Nested guarantees count once: a guaranteed queue inside
+/// another guaranteed queue off the path is covered by its ancestor's. Evicted pods
+/// (`given_back`) free what they held (and leave their own queues' guarantees that much less
+/// met); a move that leaves the guarantees no harder to cover than before is never refused.
 pub fn check_guarantees(
     session: &Session,
     queue: QueueId,
     extra: &Resources,
+    given_back: GivenBack,
 ) -> Result<(), Refusal> {
     let snap = session.snapshot;
     if snap.queues.iter().all(|q| q.guarantee.is_empty()) {
         return Ok(());
     }
     let path: Vec<QueueId> = ancestors(snap, queue).collect();
+    let back = |q: QueueId, r: ResourceId| given_back.to(q).map_or(0, |b| b.get(r));
     let mut free = session.queue_capacity();
     for q in snap.queues.iter().filter(|q| q.parent.is_none()) {
         free.sub(session.queue_allocated(q.id));
     }
-    for (r, want) in extra.iter() {
-        let unmet: i64 = snap
-            .queues
-            .iter()
+    for (r, want) in extra.iter().filter(|&(_, want)| want > 0) {
+        // Per topmost guaranteed queue off the path: unmet now, and once the victims are gone.
+        let (mut unmet, mut unmet_after) = (0i64, 0i64);
+        let topmost = (snap.queues.iter())
             .filter(|q| !path.contains(&q.id))
             .filter_map(|q| q.guarantee.get(r).map(|g| (q, g)))
             .filter(|(q, _)| {
-                // Topmost guaranteed queue off the path.
                 !ancestors(snap, q.id)
                     .skip(1)
                     .any(|a| !path.contains(&a) && snap.queue(a).guarantee.get(r).is_some())
-            })
-            .map(|(q, g)| {
-                g.saturating_sub(session.queue_allocated(q.id).get(r))
-                    .max(0)
-            })
+            });
+        for (q, g) in topmost {
+            let held = session.queue_allocated(q.id).get(r);
+            unmet = unmet.saturating_add(g.saturating_sub(held).max(0));
+            let held_after = held.saturating_sub(back(q.id, r));
+            unmet_after = unmet_after.saturating_add(g.saturating_sub(held_after).max(0));
+        }
+        let freed: i64 = (snap.queues.iter())
+            .filter(|q| q.parent.is_none())
+            .map(|q| back(q.id, r))
             .fold(0, i64::saturating_add);
+        // How far the free room falls short of the unmet guarantees, before and after.
+        let gap = unmet as i128 - free.get(r) as i128;
+        let gap_after = unmet_after as i128 - (free.get(r) as i128 - want as i128 + freed as i128);
         // Only the guarantee is judged here; plain lack of room is the node search's to report.
-        if unmet > 0 && (free.get(r) as i128 - unmet as i128) < want as i128 {
-            return Err(Refusal::Guaranteed { resource: r, unmet });
+        if unmet_after > 0 && gap_after > 0 && gap_after > gap {
+            return Err(Refusal::Guaranteed {
+                resource: r,
+                unmet: unmet_after,
+            });
         }
     }
     Ok(())
@@ -151,5 +174,141 @@ impl FairShare for WaterFilling {
             d.set(PODS, capacity.get(PODS));
         }
         deserved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_engine::{
+        Action, ClusterSpec, Framework, GroupSpec, JobPhase, LeastAllocated, NodeSpec, PodPhase,
+        PodSpec, QueueSpec, ResourceList,
+    };
+
+    fn cpu(n: i64) -> ResourceList {
+        ResourceList::from([("cpu".to_string(), n * 1000)])
+    }
+
+    /// Queue org (capability 4 cpu) over a and b; top-level other; b runs 2 × 2 cpu, other
+    /// 1 × 2 cpu, on one 16-cpu node. `guarantee`: other's guarantee, when given.
+    fn cluster(guarantee: Option<i64>) -> Snapshot {
+        let queue = |name: &str, parent: Option<&str>| QueueSpec {
+            parent: parent.map(str::to_string),
+            ..QueueSpec::new(name)
+        };
+        let mut other = queue("other", None);
+        other.guarantee = guarantee.map(cpu);
+        let mut org = queue("org", None);
+        org.capability = Some(cpu(4));
+        let group = |name: &str, queue: &str| GroupSpec {
+            namespace: "ns".into(),
+            name: name.into(),
+            queue: Some(queue.into()),
+            min_member: 1,
+            min_task_member: Default::default(),
+            min_resources: None,
+            priority: None,
+            created_ms: 0,
+            phase: JobPhase::Running,
+            topology: Default::default(),
+            sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
+        };
+        let pod = |name: &str, group: &str, node: Option<&str>| PodSpec {
+            namespace: "ns".into(),
+            name: name.into(),
+            ours: true,
+            group: Some(group.into()),
+            request: cpu(2),
+            phase: if node.is_some() {
+                PodPhase::Running
+            } else {
+                PodPhase::Pending
+            },
+            node: node.map(str::to_string),
+            ..Default::default()
+        };
+        let spec = ClusterSpec {
+            nodes: vec![NodeSpec {
+                name: "n".into(),
+                allocatable: cpu(16),
+                ..Default::default()
+            }],
+            queues: vec![org, queue("a", Some("org")), queue("b", Some("org")), other],
+            groups: vec![
+                group("wants", "a"),
+                group("runs", "b"),
+                group("side", "other"),
+            ],
+            pods: vec![
+                pod("wants-0", "wants", None),
+                pod("runs-0", "runs", Some("n")),
+                pod("runs-1", "runs", Some("n")),
+                pod("side-0", "side", Some("n")),
+            ],
+            ..Default::default()
+        };
+        Snapshot::build(spec).unwrap()
+    }
+
+    fn queue(snap: &Snapshot, name: &str) -> QueueId {
+        snap.queues.iter().find(|q| q.name == name).unwrap().id
+    }
+
+    /// What 2 cpu evicted from `leaf` give back to it and every ancestor.
+    fn back(snap: &Snapshot, leaf: &str) -> Vec<(QueueId, Resources)> {
+        let two = snap.resources.resources(&cpu(2));
+        ancestors(snap, queue(snap, leaf))
+            .map(|q| (q, two.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn a_sibling_victim_credits_the_parent_they_share() {
+        let snap = cluster(None);
+        let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+        let session = Session::new(&snap, &fw);
+        let (a, org) = (queue(&snap, "a"), queue(&snap, "org"));
+        let two = snap.resources.resources(&cpu(2));
+        let refused = check_capability(&session, a, &two, false, GivenBack::NONE).unwrap_err();
+        assert_eq!((refused.queue, refused.would_hold), (org, 6000));
+        // A pod of sibling b gives org back what a adds.
+        let sibling = back(&snap, "b");
+        assert!(check_capability(&session, a, &two, false, GivenBack(&sibling)).is_ok());
+        // A pod of another top-level queue frees room, but nothing inside org.
+        let outside = back(&snap, "other");
+        let refused = check_capability(&session, a, &two, false, GivenBack(&outside));
+        assert_eq!(refused.unwrap_err().would_hold, 6000);
+        // Victims giving back less than the member adds still leave org over.
+        let one = snap.resources.resources(&cpu(1));
+        let less: Vec<(QueueId, Resources)> =
+            sibling.iter().map(|(q, _)| (*q, one.clone())).collect();
+        let refused = check_capability(&session, a, &two, false, GivenBack(&less));
+        assert_eq!(refused.unwrap_err().would_hold, 5000);
+    }
+
+    #[test]
+    fn victims_free_cluster_room_for_a_guarantee() {
+        // other is guaranteed 12 cpu and holds 2: 10 unmet, 16 - 6 = 10 free, none to lend.
+        let snap = cluster(Some(12));
+        let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
+        let session = Session::new(&snap, &fw);
+        let a = queue(&snap, "a");
+        let two = snap.resources.resources(&cpu(2));
+        let refused = check_guarantees(&session, a, &two, GivenBack::NONE);
+        assert!(matches!(
+            refused,
+            Err(Refusal::Guaranteed { unmet: 10000, .. })
+        ));
+        // A pod of b gives back 2 cpu to the cluster: the move takes nothing net.
+        let sibling = back(&snap, "b");
+        assert!(check_guarantees(&session, a, &two, GivenBack(&sibling)).is_ok());
+        // A pod of the guaranteed queue itself leaves its guarantee 2 cpu less met.
+        let guaranteed = back(&snap, "other");
+        let refused = check_guarantees(&session, a, &two, GivenBack(&guaranteed));
+        assert!(matches!(
+            refused,
+            Err(Refusal::Guaranteed { unmet: 12000, .. })
+        ));
     }
 }

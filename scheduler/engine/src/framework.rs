@@ -41,11 +41,33 @@ pub trait Admit: Send + Sync {
 }
 
 /// A per-task check on the job's side of a placement (e.g. its queue's capability), evaluated
-/// before any node is searched. `request` is what the task would add to its queue: for a
-/// preemptor, net of what its victims (of the same queue) give back, so some entries may be
-/// negative.
+/// before any node is searched. `request` is what the task would add to its queue and each
+/// ancestor; for a member placed over victims, `given_back` is what those victims give back to
+/// each queue they leave: a queue the victims share with the member (its own for preempt, a
+/// common ancestor for reclaim) grows only by the difference.
 pub trait TaskAdmit: Send + Sync {
-    fn admit(&self, session: &Session, task: TaskId, request: &Resources) -> Result<(), Refusal>;
+    fn admit(
+        &self,
+        session: &Session,
+        task: TaskId,
+        request: &Resources,
+        given_back: GivenBack,
+    ) -> Result<(), Refusal>;
+}
+
+/// What evicted pods give back to the queues they leave: per queue (each victim's leaf and
+/// every ancestor of it), their requests summed. A handful of entries: a plain slice.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GivenBack<'a>(pub &'a [(QueueId, Resources)]);
+
+impl GivenBack<'_> {
+    /// Nothing evicted.
+    pub const NONE: GivenBack<'static> = GivenBack(&[]);
+
+    /// What the victims give back to `queue`, if anything.
+    pub fn to(&self, queue: QueueId) -> Option<&Resources> {
+        self.0.iter().find(|(q, _)| *q == queue).map(|(_, r)| r)
+    }
 }
 
 /// The default [`Framework::gang_backoff_ms`]: a minute.
@@ -203,7 +225,9 @@ pub enum EvictionKind {
 /// pods outside the action's scope ([`EvictionKind`]).
 ///
 /// A search that found no victims is not repeated in the same action for a member of the same
-/// shape, queue and job priority: the answers may depend on the preemptor's job through those.
+/// shape, queue, job priority and inter-pod view: the answers may depend on the preemptor's job
+/// through those. The preemptor's inter-pod rules are the engine's to apply (pods it conflicts
+/// with are victims too, by the same policy).
 pub trait Victims: Send + Sync {
     fn name(&self) -> &str;
     /// Whether `job` may evict at all: a cheap check before any search.
@@ -577,9 +601,20 @@ impl Framework {
         task: TaskId,
         request: &Resources,
     ) -> Result<(), Refusal> {
+        self.admit_task_over(session, task, request, GivenBack::NONE)
+    }
+
+    /// [`Framework::admit_task`] for a member placed over victims that give back `given_back`.
+    pub fn admit_task_over(
+        &self,
+        session: &Session,
+        task: TaskId,
+        request: &Resources,
+        given_back: GivenBack,
+    ) -> Result<(), Refusal> {
         self.task_admit
             .iter()
-            .try_for_each(|p| p.admit(session, task, request))
+            .try_for_each(|p| p.admit(session, task, request, given_back))
     }
 
     pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {

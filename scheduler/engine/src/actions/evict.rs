@@ -10,13 +10,18 @@
 //!
 //! - preempt: victims are of the preemptor's queue; in a queue at its capability they are taken
 //!   until the node fits and the queue's capability holds.
-//! - reclaim: victims are of other queues; a member its queue's capability refuses takes none.
+//! - reclaim: victims are of other queues. A member its own queue's capability refuses takes
+//!   none; one a parent's capability refuses (a child below its share under a parent at its
+//!   capability) takes victims of queues under that parent, which give back to the parent what
+//!   the member adds, until the node fits and every capability holds. A guarantee's refusal
+//!   is judged the same way: the victims free room in the cluster.
 
 use super::victims::{best_victims, Goal, NodeVictims};
 use super::{placement_order, schedulable_jobs};
 use crate::framework::EvictionKind;
 use crate::hash::Set;
 use crate::model::{Job, NodeId, QueueId, ShapeId, TaskId};
+use crate::refusal::Refusal;
 use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, Statement};
 
@@ -35,8 +40,9 @@ pub fn preempt(session: &mut Session) {
 
 /// Searches that found no victims. Evictions committed later only shrink the pool (their
 /// capacity goes to their preemptor), so a failed search stays failed for the action's run.
-/// Keyed by shape, queue, job priority and whether the task was admitted without victims.
-type Failed = Set<(ShapeId, QueueId, i32, bool)>;
+/// Keyed by shape, queue, job priority, whether the task was admitted without victims and its
+/// inter-pod view (which pods its rules count against it).
+type Failed = Set<(ShapeId, QueueId, i32, bool, usize)>;
 
 fn run(session: &mut Session, mode: EvictionKind) {
     let fw = session.framework();
@@ -131,12 +137,12 @@ fn attempt(
             break;
         }
         let t = snap.task(task);
-        // A queue at its capability may still preempt inside itself: the victims it evicts give
-        // back what the preemptor adds. Reclaim takes from other queues, which never helps.
-        let admitted = fw.admit_task(session, task, &t.request).is_ok();
-        if !admitted && mode == EvictionKind::Reclaim {
-            continue;
-        }
+        let admission = match admission(session, job, task, mode) {
+            Admission::Admitted => None,
+            Admission::Over(resources) => Some(resources),
+            Admission::Never => continue,
+        };
+        let admitted = admission.is_none();
         if admitted {
             let free = match within {
                 None => session.find_node(task),
@@ -148,14 +154,20 @@ fn attempt(
                 continue;
             }
         }
-        let key = (t.shape, job.queue, job.priority, admitted);
+        let key = (
+            t.shape,
+            job.queue,
+            job.priority,
+            admitted,
+            session.pod_view(task),
+        );
         if failed.contains(&key) {
             continue;
         }
         let goal = Goal {
             task,
             request: &t.request,
-            needs_admission: !admitted,
+            admission,
         };
         let Some(NodeVictims { node, tasks, short }) =
             best_victims(session, job, &goal, mode, within)
@@ -188,6 +200,40 @@ fn attempt(
     } else {
         session.discard(stmt);
         None
+    }
+}
+
+/// Whether a member's queue takes it in, and what its victims must give back when not.
+enum Admission {
+    Admitted,
+    /// Victims sharing a queue with it can lift the refusal; these resources are what the
+    /// eviction is then (also) for.
+    Over(Vec<ResourceId>),
+    /// No victim in the action's scope can.
+    Never,
+}
+
+/// Preempt's victims are of the member's own queue: they credit every level, in whatever it
+/// asks. Reclaim's are of other queues: they credit only the ancestors they share with it (so
+/// a parent's capability may yield, never its own queue's) and the cluster's room (so a
+/// guarantee's refusal may).
+fn admission(session: &Session, job: &Job, task: TaskId, mode: EvictionKind) -> Admission {
+    let request = &session.snapshot.task(task).request;
+    let Err(refusal) = session.framework().admit_task(session, task, request) else {
+        return Admission::Admitted;
+    };
+    match (mode, refusal) {
+        (EvictionKind::Preempt, _) => Admission::Over(request.iter().map(|(r, _)| r).collect()),
+        (
+            EvictionKind::Reclaim,
+            Refusal::OverCapability {
+                queue, resource, ..
+            },
+        ) if queue != job.queue => Admission::Over(vec![resource]),
+        (EvictionKind::Reclaim, Refusal::Guaranteed { resource, .. }) => {
+            Admission::Over(vec![resource])
+        }
+        (EvictionKind::Reclaim, _) => Admission::Never,
     }
 }
 

@@ -9,14 +9,21 @@
 //! each of the next candidates instead (one victim ends the search, and a start that would only
 //! repeat the best set is skipped); the cheapest set found wins. Units a set does not need (the
 //! task fits without them) are dropped.
+//!
+//! The task's inter-pod rules are part of the fit: pods it conflicts with on the node are
+//! victims too, and those that alone refuse it there go first (see [`pod_rules`]).
+
+mod pod_rules;
 
 use crate::devices::DeviceUse;
-use crate::framework::{EvictionKind, VictimUnit};
+use crate::framework::{EvictionKind, GivenBack, VictimUnit};
+use crate::interpod::Check;
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, TaskStatus};
 use crate::snapshot::{ancestors, Snapshot};
 use crate::snapshot::{ask_on, charge_shares};
+use pod_rules::NodeRules;
 
 /// How many other first victims a node's search tries after the plain greedy pass: the bound
 /// that keeps the search linear in the pods of a node.
@@ -26,9 +33,10 @@ pub const FIRST_VICTIM_ALTERNATIVES: usize = 3;
 pub struct Goal<'r> {
     pub task: TaskId,
     pub request: &'r Resources,
-    /// Preempt in a queue at its capability: the victims (all of the preemptor's queue) must
-    /// also give back enough for the task to be admitted.
-    pub needs_admission: bool,
+    /// The task's queue (or an ancestor) refuses it now: the victims must also give back
+    /// enough, to the queues they share with it, for it to be admitted; these resources are
+    /// then what the eviction is (also) for.
+    pub admission: Option<Vec<ResourceId>>,
 }
 
 /// Where and whom to evict for one task.
@@ -62,15 +70,16 @@ pub fn best_victims(
     if let Some(within) = within {
         nodes.retain(|n| within.binary_search(n).is_ok());
     }
+    nodes.retain(|&node| {
+        session.may_use(node, ReservedNodes::Avoid(job.id))
+            && session.passes_filters(goal.task, node)
+            && goal.request.fits_in(&snap.node(node).allocatable)
+    });
+    let session = &*session;
+    let rules = session.pod_rules(goal.task);
     let mut best: Option<NodeVictims> = None;
     for node in nodes {
-        if !session.may_use(node, ReservedNodes::Avoid(job.id))
-            || !session.passes_filters(goal.task, node)
-            || !goal.request.fits_in(&snap.node(node).allocatable)
-        {
-            continue;
-        }
-        let Some(victims) = victims_on(session, job, node, goal, mode) else {
+        let Some(victims) = victims_on(session, job, node, goal, mode, rules.as_ref()) else {
             continue;
         };
         if (best.as_ref()).is_none_or(|b| {
@@ -101,31 +110,32 @@ fn victims_on(
     node: NodeId,
     goal: &Goal,
     mode: EvictionKind,
+    rules: Option<&Check>,
 ) -> Option<NodeVictims> {
     let snap = session.snapshot;
     let policy = &*session.framework().victims;
-    let search = NodeSearch::new(session, job, node, goal, mode)?;
+    let search = NodeSearch::new(session, job, node, goal, mode, rules)?;
     let candidates = search.candidates();
-    if candidates.is_empty() {
+    if candidates.is_empty() && search.blocking().is_empty() {
         return None;
     }
     // The cheapest set so far: its victims, and the same in units.
     let mut best: Option<(Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
-    for first in 0..=FIRST_VICTIM_ALTERNATIVES.min(candidates.len().saturating_sub(1)) {
+    for first in 0..candidates.len().clamp(1, FIRST_VICTIM_ALTERNATIVES + 1) {
         // One victim ends the search (its bound, whatever the policy's costs).
         if first > 0 && best.as_ref().is_some_and(|(victims, _)| victims.len() <= 1) {
             break;
         }
         // A start already in the best set, that would go the same way again (alone, or
         // dragging the same whole gang), can only repeat that set.
-        let start = candidates[first];
-        let repeats = |units: &Vec<Vec<TaskId>>| {
+        let repeats = |units: &Vec<Vec<TaskId>>, start: TaskId| {
             units.iter().any(|u| {
                 u.contains(&start)
                     && (u.len() == 1 || !session.meets_minimums(snap.task(start).job, &[start]))
             })
         };
-        if first > 0 && best.as_ref().is_some_and(|(_, units)| repeats(units)) {
+        if first > 0 && (best.as_ref()).is_some_and(|(_, units)| repeats(units, candidates[first]))
+        {
             continue;
         }
         let Some(units) = search.greedy(&candidates, first) else {
@@ -153,8 +163,13 @@ struct NodeSearch<'s, 'a> {
     mode: EvictionKind,
     free: Resources,
     free_gpus: i64,
-    /// The resources the node lacks for the task (for a capped preempt, every one it asks for).
+    /// The resources the eviction is for: those the node lacks for the task, those its queue's
+    /// admission lacks, and when only its inter-pod rules refuse it, every one it asks for.
     short: Vec<ResourceId>,
+    /// Whether the node (or the queue's admission) lacks room for the task.
+    lacks_room: bool,
+    /// The task's inter-pod rules on the node, when it has any.
+    rules: Option<NodeRules<'s, 'a>>,
 }
 
 impl<'s, 'a> NodeSearch<'s, 'a> {
@@ -164,6 +179,7 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         node: NodeId,
         goal: &'s Goal<'s>,
         mode: EvictionKind,
+        rules: Option<&'s Check<'a>>,
     ) -> Option<Self> {
         let free = session.free(node);
         let free_gpus = session.free_gpus(node) as i64;
@@ -176,19 +192,28 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             short: Vec::new(),
             free,
             free_gpus,
+            lacks_room: false,
+            rules: rules.map(|check| NodeRules::new(session, check, node)),
         };
-        if search.fits(&[]) {
+        let nothing = search.nothing_freed();
+        search.lacks_room = !nothing.room(&search);
+        if !search.lacks_room && nothing.rules_allow(&search) {
             return None;
         }
-        search.short = if goal.needs_admission {
-            goal.request.iter().map(|(r, _)| r).collect()
-        } else {
-            goal.request.shortfall(&search.free).collect()
-        };
+        search.short = goal.request.shortfall(&search.free).collect();
+        for &r in goal.admission.iter().flatten() {
+            if !search.short.contains(&r) {
+                search.short.push(r);
+            }
+        }
         // Nothing but its devices short (a share's memory or compute on a shared node): the
         // pods holding devices there may free them.
-        if search.short.is_empty() {
+        if search.short.is_empty() && search.lacks_room {
             search.short.push(session.snapshot.node(node).device_kind);
+        }
+        // Only its inter-pod rules refuse it: the victims are for all it takes.
+        if search.short.is_empty() {
+            search.short = goal.request.iter().map(|(r, _)| r).collect();
         }
         // Only the resources short here count: those that are idle (CPU beside the GPUs it
         // lacks) are no victims' doing.
@@ -213,21 +238,33 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             free: self.free.clone(),
             free_gpus: self.free_gpus,
             devices: self.session.usage(self.node).to_vec(),
-            given_back: Resources::zero(self.session.snapshot.resources.len()),
+            given_back: Vec::new(),
+            gone: Vec::new(),
         }
     }
 
-    /// Bound pods on the node that free something the task lacks, in the policy's victim order,
-    /// ties by id.
+    /// The pods on the node that alone refuse the task there: every set takes them first.
+    fn blocking(&self) -> &[TaskId] {
+        self.rules.as_ref().map_or(&[], |r| &r.blocking)
+    }
+
+    /// Bound pods on the node that free something the task lacks, or that its inter-pod rules
+    /// count against it, in the policy's victim order, ties by id; those that alone refuse it
+    /// are left out (they go first).
     fn candidates(&self) -> Vec<TaskId> {
         let (session, snap) = (self.session, self.session.snapshot);
+        let frees = |v: TaskId| {
+            self.lacks_room && self.short.iter().any(|&r| snap.task(v).request.get(r) > 0)
+        };
+        let counted = |v: TaskId| self.rules.as_ref().is_some_and(|r| r.may_help(v));
         let mut candidates: Vec<TaskId> = session
             .node_tasks(self.node)
             .iter()
             .copied()
             .filter(|&v| {
                 matches!(session.task_status(v), TaskStatus::Bound(_))
-                    && self.short.iter().any(|&r| snap.task(v).request.get(r) > 0)
+                    && (frees(v) || counted(v))
+                    && !self.blocking().contains(&v)
             })
             .collect();
         let policy = &session.framework().victims;
@@ -236,21 +273,22 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         candidates
     }
 
-    /// Takes `candidates[first]`, then the others in order, until the task fits; each victim
-    /// with the gang mates it drags along (a unit).
+    /// Takes the pods that block the task (every one, else no set), then `candidates[first]`,
+    /// then the others in order, until the task fits; each victim with the gang mates it drags
+    /// along (a unit).
     fn greedy(&self, candidates: &[TaskId], first: usize) -> Option<Vec<Vec<TaskId>>> {
-        let order = std::iter::once(candidates[first]).chain(
-            candidates
-                .iter()
-                .copied()
-                .enumerate()
-                .filter(|&(i, _)| i != first)
-                .map(|(_, v)| v),
-        );
+        let blocking = self.blocking().iter().map(|&v| (v, true));
+        let order = (candidates.get(first).copied().into_iter())
+            .chain(
+                (candidates.iter().copied().enumerate())
+                    .filter(|&(i, _)| i != first)
+                    .map(|(_, v)| v),
+            )
+            .map(|v| (v, false));
         let mut tally = Tally::default();
         let mut freed = self.nothing_freed();
         let mut units: Vec<Vec<TaskId>> = Vec::new();
-        for v in order {
+        for (v, required) in blocking.chain(order) {
             if freed.fits(self) {
                 break;
             }
@@ -259,6 +297,9 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             }
             let Some(unit) = unit_of(self.session, self.job, v, &self.short, self.mode, &tally)
             else {
+                if required {
+                    return None;
+                }
                 continue;
             };
             for &m in &unit {
@@ -301,7 +342,10 @@ struct Freed {
     free_gpus: i64,
     /// The shared devices' usage on a node that shares them (empty on one that does not).
     devices: Vec<DeviceUse>,
-    given_back: Resources,
+    /// What the victims give back to each queue (kept only when admission is at stake).
+    given_back: Vec<(QueueId, Resources)>,
+    /// The victims (kept only when the task has inter-pod rules).
+    gone: Vec<TaskId>,
 }
 
 impl Freed {
@@ -318,12 +362,32 @@ impl Freed {
                 charge_shares(&n.gpus, &mut self.devices, t.gpus, ask, false);
             }
         }
-        self.given_back.add(&t.request);
+        if search.goal.admission.is_some() {
+            add_to_queues(
+                search.session.snapshot,
+                &mut self.given_back,
+                t.job,
+                &t.request,
+            );
+        }
+        if search.rules.is_some() {
+            self.gone.push(task);
+        }
     }
 
-    /// Room on the node (whole GPUs counted per device) and, for a capped preempt, admission
-    /// with what the victims give back to the queue.
+    /// Room for the task and its inter-pod rules.
     fn fits(&self, search: &NodeSearch) -> bool {
+        self.room(search) && self.rules_allow(search)
+    }
+
+    /// Whether the task's inter-pod rules let it onto the node once the victims are gone.
+    fn rules_allow(&self, search: &NodeSearch) -> bool {
+        (search.rules.as_ref()).is_none_or(|r| r.allow(search.session, &self.gone))
+    }
+
+    /// Room on the node (whole GPUs counted per device) and, when the task's queue refuses it
+    /// now, admission with what the victims give back to the queues they share with it.
+    fn room(&self, search: &NodeSearch) -> bool {
         let request = search.goal.request;
         let (session, node) = (search.session, search.node);
         let devices_fit = match session.snapshot.node(node).sharing.shares() {
@@ -342,15 +406,12 @@ impl Freed {
         if !(request.fits_in(&self.free) && devices_fit) {
             return false;
         }
-        if !search.goal.needs_admission {
+        if search.goal.admission.is_none() {
             return true;
         }
-        // Preempt victims are of the preemptor's queue: the task adds only the difference.
-        let mut net = request.clone();
-        net.sub(&self.given_back);
-        let session = search.session;
+        let given_back = GivenBack(&self.given_back);
         (session.framework())
-            .admit_task(session, search.goal.task, &net)
+            .admit_task_over(session, search.goal.task, request, given_back)
             .is_ok()
     }
 }

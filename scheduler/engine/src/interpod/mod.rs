@@ -17,6 +17,7 @@ mod on_node;
 mod spread;
 mod terms;
 mod views;
+mod without;
 
 use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
@@ -33,6 +34,7 @@ use on_node::OnNode;
 use spread::{SpreadCache, SpreadRule, SpreadView, Verdict};
 use terms::{DomainCounts, Domains, Matcher, NamespaceLabels, TermIndex};
 use views::{SharedViews, TaskView};
+pub(crate) use without::Conflict;
 
 /// kube-scheduler's `hardPodAffinityWeight`: an existing pod's required affinity term that
 /// selects the incoming pod scores like a preferred term of this weight.

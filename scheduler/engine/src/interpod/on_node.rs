@@ -36,6 +36,52 @@ impl OnNode {
             false => Ok(()),
         }
     }
+
+    /// [`OnNode::check_ports`] with the ports of pods taken away (`gone`) freed.
+    pub(super) fn check_ports_without(
+        &self,
+        node: NodeId,
+        ports: &[HostPort],
+        gone: &[&HostPort],
+    ) -> Result<(), Refusal> {
+        match clash_without(&self.ports, node, ports, gone, HostPort::conflicts) {
+            true => Err(Refusal::HostPorts),
+            false => Ok(()),
+        }
+    }
+
+    /// [`OnNode::check_disks`] with the disks of pods taken away (`gone`) unmounted.
+    pub(super) fn check_disks_without(
+        &self,
+        node: NodeId,
+        disks: &[Disk],
+        gone: &[&Disk],
+    ) -> Result<(), Refusal> {
+        match clash_without(&self.disks, node, disks, gone, Disk::conflicts) {
+            true => Err(Refusal::DiskConflict),
+            false => Ok(()),
+        }
+    }
+}
+
+/// [`clash`] once one of each of `gone` is no longer held.
+fn clash_without<T: PartialEq>(
+    held: &Map<NodeId, Vec<T>>,
+    node: NodeId,
+    asked: &[T],
+    gone: &[&T],
+    conflicts: fn(&T, &T) -> bool,
+) -> bool {
+    if asked.is_empty() {
+        return false;
+    }
+    let mut left: Vec<&T> = held.get(&node).map_or(Vec::new(), |v| v.iter().collect());
+    for g in gone {
+        if let Some(i) = left.iter().position(|t| *t == *g) {
+            left.swap_remove(i);
+        }
+    }
+    asked.iter().any(|a| left.iter().any(|t| conflicts(a, t)))
 }
 
 /// Adds (or removes, one of each) a pod's items to what a node holds.

@@ -120,7 +120,7 @@ impl SpreadCache {
         rules: &PlacementRules,
         (nodes, domains): (&[Node], &Domains),
         counts: &DomainCounts,
-    ) -> (usize, &'a State) {
+    ) -> (&'a Rc<Eligible>, &'a State) {
         let eligible_cache = &mut self.eligible;
         let entry = (self.states.entry(rule.cache_key(rules_id))).or_insert_with(|| {
             let key = (
@@ -179,7 +179,7 @@ impl SpreadCache {
                 eligible_counts.fold((first, first), |(lo, hi), c| (lo.min(c), hi.max(c)));
             state.version = counts.version;
         }
-        (eligible.domains, state)
+        (eligible, state)
     }
 
     /// The constraint as it stands, for checks of many nodes in a row.
@@ -191,12 +191,14 @@ impl SpreadCache {
         counts: &DomainCounts,
         self_match: bool,
     ) -> SpreadView<'r> {
-        let (domain_count, state) = self.state(rule, rules_id, rules, nodes, counts);
+        let (eligible, state) = self.state(rule, rules_id, rules, nodes, counts);
+        let domain_count = eligible.domains;
         let few = rule
             .min_domains
             .is_some_and(|m| (domain_count as u64) < m as u64);
         SpreadView {
             rule,
+            eligible: eligible.clone(),
             counts: state.counts.clone(),
             min: if few { 0 } else { state.min },
             open: domain_count == 0,
@@ -230,6 +232,8 @@ impl SpreadCache {
 /// A constraint's counts taken once (see [`SpreadCache::view`]): checking a node is a lookup.
 pub(crate) struct SpreadView<'r> {
     rule: &'r SpreadRule,
+    /// Which nodes' pods count (those of the eligible domains).
+    eligible: Rc<Eligible>,
     counts: Rc<Vec<u32>>,
     /// The global minimum (0 with fewer eligible domains than `minDomains`).
     min: u32,
@@ -257,6 +261,50 @@ impl SpreadView<'_> {
                 .map(|&c| c as i64 + me <= limit)
                 .collect(),
         )
+    }
+
+    /// The counter of the pods the constraint selects.
+    pub(crate) fn counter(&self) -> u32 {
+        self.rule.counter
+    }
+
+    /// Whether the pods on `node` count in the constraint's domains.
+    pub(crate) fn counts_node(&self, node: NodeId) -> bool {
+        self.eligible.node[node.index()]
+    }
+
+    /// [`SpreadView::check`] with `away` (domain, pods) taken out of the counts: fewer pods
+    /// where the task would go lower the skew, fewer elsewhere may lower the global minimum.
+    pub(crate) fn check_without(
+        &self,
+        node: NodeId,
+        domains: &Domains,
+        away: &[(u32, u32)],
+    ) -> Verdict {
+        if away.is_empty() || self.open {
+            return self.check(node, domains);
+        }
+        let Some(d) = domains.of(self.rule.key, node) else {
+            return Verdict::MissingLabel;
+        };
+        if !self.rule.has_keys(node, domains) {
+            return Verdict::MissingLabel;
+        }
+        let left = |domain: u32| {
+            let gone: u32 = (away.iter())
+                .filter(|&&(x, _)| x == domain)
+                .map(|&(_, n)| n)
+                .sum();
+            self.counts[domain as usize].saturating_sub(gone)
+        };
+        // Counts only fall: the minimum is the old one or one of the domains pods left.
+        let min = (away.iter()).fold(self.min, |m, &(x, _)| m.min(left(x)));
+        let here = left(d) as i64 + self.self_match as i64;
+        if here - min as i64 > self.rule.max_skew as i64 {
+            Verdict::Skewed
+        } else {
+            Verdict::Fits
+        }
     }
 
     /// Whether placing the pod on `node` keeps the skew within `maxSkew`.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::classes::StateClasses;
 use super::score::Candidate;
 use super::{domains, ReservedNodes, Session, Statics};
-use crate::interpod::{Guard, NO_DOMAIN};
+use crate::interpod::{Check, Guard, NO_DOMAIN};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
 use crate::resources::Resources;
 
@@ -158,8 +158,6 @@ impl Session<'_> {
             && self.pod_rules_allow(task, node)
     }
 
-    /// Whether the task's inter-pod rules (pod affinity and anti-affinity, the existing pods'
-    /// anti-affinity, `DoNotSchedule` spread, host ports) let it onto the node now.
     /// The nodes of `nodes` that can take the task now ([`Session::can_take`] of each), its
     /// inter-pod rules prepared once for all of them.
     pub fn nodes_that_take(
@@ -196,8 +194,21 @@ impl Session<'_> {
         self.pods.must_spread(task)
     }
 
+    /// Whether the task's inter-pod rules (pod affinity and anti-affinity, the existing pods'
+    /// anti-affinity, `DoNotSchedule` spread, host ports, disks) let it onto the node now.
     pub fn pod_rules_allow(&self, task: TaskId, node: NodeId) -> bool {
         self.pods.allows(self.snapshot, task, node).is_ok()
+    }
+
+    /// The task's inter-pod rules, ready to check nodes with some pods taken away (the victim
+    /// search); `None` when no rule concerns it.
+    pub(crate) fn pod_rules(&self, task: TaskId) -> Option<Check<'_>> {
+        self.pods.prepare(self.snapshot, task)
+    }
+
+    /// Names the task's inter-pod view: tasks of equal ids are refused alike by the same pods.
+    pub(crate) fn pod_view(&self, task: TaskId) -> usize {
+        self.pods.view_id(self.snapshot, task)
     }
 
     pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
