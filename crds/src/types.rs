@@ -227,6 +227,40 @@ pub struct PodGroupStatus {
     pub succeeded: i32,
     #[serde(default)]
     pub failed: i32,
+    /// Why the group waits, while it does: the engine's explanation as the plan carries it
+    /// (`basalt_engine::Explanation`: verdict `NeverFits` or `Waiting`, what is short, node
+    /// counts, who holds the capacity, what would free it, its place in line). Kept as JSON so
+    /// that a status written by another version still reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserved_object")]
+    pub explanation: Option<serde_json::Value>,
+    /// When `explanation` was last written (RFC 3339): a change of the explanation alone is
+    /// written at most every 30 seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explained_at: Option<String>,
+    /// When the group is expected to start, from running the scheduler forward on its last
+    /// snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
+}
+
+/// An estimated start: what the forecast found and how sure it is.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Forecast {
+    /// RFC 3339; absent when `how` is `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// `exact` (every running pod's end is known), `estimate` (some ends are estimates) or
+    /// `unknown` (it does not start within the forecast's horizon).
+    pub how: String,
+    /// When the forecast was made (RFC 3339).
+    pub at: String,
+}
+
+/// Any JSON object, kept as written (`x-kubernetes-preserve-unknown-fields`).
+fn preserved_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,6 +281,22 @@ pub struct PodGroupStatus {
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
     printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Deserved",
+        type_ = "string",
+        json_path = ".status.summary.deserved"
+    ),
+    printcolumn(
+        name = "Allocated",
+        type_ = "string",
+        json_path = ".status.summary.allocated"
+    ),
+    printcolumn(name = "Share", type_ = "number", json_path = ".status.share"),
+    printcolumn(
+        name = "Pending",
+        type_ = "string",
+        json_path = ".status.summary.pending"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -341,6 +391,33 @@ pub struct QueueStatus {
     pub pending: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inqueue: Option<i32>,
+    /// The queue's fair share this cycle (its `deserved`, else what weighted water-filling
+    /// gives it of what its parent has).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "resource_list_schema")]
+    pub deserved: BTreeMap<String, Quantity>,
+    /// Dominant share: allocated / deserved in the resource where it is largest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// What the queue's pending pods ask for (its subtree's, for a parent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "resource_list_schema")]
+    pub demand: BTreeMap<String, Quantity>,
+    /// The same as one line each, for `kubectl get queues` (pod slots left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<QueueSummary>,
+}
+
+/// Deserved, allocated and pending resources, each as `cpu=4, nvidia.com/gpu=8`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSummary {
+    #[serde(default)]
+    pub deserved: String,
+    #[serde(default)]
+    pub allocated: String,
+    #[serde(default)]
+    pub pending: String,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -65,6 +65,12 @@ enum Command {
         /// does (the default).
         #[arg(long)]
         strict: bool,
+        /// Explain why this job (`NAMESPACE/NAME` of its PodGroup, or of a pod without one)
+        /// waits, in full: who holds what it needs, what would free it, its place in line
+        /// (repeatable). The text output ends with the explanation; JSON and YAML carry it in
+        /// the group's status.
+        #[arg(long, value_name = "NS/JOB")]
+        explain: Vec<String>,
     },
     /// Place a synthetic backlog of gangs and report pods placed per second and cycle time.
     Bench {
@@ -366,6 +372,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             output,
             now,
             strict,
+            explain,
         } => {
             let mut config = plan::load_config(config.as_deref())?;
             if !scheduler_names.is_empty() {
@@ -381,9 +388,12 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             for w in warnings {
                 eprintln!("basalt-sim: warning: {w}");
             }
-            let result = basalt_plugins::schedule(&snapshot, &config);
+            let mut fw = basalt_plugins::framework(&config, &snapshot.resources);
+            fw.explain_jobs = explain.clone();
+            let result = basalt_engine::schedule(&snapshot, &fw, &mut Default::default());
+            let why = plan::explained(&snapshot, &result, &explain)?;
             Ok(match output {
-                PlanOutput::Text => plan::render_text(&snapshot, &result),
+                PlanOutput::Text => plan::render_text(&snapshot, &result) + &why,
                 PlanOutput::Json => serde_json::to_string_pretty(&result)? + "\n",
                 PlanOutput::Yaml => serde_yaml::to_string(&result)?,
             })

@@ -134,12 +134,19 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
     }
     let _ = writeln!(out, "\nEVICTIONS ({})", plan.evictions.len());
     if !plan.evictions.is_empty() {
-        let rows: Vec<[String; 3]> = plan
+        let rows: Vec<[String; 4]> = plan
             .evictions
             .iter()
-            .map(|e| [e.pod.clone(), e.reason.clone(), e.for_group.clone()])
+            .map(|e| {
+                [
+                    e.pod.clone(),
+                    e.node.clone(),
+                    e.reason.clone(),
+                    e.for_group.clone(),
+                ]
+            })
             .collect();
-        table(&mut out, ["POD", "REASON", "FOR"], &rows);
+        table(&mut out, ["POD", "NODE", "REASON", "FOR"], &rows);
     }
     let _ = writeln!(out, "\nNOMINATIONS ({})", plan.nominations.len());
     if !plan.nominations.is_empty() {
@@ -202,6 +209,27 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
         &rows,
     );
     out
+}
+
+/// The explanations `plan --explain` asked for, as text; an error names a job the snapshot
+/// does not have.
+pub fn explained(snapshot: &Snapshot, plan: &Plan, jobs: &[String]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for name in jobs {
+        if !snapshot.jobs.iter().any(|j| *j.name == **name) {
+            anyhow::bail!("--explain {name}: no such job (PodGroup, or pod without one)");
+        }
+        let _ = writeln!(out, "\nWHY {name}");
+        let group = plan.pod_groups.iter().find(|g| *g.name == **name);
+        match group.and_then(|g| g.explanation.as_deref()) {
+            Some(e) => out.push_str(&e.report()),
+            None => {
+                let phase = group.map_or("settled", |g| g.phase.as_str());
+                let _ = writeln!(out, "Not waiting ({phase}).");
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[String; N]]) {

@@ -2,7 +2,8 @@
 //! on nodes that run its device plugin, `devices.rs`; claims settled for the node first,
 //! `claims.rs`; DRA ResourceClaims reserved and allocated in each pod's bind job,
 //! `resource_claims.rs`),
-//! evictions (`evictions.rs`), nominated nodes, PodGroup and Queue status (`status.rs`) and
+//! evictions (`evictions.rs`), nominated nodes, PodGroup status (`status.rs`), Queue status
+//! and the `default` Queue (`queues.rs`) and
 //! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
 //! is looked at; nothing here panics on one.
 
@@ -43,6 +44,7 @@ mod claims;
 mod devices;
 mod evictions;
 use evictions::RefusedEvictions;
+mod queues;
 mod resource_claims;
 mod status;
 mod volumes;

@@ -128,6 +128,7 @@ mod tests {
                     failed: 0,
                     pending: min_member.saturating_sub(running + succeeded),
                     min_member,
+                    explanation: None,
                 })
                 .collect(),
             ..Plan::default()

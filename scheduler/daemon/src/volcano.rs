@@ -218,6 +218,7 @@ impl VolcanoQueue {
             running: count("running"),
             pending: count("pending"),
             inqueue: count("inqueue"),
+            ..Default::default()
         })
     }
 }

@@ -463,6 +463,11 @@ pub struct Framework {
     /// [`NO_NODE_FITS`]. On by default (users read it); a replay, which never reads conditions,
     /// turns it off. Decisions never depend on it.
     pub explain_failures: bool,
+    /// With `explain_failures`: how many jobs at the head of each queue get the dear part of
+    /// their explanation (who holds the capacity, which running jobs' end would free it).
+    pub explain_detail: u32,
+    /// Jobs (`namespace/name`) explained in full wherever they stand in their queue.
+    pub explain_jobs: Vec<String>,
     /// How much a pod's stated preferences weigh against the node order (all 0 here: pure
     /// packing; `basalt-plugins` sets its `scoring` defaults).
     pub preferences: PreferenceWeights,
@@ -497,6 +502,9 @@ pub struct PreferenceWeights {
 /// is 1 % of NodeResourcesFit's.
 pub const KEY_UNITS_PER_POINT: i128 = 10_000;
 
+/// Jobs at the head of each queue explained in full (see [`Framework::explain_detail`]).
+pub const DEFAULT_EXPLAIN_DETAIL: u32 = 3;
+
 /// The reason a member was not placed when [`Framework::explain_failures`] is off.
 pub const NO_NODE_FITS: &str = "no node fits";
 
@@ -525,6 +533,8 @@ impl Framework {
             tiers: Vec::new(),
             report_queues: true,
             explain_failures: true,
+            explain_detail: DEFAULT_EXPLAIN_DETAIL,
+            explain_jobs: Vec::new(),
             report_settled_groups: true,
             preferences: PreferenceWeights::default(),
         }

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 
 use crate::model::{JobPhase, QueueState};
 
+mod explanation;
+pub use explanation::*;
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
@@ -76,6 +79,9 @@ pub struct QueueStatus {
     /// Quantities as Kubernetes writes them ("8", "64Gi").
     pub deserved: BTreeMap<String, String>,
     pub allocated: BTreeMap<String, String>,
+    /// What its subtree's pending pods ask for (held pods aside), as the cycle opened.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub demand: BTreeMap<String, String>,
     /// Dominant share: allocated / deserved in the resource where it is largest, over the
     /// resources the queue deserves some of. Always finite.
     pub share: f64,
@@ -131,6 +137,9 @@ pub struct BoundMig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Eviction {
     pub pod: String,
+    /// The node the pod leaves.
+    #[serde(default)]
+    pub node: String,
     pub reason: String,
     /// The PodGroup the capacity is freed for.
     #[serde(rename = "for")]
@@ -152,6 +161,10 @@ pub struct PodGroupStatus {
     /// Members still waiting for a node.
     pub pending: u32,
     pub min_member: u32,
+    /// Why it has not started, while it waits (see [`Explanation`]); absent when
+    /// [`crate::Framework::explain_failures`] is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Box<Explanation>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

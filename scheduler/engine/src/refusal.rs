@@ -248,19 +248,30 @@ impl Refusal {
 /// kube-scheduler's message for nodes counted per refusal: "0/N nodes are available: …", most
 /// frequent first, equal counts in the order of their wording.
 pub(crate) fn nodes_available(snapshot: &Snapshot, counts: &BTreeMap<Refusal, usize>) -> String {
-    let mut worded: BTreeMap<String, usize> = BTreeMap::new();
-    for (refusal, &count) in counts {
-        *worded.entry(refusal.describe(snapshot)).or_default() += count;
-    }
-    let mut list: Vec<(String, usize)> = worded.into_iter().collect();
-    list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let parts: Vec<String> = list.iter().map(|(r, c)| format!("{c} {r}")).collect();
+    let parts: Vec<String> = (worded_counts(snapshot, counts).iter())
+        .map(|(r, c)| format!("{c} {r}"))
+        .collect();
     let total = snapshot.nodes.len();
     if parts.is_empty() {
         format!("0/{total} nodes are available.")
     } else {
         format!("0/{total} nodes are available: {}.", parts.join(", "))
     }
+}
+
+/// The counts worded, refusals that word alike merged, most frequent first, equal counts in
+/// the order of their wording.
+pub(crate) fn worded_counts(
+    snapshot: &Snapshot,
+    counts: &BTreeMap<Refusal, usize>,
+) -> Vec<(String, usize)> {
+    let mut worded: BTreeMap<String, usize> = BTreeMap::new();
+    for (refusal, &count) in counts {
+        *worded.entry(refusal.describe(snapshot)).or_default() += count;
+    }
+    let mut list: Vec<(String, usize)> = worded.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    list
 }
 
 #[cfg(test)]

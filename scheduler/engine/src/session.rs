@@ -28,6 +28,7 @@ mod plan;
 mod prefer;
 mod score;
 mod search;
+mod waiting;
 
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -274,6 +275,14 @@ pub struct Session<'a> {
     scored_tasks: u32,
     /// The nodes grouped by state, once a second task is scored (see `classes.rs`).
     classes: Option<classes::StateClasses>,
+    /// Per job: its 1-based turn in the order `allocate` served jobs (0: not served).
+    served: Vec<u32>,
+    served_count: u32,
+    /// Per job: `allocate` could not place its minimum for room or quota; its condition is
+    /// worded from its explanation (see `waiting.rs`).
+    short: Vec<bool>,
+    /// Per job: why it waits, once the actions are done (see `waiting.rs`).
+    waiting: Vec<Option<Box<crate::plan::Explanation>>>,
 }
 
 /// Free whole GPUs per topology domain, kept up to date as the session places and evicts, and
@@ -510,6 +519,10 @@ impl<'a> Session<'a> {
             chooser: None,
             scored_tasks: 0,
             classes: None,
+            served: vec![0; snapshot.jobs.len()],
+            served_count: 0,
+            short: vec![false; snapshot.jobs.len()],
+            waiting: vec![None; snapshot.jobs.len()],
         };
         let kept_topo = session.start_nodes(kept);
         session.domain_index =

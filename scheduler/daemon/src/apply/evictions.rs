@@ -2,7 +2,7 @@
 //! gangs left partly bound past `--partial-gang-timeout`. A pod a disruption budget protects is
 //! not asked again for a while; one already gone is not an error.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -14,7 +14,7 @@ use super::{classify, member_of, pod_ref, split_key, Scheduler, GANG_ROLLBACK};
 use crate::cycle::pod_key;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
-use basalt_engine::Plan;
+use basalt_engine::{Eviction, Plan};
 
 /// The metrics' action of a partly bound gang's rollback (the plan's evictions name theirs).
 const ROLLBACK: &str = "gang_rollback";
@@ -47,24 +47,103 @@ impl RefusedEvictions {
 }
 
 impl Scheduler {
+    /// Evicts the plan's victims; each says who preempted it, on which node and how (on the
+    /// pod: "Preempted by ml/hotfix on node g-3 (reclaim)"), and both sides' groups are told
+    /// which pods went (see [`Self::tell_groups`]).
     pub(super) async fn evict(&mut self, plan: &Plan, stores: &Stores) {
         self.refused_evictions.expire();
+        let mut done: Vec<&Eviction> = Vec::new();
         for ev in &plan.evictions {
             let uid = self.uid_of(&ev.pod, stores);
-            let why = format!("Preempted by {}: {}", ev.for_group, ev.reason);
-            let done = ("Normal", "Preempted", why.as_str());
+            let why = format!(
+                "Preempted by {} on node {} ({})",
+                ev.for_group, ev.node, ev.reason
+            );
+            let said = ("Normal", "Preempted", why.as_str());
             // The engine's reason starts with its action; the label keeps to the two.
             let action = match ev.reason.starts_with("reclaim") {
                 true => "reclaim",
                 false => "preempt",
             };
             if self
-                .evict_pod(&ev.pod, uid, (action, &ev.for_group), done)
+                .evict_pod(&ev.pod, uid, (action, &ev.for_group), said)
                 .await
             {
-                tracing::info!(pod = %ev.pod, r#for = %ev.for_group, reason = %ev.reason, "evicted");
+                tracing::info!(pod = %ev.pod, r#for = %ev.for_group, node = %ev.node, reason = %ev.reason, "evicted");
+                done.push(ev);
             }
         }
+        self.tell_groups(&done, stores);
+    }
+
+    /// One Event per preemptor naming the pods evicted for it and their nodes ("Preempting":
+    /// on its PodGroup, or on the pod itself without one), and one per victim group naming
+    /// its pods that went and who took their place ("Preempted").
+    fn tell_groups(&self, done: &[&Eviction], stores: &Stores) {
+        let mut by_preemptor: BTreeMap<&str, Vec<&Eviction>> = BTreeMap::new();
+        let mut by_victim: BTreeMap<String, Vec<&Eviction>> = BTreeMap::new();
+        for &ev in done {
+            by_preemptor.entry(&ev.for_group).or_default().push(ev);
+            let (ns, name) = split_key(&ev.pod);
+            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+            if let Some(group) = pod.as_deref().and_then(member_of) {
+                by_victim
+                    .entry(format!("{ns}/{group}"))
+                    .or_default()
+                    .push(ev);
+            }
+        }
+        let listed = |evs: &[&Eviction], side: fn(&Eviction) -> &str| {
+            (evs.iter())
+                .map(|e| format!("{} on {}", side(e), e.node))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let how = |evs: &[&Eviction]| {
+            let mut hows: Vec<&str> = evs.iter().map(|e| e.reason.as_str()).collect();
+            hows.dedup();
+            hows.join(", ")
+        };
+        for (preemptor, evs) in by_preemptor {
+            let text = format!(
+                "Evicting {} ({})",
+                listed(&evs, |e| e.pod.as_str()),
+                how(&evs)
+            );
+            if let Some(reference) = self.about(preemptor, stores) {
+                self.event(reference, "Normal", "Preempting", &text);
+            }
+        }
+        for (victim, evs) in by_victim {
+            let mut preemptors: Vec<&str> = evs.iter().map(|e| e.for_group.as_str()).collect();
+            preemptors.dedup();
+            let text = format!(
+                "{} preempted by {} ({})",
+                listed(&evs, |e| e.pod.as_str()),
+                preemptors.join(", "),
+                how(&evs)
+            );
+            if let Some(reference) = self.about(&victim, stores) {
+                self.event(reference, "Normal", "Preempted", &text);
+            }
+        }
+    }
+
+    /// The PodGroup `key` names, or the pod of that name (a pod without a group is its own).
+    fn about(&self, key: &str, stores: &Stores) -> Option<ObjectReference> {
+        let (ns, name) = split_key(key);
+        if let Some(g) = self.view.group(key) {
+            return Some(ObjectReference {
+                api_version: Some(g.origin.api_version().into()),
+                kind: Some("PodGroup".into()),
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: g.group.metadata.uid.clone(),
+                ..Default::default()
+            });
+        }
+        let uid = self.uid_of(key, stores);
+        uid.is_some().then(|| pod_ref(ns, name, uid))
     }
 
     /// Evicts the bound members of each gang left partly bound past the timeout, so that it

@@ -1,14 +1,13 @@
-//! What the plan says about PodGroups and Queues, written to their status (only when it
-//! changed, into the API each was read from), and FailedScheduling Events on groups that cannot
-//! start and their waiting pods.
+//! What the plan says about PodGroups, written to their status (only when it changed, into the
+//! API each was read from), and FailedScheduling Events on groups that cannot start and their
+//! waiting pods. Queues are `queues.rs`'s.
 
 use futures::StreamExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use basalt_crds::PodGroup;
 use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
@@ -20,7 +19,7 @@ use crate::lenient::Lenient;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use crate::view::Origin;
-use crate::volcano::{VolcanoPodGroup, VolcanoQueue};
+use crate::volcano::VolcanoPodGroup;
 
 impl Scheduler {
     pub(super) async fn write_groups(
@@ -32,6 +31,10 @@ impl Scheduler {
     ) {
         let now = jiff::Timestamp::now().to_string();
         let mut writes = Vec::new();
+        // A group whose preemption is under way is told so ("Preempting"), not that it failed.
+        let preempting: std::collections::HashSet<&str> = (plan.evictions.iter())
+            .map(|e| e.for_group.as_str())
+            .collect();
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
@@ -65,16 +68,35 @@ impl Scheduler {
                     });
             }
             let current = group.status.clone().unwrap_or_default();
+            settle_explanation(
+                &mut desired,
+                &current,
+                planned,
+                origin,
+                jiff::Timestamp::now(),
+            );
             if !same_status(&desired, &current) {
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
                     .unwrap_or_else(|_| Value::Array(vec![]));
+                // ... and omitted keys: write null to clear what no longer holds.
+                for (key, gone) in [
+                    ("explanation", desired.explanation.is_none()),
+                    ("explainedAt", desired.explained_at.is_none()),
+                    ("forecast", desired.forecast.is_none()),
+                ] {
+                    if gone && origin != Origin::Volcano {
+                        body[key] = Value::Null;
+                    }
+                }
                 let patch = Patch::Merge(json!({ "status": body }));
                 writes.push((&*planned.name, ns, name, origin, patch));
             }
-            self.report_unschedulable(planned, &group, origin, stores)
-                .await;
+            if !preempting.contains(&*planned.name) {
+                self.report_unschedulable(planned, &group, origin, stores)
+                    .await;
+            }
         }
         // Written side by side, each behind the rate limit.
         let this = &*self;
@@ -117,81 +139,6 @@ impl Scheduler {
                 .map(drop),
             // scheduler-plugins' controller owns that status (its own phases and counts).
             Origin::SchedulerPlugins => Ok(()),
-        }
-    }
-
-    /// Queue status: state, what its pods hold, and its PodGroups by phase (those with a
-    /// PodGroup object; pods without one are not counted), written only when it changed.
-    pub(super) async fn write_queues(&mut self, plan: &Plan) {
-        use basalt_crds::types::QueueState;
-        let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
-        for planned in &plan.pod_groups {
-            let Some(entry) = self.view.group(&planned.name) else {
-                continue;
-            };
-            let queue = entry.queue.clone();
-            let c = counts.entry(queue).or_default();
-            match planned.phase {
-                basalt_engine::JobPhase::Running => c.0 += 1,
-                basalt_engine::JobPhase::Pending => c.1 += 1,
-                basalt_engine::JobPhase::Inqueue => c.2 += 1,
-                _ => {}
-            }
-        }
-        for q in &plan.queues {
-            let Some(current) = self.view.queue(&q.name) else {
-                continue;
-            };
-            let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
-            let desired = basalt_crds::QueueStatus {
-                state: match q.state {
-                    basalt_engine::QueueState::Open => QueueState::Open,
-                    basalt_engine::QueueState::Closing => QueueState::Closing,
-                    basalt_engine::QueueState::Closed => QueueState::Closed,
-                },
-                allocated: q
-                    .allocated
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Quantity(v.clone())))
-                    .collect(),
-                running: Some(running),
-                pending: Some(pending),
-                inqueue: Some(inqueue),
-            };
-            if current.status.as_ref() == Some(&desired) {
-                continue;
-            }
-            let origin = current.origin;
-            let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
-            // A merge patch keeps omitted keys: resources no longer held are written as null.
-            let mut allocated = serde_json::Map::new();
-            for (k, v) in &desired.allocated {
-                allocated.insert(k.clone(), Value::String(v.0.clone()));
-            }
-            for k in current.status.iter().flat_map(|s| s.allocated.keys()) {
-                allocated.entry(k.clone()).or_insert(Value::Null);
-            }
-            body["allocated"] = Value::Object(allocated);
-            let patch = Patch::Merge(json!({ "status": body }));
-            let params = PatchParams::default();
-            if !self.leadership.leading() {
-                return;
-            }
-            let result = match origin {
-                Origin::Basalt => Api::<Lenient<basalt_crds::Queue>>::all(self.client.clone())
-                    .patch_status(&q.name, &params, &patch)
-                    .await
-                    .map(drop),
-                Origin::Volcano => Api::<VolcanoQueue>::all(self.client.clone())
-                    .patch_status(&q.name, &params, &patch)
-                    .await
-                    .map(drop),
-                // scheduler-plugins has no queues.
-                Origin::SchedulerPlugins => Ok(()),
-            };
-            if let Err(e) = result {
-                tracing::warn!(queue = %q.name, api = origin.api_version(), error = %classify(&e).1, "cannot write Queue status");
-            }
         }
     }
 
@@ -321,6 +268,42 @@ fn desired_status(
         running: count(planned.running),
         succeeded: count(planned.succeeded),
         failed: count(planned.failed),
+        ..Default::default()
+    }
+}
+
+/// How often a change of the explanation alone (holders, place in line) is written: each
+/// write of a long queue's explanations would otherwise follow every start ahead of them.
+const EXPLAIN_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
+/// The plan's explanation in `desired` (none for a Volcano PodGroup, whose schema would drop
+/// it), unless only it changed and the current one is younger than [`EXPLAIN_EVERY`]; the
+/// forecast the forecaster wrote is kept while the group waits.
+fn settle_explanation(
+    desired: &mut basalt_crds::PodGroupStatus,
+    current: &basalt_crds::PodGroupStatus,
+    planned: &PlannedGroup,
+    origin: Origin,
+    now: jiff::Timestamp,
+) {
+    if origin == Origin::Volcano {
+        return;
+    }
+    desired.explanation = (planned.explanation.as_ref()).and_then(|e| serde_json::to_value(e).ok());
+    desired.forecast = (current.forecast.clone()).filter(|_| desired.explanation.is_some());
+    if desired.explanation == current.explanation {
+        desired.explained_at = current.explained_at.clone();
+        return;
+    }
+    let written = (current.explained_at.as_deref()).and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    let recent = written.is_some_and(|at| now.duration_since(at) < EXPLAIN_EVERY);
+    let mut without = desired.clone();
+    without.explanation = current.explanation.clone();
+    without.explained_at = current.explained_at.clone();
+    if desired.explanation.is_some() && recent && same_status(&without, current) {
+        *desired = without;
+    } else {
+        desired.explained_at = desired.explanation.as_ref().map(|_| now.to_string());
     }
 }
 

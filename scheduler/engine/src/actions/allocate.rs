@@ -53,21 +53,24 @@ pub fn allocate(session: &mut Session) {
             holding > 0 && holding < j.min_member
         })
         .collect();
+    // Why a gang's minimum waits is its explanation's to say, once the cycle is done (see
+    // `Session::explain_waiting`): with explanations on, no member's search words it.
+    let explains = session.explains();
+    session.set_quiet(explains);
     for job in partial {
         if session.framework().validate_job(session, job.id).is_ok() {
             let access = backfill_access(session, job, &starts);
+            session.note_served(job.id);
             session.release_holds(job.id);
             allocate_job(session, job.id, access, Pass::Lend, Extent::Minimum);
             session.restore_holds(job.id);
         }
     }
-    // Only the second pass reports why pods wait: the first need not word it.
-    session.set_quiet(true);
     for pass in [Pass::WithinDeserved, Pass::Lend] {
-        if pass == Pass::Lend {
-            session.set_quiet(false);
-        }
         for extent in [Extent::Minimum, Extent::Extras] {
+            // Only the second pass reports why pods wait: the first need not word it.
+            let quiet = pass != Pass::Lend || (explains && extent == Extent::Minimum);
+            session.set_quiet(quiet);
             let fw = session.framework();
             // A job short of its minimum takes part in the first round, a ready one with
             // members left in the second.
@@ -102,6 +105,7 @@ fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass, exte
         if jobs.is_empty() {
             order.remove(session, queue);
         }
+        session.note_served(job.id);
         let refused = if session.holding(job.id) == 0 {
             queue_refuses(session, job)
         } else {
@@ -179,6 +183,9 @@ fn allocate_job(
     if let Some(outcome) = super::topology::place(session, job, access, &admissible) {
         match outcome {
             Ok(stmt) => session.commit(stmt),
+            Err((NOT_ENOUGH_RESOURCES, _)) if pass == Pass::Lend && session.explains() => {
+                session.note_short(job_id)
+            }
             Err((reason, message)) if pass == Pass::Lend => {
                 session.add_condition(job_id, unschedulable(reason, message))
             }
@@ -233,6 +240,11 @@ fn allocate_job(
     let message = if ready {
         // The gang runs; only extra members are left waiting, and say why in their own round.
         failure.filter(|_| extent == Extent::Extras)
+    } else if session.explains() {
+        if pass == Pass::Lend {
+            session.note_short(job_id);
+        }
+        None
     } else {
         let why = failure.unwrap_or_else(|| "per-role minimums (minTaskMember) are not met".into());
         Some(format!(

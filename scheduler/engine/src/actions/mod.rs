@@ -20,6 +20,9 @@ use crate::warm::Warm;
 
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
+/// A gang that can never start as the cluster and its quota stand (see
+/// [`crate::plan::NeverFits`]).
+pub const NEVER_FITS: &str = "NeverFits";
 pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
 /// Some members are not ready for scheduling (`spec.schedulingGates`).
 pub const SCHEDULING_GATED: &str = "SchedulingGated";
@@ -55,6 +58,9 @@ pub fn schedule_each(
             Action::Reclaim => reclaim(&mut session),
             Action::Preempt => preempt(&mut session),
         });
+    }
+    if fw.explain_failures {
+        session.explain_waiting();
     }
     session.into_plan()
 }

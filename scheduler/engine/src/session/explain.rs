@@ -145,8 +145,22 @@ impl Session<'_> {
         request: &Resources,
         access: ReservedNodes,
     ) -> String {
+        let (counts, _) = self.count_refusals(task, shape, rules, request, access);
+        nodes_available(self.snapshot, &counts)
+    }
+
+    /// Nodes per refusal for the task, and the nodes that could take it now.
+    pub(super) fn count_refusals(
+        &mut self,
+        task: TaskId,
+        shape: ShapeId,
+        rules: RulesId,
+        request: &Resources,
+        access: ReservedNodes,
+    ) -> (BTreeMap<Refusal, usize>, Vec<NodeId>) {
         let scan = self.scan(shape, rules, request);
         let mut counts = scan.refused.clone();
+        let mut available = Vec::new();
         let check = self.pods.prepare(self.snapshot, task);
         for &node in &scan.room {
             let short =
@@ -161,7 +175,9 @@ impl Session<'_> {
             }
             if !self.may_use(node, access) {
                 *counts.entry(Refusal::Reserved).or_default() += 1;
+                continue;
             }
+            available.push(node);
         }
         for (id, &n) in scan.short.iter().enumerate().filter(|(_, &n)| n > 0) {
             *counts
@@ -170,6 +186,6 @@ impl Session<'_> {
         }
         drop(check);
         self.scans.insert(shape, scan);
-        nodes_available(self.snapshot, &counts)
+        (counts, available)
     }
 }

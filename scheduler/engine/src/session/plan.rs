@@ -3,7 +3,8 @@
 use super::{MemberCounts, Op, Session, TaskStatus};
 use crate::model::*;
 use crate::plan::{
-    Binding, Eviction, Nomination, NominationReason, Plan, PodGroupStatus, QueueStatus,
+    Binding, Condition, Eviction, Explanation, Nomination, NominationReason, Plan, PodGroupStatus,
+    QueueStatus, Verdict,
 };
 use crate::share::Share;
 
@@ -11,7 +12,7 @@ impl Session<'_> {
     /// The plan: committed bindings, nominations and evictions in the order they were decided,
     /// every job's status after the cycle and every queue's share, sorted by name. A session
     /// opened [`Session::with_warm`] leaves its node state in that [`crate::Warm`].
-    pub fn into_plan(self) -> Plan {
+    pub fn into_plan(mut self) -> Plan {
         let snap = self.snapshot;
         let mut plan = Plan::default();
         let gpu_indices = |node: NodeId, gpus: u64| -> Vec<u32> {
@@ -46,11 +47,13 @@ impl Session<'_> {
                 }),
                 Op::Evict {
                     task,
+                    node,
                     reason,
                     for_job,
                     ..
                 } => plan.evictions.push(Eviction {
                     pod: snap.task(*task).name.to_string(),
+                    node: snap.node(*node).name.clone(),
                     reason: reason.clone(),
                     for_group: snap.job(*for_job).name.to_string(),
                 }),
@@ -113,11 +116,15 @@ impl Session<'_> {
             }
             // Why members wait matters only while some do; warnings hold as long as the spec.
             let waiting = c.pending + c.pipelined > 0;
-            let conditions = self.conditions[job.id.index()]
+            let mut conditions: Vec<Condition> = self.conditions[job.id.index()]
                 .iter()
                 .filter(|c| waiting || c.kind != crate::actions::UNSCHEDULABLE)
                 .cloned()
                 .collect();
+            let explanation = self.waiting[job.id.index()].take().filter(|_| waiting);
+            if self.short[job.id.index()] && waiting {
+                conditions.push(short_condition(job, &c, explanation.as_deref()));
+            }
             plan.pod_groups.push(PodGroupStatus {
                 name: job.name.clone(),
                 phase,
@@ -127,6 +134,7 @@ impl Session<'_> {
                 failed: c.failed,
                 pending: c.pending + c.pipelined,
                 min_member: job.min_member,
+                explanation,
             });
         }
         let names = &snap.resources;
@@ -137,6 +145,7 @@ impl Session<'_> {
                 parent: q.parent.map(|p| snap.queue(p).name.clone()),
                 deserved: names.quantities(deserved),
                 allocated: names.quantities(held),
+                demand: names.quantities(&self.queue_pending[q.id.index()]),
                 share: Share::of_deserved(held, deserved).as_f64(),
                 undeserved: (Share::undeserved(held, deserved))
                     .map(|r| names.name(r).to_string())
@@ -146,5 +155,28 @@ impl Session<'_> {
         }
         self.hand_on();
         plan
+    }
+}
+
+/// The condition of a gang whose minimum `allocate` could not place, worded from its
+/// explanation: `NeverFits` when nothing that ends would make room, else Volcano's
+/// `NotEnoughResources`.
+fn short_condition(job: &Job, c: &MemberCounts, e: Option<&Explanation>) -> Condition {
+    let (reason, message) = match e {
+        Some(e) if e.verdict == Verdict::NeverFits => (crate::actions::NEVER_FITS, e.summary()),
+        Some(e) => (crate::actions::NOT_ENOUGH_RESOURCES, e.summary()),
+        None => (
+            crate::actions::NOT_ENOUGH_RESOURCES,
+            format!(
+                "{}/{} members of the gang could be placed",
+                c.running + c.pipelined + c.succeeded,
+                job.min_member
+            ),
+        ),
+    };
+    Condition {
+        kind: crate::actions::UNSCHEDULABLE.to_string(),
+        reason: reason.to_string(),
+        message,
     }
 }

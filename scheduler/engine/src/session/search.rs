@@ -435,9 +435,8 @@ impl Session<'_> {
     }
 
     /// Whether reasons are wanted: an action that will not report why a pod found no node
-    /// (allocate's first pass) spares the scans of tasks with inter-pod rules (the others'
-    /// reasons are kept per shape, and the first pass's reason is the one reported when the
-    /// capacity has not changed since). Decisions never depend on it.
+    /// (allocate's first pass, and its gangs' minimums when the explanation words them)
+    /// spares the scans. Decisions never depend on it.
     pub fn set_quiet(&mut self, quiet: bool) {
         self.quiet = quiet;
     }
@@ -463,7 +462,7 @@ impl Session<'_> {
     /// nvidia.com/gpu, 1 didn't match node selector." Computed once per shape until capacity
     /// changes; a full scan, so only asked for when a reason must reach the user.
     pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> String {
-        if !self.fw.explain_failures {
+        if !self.fw.explain_failures || self.quiet {
             return crate::framework::NO_NODE_FITS.into();
         }
         let t = self.snapshot.task(task);
@@ -475,9 +474,6 @@ impl Session<'_> {
         // members of one shape are explained once per commit (the reason as the first try
         // found it), not once per member and try, each a scan.
         if self.pods.guard(self.snapshot, task) != Guard::Free {
-            if self.quiet {
-                return crate::framework::NO_NODE_FITS.into();
-            }
             let epoch = self.committed.len() as u64;
             let key = (t.job, shape, access);
             if let Some((at, message)) = self.gang_explanations.get(&key) {

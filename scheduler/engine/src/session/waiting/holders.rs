@@ -1,0 +1,318 @@
+//! Who holds the capacity a waiting job needs, and the fewest running jobs whose end would let
+//! it start. Per (placement rules, domain) the holders are gathered once for the pass, and per
+//! node the jobs whose end lets it take one more member; the search for jobs to end takes
+//! node after node, the one needing the fewest jobs not already ending, until the members fit
+//! (by resources and whole GPUs), then drops the ends the others make unnecessary. It names
+//! at most [`CANDIDATES`] jobs.
+
+use std::sync::Arc;
+
+use basalt_topology::DomainId;
+
+use super::super::{Op, Session};
+use super::{fit_count, Kept as PassKept};
+use crate::hash::Map;
+use crate::model::{JobId, NodeId, QueueId, RulesId, ShapeId, TaskId};
+use crate::plan::{Explanation, Holding, Unblock};
+use crate::resources::{ResourceId, Resources, PODS};
+
+/// Holders listed per explanation, jobs and queues each.
+const LISTED: usize = 3;
+/// The most jobs the search for jobs to end names.
+const CANDIDATES: usize = 64;
+
+type Where = (RulesId, Option<DomainId>);
+/// Per node, the holders whose end lets it take one more member (see `node_options`).
+type Options = Arc<[Vec<usize>]>;
+
+#[derive(Default)]
+pub(in crate::session) struct Kept {
+    /// Tasks this cycle placed, per node.
+    placed: Option<Map<NodeId, Vec<TaskId>>>,
+    places: Map<Where, Arc<Holdings>>,
+    /// Per place and resource: its holders' indices, most first.
+    sorted: Map<(Where, ResourceId), Arc<[usize]>>,
+    /// Per place and shape: how many of the shape its nodes take now.
+    fits: Map<(Where, ShapeId), u64>,
+    /// Per place, shape and resource: the node options of the search for jobs to end.
+    options: Map<(Where, ShapeId, ResourceId), Options>,
+}
+
+/// Who holds what on a set of nodes.
+struct Holdings {
+    nodes: Vec<NodeId>,
+    free: Resources,
+    jobs: Vec<Holder>,
+    /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
+    on_node: std::collections::BTreeMap<NodeId, Vec<usize>>,
+}
+
+struct Holder {
+    job: JobId,
+    holds: Resources,
+    tasks: Vec<(NodeId, TaskId)>,
+}
+
+impl Session<'_> {
+    /// Fills in who holds the resource `e` is shortest of where the job could go, and, when
+    /// nothing else explains the wait, the fewest running jobs whose end lets it start.
+    pub(super) fn explain_holders(
+        &mut self,
+        kept: &mut PassKept,
+        e: &mut Explanation,
+        job: JobId,
+        needed: &[TaskId],
+        asked: &Resources,
+        within: Option<DomainId>,
+    ) {
+        let snap = self.snapshot;
+        let first = snap.task(needed[0]);
+        let place = (first.rules, within);
+        let holdings = self.holdings(&mut kept.holders, place);
+        let Some(resource) = shortest(asked, &holdings.free) else {
+            return;
+        };
+        let order = kept
+            .holders
+            .sorted
+            .entry((place, resource))
+            .or_insert_with(|| {
+                let mut order: Vec<usize> = (0..holdings.jobs.len()).collect();
+                order.sort_by(|&a, &b| {
+                    let (a, b) = (&holdings.jobs[a], &holdings.jobs[b]);
+                    (b.holds.get(resource).cmp(&a.holds.get(resource)))
+                        .then_with(|| snap.job(a.job).name.cmp(&snap.job(b.job).name))
+                });
+                order.into()
+            })
+            .clone();
+        let others = || {
+            (order.iter().map(|&i| &holdings.jobs[i]))
+                .filter(|h| h.job != job && h.holds.get(resource) > 0)
+        };
+        let names = &snap.resources;
+        e.held_resource = Some(names.name(resource).to_string());
+        e.held_by = others()
+            .take(LISTED)
+            .map(|h| Holding {
+                name: snap.job(h.job).name.clone(),
+                amount: names.format(resource, h.holds.get(resource)),
+            })
+            .collect();
+        let mut queues: Map<QueueId, i64> = Map::default();
+        for h in others() {
+            let held = queues.entry(snap.job(h.job).queue).or_default();
+            *held = held.saturating_add(h.holds.get(resource));
+        }
+        let mut queues: Vec<(QueueId, i64)> = queues.into_iter().collect();
+        queues.sort_by(|a, b| {
+            b.1.cmp(&a.1)
+                .then_with(|| snap.queue(a.0).name.cmp(&snap.queue(b.0).name))
+        });
+        e.held_by_queues = (queues.iter().take(LISTED))
+            .map(|&(q, amount)| Holding {
+                name: snap.queue(q).name.as_str().into(),
+                amount: names.format(resource, amount),
+            })
+            .collect();
+        if e.unblock.is_some() || e.never_fits.is_some() || e.fit_now >= e.need {
+            return;
+        }
+        let request = &first.request;
+        let need = needed.len() as u64;
+        let fits_now = *kept
+            .holders
+            .fits
+            .entry((place, first.shape))
+            .or_insert_with(|| {
+                (holdings.nodes.iter())
+                    .map(|&n| fit_count(&self.free(n), request, u64::MAX))
+                    .fold(0, u64::saturating_add)
+            });
+        if fits_now >= need {
+            // The room is there by resources: something else (devices, rules) decides.
+            return;
+        }
+        let options = kept
+            .holders
+            .options
+            .entry((place, first.shape, resource))
+            .or_insert_with(|| Arc::from(self.node_options(&holdings, request, resource)))
+            .clone();
+        e.unblock = Some(
+            match self.jobs_to_end(&holdings, &options, job, request, need, fits_now) {
+                Some(ending) => Unblock::JobsEnd {
+                    jobs: (ending.iter())
+                        .map(|&i| snap.job(holdings.jobs[i].job).name.clone())
+                        .collect(),
+                },
+                None => Unblock::NotSoon {
+                    considered: CANDIDATES as u32,
+                },
+            },
+        );
+    }
+
+    /// Per node of the place: the jobs on it whose end lets it take one more member of
+    /// `request` (its largest holders of `resource` first), as holder indices; nodes that no
+    /// end of theirs makes take one more are left out.
+    fn node_options(
+        &self,
+        holdings: &Holdings,
+        request: &Resources,
+        resource: ResourceId,
+    ) -> Vec<Vec<usize>> {
+        let snap = self.snapshot;
+        let mut out = Vec::new();
+        for (&node, on) in &holdings.on_node {
+            let mut free = self.free(node);
+            let before = fit_count(&free, request, u64::MAX);
+            let mut on = on.clone();
+            on.sort_by_key(|&i| std::cmp::Reverse(holdings.jobs[i].holds.get(resource)));
+            let mut ending = Vec::new();
+            for i in on {
+                for &(n, t) in &holdings.jobs[i].tasks {
+                    if n == node {
+                        free.add(&snap.task(t).request);
+                    }
+                }
+                ending.push(i);
+                if fit_count(&free, request, u64::MAX) > before {
+                    out.push(ending);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// The holder indices of the fewest jobs found whose end makes room for `need` of
+    /// `request`: node by node, the node whose end needs the fewest jobs not already ending,
+    /// until the members fit; then each job dropped whose end the others make unnecessary.
+    /// At most [`CANDIDATES`] jobs; `None` when those do not make room.
+    fn jobs_to_end(
+        &self,
+        holdings: &Holdings,
+        options: &[Vec<usize>],
+        job: JobId,
+        request: &Resources,
+        need: u64,
+        fits_now: u64,
+    ) -> Option<Vec<usize>> {
+        let mut free: Map<NodeId, Resources> = Map::default();
+        let mut total = fits_now;
+        let mut end = |session: &Session, h: &Holder, total: &mut u64, back: bool| {
+            for &(node, task) in &h.tasks {
+                let f = free.entry(node).or_insert_with(|| session.free(node));
+                let before = fit_count(f, request, u64::MAX);
+                let r = &session.snapshot.task(task).request;
+                if back {
+                    f.sub(r);
+                } else {
+                    f.add(r);
+                }
+                let after = fit_count(f, request, u64::MAX);
+                *total = total.saturating_add(after).saturating_sub(before);
+            }
+        };
+        let mut ending = vec![false; holdings.jobs.len()];
+        let mut chosen: Vec<usize> = Vec::new();
+        let mut used = vec![false; options.len()];
+        while total < need {
+            let best = (options.iter().enumerate())
+                .filter(|&(o, jobs)| !used[o] && jobs.iter().all(|&i| holdings.jobs[i].job != job))
+                .map(|(o, jobs)| (jobs.iter().filter(|&&i| !ending[i]).count(), o))
+                .min();
+            let (_, o) = best?;
+            used[o] = true;
+            for &i in &options[o] {
+                if !ending[i] {
+                    ending[i] = true;
+                    chosen.push(i);
+                    end(self, &holdings.jobs[i], &mut total, false);
+                }
+            }
+            if chosen.len() > CANDIDATES {
+                return None;
+            }
+        }
+        // Drop, latest first, the ends the others make unnecessary.
+        for k in (0..chosen.len()).rev() {
+            let h = &holdings.jobs[chosen[k]];
+            end(self, h, &mut total, true);
+            if total >= need {
+                chosen.remove(k);
+            } else {
+                end(self, h, &mut total, false);
+            }
+        }
+        Some(chosen)
+    }
+
+    fn holdings(&mut self, kept: &mut Kept, place: Where) -> Arc<Holdings> {
+        if let Some(h) = kept.places.get(&place) {
+            return h.clone();
+        }
+        let placed = kept.placed.get_or_insert_with(|| {
+            let mut placed: Map<NodeId, Vec<TaskId>> = Map::default();
+            for op in &self.committed {
+                if let Op::Allocate { task, node, .. } = op {
+                    placed.entry(*node).or_default().push(*task);
+                }
+            }
+            placed
+        });
+        let nodes = self.nodes_within(place.0, place.1);
+        let snap = self.snapshot;
+        let dims = snap.resources.len();
+        let mut free = Resources::zero(dims);
+        let mut index: Map<JobId, usize> = Map::default();
+        let mut jobs: Vec<Holder> = Vec::new();
+        let mut on_node: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
+        for &node in &nodes {
+            let mut f = self.free(node);
+            for (id, v) in f.clone().iter() {
+                f.set(id, v.max(0));
+            }
+            free.add(&f);
+            for task in self.holding_tasks(node, placed) {
+                let t = snap.task(task);
+                let i = *index.entry(t.job).or_insert_with(|| {
+                    jobs.push(Holder {
+                        job: t.job,
+                        holds: Resources::zero(dims),
+                        tasks: Vec::new(),
+                    });
+                    jobs.len() - 1
+                });
+                jobs[i].holds.add(&t.request);
+                jobs[i].tasks.push((node, task));
+                let here = on_node.entry(node).or_default();
+                if !here.contains(&i) {
+                    here.push(i);
+                }
+            }
+        }
+        let h = Arc::new(Holdings {
+            nodes,
+            free,
+            jobs,
+            on_node,
+        });
+        kept.places.insert(place, h.clone());
+        h
+    }
+}
+
+/// The resource `asked` is shortest of against `free` (the largest asked / free; one with
+/// nothing free first), pod slots aside.
+fn shortest(asked: &Resources, free: &Resources) -> Option<ResourceId> {
+    (asked.iter())
+        .filter(|&(id, v)| id != PODS && v > 0)
+        .max_by(|&(a, va), &(b, vb)| {
+            let (fa, fb) = (free.get(a).max(0) as i128, free.get(b).max(0) as i128);
+            // va / fa against vb / fb, without dividing.
+            (va as i128 * fb).cmp(&(vb as i128 * fa)).then(b.cmp(&a))
+        })
+        .map(|(id, _)| id)
+}
