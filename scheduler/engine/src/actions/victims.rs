@@ -3,15 +3,17 @@
 //! which set costs least is the framework's [`crate::framework::Victims`] policy.
 //!
 //! On each candidate node the pods that free something the task lacks are ordered by the policy
-//! and taken greedily until the task fits. One greedy pass can walk into a dead end: a cheap
-//! first victim can leave the gang that must go impossible to take. So when the first pass fails
-//! or takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more passes start from
-//! each of the next candidates instead (one victim ends the search, and a start that would only
-//! repeat the best set is skipped); the cheapest set found wins. Units a set does not need (the
-//! task fits without them) are dropped.
+//! and taken greedily until the task fits, in two sweeps: first the victims whose gang keeps its
+//! minimums without them (a shrink), then the others, each with its whole gang (a stop); for an
+//! extra member (see [`Goal::extra`]) only the first sweep runs. One greedy pass can walk into a
+//! dead end: a cheap first victim can leave the gang that must go impossible to take. So when
+//! the first pass fails or takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more
+//! passes start from each of the next candidates instead, taken whatever it drags (one victim
+//! ends the search, and a start that would only repeat the best set is skipped); the cheapest
+//! set found wins. Units a set does not need (the task fits without them) are dropped.
 
 use crate::devices::DeviceUse;
-use crate::framework::{EvictionKind, VictimUnit};
+use crate::framework::{EvictionKind, VictimCost, VictimUnit};
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
 use crate::session::{ReservedNodes, Session, TaskStatus};
@@ -29,6 +31,9 @@ pub struct Goal<'r> {
     /// Preempt in a queue at its capability: the victims (all of the preemptor's queue) must
     /// also give back enough for the task to be admitted.
     pub needs_admission: bool,
+    /// The task is above its job's minimum (an elastic job's extra): its victims are only pods
+    /// whose gang keeps every minimum without them, never a pod some gang's minimum needs.
+    pub extra: bool,
 }
 
 /// Where and whom to evict for one task.
@@ -62,7 +67,7 @@ pub fn best_victims(
     if let Some(within) = within {
         nodes.retain(|n| within.binary_search(n).is_ok());
     }
-    let mut best: Option<NodeVictims> = None;
+    let mut best: Option<(VictimCost, NodeVictims)> = None;
     for node in nodes {
         if !session.may_use(node, ReservedNodes::Avoid(job.id))
             || !session.passes_filters(goal.task, node)
@@ -70,18 +75,14 @@ pub fn best_victims(
         {
             continue;
         }
-        let Some(victims) = victims_on(session, job, node, goal, mode) else {
+        let Some(found) = victims_on(session, job, node, goal, mode) else {
             continue;
         };
-        if (best.as_ref()).is_none_or(|b| {
-            policy
-                .compare_costs(session, &victims.tasks, &b.tasks)
-                .is_lt()
-        }) {
-            best = Some(victims);
+        if best.as_ref().is_none_or(|(cost, _)| found.0 < *cost) {
+            best = Some(found);
         }
     }
-    best
+    best.map(|(_, victims)| victims)
 }
 
 /// Whether pods of `victim` are within the action's scope: the preemptor's own queue for
@@ -93,15 +94,15 @@ fn in_scope(mode: EvictionKind, preemptor: QueueId, victim: QueueId) -> bool {
     }
 }
 
-/// The cheapest victims on `node` for the goal; `None` when the node cannot be freed enough (or
-/// needs no victims: `find_node` has turned it down, so it is skipped too).
+/// The cheapest victims on `node` for the goal, and their cost; `None` when the node cannot be
+/// freed enough (or needs no victims: `find_node` has turned it down, so it is skipped too).
 fn victims_on(
     session: &Session,
     job: &Job,
     node: NodeId,
     goal: &Goal,
     mode: EvictionKind,
-) -> Option<NodeVictims> {
+) -> Option<(VictimCost, NodeVictims)> {
     let snap = session.snapshot;
     let policy = &*session.framework().victims;
     let search = NodeSearch::new(session, job, node, goal, mode)?;
@@ -109,11 +110,11 @@ fn victims_on(
     if candidates.is_empty() {
         return None;
     }
-    // The cheapest set so far: its victims, and the same in units.
-    let mut best: Option<(Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
+    // The cheapest set so far: its cost, its victims, and the same in units.
+    let mut best: Option<(VictimCost, Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
     for first in 0..=FIRST_VICTIM_ALTERNATIVES.min(candidates.len().saturating_sub(1)) {
         // One victim ends the search (its bound, whatever the policy's costs).
-        if first > 0 && best.as_ref().is_some_and(|(victims, _)| victims.len() <= 1) {
+        if first > 0 && best.as_ref().is_some_and(|(_, victims, _)| victims.len() <= 1) {
             break;
         }
         // A start already in the best set, that would go the same way again (alone, or
@@ -125,7 +126,7 @@ fn victims_on(
                     && (u.len() == 1 || !session.meets_minimums(snap.task(start).job, &[start]))
             })
         };
-        if first > 0 && best.as_ref().is_some_and(|(_, units)| repeats(units)) {
+        if first > 0 && best.as_ref().is_some_and(|(_, _, units)| repeats(units)) {
             continue;
         }
         let Some(units) = search.greedy(&candidates, first) else {
@@ -133,14 +134,14 @@ fn victims_on(
         };
         let units = search.drop_unneeded(units);
         let victims: Vec<TaskId> = units.iter().flatten().copied().collect();
-        if (best.as_ref()).is_none_or(|(b, _)| policy.compare_costs(session, &victims, b).is_lt()) {
-            best = Some((victims, units));
+        let cost = policy.cost(session, job.id, &victims);
+        if best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
+            best = Some((cost, victims, units));
         }
     }
-    best.map(|(tasks, _)| NodeVictims {
-        node,
-        tasks,
-        short: search.short.clone(),
+    best.map(|(cost, tasks, _)| {
+        let short = search.short.clone();
+        (cost, NodeVictims { node, tasks, short })
     })
 }
 
@@ -236,36 +237,37 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         candidates
     }
 
-    /// Takes `candidates[first]`, then the others in order, until the task fits; each victim
-    /// with the gang mates it drags along (a unit).
+    /// Takes the candidates in order until the task fits, each victim with the gang mates it
+    /// drags along (a unit): first those whose gang keeps its minimums without them, then
+    /// (except for an extra) those that stop their gang. From `first` > 0, `candidates[first]`
+    /// goes first, whatever it drags (except for an extra).
     fn greedy(&self, candidates: &[TaskId], first: usize) -> Option<Vec<Vec<TaskId>>> {
-        let order = std::iter::once(candidates[first]).chain(
-            candidates
-                .iter()
-                .copied()
-                .enumerate()
-                .filter(|&(i, _)| i != first)
-                .map(|(_, v)| v),
-        );
+        let stops = !self.goal.extra;
         let mut tally = Tally::default();
         let mut freed = self.nothing_freed();
         let mut units: Vec<Vec<TaskId>> = Vec::new();
-        for v in order {
-            if freed.fits(self) {
-                break;
-            }
-            if tally.has(v) {
-                continue;
-            }
-            let Some(unit) = unit_of(self.session, self.job, v, &self.short, self.mode, &tally)
-            else {
-                continue;
+        let mut take = |v: TaskId, may_stop: bool, tally: &mut Tally, freed: &mut Freed| {
+            let Some(unit) = unit_of(self, v, may_stop, tally) else {
+                return;
             };
             for &m in &unit {
                 tally.take(self.session, m);
                 freed.take(self, m);
             }
             units.push(unit);
+        };
+        if first > 0 {
+            take(candidates[first], stops, &mut tally, &mut freed);
+        }
+        for may_stop in [false, true].into_iter().filter(|&s| stops || !s) {
+            for &v in candidates {
+                if freed.fits(self) {
+                    break;
+                }
+                if !tally.has(v) {
+                    take(v, may_stop, &mut tally, &mut freed);
+                }
+            }
         }
         (!units.is_empty() && freed.fits(self)).then_some(units)
     }
@@ -378,27 +380,34 @@ impl Tally {
 }
 
 /// The victim alone while its gang keeps every minimum without it (minMember and each role's
-/// minTaskMember, see [`Session::meets_minimums`]), else its whole gang (every bound member not
-/// yet taken); `None` when the gang may not lose them: it is the preemptor, this cycle starts
-/// it, it is outside the action's scope, or the policy keeps it.
+/// minTaskMember, see [`Session::meets_minimums`]), else, when `may_stop`, its whole gang (every
+/// bound member not yet taken); `None` when the gang may not lose them: it is the preemptor,
+/// this cycle starts it, it is outside the action's scope, or the policy keeps it.
 fn unit_of(
-    session: &Session,
-    job: &Job,
+    search: &NodeSearch,
     victim: TaskId,
-    short: &[ResourceId],
-    mode: EvictionKind,
+    may_stop: bool,
     tally: &Tally,
 ) -> Option<Vec<TaskId>> {
+    let (session, job, mode) = (search.session, search.job, search.mode);
     let snap = session.snapshot;
     let vjob = snap.job(snap.task(victim).job);
     if vjob.id == job.id || session.placed_now(vjob.id) || !in_scope(mode, job.queue, vjob.queue) {
         return None;
     }
-    let mut gone: Vec<TaskId> = (tally.taken.iter().copied())
-        .filter(|&t| snap.task(t).job == vjob.id)
-        .collect();
-    gone.push(victim);
-    let tasks: Vec<TaskId> = if session.meets_minimums(vjob.id, &gone) {
+    // Without earlier victims of its gang (the common case) no list is built.
+    let earlier = |t: &&TaskId| snap.task(**t).job == vjob.id;
+    let alone = if tally.taken.iter().any(|t| earlier(&t)) {
+        let mut gone: Vec<TaskId> = tally.taken.iter().filter(earlier).copied().collect();
+        gone.push(victim);
+        session.meets_minimums(vjob.id, &gone)
+    } else {
+        session.meets_minimums(vjob.id, std::slice::from_ref(&victim))
+    };
+    if !alone && !may_stop {
+        return None;
+    }
+    let tasks: Vec<TaskId> = if alone {
         vec![victim]
     } else {
         vjob.tasks
@@ -414,8 +423,9 @@ fn unit_of(
     }
     let unit = VictimUnit {
         tasks: &tasks,
+        stops_job: !alone,
         request: &request,
-        short,
+        short: &search.short,
         taken: &tally.from_queue,
     };
     let policy = &session.framework().victims;
