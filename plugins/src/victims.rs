@@ -12,10 +12,10 @@
 //!   the engine limits to pods whose gang keeps its minimums: an extra never stops a job).
 //! - Order on a node: for reclaim the lowest queue priority first; then the lowest pod
 //!   priority, the lowest job priority, the youngest.
-//! - Sets, cheapest first: one that takes no queue from above its deserved share to below it;
-//!   then the fewest jobs stopped (a shrink before a stop); then the fewest victims; then the
-//!   lowest highest (pod, job) priority among them; then the least work lost (the victims' run
-//!   time summed: a stopped job counts all its pods).
+//! - Sets, cheapest first: one that takes no victim's queue from above its deserved share to
+//!   below it; then the fewest jobs stopped (a shrink before a stop); then the fewest victims;
+//!   then the lowest highest (pod, job) priority among them; then the least work lost (the
+//!   victims' run times summed: a stopped job counts all its pods).
 //! - An eviction that stops a job is worth it only when the preemptor's members placed on the
 //!   nodes it frees use at least [`LowerPriorityOverShare::min_used_milli`] / 1000 of what it
 //!   frees, in every resource it was for (`eviction.minUsedFraction`, default 0.5): a 1-GPU pod
@@ -175,44 +175,63 @@ impl Victims for LowerPriorityOverShare {
             })
             .collect();
         let used: Vec<TaskId> = (placed.iter().copied())
-            .filter(|&t| {
-                (session.task_status(t).node()).is_some_and(|n| freed_nodes.contains(&n))
-            })
+            .filter(|&t| (session.task_status(t).node()).is_some_and(|n| freed_nodes.contains(&n)))
             .collect();
         let sum = |tasks: &[TaskId], r: ResourceId| -> i128 {
-            (tasks.iter()).map(|&t| snap.task(t).request.get(r) as i128).sum()
+            (tasks.iter())
+                .map(|&t| snap.task(t).request.get(r) as i128)
+                .sum()
         };
-        (resources.iter()).all(|&r| {
-            sum(&used, r) * 1000 >= sum(victims, r) * self.min_used_milli as i128
-        })
+        (resources.iter())
+            .all(|&r| sum(&used, r) * 1000 >= sum(victims, r) * self.min_used_milli as i128)
     }
 }
 
-/// A set's cost, cheapest first: the queues it takes from above their deserved share to below
-/// it, the jobs it stops, its victims, their highest (pod, job) priority, and the work it loses
-/// (the victims' run times summed, in milliseconds). Asked with the victims holding their nodes;
-/// no allocation (it is asked for every node a search looks at).
+/// A set's cost, cheapest first: the victims' queues it takes from above their deserved share
+/// to below it, the jobs it stops, its victims, their highest (pod, job) priority, and the work
+/// it loses (the victims' run times summed, in milliseconds). Asked with the victims holding
+/// their nodes, for every node a search looks at: each job and queue is summed once, at its
+/// first victim, and nothing is allocated.
 fn cost(session: &Session, preemptor: QueueId, victims: &[TaskId]) -> VictimCost {
     let snap = session.snapshot;
+    let queue_of = |v: TaskId| snap.job(snap.task(v).job).queue;
     let mut top = (i32::MIN, i32::MIN);
-    let mut work = 0i64;
-    let mut stops = 0i64;
+    let (mut work, mut stops, mut below) = (0i64, 0i64, 0i64);
     for (i, &v) in victims.iter().enumerate() {
         let t = snap.task(v);
-        top = top.max((t.priority, snap.job(t.job).priority));
+        let job = snap.job(t.job);
+        top = top.max((t.priority, job.priority));
         let since = t.started_ms.unwrap_or(t.created_ms);
         work = work.saturating_add(snap.now_ms.saturating_sub(since).max(0));
-        // Counted at its job's first victim: the set stops the job when it holds every member.
-        if !victims[..i].iter().any(|&w| snap.task(w).job == t.job) {
-            let taken = (victims[i..].iter())
-                .filter(|&&w| snap.task(w).job == t.job)
-                .count();
-            if taken as u32 >= session.holding(t.job) {
-                stops += 1;
-            }
+        let (before, from_here) = victims.split_at(i);
+        if before.iter().any(|&w| snap.task(w).job == t.job) {
+            continue;
+        }
+        // The job's first victim: the set stops it when it takes every member it holds.
+        let taken = (from_here.iter())
+            .filter(|&&w| snap.task(w).job == t.job)
+            .count();
+        stops += (taken as u32 >= session.holding(t.job)) as i64;
+        // The queue's first victim (preempt's victims are of the preemptor's queue).
+        if job.queue != preemptor && !before.iter().any(|&w| queue_of(w) == job.queue) {
+            let (held, deserved) = (
+                session.queue_allocated(job.queue),
+                session.deserved(job.queue),
+            );
+            // Only what it holds above its share can be crossed.
+            let crosses = |(r, over): (ResourceId, i64)| {
+                let taken = (from_here.iter())
+                    .filter(|&&w| queue_of(w) == job.queue)
+                    .fold(0i64, |n, &w| n.saturating_add(snap.task(w).request.get(r)));
+                taken > over
+            };
+            let mut over = held.iter().filter_map(|(r, h)| {
+                let d = deserved.get(r);
+                (h > d).then(|| (r, h.saturating_sub(d)))
+            });
+            below += over.any(crosses) as i64;
         }
     }
-    let below = queues_taken_below(session, preemptor, victims);
     VictimCost([
         below,
         stops,
@@ -221,34 +240,6 @@ fn cost(session: &Session, preemptor: QueueId, victims: &[TaskId]) -> VictimCost
         top.1 as i64,
         work,
     ])
-}
-
-/// How many queues the victims take from above their deserved share to below it, in some
-/// resource: each victim's queue and its parents below the one shared with the preemptor's
-/// (none for preempt, whose victims are of the preemptor's queue).
-fn queues_taken_below(session: &Session, preemptor: QueueId, victims: &[TaskId]) -> i64 {
-    let snap = session.snapshot;
-    let queue_of = |v: TaskId| snap.job(snap.task(v).job).queue;
-    let holds = |v: TaskId, q: QueueId| ancestors(snap, queue_of(v)).any(|a| a == q);
-    let mut below = 0;
-    for (i, &v) in victims.iter().enumerate() {
-        for q in reclaimed_from(snap, queue_of(v), preemptor) {
-            // Each queue once, at its first victim.
-            if victims[..i].iter().any(|&w| holds(w, q)) {
-                continue;
-            }
-            let mut taken = Resources::zero(snap.resources.len());
-            for &w in victims[i..].iter().filter(|&&w| holds(w, q)) {
-                taken.add(&snap.task(w).request);
-            }
-            let (held, deserved) = (session.queue_allocated(q), session.deserved(q));
-            let crosses = taken.iter().any(|(r, t)| {
-                held.get(r) > deserved.get(r) && held.get(r).saturating_sub(t) < deserved.get(r)
-            });
-            below += crosses as i64;
-        }
-    }
-    below
 }
 
 /// Whether the queues of a reclaim victim unit (of `queue`) may give it up, after what the units

@@ -154,8 +154,7 @@ fn cluster(case: &Case) -> (ClusterSpec, BTreeMap<String, (usize, Shape)>) {
         }
     }
     let (size, shape) = case.gang;
-    spec.groups
-        .push(group("gang".into(), 0, size, 10, false));
+    spec.groups.push(group("gang".into(), 0, size, 10, false));
     for p in 0..size {
         spec.pods.push(PodSpec {
             namespace: "ns".into(),
@@ -173,7 +172,12 @@ fn cluster(case: &Case) -> (ClusterSpec, BTreeMap<String, (usize, Shape)>) {
 }
 
 /// How many pods of `shape` fit on the nodes with every running pod but `gone`'s.
-fn room(case: &Case, placed: &BTreeMap<String, (usize, Shape)>, gone: &[&String], shape: Shape) -> i64 {
+fn room(
+    case: &Case,
+    placed: &BTreeMap<String, (usize, Shape)>,
+    gone: &[&String],
+    shape: Shape,
+) -> i64 {
     let mut free = case.nodes.clone();
     for (pod, &(n, (c, m, g))) in placed {
         if !gone.contains(&pod) {

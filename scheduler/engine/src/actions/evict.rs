@@ -159,7 +159,16 @@ fn attempt(
         if holding + ((order.len() - i) as u32) < job.min_member {
             break;
         }
-        if place_member(session, job, task, mode, failed, within, &mut sim, &mut reclaimed) {
+        if place_member(
+            session,
+            job,
+            task,
+            mode,
+            failed,
+            within,
+            &mut sim,
+            &mut reclaimed,
+        ) {
             holding += 1;
         }
     }

@@ -505,10 +505,13 @@ pub(super) fn running_domain(session: &Session, job: &Job) -> Option<Vec<NodeId>
         .ok()?
         .0
         .required?;
-    let held = job.tasks.iter().find_map(|&t| match session.task_status(t) {
-        TaskStatus::Pending | TaskStatus::Evicted(_) => None,
-        s => s.node(),
-    });
+    let held = job
+        .tasks
+        .iter()
+        .find_map(|&t| match session.task_status(t) {
+            TaskStatus::Pending | TaskStatus::Evicted(_) => None,
+            s => s.node(),
+        });
     let t = &topo.topology;
     let mut nodes: Vec<NodeId> = held
         .map(|n| t.domain(t.domain_of(n.index(), required)).nodes.clone())

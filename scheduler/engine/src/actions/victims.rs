@@ -106,15 +106,20 @@ fn victims_on(
     let snap = session.snapshot;
     let policy = &*session.framework().victims;
     let search = NodeSearch::new(session, job, node, goal, mode)?;
-    let candidates = search.candidates();
-    if candidates.is_empty() {
+    let (candidates, spare) = search.candidates();
+    // An extra takes only victims that can go alone.
+    if candidates.is_empty() || (goal.extra && !spare) {
         return None;
     }
     // The cheapest set so far: its cost, its victims, and the same in units.
     let mut best: Option<(VictimCost, Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
     for first in 0..=FIRST_VICTIM_ALTERNATIVES.min(candidates.len().saturating_sub(1)) {
         // One victim ends the search (its bound, whatever the policy's costs).
-        if first > 0 && best.as_ref().is_some_and(|(_, victims, _)| victims.len() <= 1) {
+        if first > 0
+            && best
+                .as_ref()
+                .is_some_and(|(_, victims, _)| victims.len() <= 1)
+        {
             break;
         }
         // A start already in the best set, that would go the same way again (alone, or
@@ -129,7 +134,7 @@ fn victims_on(
         if first > 0 && best.as_ref().is_some_and(|(_, _, units)| repeats(units)) {
             continue;
         }
-        let Some(units) = search.greedy(&candidates, first) else {
+        let Some(units) = search.greedy(&candidates, spare, first) else {
             continue;
         };
         let units = search.drop_unneeded(units);
@@ -219,8 +224,9 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
     }
 
     /// Bound pods on the node that free something the task lacks, in the policy's victim order,
-    /// ties by id.
-    fn candidates(&self) -> Vec<TaskId> {
+    /// ties by id; and whether any of them could go alone (its gang keeps its minimums without
+    /// it): without one, no victim can shrink a gang here.
+    fn candidates(&self) -> (Vec<TaskId>, bool) {
         let (session, snap) = (self.session, self.session.snapshot);
         let mut candidates: Vec<TaskId> = session
             .node_tasks(self.node)
@@ -231,17 +237,28 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
                     && self.short.iter().any(|&r| snap.task(v).request.get(r) > 0)
             })
             .collect();
+        // A gang's pods often sit together: its answer is asked once per run of them.
+        let mut last: Option<(JobId, bool)> = None;
+        let spare = candidates.iter().any(|&v| {
+            let job = snap.task(v).job;
+            let alone = match last {
+                Some((j, alone)) if j == job && snap.job(job).min_task_member.is_empty() => alone,
+                _ => session.meets_minimums(job, std::slice::from_ref(&v)),
+            };
+            last = Some((job, alone));
+            alone
+        });
         let policy = &session.framework().victims;
         candidates
             .sort_by(|&a, &b| (policy.compare_victims(session, a, b, self.mode)).then(a.cmp(&b)));
-        candidates
+        (candidates, spare)
     }
 
     /// Takes the candidates in order until the task fits, each victim with the gang mates it
-    /// drags along (a unit): first those whose gang keeps its minimums without them, then
-    /// (except for an extra) those that stop their gang. From `first` > 0, `candidates[first]`
-    /// goes first, whatever it drags (except for an extra).
-    fn greedy(&self, candidates: &[TaskId], first: usize) -> Option<Vec<Vec<TaskId>>> {
+    /// drags along (a unit): first (when some candidate can, `spare`) those whose gang keeps
+    /// its minimums without them, then (except for an extra) those that stop their gang. From
+    /// `first` > 0, `candidates[first]` goes first, whatever it drags (except for an extra).
+    fn greedy(&self, candidates: &[TaskId], spare: bool, first: usize) -> Option<Vec<Vec<TaskId>>> {
         let stops = !self.goal.extra;
         let mut tally = Tally::default();
         let mut freed = self.nothing_freed();
@@ -259,7 +276,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         if first > 0 {
             take(candidates[first], stops, &mut tally, &mut freed);
         }
-        for may_stop in [false, true].into_iter().filter(|&s| stops || !s) {
+        let sweeps = [(false, spare), (true, stops)];
+        for may_stop in sweeps.into_iter().filter(|&(_, run)| run).map(|(s, _)| s) {
             for &v in candidates {
                 if freed.fits(self) {
                     break;

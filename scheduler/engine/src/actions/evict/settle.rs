@@ -14,9 +14,9 @@
 
 use super::{find_room, reason};
 use crate::actions::placement_order;
+use crate::framework::EvictionKind;
 use crate::model::{Job, JobId, NodeId, TaskId};
 use crate::resources::{ResourceId, Resources};
-use crate::framework::EvictionKind;
 use crate::session::{Session, Statement};
 
 /// How many units of a set the settling pass tries to leave out, dearest first.
