@@ -22,6 +22,7 @@ pub struct Config {
     pub backfill: BackfillArgs,
     pub topology: TopologyArgs,
     pub scoring: ScoringArgs,
+    pub eviction: EvictionArgs,
     /// Resources that name devices (accounted per device, with islands, topology tiers and
     /// ids), in order: a node's devices are the first of these it advertises.
     pub devices: Vec<String>,
@@ -45,6 +46,7 @@ impl Default for Config {
             backfill: BackfillArgs::default(),
             topology: TopologyArgs::default(),
             scoring: ScoringArgs::default(),
+            eviction: EvictionArgs::default(),
             devices: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from)).to_vec(),
         }
     }
@@ -256,6 +258,26 @@ impl From<&ScoringArgs> for basalt_engine::PreferenceWeights {
     }
 }
 
+/// What `reclaim` and `preempt` accept to evict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct EvictionArgs {
+    /// An eviction that stops a job (evicts a whole gang) is made only when the preemptor's
+    /// members placed on the nodes it frees use at least this fraction of what it frees, in
+    /// every resource the victims were taken for: 0.5 by default, so one 1-GPU pod never ends
+    /// a gang of 8 GPUs. 0 accepts any such eviction; 1 only one that leaves nothing it frees
+    /// idle. Evictions that only shrink elastic jobs are not judged.
+    pub min_used_fraction: f64,
+}
+
+impl Default for EvictionArgs {
+    fn default() -> Self {
+        EvictionArgs {
+            min_used_fraction: 0.5,
+        }
+    }
+}
+
 /// Topology tiers, coarse to fine, each read from a node label; the node itself is the built-in
 /// finest tier `node`. A node without a tier's label stands alone at that tier.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -297,6 +319,8 @@ pub enum ConfigError {
     NoDevices,
     #[error("nodeOrder.fragmentation.coveragePercent: must be 1 to 100, got {0}")]
     Coverage(u8),
+    #[error("eviction.minUsedFraction: must be a number from 0 to 1, got {0}")]
+    MinUsedFraction(f64),
 }
 
 impl Config {
@@ -336,7 +360,41 @@ impl Config {
         if !(1..=100).contains(&coverage) {
             return Err(ConfigError::Coverage(coverage));
         }
+        let used = self.eviction.min_used_fraction;
+        if !(0.0..=1.0).contains(&used) {
+            return Err(ConfigError::MinUsedFraction(used));
+        }
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eviction_min_used_fraction_is_half_by_default_and_zero_to_one() {
+        assert_eq!(Config::default().eviction.min_used_fraction, 0.5);
+        let with = |f: f64| {
+            let mut c = Config::default();
+            c.eviction.min_used_fraction = f;
+            c.validate()
+        };
+        assert!(with(0.0).is_ok());
+        assert!(with(1.0).is_ok());
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            let err = with(bad).expect_err("out of range").to_string();
+            assert!(err.starts_with("eviction.minUsedFraction: must be a number from 0 to 1"));
+        }
+        let err = Config::from_yaml("c.yaml", "eviction: {minUsedFraction: 2}").unwrap_err();
+        assert_eq!(
+            err,
+            "c.yaml: eviction.minUsedFraction: must be a number from 0 to 1, got 2"
+        );
+        let err = Config::from_yaml("c.yaml", "eviction: {minUsed: 0.2}").unwrap_err();
+        assert!(err.contains("unknown field `minUsed`"), "{err}");
+        let ok = Config::from_yaml("c.yaml", "eviction: {minUsedFraction: 0.25}").unwrap();
+        assert_eq!(ok.eviction.min_used_fraction, 0.25);
     }
 }

@@ -73,7 +73,9 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     // After fragmentation, which leaves the pods stating HAMi's node policy to it.
     fw.scores.push(Box::new(hami_nodes::HamiNodePolicy));
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
-    fw.victims = Box::new(victims::LowerPriorityOverShare);
+    fw.victims = Box::new(victims::LowerPriorityOverShare {
+        min_used_milli: (config.eviction.min_used_fraction * 1000.0).round() as u32,
+    });
     fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {
         fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));

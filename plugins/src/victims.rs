@@ -2,25 +2,46 @@
 //!
 //! - Never a pod annotated `preemptable: "false"`, and nothing for a gang with a member of
 //!   `preemptionPolicy: Never`.
-//! - preempt: pods of lower-priority jobs (of the preemptor's queue, the action's scope).
+//! - preempt: pods of jobs of strictly lower priority (of the preemptor's queue, the action's
+//!   scope): two jobs of one priority never evict each other, so no ping-pong between them.
 //! - reclaim: only by a queue below its deserved share in a resource its pods ask for, from
 //!   reclaimable queues above theirs in a resource the member lacks, never below a guarantee;
 //!   the reclaimer never ends above its own share in the resources it took victims for (its gain
 //!   would be taken back: a ping-pong), and the others it asks for (idle ones) never block it.
+//! - The same rules for a gang's minimum and for an elastic job's extra members (whose victims
+//!   the engine limits to pods whose gang keeps its minimums: an extra never stops a job).
 //! - Order on a node: for reclaim the lowest queue priority first; then the lowest pod
-//!   priority, the lowest job priority, the youngest. Sets: the fewest victims, then the lowest
-//!   highest (pod, job) priority among them, then the youngest oldest victim (the least work
-//!   lost).
+//!   priority, the lowest job priority, the youngest.
+//! - Sets, cheapest first: one that takes no victim's queue from above its deserved share to
+//!   below it; then the fewest jobs stopped (a shrink before a stop); then the fewest victims;
+//!   then the lowest highest (pod, job) priority among them; then the least work lost (the
+//!   victims' run times summed: a stopped job counts all its pods).
+//! - An eviction that stops a job is worth it only when the preemptor's members placed on the
+//!   nodes it frees use at least [`LowerPriorityOverShare::min_used_milli`] / 1000 of what it
+//!   frees, in every resource it was for (`eviction.minUsedFraction`, default 0.5): a 1-GPU pod
+//!   never ends a gang of 8 GPUs.
 
 use std::cmp::{Ordering, Reverse};
 
 use basalt_engine::snapshot::ancestors;
 use basalt_engine::{
-    EvictionKind, JobId, QueueId, ResourceId, Resources, Session, Snapshot, TaskId, VictimUnit,
-    Victims,
+    EvictionKind, JobId, NodeId, QueueId, ResourceId, Resources, Session, Snapshot, TaskId,
+    TaskStatus, VictimCost, VictimUnit, Victims,
 };
 
-pub struct LowerPriorityOverShare;
+pub struct LowerPriorityOverShare {
+    /// An eviction that stops a job must be used to at least this many thousandths of what it
+    /// frees (see [`Victims::worth_evicting`]).
+    pub min_used_milli: u32,
+}
+
+impl Default for LowerPriorityOverShare {
+    fn default() -> Self {
+        LowerPriorityOverShare {
+            min_used_milli: 500,
+        }
+    }
+}
 
 impl Victims for LowerPriorityOverShare {
     fn name(&self) -> &str {
@@ -129,23 +150,96 @@ impl Victims for LowerPriorityOverShare {
         key(a).cmp(&key(b))
     }
 
-    fn compare_costs(&self, session: &Session, a: &[TaskId], b: &[TaskId]) -> Ordering {
-        cost(session.snapshot, a).cmp(&cost(session.snapshot, b))
+    fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost {
+        cost(session, session.snapshot.job(job).queue, victims)
+    }
+
+    fn worth_evicting(
+        &self,
+        session: &Session,
+        _: JobId,
+        victims: &[TaskId],
+        placed: &[TaskId],
+        resources: &[ResourceId],
+    ) -> bool {
+        let snap = session.snapshot;
+        // Evicted now: a job stopped holds no node.
+        let stops = (victims.iter()).any(|&v| session.holding(snap.task(v).job) == 0);
+        if !stops || self.min_used_milli == 0 {
+            return true;
+        }
+        let freed_nodes: Vec<NodeId> = (victims.iter())
+            .filter_map(|&v| match session.task_status(v) {
+                TaskStatus::Evicted(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        let used: Vec<TaskId> = (placed.iter().copied())
+            .filter(|&t| (session.task_status(t).node()).is_some_and(|n| freed_nodes.contains(&n)))
+            .collect();
+        let sum = |tasks: &[TaskId], r: ResourceId| -> i128 {
+            (tasks.iter())
+                .map(|&t| snap.task(t).request.get(r) as i128)
+                .sum()
+        };
+        (resources.iter())
+            .all(|&r| sum(&used, r) * 1000 >= sum(victims, r) * self.min_used_milli as i128)
     }
 }
 
-/// Fewest victims, then the lowest highest (pod, job) priority among them, then the youngest
-/// oldest victim (the least work lost).
-fn cost(snap: &Snapshot, victims: &[TaskId]) -> (usize, (i32, i32), Reverse<i64>) {
-    let priority = (victims.iter())
-        .map(|&v| (snap.task(v).priority, snap.job(snap.task(v).job).priority))
-        .max()
-        .unwrap_or((i32::MIN, i32::MIN));
-    let oldest = (victims.iter())
-        .map(|&v| snap.task(v).created_ms)
-        .min()
-        .unwrap_or(0);
-    (victims.len(), priority, Reverse(oldest))
+/// A set's cost, cheapest first: the victims' queues it takes from above their deserved share
+/// to below it, the jobs it stops, its victims, their highest (pod, job) priority, and the work
+/// it loses (the victims' run times summed, in milliseconds). Asked with the victims holding
+/// their nodes, for every node a search looks at: each job and queue is summed once, at its
+/// first victim, and nothing is allocated.
+fn cost(session: &Session, preemptor: QueueId, victims: &[TaskId]) -> VictimCost {
+    let snap = session.snapshot;
+    let queue_of = |v: TaskId| snap.job(snap.task(v).job).queue;
+    let mut top = (i32::MIN, i32::MIN);
+    let (mut work, mut stops, mut below) = (0i64, 0i64, 0i64);
+    for (i, &v) in victims.iter().enumerate() {
+        let t = snap.task(v);
+        let job = snap.job(t.job);
+        top = top.max((t.priority, job.priority));
+        let since = t.started_ms.unwrap_or(t.created_ms);
+        work = work.saturating_add(snap.now_ms.saturating_sub(since).max(0));
+        let (before, from_here) = victims.split_at(i);
+        if before.iter().any(|&w| snap.task(w).job == t.job) {
+            continue;
+        }
+        // The job's first victim: the set stops it when it takes every member it holds.
+        let taken = (from_here.iter())
+            .filter(|&&w| snap.task(w).job == t.job)
+            .count();
+        stops += (taken as u32 >= session.holding(t.job)) as i64;
+        // The queue's first victim (preempt's victims are of the preemptor's queue).
+        if job.queue != preemptor && !before.iter().any(|&w| queue_of(w) == job.queue) {
+            let (held, deserved) = (
+                session.queue_allocated(job.queue),
+                session.deserved(job.queue),
+            );
+            // Only what it holds above its share can be crossed.
+            let crosses = |(r, over): (ResourceId, i64)| {
+                let taken = (from_here.iter())
+                    .filter(|&&w| queue_of(w) == job.queue)
+                    .fold(0i64, |n, &w| n.saturating_add(snap.task(w).request.get(r)));
+                taken > over
+            };
+            let mut over = held.iter().filter_map(|(r, h)| {
+                let d = deserved.get(r);
+                (h > d).then(|| (r, h.saturating_sub(d)))
+            });
+            below += over.any(crosses) as i64;
+        }
+    }
+    VictimCost([
+        below,
+        stops,
+        victims.len() as i64,
+        top.0 as i64,
+        top.1 as i64,
+        work,
+    ])
 }
 
 /// Whether the queues of a reclaim victim unit (of `queue`) may give it up, after what the units
@@ -158,7 +252,7 @@ fn cost(snap: &Snapshot, victims: &[TaskId]) -> (usize, (i32, i32), Reverse<i64>
 fn queues_give(session: &Session, preemptor: QueueId, queue: QueueId, unit: &VictimUnit) -> bool {
     let snap = session.snapshot;
     let request = unit.request;
-    reclaimed_from(snap, queue, preemptor).into_iter().all(|q| {
+    reclaimed_from(snap, queue, preemptor).all(|q| {
         let spec = snap.queue(q);
         let allocated = session.queue_allocated(q);
         let taken = unit.taken_from(q);
@@ -178,8 +272,10 @@ fn queues_give(session: &Session, preemptor: QueueId, queue: QueueId, unit: &Vic
 
 /// The queues a reclaim from `victim` to `preemptor` moves resources out of: the victim's leaf
 /// and its ancestors below the lowest one the two share. Above that, the move is internal.
-fn reclaimed_from(snap: &Snapshot, victim: QueueId, preemptor: QueueId) -> Vec<QueueId> {
-    ancestors(snap, victim)
-        .take_while(|&q| !ancestors(snap, preemptor).any(|p| p == q))
-        .collect()
+fn reclaimed_from<'s>(
+    snap: &'s Snapshot,
+    victim: QueueId,
+    preemptor: QueueId,
+) -> impl Iterator<Item = QueueId> + 's {
+    ancestors(snap, victim).take_while(move |&q| !ancestors(snap, preemptor).any(|p| p == q))
 }

@@ -217,12 +217,15 @@ pub enum EvictionKind {
     Preempt,
 }
 
-/// Who may be evicted to make room for a starving gang, and who goes first. The engine owns the
-/// search: the nodes holding pods of the policy's queues, victims taken in the policy's order
-/// until the member fits (each with the gang mates whose minimum it would break: no gang is left
-/// below its minimum), the gang's whole placement simulated in a statement, and the cheapest set
-/// by the policy's costs. It never evicts the gang's own pods, a gang this cycle is starting, or
-/// pods outside the action's scope ([`EvictionKind`]).
+/// Who may be evicted to make room for a starving gang (or, after every gang below its minimum,
+/// for an elastic job's extra members), and who goes first. The engine owns the search: the
+/// nodes holding pods of the policy's queues, victims taken in the policy's order until the
+/// member fits (each with the gang mates whose minimum it would break: no gang is left below its
+/// minimum; victims whose gang keeps its minimums without them first), the gang's whole
+/// placement simulated in a statement, no unit its placement does not need, and the cheapest
+/// set by the policy's costs. It never evicts the gang's own pods, a gang this cycle is
+/// starting, pods outside the action's scope ([`EvictionKind`]), or, for an extra member, a pod
+/// some gang needs for its minimum (an extra never stops a job).
 ///
 /// A search that found no victims is not repeated in the same action for a member of the same
 /// shape, queue, job priority and inter-pod view: the answers may depend on the preemptor's job
@@ -270,15 +273,35 @@ pub trait Victims: Send + Sync {
         b: TaskId,
         kind: EvictionKind,
     ) -> Ordering;
-    /// Which of two sets of victims (on two nodes, from two first victims, or in two topology
-    /// domains) costs less: `Less`, `a`; `Equal` keeps the one found first.
-    fn compare_costs(&self, session: &Session, a: &[TaskId], b: &[TaskId]) -> Ordering;
+    /// What a set of victims for `job` costs: of two sets (on two nodes, from two first
+    /// victims, or in two topology domains) the engine takes the lower cost, the one found first
+    /// on a tie. Asked while the victims still hold their nodes: a set holding every member a
+    /// job still holds stops it.
+    fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost;
+    /// Whether a simulated eviction is worth committing: `victims` (evicted in the session now)
+    /// for `placed`, the members of `job` it places, counted in the `resources` the victims were
+    /// taken for. Asked once the gang's placement is simulated, before it is committed.
+    fn worth_evicting(
+        &self,
+        session: &Session,
+        job: JobId,
+        victims: &[TaskId],
+        placed: &[TaskId],
+        resources: &[ResourceId],
+    ) -> bool;
 }
+
+/// The cost of a set of victims, compared key by key, lower first: a policy fills the keys in
+/// its order of importance (each set's cost is computed once, not per comparison).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct VictimCost(pub [i64; 6]);
 
 /// Victims judged as one eviction: a pod alone while its gang keeps every minimum without it,
 /// else every bound member of its gang not taken yet.
 pub struct VictimUnit<'a> {
     pub tasks: &'a [TaskId],
+    /// The unit is every member its gang still holds: evicting it stops the job.
+    pub stops_job: bool,
     /// Their requests summed.
     pub request: &'a Resources,
     /// The resources the member lacks on the node: those the eviction is for.
@@ -325,8 +348,18 @@ impl Victims for NoVictims {
     fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId, _: EvictionKind) -> Ordering {
         Ordering::Equal
     }
-    fn compare_costs(&self, _: &Session, _: &[TaskId], _: &[TaskId]) -> Ordering {
-        Ordering::Equal
+    fn cost(&self, _: &Session, _: JobId, _: &[TaskId]) -> VictimCost {
+        VictimCost::default()
+    }
+    fn worth_evicting(
+        &self,
+        _: &Session,
+        _: JobId,
+        _: &[TaskId],
+        _: &[TaskId],
+        _: &[ResourceId],
+    ) -> bool {
+        true
     }
 }
 

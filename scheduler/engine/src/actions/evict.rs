@@ -1,12 +1,17 @@
 //! `reclaim` (across queues) and `preempt` (inside a queue): the mechanism. Who may be evicted
 //! and who goes first is the framework's [`crate::framework::Victims`] policy.
 //!
-//! Both simulate the starving gang's whole placement inside one statement before anything is
-//! evicted, and commit only when the gang then fits: its members are nominated to the freed
-//! nodes and the victims evicted. Each member that finds no room takes its victims on one node
-//! (the search is in [`super::victims`]). A victim whose gang would fall below any minimum
-//! (minMember, a role's minTaskMember) takes its whole gang with it, or is not taken at all
-//! when the policy keeps some member.
+//! Each action serves every gang below its minimum first, then the extra members (above the
+//! minimum) of elastic jobs that are ready, in job order both times. For a gang's minimum it
+//! simulates the whole placement inside one statement before anything is evicted, and commits
+//! only when the gang then fits: its members are nominated to the freed nodes and the victims
+//! evicted. Each member that finds no room takes its victims on one node (the search is in
+//! [`super::victims`]). A victim whose gang would fall below any minimum (minMember, a role's
+//! minTaskMember) takes its whole gang with it, or is not taken at all when the policy keeps
+//! some member. Once the gang fits, the units it does not need are dropped and the policy says
+//! whether the eviction is worth it ([`settle`]). An extra member is one statement of its own,
+//! and its victims only pods whose gang keeps every minimum without them: an extra never stops
+//! a job.
 //!
 //! - preempt: victims are of the preemptor's queue; in a queue at its capability they are taken
 //!   until the node fits and the queue's capability holds.
@@ -17,13 +22,16 @@
 //!   is judged the same way: the victims free room in the cluster.
 
 use super::victims::{best_victims, Goal, NodeVictims};
-use super::{placement_order, schedulable_jobs};
-use crate::framework::EvictionKind;
+use super::{has_pending, placement_order, schedulable_jobs};
+use crate::framework::{EvictionKind, VictimCost};
 use crate::hash::Set;
 use crate::model::{Job, NodeId, QueueId, ShapeId, TaskId};
 use crate::refusal::Refusal;
-use crate::resources::{ResourceId, Resources};
+use crate::resources::ResourceId;
 use crate::session::{ReservedNodes, Session, Statement};
+use settle::{Simulated, Step};
+
+mod settle;
 
 pub const PREEMPT: &str = "preempt";
 pub const RECLAIM: &str = "reclaim";
@@ -39,25 +47,43 @@ pub fn preempt(session: &mut Session) {
 }
 
 /// Searches that found no victims. Evictions committed later only shrink the pool (their
-/// capacity goes to their preemptor), so a failed search stays failed for the action's run.
-/// Keyed by shape, queue, job priority, whether the task was admitted without victims and its
-/// inter-pod view (which pods its rules count against it).
+/// capacity goes to their preemptor), and an extra member has fewer victims than a minimum, so a
+/// failed search stays failed for the action's run. Keyed by shape, queue, job priority and
+/// whether the task was admitted without victims and its inter-pod view (which pods its rules
+/// count against it).
 type Failed = Set<(ShapeId, QueueId, i32, bool, usize)>;
+
+/// Whom a round of an action makes room for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Gangs below their minimum: the members they need to start.
+    Minimums,
+    /// Then ready jobs' members above their minimum, one at a time.
+    Extras,
+}
 
 fn run(session: &mut Session, mode: EvictionKind) {
     let fw = session.framework();
-    let starving: Vec<&Job> = schedulable_jobs(session)
-        .into_iter()
-        .filter(|j| !fw.job_ready(session, j.id))
-        .collect();
+    let jobs = schedulable_jobs(session);
     let mut failed = Failed::default();
-    for job in starving {
-        if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
-            continue;
+    for round in [Round::Minimums, Round::Extras] {
+        // A gang the first round starts takes part in the second with its members left.
+        let turn: Vec<&Job> = (jobs.iter().copied())
+            .filter(|j| {
+                has_pending(session, j) && fw.job_ready(session, j.id) == (round == Round::Extras)
+            })
+            .collect();
+        for job in turn {
+            if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
+                continue;
+            }
+            session.release_holds(job.id);
+            match round {
+                Round::Minimums => make_room(session, job, mode, &mut failed),
+                Round::Extras => make_room_for_extras(session, job, mode, &mut failed),
+            }
+            session.restore_holds(job.id);
         }
-        session.release_holds(job.id);
-        make_room(session, job, mode, &mut failed);
-        session.restore_holds(job.id);
     }
 }
 
@@ -82,17 +108,16 @@ fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut 
         return;
     };
     let victims = &*session.framework().victims;
-    let mut best: Option<(Vec<TaskId>, Vec<NodeId>)> = None;
+    let mut best: Option<(VictimCost, Vec<NodeId>)> = None;
     for nodes in domains {
         // A search inside one domain says nothing about the others: its failures stay local.
         let mut local = Failed::default();
         if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
             let taken: Vec<TaskId> = stmt.evictions().collect();
             session.discard(stmt);
-            if (best.as_ref())
-                .is_none_or(|(b, _)| victims.compare_costs(session, &taken, b).is_lt())
-            {
-                best = Some((taken, nodes));
+            let cost = victims.cost(session, job.id, &taken);
+            if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                best = Some((cost, nodes));
             }
         }
     }
@@ -104,8 +129,15 @@ fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut 
     }
 }
 
+fn reason(mode: EvictionKind) -> &'static str {
+    match mode {
+        EvictionKind::Reclaim => RECLAIM,
+        EvictionKind::Preempt => PREEMPT,
+    }
+}
+
 /// Simulates the job's placement with evictions (inside `within` when given). Returns the
-/// statement when it makes the gang ready; otherwise undoes it.
+/// statement, settled, when it makes the gang ready; otherwise undoes it.
 fn attempt(
     session: &mut Session,
     job: &Job,
@@ -114,14 +146,11 @@ fn attempt(
     within: Option<&[NodeId]>,
 ) -> Option<Statement> {
     let fw = session.framework();
-    let snap = session.snapshot;
-    let reason = match mode {
-        EvictionKind::Reclaim => RECLAIM,
-        EvictionKind::Preempt => PREEMPT,
-    };
     let order = placement_order(session, job);
-    let mut stmt = session.statement();
-    let mut evicted_any = false;
+    let mut sim = Simulated {
+        stmt: session.statement(),
+        steps: Vec::new(),
+    };
     // The resources victims were taken for.
     let mut reclaimed: Vec<ResourceId> = Vec::new();
     let mut holding = {
@@ -136,71 +165,90 @@ fn attempt(
         if holding + ((order.len() - i) as u32) < job.min_member {
             break;
         }
-        let t = snap.task(task);
-        let admission = match admission(session, job, task, mode) {
-            Admission::Admitted => None,
-            Admission::Over(resources) => Some(resources),
-            Admission::Never => continue,
-        };
-        let admitted = admission.is_none();
-        if admitted {
-            let free = match within {
-                None => session.find_node(task),
-                Some(nodes) => find_in(session, task, nodes),
-            };
-            if let Some(node) = free {
-                session.pipeline(&mut stmt, task, node);
-                holding += 1;
-                continue;
-            }
-        }
-        let key = (
-            t.shape,
-            job.queue,
-            job.priority,
-            admitted,
-            session.pod_view(task),
-        );
-        if failed.contains(&key) {
-            continue;
-        }
-        let goal = Goal {
+        if place_member(
+            session,
+            job,
             task,
-            request: &t.request,
-            admission,
-        };
-        let Some(NodeVictims { node, tasks, short }) =
-            best_victims(session, job, &goal, mode, within)
-        else {
-            failed.insert(key);
-            continue;
-        };
-        reclaimed.extend(short);
-        for v in tasks {
-            session.evict(&mut stmt, v, reason, job.id);
-            evicted_any = true;
-        }
-        // Its inter-pod rules are checked after the evictions: a victim may have been what
-        // repelled it, or what it needed nearby.
-        if session.fits(node, &t.request)
-            && session.has_devices(task, node, None)
-            && session.pod_rules_allow(task, node)
-            && fw.admit_task(session, task, &t.request).is_ok()
-        {
-            session.pipeline(&mut stmt, task, node);
+            mode,
+            failed,
+            within,
+            &mut sim,
+            &mut reclaimed,
+        ) {
             holding += 1;
         }
     }
-    let nothing_more = Resources::zero(snap.resources.len());
-    if evicted_any
-        && fw.job_ready(session, job.id)
-        && (fw.victims).may_keep(session, job.id, &nothing_more, &reclaimed, mode)
-    {
-        Some(stmt)
+    let evicted_any = sim.steps.iter().any(|s| matches!(s, Step::Evict(_)));
+    if evicted_any && fw.job_ready(session, job.id) {
+        settle::settle(session, job, mode, sim, &reclaimed, within)
     } else {
-        session.discard(stmt);
+        session.discard(sim.stmt);
         None
     }
+}
+
+/// Places one pending member inside the simulation: on a node with room, else on the node whose
+/// victims the search finds (and evicts). Returns whether it was placed.
+#[allow(clippy::too_many_arguments)]
+fn place_member(
+    session: &mut Session,
+    job: &Job,
+    task: TaskId,
+    mode: EvictionKind,
+    failed: &mut Failed,
+    within: Option<&[NodeId]>,
+    sim: &mut Simulated,
+    reclaimed: &mut Vec<ResourceId>,
+) -> bool {
+    let fw = session.framework();
+    let t = session.snapshot.task(task);
+    let admission = match admission(session, job, task, mode) {
+        Admission::Admitted => None,
+        Admission::Over(resources) => Some(resources),
+        Admission::Never => return false,
+    };
+    let admitted = admission.is_none();
+    if admitted {
+        if let Some(node) = find_room(session, task, within) {
+            sim.place(session, task, node);
+            return true;
+        }
+    }
+    let key = (
+        t.shape,
+        job.queue,
+        job.priority,
+        admitted,
+        session.pod_view(task),
+    );
+    if failed.contains(&key) {
+        return false;
+    }
+    let goal = Goal {
+        task,
+        request: &t.request,
+        admission,
+        extra: fw.job_ready(session, job.id),
+    };
+    let Some(NodeVictims { node, tasks, short }) = best_victims(session, job, &goal, mode, within)
+    else {
+        failed.insert(key);
+        return false;
+    };
+    reclaimed.extend(short);
+    for v in tasks {
+        sim.evict(session, v, mode, job.id);
+    }
+    // Its inter-pod rules are checked after the evictions: a victim may have been what
+    // repelled it, or what it needed nearby.
+    let fits = session.fits(node, &t.request)
+        && session.has_devices(task, node, None)
+        && session.pod_rules_allow(task, node)
+        && fw.admit_task(session, task, &t.request).is_ok();
+    if fits {
+        sim.place(session, task, node);
+    }
+    fits
 }
 
 /// Whether a member's queue takes it in, and what its victims must give back when not.
@@ -234,6 +282,47 @@ fn admission(session: &Session, job: &Job, task: TaskId, mode: EvictionKind) -> 
             Admission::Over(vec![resource])
         }
         (EvictionKind::Reclaim, _) => Admission::Never,
+    }
+}
+
+/// Makes room for a ready job's pending members above its minimum, one statement each, in
+/// placement order. A gang with a required topology tier takes them only in the domain it runs
+/// in; one with sub-groups (placed by the topology search) takes none.
+fn make_room_for_extras(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut Failed) {
+    if !job.sub_groups.is_empty() {
+        return;
+    }
+    let within = super::topology::running_domain(session, job);
+    for task in placement_order(session, job) {
+        let mut sim = Simulated {
+            stmt: session.statement(),
+            steps: Vec::new(),
+        };
+        let mut reclaimed = Vec::new();
+        let within = within.as_deref();
+        let placed = place_member(
+            session,
+            job,
+            task,
+            mode,
+            failed,
+            within,
+            &mut sim,
+            &mut reclaimed,
+        );
+        if placed && settle::acceptable(session, job, mode, &sim.steps, &reclaimed) {
+            session.commit(sim.stmt);
+        } else {
+            session.discard(sim.stmt);
+        }
+    }
+}
+
+/// A node with room for the task now: the best one (inside `within` when given).
+fn find_room(session: &mut Session, task: TaskId, within: Option<&[NodeId]>) -> Option<NodeId> {
+    match within {
+        None => session.find_node(task),
+        Some(nodes) => find_in(session, task, nodes),
     }
 }
 

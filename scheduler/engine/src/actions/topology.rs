@@ -495,3 +495,30 @@ pub(super) fn eviction_domains(session: &Session, job: &Job) -> Option<Vec<Vec<N
 
 /// Domains searched for victims per starving gang: each is a full dry run.
 const EVICTION_DOMAINS: usize = 16;
+
+/// For a running gang with a required tier, the nodes of the domain of that tier it runs in
+/// (sorted; none when it holds no node), where its extra members may take victims; `None` for
+/// a gang without one, whose extras go anywhere.
+pub(super) fn running_domain(session: &Session, job: &Job) -> Option<Vec<NodeId>> {
+    let topo = session.topology()?;
+    let required = reach(&topo.topology, &job.topology, "spec.topology")
+        .ok()?
+        .0
+        .required?;
+    let held = job
+        .tasks
+        .iter()
+        .find_map(|&t| match session.task_status(t) {
+            TaskStatus::Pending | TaskStatus::Evicted(_) => None,
+            s => s.node(),
+        });
+    let t = &topo.topology;
+    let mut nodes: Vec<NodeId> = held
+        .map(|n| t.domain(t.domain_of(n.index(), required)).nodes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(NodeId)
+        .collect();
+    nodes.sort_unstable();
+    Some(nodes)
+}

@@ -3,12 +3,14 @@
 //! which set costs least is the framework's [`crate::framework::Victims`] policy.
 //!
 //! On each candidate node the pods that free something the task lacks are ordered by the policy
-//! and taken greedily until the task fits. One greedy pass can walk into a dead end: a cheap
-//! first victim can leave the gang that must go impossible to take. So when the first pass fails
-//! or takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more passes start from
-//! each of the next candidates instead (one victim ends the search, and a start that would only
-//! repeat the best set is skipped); the cheapest set found wins. Units a set does not need (the
-//! task fits without them) are dropped.
+//! and taken greedily until the task fits, in two sweeps: first the victims whose gang keeps its
+//! minimums without them (a shrink), then the others, each with its whole gang (a stop); for an
+//! extra member (see [`Goal::extra`]) only the first sweep runs. One greedy pass can walk into a
+//! dead end: a cheap first victim can leave the gang that must go impossible to take. So when
+//! the first pass fails or takes more than one victim, up to [`FIRST_VICTIM_ALTERNATIVES`] more
+//! passes start from each of the next candidates instead, taken whatever it drags (one victim
+//! ends the search, and a start that would only repeat the best set is skipped); the cheapest
+//! set found wins. Units a set does not need (the task fits without them) are dropped.
 //!
 //! The task's inter-pod rules are part of the fit: pods it conflicts with on the node are
 //! victims too, and those that alone refuse it there go first (see [`pod_rules`]).
@@ -16,7 +18,7 @@
 mod pod_rules;
 
 use crate::devices::DeviceUse;
-use crate::framework::{EvictionKind, GivenBack, VictimUnit};
+use crate::framework::{EvictionKind, GivenBack, VictimCost, VictimUnit};
 use crate::interpod::Check;
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
@@ -37,6 +39,9 @@ pub struct Goal<'r> {
     /// enough, to the queues they share with it, for it to be admitted; these resources are
     /// then what the eviction is (also) for.
     pub admission: Option<Vec<ResourceId>>,
+    /// The task is above its job's minimum (an elastic job's extra): its victims are only pods
+    /// whose gang keeps every minimum without them, never a pod some gang's minimum needs.
+    pub extra: bool,
 }
 
 /// Where and whom to evict for one task.
@@ -77,20 +82,16 @@ pub fn best_victims(
     });
     let session = &*session;
     let rules = session.pod_rules(goal.task);
-    let mut best: Option<NodeVictims> = None;
+    let mut best: Option<(VictimCost, NodeVictims)> = None;
     for node in nodes {
-        let Some(victims) = victims_on(session, job, node, goal, mode, rules.as_ref()) else {
+        let Some(found) = victims_on(session, job, node, goal, mode, rules.as_ref()) else {
             continue;
         };
-        if (best.as_ref()).is_none_or(|b| {
-            policy
-                .compare_costs(session, &victims.tasks, &b.tasks)
-                .is_lt()
-        }) {
-            best = Some(victims);
+        if best.as_ref().is_none_or(|(cost, _)| found.0 < *cost) {
+            best = Some(found);
         }
     }
-    best
+    best.map(|(_, victims)| victims)
 }
 
 /// Whether pods of `victim` are within the action's scope: the preemptor's own queue for
@@ -102,8 +103,8 @@ fn in_scope(mode: EvictionKind, preemptor: QueueId, victim: QueueId) -> bool {
     }
 }
 
-/// The cheapest victims on `node` for the goal; `None` when the node cannot be freed enough (or
-/// needs no victims: `find_node` has turned it down, so it is skipped too).
+/// The cheapest victims on `node` for the goal, and their cost; `None` when the node cannot be
+/// freed enough (or needs no victims: `find_node` has turned it down, so it is skipped too).
 fn victims_on(
     session: &Session,
     job: &Job,
@@ -111,19 +112,25 @@ fn victims_on(
     goal: &Goal,
     mode: EvictionKind,
     rules: Option<&Check>,
-) -> Option<NodeVictims> {
+) -> Option<(VictimCost, NodeVictims)> {
     let snap = session.snapshot;
     let policy = &*session.framework().victims;
     let search = NodeSearch::new(session, job, node, goal, mode, rules)?;
-    let candidates = search.candidates();
-    if candidates.is_empty() && search.blocking().is_empty() {
+    let (candidates, spare) = search.candidates();
+    let blocked = !search.blocking().is_empty();
+    // An extra takes only victims that can go alone.
+    if (candidates.is_empty() && !blocked) || (goal.extra && !spare && !blocked) {
         return None;
     }
-    // The cheapest set so far: its victims, and the same in units.
-    let mut best: Option<(Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
+    // The cheapest set so far: its cost, its victims, and the same in units.
+    let mut best: Option<(VictimCost, Vec<TaskId>, Vec<Vec<TaskId>>)> = None;
     for first in 0..candidates.len().clamp(1, FIRST_VICTIM_ALTERNATIVES + 1) {
         // One victim ends the search (its bound, whatever the policy's costs).
-        if first > 0 && best.as_ref().is_some_and(|(victims, _)| victims.len() <= 1) {
+        if first > 0
+            && best
+                .as_ref()
+                .is_some_and(|(_, victims, _)| victims.len() <= 1)
+        {
             break;
         }
         // A start already in the best set, that would go the same way again (alone, or
@@ -134,23 +141,24 @@ fn victims_on(
                     && (u.len() == 1 || !session.meets_minimums(snap.task(start).job, &[start]))
             })
         };
-        if first > 0 && (best.as_ref()).is_some_and(|(_, units)| repeats(units, candidates[first]))
+        if first > 0
+            && (best.as_ref()).is_some_and(|(_, _, units)| repeats(units, candidates[first]))
         {
             continue;
         }
-        let Some(units) = search.greedy(&candidates, first) else {
+        let Some(units) = search.greedy(&candidates, spare, first) else {
             continue;
         };
         let units = search.drop_unneeded(units);
         let victims: Vec<TaskId> = units.iter().flatten().copied().collect();
-        if (best.as_ref()).is_none_or(|(b, _)| policy.compare_costs(session, &victims, b).is_lt()) {
-            best = Some((victims, units));
+        let cost = policy.cost(session, job.id, &victims);
+        if best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
+            best = Some((cost, victims, units));
         }
     }
-    best.map(|(tasks, _)| NodeVictims {
-        node,
-        tasks,
-        short: search.short.clone(),
+    best.map(|(cost, tasks, _)| {
+        let short = search.short.clone();
+        (cost, NodeVictims { node, tasks, short })
     })
 }
 
@@ -250,8 +258,9 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
 
     /// Bound pods on the node that free something the task lacks, or that its inter-pod rules
     /// count against it, in the policy's victim order, ties by id; those that alone refuse it
-    /// are left out (they go first).
-    fn candidates(&self) -> Vec<TaskId> {
+    /// are left out (they go first). And whether any of them could go alone (its gang keeps its
+    /// minimums without it): without one, no victim can shrink a gang here.
+    fn candidates(&self) -> (Vec<TaskId>, bool) {
         let (session, snap) = (self.session, self.session.snapshot);
         let frees = |v: TaskId| {
             self.lacks_room && self.short.iter().any(|&r| snap.task(v).request.get(r) > 0)
@@ -267,46 +276,62 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
                     && !self.blocking().contains(&v)
             })
             .collect();
+        // A gang's pods often sit together: its answer is asked once per run of them.
+        let mut last: Option<(JobId, bool)> = None;
+        let spare = candidates.iter().any(|&v| {
+            let job = snap.task(v).job;
+            let alone = match last {
+                Some((j, alone)) if j == job && snap.job(job).min_task_member.is_empty() => alone,
+                _ => session.meets_minimums(job, std::slice::from_ref(&v)),
+            };
+            last = Some((job, alone));
+            alone
+        });
         let policy = &session.framework().victims;
         candidates
             .sort_by(|&a, &b| (policy.compare_victims(session, a, b, self.mode)).then(a.cmp(&b)));
-        candidates
+        (candidates, spare)
     }
 
-    /// Takes the pods that block the task (every one, else no set), then `candidates[first]`,
-    /// then the others in order, until the task fits; each victim with the gang mates it drags
-    /// along (a unit).
-    fn greedy(&self, candidates: &[TaskId], first: usize) -> Option<Vec<Vec<TaskId>>> {
-        let blocking = self.blocking().iter().map(|&v| (v, true));
-        let order = (candidates.get(first).copied().into_iter())
-            .chain(
-                (candidates.iter().copied().enumerate())
-                    .filter(|&(i, _)| i != first)
-                    .map(|(_, v)| v),
-            )
-            .map(|v| (v, false));
+    /// Takes the pods that block the task (every one, else no set), then the candidates in
+    /// order until the task fits, each victim with the gang mates it drags along (a unit):
+    /// first (when some candidate can, `spare`) those whose gang keeps its minimums without
+    /// them, then (except for an extra) those that stop their gang. From `first` > 0,
+    /// `candidates[first]` goes before the sweeps, whatever it drags (except for an extra).
+    fn greedy(&self, candidates: &[TaskId], spare: bool, first: usize) -> Option<Vec<Vec<TaskId>>> {
+        let stops = !self.goal.extra;
         let mut tally = Tally::default();
         let mut freed = self.nothing_freed();
         let mut units: Vec<Vec<TaskId>> = Vec::new();
-        for (v, required) in blocking.chain(order) {
-            if freed.fits(self) {
-                break;
-            }
-            if tally.has(v) {
-                continue;
-            }
-            let Some(unit) = unit_of(self.session, self.job, v, &self.short, self.mode, &tally)
-            else {
-                if required {
-                    return None;
-                }
-                continue;
+        let mut take = |v: TaskId, may_stop: bool, tally: &mut Tally, freed: &mut Freed| {
+            let Some(unit) = unit_of(self, v, may_stop, tally) else {
+                return false;
             };
             for &m in &unit {
                 tally.take(self.session, m);
                 freed.take(self, m);
             }
             units.push(unit);
+            true
+        };
+        for &v in self.blocking() {
+            if !tally.has(v) && !take(v, stops, &mut tally, &mut freed) {
+                return None;
+            }
+        }
+        if first > 0 && !tally.has(candidates[first]) {
+            take(candidates[first], stops, &mut tally, &mut freed);
+        }
+        let sweeps = [(false, spare), (true, stops)];
+        for may_stop in sweeps.into_iter().filter(|&(_, run)| run).map(|(s, _)| s) {
+            for &v in candidates {
+                if freed.fits(self) {
+                    break;
+                }
+                if !tally.has(v) {
+                    take(v, may_stop, &mut tally, &mut freed);
+                }
+            }
         }
         (!units.is_empty() && freed.fits(self)).then_some(units)
     }
@@ -439,27 +464,34 @@ impl Tally {
 }
 
 /// The victim alone while its gang keeps every minimum without it (minMember and each role's
-/// minTaskMember, see [`Session::meets_minimums`]), else its whole gang (every bound member not
-/// yet taken); `None` when the gang may not lose them: it is the preemptor, this cycle starts
-/// it, it is outside the action's scope, or the policy keeps it.
+/// minTaskMember, see [`Session::meets_minimums`]), else, when `may_stop`, its whole gang (every
+/// bound member not yet taken); `None` when the gang may not lose them: it is the preemptor,
+/// this cycle starts it, it is outside the action's scope, or the policy keeps it.
 fn unit_of(
-    session: &Session,
-    job: &Job,
+    search: &NodeSearch,
     victim: TaskId,
-    short: &[ResourceId],
-    mode: EvictionKind,
+    may_stop: bool,
     tally: &Tally,
 ) -> Option<Vec<TaskId>> {
+    let (session, job, mode) = (search.session, search.job, search.mode);
     let snap = session.snapshot;
     let vjob = snap.job(snap.task(victim).job);
     if vjob.id == job.id || session.placed_now(vjob.id) || !in_scope(mode, job.queue, vjob.queue) {
         return None;
     }
-    let mut gone: Vec<TaskId> = (tally.taken.iter().copied())
-        .filter(|&t| snap.task(t).job == vjob.id)
-        .collect();
-    gone.push(victim);
-    let tasks: Vec<TaskId> = if session.meets_minimums(vjob.id, &gone) {
+    // Without earlier victims of its gang (the common case) no list is built.
+    let earlier = |t: &&TaskId| snap.task(**t).job == vjob.id;
+    let alone = if tally.taken.iter().any(|t| earlier(&t)) {
+        let mut gone: Vec<TaskId> = tally.taken.iter().filter(earlier).copied().collect();
+        gone.push(victim);
+        session.meets_minimums(vjob.id, &gone)
+    } else {
+        session.meets_minimums(vjob.id, std::slice::from_ref(&victim))
+    };
+    if !alone && !may_stop {
+        return None;
+    }
+    let tasks: Vec<TaskId> = if alone {
         vec![victim]
     } else {
         vjob.tasks
@@ -475,8 +507,9 @@ fn unit_of(
     }
     let unit = VictimUnit {
         tasks: &tasks,
+        stops_job: !alone,
         request: &request,
-        short,
+        short: &search.short,
         taken: &tally.from_queue,
     };
     let policy = &session.framework().victims;
