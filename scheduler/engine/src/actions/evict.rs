@@ -36,12 +36,13 @@ mod settle;
 pub const PREEMPT: &str = "preempt";
 pub const RECLAIM: &str = "reclaim";
 
-/// A starving gang takes back what other queues borrowed.
+/// A starving gang, then an elastic job's extra members, take back what other queues borrowed.
 pub fn reclaim(session: &mut Session) {
     run(session, EvictionKind::Reclaim);
 }
 
-/// A starving gang displaces pods of its own queue (also when the queue is at its capability).
+/// A starving gang, then an elastic job's extra members, displace lower-priority pods of their
+/// own queue (also when the queue is at its capability).
 pub fn preempt(session: &mut Session) {
     run(session, EvictionKind::Preempt);
 }
@@ -129,6 +130,7 @@ fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut 
     }
 }
 
+/// The reason an eviction of `mode` gives.
 fn reason(mode: EvictionKind) -> &'static str {
     match mode {
         EvictionKind::Reclaim => RECLAIM,
@@ -147,12 +149,7 @@ fn attempt(
 ) -> Option<Statement> {
     let fw = session.framework();
     let order = placement_order(session, job);
-    let mut sim = Simulated {
-        stmt: session.statement(),
-        steps: Vec::new(),
-    };
-    // The resources victims were taken for.
-    let mut reclaimed: Vec<ResourceId> = Vec::new();
+    let mut sim = Simulated::new(session);
     let mut holding = {
         let c = session.counts(job.id);
         c.running + c.pipelined + c.succeeded
@@ -165,22 +162,13 @@ fn attempt(
         if holding + ((order.len() - i) as u32) < job.min_member {
             break;
         }
-        if place_member(
-            session,
-            job,
-            task,
-            mode,
-            failed,
-            within,
-            &mut sim,
-            &mut reclaimed,
-        ) {
+        if place_member(session, job, task, mode, failed, within, &mut sim) {
             holding += 1;
         }
     }
     let evicted_any = sim.steps.iter().any(|s| matches!(s, Step::Evict(_)));
     if evicted_any && fw.job_ready(session, job.id) {
-        settle::settle(session, job, mode, sim, &reclaimed, within)
+        settle::settle(session, job, mode, sim, within)
     } else {
         session.discard(sim.stmt);
         None
@@ -189,7 +177,6 @@ fn attempt(
 
 /// Places one pending member inside the simulation: on a node with room, else on the node whose
 /// victims the search finds (and evicts). Returns whether it was placed.
-#[allow(clippy::too_many_arguments)]
 fn place_member(
     session: &mut Session,
     job: &Job,
@@ -198,7 +185,6 @@ fn place_member(
     failed: &mut Failed,
     within: Option<&[NodeId]>,
     sim: &mut Simulated,
-    reclaimed: &mut Vec<ResourceId>,
 ) -> bool {
     let fw = session.framework();
     let t = session.snapshot.task(task);
@@ -235,7 +221,7 @@ fn place_member(
         failed.insert(key);
         return false;
     };
-    reclaimed.extend(short);
+    sim.reclaimed.extend(short);
     for v in tasks {
         sim.evict(session, v, mode, job.id);
     }
@@ -294,23 +280,17 @@ fn make_room_for_extras(session: &mut Session, job: &Job, mode: EvictionKind, fa
     }
     let within = super::topology::running_domain(session, job);
     for task in placement_order(session, job) {
-        let mut sim = Simulated {
-            stmt: session.statement(),
-            steps: Vec::new(),
-        };
-        let mut reclaimed = Vec::new();
-        let within = within.as_deref();
+        let mut sim = Simulated::new(session);
         let placed = place_member(
             session,
             job,
             task,
             mode,
             failed,
-            within,
+            within.as_deref(),
             &mut sim,
-            &mut reclaimed,
         );
-        if placed && settle::acceptable(session, job, mode, &sim.steps, &reclaimed) {
+        if placed && settle::acceptable(session, job, mode, &sim) {
             session.commit(sim.stmt);
         } else {
             session.discard(sim.stmt);

@@ -29,13 +29,23 @@ pub(super) enum Step {
     Place(TaskId, NodeId),
 }
 
-/// A simulated placement: its statement (applied to the session) and the steps that made it.
+/// A simulated placement: its statement (applied to the session), the steps that made it, and
+/// the resources its victims were taken for.
 pub(super) struct Simulated {
     pub stmt: Statement,
     pub steps: Vec<Step>,
+    pub reclaimed: Vec<ResourceId>,
 }
 
 impl Simulated {
+    pub fn new(session: &Session) -> Self {
+        Simulated {
+            stmt: session.statement(),
+            steps: Vec::new(),
+            reclaimed: Vec::new(),
+        }
+    }
+
     pub fn evict(&mut self, session: &mut Session, task: TaskId, mode: EvictionKind, job: JobId) {
         session.evict(&mut self.stmt, task, reason(mode), job);
         self.steps.push(Step::Evict(task));
@@ -46,15 +56,24 @@ impl Simulated {
         session.pipeline(&mut self.stmt, task, node);
         self.steps.push(Step::Place(task, node));
     }
-}
 
-fn victims(steps: &[Step]) -> Vec<TaskId> {
-    (steps.iter())
-        .filter_map(|s| match *s {
-            Step::Evict(t) => Some(t),
-            Step::Place(..) => None,
-        })
-        .collect()
+    fn victims(&self) -> Vec<TaskId> {
+        (self.steps.iter())
+            .filter_map(|s| match *s {
+                Step::Evict(t) => Some(t),
+                Step::Place(..) => None,
+            })
+            .collect()
+    }
+
+    fn placed(&self) -> Vec<TaskId> {
+        (self.steps.iter())
+            .filter_map(|s| match *s {
+                Step::Place(t, _) => Some(t),
+                Step::Evict(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// The settled statement of a gang's simulated placement (ready, with victims): its needless
@@ -64,17 +83,20 @@ pub(super) fn settle(
     job: &Job,
     mode: EvictionKind,
     sim: Simulated,
-    reclaimed: &[ResourceId],
     within: Option<&[NodeId]>,
 ) -> Option<Statement> {
-    let mut kept = victims(&sim.steps);
+    let mut kept = sim.victims();
     let mut units = units(session, &kept);
     if units.len() < 2 {
-        let keep = acceptable(session, job, mode, &sim.steps, reclaimed);
+        let keep = acceptable(session, job, mode, &sim);
         return keep_if(session, keep, sim.stmt);
     }
-    let mut steps = sim.steps;
-    session.discard(sim.stmt);
+    let Simulated {
+        stmt,
+        mut steps,
+        reclaimed,
+    } = sim;
+    session.discard(stmt);
     // Costs are compared with the victims holding their nodes.
     let policy = &*session.framework().victims;
     units.sort_by_cached_key(|u| std::cmp::Reverse(policy.cost(session, job.id, u)));
@@ -82,15 +104,15 @@ pub(super) fn settle(
         let rest: Vec<TaskId> = (kept.iter().copied())
             .filter(|v| !unit.contains(v))
             .collect();
-        if let Some(trial) = place_after(session, job, mode, &rest, reclaimed, within) {
+        if let Some(trial) = place_after(session, job, mode, &rest, &reclaimed, within) {
             session.discard(trial.stmt);
             steps = trial.steps;
             kept = rest;
         }
     }
-    let stmt = replay(session, job, mode, &steps);
-    let keep = acceptable(session, job, mode, &steps, reclaimed);
-    keep_if(session, keep, stmt)
+    let settled = replay(session, job, mode, steps, reclaimed);
+    let keep = acceptable(session, job, mode, &settled);
+    keep_if(session, keep, settled.stmt)
 }
 
 fn keep_if(session: &mut Session, keep: bool, stmt: Statement) -> Option<Statement> {
@@ -136,10 +158,8 @@ fn place_after(
     within: Option<&[NodeId]>,
 ) -> Option<Simulated> {
     let fw = session.framework();
-    let mut sim = Simulated {
-        stmt: session.statement(),
-        steps: Vec::with_capacity(victims.len()),
-    };
+    let mut sim = Simulated::new(session);
+    sim.reclaimed = reclaimed.to_vec();
     for &v in victims {
         sim.evict(session, v, mode, job.id);
     }
@@ -155,7 +175,7 @@ fn place_after(
             sim.place(session, task, node);
         }
     }
-    if acceptable(session, job, mode, &sim.steps, reclaimed) {
+    if acceptable(session, job, mode, &sim) {
         Some(sim)
     } else {
         session.discard(sim.stmt);
@@ -164,15 +184,25 @@ fn place_after(
 }
 
 /// Applies the steps again, in order: the same session state gives the same statement.
-fn replay(session: &mut Session, job: &Job, mode: EvictionKind, steps: &[Step]) -> Statement {
+fn replay(
+    session: &mut Session,
+    job: &Job,
+    mode: EvictionKind,
+    steps: Vec<Step>,
+    reclaimed: Vec<ResourceId>,
+) -> Simulated {
     let mut stmt = session.statement();
-    for step in steps {
+    for step in &steps {
         match *step {
             Step::Evict(t) => session.evict(&mut stmt, t, reason(mode), job.id),
             Step::Place(t, n) => session.pipeline(&mut stmt, t, n),
         }
     }
-    stmt
+    Simulated {
+        stmt,
+        steps,
+        reclaimed,
+    }
 }
 
 /// Whether the applied simulation may be committed: the gang is ready, its queue may keep what
@@ -182,18 +212,12 @@ pub(super) fn acceptable(
     session: &Session,
     job: &Job,
     mode: EvictionKind,
-    steps: &[Step],
-    reclaimed: &[ResourceId],
+    sim: &Simulated,
 ) -> bool {
     let fw = session.framework();
-    let placed: Vec<TaskId> = (steps.iter())
-        .filter_map(|s| match *s {
-            Step::Place(t, _) => Some(t),
-            Step::Evict(_) => None,
-        })
-        .collect();
     let nothing_more = Resources::zero(session.snapshot.resources.len());
+    let (victims, reclaimed) = (sim.victims(), &sim.reclaimed);
     fw.job_ready(session, job.id)
         && (fw.victims).may_keep(session, job.id, &nothing_more, reclaimed, mode)
-        && (fw.victims).worth_evicting(session, job.id, &victims(steps), &placed, reclaimed)
+        && (fw.victims).worth_evicting(session, job.id, &victims, &sim.placed(), reclaimed)
 }
