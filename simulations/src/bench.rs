@@ -40,6 +40,12 @@ pub struct BenchReport {
     /// constrained one so both see the same machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unconstrained_cycle_ms: Option<f64>,
+    /// With `explain_cost`: the cycle of the same snapshot with explanations off (no reason
+    /// worded, no waiting job explained), best of `runs`, run alternately with the other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unexplained_cycle_ms: Option<f64>,
+    /// Waiting jobs the plan explains.
+    pub explained: usize,
     pub runs: usize,
     /// FNV-1a of the last cycle's plan as JSON: a change for speed that keeps every decision
     /// keeps the digest.
@@ -54,7 +60,12 @@ fn digest(bytes: &[u8]) -> String {
     format!("{hash:016x}")
 }
 
-pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<BenchReport> {
+pub fn run(
+    setup: &Synthetic,
+    config: &Config,
+    runs: usize,
+    explain_cost: bool,
+) -> anyhow::Result<BenchReport> {
     let spec = if setup.dra {
         Default::default()
     } else {
@@ -94,11 +105,21 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
     let mut best = f64::INFINITY;
     let mut baseline = f64::INFINITY;
     let mut plan = None;
+    let mut unexplained = explain_cost.then(|| {
+        let mut fw = basalt_plugins::framework(config, &snapshot.resources);
+        fw.explain_failures = false;
+        (fw, Warm::default(), f64::INFINITY)
+    });
     for _ in 0..runs.max(1) {
         let start = Instant::now();
         let p = basalt_engine::schedule(&snapshot, &fw, &mut warm);
         best = best.min(start.elapsed().as_secs_f64());
         plan = Some(p);
+        if let Some((fw, warm, best)) = &mut unexplained {
+            let start = Instant::now();
+            drop(basalt_engine::schedule(&snapshot, fw, warm));
+            *best = best.min(start.elapsed().as_secs_f64());
+        }
         if let Some(unconstrained) = &unconstrained {
             let start = Instant::now();
             let p = basalt_engine::schedule(unconstrained, &fw, &mut unconstrained_warm);
@@ -135,6 +156,10 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Be
             0.0
         },
         unconstrained_cycle_ms: unconstrained.is_some().then_some(baseline * 1e3),
+        unexplained_cycle_ms: unexplained.map(|(_, _, best)| best * 1e3),
+        explained: (plan.pod_groups.iter())
+            .filter(|g| g.explanation.is_some())
+            .count(),
         runs: runs.max(1),
         plan_digest,
     })
@@ -179,6 +204,15 @@ impl BenchReport {
                 self.cycle_ms / ms
             ),
             None => String::new(),
+        };
+        let baseline = match self.unexplained_cycle_ms {
+            Some(ms) => format!(
+                "{baseline}same cycle without explanations: {ms:.1} ms (explaining {} waiting \
+                 jobs costs {:+.1} %)\n",
+                self.explained,
+                (self.cycle_ms / ms - 1.0) * 100.0
+            ),
+            None => baseline,
         };
         format!(
             "cluster: {} nodes × {} GPUs; backlog: {backlog}\n\

@@ -116,6 +116,10 @@ enum Command {
         /// Cycles to run; the best is reported.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Also time the cycle with explanations off (alternately), and report what explaining
+        /// every waiting job costs.
+        #[arg(long)]
+        explain_cost: bool,
         /// Scheduler config (YAML); the default config when absent.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -407,6 +411,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             queues,
             running,
             runs,
+            explain_cost,
             fabric,
             constrained,
             sharing,
@@ -433,7 +438,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;
-            let report = bench::run(&setup, &config, runs)?;
+            let report = bench::run(&setup, &config, runs, explain_cost)?;
             Ok(match output {
                 Output::Text => report.text(),
                 Output::Json => serde_json::to_string_pretty(&report)? + "\n",

@@ -234,3 +234,29 @@ fn jobs_deep_in_a_queue_skip_the_dear_part() {
         assert_eq!(e.held_by.is_empty(), i >= 3, "w{i}: {e:#?}");
     }
 }
+
+#[test]
+fn a_preempting_gang_names_its_victims_and_their_nodes() {
+    // One node, held by a low-priority job; a high-priority job of the same queue preempts it.
+    let classes =
+        "- {apiVersion: scheduling.k8s.io/v1, kind: PriorityClass, metadata: {name: low}, \
+                   value: 10}\n- {apiVersion: scheduling.k8s.io/v1, kind: PriorityClass, \
+                   metadata: {name: high}, value: 1000}\n";
+    let items = nodes(1, 1)
+        + classes
+        + &queue("q", "")
+        + &gang("old", "q", 1, 8, &["g-0"], ", priorityClassName: low")
+        + &gang("urgent", "q", 1, 8, &[], ", priorityClassName: high");
+    let plan = plan(&items);
+    assert_eq!(plan.evictions.len(), 1, "{plan:#?}");
+    let ev = &plan.evictions[0];
+    assert_eq!((ev.pod.as_str(), ev.node.as_str()), ("ml/old-0", "g-0"));
+    let urgent = explanation(&plan, "ml/urgent");
+    assert_eq!(
+        urgent.unblock,
+        Some(Unblock::Preempting {
+            victims: vec!["ml/old".into()],
+            nodes: vec!["g-0".into()]
+        })
+    );
+}

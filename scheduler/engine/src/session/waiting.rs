@@ -85,14 +85,15 @@ impl Session<'_> {
         self.fw.explain_failures
     }
 
-    /// Explains every job with pending members that is not ready (see the module docs).
+    /// Explains every job with pending members that is not ready, and every one whose
+    /// members wait for evictions (see the module docs).
     pub fn explain_waiting(&mut self) {
         let snap = self.snapshot;
         let fw = self.fw;
         let waiting: Vec<JobId> = (self.with_pending.clone().into_iter())
             .filter(|&j| {
                 let c = self.counts(j);
-                c.pending + c.pipelined > 0 && !fw.job_ready(self, j)
+                c.pipelined > 0 || (c.pending > 0 && !fw.job_ready(self, j))
             })
             .collect();
         let mut per_queue: BTreeMap<_, Vec<JobId>> = BTreeMap::new();
