@@ -71,7 +71,10 @@ fn positions(mut mask: u64) -> impl Iterator<Item = usize> {
 /// open that still holds `count` (the lowest island on ties), so whole islands stay free for
 /// pods that need them; all open devices when no island holds them.
 fn fullest_island(devices: usize, island: &dyn Fn(usize) -> u32, open: u64, count: u32) -> u64 {
-    let open = open & u64::MAX.checked_shr(64 - devices.min(64) as u32).unwrap_or(0);
+    let open = open
+        & u64::MAX
+            .checked_shr(64 - devices.min(64) as u32)
+            .unwrap_or(0);
     let mut best: Option<(u32, u32, u64)> = None;
     let mut seen = 0u64;
     for p in positions(open) {

@@ -285,5 +285,8 @@ fn scorers_reading_tasks_by_shape_score_each_state_once_per_shape() {
     // The first pod scores each node (20); then each pod scores the states with room, again
     // and again (one or two per pod), unless the states' scores are kept for the shape.
     assert!(asked >= 20 + 59, "{asked} scores without keeping them");
-    assert!(kept * 2 < asked, "{kept} scores kept per shape, {asked} asked per task");
+    assert!(
+        kept * 2 < asked,
+        "{kept} scores kept per shape, {asked} asked per task"
+    );
 }

@@ -14,15 +14,22 @@ fn reference(islands: &[u32], open: u64, count: u32, order: Option<&dyn Fn(usize
             by_island.entry(i).or_default().push(p);
         }
     }
-    let fitting = by_island.values().filter(|free| free.len() >= count as usize);
+    let fitting = by_island
+        .values()
+        .filter(|free| free.len() >= count as usize);
     let mut chosen: Vec<usize> = match fitting.min_by_key(|free| free.len()) {
         Some(free) => free.clone(),
-        None => (0..islands.len()).filter(|&p| open & (1 << p) != 0).collect(),
+        None => (0..islands.len())
+            .filter(|&p| open & (1 << p) != 0)
+            .collect(),
     };
     if let Some(order) = order {
         chosen.sort_by_key(|&p| order(p));
     }
-    chosen.iter().take(count as usize).fold(0, |m, &p| m | 1 << p)
+    chosen
+        .iter()
+        .take(count as usize)
+        .fold(0, |m, &p| m | 1 << p)
 }
 
 struct Lcg(u64);
@@ -42,7 +49,9 @@ fn choice_matches_the_plain_statement_on_random_nodes() {
     for case in 0..20_000 {
         let devices = [1, 2, 4, 8, 16, 64][rng.below(6) as usize];
         let spread = 1 + rng.below(4) as u32;
-        let islands: Vec<u32> = (0..devices).map(|_| rng.below(spread as u64) as u32).collect();
+        let islands: Vec<u32> = (0..devices)
+            .map(|_| rng.below(spread as u64) as u32)
+            .collect();
         let open = match devices {
             64 => rng.below(u64::MAX) ^ (rng.below(u64::MAX) << 31),
             _ => rng.below(1 << devices),
@@ -56,6 +65,9 @@ fn choice_matches_the_plain_statement_on_random_nodes() {
         assert_eq!(whole, reference(&islands, open, count, None), "case {case}");
         let shared = first_by(chosen, count, &by_slots);
         let want = reference(&islands, open, count, Some(&by_slots));
-        assert_eq!(shared, want, "case {case}: {islands:?} open {open:b} count {count}");
+        assert_eq!(
+            shared, want,
+            "case {case}: {islands:?} open {open:b} count {count}"
+        );
     }
 }
