@@ -263,10 +263,11 @@ impl From<&ScoringArgs> for basalt_engine::PreferenceWeights {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct EvictionArgs {
     /// An eviction that stops a job (evicts a whole gang) is made only when the preemptor's
-    /// members placed on the nodes it frees use at least this fraction of what it frees, in
-    /// every resource the victims were taken for: 0.5 by default, so one 1-GPU pod never ends
-    /// a gang of 8 GPUs. 0 accepts any such eviction; 1 only one that leaves nothing it frees
-    /// idle. Evictions that only shrink elastic jobs are not judged.
+    /// members placed on the nodes it frees (with its other pending members the room left lets
+    /// start) use at least this fraction of what it frees, in every resource the victims were
+    /// taken for: 0.5 by default, so one 1-GPU pod never ends a gang of 8 GPUs. 0 accepts any
+    /// such eviction; 1 only one that leaves nothing it frees idle. Evictions that only shrink
+    /// elastic jobs are not judged.
     pub min_used_fraction: f64,
 }
 

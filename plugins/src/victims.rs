@@ -19,7 +19,8 @@
 //! - An eviction that stops a job is worth it only when the preemptor's members placed on the
 //!   nodes it frees use at least [`LowerPriorityOverShare::min_used_milli`] / 1000 of what it
 //!   frees, in every resource it was for (`eviction.minUsedFraction`, default 0.5): a 1-GPU pod
-//!   never ends a gang of 8 GPUs.
+//!   never ends a gang of 8 GPUs. The engine asks again counting the preemptor's other pending
+//!   members that the room left lets start (an elastic job's extras take it next).
 
 use std::cmp::{Ordering, Reverse};
 

@@ -281,16 +281,9 @@ fn make_room_for_extras(session: &mut Session, job: &Job, mode: EvictionKind, fa
     let within = super::topology::running_domain(session, job);
     for task in placement_order(session, job) {
         let mut sim = Simulated::new(session);
-        let placed = place_member(
-            session,
-            job,
-            task,
-            mode,
-            failed,
-            within.as_deref(),
-            &mut sim,
-        );
-        if placed && settle::acceptable(session, job, mode, &sim) {
+        let within = within.as_deref();
+        let placed = place_member(session, job, task, mode, failed, within, &mut sim);
+        if placed && settle::acceptable(session, job, mode, &sim, within) {
             session.commit(sim.stmt);
         } else {
             session.discard(sim.stmt);

@@ -79,7 +79,9 @@ pub trait Victims: Send + Sync {
     fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost;
     /// Whether a simulated eviction is worth committing: `victims` (evicted in the session now)
     /// for `placed`, the members of `job` it places, counted in the `resources` the victims were
-    /// taken for. Asked once the gang's placement is simulated, before it is committed.
+    /// taken for. Asked once the gang's placement is simulated, before it is committed; on a
+    /// `false`, asked again with the job's other pending members that the room left lets start
+    /// placed too (they take it next, in the same plan).
     fn worth_evicting(
         &self,
         session: &Session,

@@ -88,7 +88,7 @@ pub(super) fn settle(
     let mut kept = sim.victims();
     let mut units = units(session, &kept);
     if units.len() < 2 {
-        let keep = acceptable(session, job, mode, &sim);
+        let keep = acceptable(session, job, mode, &sim, within);
         return keep_if(session, keep, sim.stmt);
     }
     let Simulated {
@@ -111,7 +111,7 @@ pub(super) fn settle(
         }
     }
     let settled = replay(session, job, mode, steps, reclaimed);
-    let keep = acceptable(session, job, mode, &settled);
+    let keep = acceptable(session, job, mode, &settled, within);
     keep_if(session, keep, settled.stmt)
 }
 
@@ -175,7 +175,7 @@ fn place_after(
             sim.place(session, task, node);
         }
     }
-    if acceptable(session, job, mode, &sim) {
+    if acceptable(session, job, mode, &sim, within) {
         Some(sim)
     } else {
         session.discard(sim.stmt);
@@ -207,17 +207,39 @@ fn replay(
 
 /// Whether the applied simulation may be committed: the gang is ready, its queue may keep what
 /// it gains in the resources the victims were taken for, and the policy finds the eviction
-/// worth it.
+/// worth it for the members it places; failing that, for them and the job's other pending
+/// members the room left lets start (its extras would take it next, in the same plan).
 pub(super) fn acceptable(
-    session: &Session,
+    session: &mut Session,
     job: &Job,
     mode: EvictionKind,
     sim: &Simulated,
+    within: Option<&[NodeId]>,
 ) -> bool {
     let fw = session.framework();
     let nothing_more = Resources::zero(session.snapshot.resources.len());
     let (victims, reclaimed) = (sim.victims(), &sim.reclaimed);
-    fw.job_ready(session, job.id)
-        && (fw.victims).may_keep(session, job.id, &nothing_more, reclaimed, mode)
-        && (fw.victims).worth_evicting(session, job.id, &victims, &sim.placed(), reclaimed)
+    if !fw.job_ready(session, job.id)
+        || !(fw.victims).may_keep(session, job.id, &nothing_more, reclaimed, mode)
+    {
+        return false;
+    }
+    let mut placed = sim.placed();
+    let policy = &*fw.victims;
+    if policy.worth_evicting(session, job.id, &victims, &placed, reclaimed) || victims.is_empty() {
+        return true;
+    }
+    let mut more = session.statement();
+    for task in placement_order(session, job) {
+        let request = &session.snapshot.task(task).request;
+        if fw.admit_task(session, task, request).is_ok() {
+            if let Some(node) = find_room(session, task, within) {
+                session.pipeline(&mut more, task, node);
+                placed.push(task);
+            }
+        }
+    }
+    let worth = policy.worth_evicting(session, job.id, &victims, &placed, reclaimed);
+    session.discard(more);
+    worth
 }
