@@ -557,8 +557,8 @@ impl Check<'_> {
     pub(crate) fn check(&self, node: NodeId) -> Result<(), Refusal> {
         if let Some(r) = self.rules {
             // NodePorts, then VolumeRestrictions, in kube-scheduler's order.
-            self.pods.on_node.check_ports(node, &r.ports)?;
-            self.pods.on_node.check_disks(node, &r.disks)?;
+            self.pods.on_node.check_ports(node, &r.ports, &[])?;
+            self.pods.on_node.check_disks(node, &r.disks, &[])?;
         }
         self.check_pods(node)
     }

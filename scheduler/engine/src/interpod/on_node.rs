@@ -20,68 +20,33 @@ impl OnNode {
         take(&mut self.disks, node, disks, add);
     }
 
-    /// NodePorts: a port the pod asks for is taken on the node.
-    pub(super) fn check_ports(&self, node: NodeId, ports: &[HostPort]) -> Result<(), Refusal> {
-        match clash(&self.ports, node, ports, HostPort::conflicts) {
+    /// NodePorts: a port the pod asks for is taken on the node, once the pods taken away
+    /// (`gone`, their ports) have freed theirs.
+    pub(super) fn check_ports(
+        &self,
+        node: NodeId,
+        ports: &[HostPort],
+        gone: &[&HostPort],
+    ) -> Result<(), Refusal> {
+        match clash(&self.ports, node, ports, gone, HostPort::conflicts) {
             true => Err(Refusal::HostPorts),
             false => Ok(()),
         }
     }
 
     /// VolumeRestrictions: a disk the pod mounts is mounted on the node in a way that forbids
-    /// sharing it.
-    pub(super) fn check_disks(&self, node: NodeId, disks: &[Disk]) -> Result<(), Refusal> {
-        match clash(&self.disks, node, disks, Disk::conflicts) {
-            true => Err(Refusal::DiskConflict),
-            false => Ok(()),
-        }
-    }
-
-    /// [`OnNode::check_ports`] with the ports of pods taken away (`gone`) freed.
-    pub(super) fn check_ports_without(
-        &self,
-        node: NodeId,
-        ports: &[HostPort],
-        gone: &[&HostPort],
-    ) -> Result<(), Refusal> {
-        match clash_without(&self.ports, node, ports, gone, HostPort::conflicts) {
-            true => Err(Refusal::HostPorts),
-            false => Ok(()),
-        }
-    }
-
-    /// [`OnNode::check_disks`] with the disks of pods taken away (`gone`) unmounted.
-    pub(super) fn check_disks_without(
+    /// sharing it, once the pods taken away (`gone`, their disks) have unmounted theirs.
+    pub(super) fn check_disks(
         &self,
         node: NodeId,
         disks: &[Disk],
         gone: &[&Disk],
     ) -> Result<(), Refusal> {
-        match clash_without(&self.disks, node, disks, gone, Disk::conflicts) {
+        match clash(&self.disks, node, disks, gone, Disk::conflicts) {
             true => Err(Refusal::DiskConflict),
             false => Ok(()),
         }
     }
-}
-
-/// [`clash`] once one of each of `gone` is no longer held.
-fn clash_without<T: PartialEq>(
-    held: &Map<NodeId, Vec<T>>,
-    node: NodeId,
-    asked: &[T],
-    gone: &[&T],
-    conflicts: fn(&T, &T) -> bool,
-) -> bool {
-    if asked.is_empty() {
-        return false;
-    }
-    let mut left: Vec<&T> = held.get(&node).map_or(Vec::new(), |v| v.iter().collect());
-    for g in gone {
-        if let Some(i) = left.iter().position(|t| *t == *g) {
-            left.swap_remove(i);
-        }
-    }
-    asked.iter().any(|a| left.iter().any(|t| conflicts(a, t)))
 }
 
 /// Adds (or removes, one of each) a pod's items to what a node holds.
@@ -104,10 +69,12 @@ fn take<T: PartialEq + Clone>(
     }
 }
 
-fn clash<T>(
+/// Whether an item asked conflicts with one the node holds, less one of each of `gone`.
+fn clash<T: PartialEq>(
     held: &Map<NodeId, Vec<T>>,
     node: NodeId,
     asked: &[T],
+    gone: &[&T],
     conflicts: fn(&T, &T) -> bool,
 ) -> bool {
     // Most pods ask for neither: no lookup for them.
@@ -115,5 +82,14 @@ fn clash<T>(
         return false;
     }
     let taken = held.get(&node).map_or(&[][..], Vec::as_slice);
-    asked.iter().any(|a| taken.iter().any(|t| conflicts(a, t)))
+    if gone.is_empty() {
+        return asked.iter().any(|a| taken.iter().any(|t| conflicts(a, t)));
+    }
+    let mut left: Vec<&T> = taken.iter().collect();
+    for g in gone {
+        if let Some(i) = left.iter().position(|t| *t == *g) {
+            left.swap_remove(i);
+        }
+    }
+    asked.iter().any(|a| left.iter().any(|t| conflicts(a, t)))
 }

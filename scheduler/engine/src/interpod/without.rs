@@ -77,9 +77,9 @@ impl Check<'_> {
                     .filter_map(|&(g, _)| pods.task_rules[g.index()].as_deref())
             };
             let ports: Vec<&HostPort> = on_node().flat_map(|t| &t.ports).collect();
-            pods.on_node.check_ports_without(node, &r.ports, &ports)?;
+            pods.on_node.check_ports(node, &r.ports, &ports)?;
             let disks: Vec<&Disk> = on_node().flat_map(|t| &t.disks).collect();
-            pods.on_node.check_disks_without(node, &r.disks, &disks)?;
+            pods.on_node.check_disks(node, &r.disks, &disks)?;
         }
         self.check_pods_without(snap, node, gone)
     }
