@@ -274,6 +274,45 @@ fn the_scheduler_deletes_only_its_auto_podgroups() {
 }
 
 #[test]
+fn the_scheduler_makes_only_the_default_queue() {
+    let Some(docs) = kustomize() else { return };
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-scheduler-default-queue",
+    );
+    let create = |object: Json| Request {
+        user: SCHEDULER,
+        node: None,
+        resource: "queues",
+        object,
+        old: Json::Null,
+    };
+    // The label the daemon puts on the queue it makes, as its source names it.
+    let source =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/apply/queues.rs"))
+            .unwrap();
+    assert!(source.contains(
+        "MADE_BY: (&str, &str) = (\"app.kubernetes.io/managed-by\", \"basalt-scheduler\")"
+    ));
+    let queue = |name: &str, labels: Json| {
+        json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "Queue",
+            "metadata": {"name": name, "labels": labels}, "spec": {"weight": 1}})
+    };
+    let ours = json!({"app.kubernetes.io/managed-by": "basalt-scheduler"});
+    assert!(admitted(policy, create(queue("default", ours.clone()))));
+    assert!(!admitted(policy, create(queue("research", ours))));
+    assert!(!admitted(policy, create(queue("default", json!({})))));
+    let mut bare = queue("default", json!({}));
+    bare["metadata"].as_object_mut().unwrap().remove("labels");
+    assert!(!admitted(policy, create(bare)));
+    // Anyone else's queues are not its business.
+    let mut other = create(queue("research", json!({})));
+    other.user = "system:serviceaccount:ml:admin";
+    assert!(admit(policy, &other).is_none());
+}
+
+#[test]
 fn the_node_agent_writes_only_its_own_device_plugin_key() {
     let Some(docs) = kustomize() else { return };
     let policy = find(

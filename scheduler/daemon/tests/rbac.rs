@@ -134,6 +134,7 @@ const GUARDED: &[(&str, &str, &str, &str)] = &[
     ("core", "configmaps", "patch", "UPDATE"),
     ("core", "configmaps", "create", "CREATE"),
     ("scheduling.basalt.dev", "podgroups", "delete", "DELETE"),
+    ("scheduling.basalt.dev", "queues", "create", "CREATE"),
 ];
 
 /// The ServiceAccount usernames a role is bound to.
@@ -212,6 +213,7 @@ fn writes_rbac_cannot_narrow_are_held_by_a_bound_policy() {
         ("basalt-scheduler-owned-metadata", "pods", "patch"),
         ("basalt-scheduler-owned-metadata", "nodes", "patch"),
         ("basalt-scheduler-auto-podgroups", "podgroups", "delete"),
+        ("basalt-scheduler-default-queue", "queues", "create"),
         ("basalt-nodeagent-own-node", "configmaps", "patch"),
         ("basalt-nodeagent-own-node", "configmaps", "create"),
     ] {

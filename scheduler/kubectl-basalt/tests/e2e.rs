@@ -11,18 +11,15 @@ use serde_json::{json, Value};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-basalt");
 
-/// The scheduler binary beside the plugin's (same target directory and profile); built when
-/// this crate's tests run alone.
+/// The scheduler binary beside the plugin's (same target directory and profile), brought up
+/// to date by cargo (a binary of another package is no `CARGO_BIN_EXE_` of this one).
 fn scheduler_binary() -> PathBuf {
-    let bin = Path::new(PLUGIN).with_file_name("basalt-scheduler");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "basalt-scheduler"])
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cannot build basalt-scheduler");
-    }
-    bin
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "basalt-scheduler"])
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cannot build basalt-scheduler");
+    Path::new(PLUGIN).with_file_name("basalt-scheduler")
 }
 
 struct Scheduler(Child);
