@@ -5,14 +5,16 @@
 //! The `cel` crate stands in for the API server's CEL: same syntax and macros, no type check
 //! (the API server's compile-time check is not run here).
 
+mod policy;
 mod render;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cel::{Context, Env, Value};
+use cel::{Env, Value};
 use serde_json::{json, Value as Json};
 
+use policy::run;
 use render::{find, kustomize};
 
 const SCHEDULER: &str = "system:serviceaccount:basalt-system:basalt-scheduler";
@@ -24,17 +26,6 @@ struct Request<'a> {
     resource: &'a str,
     object: Json,
     old: Json,
-}
-
-fn run(env: &Arc<Env>, expr: &str, vars: &HashMap<&str, Value>) -> Value {
-    let program = env.compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
-    let mut context = Context::with_env(env.clone());
-    for (name, value) in vars {
-        context.add_variable_from_value(*name, value.clone());
-    }
-    program
-        .execute(&context)
-        .unwrap_or_else(|e| panic!("{expr}: {e}"))
 }
 
 /// `None` when the policy does not match the request's user; else the messages of the

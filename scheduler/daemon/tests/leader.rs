@@ -153,15 +153,9 @@ impl Cluster {
     }
 }
 
-/// Status line and body of a plain HTTP GET on loopback; None until something answers.
+/// Status code and body of a plain HTTP GET on loopback; None until something answers.
 fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
+    let out = common::http_get(addr, path)?;
     let code = out.get(9..12)?.parse().ok()?;
     let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
     Some((code, body))

@@ -5,6 +5,7 @@
 //! apply configuration's types (`Object`, `Object.spec`) are declared with only the fields the
 //! patch may set, so a patch touching anything else fails to build.
 
+mod policy;
 mod render;
 
 use std::collections::HashMap;
@@ -14,21 +15,11 @@ use cel::common::types::{Type, STRING_TYPE};
 use cel::{Context, Env, StructDef, Value};
 use serde_json::{json, Value as Json};
 
+use policy::run;
 use render::{find, with_component};
 
 const COMPONENT: &str = "components/namespace-opt-in";
 const LABEL: &str = "scheduling.basalt.dev/enabled";
-
-fn run(env: &Arc<Env>, expr: &str, vars: &HashMap<&str, Value>) -> Value {
-    let program = env.compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
-    let mut context = Context::with_env(env.clone());
-    for (name, value) in vars {
-        context.add_variable_from_value(*name, value.clone());
-    }
-    program
-        .execute(&context)
-        .unwrap_or_else(|e| panic!("{expr}: {e}"))
-}
 
 fn env() -> Arc<Env> {
     let mut env = Env::stdlib();
