@@ -286,6 +286,31 @@ fn bench_reports_json() {
     );
 }
 
+/// The plan digest: the same sharing backlog gives the same digest in one cycle or in the third
+/// (the runs carry their node state in a `Warm`, which never changes a plan), another backlog
+/// another digest.
+#[test]
+fn bench_plan_digest_names_the_plan() {
+    let digest = |args: &[&str]| {
+        let base = [
+            "bench", "--nodes", "40", "--pods", "200", "--output", "json",
+        ];
+        let out = sim(&[&base[..], args].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let digest = v["planDigest"].as_str().unwrap().to_string();
+        assert!(digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()));
+        digest
+    };
+    let once = digest(&["--sharing", "--runs", "1"]);
+    assert_eq!(digest(&["--sharing", "--runs", "3"]), once);
+    assert_ne!(digest(&["--runs", "1"]), once);
+}
+
 /// The constrained backlog: every job fits when the rules are kept (320 nodes of 8 GPUs in ten
 /// zones of a rack each, for 80 gangs of eight 1-GPU pods: 16 of them one pod per node, 16
 /// spread over the zones).
