@@ -87,8 +87,8 @@ pub fn check_capability(
 /// the queues outside its path to the root still coverable by the free room
 /// ([`Refusal::Guaranteed`] when not). Nested guarantees count once: a guaranteed queue inside
 /// another guaranteed queue off the path is covered by its ancestor's. Evicted pods
-/// (`given_back`) free what they held (and leave their own queues' guarantees that much less
-/// met); a move that leaves the guarantees no harder to cover than before is never refused.
+/// (`given_back`) are judged gone: what they held is free, and their own queues' guarantees
+/// that much less met, exactly as the same check sees the cluster once they are evicted.
 pub fn check_guarantees(
     session: &Session,
     queue: QueueId,
@@ -101,40 +101,29 @@ pub fn check_guarantees(
     }
     let path: Vec<QueueId> = ancestors(snap, queue).collect();
     let back = |q: QueueId, r: ResourceId| given_back.to(q).map_or(0, |b| b.get(r));
-    let mut free = session.queue_capacity();
-    for q in snap.queues.iter().filter(|q| q.parent.is_none()) {
-        free.sub(session.queue_allocated(q.id));
-    }
+    // What each queue holds once the victims are gone.
+    let held =
+        |q: QueueId, r: ResourceId| session.queue_allocated(q).get(r).saturating_sub(back(q, r));
+    let capacity = session.queue_capacity();
+    let top = || snap.queues.iter().filter(|q| q.parent.is_none());
     for (r, want) in extra.iter().filter(|&(_, want)| want > 0) {
-        // Per topmost guaranteed queue off the path: unmet now, and once the victims are gone.
-        let (mut unmet, mut unmet_after) = (0i64, 0i64);
-        let topmost = (snap.queues.iter())
+        let free = (top().map(|q| held(q.id, r))).fold(capacity.get(r), i64::saturating_sub);
+        let unmet: i64 = snap
+            .queues
+            .iter()
             .filter(|q| !path.contains(&q.id))
             .filter_map(|q| q.guarantee.get(r).map(|g| (q, g)))
             .filter(|(q, _)| {
+                // Topmost guaranteed queue off the path.
                 !ancestors(snap, q.id)
                     .skip(1)
                     .any(|a| !path.contains(&a) && snap.queue(a).guarantee.get(r).is_some())
-            });
-        for (q, g) in topmost {
-            let held = session.queue_allocated(q.id).get(r);
-            unmet = unmet.saturating_add(g.saturating_sub(held).max(0));
-            let held_after = held.saturating_sub(back(q.id, r));
-            unmet_after = unmet_after.saturating_add(g.saturating_sub(held_after).max(0));
-        }
-        let freed: i64 = (snap.queues.iter())
-            .filter(|q| q.parent.is_none())
-            .map(|q| back(q.id, r))
+            })
+            .map(|(q, g)| g.saturating_sub(held(q.id, r)).max(0))
             .fold(0, i64::saturating_add);
-        // How far the free room falls short of the unmet guarantees, before and after.
-        let gap = unmet as i128 - free.get(r) as i128;
-        let gap_after = unmet_after as i128 - (free.get(r) as i128 - want as i128 + freed as i128);
         // Only the guarantee is judged here; plain lack of room is the node search's to report.
-        if unmet_after > 0 && gap_after > 0 && gap_after > gap {
-            return Err(Refusal::Guaranteed {
-                resource: r,
-                unmet: unmet_after,
-            });
+        if unmet > 0 && (free as i128 - unmet as i128) < want as i128 {
+            return Err(Refusal::Guaranteed { resource: r, unmet });
         }
     }
     Ok(())
@@ -300,10 +289,11 @@ mod tests {
             refused,
             Err(Refusal::Guaranteed { unmet: 10000, .. })
         ));
-        // A pod of b gives back 2 cpu to the cluster: the move takes nothing net.
+        // A pod of b frees 2 cpu: 12 free, 10 unmet, 2 to lend.
         let sibling = back(&snap, "b");
         assert!(check_guarantees(&session, a, &two, GivenBack(&sibling)).is_ok());
-        // A pod of the guaranteed queue itself leaves its guarantee 2 cpu less met.
+        // A pod of the guaranteed queue itself frees 2 cpu and leaves its guarantee 2 cpu
+        // less met: 12 free, 12 unmet.
         let guaranteed = back(&snap, "other");
         let refused = check_guarantees(&session, a, &two, GivenBack(&guaranteed));
         assert!(matches!(

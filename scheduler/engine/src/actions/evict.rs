@@ -18,8 +18,7 @@
 //! - reclaim: victims are of other queues. A member its own queue's capability refuses takes
 //!   none; one a parent's capability refuses (a child below its share under a parent at its
 //!   capability) takes victims of queues under that parent, which give back to the parent what
-//!   the member adds, until the node fits and every capability holds. A guarantee's refusal
-//!   is judged the same way: the victims free room in the cluster.
+//!   the member adds, until the node fits and every capability holds.
 
 use super::victims::{best_victims, Goal, NodeVictims};
 use super::{has_pending, placement_order, schedulable_jobs};
@@ -248,9 +247,9 @@ enum Admission {
 }
 
 /// Preempt's victims are of the member's own queue: they credit every level, in whatever it
-/// asks. Reclaim's are of other queues: they credit only the ancestors they share with it (so
-/// a parent's capability may yield, never its own queue's) and the cluster's room (so a
-/// guarantee's refusal may).
+/// asks. Reclaim's are of other queues: they credit only the ancestors they share with it, so
+/// a parent's capability may yield, never its own queue's. Nor does reclaim evict for a
+/// guarantee's refusal: room that victims free is no one's to lend while a guarantee is unmet.
 fn admission(session: &Session, job: &Job, task: TaskId, mode: EvictionKind) -> Admission {
     let request = &session.snapshot.task(task).request;
     let Err(refusal) = session.framework().admit_task(session, task, request) else {
@@ -264,9 +263,6 @@ fn admission(session: &Session, job: &Job, task: TaskId, mode: EvictionKind) -> 
                 queue, resource, ..
             },
         ) if queue != job.queue => Admission::Over(vec![resource]),
-        (EvictionKind::Reclaim, Refusal::Guaranteed { resource, .. }) => {
-            Admission::Over(vec![resource])
-        }
         (EvictionKind::Reclaim, _) => Admission::Never,
     }
 }

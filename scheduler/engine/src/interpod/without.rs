@@ -13,9 +13,6 @@ use super::spread::Verdict;
 use super::terms::DomainCounts;
 use super::{Check, Rules};
 
-/// Pods taken away, each with the node it is bound to.
-type Gone<'g> = &'g [(TaskId, NodeId)];
-
 /// Why taking a pod away may let the task onto its node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Conflict {
@@ -59,7 +56,8 @@ impl Check<'_> {
         counted.then_some(Conflict::Counted)
     }
 
-    /// [`Check::check`] of `node` as if the `gone` pods were not there.
+    /// [`Check::check`] of `node` as if the `gone` pods (each with the node it is bound to)
+    /// were not there.
     pub(crate) fn check_without(
         &self,
         snap: &Snapshot,
@@ -85,7 +83,12 @@ impl Check<'_> {
     }
 
     /// [`Check::check_pods`] with the `gone` pods subtracted from every count.
-    fn check_pods_without(&self, snap: &Snapshot, node: NodeId, gone: Gone) -> Result<(), Refusal> {
+    fn check_pods_without(
+        &self,
+        snap: &Snapshot,
+        node: NodeId,
+        gone: &[(TaskId, NodeId)],
+    ) -> Result<(), Refusal> {
         let pods = self.pods;
         let domains = &pods.domains;
         // Selected pods in the node's domain under a counter's `i`th key once `gone` are away.
