@@ -238,24 +238,6 @@ pub struct PodGroupStatus {
     /// written at most every 30 seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explained_at: Option<String>,
-    /// When the group is expected to start, from running the scheduler forward on its last
-    /// snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forecast: Option<Forecast>,
-}
-
-/// An estimated start: what the forecast found and how sure it is.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Forecast {
-    /// RFC 3339; absent when `how` is `unknown`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<String>,
-    /// `exact` (every running pod's end is known), `estimate` (some ends are estimates) or
-    /// `unknown` (it does not start within the forecast's horizon).
-    pub how: String,
-    /// When the forecast was made (RFC 3339).
-    pub at: String,
 }
 
 /// Any JSON object, kept as written (`x-kubernetes-preserve-unknown-fields`).

@@ -1330,7 +1330,7 @@ async fn a_rack_gang_keeps_to_one_rack_and_each_tp_group_to_one_nvlink_island() 
     // Now r1 has 2 GPUs free and r2 6: 8 in all, but no rack holds another gang of 8.
     create_rack_tp_gang(&c, "late", 8);
     eventually("late Unschedulable, naming the rack tier", || {
-        unschedulable_message(&c.group("late")).is_some_and(|m| m.contains("tier rack"))
+        unschedulable_message(&c.group("late")).is_some_and(|m| m.contains("GPUs in one rack"))
     })
     .await;
     eventually("a FailedScheduling event on late", || {

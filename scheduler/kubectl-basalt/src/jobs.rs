@@ -1,11 +1,10 @@
-//! `kubectl basalt jobs`: PodGroups with their state, place in their queue, why they wait and
-//! when they are expected to start.
+//! `kubectl basalt jobs`: PodGroups with their state, place in their queue and why they wait.
 
 use basalt_crds::PodGroup;
 use kube::Client;
 use serde::Serialize;
 
-use crate::objects::{explanation, forecast_words, key, list, queue_of, unschedulable};
+use crate::objects::{explanation, key, list, queue_of, unschedulable};
 use crate::table::{structured, table};
 use crate::Format;
 
@@ -23,8 +22,6 @@ struct Row {
     verdict: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    forecast: Option<basalt_crds::Forecast>,
 }
 
 pub async fn run(
@@ -50,7 +47,6 @@ pub async fn run(
                     .map(|e| (e.position.in_queue, e.position.queue_length)),
                 verdict: e.as_ref().map(|e| e.verdict.as_str().to_string()),
                 reason: unschedulable(g).map(|(reason, _)| reason),
-                forecast: status.forecast.clone(),
             }
         })
         .filter(|r| queue.is_none_or(|q| r.queue == q))
@@ -61,7 +57,6 @@ pub async fn run(
             .then(a.position.cmp(&b.position))
             .then(a.name.cmp(&b.name))
     });
-    let now = jiff::Timestamp::now();
     let cells: Vec<Vec<String>> = (rows.iter())
         .map(|r| {
             vec![
@@ -71,12 +66,9 @@ pub async fn run(
                 format!("{}/{}", r.running, r.min_member),
                 (r.position).map_or(String::new(), |(i, n)| format!("{i}/{n}")),
                 r.reason.clone().unwrap_or_default(),
-                (r.forecast.as_ref()).map_or(String::new(), |f| forecast_words(f, now)),
             ]
         })
         .collect();
-    let header = [
-        "NAME", "QUEUE", "PHASE", "RUNNING", "POSITION", "REASON", "START",
-    ];
+    let header = ["NAME", "QUEUE", "PHASE", "RUNNING", "POSITION", "REASON"];
     structured(format, &rows, table(&header, &cells))
 }

@@ -22,9 +22,16 @@ struct Gpus {
 #[serde(rename_all = "camelCase")]
 struct NodeRow {
     name: String,
-    domains: BTreeMap<String, String>,
+    /// Per tier label the node has, coarse to fine: its domain.
+    domains: Vec<At>,
     #[serde(flatten)]
     gpus: Gpus,
+}
+
+#[derive(Serialize)]
+struct At {
+    tier: String,
+    domain: String,
 }
 
 #[derive(Serialize)]
@@ -97,12 +104,15 @@ pub async fn run(client: &Client, tiers: Vec<String>, format: Format) -> anyhow:
             free: (gpus - u).max(0),
         };
         let labels = n.metadata.labels.clone().unwrap_or_default();
-        let mut at = BTreeMap::new();
+        let mut at = Vec::new();
         for (i, label) in tiers.iter().enumerate() {
             let Some(value) = labels.get(label) else {
                 continue;
             };
-            at.insert(label.clone(), value.clone());
+            at.push(At {
+                tier: label.clone(),
+                domain: value.clone(),
+            });
             let d = domains.entry((i, value.clone())).or_default();
             d.0 += 1;
             d.1.gpus += g.gpus;
@@ -146,7 +156,7 @@ pub async fn run(client: &Client, tiers: Vec<String>, format: Format) -> anyhow:
     }
     let cells: Vec<Vec<String>> = (report.nodes.iter())
         .map(|n| {
-            let at: Vec<String> = n.domains.values().cloned().collect();
+            let at: Vec<&str> = n.domains.iter().map(|a| a.domain.as_str()).collect();
             vec![
                 n.name.clone(),
                 at.join("/"),

@@ -61,21 +61,3 @@ pub fn queue_of(g: &basalt_crds::PodGroup) -> String {
     (g.spec.queue.clone().filter(|q| !q.is_empty()))
         .unwrap_or_else(|| basalt_engine::DEFAULT_QUEUE.to_string())
 }
-
-/// A forecast as a person reads it: `2026-11-29T12:00:00Z (in 12m, estimate)`.
-pub fn forecast_words(f: &basalt_crds::Forecast, now: jiff::Timestamp) -> String {
-    let Some(start) = f.start.as_deref() else {
-        return f.how.clone();
-    };
-    let Ok(at) = start.parse::<jiff::Timestamp>() else {
-        return format!("{start} ({})", f.how);
-    };
-    let secs = at.duration_since(now).as_secs();
-    let when = match secs {
-        s if s <= 0 => "now".to_string(),
-        s if s < 3600 => format!("in {}m", (s + 59) / 60),
-        s if s < 86_400 * 2 => format!("in {}h{}m", s / 3600, (s % 3600) / 60),
-        s => format!("in {}d", s / 86_400),
-    };
-    format!("{start} ({when}, {})", f.how)
-}

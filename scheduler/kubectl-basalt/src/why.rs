@@ -1,5 +1,4 @@
-//! `kubectl basalt why NAMESPACE/JOB`: the whole explanation the scheduler wrote for one job,
-//! and its forecast.
+//! `kubectl basalt why NAMESPACE/JOB`: the whole explanation the scheduler wrote for one job.
 
 use std::fmt::Write as _;
 
@@ -7,7 +6,7 @@ use basalt_crds::PodGroup;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::objects::{explanation, forecast_words, unschedulable};
+use crate::objects::{explanation, unschedulable};
 use crate::table::structured;
 use crate::Format;
 
@@ -25,7 +24,6 @@ pub async fn run(client: &Client, ns: &str, name: &str, format: Format) -> anyho
         "minMember": group.spec.min_member,
         "conditions": status.conditions,
         "explanation": status.explanation,
-        "forecast": status.forecast,
     });
     let mut out = String::new();
     let _ = writeln!(
@@ -41,10 +39,6 @@ pub async fn run(client: &Client, ns: &str, name: &str, format: Format) -> anyho
         None => {
             let _ = writeln!(out, "Not waiting: the scheduler has no explanation for it.");
         }
-    }
-    if let Some(f) = &status.forecast {
-        let when = forecast_words(f, jiff::Timestamp::now());
-        let _ = writeln!(out, "{:<10} {when}", "Starts:");
     }
     structured(format, &value, out)
 }

@@ -52,9 +52,13 @@ impl Scheduler {
     /// which pods went (see [`Self::tell_groups`]).
     pub(super) async fn evict(&mut self, plan: &Plan, stores: &Stores) {
         self.refused_evictions.expire();
-        let mut done: Vec<&Eviction> = Vec::new();
+        let mut done: Vec<(&Eviction, Option<String>)> = Vec::new();
         for ev in &plan.evictions {
             let uid = self.uid_of(&ev.pod, stores);
+            // Its group, read before the pod goes from the store.
+            let (ns, name) = split_key(&ev.pod);
+            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
+            let group = (pod.as_deref().and_then(member_of)).map(|g| format!("{ns}/{g}"));
             let why = format!(
                 "Preempted by {} on node {} ({})",
                 ev.for_group, ev.node, ev.reason
@@ -70,7 +74,7 @@ impl Scheduler {
                 .await
             {
                 tracing::info!(pod = %ev.pod, r#for = %ev.for_group, node = %ev.node, reason = %ev.reason, "evicted");
-                done.push(ev);
+                done.push((ev, group));
             }
         }
         self.tell_groups(&done, stores);
@@ -79,18 +83,13 @@ impl Scheduler {
     /// One Event per preemptor naming the pods evicted for it and their nodes ("Preempting":
     /// on its PodGroup, or on the pod itself without one), and one per victim group naming
     /// its pods that went and who took their place ("Preempted").
-    fn tell_groups(&self, done: &[&Eviction], stores: &Stores) {
+    fn tell_groups(&self, done: &[(&Eviction, Option<String>)], stores: &Stores) {
         let mut by_preemptor: BTreeMap<&str, Vec<&Eviction>> = BTreeMap::new();
-        let mut by_victim: BTreeMap<String, Vec<&Eviction>> = BTreeMap::new();
-        for &ev in done {
+        let mut by_victim: BTreeMap<&str, Vec<&Eviction>> = BTreeMap::new();
+        for (ev, group) in done {
             by_preemptor.entry(&ev.for_group).or_default().push(ev);
-            let (ns, name) = split_key(&ev.pod);
-            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
-            if let Some(group) = pod.as_deref().and_then(member_of) {
-                by_victim
-                    .entry(format!("{ns}/{group}"))
-                    .or_default()
-                    .push(ev);
+            if let Some(group) = group {
+                by_victim.entry(group).or_default().push(ev);
             }
         }
         let listed = |evs: &[&Eviction], side: fn(&Eviction) -> &str| {
@@ -123,7 +122,7 @@ impl Scheduler {
                 preemptors.join(", "),
                 how(&evs)
             );
-            if let Some(reference) = self.about(&victim, stores) {
+            if let Some(reference) = self.about(victim, stores) {
                 self.event(reference, "Normal", "Preempted", &text);
             }
         }

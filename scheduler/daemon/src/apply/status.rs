@@ -84,7 +84,6 @@ impl Scheduler {
                 for (key, gone) in [
                     ("explanation", desired.explanation.is_none()),
                     ("explainedAt", desired.explained_at.is_none()),
-                    ("forecast", desired.forecast.is_none()),
                 ] {
                     if gone && origin != Origin::Volcano {
                         body[key] = Value::Null;
@@ -277,8 +276,7 @@ fn desired_status(
 const EXPLAIN_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
 
 /// The plan's explanation in `desired` (none for a Volcano PodGroup, whose schema would drop
-/// it), unless only it changed and the current one is younger than [`EXPLAIN_EVERY`]; the
-/// forecast the forecaster wrote is kept while the group waits.
+/// it), unless only it changed and the current one is younger than [`EXPLAIN_EVERY`].
 fn settle_explanation(
     desired: &mut basalt_crds::PodGroupStatus,
     current: &basalt_crds::PodGroupStatus,
@@ -290,7 +288,6 @@ fn settle_explanation(
         return;
     }
     desired.explanation = (planned.explanation.as_ref()).and_then(|e| serde_json::to_value(e).ok());
-    desired.forecast = (current.forecast.clone()).filter(|_| desired.explanation.is_some());
     if desired.explanation == current.explanation {
         desired.explained_at = current.explained_at.clone();
         return;

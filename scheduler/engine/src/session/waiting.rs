@@ -19,19 +19,20 @@ use crate::hash::Map;
 use crate::interpod::Guard;
 use crate::model::{JobId, NodeId, RulesId, ShapeId, TaskId};
 use crate::plan::{
-    DomainRoom, Explanation, NeverFits, NodeCounts, NodeRefusal, Position, Reservation,
-    ResourceNeed, Together, Unblock, Verdict,
+    DomainRoom, Explanation, NodeCounts, NodeRefusal, Position, Reservation, ResourceNeed,
+    Together, Unblock, Verdict,
 };
 use crate::refusal::{worded_counts, Refusal};
 use crate::resources::{Resources, PODS};
 
 mod holders;
+mod never;
 
 /// What the pass keeps: each depends only on the end state, which the pass does not change.
 #[derive(Default)]
 pub(super) struct Kept {
     /// Per placement rules, over the nodes passing their static filters.
-    rules: Map<RulesId, RulesRoom>,
+    rules: Map<RulesId, never::RulesRoom>,
     /// Per shape (tasks without inter-pod rules) and node access: the counts, and how many
     /// of the shape the available nodes take.
     shapes: Map<(ShapeId, ReservedNodes), (Arc<NodeCounts>, u64)>,
@@ -40,17 +41,6 @@ pub(super) struct Kept {
     /// The starving gangs that reserved nodes, and how many each.
     reservations: Option<Vec<(JobId, u32)>>,
     holders: holders::Kept,
-}
-
-/// Free and allocatable capacity of the nodes a placement rule lets a pod onto.
-struct RulesRoom {
-    free: Resources,
-    allocatable: Resources,
-    /// What can never fit is judged on the nodes that pass the static filters but for a
-    /// cordon (maintenance ends), their devices readable: their allocatable in all, and per
-    /// resource the most one node has; `None` when there is no such node (labels, taints and
-    /// volumes change too: no verdict then).
-    lasting: Option<(Resources, Resources)>,
 }
 
 /// How many of `request` fit into `free`, at most `cap`.
@@ -159,93 +149,38 @@ impl Session<'_> {
     ) -> Option<Explanation> {
         let snap = self.snapshot;
         let j = snap.job(job);
-        let names = &snap.resources;
         let members = crate::actions::placement_order(self, j);
         let have = (self.holding(job)).saturating_add(self.start_counts[job.index()].succeeded);
         let need = (j.min_member.saturating_sub(have) as usize).clamp(1, members.len().max(1));
         let needed = &members[..need.min(members.len())];
-        let unblock_preempting = victims.map(|(jobs, nodes)| Unblock::Preempting {
+        let mut e = bare(have, j.min_member, position);
+        e.unblock = victims.map(|(jobs, nodes)| Unblock::Preempting {
             victims: jobs.clone(),
             nodes: nodes.clone(),
         });
         let Some(&first) = needed.first() else {
             // Every member left is pipelined or held: only an eviction under way explains it.
-            return unblock_preempting.map(|unblock| Explanation {
-                verdict: Verdict::Waiting,
-                never_fits: None,
-                holding: have,
-                min_member: j.min_member,
-                need: 0,
-                fit_now: 0,
-                resources: Vec::new(),
-                domain: None,
-                nodes: Arc::default(),
-                together: None,
-                reserved: Vec::new(),
-                held_resource: None,
-                held_by: Vec::new(),
-                held_by_queues: Vec::new(),
-                unblock: Some(unblock),
-                position,
-            });
+            return e.unblock.is_some().then_some(e);
         };
-        let mut asked = Resources::zero(names.len());
+        let mut asked = Resources::zero(snap.resources.len());
         for &t in needed {
             asked.add(&snap.task(t).request);
         }
-        let rules = snap.task(first).rules;
-        self.rules_room(kept, rules);
-        let room = &kept.rules[&rules];
-        let resources: Vec<ResourceNeed> = (asked.iter())
-            .filter(|&(id, _)| id != PODS)
-            .map(|(id, v)| ResourceNeed {
-                name: names.name(id).to_string(),
-                asked: names.format(id, v),
-                free: names.format(id, room.free.get(id).max(0)),
-                allocatable: names.format(id, room.allocatable.get(id)),
-            })
-            .collect();
+        e.resources = self.resource_needs(kept, snap.task(first).rules, &asked);
         let access = self.effective(ReservedNodes::Avoid(job));
         let (nodes, fit_now) = self.member_counts(kept, needed, access);
-        let required = self.required_tier(job);
+        (e.nodes, e.need) = (nodes, needed.len() as u32);
+        e.fit_now = fit_now.min(needed.len() as u64) as u32;
         let need_gpus: i64 = (needed.iter())
             .map(|&t| snap.devices_asked(&snap.task(t).request) as i64)
             .fold(0, i64::saturating_add);
-        let never_fits = self.never_fits(kept, job, needed, &asked, required, need_gpus);
-        let domain = required.and_then(|tier| {
-            let topo = self.topo.as_ref()?;
-            let best = topo.roomiest(tier)?;
-            Some((
-                best,
-                DomainRoom {
-                    tier: topo.topology.tier(tier).name.clone(),
-                    name: topo.topology.domain(best).name.clone(),
-                    free: topo.free(best),
-                    need: need_gpus,
-                },
-            ))
-        });
-        let mut e = Explanation {
-            verdict: match never_fits {
-                Some(_) => Verdict::NeverFits,
-                None => Verdict::Waiting,
-            },
-            never_fits,
-            holding: have,
-            min_member: j.min_member,
-            need: needed.len() as u32,
-            fit_now: fit_now.min(needed.len() as u64) as u32,
-            resources,
-            domain: domain.as_ref().map(|(_, d)| d.clone()),
-            nodes,
-            together: None,
-            reserved: Vec::new(),
-            held_resource: None,
-            held_by: Vec::new(),
-            held_by_queues: Vec::new(),
-            unblock: unblock_preempting,
-            position,
-        };
+        let required = self.required_tier(job);
+        e.never_fits = self.never_fits(kept, job, needed, &asked, required, need_gpus);
+        if e.never_fits.is_some() {
+            e.verdict = Verdict::NeverFits;
+        }
+        let best = required.and_then(|tier| self.best_domain(tier, need_gpus));
+        e.domain = best.as_ref().map(|(_, d)| d.clone());
         if e.unblock.is_none() && e.never_fits.is_none() {
             e.unblock = self.quota_blocks(first, &asked);
         }
@@ -255,10 +190,45 @@ impl Session<'_> {
             e.together = self.place_together(needed, access);
         }
         if detail {
-            let within = domain.map(|(d, _)| d);
+            let within = best.map(|(d, _)| d);
             self.explain_holders(kept, &mut e, job, needed, &asked, within);
         }
         Some(e)
+    }
+
+    /// Per resource the members ask for (pod slots aside): how much, and what is free and
+    /// allocatable on the nodes the rules let them onto.
+    fn resource_needs(
+        &mut self,
+        kept: &mut Kept,
+        rules: RulesId,
+        asked: &Resources,
+    ) -> Vec<ResourceNeed> {
+        let names = &self.snapshot.resources;
+        self.rules_room(kept, rules);
+        let room = &kept.rules[&rules];
+        (asked.iter())
+            .filter(|&(id, _)| id != PODS)
+            .map(|(id, v)| ResourceNeed {
+                name: names.name(id).to_string(),
+                asked: names.format(id, v),
+                free: names.format(id, room.free.get(id).max(0)),
+                allocatable: names.format(id, room.allocatable.get(id)),
+            })
+            .collect()
+    }
+
+    /// The domain of `tier` with the most free GPUs.
+    fn best_domain(&self, tier: TierId, need_gpus: i64) -> Option<(DomainId, DomainRoom)> {
+        let topo = self.topo.as_ref()?;
+        let best = topo.roomiest(tier)?;
+        let room = DomainRoom {
+            tier: topo.topology.tier(tier).name.clone(),
+            name: topo.topology.domain(best).name.clone(),
+            free: topo.free(best),
+            need: need_gpus,
+        };
+        Some((best, room))
     }
 
     /// Places the members one by one (and takes them back): how many found a node, and the
@@ -316,48 +286,6 @@ impl Session<'_> {
     fn required_tier(&self, job: JobId) -> Option<TierId> {
         let name = self.snapshot.job(job).topology.required.as_ref()?;
         self.topo.as_ref()?.topology.tier_id(name)
-    }
-
-    fn rules_room(&mut self, kept: &mut Kept, rules: RulesId) {
-        if kept.rules.contains_key(&rules) {
-            return;
-        }
-        self.ensure_statics(rules);
-        let dims = self.snapshot.resources.len();
-        let mut room = RulesRoom {
-            free: Resources::zero(dims),
-            allocatable: Resources::zero(dims),
-            lasting: None,
-        };
-        let (mut total, mut largest) = (Resources::zero(dims), Resources::zero(dims));
-        let mut lasting = false;
-        let r = &self.snapshot.rules[rules.0 as usize];
-        let statics = &self.statics[&rules].ok;
-        for node in &self.snapshot.nodes {
-            let ok = statics[node.id.index()];
-            if ok {
-                room.allocatable.add(&node.allocatable);
-                for (id, v) in node.allocatable.iter() {
-                    let free = v.saturating_sub(self.used[node.id.index()].get(id)).max(0);
-                    room.free.set(id, room.free.get(id).saturating_add(free));
-                }
-            }
-            let uncordoned = || {
-                let mut open = node.clone();
-                open.unschedulable = false;
-                self.fw.filter_node(r, &open).is_ok()
-                    && self.claims_could_fit(rules, node.id).is_ok()
-            };
-            if node.devices_closed.is_none() && (ok || (node.unschedulable && uncordoned())) {
-                lasting = true;
-                total.add(&node.allocatable);
-                for (id, v) in node.allocatable.iter() {
-                    largest.set(id, largest.get(id).max(v));
-                }
-            }
-        }
-        room.lasting = lasting.then_some((total, largest));
-        kept.rules.insert(rules, room);
     }
 
     /// Nodes per refusal for the most refused shape among the members, and how many of the
@@ -430,95 +358,6 @@ impl Session<'_> {
         (counts, fits)
     }
 
-    /// What makes the job never fit, whatever ends (see [`NeverFits`]).
-    fn never_fits(
-        &mut self,
-        kept: &mut Kept,
-        job: JobId,
-        needed: &[TaskId],
-        asked: &Resources,
-        required: Option<TierId>,
-        need_gpus: i64,
-    ) -> Option<NeverFits> {
-        let snap = self.snapshot;
-        let names = &snap.resources;
-        let j = snap.job(job);
-        for &t in needed {
-            let task = snap.task(t);
-            self.rules_room(kept, task.rules);
-            let Some((_, largest)) = &kept.rules[&task.rules].lasting else {
-                continue;
-            };
-            if let Some(id) = task.request.shortfall(largest).next() {
-                return Some(NeverFits::Node {
-                    resource: names.name(id).to_string(),
-                    asked: names.format(id, task.request.get(id)),
-                    largest: names.format(id, largest.get(id)),
-                });
-            }
-        }
-        // The whole gang: what its members holding a node hold, and what the others ask.
-        let mut whole = asked.clone();
-        for &t in &j.tasks {
-            if self.status[t.index()].node().is_some() {
-                whole.add(&snap.task(t).request);
-            }
-        }
-        let lasting = &kept.rules[&snap.task(needed[0]).rules].lasting;
-        if let Some((total, _)) = lasting {
-            if let Some(id) = whole.shortfall(total).next() {
-                return Some(NeverFits::Cluster {
-                    resource: names.name(id).to_string(),
-                    asked: names.format(id, whole.get(id)),
-                    allocatable: names.format(id, total.get(id)),
-                });
-            }
-        }
-        for q in crate::snapshot::ancestors(snap, j.queue) {
-            let queue = snap.queue(q);
-            for (id, cap) in queue.capability.iter() {
-                if whole.get(id) > cap {
-                    return Some(NeverFits::Capability {
-                        queue: queue.name.clone(),
-                        resource: names.name(id).to_string(),
-                        asked: names.format(id, whole.get(id)),
-                        capability: names.format(id, cap),
-                    });
-                }
-            }
-        }
-        let tier = required?;
-        let largest = self.tier_largest(kept, tier);
-        (need_gpus > largest).then(|| NeverFits::Tier {
-            tier: self
-                .topo
-                .as_ref()
-                .expect("a tier")
-                .topology
-                .tier(tier)
-                .name
-                .clone(),
-            gpus: need_gpus,
-            largest,
-        })
-    }
-
-    fn tier_largest(&self, kept: &mut Kept, tier: TierId) -> i64 {
-        let snap = self.snapshot;
-        let topo = &self.topo.as_ref().expect("a tier").topology;
-        *kept.tier_largest.entry(tier).or_insert_with(|| {
-            (topo.domains.iter())
-                .filter(|d| d.tier == tier)
-                .map(|d| {
-                    (d.nodes.iter())
-                        .map(|&n| snap.nodes[n as usize].gpus.len() as i64)
-                        .sum::<i64>()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-    }
-
     /// The quota that refuses the members it needs (a queue's capability, guarantees of
     /// other queues), if any.
     fn quota_blocks(&self, first: TaskId, asked: &Resources) -> Option<Unblock> {
@@ -577,5 +416,27 @@ fn node_counts(
                 reason,
             })
             .collect(),
+    }
+}
+
+/// An explanation of a job that waits, with nothing found yet.
+fn bare(holding: u32, min_member: u32, position: Position) -> Explanation {
+    Explanation {
+        verdict: Verdict::Waiting,
+        never_fits: None,
+        holding,
+        min_member,
+        need: 0,
+        fit_now: 0,
+        resources: Vec::new(),
+        domain: None,
+        nodes: Arc::default(),
+        together: None,
+        reserved: Vec::new(),
+        held_resource: None,
+        held_by: Vec::new(),
+        held_by_queues: Vec::new(),
+        unblock: None,
+        position,
     }
 }
