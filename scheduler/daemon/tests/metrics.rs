@@ -59,7 +59,8 @@ async fn every_family_of_the_table_reads_what_the_cluster_holds() {
             (r#"basalt_scheduler_action_duration_seconds_count{action="preempt"}"#, positive),
             // The bound gang once, timed from its PodGroup's creation.
             ("basalt_scheduler_podgroup_scheduling_latency_seconds_count", &one),
-            (r#"basalt_scheduler_pending_podgroups{reason="NotEnoughResources"}"#, &one),
+            // The workload's too-big gang can never fit: the explanation says so.
+            (r#"basalt_scheduler_pending_podgroups{reason="NeverFits"}"#, &one),
             ("basalt_scheduler_partial_gangs", &zero),
             (r#"basalt_scheduler_queue_pending_demand{queue="research",resource="nvidia.com/gpu"}"#, &waiting),
             (r#"basalt_scheduler_queue_pending_demand{queue="research",resource="cpu"}"#, &eq(4.0)),
