@@ -43,10 +43,21 @@ struct Holdings {
     nodes: Vec<NodeId>,
     free: Resources,
     jobs: Vec<Holder>,
-    /// Each holder's index in `jobs`.
-    index: Map<JobId, usize>,
+    /// Per job (by id), its index in `jobs`; `NONE` when it holds nothing here.
+    index: Vec<u32>,
     /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
     on_node: std::collections::BTreeMap<NodeId, Vec<usize>>,
+}
+
+/// No holder index (see `Holdings::index`).
+const NONE: u32 = u32::MAX;
+
+impl Holdings {
+    /// The job's index in `jobs`, when it holds something here.
+    fn of(&self, job: JobId) -> Option<usize> {
+        let i = self.index[job.index()];
+        (i != NONE).then_some(i as usize)
+    }
 }
 
 /// A place's holders of one resource, most first (indices into `Holdings::jobs`), and what
@@ -112,7 +123,7 @@ impl Session<'_> {
             .entry((place, resource))
             .or_insert_with(|| Arc::new(rank(snap, &holdings, resource)))
             .clone();
-        let own = holdings.index.get(&job).map(|&i| &holdings.jobs[i]);
+        let own = holdings.of(job).map(|i| &holdings.jobs[i]);
         let others = || {
             (ranked.jobs.iter().map(|&i| &holdings.jobs[i]))
                 .filter(|h| h.job != job && h.holds.get(resource) > 0)
@@ -244,7 +255,7 @@ impl Session<'_> {
                 *total = total.saturating_add(after).saturating_sub(before);
             }
         };
-        let own = holdings.index.get(&job).copied();
+        let own = holdings.of(job);
         let mut ending = vec![false; holdings.jobs.len()];
         let mut chosen: Vec<usize> = Vec::new();
         // Options are fewest jobs first: one needing `len` jobs needs at least `len` less
@@ -320,7 +331,7 @@ impl Session<'_> {
         let snap = self.snapshot;
         let dims = snap.resources.len();
         let mut free = Resources::zero(dims);
-        let mut index: Map<JobId, usize> = Map::default();
+        let mut index = vec![NONE; snap.jobs.len()];
         let mut jobs: Vec<Holder> = Vec::new();
         let mut on_node: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
         for &node in &nodes {
@@ -331,14 +342,15 @@ impl Session<'_> {
             free.add(&f);
             for task in self.holding_tasks(node, placed) {
                 let t = snap.task(task);
-                let i = *index.entry(t.job).or_insert_with(|| {
+                if index[t.job.index()] == NONE {
+                    index[t.job.index()] = jobs.len() as u32;
                     jobs.push(Holder {
                         job: t.job,
                         holds: Resources::zero(dims),
                         tasks: Vec::new(),
                     });
-                    jobs.len() - 1
-                });
+                }
+                let i = index[t.job.index()] as usize;
                 jobs[i].holds.add(&t.request);
                 jobs[i].tasks.push((node, task));
                 let here = on_node.entry(node).or_default();
