@@ -96,7 +96,7 @@ pub fn check_guarantees(
     given_back: GivenBack,
 ) -> Result<(), Refusal> {
     let snap = session.snapshot;
-    if snap.queues.iter().all(|q| q.guarantee.is_empty()) {
+    if !session.any_guarantee() {
         return Ok(());
     }
     let path: Vec<QueueId> = ancestors(snap, queue).collect();

@@ -210,6 +210,8 @@ pub struct Session<'a> {
     cluster_allocatable: Resources,
     /// What the queues share (see [`Session::queue_capacity`]).
     queue_capacity: Resources,
+    /// Whether some queue states a guarantee (else a guarantee check has nothing to do).
+    guaranteed: bool,
     /// Bound tasks per node when the session opened: the candidates for eviction.
     node_tasks: Vec<TaskId>,
     /// Where each node's part of `node_tasks` starts (and, one further, ends).
@@ -484,6 +486,7 @@ impl<'a> Session<'a> {
             queue_reserved: zeros,
             cluster_allocatable,
             queue_capacity: Resources::zero(dims),
+            guaranteed: snapshot.queues.iter().any(|q| !q.guarantee.is_empty()),
             node_tasks,
             node_task_start,
             queue_nodes,
@@ -634,6 +637,11 @@ impl<'a> Session<'a> {
     /// The queue's fair share.
     pub fn deserved(&self, queue: QueueId) -> &Resources {
         &self.deserved[queue.index()]
+    }
+
+    /// Whether some queue states a guarantee.
+    pub fn any_guarantee(&self) -> bool {
+        self.guaranteed
     }
 
     /// What the queues share: the cluster's allocatable less what pods of other schedulers use.

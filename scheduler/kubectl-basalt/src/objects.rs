@@ -40,10 +40,18 @@ pub fn key(namespace: Option<&str>, name: Option<&str>) -> String {
     }
 }
 
-/// The explanation a PodGroup's status carries, if it reads.
+/// The explanation a PodGroup's status carries; one that does not read (written by another
+/// version) is named on stderr.
 pub fn explanation(g: &basalt_crds::PodGroup) -> Option<basalt_engine::Explanation> {
     let value = g.status.as_ref()?.explanation.clone()?;
-    serde_json::from_value(value).ok()
+    match serde_json::from_value(value) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            let name = key(g.metadata.namespace.as_deref(), g.metadata.name.as_deref());
+            eprintln!("kubectl-basalt: PodGroup {name}: status.explanation: {e} (left out)");
+            None
+        }
+    }
 }
 
 /// The reason and message of a PodGroup's `Unschedulable` condition.

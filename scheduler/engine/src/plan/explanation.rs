@@ -26,8 +26,8 @@ pub struct Explanation {
     pub fit_now: u32,
     /// Per resource the members it needs ask for: how much, how much is free on the nodes it
     /// may use (those passing its static filters), and their allocatable.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<ResourceNeed>,
+    #[serde(default, skip_serializing_if = "none_needed")]
+    pub resources: Arc<[ResourceNeed]>,
     /// With a required tier: the domain of that tier with the most free GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<DomainRoom>,
@@ -306,7 +306,7 @@ impl Explanation {
                 self.holding, self.min_member, self.need, self.fit_now
             ),
         );
-        for r in &self.resources {
+        for r in self.resources.iter() {
             line(
                 "Needs:",
                 format!(
@@ -376,6 +376,10 @@ impl Explanation {
         line("Position:", at);
         out
     }
+}
+
+fn none_needed(r: &Arc<[ResourceNeed]>) -> bool {
+    r.is_empty()
 }
 
 fn holdings(list: &[Holding]) -> Vec<String> {

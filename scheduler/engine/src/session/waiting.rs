@@ -40,6 +40,9 @@ pub(super) struct Kept {
     tier_largest: Map<TierId, i64>,
     /// The starving gangs that reserved nodes, and how many each.
     reservations: Option<Vec<(JobId, u32)>>,
+    /// Per placement rules and ask: what [`Session::resource_needs`] words (alike gangs
+    /// share it).
+    needs: Map<(RulesId, Resources), Arc<[ResourceNeed]>>,
     holders: holders::Kept,
 }
 
@@ -203,11 +206,14 @@ impl Session<'_> {
         kept: &mut Kept,
         rules: RulesId,
         asked: &Resources,
-    ) -> Vec<ResourceNeed> {
+    ) -> Arc<[ResourceNeed]> {
+        if let Some(needs) = kept.needs.get(&(rules, asked.clone())) {
+            return needs.clone();
+        }
         let names = &self.snapshot.resources;
         self.rules_room(kept, rules);
         let room = &kept.rules[&rules];
-        (asked.iter())
+        let needs: Arc<[ResourceNeed]> = (asked.iter())
             .filter(|&(id, _)| id != PODS)
             .map(|(id, v)| ResourceNeed {
                 name: names.name(id).to_string(),
@@ -215,7 +221,9 @@ impl Session<'_> {
                 free: names.format(id, room.free.get(id).max(0)),
                 allocatable: names.format(id, room.allocatable.get(id)),
             })
-            .collect()
+            .collect();
+        kept.needs.insert((rules, asked.clone()), needs.clone());
+        needs
     }
 
     /// The domain of `tier` with the most free GPUs.
@@ -428,7 +436,7 @@ fn bare(holding: u32, min_member: u32, position: Position) -> Explanation {
         min_member,
         need: 0,
         fit_now: 0,
-        resources: Vec::new(),
+        resources: Arc::from([]),
         domain: None,
         nodes: Arc::default(),
         together: None,

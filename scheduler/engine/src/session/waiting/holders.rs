@@ -30,8 +30,8 @@ pub(in crate::session) struct Kept {
     /// Tasks this cycle placed, per node.
     placed: Option<Map<NodeId, Vec<TaskId>>>,
     places: Map<Where, Arc<Holdings>>,
-    /// Per place and resource: its holders' indices, most first.
-    sorted: Map<(Where, ResourceId), Arc<[usize]>>,
+    /// Per place and resource: its holders, most first, and its queues' totals.
+    ranked: Map<(Where, ResourceId), Arc<Ranked>>,
     /// Per place and shape: how many of the shape its nodes take now.
     fits: Map<(Where, ShapeId), u64>,
     /// Per place, shape and resource: the node options of the search for jobs to end.
@@ -43,8 +43,53 @@ struct Holdings {
     nodes: Vec<NodeId>,
     free: Resources,
     jobs: Vec<Holder>,
+    /// Per job (by id), its index in `jobs`; `NONE` when it holds nothing here.
+    index: Vec<u32>,
     /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
     on_node: std::collections::BTreeMap<NodeId, Vec<usize>>,
+}
+
+/// No holder index (see `Holdings::index`).
+const NONE: u32 = u32::MAX;
+
+impl Holdings {
+    /// The job's index in `jobs`, when it holds something here.
+    fn of(&self, job: JobId) -> Option<usize> {
+        let i = self.index[job.index()];
+        (i != NONE).then_some(i as usize)
+    }
+}
+
+/// A place's holders of one resource, most first (indices into `Holdings::jobs`), and what
+/// each leaf queue holds of it there, most first.
+struct Ranked {
+    jobs: Vec<usize>,
+    queues: Vec<(QueueId, i64)>,
+}
+
+fn rank(snap: &crate::snapshot::Snapshot, holdings: &Holdings, resource: ResourceId) -> Ranked {
+    let mut jobs: Vec<usize> = (0..holdings.jobs.len()).collect();
+    jobs.sort_by(|&a, &b| {
+        let (a, b) = (&holdings.jobs[a], &holdings.jobs[b]);
+        (b.holds.get(resource).cmp(&a.holds.get(resource)))
+            .then_with(|| snap.job(a.job).name.cmp(&snap.job(b.job).name))
+    });
+    let mut totals: Map<QueueId, i64> = Map::default();
+    for h in &holdings.jobs {
+        let held = totals.entry(snap.job(h.job).queue).or_default();
+        *held = held.saturating_add(h.holds.get(resource));
+    }
+    let mut queues: Vec<(QueueId, i64)> = totals.into_iter().filter(|q| q.1 > 0).collect();
+    sort_queues(snap, &mut queues);
+    Ranked { jobs, queues }
+}
+
+/// Most first, then by name.
+fn sort_queues(snap: &crate::snapshot::Snapshot, queues: &mut [(QueueId, i64)]) {
+    queues.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| snap.queue(a.0).name.cmp(&snap.queue(b.0).name))
+    });
 }
 
 struct Holder {
@@ -72,22 +117,15 @@ impl Session<'_> {
         let Some(resource) = shortest(asked, &holdings.free) else {
             return;
         };
-        let order = kept
+        let ranked = kept
             .holders
-            .sorted
+            .ranked
             .entry((place, resource))
-            .or_insert_with(|| {
-                let mut order: Vec<usize> = (0..holdings.jobs.len()).collect();
-                order.sort_by(|&a, &b| {
-                    let (a, b) = (&holdings.jobs[a], &holdings.jobs[b]);
-                    (b.holds.get(resource).cmp(&a.holds.get(resource)))
-                        .then_with(|| snap.job(a.job).name.cmp(&snap.job(b.job).name))
-                });
-                order.into()
-            })
+            .or_insert_with(|| Arc::new(rank(snap, &holdings, resource)))
             .clone();
+        let own = holdings.of(job).map(|i| &holdings.jobs[i]);
         let others = || {
-            (order.iter().map(|&i| &holdings.jobs[i]))
+            (ranked.jobs.iter().map(|&i| &holdings.jobs[i]))
                 .filter(|h| h.job != job && h.holds.get(resource) > 0)
         };
         let names = &snap.resources;
@@ -99,16 +137,16 @@ impl Session<'_> {
                 amount: names.format(resource, h.holds.get(resource)),
             })
             .collect();
-        let mut queues: Map<QueueId, i64> = Map::default();
-        for h in others() {
-            let held = queues.entry(snap.job(h.job).queue).or_default();
-            *held = held.saturating_add(h.holds.get(resource));
+        // The queues' totals, without what the job itself holds there.
+        let mut queues: Vec<(QueueId, i64)> = ranked.queues.clone();
+        if let Some(own) = own {
+            let queue = snap.job(job).queue;
+            if let Some(q) = queues.iter_mut().find(|q| q.0 == queue) {
+                q.1 = q.1.saturating_sub(own.holds.get(resource));
+            }
+            queues.retain(|q| q.1 > 0);
+            sort_queues(snap, &mut queues);
         }
-        let mut queues: Vec<(QueueId, i64)> = queues.into_iter().collect();
-        queues.sort_by(|a, b| {
-            b.1.cmp(&a.1)
-                .then_with(|| snap.queue(a.0).name.cmp(&snap.queue(b.0).name))
-        });
         e.held_by_queues = (queues.iter().take(LISTED))
             .map(|&(q, amount)| Holding {
                 name: snap.queue(q).name.as_str().into(),
@@ -183,6 +221,8 @@ impl Session<'_> {
                 }
             }
         }
+        // Fewest jobs first (stable: node order among equals), for `jobs_to_end`'s scan.
+        out.sort_by_key(Vec::len);
         out
     }
 
@@ -215,14 +255,39 @@ impl Session<'_> {
                 *total = total.saturating_add(after).saturating_sub(before);
             }
         };
+        let own = holdings.of(job);
         let mut ending = vec![false; holdings.jobs.len()];
         let mut chosen: Vec<usize> = Vec::new();
-        let mut used = vec![false; options.len()];
+        // Options are fewest jobs first: one needing `len` jobs needs at least `len` less
+        // those already ending, so the scan stops once no later one can beat the best. An
+        // option whose jobs all end already has made its room; one of the job's own is none.
+        let mut used: Vec<bool> = (options.iter())
+            .map(|jobs| own.is_some_and(|o| jobs.contains(&o)))
+            .collect();
+        let mut start = 0;
         while total < need {
-            let best = (options.iter().enumerate())
-                .filter(|&(o, jobs)| !used[o] && jobs.iter().all(|&i| holdings.jobs[i].job != job))
-                .map(|(o, jobs)| (jobs.iter().filter(|&&i| !ending[i]).count(), o))
-                .min();
+            while start < options.len() && used[start] {
+                start += 1;
+            }
+            let mut best: Option<(usize, usize)> = None;
+            for o in start..options.len() {
+                let len = options[o].len();
+                if best.is_some_and(|(b, _)| len >= b + chosen.len()) {
+                    break;
+                }
+                if used[o] {
+                    continue;
+                }
+                let new = options[o].iter().filter(|&&i| !ending[i]).count();
+                if new == 0 {
+                    used[o] = true;
+                } else if best.is_none_or(|(b, _)| new < b) {
+                    best = Some((new, o));
+                    if new == 1 {
+                        break;
+                    }
+                }
+            }
             let (_, o) = best?;
             used[o] = true;
             for &i in &options[o] {
@@ -266,7 +331,7 @@ impl Session<'_> {
         let snap = self.snapshot;
         let dims = snap.resources.len();
         let mut free = Resources::zero(dims);
-        let mut index: Map<JobId, usize> = Map::default();
+        let mut index = vec![NONE; snap.jobs.len()];
         let mut jobs: Vec<Holder> = Vec::new();
         let mut on_node: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
         for &node in &nodes {
@@ -277,14 +342,15 @@ impl Session<'_> {
             free.add(&f);
             for task in self.holding_tasks(node, placed) {
                 let t = snap.task(task);
-                let i = *index.entry(t.job).or_insert_with(|| {
+                if index[t.job.index()] == NONE {
+                    index[t.job.index()] = jobs.len() as u32;
                     jobs.push(Holder {
                         job: t.job,
                         holds: Resources::zero(dims),
                         tasks: Vec::new(),
                     });
-                    jobs.len() - 1
-                });
+                }
+                let i = index[t.job.index()] as usize;
                 jobs[i].holds.add(&t.request);
                 jobs[i].tasks.push((node, task));
                 let here = on_node.entry(node).or_default();
@@ -297,6 +363,7 @@ impl Session<'_> {
             nodes,
             free,
             jobs,
+            index,
             on_node,
         });
         kept.places.insert(place, h.clone());
