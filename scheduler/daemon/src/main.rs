@@ -4,7 +4,7 @@
 
 // Each cycle converts changed objects, patches a snapshot and runs a session: many short-lived
 // allocations; mimalloc serves them faster and holds less memory than the system allocator
-// (the figures are in the README).
+// (the figures are in docs/live-scheduler.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

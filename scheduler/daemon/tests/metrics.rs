@@ -1,5 +1,6 @@
 //! The scheduler's metrics on a running daemon: every family of the README's table, with the
-//! values a small workload gives them (`common/workload.rs`).
+//! values a small workload gives them (`common/workload.rs`), and the table itself against what
+//! the daemon exports, both ways.
 
 use std::time::Duration;
 
@@ -85,21 +86,49 @@ async fn every_family_of_the_table_reads_what_the_cluster_holds() {
     assert_eq!(rack("r2", "free") + rack("r2", "allocated"), 8.0, "{text}");
     let allocated = rack("r1", "allocated") + rack("r2", "allocated");
     assert_eq!(allocated, workload::BOUND_GPUS as f64, "{text}");
-    // Every family has its HELP and TYPE.
-    for family in [
-        "cycle_duration_seconds histogram",
-        "scheduling_latency_seconds histogram",
-        "queue_deserved gauge",
-        "queue_allocated gauge",
-        "queue_pending_pods gauge",
-        "events_dropped counter",
-    ] {
-        let line = format!("# TYPE basalt_scheduler_{family}");
+    // Every family of the README's table is exported with the type the table gives it, and
+    // every family exported is in the table.
+    let table = readme_table();
+    assert!(table.len() >= 25, "{table:#?}");
+    for (name, kind) in &table {
+        let line = format!("# TYPE {} {kind}", name.trim_end_matches("_total"));
         assert!(text.contains(&line), "{line}\n{text}");
+    }
+    let exported: Vec<&str> = (text.lines())
+        .filter_map(|l| {
+            l.strip_prefix("# TYPE basalt_scheduler_")?
+                .split(' ')
+                .next()
+        })
+        .collect();
+    for family in exported {
+        let known = (table.iter()).any(|(name, _)| {
+            name.trim_end_matches("_total") == format!("basalt_scheduler_{family}")
+        });
+        assert!(
+            known,
+            "basalt_scheduler_{family} is not in the README's table"
+        );
     }
     // A gang is timed once, in the cycle that places its minimum, not again in later ones.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let later = http_get(&addr, "/metrics").unwrap();
     let count = "basalt_scheduler_podgroup_scheduling_latency_seconds_count";
     assert_eq!(value(&later, count), Some(1.0), "{later}");
+}
+
+/// The `(family, type)` pairs of the table under `## Metrics` in the crate's README.
+fn readme_table() -> Vec<(String, String)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = (readme.split("\n## ").find(|s| s.starts_with("Metrics\n")))
+        .expect("the README has a Metrics section");
+    let mut families = Vec::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        for name in cells[1].split(", ") {
+            families.push((name.trim_matches('`').to_string(), cells[2].to_string()));
+        }
+    }
+    families
 }
