@@ -1,7 +1,7 @@
 //! Metrics of a replay, computed from the [`Outcome`]: everything here is a pure function of
 //! the simulated run (no wall-clock figures), so the same inputs give byte-identical JSON.
 //!
-//! Definitions (also in the README):
+//! Definitions (also in docs/simulations.md):
 //! - queueing delay = first start − submit; JCT = end − submit (finished jobs only);
 //!   gang wait = queueing delay of jobs with more than one pod;
 //! - percentiles are nearest-rank: the ⌈p/100 · n⌉-th smallest value;

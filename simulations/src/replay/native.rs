@@ -32,7 +32,7 @@ fn quantity(col: &str, resource: &str, s: &str) -> Result<i64, String> {
     basalt_crds::quantity::parse_for_resource(resource, s).map_err(|e| format!("{col}: {e}"))
 }
 
-/// Basalt's native CSV workload (see the README for the format).
+/// Basalt's native CSV workload (see docs/simulations.md for the format).
 pub fn read_native_csv(path: &Source) -> Result<Workload, TraceError> {
     let table = Table::open(
         path,

@@ -15,7 +15,8 @@ pub const RACK_LABEL: &str = "topology.basalt.dev/rack";
 pub const SPINE_LABEL: &str = "topology.basalt.dev/spine";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// Extended resource used by `--gpu-share pool` for fractional GPU pods (per-node pool of
-/// 1,000 milli per GPU; see the README for what this approximation does and does not model).
+/// 1,000 milli per GPU; see docs/simulations.md for what this approximation does and does not
+/// model).
 pub const GPU_SHARE_RESOURCE: &str = "basalt.dev/gpu-share-milli";
 
 /// One pod of a job.
