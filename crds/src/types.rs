@@ -578,7 +578,7 @@ pub mod volcano {
         pub parent: Option<String>,
         #[serde(default)]
         pub priority: i32,
-        /// Not in Volcano's v1beta1 API, honoured when present (see the crate README).
+        /// Not in Volcano's v1beta1 API, honoured when present (see docs/crds.md, Choices).
         #[serde(default)]
         pub state: Option<QueueState>,
     }

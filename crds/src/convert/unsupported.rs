@@ -1,6 +1,6 @@
 //! What a pod of ours states that Basalt does not act on. Rather than place the pod as if the
 //! field were absent, it is held ([`Wait::Unsupported`]) with the field named; the decisions
-//! for every field of the pod spec are the table in the crate README.
+//! for every field of the pod spec are the table in docs/crds.md.
 
 use basalt_engine::Wait;
 use k8s_openapi::api::core::v1::PodSpec;
