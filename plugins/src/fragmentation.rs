@@ -17,7 +17,7 @@
 //! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
 //! every large cut with every other), equal steps to the framework's tie order, and takes the
 //! device with the best such score (lowest position on ties). Measured alternatives on the
-//! openb default list (simulations README): the exact growth, or a packing order (fuller node
+//! openb default list (docs/simulations.md): the exact growth, or a packing order (fuller node
 //! first) or a spreading one breaking ties, all leave more GPUs unallocated than random ties.
 //!
 //! **In the engine.** Pods are tasks: CPU from their request, share from their HAMi compute
@@ -26,7 +26,7 @@
 //! devices' `model`; a pod's allowed models are those whose first node passes its static
 //! filters. Shapes are learned from the snapshot's tasks (the newest `window` by creation), or
 //! given (an experiment hands the trace's). Both policies stay out of sessions on clusters
-//! without shared devices (see the README): binpack's bucketed order decides there.
+//! without shared devices (see docs/plugins.md): binpack's bucketed order decides there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
