@@ -1,7 +1,8 @@
 //! `docs/` and the files that point into it: every link inside the repository reaches a file,
 //! and a `#section` a heading of it, in every Markdown file (READMEs, `docs/`, the guides); no
 //! link leaves the repository; every guide the deploy files name exists; the opt-in guide
-//! states what the component does (its label, its API version).
+//! states what the component does (its label, its API version); the top README names the
+//! workspace's `rust-version`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -213,4 +214,17 @@ fn the_opt_in_guide_states_what_the_component_does() {
         assert!(guide.contains(said) && policy.contains(said), "{said}");
     }
     assert!(guide.contains("1.36") && guide.contains("1.34"));
+}
+
+#[test]
+fn the_readme_names_the_workspace_rust_version() {
+    let repo = repo();
+    let manifest = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let version = (manifest.lines())
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("the workspace states a rust-version")
+        .trim_matches('"');
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let said = format!("Rust toolchain ({version} or newer)");
+    assert!(readme.contains(&said), "README.md does not say {said:?}");
 }
