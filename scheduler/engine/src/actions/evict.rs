@@ -18,7 +18,9 @@
 //! - reclaim: victims are of other queues. A member its own queue's capability refuses takes
 //!   none; one a parent's capability refuses (a child below its share under a parent at its
 //!   capability) takes victims of queues under that parent, which give back to the parent what
-//!   the member adds, until the node fits and every capability holds.
+//!   the member adds, until the node fits and every capability holds. Room its evictions free
+//!   counts as reclaimed for whichever member takes it, held to that member's queue share; what
+//!   no queue takes within its share is lent last to ready jobs' extras (as allocate lends).
 
 use super::victims::{best_victims, Goal, NodeVictims};
 use super::{has_pending, placement_order, schedulable_jobs};
@@ -27,7 +29,7 @@ use crate::hash::Set;
 use crate::model::{Job, NodeId, QueueId, ShapeId, TaskId};
 use crate::refusal::Refusal;
 use crate::resources::ResourceId;
-use crate::session::{ReservedNodes, Session, Statement};
+use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
 use settle::{Simulated, Step};
 
 mod settle;
@@ -58,33 +60,58 @@ type Failed = Set<(ShapeId, QueueId, i32, bool, usize)>;
 enum Round {
     /// Gangs below their minimum: the members they need to start.
     Minimums,
-    /// Then ready jobs' members above their minimum, one at a time.
+    /// Then ready jobs' members above their minimum, one at a time, their queue held to its
+    /// share in the room reclaim frees.
     Extras,
+    /// Reclaim only, last: room its evictions freed that no queue took within its share is
+    /// lent to ready jobs' extras, as allocate lends idle capacity (nobody within its share
+    /// can use it; the queue it came from stays above its share in it).
+    Lend,
+}
+
+impl Round {
+    fn of(mode: EvictionKind) -> &'static [Round] {
+        match mode {
+            EvictionKind::Reclaim => &[Round::Minimums, Round::Extras, Round::Lend],
+            EvictionKind::Preempt => &[Round::Minimums, Round::Extras],
+        }
+    }
 }
 
 fn run(session: &mut Session, mode: EvictionKind) {
     let fw = session.framework();
     let jobs = schedulable_jobs(session);
     let mut failed = Failed::default();
-    for round in [Round::Minimums, Round::Extras] {
-        // A gang the first round starts takes part in the second with its members left.
+    for &round in Round::of(mode) {
+        // A gang the first round starts takes part in the later ones with its members left.
         let turn: Vec<&Job> = (jobs.iter().copied())
             .filter(|j| {
-                has_pending(session, j) && fw.job_ready(session, j.id) == (round == Round::Extras)
+                has_pending(session, j) && fw.job_ready(session, j.id) == (round != Round::Minimums)
             })
             .collect();
         for job in turn {
-            if fw.validate_job(session, job.id).is_err() || !may_evict_for(session, job, mode) {
+            if fw.validate_job(session, job.id).is_err() {
                 continue;
             }
-            session.release_holds(job.id);
             match round {
-                Round::Minimums => make_room(session, job, mode, &mut failed),
-                Round::Extras => make_room_for_extras(session, job, mode, &mut failed),
+                Round::Lend => lend_room(session, job),
+                _ if !may_evict_for(session, job, mode) => {}
+                Round::Minimums => {
+                    with_holds_released(session, job, |s| make_room(s, job, mode, &mut failed))
+                }
+                Round::Extras => with_holds_released(session, job, |s| {
+                    make_room_for_extras(s, job, mode, &mut failed)
+                }),
             }
-            session.restore_holds(job.id);
         }
     }
+}
+
+/// Runs `f` with the job's held members free to move (their holds restored after).
+fn with_holds_released(session: &mut Session, job: &Job, f: impl FnOnce(&mut Session)) {
+    session.release_holds(job.id);
+    f(session);
+    session.restore_holds(job.id);
 }
 
 /// Cheap checks before any search: something in the action's scope runs (for preempt, in the
@@ -195,6 +222,9 @@ fn place_member(
     let admitted = admission.is_none();
     if admitted {
         if let Some(node) = find_room(session, task, within) {
+            if mode == EvictionKind::Reclaim {
+                sim.reclaimed.extend(freed_room_taken(session, task, node));
+            }
             sim.place(session, task, node);
             return true;
         }
@@ -234,6 +264,25 @@ fn place_member(
         sim.place(session, task, node);
     }
     fits
+}
+
+/// The resources a member placed on `node` takes from room this cycle's evictions freed there:
+/// those the node, with its evicted pods back, would lack. Placed by reclaim, it is a gain of
+/// the reclaim like its own victims' room, held to its queue's share in them: room a reclaim
+/// freed and its gang left over is no loan its queue may keep beyond its share (the queue it
+/// came from would take it back).
+fn freed_room_taken(session: &Session, task: TaskId, node: NodeId) -> Vec<ResourceId> {
+    let snap = session.snapshot;
+    let mut room = session.free(node);
+    for &t in session.node_tasks(node) {
+        if *session.task_status(t) == TaskStatus::Evicted(node) {
+            room.sub(&snap.task(t).request);
+        }
+    }
+    (snap.task(task).request.iter())
+        .filter(|&(r, q)| q > 0 && room.get(r) < q)
+        .map(|(r, _)| r)
+        .collect()
 }
 
 /// Whether a member's queue takes it in, and what its victims must give back when not.
@@ -285,6 +334,26 @@ fn make_room_for_extras(session: &mut Session, job: &Job, mode: EvictionKind, fa
             session.discard(sim.stmt);
         }
     }
+}
+
+/// Lends the room left to a ready job's pending extras, without victims: each takes the best
+/// node with room its queue admits (inside the domain it runs in, for a required tier).
+fn lend_room(session: &mut Session, job: &Job) {
+    if !job.sub_groups.is_empty() {
+        return;
+    }
+    let fw = session.framework();
+    let within = super::topology::running_domain(session, job);
+    let mut stmt = session.statement();
+    for task in placement_order(session, job) {
+        let request = &session.snapshot.task(task).request;
+        if fw.admit_task(session, task, request).is_ok() {
+            if let Some(node) = find_room(session, task, within.as_deref()) {
+                session.pipeline(&mut stmt, task, node);
+            }
+        }
+    }
+    session.commit(stmt);
 }
 
 /// A node with room for the task now: the best one (inside `within` when given).
