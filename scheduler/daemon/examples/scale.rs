@@ -12,15 +12,27 @@
 //! each, their PodGroups spread over `--queues` queues. Reported:
 //! - the time from start to the caches synced, then to every pending pod bound (binds/s);
 //! - cycle times while binding and with nothing changed, and the cycle after one new gang;
+//! - `--idle-secs S` (default 60) with nothing changed: the cycles run and the daemon's CPU;
 //! - with `--arrivals N`, a stream of N pods a second for 10 s (gangs as above, created as a
-//!   controller would: group, then members), and their creation-to-binding p50 and p99 (from
-//!   the daemon's `scheduling_latency` histogram: bucket bounds, so upper estimates);
-//! - the daemon's resident memory and CPU time.
+//!   controller would: group, then members), and their creation-to-binding p50 and p99;
+//! - the daemon's resident memory (sampled from `/proc` every 100 ms: the peak seen, and the
+//!   kernel's own peak) and CPU time.
+//!
+//! Latencies are in milliseconds, measured here: from the return of the call that created a
+//! pod to the event of a watch (over HTTP, as any client) that shows it bound. The daemon's own
+//! `scheduling_latency` histogram (from `creationTimestamp`, one-second resolution) is printed
+//! beside them.
 
+use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use basalt_apiserver::{ApiServer, Config, Handle};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::{json, Value};
 
 struct Args {
@@ -31,11 +43,12 @@ struct Args {
     gang: usize,
     queues: usize,
     arrivals: usize,
+    idle_secs: usize,
 }
 
 fn args() -> anyhow::Result<Args> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: scale BASALT_SCHEDULER NODES PODS [--pending N] [--gang N] [--queues N] [--arrivals N]";
+    let usage = "usage: scale BASALT_SCHEDULER NODES PODS [--pending N] [--gang N] [--queues N] [--arrivals N] [--idle-secs S]";
     let (Some(bin), Some(nodes), Some(pods)) = (raw.first(), raw.get(1), raw.get(2)) else {
         anyhow::bail!(usage);
     };
@@ -48,6 +61,7 @@ fn args() -> anyhow::Result<Args> {
         gang: 4,
         queues: 1,
         arrivals: 0,
+        idle_secs: 60,
     };
     let mut rest = raw[3..].iter();
     while let Some(flag) = rest.next() {
@@ -60,6 +74,7 @@ fn args() -> anyhow::Result<Args> {
             "--gang" => a.gang = value.max(1),
             "--queues" => a.queues = value.max(1),
             "--arrivals" => a.arrivals = value,
+            "--idle-secs" => a.idle_secs = value,
             _ => anyhow::bail!("{flag}: unknown; {usage}"),
         }
     }
@@ -132,8 +147,15 @@ fn create(server: &Handle, object: Value) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e:?}"))
 }
 
-/// A gang `g` of `size` one-GPU pods in queue `q`: its PodGroup, then its members.
-fn gang(server: &Handle, g: &str, size: usize, q: usize) -> anyhow::Result<Vec<String>> {
+/// A gang `g` of `size` one-GPU pods in queue `q`: its PodGroup, then its members. With a
+/// probe, the members carry its label and each one's creation is timed.
+fn gang(
+    server: &Handle,
+    g: &str,
+    size: usize,
+    q: usize,
+    probe: Option<&Probe>,
+) -> anyhow::Result<Vec<String>> {
     create(
         server,
         json!({"apiVersion": "scheduling.basalt.dev/v1alpha1", "kind": "PodGroup",
@@ -143,38 +165,167 @@ fn gang(server: &Handle, g: &str, size: usize, q: usize) -> anyhow::Result<Vec<S
     let mut names = Vec::with_capacity(size);
     for i in 0..size {
         let name = format!("{g}-{i}");
+        let mut labels = json!({"scheduling.basalt.dev/pod-group": g});
+        if probe.is_some() {
+            labels[PROBE_LABEL] = json!("1");
+        }
         create(
             server,
             json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "default",
-                             "labels": {"scheduling.basalt.dev/pod-group": g}},
+                "metadata": {"name": name, "namespace": "default", "labels": labels},
                 "spec": {"schedulerName": "basalt", "containers": [{"name": "m", "image": "i",
                     "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"},
                                   "limits": {"nvidia.com/gpu": "1"}}}]}}),
         )?;
+        if let Some(p) = probe {
+            p.created(&name);
+        }
         names.push(name);
     }
     Ok(names)
 }
 
-/// Waits until every pod of `names` is bound, at most `limit`.
-async fn wait_bound(
-    server: &Handle,
-    names: &[String],
-    limit: Duration,
-    what: &str,
-) -> anyhow::Result<()> {
-    let t = Instant::now();
-    let pending = |n: &String| {
-        (server.get("v1", "Pod", "default", n)).is_some_and(|p| p["spec"]["nodeName"].is_null())
-    };
-    while names.iter().any(pending) {
-        if t.elapsed() > limit {
-            anyhow::bail!("{what} not bound within {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+const PROBE_LABEL: &str = "scale.basalt.dev/probe";
+
+/// Creation-to-bind times of the harness's labelled pods, in this process's clock: from the
+/// return of the create call to the watch event that shows the pod bound.
+#[derive(Default)]
+struct Probe {
+    created: Mutex<HashMap<String, Instant>>,
+    bound: Mutex<HashMap<String, Instant>>,
+}
+
+impl Probe {
+    /// Opens the watch (before returning, so no bind is missed) and follows it.
+    async fn start(server: &Handle) -> anyhow::Result<Arc<Probe>> {
+        let client = kube::Client::try_from(kube::Config::new(server.url().parse()?))?;
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let params = WatchParams::default().labels(&format!("{PROBE_LABEL}=1"));
+        let mut version = server.resource_version().to_string();
+        let mut stream = pods.watch(&params, &version).await?.boxed();
+        let probe = Arc::new(Probe::default());
+        let seen = probe.clone();
+        tokio::spawn(async move {
+            loop {
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
+                            let at = Instant::now();
+                            if let Some(v) = &pod.metadata.resource_version {
+                                version.clone_from(v);
+                            }
+                            let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                            if let (Some(_), Some(name)) = (bound, pod.metadata.name) {
+                                seen.bound.lock().unwrap().entry(name).or_insert(at);
+                            }
+                        }
+                        Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
+                        Ok(WatchEvent::Error(_)) | Err(_) => break,
+                        Ok(WatchEvent::Deleted(_)) => {}
+                    }
+                }
+                // The stream ended (the server's timeout): go on from the last version seen.
+                match pods.watch(&params, &version).await {
+                    Ok(s) => stream = s.boxed(),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+        Ok(probe)
     }
-    Ok(())
+
+    fn created(&self, name: &str) {
+        self.created
+            .lock()
+            .unwrap()
+            .insert(name.into(), Instant::now());
+    }
+
+    /// Waits until the watch has shown every pod of `names` bound, at most `limit`.
+    async fn wait_bound(
+        &self,
+        names: &[String],
+        limit: Duration,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let t = Instant::now();
+        loop {
+            let missing = {
+                let bound = self.bound.lock().unwrap();
+                names.iter().filter(|n| !bound.contains_key(*n)).count()
+            };
+            if missing == 0 {
+                return Ok(());
+            }
+            if t.elapsed() > limit {
+                anyhow::bail!("{what}: {missing} not bound within {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Each pod's creation-to-bind time in ms, sorted.
+    fn latencies(&self, names: &[String]) -> Vec<f64> {
+        let (created, bound) = (self.created.lock().unwrap(), self.bound.lock().unwrap());
+        let mut ms: Vec<f64> = (names.iter())
+            .filter_map(|n| Some(bound.get(n)?.duration_since(*created.get(n)?)))
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms
+    }
+
+    /// A gang's creation to bound: from its last member's creation to its last bind.
+    fn gang_ms(&self, names: &[String]) -> f64 {
+        let (created, bound) = (self.created.lock().unwrap(), self.bound.lock().unwrap());
+        let last =
+            |m: &HashMap<String, Instant>| names.iter().filter_map(|n| m.get(n)).max().copied();
+        match (last(&created), last(&bound)) {
+            (Some(c), Some(b)) => b.saturating_duration_since(c).as_secs_f64() * 1000.0,
+            _ => f64::NAN,
+        }
+    }
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+fn rank(sorted: &[f64], q: f64) -> f64 {
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// The daemon's resident memory sampled every 100 ms from `/proc`: the highest seen, in KiB.
+struct RssSampler {
+    peak_kib: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl RssSampler {
+    fn start(pid: u32) -> RssSampler {
+        let (peak_kib, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (peak, done) = (peak_kib.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                if let Some(kib) = proc_field(pid, "status", "VmRSS:") {
+                    peak.fetch_max(kib, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        RssSampler { peak_kib, stop }
+    }
+
+    fn peak_mib(&self) -> f64 {
+        self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 fn unbound(server: &Handle) -> usize {
@@ -199,19 +350,6 @@ impl Daemon {
             metric(&m, "basalt_scheduler_cycle_duration_seconds_count"),
             metric(&m, "basalt_scheduler_cycle_duration_seconds_sum"),
         )
-    }
-
-    /// Waits for `n` more cycles; their mean duration in ms.
-    async fn next_cycles(&self, n: f64) -> f64 {
-        let (c0, s0) = self.cycles();
-        for _ in 0..400 {
-            let (c, s) = self.cycles();
-            if c >= c0 + n {
-                return (s - s0) / (c - c0) * 1000.0;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        f64::NAN
     }
 }
 
@@ -251,7 +389,7 @@ async fn main() -> anyhow::Result<()> {
     let mut g = 0;
     while made < a.pending {
         let size = a.gang.min(a.pending - made);
-        gang(&server, &format!("g{g}"), size, g % a.queues)?;
+        gang(&server, &format!("g{g}"), size, g % a.queues, None)?;
         made += size;
         g += 1;
     }
@@ -287,6 +425,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> anyhow::Result<()> {
+    let probe = &*Probe::start(server).await?;
+    let rss = RssSampler::start(pid);
     let t0 = Instant::now();
     let mut ready_at = None;
     let all_bound = loop {
@@ -322,9 +462,7 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
     );
     println!("cycles until then: {binding_cycles:.0}, mean {binding_mean:.0} ms");
     // Let the binding cycle's writes (Events, status) and their watch events settle: until the
-    // daemon uses under a fifth of a core for a second (at most a minute), then time cycles
-    // with nothing new.
-    d.next_cycles(2.0).await;
+    // daemon uses under a fifth of a core for a second (at most a minute).
     for _ in 0..60 {
         let cpu = cpu_seconds(pid);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -332,44 +470,60 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
             break;
         }
     }
-    let cpu0 = cpu_seconds(pid);
-    let idle = d.next_cycles(3.0).await;
+    // Nothing changes for `--idle-secs`: the cycles that run anyway, and the daemon's CPU.
+    let ((c0, s0), cpu0) = (d.cycles(), cpu_seconds(pid));
+    tokio::time::sleep(Duration::from_secs(a.idle_secs as u64)).await;
+    let ((c, s), cpu) = (d.cycles(), cpu_seconds(pid));
+    let mean = if c > c0 {
+        format!("mean {:.1} ms", (s - s0) / (c - c0) * 1000.0)
+    } else {
+        "none".to_string()
+    };
     println!(
-        "cycle with nothing changed: mean {idle:.1} ms over 3 (daemon CPU {:.0} ms a cycle)",
-        (cpu_seconds(pid) - cpu0) / 3.0 * 1000.0
+        "idle {} s with nothing changed: {:.0} cycles ({mean}); daemon CPU {:.0} ms = {:.2} % of a core",
+        a.idle_secs,
+        c - c0,
+        (cpu - cpu0) * 1000.0,
+        (cpu - cpu0) / a.idle_secs.max(1) as f64 * 100.0
     );
-    // One new gang: the cycle that places it.
+    // One new gang: creation to bound, and the cycles meanwhile.
     let (c0, s0) = d.cycles();
-    let names = gang(server, &format!("g{gangs}"), a.gang, 0)?;
-    let t = Instant::now();
-    wait_bound(server, &names, Duration::from_secs(60), "the new gang").await?;
-    let bound_in = t.elapsed();
+    let names = gang(server, &format!("g{gangs}"), a.gang, 0, Some(probe))?;
+    (probe.wait_bound(&names, Duration::from_secs(60), "the new gang")).await?;
     // The cycle that bound it ends after its binds.
     while d.cycles().0 <= c0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (c, s) = d.cycles();
     println!(
-        "one new gang of {}: bound {:.0} ms after creation; {:.0} cycle(s) meanwhile, mean {:.1} ms",
+        "one new gang of {}: bound {:.1} ms after its last member's creation; {:.0} cycle(s) meanwhile, mean {:.1} ms",
         a.gang,
-        bound_in.as_secs_f64() * 1000.0,
+        probe.gang_ms(&names),
         c - c0,
         (s - s0) / (c - c0).max(1.0) * 1000.0
     );
     if a.arrivals > 0 {
-        arrivals(a, server, d, gangs + 1).await?;
+        arrivals(a, server, d, probe, gangs + 1).await?;
     }
     println!(
-        "daemon memory: VmRSS {:.0} MiB, peak VmHWM {:.0} MiB",
+        "daemon memory: VmRSS {:.0} MiB; peak sampled {:.0} MiB, VmHWM {:.0} MiB",
         proc_field(pid, "status", "VmRSS:").unwrap_or(0) as f64 / 1024.0,
+        rss.peak_mib(),
         proc_field(pid, "status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
     );
+    println!("daemon CPU in all: {:.2} s", cpu_seconds(pid));
     Ok(())
 }
 
 /// `--arrivals` pods a second for 10 s, a gang at a time; creation-to-binding quantiles of
 /// those pods alone (the histogram's counts before the stream are subtracted).
-async fn arrivals(a: &Args, server: &Handle, d: &Daemon, first: usize) -> anyhow::Result<()> {
+async fn arrivals(
+    a: &Args,
+    server: &Handle,
+    d: &Daemon,
+    probe: &Probe,
+    first: usize,
+) -> anyhow::Result<()> {
     let before = d.metrics();
     let gangs_per_s = (a.arrivals / a.gang).max(1);
     let start = Instant::now();
@@ -382,19 +536,26 @@ async fn arrivals(a: &Args, server: &Handle, d: &Daemon, first: usize) -> anyhow
             &format!("g{}", first + k),
             a.gang,
             k % a.queues,
+            Some(probe),
         )?);
     }
-    wait_bound(server, &names, Duration::from_secs(120), "the arrivals").await?;
-    d.next_cycles(1.0).await;
+    (probe.wait_bound(&names, Duration::from_secs(120), "the arrivals")).await?;
+    // The histogram is observed as the binds are answered; let the last ones land.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let after = d.metrics();
     let name = "basalt_scheduler_scheduling_latency_seconds";
     let delta = subtract_histogram(&after, &before, name);
     let q =
         |p| quantile(&delta, name, p).map_or("-".to_string(), |v| format!("{:.0} ms", v * 1000.0));
+    let ms = probe.latencies(&names);
     println!(
-        "arrivals: {} pods/s for 10 s in gangs of {}: creation to binding p50 ≤ {}, p99 ≤ {}",
+        "arrivals: {} pods/s for 10 s in gangs of {}: creation to bind seen on a watch p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} pods); the daemon's histogram: p50 ≤ {}, p99 ≤ {}",
         gangs_per_s * a.gang,
         a.gang,
+        rank(&ms, 0.5),
+        rank(&ms, 0.99),
+        ms.last().copied().unwrap_or(f64::NAN),
+        ms.len(),
         q(0.5),
         q(0.99)
     );

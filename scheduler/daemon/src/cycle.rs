@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use basalt_crds::convert::namespace_queue;
 use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
+use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apply::auto_groups::awaits_group;
@@ -18,6 +19,7 @@ use crate::scheduler_plugins;
 use crate::stores::Stores;
 use crate::view::{Origin, View};
 use crate::volcano;
+use crate::wake::{grace_end, Deadlines};
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
 pub const SOURCE: &str = "cluster";
@@ -25,13 +27,16 @@ pub const SOURCE: &str = "cluster";
 pub struct Outcome {
     /// How long to wait before the next cycle (binds failed with a retryable error).
     pub backoff: Duration,
+    /// When what this cycle saw changes with time alone (`wake.rs`).
+    pub deadlines: Deadlines,
 }
 
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     s.auto_groups(stores).await;
     let t_auto = started.elapsed();
-    let (objects, unreadable, mut warnings) = collect(s, stores);
+    let mut deadlines = Deadlines::default();
+    let (objects, unreadable, mut warnings) = collect(s, stores, &mut deadlines);
     let t_collect = started.elapsed();
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
@@ -62,11 +67,15 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
             .cycle_ended(started.elapsed().as_secs_f64(), unix_now());
         return Outcome {
             backoff: Duration::ZERO,
+            deadlines,
         };
     };
     if !update.unchanged {
         s.held = HeldPods::of(snapshot);
         s.overfull = Overfull::of(snapshot);
+    }
+    if (snapshot.tasks.iter()).any(|t| t.state == TaskState::Pending) {
+        deadlines.every_period("pods pending");
     }
     let t_build = started.elapsed();
     let (fw, warm) = s.framework.get(&s.config, &snapshot.resources);
@@ -95,7 +104,10 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         binds = plan.bindings.len(),
         "cycle"
     );
-    Outcome { backoff }
+    if !backoff.is_zero() {
+        deadlines.at(Instant::now() + backoff, "binds to retry");
+    }
+    Outcome { backoff, deadlines }
 }
 
 /// The stores' objects, with pods this scheduler bound but the watch does not show bound yet
@@ -104,9 +116,11 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
 /// Volcano's PodGroups and Queues join Basalt's (Basalt's win a name they share); those that
 /// cannot be read are returned as errors. Volcano's HyperNodes join too (conversion turns them
 /// into node labels). Also returns warnings about Volcano fields not honoured.
+/// Groups and pods left out for a grace set a deadline in `deadlines` at its end.
 fn collect(
     s: &mut Scheduler,
     stores: &Stores,
+    deadlines: &mut Deadlines,
 ) -> (Vec<(String, Object)>, Vec<ConvertError>, Vec<String>) {
     let mut objects = Vec::new();
     let mut unreadable = Vec::new();
@@ -218,7 +232,7 @@ fn collect(
         // group of the same name.
         group_keys.insert(key.clone());
         match g.typed(SOURCE) {
-            Ok(typed) if waits_for_its_queue(typed, &view, now) => {}
+            Ok(typed) if waits_for_its_queue(typed, &view, now, deadlines) => {}
             Ok(typed) => {
                 objects.push((src(), Object::PodGroup(typed.clone())));
                 view.add_group(key, typed.clone(), Origin::Basalt);
@@ -229,29 +243,29 @@ fn collect(
     // Volcano's groups, then scheduler-plugins', each where no group before it has the name
     // (Basalt's win, then Volcano's).
     let sigs = stores.scheduler_plugins.current();
-    let mut add_peer =
-        |key: String,
-         origin: Origin,
-         convert: &dyn Fn() -> Result<(PodGroup, Vec<String>), ConvertError>| {
-            if view.has_group(&key) {
-                collisions.insert(format!("PodGroup {key}"));
-                return;
+    let mut add_peer = |key: String,
+                        origin: Origin,
+                        convert: &dyn Fn()
+        -> Result<(Arc<PodGroup>, Vec<String>), ConvertError>| {
+        if view.has_group(&key) {
+            collisions.insert(format!("PodGroup {key}"));
+            return;
+        }
+        match convert() {
+            Ok((b, _)) if waits_for_its_queue(&b, &view, now, deadlines) => {}
+            Ok((b, w)) => {
+                warnings.extend(w);
+                let label = match origin {
+                    Origin::SchedulerPlugins => scheduler_plugins::ORIGIN,
+                    _ => volcano::ORIGIN,
+                };
+                // The stored object's own conversion: the same `Arc` while it is unchanged.
+                objects.push((label.to_string(), Object::PodGroup(b.clone())));
+                view.add_group(key, b, origin);
             }
-            match convert() {
-                Ok((b, _)) if waits_for_its_queue(&b, &view, now) => {}
-                Ok((b, w)) => {
-                    warnings.extend(w);
-                    let label = match origin {
-                        Origin::SchedulerPlugins => scheduler_plugins::ORIGIN,
-                        _ => volcano::ORIGIN,
-                    };
-                    let group = Arc::new(b);
-                    objects.push((label.to_string(), Object::PodGroup(group.clone())));
-                    view.add_group(key, group, origin);
-                }
-                Err(e) => unreadable.push(e),
-            }
-        };
+            Err(e) => unreadable.push(e),
+        }
+    };
     let key_of = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
         let ns = m.namespace.as_deref().unwrap_or("default");
         format!("{ns}/{}", m.name.as_deref().unwrap_or(""))
@@ -278,7 +292,9 @@ fn collect(
     let bridging = !(s.assumed.is_empty() && grouping.is_idle());
     let mut assumed = s.assumed.walk();
     for p in stores.pods.state() {
-        if waits_for_its_group(&p, &s.view, now) && !grouping.has_auto_group(&pod_key(&p)) {
+        if waits_for_its_group(&p, &s.view, now, deadlines)
+            && !grouping.has_auto_group(&pod_key(&p))
+        {
             continue;
         }
         // A groupless pod the auto groups did not see (it came after them): its owner may
@@ -313,19 +329,38 @@ const GROUP_GRACE_S: i64 = 30;
 const QUEUE_GRACE_S: i64 = 5;
 
 /// A PodGroup naming a queue the watches have not shown yet, created less than
-/// [`QUEUE_GRACE_S`] ago: left out of this cycle quietly (not an invalid object).
-fn waits_for_its_queue(g: &PodGroup, view: &View, now: jiff::Timestamp) -> bool {
+/// [`QUEUE_GRACE_S`] ago: left out of this cycle quietly (not an invalid object), with a
+/// deadline at the grace's end.
+fn waits_for_its_queue(
+    g: &PodGroup,
+    view: &View,
+    now: jiff::Timestamp,
+    deadlines: &mut Deadlines,
+) -> bool {
     let queue = view.queue_of(g);
     if queue == basalt_engine::DEFAULT_QUEUE || view.has_queue(&queue) {
         return false;
     }
-    (g.metadata.creation_timestamp.as_ref())
-        .is_some_and(|t| now.duration_since(t.0).as_secs() < QUEUE_GRACE_S)
+    let Some(created) = g.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let young = now.duration_since(created.0).as_secs() < QUEUE_GRACE_S;
+    if young {
+        let grace = Duration::from_secs(QUEUE_GRACE_S as u64);
+        deadlines.at(grace_end(created.0, grace, now), "a group's queue grace");
+    }
+    young
 }
 
 /// A pod waiting to be placed that names a PodGroup the watches have not shown yet, created
-/// less than [`GROUP_GRACE_S`] ago: left out of this cycle quietly (not an invalid object).
-fn waits_for_its_group(p: &Pod, view: &View, now: jiff::Timestamp) -> bool {
+/// less than [`GROUP_GRACE_S`] ago: left out of this cycle quietly (not an invalid object),
+/// with a deadline at the grace's end.
+fn waits_for_its_group(
+    p: &Pod,
+    view: &View,
+    now: jiff::Timestamp,
+    deadlines: &mut Deadlines,
+) -> bool {
     let spec = p.spec.as_ref();
     if spec.and_then(|s| s.node_name.as_deref()).is_some() {
         return false;
@@ -337,14 +372,19 @@ fn waits_for_its_group(p: &Pod, view: &View, now: jiff::Timestamp) -> bool {
         return false;
     };
     let young = now.duration_since(created.0).as_secs() < GROUP_GRACE_S;
-    young && {
+    let waits = young && {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         !view.has_group(&format!("{ns}/{group}"))
+    };
+    if waits {
+        let grace = Duration::from_secs(GROUP_GRACE_S as u64);
+        deadlines.at(grace_end(created.0, grace, now), "a pod's group grace");
     }
+    waits
 }
 
 /// Seconds since the Unix epoch.
-fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
 }
 

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use basalt_crds::ConvertError;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -80,6 +80,43 @@ impl<K: DeserializeOwned + Resource<DynamicType = ()>> Lenient<K> {
                 message: e.into_inner().to_string(),
             });
         Ok(Lenient { metadata, decoded })
+    }
+}
+
+/// A stored peer object's conversion (or the error that reports it), made the first time it
+/// is asked for and kept while the object is stored. A watch event stores a new object (a new
+/// resourceVersion), so the conversion lives exactly as long as that version; a clone starts
+/// empty, so a changed copy is never served the original's conversion.
+pub struct Converted<T>(OnceLock<Result<T, ConvertError>>);
+
+impl<T: Clone> Converted<T> {
+    pub fn get(
+        &self,
+        convert: impl FnOnce() -> Result<T, ConvertError>,
+    ) -> Result<T, ConvertError> {
+        self.0.get_or_init(convert).clone()
+    }
+}
+
+impl<T> Default for Converted<T> {
+    fn default() -> Self {
+        Converted(OnceLock::new())
+    }
+}
+
+impl<T> Clone for Converted<T> {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl<T> fmt::Debug for Converted<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Converted"
+        } else {
+            "Converted(not yet)"
+        })
     }
 }
 

@@ -33,13 +33,14 @@ mod stranded;
 mod text_log;
 mod view;
 mod volcano;
+mod wake;
 mod writer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use basalt_plugins::Config;
@@ -373,19 +374,7 @@ async fn run(
             tracing::info!("leading; scheduling");
             continue;
         }
-        if let Some(read) = watched.poll() {
-            match read {
-                Ok(new) => {
-                    tracing::info!(schedulers = ?new.scheduler_names, "config file changed; the new config is used from this cycle on");
-                    scheduler.metrics.config_reloads.inc();
-                    scheduler.config = new;
-                }
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "config file changed but is invalid; the config before is kept");
-                    scheduler.metrics.config_reload_errors.inc();
-                }
-            }
-        }
+        reload_config(&mut watched, &mut scheduler);
         let outcome = cycle::run_cycle(&mut scheduler, &stores).await;
         health.progressed();
         if *shutdown_rx.borrow() {
@@ -398,11 +387,28 @@ async fn run(
             _ = tokio::time::sleep(pause) => {}
             _ = rx.wait_for(|s| *s) => break,
         }
-        let mut rx = shutdown_rx.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(args.period) => {}
-            _ = stores.changed.notified() => {}
-            _ = rx.wait_for(|s| *s) => break,
+        // Then sleep until a watch event or the next deadline (`wake.rs`): an idle scheduler
+        // runs no cycle. Once a period it looks at what no watch tells it: the lease, the
+        // config file; the wait counts as progress (liveness, the last-cycle gauge).
+        let due = outcome.deadlines.next(Instant::now(), args.period);
+        loop {
+            let tick = Instant::now() + args.period;
+            let until = due.map_or(tick, |(at, _)| at.min(tick));
+            let mut rx = shutdown_rx.clone();
+            tokio::select! {
+                _ = tokio::time::sleep_until(until.into()) => {}
+                _ = stores.changed.notified() => break,
+                _ = rx.wait_for(|s| *s) => break 'run,
+            }
+            if let Some((at, why)) = due.filter(|(at, _)| Instant::now() >= *at) {
+                tracing::debug!(?at, why, "deadline due");
+                break;
+            }
+            health.progressed();
+            scheduler.metrics.idle_looked(cycle::unix_now());
+            if !leadership.leading() || reload_config(&mut watched, &mut scheduler) {
+                break;
+            }
         }
     }
     // Only now, with no bind in flight, may another replica take over.
@@ -413,6 +419,24 @@ async fn run(
     let _ = server.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Reads the config file again when its text changed; whether a new config is used now.
+fn reload_config(watched: &mut config_file::ConfigFile, scheduler: &mut apply::Scheduler) -> bool {
+    match watched.poll() {
+        Some(Ok(new)) => {
+            tracing::info!(schedulers = ?new.scheduler_names, "config file changed; the new config is used from this cycle on");
+            scheduler.metrics.config_reloads.inc();
+            scheduler.config = new;
+            true
+        }
+        Some(Err(e)) => {
+            tracing::error!(error = %format!("{e:#}"), "config file changed but is invalid; the config before is kept");
+            scheduler.metrics.config_reload_errors.inc();
+            false
+        }
+        None => false,
+    }
 }
 
 async fn wait_for_signal() {

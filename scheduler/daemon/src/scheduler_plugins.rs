@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::lenient::Converted;
 use crate::optional_api::{Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
 
@@ -36,6 +37,9 @@ pub struct SigsPodGroup {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: Value,
+    /// Converted once per stored object, as Volcano's (`volcano.rs`).
+    #[serde(skip)]
+    converted: Converted<(Arc<PodGroup>, Vec<String>)>,
 }
 
 impl Resource for SigsPodGroup {
@@ -64,7 +68,11 @@ impl Resource for SigsPodGroup {
 impl SigsPodGroup {
     /// Basalt's form with warnings about fields Basalt does not honour
     /// (`ORIGIN: PodGroup ns/name: field: message`), or the field that cannot be read.
-    pub fn to_basalt(&self) -> Result<(PodGroup, Vec<String>), ConvertError> {
+    pub fn to_basalt(&self) -> Result<(Arc<PodGroup>, Vec<String>), ConvertError> {
+        self.converted.get(|| self.convert())
+    }
+
+    fn convert(&self) -> Result<(Arc<PodGroup>, Vec<String>), ConvertError> {
         let key = format!(
             "{}/{}",
             self.metadata.namespace.as_deref().unwrap_or("default"),
@@ -88,7 +96,7 @@ impl SigsPodGroup {
         let warnings = (issues.into_iter())
             .map(|(field, m)| format!("{ORIGIN}: PodGroup {key}: {field}: {m}"))
             .collect();
-        Ok((group, warnings))
+        Ok((Arc::new(group), warnings))
     }
 }
 

@@ -6,8 +6,11 @@
 //! Discovery decides, per group version, whether they are watched (`optional_api.rs`; every
 //! `--volcano-discovery-interval` while not served).
 //!
-//! The objects are kept raw (`spec` and `status` as JSON) and converted per object each cycle,
-//! so one malformed Volcano object is reported on its own instead of failing the whole list.
+//! The objects are kept raw (`spec` and `status` as JSON) and converted per object, so one
+//! malformed Volcano object is reported on its own instead of failing the whole list. Each
+//! stored object is converted once (`lenient::Converted`): every watch event stores a new object (a
+//! new resourceVersion), so an unchanged one keeps its conversion and, for a PodGroup, the
+//! very `Arc` the incremental snapshot recognises it by.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::lenient::spec_of;
+use crate::lenient::{spec_of, Converted};
 use crate::optional_api::{watch, Kinds, Optional};
 use crate::stores::{reflect_task, OnNotFound};
 
@@ -45,6 +48,8 @@ pub struct VolcanoPodGroup {
     pub spec: Value,
     #[serde(default)]
     pub status: Value,
+    #[serde(skip)]
+    converted: Converted<(Arc<PodGroup>, Vec<String>)>,
 }
 
 /// A Volcano HyperNode as stored: its spec read per object when converted.
@@ -54,6 +59,8 @@ pub struct RawHyperNode {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: Value,
+    #[serde(skip)]
+    converted: Converted<HyperNode>,
 }
 
 /// A Volcano Queue as stored.
@@ -65,6 +72,8 @@ pub struct VolcanoQueue {
     pub spec: Value,
     #[serde(default)]
     pub status: Value,
+    #[serde(skip)]
+    converted: Converted<Queue>,
 }
 
 macro_rules! volcano_resource {
@@ -143,7 +152,11 @@ impl VolcanoPodGroup {
     /// `subGroupPolicy` mapped to `topology` and `subGroups`), with warnings about fields Basalt
     /// does not honour (`ORIGIN: PodGroup ns/name: field: message`). Status is read leniently (a
     /// field Basalt does not know, or an odd one, reads as absent: the scheduler rewrites it).
-    pub fn to_basalt(&self) -> Result<(PodGroup, Vec<String>), ConvertError> {
+    pub fn to_basalt(&self) -> Result<(Arc<PodGroup>, Vec<String>), ConvertError> {
+        self.converted.get(|| self.convert())
+    }
+
+    fn convert(&self) -> Result<(Arc<PodGroup>, Vec<String>), ConvertError> {
         let name = key(&self.metadata, true);
         let spec: vc::PodGroupSpec = spec_of(&self.spec)
             .map_err(|u| convert_error("PodGroup", name.clone(), &u.field, u.message))?;
@@ -158,7 +171,7 @@ impl VolcanoPodGroup {
             .into_iter()
             .map(|(field, message)| format!("{ORIGIN}: PodGroup {name}: {field}: {message}"))
             .collect();
-        Ok((group, warnings))
+        Ok((Arc::new(group), warnings))
     }
 
     /// The status as Basalt reads it; `None` when absent or not readable.
@@ -174,6 +187,10 @@ impl VolcanoQueue {
     /// The Basalt form, through the crds crate's Volcano conversion (`guarantee.resource`
     /// flattened, `Unknown` state read as `Open`).
     pub fn to_basalt(&self) -> Result<Queue, ConvertError> {
+        self.converted.get(|| self.convert())
+    }
+
+    fn convert(&self) -> Result<Queue, ConvertError> {
         let name = key(&self.metadata, false);
         let spec: vc::QueueSpec = spec_of(&self.spec)
             .map_err(|u| convert_error("Queue", name.clone(), &u.field, u.message))?;
@@ -227,6 +244,10 @@ impl RawHyperNode {
     /// The typed HyperNode the crds conversion reads; a spec that does not read (an unknown
     /// member type, say) is an error naming the HyperNode.
     pub fn to_basalt(&self) -> Result<HyperNode, ConvertError> {
+        self.converted.get(|| self.convert())
+    }
+
+    fn convert(&self) -> Result<HyperNode, ConvertError> {
         let name = key(&self.metadata, false);
         let spec: vc::HyperNodeSpec = spec_of(&self.spec).map_err(|u| ConvertError {
             origin: Some(TOPOLOGY_ORIGIN.to_string()),
@@ -330,7 +351,7 @@ mod tests {
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(b.spec.min_member, 2);
         assert_eq!(b.spec.queue.as_deref(), Some("q"));
-        let st = b.status.unwrap();
+        let st = b.status.clone().unwrap();
         assert_eq!(st.phase, basalt_crds::types::PodGroupPhase::Inqueue);
         assert_eq!(st.conditions[0].type_, "Unschedulable");
 
@@ -422,5 +443,56 @@ mod tests {
         .unwrap();
         let e = neg.to_basalt().unwrap_err();
         assert_eq!(e.field, "spec.weight");
+    }
+
+    /// Into an `Arc`, whether the conversion gives one (now) or a plain group (before).
+    fn shared(g: impl Into<Arc<PodGroup>>) -> Arc<PodGroup> {
+        g.into()
+    }
+
+    #[test]
+    fn an_unchanged_volcano_group_is_the_same_object_to_the_incremental_snapshot() {
+        use basalt_crds::{ConvertOptions, IncrementalSnapshot, Object};
+        // Each cycle converts what the store holds. A group converted afresh each time (a new
+        // `Arc`) looked changed to the incremental snapshot, so every idle cycle was a rebuild.
+        let stored = |version: &str, min: u32| -> VolcanoPodGroup {
+            serde_json::from_value(json!({
+                "metadata": {"name": "g", "namespace": "ml", "uid": "u1",
+                             "resourceVersion": version},
+                "spec": {"minMember": min},
+            }))
+            .unwrap()
+        };
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "8", "nvidia.com/gpu": "8"}},
+        }))
+        .unwrap();
+        let node = Arc::new(node);
+        let cycle = |g: &VolcanoPodGroup| {
+            let (group, _) = g.to_basalt().unwrap();
+            vec![
+                ("cluster".to_string(), Object::Node(node.clone())),
+                (ORIGIN.to_string(), Object::PodGroup(shared(group))),
+            ]
+        };
+        let options = ConvertOptions::default();
+        let mut snapshots = IncrementalSnapshot::new();
+        let g = stored("7", 2);
+        assert!(!snapshots.update(cycle(&g), &options).unchanged);
+        for _ in 0..3 {
+            let update = snapshots.update(cycle(&g), &options);
+            assert!(update.unchanged, "an idle cycle rebuilt the snapshot");
+        }
+        // A watch event stores a new version: converted again, and seen as changed.
+        let g = stored("8", 3);
+        assert!(!snapshots.update(cycle(&g), &options).unchanged);
+        let group = &snapshots.snapshot().unwrap().jobs;
+        assert!(group.iter().any(|j| j.min_member == 3), "{group:?}");
+        // A clone is not served the original's conversion.
+        let copy = g.clone();
+        let (a, b) = (g.to_basalt().unwrap().0, copy.to_basalt().unwrap().0);
+        let (a, b) = (shared(a), shared(b));
+        assert!(!Arc::ptr_eq(&a, &b) && a == b);
     }
 }

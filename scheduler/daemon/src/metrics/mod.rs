@@ -287,6 +287,12 @@ impl Metrics {
         self.last_cycle.set(unix_seconds);
     }
 
+    /// An idle scheduler (no cycle needed) looked and found nothing to do: as alive as a
+    /// cycle ended, for the last-cycle gauge (and the alert on it).
+    pub fn idle_looked(&self, unix_seconds: f64) {
+        self.last_cycle.set(unix_seconds);
+    }
+
     /// Drops what the last plan said: a replica that does not lead makes no plans, and the
     /// gauges of one it made while it led would add to the leader's.
     pub fn forget_plan(&self) {
