@@ -158,8 +158,13 @@ async fn monitored_scheduler() -> (Cluster, Scheduler, String) {
     workload::create(&c);
     let addr = free_addr();
     let s = c.start_with(&["--listen", &addr]);
-    eventually("the gang bound", || {
-        http_get(&addr, "/metrics").is_some_and(|m| m.contains("basalt_scheduler_binds_total 2"))
+    // Bound, and the plan's gauges written: the binds are counted as they are sent, the
+    // gauges once the cycle's plan is applied.
+    eventually("the gang bound and the cycle's gauges written", || {
+        http_get(&addr, "/metrics").is_some_and(|m| {
+            m.contains("basalt_scheduler_binds_total 2")
+                && m.contains("basalt_scheduler_queue_allocated{")
+        })
     })
     .await;
     (c, s, addr)
