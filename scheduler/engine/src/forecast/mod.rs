@@ -9,6 +9,9 @@
 //! Pure: time is `ClusterSpec::now_ms`, the budget is counted in cycles and a horizon, never
 //! in wall time, so the same input gives the same forecast.
 
+mod history;
+pub use history::History;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
