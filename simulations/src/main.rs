@@ -192,6 +192,21 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Check the forecast against the replay: replay to --at, forecast every waiting gang's
+    /// start from the replay's cluster with arrivals stopped, replay on without arrivals and
+    /// compare (exact run times: equal for every gang; learned: the error's median and p90).
+    Forecast {
+        #[command(flatten)]
+        trace: replay::TraceArgs,
+        /// Scheduler config (YAML, as for `plan --config`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The forecast instants, in simulated seconds (repeatable).
+        #[arg(long = "at", value_name = "SECONDS", required = true)]
+        at: Vec<f64>,
+        #[arg(long, value_enum, default_value_t = replay::forecast::Runtimes::Exact)]
+        runtimes: replay::forecast::Runtimes,
+    },
     /// Replay the same trace under several configs and print one side-by-side table; writes a
     /// report with combined charts.
     Compare {
@@ -453,6 +468,23 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             output,
         } => run_fgd(nodes, pods, &policy, &seeds, jobs, output),
         Command::Apiserver { .. } => unreachable!("handled in main"),
+        Command::Forecast {
+            trace,
+            config,
+            at,
+            runtimes,
+        } => {
+            let config = plan::load_config(config.as_deref())?;
+            let loaded = trace.load()?;
+            let mut out = String::new();
+            for s in at {
+                let at_ms = (s * 1000.0).round() as i64;
+                let c = replay::forecast::check(&loaded, &config, at_ms, runtimes)?;
+                out.push_str(&c.text());
+                out.push('\n');
+            }
+            Ok(out)
+        }
         Command::Replay {
             trace,
             config,

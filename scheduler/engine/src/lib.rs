@@ -11,6 +11,7 @@ pub mod actions;
 pub mod constraints;
 pub mod devices;
 pub mod dra;
+pub mod forecast;
 pub mod framework;
 mod hash;
 mod interpod;

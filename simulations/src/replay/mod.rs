@@ -10,6 +10,7 @@
 //! - [`metrics`]: the summary (a pure function of the run);
 //! - [`report`]: summary.json, CSV time series, charts and report.md.
 
+pub mod forecast;
 pub mod metrics;
 pub mod native;
 pub mod readers;

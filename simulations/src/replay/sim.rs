@@ -58,10 +58,12 @@ use super::workload::*;
 mod apply;
 mod cycle;
 mod dra;
+mod forecast;
 mod setup;
 mod specs;
 use cycle::CycleStats;
 pub use dra::DRIVER as DRA_DRIVER;
+pub use forecast::job_name;
 use specs::{holder_name, parse_pod, pinned_pod};
 pub use specs::{queue_specs, request};
 

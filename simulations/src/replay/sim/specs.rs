@@ -93,6 +93,8 @@ impl Simulator<'_> {
                     nominated_node: s.nominated[k]
                         .filter(|_| placed.is_none())
                         .map(|n| self.nodes[n as usize].name.clone()),
+                    // As a pod's `status.startTime` tells the daemon (victims' lost work).
+                    started_ms: placed.and(self.records[j].start_ms),
                     ..Default::default()
                 }
             })
