@@ -153,11 +153,14 @@ fn scale(values: impl Iterator<Item = i64>, amount: i64) -> Vec<i64> {
 /// Deserved share of every queue (leaves and inner queues), indexed by `QueueId`.
 ///
 /// `capacity` is what the cluster offers; `leaf_demand[q]` what leaf queue `q` holds plus what
-/// its pending pods ask for (zero for inner queues: their demand is their subtree's).
+/// its pending pods ask for (zero for inner queues: their demand is their subtree's);
+/// `weights[q]` what queue `q`'s share of the water is in proportion to (its own weight, or
+/// one adjusted by usage).
 pub fn deserved(
     snapshot: &Snapshot,
     capacity: &Resources,
     leaf_demand: &[Resources],
+    weights: &[i64],
 ) -> Vec<Resources> {
     let queues = &snapshot.queues;
     let dims = snapshot.resources.len();
@@ -185,7 +188,7 @@ pub fn deserved(
         for r in (0..dims as u16).map(ResourceId) {
             let spec: Vec<Kid> = kids
                 .iter()
-                .map(|&k| kid(snapshot, k, r, &demand[k.index()]))
+                .map(|&k| kid(snapshot, k, r, &demand[k.index()], weights[k.index()]))
                 .collect();
             for (&k, part) in kids.iter().zip(split(amount.get(r), &spec)) {
                 out[k.index()].set(r, part);
@@ -200,19 +203,19 @@ pub fn deserved(
     out
 }
 
-fn kid(snapshot: &Snapshot, q: QueueId, r: ResourceId, demand: &Resources) -> Kid {
+fn kid(snapshot: &Snapshot, q: QueueId, r: ResourceId, demand: &Resources, weight: i64) -> Kid {
     let queue = snapshot.queue(q);
     let cap = queue.capability.get(r).map_or(i64::MAX, |c| c.max(0));
     let floor = queue.guarantee.get(r).unwrap_or(0).clamp(0, cap);
     match queue.deserved.get(r) {
         Some(d) => Kid {
-            weight: queue.weight as i64,
+            weight,
             floor,
             target: d.clamp(0, cap).max(floor),
             explicit: true,
         },
         None => Kid {
-            weight: queue.weight as i64,
+            weight,
             floor,
             target: demand.get(r).clamp(0, cap).max(floor),
             explicit: false,
@@ -412,7 +415,8 @@ mod tests {
             d.set(MEMORY, MAX - i as i64);
             d.set(GPU, MAX / 2 + 1);
         }
-        let out = deserved(&snap, &capacity, &demand);
+        let weights: Vec<i64> = snap.queues.iter().map(|q| q.weight as i64).collect();
+        let out = deserved(&snap, &capacity, &demand, &weights);
         let id = |name: &str| {
             snap.queues
                 .iter()

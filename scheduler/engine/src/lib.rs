@@ -22,6 +22,7 @@ pub mod resources;
 pub mod session;
 pub mod share;
 pub mod snapshot;
+pub mod usage;
 mod warm;
 
 pub use actions::{schedule, schedule_each};
@@ -34,4 +35,5 @@ pub use resources::*;
 pub use session::*;
 pub use share::Share;
 pub use snapshot::*;
+pub use usage::QueueUsage;
 pub use warm::Warm;
