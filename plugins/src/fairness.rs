@@ -79,12 +79,16 @@ fn duration_ms(text: &str) -> Result<i64, String> {
     let mut total: i64 = 0;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let number: i64 = rest[..digits]
             .parse()
             .map_err(|_| format!("{text:?} is not a duration such as 168h, 1h30m or 90s"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let per = match &rest[..unit_len] {
             "ms" => 1,
             "s" => 1_000,
@@ -127,6 +131,10 @@ mod tests {
         assert!(w.contains("fairness.usage.resourceWeights.cpu"), "{w}");
         let on = crate::Config::from_yaml("c.yaml", "fairness: {usage: {halfLife: 10m}}").unwrap();
         assert_eq!(on.fairness.usage.half_life_ms(), Ok(600_000));
-        assert!(crate::Config::default().fairness.usage.weighting().is_none());
+        assert!(crate::Config::default()
+            .fairness
+            .usage
+            .weighting()
+            .is_none());
     }
 }

@@ -169,7 +169,11 @@ impl FairShare for WaterFilling {
             .collect();
         let capacity = session.queue_capacity();
         let weights: Vec<i64> = snap.queues.iter().map(|q| session.weight(q.id)).collect();
-        let mut deserved = fairshare::deserved(snap, &capacity, &leaf_demand, &weights);
+        let scale = match self.usage {
+            Some(_) => usage::WEIGHT_SCALE as i64,
+            None => 1,
+        };
+        let mut deserved = fairshare::deserved(snap, &capacity, &leaf_demand, &weights, scale);
         // Pod slots are a per-node limit, not a quota: every queue may use them all.
         for d in &mut deserved {
             d.set(PODS, capacity.get(PODS));

@@ -87,7 +87,10 @@ mod tests {
         let mut last = 1.0;
         for age in (0..2_000_000).step_by(7_919) {
             let k = kept(age, 600_000);
-            assert!((k - (-(age as f64) / 600_000.0).exp2()).abs() < 1e-12, "{age}");
+            assert!(
+                (k - (-(age as f64) / 600_000.0).exp2()).abs() < 1e-12,
+                "{age}"
+            );
             assert!(k <= last);
             last = k;
         }

@@ -30,7 +30,9 @@ impl Session<'_> {
         let mut usage = vec![0.0; snap.queues.len() * dims];
         for q in snap.queues.iter().filter(|q| !inner[q.id.index()]) {
             let record = records.get(q.name.as_str());
-            let keep = record.map_or(1.0, |r| kept(snap.now_ms.saturating_sub(r.at_ms), half_life));
+            let keep = record.map_or(1.0, |r| {
+                kept(snap.now_ms.saturating_sub(r.at_ms), half_life)
+            });
             let held = self.queue_allocated(q.id);
             for r in snap.resources.ids() {
                 let before = record
