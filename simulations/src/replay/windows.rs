@@ -17,7 +17,12 @@ pub struct WindowFairness {
 }
 
 /// Each window's per-queue mean held and demanded GPUs: (held, demand) sums weighted by time.
-fn window_means(samples: &[Sample], end: i64, window_ms: i64, queues: usize) -> Vec<Vec<(f64, f64)>> {
+fn window_means(
+    samples: &[Sample],
+    end: i64,
+    window_ms: i64,
+    queues: usize,
+) -> Vec<Vec<(f64, f64)>> {
     let Some(start) = samples.first().map(|s| s.t_ms) else {
         return Vec::new();
     };
@@ -48,7 +53,13 @@ fn window_means(samples: &[Sample], end: i64, window_ms: i64, queues: usize) -> 
         .collect()
 }
 
-pub fn fairness(samples: &[Sample], end: i64, window_ms: i64, deserved: &[f64], total: f64) -> WindowFairness {
+pub fn fairness(
+    samples: &[Sample],
+    end: i64,
+    window_ms: i64,
+    deserved: &[f64],
+    total: f64,
+) -> WindowFairness {
     let means = window_means(samples, end, window_ms, deserved.len());
     let mut error = vec![(0.0, 0usize); deserved.len()];
     let mut jains = Vec::new();
@@ -103,8 +114,14 @@ mod tests {
         const DAY: i64 = 86_400_000;
         let samples = vec![sample(0, [16, 0], [16, 16]), sample(DAY, [0, 16], [16, 16])];
         let daily = fairness(&samples, 2 * DAY, DAY, &[8.0, 8.0], 16.0);
-        assert_eq!((daily.windows, daily.share_error, daily.jain), (2, Some(0.5), Some(0.5)));
+        assert_eq!(
+            (daily.windows, daily.share_error, daily.jain),
+            (2, Some(0.5), Some(0.5))
+        );
         let two = fairness(&samples, 2 * DAY, 2 * DAY, &[8.0, 8.0], 16.0);
-        assert_eq!((two.windows, two.share_error, two.jain), (1, Some(0.0), Some(1.0)));
+        assert_eq!(
+            (two.windows, two.share_error, two.jain),
+            (1, Some(0.0), Some(1.0))
+        );
     }
 }
