@@ -19,6 +19,8 @@ pub struct Config {
     pub enqueue: EnqueueArgs,
     pub node_order: NodeOrderArgs,
     pub fair_share: FairShareArgs,
+    /// Fair share over time (queue usage decayed by a half-life); off by default.
+    pub fairness: crate::fairness::FairnessArgs,
     pub backfill: BackfillArgs,
     pub topology: TopologyArgs,
     pub scoring: ScoringArgs,
@@ -43,6 +45,7 @@ impl Default for Config {
             enqueue: EnqueueArgs::default(),
             node_order: NodeOrderArgs::default(),
             fair_share: FairShareArgs::default(),
+            fairness: Default::default(),
             backfill: BackfillArgs::default(),
             topology: TopologyArgs::default(),
             scoring: ScoringArgs::default(),
@@ -322,6 +325,8 @@ pub enum ConfigError {
     Coverage(u8),
     #[error("eviction.minUsedFraction: must be a number from 0 to 1, got {0}")]
     MinUsedFraction(f64),
+    #[error("{0}")]
+    Fairness(String),
 }
 
 impl Config {
@@ -365,6 +370,7 @@ impl Config {
         if !(0.0..=1.0).contains(&used) {
             return Err(ConfigError::MinUsedFraction(used));
         }
+        (self.fairness.usage.validate()).map_err(ConfigError::Fairness)?;
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())
     }

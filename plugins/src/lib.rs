@@ -19,6 +19,7 @@ pub mod admission;
 pub mod config;
 pub mod devicepick;
 pub mod domains;
+pub mod fairness;
 pub mod fragmentation;
 pub mod gang;
 pub mod hami_nodes;
@@ -78,7 +79,9 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     });
     fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {
-        fw.fair_share = Some(Box::new(basalt_queue::WaterFilling));
+        fw.fair_share = Some(Box::new(basalt_queue::WaterFilling {
+            usage: config.fairness.usage.weighting(),
+        }));
     }
     fw.reserve_after_ms = config
         .backfill
@@ -88,6 +91,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
         .saturating_mul(1000)
         .min(i64::MAX as u64) as i64;
     fw.tiers = config.topology.tiers.clone();
+    fw.usage_half_life_ms = config.fairness.usage.half_life_ms().unwrap_or(0);
     fw.preferences = (&config.scoring).into();
     fw
 }

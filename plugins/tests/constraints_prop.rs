@@ -567,6 +567,7 @@ fn cluster(case: &Case) -> ClusterSpec {
             })
             .collect(),
         dra: Default::default(),
+        usage: Default::default(),
     }
 }
 

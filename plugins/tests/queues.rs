@@ -410,6 +410,7 @@ proptest! {
                 queues: spec.queues.clone(),
                 namespaces: Vec::new(),
                 dra: Default::default(),
+                usage: Default::default(),
             }).unwrap(), &config);
             prop_assert_eq!(&plan, &fresh, "cycle {}", cycle);
             // The cluster carries the plan out, and one running pod ends.

@@ -29,9 +29,11 @@ struct Kid {
 }
 
 /// Splits `amount` among `kids`; returns each kid's part. The parts never sum above `amount`.
+/// The water rises by `1/steps` of a unit per unit of weight at a step: 1 for plain weights,
+/// [`crate::usage::WEIGHT_SCALE`] for weights adjusted by usage (fractions of a unit).
 /// Sums are taken in `i128` and every loop is bounded by the number of kids (times the 64
 /// steps of a bisection over `i64`), whatever the size of the quantities.
-fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
+fn split(amount: i64, kids: &[Kid], steps: i64) -> Vec<i64> {
     let amount = amount.max(0);
     let total = |parts: &mut dyn Iterator<Item = i64>| parts.map(i128::from).sum::<i128>();
     let floors = total(&mut kids.iter().map(|k| k.floor));
@@ -71,12 +73,13 @@ fn split(amount: i64, kids: &[Kid]) -> Vec<i64> {
     let room = amount as i128 - fixed;
     let level = |i: usize, lambda: i128| -> i64 {
         let k = &kids[i];
-        let wet = (k.weight as i128 * lambda).min(i64::MAX as i128) as i64;
+        let wet = (k.weight as i128 * lambda / steps as i128).min(i64::MAX as i128) as i64;
         wet.clamp(k.floor, k.target.max(k.floor))
     };
     let fill = |lambda: i128| total(&mut pool.iter().map(|&i| level(i, lambda)));
-    // At λ = the largest target every kid is at its target (weights are at least 1).
-    let top = pool.iter().map(|&i| kids[i].target).max().unwrap_or(0) as i128;
+    // At λ = the largest target (times `steps`) every kid is at its target (weights are at
+    // least 1).
+    let top = pool.iter().map(|&i| kids[i].target).max().unwrap_or(0) as i128 * steps as i128;
     // Largest λ with fill(λ) ≤ room; fill(0) = the floors, which fit.
     let lo = last_true(0, top, |lambda| fill(lambda) <= room);
     for &i in &pool {
@@ -153,11 +156,15 @@ fn scale(values: impl Iterator<Item = i64>, amount: i64) -> Vec<i64> {
 /// Deserved share of every queue (leaves and inner queues), indexed by `QueueId`.
 ///
 /// `capacity` is what the cluster offers; `leaf_demand[q]` what leaf queue `q` holds plus what
-/// its pending pods ask for (zero for inner queues: their demand is their subtree's).
+/// its pending pods ask for (zero for inner queues: their demand is their subtree's);
+/// `weights[q]` what queue `q`'s share of the water is in proportion to (its own weight, or
+/// one adjusted by usage), the water rising `1/steps` of a unit per unit of weight at a step.
 pub fn deserved(
     snapshot: &Snapshot,
     capacity: &Resources,
     leaf_demand: &[Resources],
+    weights: &[i64],
+    steps: i64,
 ) -> Vec<Resources> {
     let queues = &snapshot.queues;
     let dims = snapshot.resources.len();
@@ -185,9 +192,9 @@ pub fn deserved(
         for r in (0..dims as u16).map(ResourceId) {
             let spec: Vec<Kid> = kids
                 .iter()
-                .map(|&k| kid(snapshot, k, r, &demand[k.index()]))
+                .map(|&k| kid(snapshot, k, r, &demand[k.index()], weights[k.index()]))
                 .collect();
-            for (&k, part) in kids.iter().zip(split(amount.get(r), &spec)) {
+            for (&k, part) in kids.iter().zip(split(amount.get(r), &spec, steps)) {
                 out[k.index()].set(r, part);
             }
         }
@@ -200,19 +207,19 @@ pub fn deserved(
     out
 }
 
-fn kid(snapshot: &Snapshot, q: QueueId, r: ResourceId, demand: &Resources) -> Kid {
+fn kid(snapshot: &Snapshot, q: QueueId, r: ResourceId, demand: &Resources, weight: i64) -> Kid {
     let queue = snapshot.queue(q);
     let cap = queue.capability.get(r).map_or(i64::MAX, |c| c.max(0));
     let floor = queue.guarantee.get(r).unwrap_or(0).clamp(0, cap);
     match queue.deserved.get(r) {
         Some(d) => Kid {
-            weight: queue.weight as i64,
+            weight,
             floor,
             target: d.clamp(0, cap).max(floor),
             explicit: true,
         },
         None => Kid {
-            weight: queue.weight as i64,
+            weight,
             floor,
             target: demand.get(r).clamp(0, cap).max(floor),
             explicit: false,
@@ -249,31 +256,44 @@ mod tests {
 
     #[test]
     fn two_to_one_weights_split_in_proportion() {
-        assert_eq!(split(12, &[k(2, 0, 100), k(1, 0, 100)]), vec![8, 4]);
+        assert_eq!(split(12, &[k(2, 0, 100), k(1, 0, 100)], 1), vec![8, 4]);
+    }
+
+    /// Weights adjusted by usage are fractions of 2^20: 1/3 and 2/3 of 16 are 5.33 and 10.67,
+    /// the leftover unit to the heavier. Stepping the water a whole unit per unit of weight
+    /// would give 8 and 8 (the first step overshoots, the rest go round by round).
+    #[test]
+    fn fractional_weights_split_by_their_fractions() {
+        let (third, two_thirds) = (349_525, 699_051);
+        let kids = [k(third, 0, 16), k(two_thirds, 0, 16)];
+        assert_eq!(split(16, &kids, 1 << 20), vec![5, 11]);
+        // Demand still caps, and the rest flows on.
+        let kids = [k(third, 0, 16), k(two_thirds, 0, 3)];
+        assert_eq!(split(16, &kids, 1 << 20), vec![13, 3]);
     }
 
     #[test]
     fn demand_caps_and_the_rest_flows_on() {
         // The heavy queue wants only 2; the light one takes what remains.
-        assert_eq!(split(12, &[k(2, 0, 2), k(1, 0, 100)]), vec![2, 10]);
+        assert_eq!(split(12, &[k(2, 0, 2), k(1, 0, 100)], 1), vec![2, 10]);
     }
 
     #[test]
     fn guarantee_is_a_floor_even_without_demand() {
-        assert_eq!(split(10, &[k(1, 4, 4), k(1, 0, 100)]), vec![4, 6]);
+        assert_eq!(split(10, &[k(1, 4, 4), k(1, 0, 100)], 1), vec![4, 6]);
     }
 
     #[test]
     fn guarantee_is_a_floor_not_extra_water() {
         // Equal weights on 8: max-min gives 4 and 4; the guarantee of 4 is already met.
-        assert_eq!(split(8, &[k(1, 4, 100), k(1, 0, 100)]), vec![4, 4]);
+        assert_eq!(split(8, &[k(1, 4, 100), k(1, 0, 100)], 1), vec![4, 4]);
         // A guarantee above the even share holds.
-        assert_eq!(split(8, &[k(1, 6, 100), k(1, 0, 100)]), vec![6, 2]);
+        assert_eq!(split(8, &[k(1, 6, 100), k(1, 0, 100)], 1), vec![6, 2]);
     }
 
     #[test]
     fn overcommitted_floors_scale_down() {
-        assert_eq!(split(10, &[k(1, 10, 10), k(1, 10, 10)]), vec![5, 5]);
+        assert_eq!(split(10, &[k(1, 10, 10), k(1, 10, 10)], 1), vec![5, 5]);
     }
 
     #[test]
@@ -284,13 +304,16 @@ mod tests {
             target: 6,
             explicit: true,
         };
-        assert_eq!(split(10, &[explicit, k(1, 0, 100)]), vec![6, 4]);
+        assert_eq!(split(10, &[explicit, k(1, 0, 100)], 1), vec![6, 4]);
     }
 
     #[test]
     fn leftover_units_go_to_the_heaviest() {
-        assert_eq!(split(1, &[k(1, 0, 5), k(2, 0, 5)]), vec![0, 1]);
-        assert_eq!(split(3, &[k(1, 0, 5), k(1, 0, 5)]).iter().sum::<i64>(), 3);
+        assert_eq!(split(1, &[k(1, 0, 5), k(2, 0, 5)], 1), vec![0, 1]);
+        assert_eq!(
+            split(3, &[k(1, 0, 5), k(1, 0, 5)], 1).iter().sum::<i64>(),
+            3
+        );
     }
 
     /// What every split must give: never above the amount; floors first (when they fit);
@@ -355,13 +378,13 @@ mod tests {
             (0, vec![k(1, MAX, MAX), k(1, 0, MAX)]),
         ];
         for (amount, kids) in cases {
-            let give = split(amount, &kids);
+            let give = split(amount, &kids, 1);
             if let Err(e) = check(amount, &kids, &give) {
                 panic!("split({amount}, {kids:?}) = {give:?}: {e}");
             }
         }
         // Two equal kids that want everything share it, one unit apart at most.
-        let give = split(MAX, &[k(1, 0, MAX), k(1, 0, MAX)]);
+        let give = split(MAX, &[k(1, 0, MAX), k(1, 0, MAX)], 1);
         assert_eq!(give, vec![half + 1, half]);
     }
 
@@ -412,7 +435,8 @@ mod tests {
             d.set(MEMORY, MAX - i as i64);
             d.set(GPU, MAX / 2 + 1);
         }
-        let out = deserved(&snap, &capacity, &demand);
+        let weights: Vec<i64> = snap.queues.iter().map(|q| q.weight as i64).collect();
+        let out = deserved(&snap, &capacity, &demand, &weights, 1);
         let id = |name: &str| {
             snap.queues
                 .iter()
@@ -445,12 +469,15 @@ mod tests {
         fn split_invariants(
             amount in 0i64..1_000,
             kids in proptest::collection::vec((1i64..5, 0i64..50, 0i64..400, proptest::bool::weighted(0.2)), 1..6),
+            fractional in proptest::bool::ANY,
         ) {
+            // Weights adjusted by usage: fractions of 2^20, the water rising by 2^-20 a step.
+            let scale = if fractional { 1 << 20 } else { 1 };
             let kids: Vec<Kid> = kids
                 .into_iter()
-                .map(|(weight, floor, extra, explicit)| Kid { weight, floor, target: floor + extra, explicit })
+                .map(|(weight, floor, extra, explicit)| Kid { weight: if fractional { weight * scale / 5 + 1 } else { weight }, floor, target: floor + extra, explicit })
                 .collect();
-            let give = split(amount, &kids);
+            let give = split(amount, &kids, scale);
             proptest::prop_assert!(check(amount, &kids, &give).is_ok(), "{:?}", check(amount, &kids, &give));
         }
 
@@ -464,7 +491,7 @@ mod tests {
                 .into_iter()
                 .map(|(weight, floor, target, explicit)| Kid { weight, floor, target: target.max(floor), explicit })
                 .collect();
-            let give = split(amount, &kids);
+            let give = split(amount, &kids, 1);
             proptest::prop_assert!(check(amount, &kids, &give).is_ok(), "{:?}", check(amount, &kids, &give));
         }
     }

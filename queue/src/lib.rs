@@ -5,6 +5,9 @@
 //! Depends only on `basalt-engine`; knows nothing of Kubernetes.
 
 pub mod fairshare;
+pub mod usage;
+
+pub use usage::UsageWeighting;
 
 use basalt_engine::{
     ancestors, FairShare, GivenBack, QueueId, Refusal, ResourceId, Resources, Session, Snapshot,
@@ -130,10 +133,18 @@ pub fn check_guarantees(
 }
 
 /// The fair-share policy: deserved shares by weighted water-filling over what the queues share
-/// (the cluster less what other schedulers' pods use), with each leaf's demand.
-pub struct WaterFilling;
+/// (the cluster less what other schedulers' pods use), with each leaf's demand; with `usage`,
+/// the weights are adjusted by what the queues used ([`usage`]).
+#[derive(Clone, Debug, Default)]
+pub struct WaterFilling {
+    pub usage: Option<UsageWeighting>,
+}
 
 impl FairShare for WaterFilling {
+    fn weights(&self, session: &Session) -> Option<Vec<i64>> {
+        (self.usage.as_ref()).map(|u| u.weights(session))
+    }
+
     fn deserved(&self, session: &Session) -> Vec<Resources> {
         let snap = session.snapshot;
         let has_children: Vec<bool> = {
@@ -157,7 +168,12 @@ impl FairShare for WaterFilling {
             })
             .collect();
         let capacity = session.queue_capacity();
-        let mut deserved = fairshare::deserved(snap, &capacity, &leaf_demand);
+        let weights: Vec<i64> = snap.queues.iter().map(|q| session.weight(q.id)).collect();
+        let scale = match self.usage {
+            Some(_) => usage::WEIGHT_SCALE as i64,
+            None => 1,
+        };
+        let mut deserved = fairshare::deserved(snap, &capacity, &leaf_demand, &weights, scale);
         // Pod slots are a per-node limit, not a quota: every queue may use them all.
         for d in &mut deserved {
             d.set(PODS, capacity.get(PODS));

@@ -277,6 +277,14 @@ impl Domains for FirstListed {
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn deserved(&self, session: &Session) -> Vec<Resources>;
+
+    /// The weights capacity beyond guarantees and entitlements is divided by, per queue, when
+    /// the policy adjusts them by what queues used ([`Session::queue_usage`]); asked once, before
+    /// [`FairShare::deserved`], whose [`Session::weight`] they become. `None`: the queues'
+    /// own weights.
+    fn weights(&self, _session: &Session) -> Option<Vec<i64>> {
+        None
+    }
 }
 
 /// The actions a cycle runs, in the configured order.
@@ -336,6 +344,9 @@ pub struct Framework {
     pub gang_backoff_ms: i64,
     /// Topology tiers, coarse to fine (validated by whoever builds the framework).
     pub tiers: Vec<basalt_topology::TierSpec>,
+    /// The half-life of queue usage, in milliseconds (see [`crate::usage`]); 0: off, no usage
+    /// read, kept or returned.
+    pub usage_half_life_ms: i64,
     /// Whether the plan reports every queue's deserved and allocated quantities (formatted as
     /// Kubernetes strings). On by default: the daemon writes them to Queue status; a replay,
     /// which only applies the plan's decisions, turns it off. Decisions never depend on it.
@@ -413,6 +424,7 @@ impl Framework {
             reserve_after_ms: None,
             gang_backoff_ms: DEFAULT_GANG_BACKOFF_MS,
             tiers: Vec::new(),
+            usage_half_life_ms: 0,
             report_queues: true,
             explain_failures: true,
             explain_detail: DEFAULT_EXPLAIN_DETAIL,

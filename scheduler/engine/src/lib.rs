@@ -23,6 +23,7 @@ pub mod resources;
 pub mod session;
 pub mod share;
 pub mod snapshot;
+pub mod usage;
 mod warm;
 
 pub use actions::{schedule, schedule_each};
@@ -35,4 +36,5 @@ pub use resources::*;
 pub use session::*;
 pub use share::Share;
 pub use snapshot::*;
+pub use usage::QueueUsage;
 pub use warm::Warm;

@@ -24,6 +24,10 @@ pub struct Plan {
     /// pod it is allocated for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claim_allocations: Vec<ClaimAllocation>,
+    /// Every queue's usage at the snapshot's instant, for the next cycle's snapshot (see
+    /// [`crate::usage`]); empty without a usage half-life.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<crate::QueueUsage>,
 }
 
 /// A ResourceClaim's allocation (`status.allocation`), made for a pod placed by this plan.
@@ -90,6 +94,14 @@ pub struct QueueStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undeserved: Vec<String>,
     pub state: QueueState,
+    /// Its usage at the snapshot's instant, per resource (see [`crate::usage`]); empty without
+    /// a usage half-life.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub usage: BTreeMap<String, f64>,
+    /// The part of its siblings' weight it divides their capacity by once adjusted by usage,
+    /// when the fair share adjusts weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_weight: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,6 +28,7 @@ mod plan;
 mod prefer;
 mod score;
 mod search;
+mod usage;
 mod waiting;
 
 /// Where a task stands inside the session.
@@ -204,6 +205,11 @@ pub struct Session<'a> {
     queue_pending: Vec<Resources>,
     /// Per queue: its fair share (see [`crate::FairShare`]).
     deserved: Vec<Resources>,
+    /// Per queue and resource (`queue × dims`): its usage brought to the snapshot's instant
+    /// (see [`crate::usage`]); empty without a usage half-life.
+    usage: Vec<f64>,
+    /// Per queue: the weight the fair share divides by, when the policy adjusted it by usage.
+    usage_weights: Option<Vec<i64>>,
     /// minResources of admitted jobs that hold nothing yet, in all and per queue subtree.
     inqueue_reserved: Resources,
     queue_reserved: Vec<Resources>,
@@ -482,6 +488,8 @@ impl<'a> Session<'a> {
             queue_allocated,
             queue_pending,
             deserved: Vec::new(),
+            usage: Vec::new(),
+            usage_weights: None,
             inqueue_reserved: Resources::zero(dims),
             queue_reserved: zeros,
             cluster_allocatable,
@@ -542,6 +550,8 @@ impl<'a> Session<'a> {
             capacity.sub(&foreign);
             capacity
         };
+        session.usage = session.usage_now();
+        session.usage_weights = (fw.fair_share.as_ref()).and_then(|p| p.weights(&session));
         session.deserved = match &fw.fair_share {
             Some(policy) => policy.deserved(&session),
             // Without a fair-share policy every queue may use the whole cluster.

@@ -45,6 +45,7 @@ fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
         queues: vec![],
         namespaces: vec![],
         dra: Default::default(),
+        usage: Default::default(),
     }
 }
 

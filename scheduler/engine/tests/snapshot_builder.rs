@@ -114,6 +114,7 @@ fn full(now: i64, nodes: &[NodeSpec], pods: &[PodSpec], groups: &[GroupSpec]) ->
         queues: queues(),
         namespaces: Vec::new(),
         dra: Default::default(),
+        usage: Default::default(),
     })
     .expect("builds");
     format!("{s:?}")
@@ -195,6 +196,7 @@ fn errors_match_a_full_build() {
         queues: queues(),
         namespaces: Vec::new(),
         dra: Default::default(),
+        usage: Default::default(),
     })
     .unwrap_err();
     assert_eq!(sync(&mut b, 0, &pods, &groups).unwrap_err(), want);
@@ -569,6 +571,7 @@ mod patched {
             queues: queues(),
             namespaces: Vec::new(),
             dra: Default::default(),
+            usage: Default::default(),
         });
         let got = b.build(now, &queues());
         match (got, want) {
@@ -860,6 +863,7 @@ fn constraints_and_namespaces_match_a_full_build() {
             queues: queues(),
             namespaces: namespaces.clone(),
             dra: Default::default(),
+            usage: Default::default(),
         })
         .unwrap();
         assert_eq!(got, format!("{want:?}"), "cycle {cycle}");

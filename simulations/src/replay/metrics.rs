@@ -125,6 +125,8 @@ pub struct Summary {
     pub peak_fragmentation: PeakFragmentation,
     pub unallocated_at_load: Vec<LoadPoint>,
     pub jain_fairness: Option<f64>,
+    /// Share error and Jain's index over 1-day windows (see [`super::windows`]).
+    pub daily_fairness: super::windows::WindowFairness,
     pub gangs_multi_pod: usize,
     /// Of the gangs with more than one pod, the share started inside one rack (None: no racks).
     pub gangs_in_one_rack: Option<f64>,
@@ -361,6 +363,7 @@ pub fn summarize(outcome: &Outcome, config: &str) -> Summary {
         jain_fairness: time_mean(samples, end, |s| {
             jain(&s.queue_gpus, &s.queue_demand, &deserved)
         }),
+        daily_fairness: super::windows::fairness(samples, end, 86_400_000, &deserved, total),
         gangs_multi_pod: multi,
         gangs_in_one_rack: rack_known.then(|| one_rack as f64 / multi.max(1) as f64),
         tp_groups: tp,

@@ -18,6 +18,7 @@ pub mod report;
 pub mod shares;
 pub mod sim;
 pub mod synthetic;
+pub mod windows;
 pub mod workload;
 
 use std::path::PathBuf;

@@ -431,6 +431,12 @@ pub fn table_rows(summaries: &[&Summary]) -> Vec<(String, Vec<String>)> {
     row("gang wait mean (s)", &|s| {
         format!("{:.0}", s.gang_wait_s.mean)
     });
+    row("share error, 1-day windows", &|s| {
+        (s.daily_fairness.share_error).map_or("n/a".into(), |e| format!("{e:.4}"))
+    });
+    row("Jain fairness, 1-day windows", &|s| {
+        (s.daily_fairness.jain).map_or("n/a".into(), |j| format!("{j:.3}"))
+    });
     row("Jain fairness", &|s| {
         s.jain_fairness.map_or("n/a".into(), |j| format!("{j:.3}"))
     });

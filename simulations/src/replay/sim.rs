@@ -212,7 +212,7 @@ struct LiveJob {
 }
 
 /// A point of the cluster's state, recorded whenever it changes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sample {
     pub t_ms: i64,
@@ -343,6 +343,9 @@ pub struct Simulator<'a> {
     dirty_pinned: BTreeSet<PinKey>,
     /// With `--dra`: the devices and which claim holds each.
     dra: Option<dra::DraGpus>,
+    /// Each queue's usage as the last applied plan returned it (with a usage half-life), for
+    /// the next snapshot, as the daemon keeps it in Queue status.
+    usage: Vec<basalt_engine::QueueUsage>,
 }
 
 impl<'a> Simulator<'a> {

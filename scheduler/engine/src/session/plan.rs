@@ -151,8 +151,11 @@ impl Session<'_> {
                     .map(|r| names.name(r).to_string())
                     .collect(),
                 state: q.state,
+                usage: self.usage_named(q.id),
+                usage_weight: self.usage_weight_part(q.id),
             });
         }
+        plan.usage = self.usage_update();
         self.hand_on();
         plan
     }

@@ -45,6 +45,7 @@ impl SnapshotBuilder {
             namespaces: Arc::default(),
             metas: MetaInterner::default(),
             dra: Arc::default(),
+            usage: Arc::default(),
             changed: true,
             last_queues: Vec::new(),
         })
@@ -55,6 +56,12 @@ impl SnapshotBuilder {
     pub fn set_namespaces(&mut self, namespaces: Vec<NamespaceSpec>) {
         self.namespaces = sorted_namespaces(namespaces);
         self.changed = true;
+    }
+
+    /// What each queue used ([`ClusterSpec::usage`]); none until told. Read only by a
+    /// framework with a usage half-life, and never a reason to assemble anew.
+    pub fn set_usage(&mut self, usage: Vec<crate::QueueUsage>) {
+        self.usage = Arc::new(usage);
     }
 
     /// DRA's devices and claims ([`ClusterSpec::dra`]); none until told.
@@ -194,6 +201,7 @@ impl SnapshotBuilder {
         let last = self.last.as_mut().expect("a snapshot was built");
         last.now_ms = now_ms;
         last.dra = self.dra.clone();
+        last.usage = self.usage.clone();
         Ok(last)
     }
 

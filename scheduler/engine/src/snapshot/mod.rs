@@ -95,6 +95,8 @@ pub struct Snapshot {
     pub namespaces: Arc<Vec<NamespaceSpec>>,
     /// DRA devices and what claims may take (empty without ResourceSlices).
     pub dra: Arc<crate::dra::DraTable>,
+    /// What each queue used (see [`crate::usage`]): by queue name, each with its instant.
+    pub usage: Arc<Vec<crate::QueueUsage>>,
     /// Which nodes this snapshot is of, for what a [`crate::Warm`] carries.
     pub(crate) lineage: Lineage,
 }
@@ -177,6 +179,7 @@ impl Snapshot {
             mut queues,
             namespaces,
             dra,
+            usage,
         } = spec;
         let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -233,6 +236,7 @@ impl Snapshot {
             Snapshot {
                 namespaces: sorted_namespaces(namespaces),
                 dra: dra.unwrap_or_default(),
+                usage: Arc::new(usage),
                 ..a.snapshot
             }
         })
@@ -272,7 +276,7 @@ impl Snapshot {
 /// every cycle.
 ///
 /// `builder.build(now, queues)` equals
-/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues })` with `nodes`,
+/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues  usage: Default::default(), })` with `nodes`,
 /// `pods` and `groups` the builder's current specs, field by field, errors included (node
 /// errors are reported by [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`]
 /// instead; pods and groups are keyed by namespace and name, so a duplicate replaces).
@@ -313,6 +317,8 @@ pub struct SnapshotBuilder {
     metas: MetaInterner,
     /// DRA's devices and claims (see [`SnapshotBuilder::set_dra`]).
     dra: Arc<crate::dra::DraTable>,
+    /// What each queue used (see [`SnapshotBuilder::set_usage`]).
+    usage: Arc<Vec<crate::QueueUsage>>,
     /// Whether anything changed since the last snapshot (see [`SnapshotBuilder::build`]).
     changed: bool,
     /// The queues the last snapshot was built with, sorted by name.
@@ -1164,6 +1170,7 @@ fn assemble(
             foreign: Arc::new(foreign),
             namespaces: Arc::default(),
             dra: Arc::default(),
+            usage: Arc::default(),
             lineage,
         },
         spare_tasks: last_tasks,

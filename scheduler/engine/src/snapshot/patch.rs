@@ -529,6 +529,7 @@ pub(super) fn patch(
         slice_used: Vec::new(),
         share_names: last.share_names,
         dra: last.dra,
+        usage: last.usage,
         device_kinds: last.device_kinds.clone(),
         largest_shared_device_mib: last.largest_shared_device_mib,
         queue_pinned,

@@ -235,4 +235,7 @@ pub struct ClusterSpec {
     pub namespaces: Vec<NamespaceSpec>,
     /// DRA devices, the sets requests match and what is allocated (see [`crate::dra`]).
     pub dra: crate::dra::DraSpec,
+    /// What each queue used, as of the instant each was taken (see [`crate::usage`]); read
+    /// only when the framework has a usage half-life.
+    pub usage: Vec<crate::QueueUsage>,
 }

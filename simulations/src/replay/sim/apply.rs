@@ -7,6 +7,9 @@ impl Simulator<'_> {
     /// Carries a cycle's plan out: evictions, nominations, bindings, phases.
     pub(super) fn apply(&mut self, plan: basalt_engine::Plan) -> anyhow::Result<()> {
         let now = self.now;
+        if !plan.usage.is_empty() {
+            self.usage = plan.usage.clone();
+        }
         let mut changed = false;
         for e in &plan.evictions {
             let Some((job, _)) = parse_pod(&e.pod) else {

@@ -70,6 +70,7 @@ impl Simulator<'_> {
         self.quick_skip = self.quick_skip.saturating_sub(1);
         if let Some(quick) = self.quick.as_mut().filter(|_| !skip) {
             let t0 = std::time::Instant::now();
+            quick.set_usage(self.usage.clone());
             let snapshot = quick.build(now, &self.queues).map_err(failed)?;
             let with_dra = self.dra.as_mut().map(|d| d.attach(snapshot));
             let snapshot = with_dra.as_ref().unwrap_or(snapshot);
@@ -87,6 +88,7 @@ impl Simulator<'_> {
             anyhow::bail!("cycle at {now} ms: no builder for the whole cluster");
         };
         let t0 = std::time::Instant::now();
+        whole.set_usage(self.usage.clone());
         let snapshot = whole.build(now, &self.queues).map_err(failed)?;
         let with_dra = self.dra.as_mut().map(|d| d.attach(snapshot));
         let snapshot = with_dra.as_ref().unwrap_or(snapshot);

@@ -40,6 +40,7 @@ impl Simulator<'_> {
             queues: self.queues.clone(),
             namespaces: Vec::new(),
             dra: self.dra.as_ref().map(|d| d.spec()).unwrap_or_default(),
+            usage: self.usage.clone(),
         }
     }
 

@@ -1,0 +1,109 @@
+//! Queue usage in a session: brought to the snapshot's instant when the session opens, from
+//! what each leaf queue held since its usage was taken (see [`crate::usage`]).
+
+use std::collections::HashMap;
+
+use crate::model::QueueId;
+use crate::snapshot::ancestors;
+use crate::usage::{decayed, kept, QueueUsage};
+
+use super::Session;
+
+impl Session<'_> {
+    /// Every queue's usage at the snapshot's instant (`queue × dims`), or nothing without a
+    /// half-life. Leaves decay their own record by its age and add what they hold now (held
+    /// since the record: a snapshot says what the last cycle left); a queue without a record
+    /// starts from nothing now. An inner queue's usage is its children's sum, whatever its
+    /// own record says.
+    pub(super) fn usage_now(&self) -> Vec<f64> {
+        let (snap, half_life) = (self.snapshot, self.fw.usage_half_life_ms);
+        if half_life <= 0 {
+            return Vec::new();
+        }
+        let dims = snap.resources.len();
+        let records: HashMap<&str, &QueueUsage> =
+            (snap.usage.iter()).map(|u| (u.queue.as_str(), u)).collect();
+        let mut inner = vec![false; snap.queues.len()];
+        for p in snap.queues.iter().filter_map(|q| q.parent) {
+            inner[p.index()] = true;
+        }
+        let mut usage = vec![0.0; snap.queues.len() * dims];
+        for q in snap.queues.iter().filter(|q| !inner[q.id.index()]) {
+            let record = records.get(q.name.as_str());
+            let keep = record.map_or(1.0, |r| {
+                kept(snap.now_ms.saturating_sub(r.at_ms), half_life)
+            });
+            let held = self.queue_allocated(q.id);
+            for r in snap.resources.ids() {
+                let before = record
+                    .and_then(|u| u.used.get(snap.resources.name(r)))
+                    .copied()
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .unwrap_or(0.0);
+                let now = decayed(before, held.get(r).max(0) as f64, keep);
+                for a in ancestors(snap, q.id) {
+                    usage[a.index() * dims + r.0 as usize] += now;
+                }
+            }
+        }
+        usage
+    }
+
+    /// The queue's usage at the snapshot's instant, by resource id; empty without a half-life.
+    pub fn queue_usage(&self, queue: QueueId) -> &[f64] {
+        let dims = self.snapshot.resources.len();
+        self.usage
+            .get(queue.index() * dims..(queue.index() + 1) * dims)
+            .unwrap_or(&[])
+    }
+
+    /// The weight the fair share divides by: the policy's, adjusted by usage, else the queue's.
+    pub fn weight(&self, queue: QueueId) -> i64 {
+        match &self.usage_weights {
+            Some(w) => w[queue.index()],
+            None => self.snapshot.queue(queue).weight as i64,
+        }
+    }
+
+    /// The weight adjusted by usage, when the policy adjusted it.
+    pub fn usage_weight(&self, queue: QueueId) -> Option<i64> {
+        self.usage_weights.as_ref().map(|w| w[queue.index()])
+    }
+
+    /// The queue's adjusted weight over the sum of its siblings' (itself included).
+    pub(super) fn usage_weight_part(&self, queue: QueueId) -> Option<f64> {
+        let weights = self.usage_weights.as_ref()?;
+        let parent = self.snapshot.queue(queue).parent;
+        let siblings: i64 = (self.snapshot.queues.iter())
+            .filter(|s| s.parent == parent)
+            .map(|s| weights[s.id.index()])
+            .sum();
+        Some(weights[queue.index()] as f64 / siblings.max(1) as f64)
+    }
+
+    /// Every queue's usage as the plan returns it, taken at the snapshot's instant; none
+    /// without a half-life.
+    pub(super) fn usage_update(&self) -> Vec<QueueUsage> {
+        if self.usage.is_empty() {
+            return Vec::new();
+        }
+        let snap = self.snapshot;
+        (snap.queues.iter())
+            .map(|q| QueueUsage {
+                queue: q.name.clone(),
+                at_ms: snap.now_ms,
+                used: self.usage_named(q.id),
+            })
+            .collect()
+    }
+
+    /// The queue's usage by resource name, zeros left out.
+    pub(super) fn usage_named(&self, queue: QueueId) -> std::collections::BTreeMap<String, f64> {
+        let names = &self.snapshot.resources;
+        (names.ids())
+            .zip(self.queue_usage(queue))
+            .filter(|(_, &v)| v > 0.0)
+            .map(|(r, &v)| (names.name(r).to_string(), v))
+            .collect()
+    }
+}

@@ -1,0 +1,109 @@
+//! Fairness over time: what each queue used, decayed by a half-life. The engine keeps no such
+//! state: the snapshot carries each queue's usage and the instant it was taken
+//! ([`Snapshot::usage`](crate::Snapshot)), the session brings it to the snapshot's instant, and
+//! the plan returns the update ([`crate::Plan::usage`]), so a cycle stays a pure function of
+//! its arguments and a replay or `plan --now` gives the same answer twice.
+//!
+//! Usage is a decayed average of what the queue held: after holding `held` over `[then, now]`,
+//! `u' = u·d + held·(1 − d)` with `d = 2^(−(now − then)/halfLife)`. That is the decayed
+//! resource-seconds `∫ held(t)·2^(−(now − t)/h) dt` divided by their total weight `h/ln 2`, so
+//! it reads in the resource's own units ("averaged 8 GPUs"), and it is exact for a holding that
+//! is constant between cycles (the cycle's snapshot says what the queue held since the last).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One queue's usage as persisted (Queue status) and as the plan returns it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUsage {
+    pub queue: String,
+    /// The instant the usage is of, milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    /// The decayed average held, per resource name, in the resource's units (milli-CPU, bytes,
+    /// devices), as the engine counts them.
+    pub used: BTreeMap<String, f64>,
+}
+
+/// How much of usage `age_ms` old is kept under `half_life_ms`: `2^(−age/halfLife)`, 1 for no
+/// age (or an instant ahead of the usage), 0 when there is no half-life.
+///
+/// Computed from square roots and products only (both correctly rounded by IEEE 754), never a
+/// platform's `exp2`, so every machine gets the same bits: `2^(−n − f)` for the whole part `n`
+/// and the binary digits of the fraction `f`, each digit `i` a factor `2^(−2^−i)`.
+pub fn kept(age_ms: i64, half_life_ms: i64) -> f64 {
+    if half_life_ms <= 0 {
+        return 0.0;
+    }
+    if age_ms <= 0 {
+        return 1.0;
+    }
+    let (h, whole, mut rest) = (
+        half_life_ms as i128,
+        age_ms as i128 / half_life_ms as i128,
+        age_ms as i128 % half_life_ms as i128,
+    );
+    if whole > 1100 {
+        return 0.0;
+    }
+    let mut out = 0.5f64.powi(whole as i32);
+    let mut factor = 0.5f64;
+    for _ in 0..52 {
+        factor = factor.sqrt();
+        rest *= 2;
+        if rest >= h {
+            rest -= h;
+            out *= factor;
+        }
+        if rest == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// Usage `before`, then `held` over a span that keeps `kept` of the past.
+pub fn decayed(before: f64, held: f64, kept: f64) -> f64 {
+    before * kept + held * (1.0 - kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_halves_each_half_life() {
+        assert_eq!(kept(0, 600_000), 1.0);
+        assert_eq!(kept(-5, 600_000), 1.0);
+        assert_eq!(kept(600_000, 600_000), 0.5);
+        assert_eq!(kept(3_600_000, 600_000), 1.0 / 64.0);
+        // Half a half-life: 1/√2, to the last bit of the square root.
+        assert_eq!(kept(300_000, 600_000), 0.5f64.sqrt());
+        assert_eq!(kept(900_000, 600_000), 0.5 * 0.5f64.sqrt());
+        assert_eq!(kept(1, 0), 0.0);
+        assert_eq!(kept(i64::MAX, 1), 0.0);
+        // Close to the platform's exp2 everywhere, and monotone.
+        let mut last = 1.0;
+        for age in (0..2_000_000).step_by(7_919) {
+            let k = kept(age, 600_000);
+            assert!(
+                (k - (-(age as f64) / 600_000.0).exp2()).abs() < 1e-12,
+                "{age}"
+            );
+            assert!(k <= last);
+            last = k;
+        }
+    }
+
+    #[test]
+    fn usage_moves_toward_what_is_held() {
+        // Held 8 for one half-life from nothing: half of it.
+        assert_eq!(decayed(0.0, 8.0, kept(600_000, 600_000)), 4.0);
+        // Nothing held: the past halves.
+        assert_eq!(decayed(8.0, 0.0, 0.5), 4.0);
+        // Two half-lives in two steps equal one step of both.
+        let two = decayed(decayed(0.0, 8.0, 0.5), 8.0, 0.5);
+        assert_eq!(two, decayed(0.0, 8.0, kept(1_200_000, 600_000)));
+    }
+}
