@@ -44,7 +44,8 @@ impl Method {
     }
 }
 
-/// When a pod ends: a running pod at an instant, a waiting one a run time after it binds.
+/// When a pod ends: a running pod at an instant, a waiting one a run time after it binds. A
+/// running pod whose start is known runs as long again when evicted and started again.
 /// `method` is `Exact` or `Estimate` (a pod whose end is unknown has no `End`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum End {
@@ -119,6 +120,9 @@ struct World {
     epochs: HashMap<String, u32>,
     /// Running pods whose end nobody knows.
     unknown: HashSet<String>,
+    /// Per pod running at the start with an end at an instant, its run time from its start:
+    /// evicted and started again, it runs that long again (its deadline restarts too).
+    runs: HashMap<String, i64>,
     /// How each node shares its devices (what a binding's devices mean).
     sharing: HashMap<String, Sharing>,
     /// The worst method of the ends applied so far.
@@ -214,6 +218,7 @@ impl World {
             heap: BinaryHeap::new(),
             epochs: HashMap::new(),
             unknown: HashSet::new(),
+            runs: HashMap::new(),
             sharing,
             applied: Method::Exact,
             ends_applied: 0,
@@ -235,7 +240,14 @@ impl World {
             if holds {
                 match ends.get(&key) {
                     // An end already past (a deadline not yet enforced) is taken as now.
-                    Some(&End::At { ms, method }) => world.push_end(&key, ms.max(now), method),
+                    Some(&End::At { ms, method }) => {
+                        if let Some(started) = p.started_ms {
+                            world
+                                .runs
+                                .insert(key.clone(), ms.saturating_sub(started).max(0));
+                        }
+                        world.push_end(&key, ms.max(now), method)
+                    }
                     // A run time without a start: from the pod's start, when known.
                     Some(&End::After { ms, method }) if p.started_ms.is_some() => {
                         let at = p.started_ms.unwrap_or(now).saturating_add(ms);
@@ -335,7 +347,14 @@ impl World {
                 Some(&End::After { ms, method }) => {
                     self.push_end(&b.pod, t.saturating_add(ms), method)
                 }
-                Some(&End::At { ms, method }) => self.push_end(&b.pod, ms.max(t), method),
+                // Started again after an eviction: its whole run time again, when known.
+                Some(&End::At { ms, method }) => {
+                    let at = match self.runs.get(&b.pod) {
+                        Some(&run) => t.saturating_add(run),
+                        None => ms.max(t),
+                    };
+                    self.push_end(&b.pod, at, method)
+                }
                 None => {
                     self.unknown.insert(b.pod.clone());
                 }
