@@ -47,7 +47,7 @@ pub use namespaces::namespace_queue;
 use namespaces::{namespace_queues, namespace_spec};
 pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
-pub use pod::RANK_LABELS;
+pub use pod::{explicit_group, RANK_LABELS};
 pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// The implicit top of the queue tree: a parent of `root` (or none) means the top, and no

@@ -580,7 +580,7 @@ pub(super) fn requirements(
 
 /// The PodGroup a pod names itself: Basalt's label or annotation, Volcano's group-name
 /// annotation, or scheduler-plugins' label.
-pub(super) fn explicit_group(meta: &ObjectMeta) -> Option<&str> {
+pub fn explicit_group(meta: &ObjectMeta) -> Option<&str> {
     label_or_annotation(meta, POD_GROUP)
         .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
         .or_else(|| {
