@@ -12,7 +12,7 @@ use kube::Client;
 use serde_json::json;
 
 use crate::mig::config::MIG_CONFIG_LABEL;
-use crate::publish::{kube_words, Report, Write, FIELD_MANAGER};
+use crate::round::{kube_words, Report, Write, FIELD_MANAGER};
 
 pub const MIG_LAYOUT_CONDITION: &str = "MigLayoutValid";
 /// The Event's reason when the layout cannot be used.

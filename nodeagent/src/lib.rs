@@ -15,5 +15,6 @@ pub mod mig;
 pub mod nvml;
 pub mod publish;
 pub mod raw;
+pub mod round;
 pub mod timeslice;
 pub mod timeslice_config;
