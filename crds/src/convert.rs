@@ -20,7 +20,7 @@ use thiserror::Error;
 
 use crate::quantity;
 use crate::read::Object;
-use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
+use crate::types::{NodeTopology, PodGroup, PodGroupPhase, Queue, TopologyConstraint};
 
 mod constraints;
 mod devices;
@@ -592,7 +592,7 @@ fn group(
         phase: g
             .status
             .as_ref()
-            .map_or(JobPhase::Pending, |st| st.phase.into()),
+            .map_or(JobPhase::Pending, |st| job_phase(st.phase)),
         topology: topology(cx, "spec.topology", &s.topology)?,
         sub_groups: sub_groups(cx, &s.sub_groups)?,
         schedule_timeout_ms: match s.schedule_timeout_seconds {
@@ -708,10 +708,29 @@ fn queue(cx: &Cx, q: &Queue) -> Result<QueueSpec, ConvertError> {
         reclaimable: s.reclaimable,
         priority: s.priority,
         // The administrator's spec.state wins over the state the scheduler last reported.
-        state: s
-            .state
-            .or_else(|| q.status.as_ref().map(|st| st.state))
-            .unwrap_or_default()
-            .into(),
+        state: queue_state(
+            (s.state)
+                .or_else(|| q.status.as_ref().map(|st| st.state))
+                .unwrap_or_default(),
+        ),
     })
+}
+
+fn job_phase(p: PodGroupPhase) -> JobPhase {
+    match p {
+        PodGroupPhase::Pending => JobPhase::Pending,
+        PodGroupPhase::Inqueue => JobPhase::Inqueue,
+        PodGroupPhase::Running => JobPhase::Running,
+        PodGroupPhase::Unknown => JobPhase::Unknown,
+        PodGroupPhase::Completed => JobPhase::Completed,
+    }
+}
+
+fn queue_state(s: crate::types::QueueState) -> basalt_engine::QueueState {
+    use crate::types::QueueState as Q;
+    match s {
+        Q::Open => basalt_engine::QueueState::Open,
+        Q::Closing => basalt_engine::QueueState::Closing,
+        Q::Closed => basalt_engine::QueueState::Closed,
+    }
 }

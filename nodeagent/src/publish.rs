@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use basalt_crds::types::{NodeTopology, PodGroupCondition};
+use basalt_crd_types::{NodeTopology, PodGroupCondition};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};

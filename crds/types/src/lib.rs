@@ -1,8 +1,13 @@
-//! Basalt's custom resources, API group `scheduling.basalt.dev`, version `v1alpha1`.
+//! Basalt's custom resources, API group `scheduling.basalt.dev`, version `v1alpha1`, and the
+//! peers' objects Basalt reads (Volcano's Queue, PodGroup and HyperNode, scheduler-plugins'
+//! PodGroup), as types only: what the node agent publishes and `basalt-crds` reads and converts.
 //!
 //! Field names follow Volcano's where the meaning is the same, so a Volcano manifest moves over
 //! by changing its `apiVersion` (Queue's `guarantee` is the one difference: Basalt writes it as a
 //! flat resource list, Volcano nests it under `guarantee.resource`).
+//!
+//! Dependency rule: k8s-openapi types, kube's derive, serde and schemars only; no Basalt crate,
+//! no client, no runtime.
 
 use std::collections::BTreeMap;
 
@@ -184,19 +189,6 @@ pub enum PodGroupPhase {
     Completed,
 }
 
-impl From<PodGroupPhase> for basalt_engine::JobPhase {
-    fn from(p: PodGroupPhase) -> Self {
-        use basalt_engine::JobPhase as J;
-        match p {
-            PodGroupPhase::Pending => J::Pending,
-            PodGroupPhase::Inqueue => J::Inqueue,
-            PodGroupPhase::Running => J::Running,
-            PodGroupPhase::Unknown => J::Unknown,
-            PodGroupPhase::Completed => J::Completed,
-        }
-    }
-}
-
 /// A condition in the Kubernetes style (`Unschedulable`, `Scheduled`, ...).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -346,16 +338,6 @@ pub enum QueueState {
     Open,
     Closing,
     Closed,
-}
-
-impl From<QueueState> for basalt_engine::QueueState {
-    fn from(s: QueueState) -> Self {
-        match s {
-            QueueState::Open => basalt_engine::QueueState::Open,
-            QueueState::Closing => basalt_engine::QueueState::Closing,
-            QueueState::Closed => basalt_engine::QueueState::Closed,
-        }
-    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
