@@ -11,17 +11,16 @@ use std::sync::{Arc, Mutex};
 
 use basalt_engine::{
     ClusterSpec, Gpu, GroupSpec, JobPhase, NamespaceSpec, NodeSpec, PodConstraints, PodSpec,
-    QueueSpec, ResourceList, SelectorOperator, SelectorRequirement, Snapshot, SnapshotError, Taint,
-    TaintEffect, MAX_GPUS_PER_NODE,
+    QueueSpec, ResourceList, Snapshot, SnapshotError, Taint, TaintEffect, MAX_GPUS_PER_NODE,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use thiserror::Error;
 
 use crate::quantity;
 use crate::read::Object;
-use crate::types::{NodeTopology, PodGroup, Queue, TopologyConstraint};
+use crate::types::{NodeTopology, PodGroup, PodGroupPhase, Queue, TopologyConstraint};
 
 mod constraints;
 mod devices;
@@ -33,6 +32,7 @@ mod nodes;
 mod owners;
 pub(crate) use owners::missing_owners;
 mod pod;
+mod selectors;
 mod unsupported;
 pub(crate) mod volumes;
 
@@ -47,7 +47,8 @@ pub use namespaces::namespace_queue;
 use namespaces::{namespace_queues, namespace_spec};
 pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
-pub use pod::RANK_LABELS;
+pub use pod::{explicit_group, RANK_LABELS};
+use selectors::{label_selector, selector_requirements};
 pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// The implicit top of the queue tree: a parent of `root` (or none) means the top, and no
@@ -514,76 +515,28 @@ impl Priorities {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-/// A Kubernetes label selector as a predicate over a label map; an empty selector matches
-/// everything, as in Kubernetes.
-#[allow(clippy::type_complexity)]
-fn label_selector(
-    cx: &Cx,
-    field: &str,
-    selector: &LabelSelector,
-) -> Result<Box<dyn Fn(&BTreeMap<String, String>) -> bool>, ConvertError> {
-    let requirements = selector_requirements(cx, field, selector)?;
-    Ok(Box::new(move |labels: &BTreeMap<String, String>| {
-        requirements
-            .iter()
-            .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
-    }))
+/// Where conversion notes what it left out or clamped on a pod of another scheduler.
+struct Lenience<'w> {
+    ours: bool,
+    warnings: &'w mut Vec<String>,
 }
 
-/// A Kubernetes label selector as requirements that must all hold (`matchLabels` entries
-/// become `In` with one value); fails at the first operator or value list Kubernetes refuses.
-fn selector_requirements(
-    cx: &Cx,
-    field: &str,
-    selector: &LabelSelector,
-) -> Result<Vec<SelectorRequirement>, ConvertError> {
-    let mut out: Vec<SelectorRequirement> = (selector.match_labels.iter().flatten())
-        .map(|(k, v)| SelectorRequirement {
-            key: k.clone(),
-            operator: SelectorOperator::In,
-            values: vec![v.clone()],
-        })
-        .collect();
-    let exprs = selector.match_expressions.as_deref().unwrap_or_default();
-    for (j, e) in exprs.iter().enumerate() {
-        let at = format!("{field}.matchExpressions[{j}]");
-        let values = e.values.clone().unwrap_or_default();
-        let operator = match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(cx.err(
-                    format!("{at}.values"),
-                    format!("operator {} needs at least one value", e.operator),
-                ))
+impl Lenience<'_> {
+    /// A field's value: an error on a pod of ours; on another scheduler's pod, `default` and a
+    /// warning naming the pod and the field.
+    fn or<T>(&mut self, result: Result<T, ConvertError>, default: T) -> Result<T, ConvertError> {
+        match result {
+            Err(e) if !self.ours => {
+                self.warnings
+                    .push(format!("{e}; ignored on a pod of another scheduler"));
+                Ok(default)
             }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(cx.err(
-                    format!("{at}.values"),
-                    format!("must be empty for operator {}", e.operator),
-                ))
-            }
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            other => {
-                return Err(cx.err(
-                    format!("{at}.operator"),
-                    format!(
-                        "unknown operator {other:?}: expected In, NotIn, Exists or DoesNotExist"
-                    ),
-                ))
-            }
-        };
-        out.push(SelectorRequirement {
-            key: e.key.clone(),
-            operator,
-            values,
-        });
+            other => other,
+        }
     }
-    Ok(out)
 }
 
+// ---------------------------------------------------------------------------------------------
 // PodGroups and queues
 // ---------------------------------------------------------------------------------------------
 
@@ -639,7 +592,7 @@ fn group(
         phase: g
             .status
             .as_ref()
-            .map_or(JobPhase::Pending, |st| st.phase.into()),
+            .map_or(JobPhase::Pending, |st| job_phase(st.phase)),
         topology: topology(cx, "spec.topology", &s.topology)?,
         sub_groups: sub_groups(cx, &s.sub_groups)?,
         schedule_timeout_ms: match s.schedule_timeout_seconds {
@@ -755,10 +708,29 @@ fn queue(cx: &Cx, q: &Queue) -> Result<QueueSpec, ConvertError> {
         reclaimable: s.reclaimable,
         priority: s.priority,
         // The administrator's spec.state wins over the state the scheduler last reported.
-        state: s
-            .state
-            .or_else(|| q.status.as_ref().map(|st| st.state))
-            .unwrap_or_default()
-            .into(),
+        state: queue_state(
+            (s.state)
+                .or_else(|| q.status.as_ref().map(|st| st.state))
+                .unwrap_or_default(),
+        ),
     })
+}
+
+fn job_phase(p: PodGroupPhase) -> JobPhase {
+    match p {
+        PodGroupPhase::Pending => JobPhase::Pending,
+        PodGroupPhase::Inqueue => JobPhase::Inqueue,
+        PodGroupPhase::Running => JobPhase::Running,
+        PodGroupPhase::Unknown => JobPhase::Unknown,
+        PodGroupPhase::Completed => JobPhase::Completed,
+    }
+}
+
+fn queue_state(s: crate::types::QueueState) -> basalt_engine::QueueState {
+    use crate::types::QueueState as Q;
+    match s {
+        Q::Open => basalt_engine::QueueState::Open,
+        Q::Closing => basalt_engine::QueueState::Closing,
+        Q::Closed => basalt_engine::QueueState::Closed,
+    }
 }

@@ -2,9 +2,12 @@
 //! (PodGroup, Queue, NodeTopology), readers for manifest files (Basalt's and Volcano's objects,
 //! Nodes, Pods and PriorityClasses) and their conversion into the engine's model.
 //!
+//! The resources themselves are `basalt-crd-types` (re-exported as [`types`]), which the node
+//! agent uses without the rest.
+//!
 //! Dependency rule: this crate knows Kubernetes types (k8s-openapi, kube's derive) but talks to
-//! no cluster: no kube client, no async runtime. Of Basalt's crates it depends on the engine
-//! only. Bad input gives an error naming the file, the object and the field; it never panics.
+//! no cluster: no kube client, no async runtime. Of Basalt's crates it depends on the engine,
+//! topology (tier names), `basalt-cel` (DRA selectors) and `basalt-crd-types` only. Bad input gives an error naming the file, the object and the field; it never panics.
 
 pub mod convert;
 pub mod crdgen;
@@ -13,7 +16,7 @@ pub mod limits;
 pub mod quantity;
 pub mod read;
 pub mod tolerant;
-pub mod types;
+pub use basalt_crd_types as types;
 pub mod workloads;
 
 use std::io::Read;

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use basalt_crds::types::{GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec};
+use basalt_crd_types::{GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec};
 use kube::api::ObjectMeta;
 use petgraph::graph::UnGraph;
 use serde::Serialize;

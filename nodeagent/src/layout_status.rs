@@ -3,7 +3,7 @@
 //! The stored condition is the memory: an unchanged problem writes nothing, round after round
 //! and across restarts, so a bad layout neither spams Events nor needs state in the agent.
 
-use basalt_crds::types::{NodeTopology, PodGroupCondition};
+use basalt_crd_types::{NodeTopology, PodGroupCondition};
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -12,7 +12,7 @@ use kube::Client;
 use serde_json::json;
 
 use crate::mig::config::MIG_CONFIG_LABEL;
-use crate::publish::{kube_words, Report, Write, FIELD_MANAGER};
+use crate::round::{kube_words, Report, Write, FIELD_MANAGER};
 
 pub const MIG_LAYOUT_CONDITION: &str = "MigLayoutValid";
 /// The Event's reason when the layout cannot be used.

@@ -3,8 +3,8 @@
 //! `NodeTopology` ([`publish`]), and partitions GPUs with MIG ([`mig`]) and time-slicing
 //! ([`timeslice`]) from layouts declared in node labels and ConfigMaps.
 //!
-//! Dependency rule: of Basalt's crates this one depends on `basalt-crds` only (for the types it
-//! publishes), never on the engine or the scheduler. Only [`nvml::sys`] may use `unsafe`.
+//! Dependency rule: of Basalt's crates this one depends on `basalt-crd-types` only (the types it
+//! publishes), never on the engine, the conversion (`basalt-crds`) or the scheduler. Only [`nvml::sys`] may use `unsafe`.
 
 pub mod backend;
 pub mod discover;
@@ -15,5 +15,6 @@ pub mod mig;
 pub mod nvml;
 pub mod publish;
 pub mod raw;
+pub mod round;
 pub mod timeslice;
 pub mod timeslice_config;

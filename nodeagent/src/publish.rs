@@ -4,109 +4,29 @@
 
 use std::collections::BTreeMap;
 
-use basalt_crds::types::{NodeTopology, PodGroupCondition};
+use basalt_crd_types::{NodeTopology, PodGroupCondition};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
 use crate::backend::{BackendError, GpuBackend};
 use crate::discover::{discover, DiscoverError, Discovery};
 use crate::layout_status;
-use crate::mig::applier::{self, AppliedStep, Outcome};
+use crate::mig::applier::{self, Outcome};
 use crate::mig::config::{self, MIG_CONFIG_LABEL};
 use crate::timeslice::{self, LabelChange};
 use crate::timeslice_config;
+
+// What a round is given and reports, where callers have always found it.
+pub use crate::round::{kube_words, AgentConfig, ConfigMapRef, Report, Write, FIELD_MANAGER};
 
 /// The label of NVIDIA's GPU operator that names the node's multi-node NVLink clique.
 pub const CLIQUE_LABEL: &str = "nvidia.com/gpu.clique";
 /// Set on the Node when the clique label is the agent's, so it never overwrites the operator's.
 pub const CLIQUE_OWNER_ANNOTATION: &str = "scheduling.basalt.dev/clique-label-owner";
-pub const FIELD_MANAGER: &str = "basalt-nodeagent";
-
-/// `namespace/name` of a ConfigMap.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigMapRef {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl std::str::FromStr for ConfigMapRef {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(ConfigMapRef {
-                    namespace: ns.into(),
-                    name: name.into(),
-                })
-            }
-            _ => Err(format!("{s:?}: want NAMESPACE/NAME")),
-        }
-    }
-}
-
-impl std::fmt::Display for ConfigMapRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct AgentConfig {
-    pub node_name: String,
-    /// Decide and report, write nothing, change no GPU.
-    pub dry_run: bool,
-    /// Never change MIG instances (nodes without MIG, the default unprivileged DaemonSet): a layout
-    /// label is then reported as a warning and not read.
-    pub no_mig: bool,
-    /// mig-parted config (the layouts `nvidia.com/mig.config` names).
-    pub mig_config_map: ConfigMapRef,
-    /// Key of the mig-parted config in that ConfigMap.
-    pub mig_config_key: String,
-    /// The device plugin's config ConfigMap, where time-slicing configs go.
-    pub device_plugin_config_map: ConfigMapRef,
-}
-
-/// What a write did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Write {
-    Created,
-    Updated,
-    Unchanged,
-    /// Would have changed; dry run.
-    DryRun,
-}
-
-/// What one round found and did.
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub node: String,
-    pub gpus: usize,
-    pub islands: Vec<Vec<u32>>,
-    pub clique_id: Option<String>,
-    pub topology: Option<Write>,
-    pub node_labels: Option<Write>,
-    pub mig_layout: Option<String>,
-    /// Whether the layout `mig_layout` names could be read and fits the GPUs it selects
-    /// (`None` when the node names none).
-    pub mig_layout_valid: Option<bool>,
-    pub mig_steps: Vec<AppliedStep>,
-    /// The `MigLayoutValid` condition in the NodeTopology's status.
-    pub mig_layout_condition: Option<Write>,
-    /// Warning Events written about the Node (their messages).
-    pub events: Vec<String>,
-    pub time_slice_replicas: Option<u32>,
-    pub time_slicing_config: Option<Write>,
-    pub warnings: Vec<String>,
-    /// Problems with the wanted state (bad label, missing layout) that did not stop the round.
-    pub errors: Vec<String>,
-}
 
 /// What ends a round: a read it cannot do without (the Node), the GPUs. A failing write never
 /// does; it is an error in the report.
@@ -126,15 +46,6 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileErr
     move |e| ReconcileError::Kube {
         what,
         detail: kube_words(&e),
-    }
-}
-
-/// A kube error in words: the server's message, code and reason (`namespaces "gpu-operator" not
-/// found (404 NotFound)`), not kube's text, which adds the whole Status as a Debug structure.
-pub fn kube_words(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
-        other => other.to_string(),
     }
 }
 

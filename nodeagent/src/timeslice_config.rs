@@ -9,7 +9,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
-use crate::publish::{kube_words, AgentConfig, Report, Write};
+use crate::round::{kube_words, AgentConfig, Report, Write};
 use crate::timeslice::{self, LabelChange, Wanted};
 
 /// Reconciles the node's time-slicing config with its labels; returns the change to make to the

@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use basalt_apiserver::{ApiServer, Config, Handle};
-use basalt_crds::types::NodeTopology;
+use basalt_crd_types::NodeTopology;
 use basalt_nodeagent::backend::GpuBackend;
 use basalt_nodeagent::fake::FakeBackend;
 use basalt_nodeagent::mig::applier::{Outcome, Step};

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use basalt_apiserver::{ApiServer, Config, FaultRule, Handle, Verb};
-use basalt_crds::types::NodeTopology;
+use basalt_crd_types::NodeTopology;
 use basalt_nodeagent::fake::FakeBackend;
 use basalt_nodeagent::publish::{reconcile_once, AgentConfig, Report, Write};
 use k8s_openapi::api::core::v1::{Namespace, Node};

@@ -13,7 +13,8 @@
 //! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first.
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
-//! cycle. Depends on `basalt-engine` and `basalt-queue` only: no Kubernetes, no I/O.
+//! cycle. Of Basalt's crates it depends on `basalt-engine`, `basalt-queue` and `basalt-topology`
+//! only (and `serde_yaml` to read a config's text): no Kubernetes, no I/O.
 
 pub mod admission;
 pub mod config;

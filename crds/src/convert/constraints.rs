@@ -17,8 +17,8 @@ use basalt_engine::{
 };
 use k8s_openapi::api::core::v1 as k8s;
 
-use super::pod::{requirements, Lenience};
-use super::{selector_requirements, ConvertError, Cx};
+use super::selectors::{requirements, selector_requirements};
+use super::{ConvertError, Cx, Lenience};
 
 /// The pod's constraints. On another scheduler's pod each part (affinity, anti-affinity,
 /// spread, ports, preferred node affinity) that cannot be read is left out with a warning, so

@@ -14,8 +14,7 @@ use basalt_engine::{Gpu, GPU_NAME};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use super::pod::Lenience;
-use super::{annotation, ConvertError, Cx};
+use super::{annotation, ConvertError, Cx, Lenience};
 
 /// Node annotation where HAMi's device plugin registers the node's devices (JSON).
 pub const HAMI_NODE_REGISTER: &str = "hami.io/node-nvidia-register";

@@ -385,7 +385,7 @@ fn term(t: &k8s_openapi::api::core::v1::NodeSelectorTerm) -> Option<NodeSelector
             .map(|r| {
                 Some(basalt_engine::SelectorRequirement {
                     key: r.key.clone(),
-                    operator: super::pod::node_operator(&r.operator)?,
+                    operator: super::selectors::node_operator(&r.operator)?,
                     values: r.values.clone().unwrap_or_default(),
                 })
             })

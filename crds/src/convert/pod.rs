@@ -13,47 +13,23 @@ use std::collections::BTreeMap;
 
 use basalt_engine::{
     NodeSelectorTerm, PlacementRules, PodPhase, PodSpec, RequiredNodeAffinity, ResourceList,
-    SelectorOperator, SelectorRequirement, Toleration, TolerationOperator,
+    Toleration, TolerationOperator,
 };
-use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use super::selectors::requirements;
 use super::{
     annotation, created_ms, label_or_annotation, namespace, taint_effect, Context, ConvertError,
-    ConvertOptions, Cx, GPU_IDS, POD_GROUP, PREEMPTABLE, QUEUE, ROLE, SCHEDULER_PLUGINS_POD_GROUP,
-    VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
+    ConvertOptions, Cx, Lenience, GPU_IDS, POD_GROUP, PREEMPTABLE, QUEUE, ROLE,
+    SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME, VOLCANO_PREEMPTABLE, VOLCANO_TASK_SPEC,
 };
 use super::{constraints, devices, unsupported};
 use crate::quantity::{self, MAX_QUANTITY};
 
 mod hami;
 use hami::{clamp_hami_percents, device_containers};
-
-/// Where conversion notes what it left out or clamped on a pod of another scheduler.
-pub(super) struct Lenience<'w> {
-    pub(super) ours: bool,
-    pub(super) warnings: &'w mut Vec<String>,
-}
-
-impl Lenience<'_> {
-    /// A field's value: an error on a pod of ours; on another scheduler's pod, `default` and a
-    /// warning naming the pod and the field.
-    pub(super) fn or<T>(
-        &mut self,
-        result: Result<T, ConvertError>,
-        default: T,
-    ) -> Result<T, ConvertError> {
-        match result {
-            Err(e) if !self.ours => {
-                self.warnings
-                    .push(format!("{e}; ignored on a pod of another scheduler"));
-                Ok(default)
-            }
-            other => other,
-        }
-    }
-}
 
 pub(super) fn pod(
     cx: &Cx,
@@ -543,44 +519,9 @@ fn placement_rules(
     })
 }
 
-/// A node selector requirement's operator.
-pub(super) fn node_operator(op: &str) -> Option<SelectorOperator> {
-    Some(match op {
-        "In" => SelectorOperator::In,
-        "NotIn" => SelectorOperator::NotIn,
-        "Exists" => SelectorOperator::Exists,
-        "DoesNotExist" => SelectorOperator::DoesNotExist,
-        "Gt" => SelectorOperator::Gt,
-        "Lt" => SelectorOperator::Lt,
-        _ => return None,
-    })
-}
-
-pub(super) fn requirements(
-    cx: &Cx,
-    field: &str,
-    reqs: Option<&[NodeSelectorRequirement]>,
-) -> Result<Vec<SelectorRequirement>, ConvertError> {
-    let mut out = Vec::new();
-    for (i, r) in reqs.unwrap_or_default().iter().enumerate() {
-        let operator = node_operator(&r.operator).ok_or_else(|| {
-            cx.err(
-                format!("{field}[{i}].operator"),
-                format!("unknown operator {:?}", r.operator),
-            )
-        })?;
-        out.push(SelectorRequirement {
-            key: r.key.clone(),
-            operator,
-            values: r.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
-}
-
 /// The PodGroup a pod names itself: Basalt's label or annotation, Volcano's group-name
 /// annotation, or scheduler-plugins' label.
-pub(super) fn explicit_group(meta: &ObjectMeta) -> Option<&str> {
+pub fn explicit_group(meta: &ObjectMeta) -> Option<&str> {
     label_or_annotation(meta, POD_GROUP)
         .or_else(|| annotation(meta, VOLCANO_GROUP_NAME))
         .or_else(|| {

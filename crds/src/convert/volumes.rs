@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::pod::requirements;
-use super::{selector_requirements, Cx};
+use super::selectors::{requirements, selector_requirements};
+use super::Cx;
 use crate::quantity;
 use crate::read::Object;
 

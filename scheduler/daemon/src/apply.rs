@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::convert::{POD_GROUP, SCHEDULER_PLUGINS_POD_GROUP, VOLCANO_GROUP_NAME};
 use basalt_engine::Plan;
 use basalt_plugins::Config;
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
@@ -242,8 +241,8 @@ impl Scheduler {
         self.retry.backoff(retry)
     }
 
-    /// Binds the plan's pods; returns whether a retryable error happened, and per PodGroup
-    /// (`ns/name`) how many of its binds failed this cycle with the last error.
+    /// Writes `nominatedNodeName` on each pod the plan nominates to the room its evictions
+    /// free (`NominationReason::Evictions`), where the pod does not already name that node.
     async fn nominate(&mut self, plan: &Plan, stores: &Stores) {
         for n in &plan.nominations {
             if n.reason != basalt_engine::NominationReason::Evictions {
@@ -355,14 +354,7 @@ pub(crate) fn pod_ref(ns: &str, name: &str, uid: Option<String>) -> ObjectRefere
 }
 
 /// The PodGroup a pod names (Basalt's label or annotation, Volcano's annotation, or
-/// scheduler-plugins' label), in the reader's order.
+/// scheduler-plugins' label), as the snapshot's reader finds it.
 pub fn member_of(p: &Pod) -> Option<&str> {
-    fn get<'a>(m: &'a Option<BTreeMap<String, String>>, k: &str) -> Option<&'a str> {
-        m.as_ref().and_then(|m| m.get(k)).map(String::as_str)
-    }
-    get(&p.metadata.labels, POD_GROUP)
-        .or_else(|| get(&p.metadata.annotations, POD_GROUP))
-        .or_else(|| get(&p.metadata.annotations, VOLCANO_GROUP_NAME))
-        .or_else(|| get(&p.metadata.labels, SCHEDULER_PLUGINS_POD_GROUP))
-        .filter(|g| !g.is_empty())
+    basalt_crds::convert::explicit_group(&p.metadata)
 }

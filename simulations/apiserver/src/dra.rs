@@ -27,15 +27,14 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::resources::ResourceInfo;
-use crate::store::{now_rfc3339, Part};
+use crate::resources::{Part, ResourceInfo, DRA_GROUP};
+use crate::timestamps::now_rfc3339;
 
 use fields::{
     array_at, duplicate, finish, forbidden, invalid, normalized, not_supported, required, str_at,
     too_many, FieldError,
 };
 
-pub const GROUP: &str = "resource.k8s.io";
 /// `ResourceClaimReservedForMaxSize`.
 const RESERVED_FOR_MAX: usize = 256;
 /// `ResourceSliceMaxDevices`.
@@ -52,7 +51,7 @@ enum Kind {
 }
 
 fn kind_of(info: &ResourceInfo) -> Option<Kind> {
-    if info.group != GROUP || info.custom {
+    if info.group != DRA_GROUP || info.custom {
         return None;
     }
     Some(match info.plural.as_str() {

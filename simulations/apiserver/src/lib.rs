@@ -31,6 +31,7 @@ mod selectors;
 mod server;
 mod store;
 mod tables;
+mod timestamps;
 mod watch;
 
 use std::net::SocketAddr;

@@ -223,7 +223,7 @@ fn time(b: &[u8]) -> Result<Option<Value>, String> {
             secs = n as i64;
         }
     }
-    Ok((secs != 0).then(|| json!(crate::store::rfc3339(secs))))
+    Ok((secs != 0).then(|| json!(crate::timestamps::rfc3339(secs))))
 }
 
 enum Wire<'a> {

@@ -6,6 +6,16 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 
+/// Dynamic Resource Allocation's API group.
+pub const DRA_GROUP: &str = "resource.k8s.io";
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Main,
+    Status,
+}
+
 /// One servable resource (a row of discovery).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceInfo {
@@ -184,7 +194,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
 /// Dynamic Resource Allocation's GA group, `resource.k8s.io/v1` (Kubernetes 1.34), served unless
 /// `Config::serve_dra` is off. No short names: the real API declares none for these kinds.
 pub fn dra() -> Vec<ResourceInfo> {
-    let g = crate::dra::GROUP;
+    let g = DRA_GROUP;
     vec![
         ResourceInfo::builtin(g, "v1", "DeviceClass", "deviceclasses", false),
         ResourceInfo::builtin(g, "v1", "ResourceClaim", "resourceclaims", true).with_status(),

@@ -4,8 +4,8 @@
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::super::Cx;
-use super::{Entries, Lenience};
+use super::super::{Cx, Lenience};
+use super::Entries;
 use crate::quantity;
 use basalt_engine::ResourceList;
 
