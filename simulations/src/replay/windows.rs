@@ -38,11 +38,11 @@ fn window_means(
             let stop = until.min(start + (w as i64 + 1) * window_ms);
             let len = (stop - t) as f64;
             lengths[w] += len;
-            for q in 0..queues {
+            for (q, sum) in sums[w].iter_mut().enumerate() {
                 let held = s.queue_gpus.get(q).copied().unwrap_or(0) as f64;
                 let demand = s.queue_demand.get(q).copied().unwrap_or(0) as f64;
-                sums[w][q].0 += held * len;
-                sums[w][q].1 += demand * len;
+                sum.0 += held * len;
+                sum.1 += demand * len;
             }
             t = stop;
         }
