@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use basalt_engine::{
     ClusterSpec, Gpu, GroupSpec, JobPhase, NamespaceSpec, NodeSpec, PodConstraints, PodSpec,
-    QueueSpec, ResourceList, Snapshot, SnapshotError, Taint, TaintEffect, MAX_GPUS_PER_NODE,
+    QueueSpec, QueueUsage, ResourceList, Snapshot, SnapshotError, Taint, TaintEffect,
+    MAX_GPUS_PER_NODE,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -34,6 +35,7 @@ pub(crate) use owners::missing_owners;
 mod pod;
 mod selectors;
 mod unsupported;
+mod usage;
 pub(crate) mod volumes;
 
 pub use devices::{
@@ -49,6 +51,7 @@ pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
 pub use pod::{explicit_group, RANK_LABELS};
 use selectors::{label_selector, selector_requirements};
+pub use usage::{read_usage, usage_status};
 pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// The implicit top of the queue tree: a parent of `root` (or none) means the top, and no
@@ -190,7 +193,8 @@ pub(crate) enum Converted {
     Node(NodeSpec),
     Pod(Box<PodSpec>),
     Group(GroupSpec),
-    Queue(QueueSpec),
+    /// A queue and the usage its status records (see `usage.rs`).
+    Queue(QueueSpec, Option<QueueUsage>),
     Namespace(NamespaceSpec),
 }
 
@@ -200,7 +204,10 @@ impl Converted {
             Converted::Node(n) => spec.nodes.push(n),
             Converted::Pod(p) => spec.pods.push(*p),
             Converted::Group(g) => spec.groups.push(g),
-            Converted::Queue(q) => spec.queues.push(q),
+            Converted::Queue(q, usage) => {
+                spec.queues.push(q);
+                spec.usage.extend(usage);
+            }
             Converted::Namespace(n) => spec.namespaces.push(n),
         }
     }
@@ -270,7 +277,11 @@ impl Context {
             }
             Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
             Object::PodGroup(g) => Converted::Group(group(&cx, g, self, warnings)?),
-            Object::Queue(q) => Converted::Queue(queue(&cx, q)?),
+            Object::Queue(q) => {
+                let spec = queue(&cx, q)?;
+                let usage = queue_usage(&cx, &spec.name, q, warnings);
+                Converted::Queue(spec, usage)
+            }
             Object::Namespace(n) => Converted::Namespace(namespace_spec(&cx, n)?),
             Object::PriorityClass(_)
             | Object::NodeTopology(_)
@@ -733,4 +744,14 @@ fn queue_state(s: crate::types::QueueState) -> basalt_engine::QueueState {
         Q::Closing => basalt_engine::QueueState::Closing,
         Q::Closed => basalt_engine::QueueState::Closed,
     }
+}
+
+/// The usage the queue's status records; a malformed one is warned of and taken as none.
+fn queue_usage(cx: &Cx, name: &str, q: &Queue, warnings: &mut Vec<String>) -> Option<QueueUsage> {
+    let status = q.status.as_ref()?.usage.as_ref()?;
+    read_usage(name, status)
+        .map_err(|(field, message)| {
+            warnings.push(cx.warning(field, format!("{message}; taken as no usage")))
+        })
+        .ok()
 }

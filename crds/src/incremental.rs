@@ -23,7 +23,7 @@ mod memo;
 
 use std::sync::Arc;
 
-use basalt_engine::Snapshot;
+use basalt_engine::{QueueUsage, Snapshot};
 
 use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
@@ -130,6 +130,24 @@ impl IncrementalSnapshot {
         };
         self.last = Some((objects, update.clone()));
         update
+    }
+
+    /// Gives the last update's snapshot `usage` in place of what the Queues' statuses said:
+    /// for a scheduler that carries its plans' usage from cycle to cycle, fresher than its
+    /// own status writes seen back through a watch. Until the next update.
+    pub fn set_usage(&mut self, usage: Vec<QueueUsage>) {
+        match (&mut self.fallback, &mut self.fed) {
+            (Some(s), _) => s.usage = Arc::new(usage),
+            (None, Some(fed)) => {
+                fed.builder.set_usage(usage);
+                let now_ms = fed.builder.last().map(|s| s.now_ms);
+                // The snapshot is built already: this only hands it the usage.
+                if let Some(now_ms) = now_ms {
+                    let _ = fed.builder.build(now_ms, &fed.queues);
+                }
+            }
+            (None, None) => {}
+        }
     }
 
     /// The last update's outcome at `now_ms` when `objects` are its very objects.

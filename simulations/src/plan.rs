@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use basalt_engine::{Plan, Snapshot};
+use basalt_crds::convert::usage_status;
+use basalt_engine::{Plan, QueueUsage, Snapshot};
 use basalt_plugins::Config;
 
 /// The example cluster shipped in `examples/cluster.yaml`, planned when no snapshot is given.
@@ -203,11 +204,30 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
             ]
         })
         .collect();
-    table(
-        &mut out,
-        ["NAME", "PARENT", "STATE", "SHARE", "ALLOCATED", "DESERVED"],
-        &rows,
-    );
+    let header = ["NAME", "PARENT", "STATE", "SHARE", "ALLOCATED", "DESERVED"];
+    // With a usage half-life: what each queue used (as its status writes it) and the part of
+    // its siblings' weight it has once adjusted by usage.
+    if plan.usage.is_empty() {
+        table(&mut out, header, &rows);
+    } else {
+        let rows: Vec<[String; 8]> = (rows.into_iter().zip(&plan.queues))
+            .map(|(row, q)| {
+                let usage = usage_status(&QueueUsage {
+                    used: q.usage.clone(),
+                    ..QueueUsage::default()
+                });
+                let used = (usage.resources.iter())
+                    .map(|(k, v)| format!("{k}={}", v.0))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let weight = q.usage_weight.map_or("-".into(), |w| format!("{w:.3}"));
+                let [a, b, c, d, e, f] = row;
+                [a, b, c, d, e, f, used, weight]
+            })
+            .collect();
+        let [a, b, c, d, e, f] = header;
+        table(&mut out, [a, b, c, d, e, f, "USAGE", "USAGE-WEIGHT"], &rows);
+    }
     out
 }
 

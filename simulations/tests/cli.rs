@@ -379,3 +379,58 @@ fn requests_of_two_to_the_sixty_three_finish_with_the_pod_named() {
         assert_rejected(&plan(&bad(file)), &[file, pod, field]);
     }
 }
+
+/// Prior usage comes from the Queues' status in the dump and `--now` decays it: `a`'s 8 GPUs
+/// and `b`'s 4, one half-life old, read 4 and 2 (the queues hold nothing since). The QUEUES
+/// table shows them with the adjusted weights: u = 2/3 and 1/3 of the usage against w = 1/2
+/// each, so `a` 1/2 + (1/2 − 2/3) = 1/3 and `b` 2/3.
+#[test]
+fn plan_shows_usage_read_from_queue_status_and_the_adjusted_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.yaml");
+    let config = dir.path().join("config.yaml");
+    let queue = |name: &str, gpus: u32| {
+        format!(
+            "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\n\
+             spec: {{weight: 1}}\n\
+             status: {{usage: {{takenAt: \"2026-01-01T12:00:00Z\", resources: {{nvidia.com/gpu: \"{gpus}\"}}}}}}\n---\n"
+        )
+    };
+    let dump = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n0}}\n\
+         status: {{allocatable: {{cpu: \"64\", memory: 256Gi, pods: \"110\", nvidia.com/gpu: \"16\"}}}}\n---\n{}{}",
+        queue("a", 8),
+        queue("b", 4)
+    );
+    std::fs::write(&file, dump).unwrap();
+    std::fs::write(&config, "fairness:\n  usage:\n    halfLife: 10m\n").unwrap();
+    let out = sim(&[
+        "plan",
+        "--snapshot",
+        file.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--now",
+        "2026-01-01T12:10:00Z",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |name: &str| {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let cells: Vec<String> = line
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        cells
+    };
+    assert!(stdout.contains("USAGE-WEIGHT"), "{stdout}");
+    let (a, b) = (row("a"), row("b"));
+    assert_eq!(a[a.len() - 2..], ["nvidia.com/gpu=4", "0.333"], "{stdout}");
+    assert_eq!(b[b.len() - 2..], ["nvidia.com/gpu=2", "0.667"], "{stdout}");
+}

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::hash::Hash;
 
-use basalt_engine::{GroupSpec, NamespaceSpec, NodeSpec, PodSpec, QueueSpec, SnapshotBuilder};
+use basalt_engine::{
+    GroupSpec, NamespaceSpec, NodeSpec, PodSpec, QueueSpec, QueueUsage, SnapshotBuilder,
+};
 
 use super::{HashMap, Identity};
 use crate::convert::{Context, ConvertError, Converted};
@@ -100,6 +102,8 @@ pub(super) struct Wanted<'a> {
     pub(super) pods: Vec<(&'a PodSpec, Identity, Form)>,
     pub(super) groups: Vec<(&'a GroupSpec, GroupTag)>,
     pub(super) queues: Vec<&'a QueueSpec>,
+    /// What the queues' statuses say they used.
+    pub(super) usage: Vec<QueueUsage>,
     pub(super) namespaces: Vec<&'a NamespaceSpec>,
     pub(super) cordoned: HashSet<String>,
     pub(super) bad_groups: HashSet<String>,
@@ -229,6 +233,7 @@ impl Feed<'_> {
             fed.builder.set_namespaces(fed.namespaces.clone());
         }
         fed.queues = wanted.queues.iter().map(|q| (*q).clone()).collect();
+        fed.builder.set_usage(wanted.usage.clone());
         fed.builder.build(now_ms, &fed.queues).ok()?;
         Some(())
     }
@@ -267,7 +272,10 @@ impl<'a> Wanted<'a> {
                 };
                 self.groups.push((g, tag));
             }
-            Converted::Queue(q) => self.queues.push(q),
+            Converted::Queue(q, usage) => {
+                self.queues.push(q);
+                self.usage.extend(usage.iter().cloned());
+            }
             Converted::Namespace(n) => self.namespaces.push(n),
         }
     }

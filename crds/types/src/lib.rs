@@ -267,6 +267,12 @@ fn preserved_object(_: &mut SchemaGenerator) -> Schema {
     ),
     printcolumn(name = "Share", type_ = "number", json_path = ".status.share"),
     printcolumn(
+        name = "UsageWeight",
+        type_ = "number",
+        priority = 1,
+        json_path = ".status.usageWeight"
+    ),
+    printcolumn(
         name = "Pending",
         type_ = "string",
         json_path = ".status.summary.pending"
@@ -370,6 +376,13 @@ pub struct QueueStatus {
     /// The same as one line each, for `kubectl get queues` (pod slots left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<QueueSummary>,
+    /// What the queue used over the usage half-life, when `fairness.usage.halfLife` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<QueueUsageStatus>,
+    /// Its weight adjusted by usage, as a part of its siblings' (itself included): what it
+    /// divides their over-quota capacity by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_weight: Option<f64>,
 }
 
 /// Deserved, allocated and pending resources, each as `cpu=4, nvidia.com/gpu=8`.
@@ -521,7 +534,10 @@ pub struct MigDeviceInfo {
 /// Volcano's spelling of the Basalt Queue and PodGroup, read from manifests and converted to
 /// Basalt's on read; and Volcano's HyperNode, read as is (see `convert` for the node labels it
 /// becomes).
+mod queue_usage;
 pub mod scheduler_plugins;
+
+pub use queue_usage::QueueUsageStatus;
 
 /// A field path and a message: a problem with one field of a peer's object (Volcano's,
 /// scheduler-plugins').

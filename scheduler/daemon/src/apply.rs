@@ -91,6 +91,8 @@ pub struct Scheduler {
     pub held_binds: BTreeMap<String, String>,
     /// The snapshot, brought up to date with what changed each cycle.
     pub snapshots: basalt_crds::IncrementalSnapshot,
+    /// The last plan's queue usage, for the next cycle's snapshot (`usage.rs`).
+    pub usage: crate::usage::CarriedUsage,
     /// The engine's framework, kept while the config and resource names stay the same, with
     /// the Warm its cycles carry, so that each session takes over the node state the last one
     /// left.
@@ -184,6 +186,7 @@ impl Scheduler {
             overfull: Overfull::default(),
             held_binds: BTreeMap::new(),
             snapshots: basalt_crds::IncrementalSnapshot::new(),
+            usage: Default::default(),
             framework: Default::default(),
             reported: Reported::default(),
             refused_evictions: RefusedEvictions::default(),

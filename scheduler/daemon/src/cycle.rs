@@ -62,6 +62,11 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         warnings.extend(update.warnings);
         s.report_warnings(warnings).await;
     }
+    // The usage this scheduler carries wins over its own status writes coming back.
+    let carried = (s.snapshots.snapshot()).and_then(|snap| s.usage.merged(&snap.usage));
+    if let Some(usage) = carried {
+        s.snapshots.set_usage(usage);
+    }
     let Some(snapshot) = s.snapshots.snapshot() else {
         s.metrics
             .cycle_ended(started.elapsed().as_secs_f64(), unix_now());
@@ -85,6 +90,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         run();
         metrics.action_ran(action.name(), t.elapsed().as_secs_f64());
     });
+    s.usage.remember(&plan);
     let topology = warm.topology(snapshot, &s.config.topology.tiers, false);
     s.metrics.observe_plan(snapshot, &plan, topology.as_deref());
     s.held_binds = s.overfull.held(&plan, snapshot);

@@ -31,6 +31,7 @@ mod scheduler_plugins;
 mod stores;
 mod stranded;
 mod text_log;
+mod usage;
 mod view;
 mod volcano;
 mod wake;

@@ -41,7 +41,10 @@ async fn every_family_of_the_table_reads_what_the_cluster_holds() {
     let c = cluster(Config::default()).await;
     workload::create(&c);
     let addr = free_addr();
-    let _s = c.start_with(&["--listen", &addr]);
+    // Usage on, so that the usage gauge has series too (none while it is off).
+    let config = c.dir.path().join("config.yaml");
+    std::fs::write(&config, "fairness:\n  usage:\n    halfLife: 168h\n").unwrap();
+    let _s = c.start_with(&["--listen", &addr, "--config", config.to_str().unwrap()]);
     let positive = &|v: f64| v > 0.0;
     let eq = |want: f64| move |v: f64| v == want;
     let (zero, one) = (eq(0.0), eq(1.0));
@@ -67,6 +70,7 @@ async fn every_family_of_the_table_reads_what_the_cluster_holds() {
             (r#"basalt_scheduler_queue_pending_demand{queue="research",resource="cpu"}"#, &eq(4.0)),
             (r#"basalt_scheduler_queue_oldest_pending_podgroup_age_seconds{queue="research"}"#, &|v| v >= 0.0),
             (r#"basalt_scheduler_queue_share{queue="research"}"#, positive),
+            (r#"basalt_scheduler_queue_usage{queue="research",resource="nvidia.com/gpu"}"#, positive),
             (r#"basalt_scheduler_gpus{state="allocated"}"#, &bound),
             (r#"basalt_scheduler_gpus{state="free"}"#, &free),
             (r#"basalt_scheduler_domain_gpus{tier="rack",domain="r1",state="free"}"#, &|v| v >= 0.0),

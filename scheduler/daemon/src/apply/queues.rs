@@ -1,11 +1,12 @@
 //! Queue status from the plan: state, deserved, allocated, dominant share, pending demand, a
-//! one-line summary of each for `kubectl get queues`, and PodGroups by phase; written only when
-//! it changed, into the API each queue was read from. The `default` queue, implicit in the
+//! one-line summary of each for `kubectl get queues`, PodGroups by phase, and with a usage
+//! half-life the usage and the weight it adjusts (`usage.rs`); written only when it changed,
+//! into the API each queue was read from. The `default` queue, implicit in the
 //! engine, is made a Basalt Queue object the first cycle a job uses it and none exists.
 
 use std::collections::{BTreeMap, HashMap};
 
-use basalt_crds::types::{QueueState, QueueSummary};
+use basalt_crds::types::{QueueState, QueueSummary, QueueUsageStatus};
 use basalt_engine::Plan;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -52,6 +53,22 @@ fn with_nulls(
     Value::Object(out)
 }
 
+/// The queue's usage as its status will say, from the plan (none without a half-life). While
+/// the written digits stay the same the written instant stays too: a usage that only decays
+/// past its fourth digit is no reason to write every cycle.
+fn written_usage(
+    plan: &Plan,
+    queue: &str,
+    current: Option<&basalt_crds::QueueStatus>,
+) -> Option<QueueUsageStatus> {
+    let usage = plan.usage.iter().find(|u| u.queue == queue)?;
+    let status = basalt_crds::convert::usage_status(usage);
+    match current.and_then(|c| c.usage.as_ref()) {
+        Some(old) if old.resources == status.resources => Some(old.clone()),
+        _ => Some(status),
+    }
+}
+
 impl Scheduler {
     /// Writes each planned queue's status where it changed (see the module docs).
     pub(super) async fn write_queues(&mut self, plan: &Plan) {
@@ -96,6 +113,8 @@ impl Scheduler {
                     allocated: one_line(&q.allocated),
                     pending: one_line(&q.demand),
                 }),
+                usage: written_usage(plan, &q.name, current.status.as_ref()),
+                usage_weight: q.usage_weight.map(|w| (w * 100.0).round() / 100.0),
             };
             if origin == Origin::Volcano {
                 // Volcano's schema has none of Basalt's additions: its server would drop them.
@@ -103,6 +122,8 @@ impl Scheduler {
                 desired.share = None;
                 desired.demand.clear();
                 desired.summary = None;
+                desired.usage = None;
+                desired.usage_weight = None;
             }
             if current.status.as_ref() == Some(&desired) {
                 continue;
@@ -113,6 +134,14 @@ impl Scheduler {
             if origin != Origin::Volcano {
                 body["deserved"] = with_nulls(&desired.deserved, old.map(|s| &s.deserved));
                 body["demand"] = with_nulls(&desired.demand, old.map(|s| &s.demand));
+                body["usage"] = match &desired.usage {
+                    Some(u) => json!({
+                        "takenAt": u.taken_at,
+                        "resources": with_nulls(&u.resources, old.and_then(|s| s.usage.as_ref()).map(|u| &u.resources)),
+                    }),
+                    None => Value::Null,
+                };
+                body["usageWeight"] = json!(desired.usage_weight);
             }
             let patch = Patch::Merge(json!({ "status": body }));
             let params = PatchParams::default();

@@ -60,6 +60,9 @@ pub struct Metrics {
     pub queue_pending_demand: Family<Labels, GaugeF>,
     /// Per `queue`: its dominant share (allocated over deserved, the largest over resources).
     pub queue_share: Family<Labels, GaugeF>,
+    /// Per `queue` and `resource`: what it held on average over the usage half-life (cpu in
+    /// cores); no series while `fairness.usage.halfLife` is off.
+    pub queue_usage: Family<Labels, GaugeF>,
     /// Per `state` (allocated, free): the cluster's GPUs after the last plan.
     pub gpus: Family<Labels, Gauge>,
     /// Per `tier`, `domain` and `state`: the same per topology domain.
@@ -209,6 +212,11 @@ impl Metrics {
                 "Queue's dominant share from the last plan: allocated over deserved, in the resource where it is largest",
                 Family::default(),
             ),
+            queue_usage: r.add(
+                "queue_usage",
+                "What the queue held on average over the usage half-life, from the last plan (cpu in cores, memory in bytes, others in units)",
+                Family::default(),
+            ),
             gpus: r.add(
                 "gpus",
                 "The cluster's GPUs after the last plan, per state (allocated: held by a pod, or shared and closed to more; free)",
@@ -311,6 +319,7 @@ impl Metrics {
             &self.queue_allocated,
             &self.queue_pending_demand,
             &self.queue_share,
+            &self.queue_usage,
         ] {
             family.clear();
         }

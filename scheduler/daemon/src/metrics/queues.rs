@@ -1,5 +1,5 @@
 //! Per-queue gauges a cycle ends with: pending pods and PodGroups, deserved and allocated
-//! resources, dominant share.
+//! resources, dominant share, usage over the half-life.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,7 +61,17 @@ impl Metrics {
         self.queue_deserved.clear();
         self.queue_allocated.clear();
         self.queue_share.clear();
+        self.queue_usage.clear();
         for q in &plan.queues {
+            for (resource, v) in &q.usage {
+                let labels = pairs(&[("queue", &q.name), ("resource", resource)]);
+                let v = if resource == basalt_engine::CPU_NAME {
+                    v / 1000.0
+                } else {
+                    *v
+                };
+                self.queue_usage.get_or_create(&labels).set(v);
+            }
             self.queue_share.get_or_create(&label(&q.name)).set(q.share);
             for (family, list) in [
                 (&self.queue_deserved, &q.deserved),
