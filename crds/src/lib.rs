@@ -35,7 +35,7 @@ pub use read::{read_objects, read_objects_lenient, Loaded, Object, ReadError};
 pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};
 pub use types::volcano::HyperNode;
 pub use types::{
-    GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec,
+    GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupForecast, PodGroupSpec,
     PodGroupStatus, Queue, QueueSpec, QueueStatus, QueueSummary, SubGroup, TopologyConstraint,
 };
 
