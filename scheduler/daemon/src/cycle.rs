@@ -104,6 +104,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     s.report_overfull();
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
+    s.report_bad_runtimes();
     let total = started.elapsed();
     s.metrics.cycle_ended(total.as_secs_f64(), unix_now());
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
