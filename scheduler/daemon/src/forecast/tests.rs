@@ -67,12 +67,7 @@ fn pod(name: &str, group: &str, gpus: i64, node: Option<&str>, started: Option<i
 }
 
 fn group(name: &str) -> GroupSpec {
-    GroupSpec {
-        namespace: "ml".into(),
-        name: name.into(),
-        min_member: 1,
-        ..Default::default()
-    }
+    GroupSpec::new("ml", name, 1)
 }
 
 /// One 8-GPU node held by `running` (started at 0), `waiting` asking for all of it.
@@ -236,6 +231,7 @@ fn finished_pods_teach_an_estimate_per_owner_and_queue() {
     let objects = [("cluster".to_string(), Object::Pod(Arc::new(running)))];
     let mut spec_q = spec.clone();
     spec_q.groups[0].queue = Some("research".into());
+    spec_q.queues.push(basalt_engine::QueueSpec::new("research"));
     let (ends, _) = ends(&objects, &spec_q, &learned);
     let estimate = Method::Estimate;
     assert_eq!(
