@@ -129,10 +129,18 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     let config = input.config;
     let framework = |names: &_| basalt_plugins::framework(&config, names);
     match basalt_engine::forecast::forecast(spec, framework, &ends, limits) {
-        Ok(forecast) => Results {
-            published: published(&forecast, jiff::Timestamp::now()),
-            bad,
-        },
+        Ok(forecast) => {
+            tracing::debug!(
+                cycles = forecast.cycles,
+                ends = forecast.ends,
+                gangs = forecast.jobs.len(),
+                "forecast"
+            );
+            Results {
+                published: published(&forecast, jiff::Timestamp::now()),
+                bad,
+            }
+        }
         Err(e) => {
             tracing::warn!(error = %e, "the forecast could not build its snapshot");
             Results {
@@ -171,8 +179,12 @@ fn pod_queues(spec: &ClusterSpec) -> std::collections::HashMap<String, Option<St
         .collect();
     (spec.pods.iter())
         .map(|p| {
-            let group = (p.group.as_ref()).and_then(|g| groups.get(&format!("{}/{g}", p.namespace)));
-            let queue = p.queue.clone().or_else(|| group.copied().flatten().cloned());
+            let group =
+                (p.group.as_ref()).and_then(|g| groups.get(&format!("{}/{g}", p.namespace)));
+            let queue = p
+                .queue
+                .clone()
+                .or_else(|| group.copied().flatten().cloned());
             (format!("{}/{}", p.namespace, p.name), queue)
         })
         .collect()

@@ -231,7 +231,9 @@ fn finished_pods_teach_an_estimate_per_owner_and_queue() {
     let objects = [("cluster".to_string(), Object::Pod(Arc::new(running)))];
     let mut spec_q = spec.clone();
     spec_q.groups[0].queue = Some("research".into());
-    spec_q.queues.push(basalt_engine::QueueSpec::new("research"));
+    spec_q
+        .queues
+        .push(basalt_engine::QueueSpec::new("research"));
     let (ends, _) = ends(&objects, &spec_q, &learned);
     let estimate = Method::Estimate;
     assert_eq!(
