@@ -256,6 +256,26 @@ pub fn differs(current: Option<&PodGroupForecast>, new: Option<&PodGroupForecast
     said(current) != said(new)
 }
 
+/// The `status.forecast` group `name` is to have: the last forecast's where it says another
+/// start or method than `current` ([`differs`]), none once the gang no longer waits, and
+/// `current` until the first forecast (or while the forecast is off).
+pub fn settled(
+    current: Option<&PodGroupForecast>,
+    forecasts: Option<&Results>,
+    name: &str,
+    waiting: bool,
+) -> Option<PodGroupForecast> {
+    let new = match forecasts {
+        Some(f) if waiting => f.published.get(name),
+        Some(_) => None,
+        None => return current.cloned(),
+    };
+    match differs(current, new) {
+        true => new.cloned(),
+        false => current.cloned(),
+    }
+}
+
 mod task;
 pub use task::{Forecaster, Input, Results};
 

@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use std::collections::BTreeMap;
 
-use basalt_crds::{PodGroup, PodGroupForecast};
+use basalt_crds::PodGroup;
 use basalt_engine::{Plan, PodGroupStatus as PlannedGroup};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
 use crate::cycle::pod_key;
-use crate::forecast::{differs, Results};
+use crate::forecast;
 use crate::lenient::Lenient;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
@@ -77,12 +77,19 @@ impl Scheduler {
                 origin,
                 jiff::Timestamp::now(),
             );
-            desired.forecast = settled_forecast(
-                current.forecast.as_ref(),
-                forecasts.as_deref(),
-                planned,
-                origin,
-            );
+            // Volcano's schema has no forecast.
+            if origin == Origin::Basalt {
+                let waiting = matches!(
+                    planned.phase,
+                    basalt_engine::JobPhase::Pending | basalt_engine::JobPhase::Inqueue
+                );
+                desired.forecast = forecast::settled(
+                    current.forecast.as_ref(),
+                    forecasts.as_deref(),
+                    &planned.name,
+                    waiting,
+                );
+            }
             if !same_status(&desired, &current) {
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
@@ -310,32 +317,6 @@ fn settle_explanation(
         *desired = without;
     } else {
         desired.explained_at = desired.explanation.as_ref().map(|_| now.to_string());
-    }
-}
-
-/// The `status.forecast` a group is to have: the last forecast's where it says another start
-/// or method than the current one (`differs`), none once the gang is no longer waiting, and
-/// the current one until the first forecast (or while the forecast is off). Basalt's
-/// PodGroups only: Volcano's schema has no such field.
-fn settled_forecast(
-    current: Option<&PodGroupForecast>,
-    forecasts: Option<&Results>,
-    planned: &PlannedGroup,
-    origin: Origin,
-) -> Option<PodGroupForecast> {
-    use basalt_engine::JobPhase;
-    if origin != Origin::Basalt {
-        return None;
-    }
-    let waiting = matches!(planned.phase, JobPhase::Pending | JobPhase::Inqueue);
-    let new = match forecasts {
-        Some(f) if waiting => f.published.get(&*planned.name),
-        Some(_) => None,
-        None => return current.cloned(),
-    };
-    match differs(current, new) {
-        true => new.cloned(),
-        false => current.cloned(),
     }
 }
 

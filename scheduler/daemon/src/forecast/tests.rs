@@ -277,3 +277,33 @@ fn only_a_new_start_or_method_is_written() {
     assert!(differs(None, Some(&old)) && differs(Some(&old), None));
     assert!(!differs(None, None));
 }
+
+#[test]
+fn the_status_keeps_its_forecast_until_it_says_something_new_and_drops_it_once_started() {
+    let f = |start: &str, at: &str| PodGroupForecast {
+        start: Some(start.into()),
+        method: "exact".into(),
+        computed_at: at.into(),
+    };
+    let old = f("2026-01-01T00:10:00Z", "2026-01-01T00:00:00Z");
+    let mut results = Results::default();
+    let same = f("2026-01-01T00:10:00Z", "2026-01-01T00:00:30Z");
+    results.published.insert("ml/a".into(), same);
+    // The same start, computed later: the status keeps what it has (no write).
+    assert_eq!(
+        settled(Some(&old), Some(&results), "ml/a", true),
+        Some(old.clone())
+    );
+    // A new start is written.
+    let later = f("2026-01-01T00:20:00Z", "2026-01-01T00:01:00Z");
+    results.published.insert("ml/a".into(), later.clone());
+    assert_eq!(
+        settled(Some(&old), Some(&results), "ml/a", true),
+        Some(later)
+    );
+    // Started, or left out of the forecast: none.
+    assert_eq!(settled(Some(&old), Some(&results), "ml/a", false), None);
+    assert_eq!(settled(Some(&old), Some(&results), "ml/b", true), None);
+    // Before the first forecast, what it has stands.
+    assert_eq!(settled(Some(&old), None, "ml/a", true), Some(old));
+}
