@@ -122,8 +122,9 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
         })
         .collect();
     learned.learn(&pods, |p| {
-        let key = crate::cycle::pod_key(p);
-        queue_of.get(&key).cloned().flatten()
+        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        queue_of.get(&format!("{ns}/{name}")).cloned().flatten()
     });
     let (ends, bad) = ends(&objects, &spec, learned);
     let config = input.config;
