@@ -35,8 +35,9 @@ pub use read::{read_objects, read_objects_lenient, Loaded, Object, ReadError};
 pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};
 pub use types::volcano::HyperNode;
 pub use types::{
-    GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupSpec,
-    PodGroupStatus, Queue, QueueSpec, QueueStatus, QueueSummary, SubGroup, TopologyConstraint,
+    GpuInfo, MigDeviceInfo, MigInfo, NodeTopology, NodeTopologySpec, PodGroup, PodGroupForecast,
+    PodGroupSpec, PodGroupStatus, Queue, QueueSpec, QueueStatus, QueueSummary, SubGroup,
+    TopologyConstraint,
 };
 
 /// Anything [`load_files`] can fail with.

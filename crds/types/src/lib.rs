@@ -230,6 +230,25 @@ pub struct PodGroupStatus {
     /// written at most every 30 seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explained_at: Option<String>,
+    /// When the gang is expected to start, from running the scheduler forward on the
+    /// cluster as it is (written by the daemon's forecast, off the scheduling path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<PodGroupForecast>,
+}
+
+/// A waiting gang's forecast start (`status.forecast`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupForecast {
+    /// The estimated start (RFC 3339); absent when it cannot be bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// `exact` (every end it depends on is stated: `activeDeadlineSeconds`, the
+    /// `scheduling.basalt.dev/expected-runtime` annotation), `estimate` (some end is learned
+    /// from finished jobs of the same owner and queue) or `unknown`.
+    pub method: String,
+    /// When the forecast was computed (RFC 3339).
+    pub computed_at: String,
 }
 
 /// Any JSON object, kept as written (`x-kubernetes-preserve-unknown-fields`).

@@ -99,6 +99,8 @@ pub struct Scheduler {
     pub framework: crate::kept_framework::KeptFramework,
     /// What has been said already (Events, log lines), so that it is not said again.
     pub reported: Reported,
+    /// The forecast's background task (`forecast/task.rs`); none when it is off.
+    pub forecaster: Option<crate::forecast::Forecaster>,
     refused_evictions: RefusedEvictions,
     /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
     partial_gangs: PartialGangs,
@@ -189,6 +191,7 @@ impl Scheduler {
             usage: Default::default(),
             framework: Default::default(),
             reported: Reported::default(),
+            forecaster: None,
             refused_evictions: RefusedEvictions::default(),
             partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
             retry: RetryStreak::default(),

@@ -46,6 +46,13 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     };
     // Only what changed since the last cycle is converted and built again; nothing when
     // nothing did (`basalt_crds::incremental`).
+    if let Some(forecaster) = &s.forecaster {
+        forecaster.offer(|| crate::forecast::Input {
+            objects: objects.clone(),
+            options: options.clone(),
+            config: s.config.clone(),
+        });
+    }
     let update = s.snapshots.update(objects, &options);
     let reused = update.unchanged && unreadable.is_empty();
     if !update.unchanged {
@@ -97,6 +104,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     s.report_overfull();
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
+    s.report_bad_runtimes();
     let total = started.elapsed();
     s.metrics.cycle_ended(total.as_secs_f64(), unix_now());
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;

@@ -15,6 +15,7 @@ mod config_file;
 mod cycle;
 mod dra;
 mod fence;
+mod forecast;
 mod grouping;
 mod http;
 mod kept_framework;
@@ -115,6 +116,10 @@ struct Args {
     /// max(60s, 10 × --period), room for a long cycle on a large cluster.
     #[arg(long, value_parser = parse_duration)]
     max_cycle_gap: Option<Duration>,
+    /// How often each waiting gang's start is forecast (`status.forecast`), off the scheduling
+    /// path on the last cycle's objects; 0 turns the forecast off.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    forecast_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -351,6 +356,7 @@ async fn run(
     };
     let mut scheduler =
         apply::Scheduler::new(client, config, metrics, settings, leadership.clone());
+    scheduler.forecaster = forecast::Forecaster::start(args.forecast_interval, args.period);
     let mut waiting = leadership.clone();
     let min_gap = Duration::from_millis(50);
     'run: loop {

@@ -25,6 +25,8 @@ use crate::volcano;
 pub const INVALID_OBJECT: &str = "InvalidObject";
 /// Event reason of a conversion warning about a PodGroup.
 const CONVERSION_WARNING: &str = "ConversionWarning";
+/// Event reason of an expected-runtime annotation the forecast cannot read.
+const BAD_EXPECTED_RUNTIME: &str = "InvalidExpectedRuntime";
 
 impl Scheduler {
     /// Logs objects left out of the snapshot; a pod or PodGroup also gets a Warning Event, and a
@@ -76,6 +78,34 @@ impl Scheduler {
                     ..Default::default()
                 };
                 self.event(reference, "Warning", CONVERSION_WARNING, &w);
+            }
+        }
+    }
+
+    /// A Warning Event on each pod or PodGroup whose expected-runtime annotation the last
+    /// forecast could not read (taken as absent there); said once while it lasts.
+    pub fn report_bad_runtimes(&mut self) {
+        let Some(results) = self.forecaster.as_ref().and_then(|f| f.latest()) else {
+            return;
+        };
+        let text = |b: &crate::forecast::BadRuntime| {
+            format!("{} {}/{}: {}", b.kind, b.namespace, b.name, b.message)
+        };
+        let now = results.bad.iter().map(text).collect();
+        let new = self.reported.new_bad_runtimes(now);
+        for b in &results.bad {
+            let said = text(b);
+            if !new.contains(&said) {
+                continue;
+            }
+            tracing::warn!(warning = %said, "expected run time not read; the forecast takes it as absent");
+            let key = format!("{}/{}", b.namespace, b.name);
+            let origin = match b.kind {
+                "PodGroup" => self.view.group(&key).map_or(Origin::Basalt, |g| g.origin),
+                _ => Origin::Basalt,
+            };
+            if let Some(reference) = reference(b.kind, &key, origin) {
+                self.event(reference, "Warning", BAD_EXPECTED_RUNTIME, &said);
             }
         }
     }

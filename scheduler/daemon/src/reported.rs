@@ -19,6 +19,8 @@ pub struct Reported {
     collisions: Lasting,
     /// Nodes over capacity, already warned about.
     overfull: Lasting,
+    /// Expected-runtime annotations that do not read, already reported.
+    bad_runtimes: Lasting,
 }
 
 /// Things said once while they last.
@@ -73,6 +75,11 @@ impl Reported {
     /// The nodes over capacity among `now` not warned about while they lasted.
     pub fn new_overfull(&mut self, now: HashSet<String>) -> HashSet<String> {
         self.overfull.fresh(now)
+    }
+
+    /// The unreadable expected-runtime annotations among `now` not reported while they lasted.
+    pub fn new_bad_runtimes(&mut self, now: HashSet<String>) -> HashSet<String> {
+        self.bad_runtimes.fresh(now)
     }
 
     /// Another replica led in between: the reasons and invalid objects are given again (the

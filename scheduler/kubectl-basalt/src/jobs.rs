@@ -1,6 +1,6 @@
 //! `kubectl basalt jobs`: PodGroups with their state, place in their queue and why they wait.
 
-use basalt_crds::PodGroup;
+use basalt_crds::{PodGroup, PodGroupForecast};
 use kube::Client;
 use serde::Serialize;
 
@@ -22,6 +22,8 @@ struct Row {
     verdict: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast: Option<PodGroupForecast>,
 }
 
 pub async fn run(
@@ -47,6 +49,7 @@ pub async fn run(
                     .map(|e| (e.position.in_queue, e.position.queue_length)),
                 verdict: e.as_ref().map(|e| e.verdict.as_str().to_string()),
                 reason: unschedulable(g).map(|(reason, _)| reason),
+                forecast: status.forecast,
             }
         })
         .filter(|r| queue.is_none_or(|q| r.queue == q))
@@ -66,9 +69,26 @@ pub async fn run(
                 format!("{}/{}", r.running, r.min_member),
                 (r.position).map_or(String::new(), |(i, n)| format!("{i}/{n}")),
                 r.reason.clone().unwrap_or_default(),
+                r.forecast.as_ref().map_or(String::new(), estimated_start),
             ]
         })
         .collect();
-    let header = ["NAME", "QUEUE", "PHASE", "RUNNING", "POSITION", "REASON"];
+    let header = [
+        "NAME",
+        "QUEUE",
+        "PHASE",
+        "RUNNING",
+        "POSITION",
+        "REASON",
+        "ESTIMATED START",
+    ];
     structured(format, &rows, table(&header, &cells))
+}
+
+/// `2026-01-01T10:00:00Z (exact)`, or `unknown` when the forecast cannot bound it.
+pub fn estimated_start(f: &PodGroupForecast) -> String {
+    match &f.start {
+        Some(start) => format!("{start} ({})", f.method),
+        None => f.method.clone(),
+    }
 }

@@ -6,6 +6,7 @@ use basalt_crds::PodGroup;
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::jobs::estimated_start;
 use crate::objects::{explanation, unschedulable};
 use crate::table::structured;
 use crate::Format;
@@ -24,6 +25,7 @@ pub async fn run(client: &Client, ns: &str, name: &str, format: Format) -> anyho
         "minMember": group.spec.min_member,
         "conditions": status.conditions,
         "explanation": status.explanation,
+        "forecast": status.forecast,
     });
     let mut out = String::new();
     let _ = writeln!(
@@ -39,6 +41,15 @@ pub async fn run(client: &Client, ns: &str, name: &str, format: Format) -> anyho
         None => {
             let _ = writeln!(out, "Not waiting: the scheduler has no explanation for it.");
         }
+    }
+    if let Some(f) = &status.forecast {
+        let _ = writeln!(
+            out,
+            "{:<10} {}, computed at {}",
+            "Forecast:",
+            estimated_start(f),
+            f.computed_at
+        );
     }
     structured(format, &value, out)
 }

@@ -62,7 +62,7 @@ impl Cluster {
                 "--metrics-bind-address",
                 "127.0.0.1:0",
             ])
-            .args(["--period", "200ms"])
+            .args(["--period", "200ms", "--forecast-interval", "1s"])
             .env("KUBECONFIG", self.kubeconfig())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -162,6 +162,13 @@ async fn the_plugin_reads_what_the_scheduler_wrote() {
             .is_some_and(|g| g["status"]["explanation"]["verdict"] == "Waiting")
     })
     .await;
+    // Nobody knows when pretrain ends (no run time stated, no start): the forecast says so.
+    eventually("sweep forecast", || {
+        c.server
+            .get("scheduling.basalt.dev/v1alpha1", "PodGroup", "ml", "sweep")
+            .is_some_and(|g| g["status"]["forecast"]["method"] == "unknown")
+    })
+    .await;
 
     // why: through kubectl, which finds the plugin on the PATH.
     let path = format!(
@@ -189,6 +196,7 @@ async fn the_plugin_reads_what_the_scheduler_wrote() {
         "Held by:   ml/pretrain (16) of nvidia.com/gpu",
         "Frees it:  the end of ml/pretrain",
         "Position:  1 of 1 waiting in queue team",
+        "Forecast:  unknown, computed at ",
     ] {
         assert!(why.contains(line), "no {line:?} in:\n{why}");
     }
@@ -221,6 +229,10 @@ async fn the_plugin_reads_what_the_scheduler_wrote() {
     let sweep = jobs.lines().find(|l| l.starts_with("ml/sweep ")).unwrap();
     assert!(
         sweep.contains("team") && sweep.contains("1/1") && sweep.contains("NotEnoughResources"),
+        "{jobs}"
+    );
+    assert!(
+        jobs.lines().next().unwrap().contains("ESTIMATED START") && sweep.ends_with(" unknown"),
         "{jobs}"
     );
     assert!(

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
 use crate::cycle::pod_key;
+use crate::forecast;
 use crate::lenient::Lenient;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
@@ -30,6 +31,7 @@ impl Scheduler {
         partial: &[PartialGang],
     ) {
         let now = jiff::Timestamp::now().to_string();
+        let forecasts = self.forecaster.as_ref().and_then(|f| f.latest());
         let mut writes = Vec::new();
         // A group whose preemption is under way is told so ("Preempting"), not that it failed.
         let preempting: std::collections::HashSet<&str> = (plan.evictions.iter())
@@ -75,6 +77,19 @@ impl Scheduler {
                 origin,
                 jiff::Timestamp::now(),
             );
+            // Volcano's schema has no forecast.
+            if origin == Origin::Basalt {
+                let waiting = matches!(
+                    planned.phase,
+                    basalt_engine::JobPhase::Pending | basalt_engine::JobPhase::Inqueue
+                );
+                desired.forecast = forecast::settled(
+                    current.forecast.as_ref(),
+                    forecasts.as_deref(),
+                    &planned.name,
+                    waiting,
+                );
+            }
             if !same_status(&desired, &current) {
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
@@ -84,6 +99,7 @@ impl Scheduler {
                 for (key, gone) in [
                     ("explanation", desired.explanation.is_none()),
                     ("explainedAt", desired.explained_at.is_none()),
+                    ("forecast", desired.forecast.is_none()),
                 ] {
                     if gone && origin != Origin::Volcano {
                         body[key] = Value::Null;
