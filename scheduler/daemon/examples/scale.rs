@@ -336,12 +336,15 @@ fn unbound(server: &Handle) -> usize {
 
 struct Daemon {
     child: Child,
+    /// `--listen`: probes.
     addr: String,
+    /// `--metrics-bind-address`: `/metrics`.
+    metrics_addr: String,
 }
 
 impl Daemon {
     fn metrics(&self) -> String {
-        fetch(&self.addr, "/metrics").unwrap_or_default()
+        fetch(&self.metrics_addr, "/metrics").unwrap_or_default()
     }
 
     fn cycles(&self) -> (f64, f64) {
@@ -403,12 +406,16 @@ async fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let free_addr = || -> anyhow::Result<String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        Ok(format!("127.0.0.1:{port}"))
+    };
+    let (addr, metrics_addr) = (free_addr()?, free_addr()?);
     let child = Command::new(&a.bin)
         .args(["--listen", &addr, "--period", "1s"])
+        .args(["--metrics-bind-address", &metrics_addr])
         .env("KUBECONFIG", &kubeconfig)
         .env(
             "RUST_LOG",
@@ -416,7 +423,11 @@ async fn main() -> anyhow::Result<()> {
         )
         .stdout(Stdio::null())
         .spawn()?;
-    let mut d = Daemon { child, addr };
+    let mut d = Daemon {
+        child,
+        addr,
+        metrics_addr,
+    };
     let pid = d.child.id();
     let result = run(&a, &server, &d, pid, g).await;
     let _ = d.child.kill();
