@@ -380,6 +380,22 @@ impl<'a> Simulator<'a> {
         self.push(t, Kind::Cycle, 0, 0);
     }
 
+    /// Takes one event off the heap's top: the clock moves to it, it acts, the state is sampled.
+    fn handle(&mut self, ev: Event) -> anyhow::Result<()> {
+        self.now = ev.time;
+        self.events += 1;
+        match ev.kind {
+            Kind::Arrival => self.arrive(ev.job),
+            Kind::Completion => self.complete(ev.job, ev.epoch),
+            Kind::Cycle => {
+                self.cycle_queued = false;
+                self.cycle()?;
+            }
+        }
+        self.sample();
+        Ok(())
+    }
+
     /// Runs to the end or until `stop` is set; `tick` is called after every event.
     pub fn run(mut self, stop: &AtomicBool, mut tick: impl FnMut(u64)) -> anyhow::Result<Outcome> {
         let start = std::time::Instant::now();
@@ -389,17 +405,7 @@ impl<'a> Simulator<'a> {
                 complete = false;
                 break;
             }
-            self.now = ev.time;
-            self.events += 1;
-            match ev.kind {
-                Kind::Arrival => self.arrive(ev.job),
-                Kind::Completion => self.complete(ev.job, ev.epoch),
-                Kind::Cycle => {
-                    self.cycle_queued = false;
-                    self.cycle()?;
-                }
-            }
-            self.sample();
+            self.handle(ev)?;
             tick(self.events);
         }
         let end_ms = self.now;

@@ -342,17 +342,9 @@ fn lend_room(session: &mut Session, job: &Job) {
     if !job.sub_groups.is_empty() {
         return;
     }
-    let fw = session.framework();
     let within = super::topology::running_domain(session, job);
     let mut stmt = session.statement();
-    for task in placement_order(session, job) {
-        let request = &session.snapshot.task(task).request;
-        if fw.admit_task(session, task, request).is_ok() {
-            if let Some(node) = find_room(session, task, within.as_deref()) {
-                session.pipeline(&mut stmt, task, node);
-            }
-        }
-    }
+    settle::pipeline_where_room(session, job, within.as_deref(), &mut stmt);
     session.commit(stmt);
 }
 

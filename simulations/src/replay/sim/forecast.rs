@@ -16,17 +16,7 @@ impl Simulator<'_> {
                 return Ok(Some(ev.time));
             }
             self.heap.pop();
-            self.now = ev.time;
-            self.events += 1;
-            match ev.kind {
-                Kind::Arrival => self.arrive(ev.job),
-                Kind::Completion => self.complete(ev.job, ev.epoch),
-                Kind::Cycle => {
-                    self.cycle_queued = false;
-                    self.cycle()?;
-                }
-            }
-            self.sample();
+            self.handle(ev)?;
         }
         Ok(None)
     }

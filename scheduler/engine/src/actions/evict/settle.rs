@@ -230,16 +230,30 @@ pub(super) fn acceptable(
         return true;
     }
     let mut more = session.statement();
+    placed.extend(pipeline_where_room(session, job, within, &mut more));
+    let worth = policy.worth_evicting(session, job.id, &victims, &placed, reclaimed);
+    session.discard(more);
+    worth
+}
+
+/// Nominates each of the job's pending members its queue admits to the best node with room
+/// (inside `within` when given), without victims; returns those placed.
+pub(super) fn pipeline_where_room(
+    session: &mut Session,
+    job: &Job,
+    within: Option<&[NodeId]>,
+    stmt: &mut Statement,
+) -> Vec<TaskId> {
+    let fw = session.framework();
+    let mut placed = Vec::new();
     for task in placement_order(session, job) {
         let request = &session.snapshot.task(task).request;
         if fw.admit_task(session, task, request).is_ok() {
             if let Some(node) = find_room(session, task, within) {
-                session.pipeline(&mut more, task, node);
+                session.pipeline(stmt, task, node);
                 placed.push(task);
             }
         }
     }
-    let worth = policy.worth_evicting(session, job.id, &victims, &placed, reclaimed);
-    session.discard(more);
-    worth
+    placed
 }
