@@ -51,7 +51,7 @@ pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
 pub use pod::{explicit_group, RANK_LABELS};
 use selectors::{label_selector, selector_requirements};
-pub use usage::{read_usage, usage_status};
+pub use usage::{read_usage, usage_effect_message, usage_status};
 pub use volumes::{volume_admits_node, volume_can_bind};
 
 /// The implicit top of the queue tree: a parent of `root` (or none) means the top, and no

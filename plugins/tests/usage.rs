@@ -282,3 +282,40 @@ fn run_alternating(half_life: &str) -> String {
     }
     starts
 }
+
+/// The effect, typed in the plan: the same 16 GPUs, `a` averaged 8 (0.5 of the cluster), `b`
+/// 4 (0.25). b's adjusted weight (2/3) is the larger: b is ordered before a, a after b, each
+/// against the other's part. Off: no effect.
+#[test]
+fn the_plan_says_what_usage_did_to_the_order() {
+    use basalt_engine::{UsageEffect, UsageOrder};
+    let used = vec![usage("a", 8.0, NOW), usage("b", 4.0, NOW)];
+    let on = schedule(&cluster(vec![], used.clone()), &config("1h"));
+    let effect = |plan: &Plan, q: &str| {
+        (plan.queues.iter().find(|s| s.name == q))
+            .unwrap()
+            .usage_effect
+            .clone()
+    };
+    assert_eq!(
+        effect(&on, "b"),
+        Some(UsageEffect {
+            order: UsageOrder::Before,
+            queue: "a".into(),
+            used: 0.25,
+            against: 0.5
+        })
+    );
+    assert_eq!(
+        effect(&on, "a"),
+        Some(UsageEffect {
+            order: UsageOrder::After,
+            queue: "b".into(),
+            used: 0.5,
+            against: 0.25
+        })
+    );
+    let off = schedule(&cluster(vec![], used), &config("0"));
+    assert!(off.queues.iter().all(|q| q.usage_effect.is_none()));
+}
+

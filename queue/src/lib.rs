@@ -141,7 +141,7 @@ pub struct WaterFilling {
 }
 
 impl FairShare for WaterFilling {
-    fn weights(&self, session: &Session) -> Option<Vec<i64>> {
+    fn weights(&self, session: &Session) -> Option<basalt_engine::UsageWeights> {
         (self.usage.as_ref()).map(|u| u.weights(session))
     }
 

@@ -15,7 +15,7 @@
 //! adjusted weights are whole numbers (`adjusted · 2^20`, at least 1, so a queue that used much
 //! still takes what nobody else wants: the water-filling stays work-conserving).
 
-use basalt_engine::{QueueId, Session};
+use basalt_engine::{QueueId, Session, UsageWeights};
 
 /// The scale of adjusted weights: `2^20` per unit of the siblings' total.
 pub const WEIGHT_SCALE: f64 = (1u64 << 20) as f64;
@@ -30,8 +30,9 @@ pub struct UsageWeighting {
 }
 
 impl UsageWeighting {
-    /// Every queue's weight adjusted by its usage among its siblings (indexed by `QueueId`).
-    pub fn weights(&self, session: &Session) -> Vec<i64> {
+    /// Every queue's weight adjusted by its usage among its siblings, and the part of the
+    /// cluster each used (both indexed by `QueueId`).
+    pub fn weights(&self, session: &Session) -> UsageWeights {
         let snap = session.snapshot;
         let capacity = session.queue_capacity();
         let weighed: Vec<(basalt_engine::ResourceId, f64, f64)> = (self.resource_weights.iter())
@@ -76,6 +77,6 @@ impl UsageWeighting {
                 out[q.index()] = ((adjusted * WEIGHT_SCALE).round() as i64).max(1);
             }
         }
-        out
+        UsageWeights { weights: out, used }
     }
 }

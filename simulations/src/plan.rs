@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use basalt_crds::convert::usage_status;
+use basalt_crds::convert::{usage_effect_message, usage_status};
 use basalt_engine::{Plan, QueueUsage, Snapshot};
 use basalt_plugins::Config;
 
@@ -227,6 +227,12 @@ pub fn render_text(snapshot: &Snapshot, plan: &Plan) -> String {
             .collect();
         let [a, b, c, d, e, f] = header;
         table(&mut out, [a, b, c, d, e, f, "USAGE", "USAGE-WEIGHT"], &rows);
+        // The effect, one line a queue, worded as Queue status words it.
+        for q in &plan.queues {
+            if let Some(effect) = &q.usage_effect {
+                let _ = writeln!(out, "{}: {}", q.name, usage_effect_message(effect));
+            }
+        }
     }
     out
 }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use basalt_engine::{QueueUsage, CPU_NAME};
+use basalt_engine::{QueueUsage, UsageEffect, UsageOrder, CPU_NAME};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 
@@ -57,6 +57,27 @@ pub fn read_usage(queue: &str, status: &QueueUsageStatus) -> Result<QueueUsage, 
         at_ms: at.as_millisecond(),
         used,
     })
+}
+
+/// Usage's effect on a queue's order, as Queue status and `plan` word it: "ordered before `b`:
+/// used 0.25 of the cluster over the half-life against 0.5".
+pub fn usage_effect_message(effect: &UsageEffect) -> String {
+    let order = match effect.order {
+        UsageOrder::Before => "before",
+        UsageOrder::After => "after",
+    };
+    format!(
+        "ordered {order} `{}`: used {} of the cluster over the half-life against {}",
+        effect.queue,
+        part(effect.used),
+        part(effect.against)
+    )
+}
+
+/// A part of the cluster to two decimals, trailing zeros dropped (`0.25`, `0.5`, `0`).
+fn part(v: f64) -> String {
+    let text = format!("{:.2}", v.max(0.0));
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// Engine units in one written unit: a thousand milli-CPU in a core, else one.
@@ -124,6 +145,30 @@ mod tests {
     fn read_back_as_written() {
         let before = usage(&[("nvidia.com/gpu", 7.5), ("cpu", 1500.0)]);
         assert_eq!(read_usage("a", &usage_status(&before)), Ok(before));
+    }
+
+    #[test]
+    fn the_effect_in_words() {
+        let effect = UsageEffect {
+            order: UsageOrder::Before,
+            queue: "b".into(),
+            used: 0.25,
+            against: 0.5,
+        };
+        assert_eq!(
+            usage_effect_message(&effect),
+            "ordered before `b`: used 0.25 of the cluster over the half-life against 0.5"
+        );
+        let after = UsageEffect {
+            order: UsageOrder::After,
+            used: 2.0 / 3.0,
+            against: 0.0,
+            ..effect
+        };
+        assert_eq!(
+            usage_effect_message(&after),
+            "ordered after `b`: used 0.67 of the cluster over the half-life against 0"
+        );
     }
 
     #[test]

@@ -402,6 +402,10 @@ pub struct QueueStatus {
     /// divides their over-quota capacity by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_weight: Option<f64>,
+    /// What usage does to its order among its siblings: "ordered before `b`: used 0.25 of the
+    /// cluster over the half-life against 0.5".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_effect: Option<String>,
 }
 
 /// Deserved, allocated and pending resources, each as `cpu=4, nvidia.com/gpu=8`.

@@ -280,9 +280,9 @@ pub trait FairShare: Send + Sync {
 
     /// The weights capacity beyond guarantees and entitlements is divided by, per queue, when
     /// the policy adjusts them by what queues used ([`Session::queue_usage`]); asked once, before
-    /// [`FairShare::deserved`], whose [`Session::weight`] they become. `None`: the queues'
-    /// own weights.
-    fn weights(&self, _session: &Session) -> Option<Vec<i64>> {
+    /// [`FairShare::deserved`], whose [`Session::weight`] they become, with the part of the
+    /// cluster each queue used (the plan's effect reports it). `None`: the queues' own weights.
+    fn weights(&self, _session: &Session) -> Option<crate::UsageWeights> {
         None
     }
 }

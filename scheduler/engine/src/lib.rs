@@ -36,5 +36,5 @@ pub use resources::*;
 pub use session::*;
 pub use share::Share;
 pub use snapshot::*;
-pub use usage::QueueUsage;
+pub use usage::{QueueUsage, UsageWeights};
 pub use warm::Warm;

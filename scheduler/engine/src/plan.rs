@@ -102,6 +102,33 @@ pub struct QueueStatus {
     /// when the fair share adjusts weights.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_weight: Option<f64>,
+    /// What usage does to its place among its siblings, when the fair share adjusts weights
+    /// and a sibling's adjusted weight differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_effect: Option<UsageEffect>,
+}
+
+/// Usage's effect on a queue's order against one sibling: "ordered before `b`: used 0.25 of
+/// the cluster over the half-life against 0.5" (the words are the reports').
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UsageEffect {
+    pub order: UsageOrder,
+    /// The sibling.
+    pub queue: String,
+    /// The part of the cluster the queue used over the half-life, as the policy weighs
+    /// resources.
+    pub used: f64,
+    /// The sibling's.
+    pub against: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageOrder {
+    /// Its usage left it a larger weight: ordered before the sibling.
+    Before,
+    /// A smaller one: after.
+    After,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

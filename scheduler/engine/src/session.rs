@@ -209,7 +209,7 @@ pub struct Session<'a> {
     /// (see [`crate::usage`]); empty without a usage half-life.
     usage: Vec<f64>,
     /// Per queue: the weight the fair share divides by, when the policy adjusted it by usage.
-    usage_weights: Option<Vec<i64>>,
+    usage_weights: Option<crate::UsageWeights>,
     /// minResources of admitted jobs that hold nothing yet, in all and per queue subtree.
     inqueue_reserved: Resources,
     queue_reserved: Vec<Resources>,

@@ -26,6 +26,16 @@ pub struct QueueUsage {
     pub used: BTreeMap<String, f64>,
 }
 
+/// Weights adjusted by usage, as a fair-share policy returns them (each indexed by `QueueId`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UsageWeights {
+    /// What capacity beyond guarantees and entitlements is divided by.
+    pub weights: Vec<i64>,
+    /// The part of the cluster each queue used over the half-life, as the policy weighs
+    /// resources (0.25: a quarter of it on average): what the plan's effect reports.
+    pub used: Vec<f64>,
+}
+
 /// How much of usage `age_ms` old is kept under `half_life_ms`: `2^(−age/halfLife)`, 1 for no
 /// age (or an instant ahead of the usage), 0 when there is no half-life.
 ///

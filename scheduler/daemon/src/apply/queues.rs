@@ -115,6 +115,8 @@ impl Scheduler {
                 }),
                 usage: written_usage(plan, &q.name, current.status.as_ref()),
                 usage_weight: q.usage_weight.map(|w| (w * 100.0).round() / 100.0),
+                usage_effect: (q.usage_effect.as_ref())
+                    .map(basalt_crds::convert::usage_effect_message),
             };
             if origin == Origin::Volcano {
                 // Volcano's schema has none of Basalt's additions: its server would drop them.
@@ -124,6 +126,7 @@ impl Scheduler {
                 desired.summary = None;
                 desired.usage = None;
                 desired.usage_weight = None;
+                desired.usage_effect = None;
             }
             if current.status.as_ref() == Some(&desired) {
                 continue;
@@ -142,6 +145,7 @@ impl Scheduler {
                     None => Value::Null,
                 };
                 body["usageWeight"] = json!(desired.usage_weight);
+                body["usageEffect"] = json!(desired.usage_effect);
             }
             let patch = Patch::Merge(json!({ "status": body }));
             let params = PatchParams::default();

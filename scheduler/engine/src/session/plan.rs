@@ -153,6 +153,7 @@ impl Session<'_> {
                 state: q.state,
                 usage: self.usage_named(q.id),
                 usage_weight: self.usage_weight_part(q.id),
+                usage_effect: self.usage_effect(q.id),
             });
         }
         plan.usage = self.usage_update();

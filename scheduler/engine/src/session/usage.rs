@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::model::QueueId;
+use crate::plan::{UsageEffect, UsageOrder};
 use crate::snapshot::ancestors;
 use crate::usage::{decayed, kept, QueueUsage};
 
@@ -60,25 +61,59 @@ impl Session<'_> {
     /// The weight the fair share divides by: the policy's, adjusted by usage, else the queue's.
     pub fn weight(&self, queue: QueueId) -> i64 {
         match &self.usage_weights {
-            Some(w) => w[queue.index()],
+            Some(w) => w.weights[queue.index()],
             None => self.snapshot.queue(queue).weight as i64,
         }
     }
 
     /// The weight adjusted by usage, when the policy adjusted it.
     pub fn usage_weight(&self, queue: QueueId) -> Option<i64> {
-        self.usage_weights.as_ref().map(|w| w[queue.index()])
+        self.usage_weights.as_ref().map(|w| w.weights[queue.index()])
     }
 
     /// The queue's adjusted weight over the sum of its siblings' (itself included).
     pub(super) fn usage_weight_part(&self, queue: QueueId) -> Option<f64> {
-        let weights = self.usage_weights.as_ref()?;
+        let weights = &self.usage_weights.as_ref()?.weights;
         let parent = self.snapshot.queue(queue).parent;
         let siblings: i64 = (self.snapshot.queues.iter())
             .filter(|s| s.parent == parent)
             .map(|s| weights[s.id.index()])
             .sum();
         Some(weights[queue.index()] as f64 / siblings.max(1) as f64)
+    }
+
+    /// What usage does to the queue's place among its siblings of the same priority: before
+    /// the next one its usage left a smaller adjusted weight (the one it passes), else after
+    /// the nearest with a larger; none when no sibling's differs (or usage is off). The queue
+    /// order breaks equal shares by adjusted weight, and the fair share divides by it.
+    pub(super) fn usage_effect(&self, queue: QueueId) -> Option<UsageEffect> {
+        let adjusted = self.usage_weights.as_ref()?;
+        let snap = self.snapshot;
+        let me = snap.queue(queue);
+        let weight = |q: QueueId| adjusted.weights[q.index()];
+        let siblings = || {
+            (snap.queues.iter())
+                .filter(|s| s.id != queue && s.parent == me.parent && s.priority == me.priority)
+                .map(|s| s.id)
+        };
+        let (order, other) = match siblings()
+            .filter(|&s| weight(s) < weight(queue))
+            .max_by_key(|&s| (weight(s), std::cmp::Reverse(s)))
+        {
+            Some(next) => (UsageOrder::Before, next),
+            None => (
+                UsageOrder::After,
+                siblings()
+                    .filter(|&s| weight(s) > weight(queue))
+                    .min_by_key(|&s| (weight(s), s))?,
+            ),
+        };
+        Some(UsageEffect {
+            order,
+            queue: snap.queue(other).name.clone(),
+            used: adjusted.used[queue.index()],
+            against: adjusted.used[other.index()],
+        })
     }
 
     /// Every queue's usage as the plan returns it, taken at the snapshot's instant; none
