@@ -272,13 +272,27 @@ pub struct EvictionArgs {
     /// such eviction; 1 only one that leaves nothing it frees idle. Evictions that only shrink
     /// elastic jobs are not judged.
     pub min_used_fraction: f64,
+    /// How long a pod must have run before `reclaim` may take it (KAI-Scheduler's
+    /// `reclaimMinRuntime`, at the scheduler's level): `30m`, `1h`; `0` (the default) takes
+    /// any. Each stretch of running counts from its start, so two queues that take the
+    /// cluster back from each other each keep it this long. `preempt` is not limited.
+    pub reclaim_min_runtime: String,
 }
 
 impl Default for EvictionArgs {
     fn default() -> Self {
         EvictionArgs {
             min_used_fraction: 0.5,
+            reclaim_min_runtime: "0".into(),
         }
+    }
+}
+
+impl EvictionArgs {
+    /// `reclaimMinRuntime` in milliseconds (0: none), or why it is not a duration.
+    pub fn reclaim_min_runtime_ms(&self) -> Result<i64, String> {
+        crate::fairness::duration_ms(&self.reclaim_min_runtime)
+            .map_err(|e| format!("eviction.reclaimMinRuntime: {e}"))
     }
 }
 
@@ -370,6 +384,7 @@ impl Config {
         if !(0.0..=1.0).contains(&used) {
             return Err(ConfigError::MinUsedFraction(used));
         }
+        (self.eviction.reclaim_min_runtime_ms()).map_err(ConfigError::Fairness)?;
         (self.fairness.usage.validate()).map_err(ConfigError::Fairness)?;
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())
@@ -401,6 +416,10 @@ mod tests {
         );
         let err = Config::from_yaml("c.yaml", "eviction: {minUsed: 0.2}").unwrap_err();
         assert!(err.contains("unknown field `minUsed`"), "{err}");
+        let err = Config::from_yaml("c.yaml", "eviction: {reclaimMinRuntime: soon}").unwrap_err();
+        assert!(err.contains("eviction.reclaimMinRuntime"), "{err}");
+        let ok = Config::from_yaml("c.yaml", "eviction: {reclaimMinRuntime: 8m}").unwrap();
+        assert_eq!(ok.eviction.reclaim_min_runtime_ms(), Ok(480_000));
         let ok = Config::from_yaml("c.yaml", "eviction: {minUsedFraction: 0.25}").unwrap();
         assert_eq!(ok.eviction.min_used_fraction, 0.25);
     }

@@ -71,7 +71,7 @@ impl UsageArgs {
 }
 
 /// A Go-style duration (`168h`, `1h30m`, `90s`, `500ms`, `0`) in milliseconds.
-fn duration_ms(text: &str) -> Result<i64, String> {
+pub(crate) fn duration_ms(text: &str) -> Result<i64, String> {
     let text = text.trim();
     if text == "0" || text.is_empty() {
         return Ok(0);

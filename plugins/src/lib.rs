@@ -77,6 +77,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
     fw.victims = Box::new(victims::LowerPriorityOverShare {
         min_used_milli: (config.eviction.min_used_fraction * 1000.0).round() as u32,
+        reclaim_min_runtime_ms: config.eviction.reclaim_min_runtime_ms().unwrap_or(0),
     });
     fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {

@@ -10,6 +10,9 @@
 //!   would be taken back: a ping-pong), and the others it asks for (idle ones) never block it.
 //! - The same rules for a gang's minimum and for an elastic job's extra members (whose victims
 //!   the engine limits to pods whose gang keeps its minimums: an extra never stops a job).
+//! - reclaim takes no unit whose pods started less than `eviction.reclaimMinRuntime` ago
+//!   (KAI-Scheduler's `reclaimMinRuntime`; 0 by default: any), so a queue that got the
+//!   cluster back keeps it that long.
 //! - Order on a node: for reclaim the lowest queue priority first; then the lowest pod
 //!   priority, the lowest job priority, the youngest.
 //! - Sets, cheapest first: one that takes no victim's queue from above its deserved share to
@@ -34,13 +37,30 @@ pub struct LowerPriorityOverShare {
     /// An eviction that stops a job must be used to at least this many thousandths of what it
     /// frees (see [`Victims::worth_evicting`]).
     pub min_used_milli: u32,
+    /// A unit whose pods started less than this long ago is no reclaim victim
+    /// (`eviction.reclaimMinRuntime`; 0: any).
+    pub reclaim_min_runtime_ms: i64,
 }
 
 impl Default for LowerPriorityOverShare {
     fn default() -> Self {
         LowerPriorityOverShare {
             min_used_milli: 500,
+            reclaim_min_runtime_ms: 0,
         }
+    }
+}
+
+impl LowerPriorityOverShare {
+    /// Whether the unit has run `reclaim_min_runtime_ms` since its pods began (its latest
+    /// start: a member started later has run only that long).
+    fn has_run_enough(&self, snap: &Snapshot, unit: &VictimUnit) -> bool {
+        let started = (unit.tasks.iter())
+            .map(|&t| snap.task(t))
+            .map(|t| t.started_ms.unwrap_or(t.created_ms))
+            .max()
+            .unwrap_or(i64::MIN);
+        snap.now_ms.saturating_sub(started) >= self.reclaim_min_runtime_ms
     }
 }
 
@@ -122,7 +142,10 @@ impl Victims for LowerPriorityOverShare {
         let preemptor = snap.job(job);
         match kind {
             EvictionKind::Preempt => victim.priority < preemptor.priority,
-            EvictionKind::Reclaim => queues_give(session, preemptor.queue, victim.queue, unit),
+            EvictionKind::Reclaim => {
+                self.has_run_enough(snap, unit)
+                    && queues_give(session, preemptor.queue, victim.queue, unit)
+            }
         }
     }
 

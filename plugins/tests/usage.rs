@@ -220,20 +220,42 @@ fn usage_follows_what_is_held_and_sums_up_the_tree() {
 /// when its job ends, so they alternate: a period of two jobs, 10 minutes, the half-life.
 #[test]
 fn whole_cluster_jobs_alternate() {
-    assert_eq!(run_alternating("0"), "aaaaaa");
-    assert_eq!(run_alternating("10m"), "ababab");
+    assert_eq!(run_alternating(&config("0"), 5).0, "aaaaaa");
+    assert_eq!(run_alternating(&config("10m"), 5).0, "ababab");
 }
 
-/// Starts of jobs, by queue, over 30 minutes.
-fn run_alternating(half_life: &str) -> String {
-    let config = config(half_life);
+/// The same with reclaim on and jobs of an hour, so a queue gets the cluster only by taking it
+/// back. At minute 0 `a` starts (name order). At minute 1 a has held 16 for a minute: usage
+/// 16·(1 − 2^(−1/10)) = 1.07, b's 0, so u = 1 and 0: a's weight max(0, 1/2 + (1/2 − 1)) = 0,
+/// b's 1. b deserves all 16 and a is above its share: without a minimum run time b reclaims
+/// a's gang after one minute. With `reclaimMinRuntime: 8m` a's gang is no victim until it has
+/// run 8 minutes, and b takes the cluster then, not sooner. (Taking it back needs the other's
+/// weight near 0 again, its usage nearly all of the two: a, without a minimum, after 11
+/// minutes of b; with 8m b's usage is not yet that by minute 30.)
+#[test]
+fn reclaim_waits_for_min_runtime() {
+    let with = |min_runtime: &str| {
+        let yaml = format!(
+            "actions: [enqueue, allocate, reclaim]\nfairness: {{usage: {{halfLife: 10m}}}}\n\
+             eviction: {{reclaimMinRuntime: {min_runtime}}}"
+        );
+        run_alternating(&Config::from_yaml("test", &yaml).unwrap(), 60)
+    };
+    assert_eq!(with("0"), ("aba".to_string(), vec![1, 11]));
+    assert_eq!(with("8m"), ("ab".to_string(), vec![8]));
+}
+
+/// Starts of jobs, by queue, over 30 minutes, and how long each evicted job had run (minutes):
+/// jobs of `job_minutes`, a cycle a minute, two waiting in each queue at all times.
+fn run_alternating(config: &Config, job_minutes: i64) -> (String, Vec<i64>) {
     // Per job: (name, queue, start).
     let mut jobs: Vec<(String, &str, Option<i64>)> = Vec::new();
     let mut usage: Vec<QueueUsage> = Vec::new();
     let mut starts = String::new();
+    let mut evicted_after = Vec::new();
     for minute in 0..30 {
         let now = NOW + minute * MINUTE;
-        jobs.retain(|(_, _, start)| start.is_none_or(|s| now - s < 5 * MINUTE));
+        jobs.retain(|(_, _, start)| start.is_none_or(|s| now - s < job_minutes * MINUTE));
         for queue in ["a", "b"] {
             let waiting = jobs
                 .iter()
@@ -247,11 +269,12 @@ fn run_alternating(half_life: &str) -> String {
         let mut pods = Vec::new();
         for (name, queue, start) in &jobs {
             let (mut group, mut members) = gang(name, queue, 2, 8, 0);
-            if start.is_some() {
+            if let Some(start) = start {
                 group.phase = JobPhase::Running;
                 for (pod, node) in members.iter_mut().zip(["n0", "n1"]) {
                     pod.phase = PodPhase::Running;
                     pod.node = Some(node.into());
+                    pod.started_ms = Some(*start);
                 }
             }
             groups.push(group);
@@ -267,20 +290,26 @@ fn run_alternating(half_life: &str) -> String {
             ..Default::default()
         })
         .unwrap();
-        let plan = schedule(&snap, &config);
+        let plan = schedule(&snap, config);
         usage = plan.usage.clone();
+        let of = |job: &str, pod: &str| pod.starts_with(&format!("ns/{job}-"));
+        // An evicted job waits again (its pods come back pending).
+        for job in jobs.iter_mut().filter(|j| j.2.is_some()) {
+            if plan.evictions.iter().any(|e| of(&job.0, &e.pod)) {
+                evicted_after.push((now - job.2.unwrap()) / MINUTE);
+                job.2 = None;
+            }
+        }
         for job in jobs.iter_mut().filter(|j| j.2.is_none()) {
-            if plan
-                .bindings
-                .iter()
-                .any(|b| b.pod.starts_with(&format!("ns/{}-", job.0)))
-            {
+            let placed = (plan.bindings.iter()).any(|b| of(&job.0, &b.pod))
+                || (plan.nominations.iter()).any(|n| of(&job.0, &n.pod));
+            if placed {
                 job.2 = Some(now);
                 starts.push_str(job.1);
             }
         }
     }
-    starts
+    (starts, evicted_after)
 }
 
 /// The effect, typed in the plan: the same 16 GPUs, `a` averaged 8 (0.5 of the cluster), `b`
