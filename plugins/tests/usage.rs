@@ -347,4 +347,3 @@ fn the_plan_says_what_usage_did_to_the_order() {
     let off = schedule(&cluster(vec![], used), &config("0"));
     assert!(off.queues.iter().all(|q| q.usage_effect.is_none()));
 }
-

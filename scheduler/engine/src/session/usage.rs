@@ -68,7 +68,9 @@ impl Session<'_> {
 
     /// The weight adjusted by usage, when the policy adjusted it.
     pub fn usage_weight(&self, queue: QueueId) -> Option<i64> {
-        self.usage_weights.as_ref().map(|w| w.weights[queue.index()])
+        self.usage_weights
+            .as_ref()
+            .map(|w| w.weights[queue.index()])
     }
 
     /// The queue's adjusted weight over the sum of its siblings' (itself included).
