@@ -61,11 +61,13 @@ mod dra;
 mod forecast;
 mod setup;
 mod specs;
+mod usage;
 use cycle::CycleStats;
 pub use dra::DRIVER as DRA_DRIVER;
 pub use forecast::job_name;
 use specs::{holder_name, parse_pod, pinned_pod};
 pub use specs::{queue_specs, request};
+pub use usage::UsagePoint;
 
 const NS: &str = "sim";
 /// The namespace of the pinned pods that stand for folded jobs.
@@ -272,6 +274,8 @@ pub struct Outcome {
     /// With `--dra`: claims allocated, and the most devices held at once.
     pub dra_claims: u64,
     pub dra_peak_devices: u32,
+    /// Each queue's usage at every applied plan, with a usage half-life (else empty).
+    pub usage: Vec<UsagePoint>,
 }
 
 /// Per-job data prepared once.
@@ -346,6 +350,8 @@ pub struct Simulator<'a> {
     /// Each queue's usage as the last applied plan returned it (with a usage half-life), for
     /// the next snapshot, as the daemon keeps it in Queue status.
     usage: Vec<basalt_engine::QueueUsage>,
+    /// What the plans said of each queue's usage, for the report (see `sim/usage.rs`).
+    usage_points: Vec<UsagePoint>,
 }
 
 impl<'a> Simulator<'a> {
@@ -439,6 +445,7 @@ impl<'a> Simulator<'a> {
             redone: self.redone,
             dra_claims: self.dra.as_ref().map_or(0, |d| d.claims),
             dra_peak_devices: self.dra.as_ref().map_or(0, |d| d.peak),
+            usage: self.usage_points,
         })
     }
 

@@ -5,8 +5,13 @@ use super::*;
 
 impl Simulator<'_> {
     /// Carries a cycle's plan out: evictions, nominations, bindings, phases.
-    pub(super) fn apply(&mut self, plan: basalt_engine::Plan) -> anyhow::Result<()> {
+    pub(super) fn apply(&mut self, mut plan: basalt_engine::Plan) -> anyhow::Result<()> {
         let now = self.now;
+        // With a half-life the plan reports each queue's usage, recorded once it is applied.
+        let statuses = match plan.usage.is_empty() {
+            true => None,
+            false => Some(std::mem::take(&mut plan.queues)),
+        };
         if !plan.usage.is_empty() {
             self.usage = plan.usage.clone();
         }
@@ -133,6 +138,9 @@ impl Simulator<'_> {
         }
         if changed && !self.active.is_empty() {
             self.want_cycle(true);
+        }
+        if let Some(statuses) = statuses {
+            self.record_usage(&statuses);
         }
         Ok(())
     }

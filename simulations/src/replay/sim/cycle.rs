@@ -143,7 +143,8 @@ impl CycleStats {
         }
         let kept = framework.get_or_insert_with(|| {
             let mut fw = basalt_plugins::framework(config, &snapshot.resources);
-            fw.report_queues = false;
+            // Queue statuses only carry what the report shows of usage (with a half-life).
+            fw.report_queues = fw.usage_half_life_ms > 0;
             fw.explain_failures = false;
             fw.report_settled_groups = false;
             KeptFramework {

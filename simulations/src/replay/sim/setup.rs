@@ -224,6 +224,7 @@ impl<'a> Simulator<'a> {
             dirty_pinned: BTreeSet::new(),
             dra,
             usage: Vec::new(),
+            usage_points: Vec::new(),
         };
         for (i, j) in workload.jobs.iter().enumerate() {
             sim.push(j.submit_ms, Kind::Arrival, i as u32, 0);
