@@ -1,11 +1,12 @@
 //! Report writing: `summary.json`, CSV time series ([`csvs`]), charts ([`charts`]),
-//! `report.md` with its tables ([`tables`]), and the side-by-side table of `compare`. Output
+//! `report.md` with its tables ([`tables`]), each queue's usage with a usage half-life ([`usage`]), and the side-by-side table of `compare`. Output
 //! goes to a temporary folder renamed into place at the end, so a failed write never leaves a
 //! half-written report behind.
 
 mod charts;
 mod csvs;
 mod tables;
+mod usage;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -141,6 +142,7 @@ pub fn write_replay(dir: &Path, r: &RunReport, inputs: &Inputs) -> anyhow::Resul
         );
     }
     let _ = writeln!(md, "\n## Charts\n\n![allocation](allocation.svg) ([PNG](allocation.png))\n\n![JCT CDF](jct_cdf.svg) ([PNG](jct_cdf.png))\n\n![queue share](queue_share.svg) ([PNG](queue_share.png))\n");
+    usage::write_queue_usage(dir, o, &mut md)?;
     let _ = writeln!(md, "## Files\n\n- [summary.json](summary.json): every figure above\n- [timeseries.csv](timeseries.csv): allocation, demand, pending and running jobs, fragmentation (idle GPUs on used nodes; per device: fragmented and free GPU compute, partially used GPUs) at every change\n- [queue_share.csv](queue_share.csv): GPUs per queue against its deserved share, a row whenever a queue's values change\n- [jobs.csv](jobs.csv): per job submit, start, end, queueing delay, JCT, evictions");
     std::fs::write(dir.join("report.md"), md)
         .with_context(|| format!("{}: cannot write report.md", dir.display()))?;
@@ -191,6 +193,18 @@ pub fn write_compare(dir: &Path, runs: &[RunReport], inputs: &Inputs) -> anyhow:
         true,
     )?;
     let _ = writeln!(md, "\n## Charts\n\n![allocation](allocation.svg) ([PNG](allocation.png))\n\n![JCT CDF](jct_cdf.svg) ([PNG](jct_cdf.png))\n\nPer-queue shares are in each run's report.");
+    for (i, r) in runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.outcome.usage.is_empty())
+    {
+        let _ = writeln!(
+            md,
+            "\n`{}`, per-queue usage and adjusted share:\n\n![queue usage](run-{n}/queue_usage.svg) ([PNG](run-{n}/queue_usage.png))",
+            r.label,
+            n = i + 1
+        );
+    }
     let json = serde_json::to_string_pretty(&summaries)? + "\n";
     std::fs::write(dir.join("summary.json"), json)?;
     std::fs::write(dir.join("report.md"), md)?;
