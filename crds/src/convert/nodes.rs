@@ -256,6 +256,7 @@ pub(super) fn node(
         device_resource,
         slices,
         devices_closed,
+        mig_reconfiguring: mig::reconfiguring(&n.metadata).map(str::to_string),
     })
 }
 
