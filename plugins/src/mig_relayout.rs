@@ -93,7 +93,11 @@ impl MigRelayout for DemandRelayout {
                     served[j] = true;
                 }
             }
-            let demanded: Vec<&str> = asks.iter().flat_map(|a| a.profiles.keys()).map(String::as_str).collect();
+            let demanded: Vec<&str> = asks
+                .iter()
+                .flat_map(|a| a.profiles.keys())
+                .map(String::as_str)
+                .collect();
             fill(gpu.model, &mut wanted, &demanded);
             let Ok(plan) = planner::plan(gpu.model, &Wanted(wanted)) else {
                 continue;
@@ -126,7 +130,8 @@ fn fill(model: &'static GpuModel, wanted: &mut BTreeMap<String, u32>, demanded: 
         .collect();
     order.sort_by_key(|p| std::cmp::Reverse((p.compute_slices, p.memory_slices)));
     order.extend(
-        (model.profiles.iter()).filter(|p| p.compute_slices == 1 && p.memory_slices == 1 && !p.name.ends_with("+me")),
+        (model.profiles.iter())
+            .filter(|p| p.compute_slices == 1 && p.memory_slices == 1 && !p.name.ends_with("+me")),
     );
     for p in order {
         loop {
@@ -191,7 +196,9 @@ fn served_by_free_instance(s: &Session, t: &Task, rest: &Resources) -> bool {
             .map(|(id, _)| (id, t.request.count(id)))
             .collect();
         asked.iter().all(|&(id, c)| c > 0 && free(id) >= c)
-            && s.framework().filter_node(&s.snapshot.rules[t.rules.0 as usize], n).is_ok()
+            && s.framework()
+                .filter_node(&s.snapshot.rules[t.rules.0 as usize], n)
+                .is_ok()
             && s.fits(n.id, rest)
     })
 }
@@ -201,7 +208,9 @@ fn takes(s: &Session, node: NodeId, a: &Ask) -> bool {
     let t = s.snapshot.task(a.task);
     let n = s.snapshot.node(node);
     s.reserved_for(node).is_none()
-        && s.framework().filter_node(&s.snapshot.rules[t.rules.0 as usize], n).is_ok()
+        && s.framework()
+            .filter_node(&s.snapshot.rules[t.rules.0 as usize], n)
+            .is_ok()
         && s.fits(node, &a.rest)
 }
 
@@ -222,13 +231,20 @@ fn candidate_gpus(s: &Session) -> Vec<Candidate> {
         .collect();
     let mut partitioned = Vec::new();
     let mut whole_gpus = Vec::new();
-    for n in snap.nodes.iter().filter(|n| n.sharing == Sharing::Exclusive) {
+    for n in snap
+        .nodes
+        .iter()
+        .filter(|n| n.sharing == Sharing::Exclusive)
+    {
         if s.reserved_for(n.id).is_some() {
             continue;
         }
         let awaited = || {
-            (whole_gpu_pending.iter())
-                .any(|t| s.framework().filter_node(&snap.rules[t.rules.0 as usize], n).is_ok())
+            (whole_gpu_pending.iter()).any(|t| {
+                s.framework()
+                    .filter_node(&snap.rules[t.rules.0 as usize], n)
+                    .is_ok()
+            })
         };
         for (position, g) in n.gpus.iter().enumerate() {
             let Some(model) = g.model.as_deref().and_then(|m| model_of(m, g.memory_mib)) else {
@@ -259,7 +275,11 @@ fn model_of(product: &str, memory_mib: Option<u64>) -> Option<&'static GpuModel>
     let memory = memory_mib.or_else(|| {
         let upper = product.to_ascii_uppercase();
         let at = upper.find("GB")?;
-        let digits: String = upper[..at].chars().rev().take_while(char::is_ascii_digit).collect();
+        let digits: String = upper[..at]
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect();
         let gb: u64 = digits.chars().rev().collect::<String>().parse().ok()?;
         Some(gb * 1024)
     })?;

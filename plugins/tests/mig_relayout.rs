@@ -39,7 +39,10 @@ fn node(name: &str, layout: &[Option<&[&str]>]) -> NodeSpec {
         ),
     ];
     for s in &slices {
-        match allocatable.iter_mut().find(|(k, _)| *k == mig_resource(&s.profile)) {
+        match allocatable
+            .iter_mut()
+            .find(|(k, _)| *k == mig_resource(&s.profile))
+        {
             Some((_, n)) => *n += 1,
             None => allocatable.push((mig_resource(&s.profile), 1)),
         }
@@ -88,7 +91,11 @@ fn plan(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>, config: &Config) -> Plan {
 }
 
 fn profiles(p: &Plan, i: usize) -> Vec<&str> {
-    p.mig_layouts[i].layout.iter().map(|l| l.profile.as_str()).collect()
+    p.mig_layouts[i]
+        .layout
+        .iter()
+        .map(|l| l.profile.as_str())
+        .collect()
 }
 
 #[test]
@@ -106,7 +113,10 @@ fn a_whole_idle_gpu_is_re_laid_for_a_3g_pod_which_waits_for_it() {
     assert_eq!(l.pods, ["ns/a"]);
     // The rest of the GPU is laid too, with the demanded profile first: all memory slices.
     let starts: Vec<u32> = l.layout.iter().map(|l| l.start).collect();
-    assert_eq!((profiles(&p, 0), starts), (vec!["3g.40gb", "3g.40gb"], vec![0, 4]));
+    assert_eq!(
+        (profiles(&p, 0), starts),
+        (vec!["3g.40gb", "3g.40gb"], vec![0, 4])
+    );
     let group = p.pod_groups.iter().find(|g| &*g.name == "ns/a").unwrap();
     let reasons: Vec<&str> = group.conditions.iter().map(|c| c.reason.as_str()).collect();
     assert_eq!(reasons, [MIG_RELAYOUT], "{group:?}");
@@ -155,7 +165,10 @@ fn a_busy_gpu_is_never_proposed() {
     let p = plan(nodes, pods, &relayout_on());
     assert!(p.mig_layouts.is_empty(), "{:?}", p.mig_layouts);
     let group = p.pod_groups.iter().find(|g| &*g.name == "ns/a").unwrap();
-    assert!(group.conditions.iter().all(|c| c.reason != MIG_RELAYOUT), "{group:?}");
+    assert!(
+        group.conditions.iter().all(|c| c.reason != MIG_RELAYOUT),
+        "{group:?}"
+    );
 }
 
 #[test]
@@ -173,7 +186,11 @@ fn whole_gpus_a_pending_whole_gpu_pod_could_use_stay_whole() {
 fn a_node_mig_manager_reconfigures_gets_no_proposal() {
     let mut n = node("n", &[None]);
     n.mig_reconfiguring = Some("pending".into());
-    let p = plan(vec![n], vec![pod("a", &mig_resource("3g.40gb"), 1)], &relayout_on());
+    let p = plan(
+        vec![n],
+        vec![pod("a", &mig_resource("3g.40gb"), 1)],
+        &relayout_on(),
+    );
     assert!(p.mig_layouts.is_empty(), "{:?}", p.mig_layouts);
 }
 

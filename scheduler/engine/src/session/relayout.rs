@@ -37,7 +37,8 @@ impl Session<'_> {
         let open = !n.unschedulable && n.devices_closed.is_none() && n.mig_reconfiguring.is_none();
         let idle = if g.mig {
             let used = self.slices_used(node);
-            !(n.slices.iter().enumerate()).any(|(p, s)| s.mig.gpu == g.index && used & (1 << p) != 0)
+            !(n.slices.iter().enumerate())
+                .any(|(p, s)| s.mig.gpu == g.index && used & (1 << p) != 0)
         } else {
             self.gpus_used[node.index()] & (1 << position) == 0
         };
