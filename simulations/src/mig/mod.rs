@@ -97,12 +97,6 @@ fn static_layout(text: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
-fn compute_slices(profile: &str) -> u32 {
-    profile[..profile.find('g').unwrap_or(0)]
-        .parse()
-        .unwrap_or(0)
-}
-
 fn node_of(i: usize, g: &GpuState, running: &[Running], pods: &[MigPod]) -> NodeSpec {
     let mut allocatable = vec![("cpu".to_string(), 64_000), ("memory".to_string(), 1 << 40)];
     let mut slices = Vec::new();
@@ -164,22 +158,58 @@ fn pod_spec(i: usize, p: &MigPod, node: Option<String>) -> PodSpec {
     }
 }
 
-/// Replays `pods` on `gpus` GPUs starting from `initial` on every GPU (`None`: whole), with
+/// The static mix: each GPU one of the pure layouts (`7g.80gb=1`, `3g.40gb=2`,
+/// `2g.20gb=3,1g.10gb=1`, `1g.10gb=7`), in proportion to the compute the mix asks of each
+/// profile (largest remainders), so every profile has GPUs.
+pub fn demand_mix(gpus: u32) -> Vec<&'static str> {
+    let pure = [
+        ("7g.80gb", "7g.80gb=1"),
+        ("3g.40gb", "3g.40gb=2"),
+        ("2g.20gb", "2g.20gb=3,1g.10gb=1"),
+        ("1g.10gb", "1g.10gb=7"),
+    ];
+    let weight = |p: &str| {
+        let m = workload::MIX.iter().find(|m| m.0 == p).expect("in the mix");
+        m.1 as u64 * m.2
+    };
+    let total: u64 = pure.iter().map(|(p, _)| weight(p)).sum();
+    let mut counts: Vec<(u64, u64, &str)> = (pure.iter())
+        .map(|(p, l)| {
+            let exact = weight(p) * gpus as u64;
+            (exact / total, exact % total, *l)
+        })
+        .collect();
+    let mut left = gpus as u64 - counts.iter().map(|c| c.0).sum::<u64>();
+    let mut by_remainder: Vec<usize> = (0..counts.len()).collect();
+    by_remainder.sort_by_key(|&i| std::cmp::Reverse(counts[i].1));
+    for i in by_remainder {
+        if left > 0 {
+            counts[i].0 += 1;
+            left -= 1;
+        }
+    }
+    (counts.iter())
+        .flat_map(|&(n, _, l)| std::iter::repeat_n(l, n as usize))
+        .collect()
+}
+
+/// Replays `pods` on GPUs starting from `initial` (one layout per GPU; `None`: whole), with
 /// the scheduler config `config` (demand-driven when `mig.relayout` is on).
 pub fn replay(
     args: &MigArgs,
     pods: &[MigPod],
-    initial: Option<Vec<(String, u32)>>,
+    initial: Vec<Option<Vec<(String, u32)>>>,
     config: &Config,
     label: &str,
     seed: u64,
 ) -> Outcome {
-    let mut gpus: Vec<GpuState> = (0..args.gpus)
-        .map(|_| GpuState {
-            layout: initial.clone(),
+    let mut gpus: Vec<GpuState> = (initial.into_iter())
+        .map(|layout| GpuState {
+            layout,
             ..Default::default()
         })
         .collect();
+    let all = gpus.len() as f64;
     let min_interval = config.mig.min_interval_seconds as f64;
     let mut running: Vec<Running> = Vec::new();
     let mut started: Vec<Option<f64>> = vec![None; pods.len()];
@@ -244,7 +274,7 @@ pub fn replay(
             }
         }
         let held: u32 = running.iter().map(|r| pods[r.pod].compute_slices).sum();
-        idle_sum += 1.0 - held as f64 / (7.0 * args.gpus as f64);
+        idle_sum += 1.0 - held as f64 / (7.0 * all);
         samples += 1;
         t += args.cycle;
     }
@@ -291,17 +321,38 @@ pub fn run(args: &MigArgs, base: &Config) -> anyhow::Result<Vec<Outcome>> {
             seed,
         }
         .pods();
+        let every = |layout: Option<Vec<(String, u32)>>| vec![layout; args.gpus as usize];
         for text in STATIC_LAYOUTS {
+            let initial = every(Some(static_layout(text)));
             out.push(replay(
                 args,
                 &pods,
-                Some(static_layout(text)),
+                initial,
                 &fixed,
                 &format!("static {text}"),
                 seed,
             ));
         }
-        out.push(replay(args, &pods, None, &demand, "demand-driven", seed));
+        let mix = demand_mix(args.gpus)
+            .into_iter()
+            .map(|l| Some(static_layout(l)))
+            .collect();
+        out.push(replay(
+            args,
+            &pods,
+            mix,
+            &fixed,
+            "static mix by demand",
+            seed,
+        ));
+        out.push(replay(
+            args,
+            &pods,
+            every(None),
+            &demand,
+            "demand-driven",
+            seed,
+        ));
     }
     Ok(out)
 }
@@ -344,18 +395,23 @@ pub fn render_text(outcomes: &[Outcome]) -> String {
                 .unwrap_or(0),
         );
     }
-    let best = (labels.iter().filter(|l| l.starts_with("static")))
-        .min_by(|a, b| avg(a, |o| o.mean_pending_s).total_cmp(&avg(b, |o| o.mean_pending_s)));
-    if let Some(best) = best {
-        let (s, d) = (
-            avg(best, |o| o.mean_pending_s),
-            avg("demand-driven", |o| o.mean_pending_s),
-        );
+    let single = (labels
+        .iter()
+        .filter(|l| l.starts_with("static ") && !l.contains("mix")))
+    .min_by(|a, b| avg(a, |o| o.mean_pending_s).total_cmp(&avg(b, |o| o.mean_pending_s)));
+    let demand = avg("demand-driven", |o| o.mean_pending_s);
+    for against in single
+        .into_iter()
+        .chain(labels.iter().filter(|l| l.contains("mix")))
+    {
+        let s = avg(against, |o| o.mean_pending_s);
         text += &format!(
-            "demand-driven vs best static ({best}): mean pending {:.0}s vs {:.0}s ({:+.0} %)\n",
-            d,
-            s,
-            if s > 0.0 { 100.0 * (d - s) / s } else { 0.0 }
+            "demand-driven vs {against}: mean pending {demand:.0}s vs {s:.0}s ({:+.0} %)\n",
+            if s > 0.0 {
+                100.0 * (demand - s) / s
+            } else {
+                0.0
+            }
         );
     }
     text
