@@ -360,8 +360,12 @@ pub fn run(args: &MigArgs, base: &Config) -> anyhow::Result<Vec<Outcome>> {
 /// The figures per layout, averaged over seeds, and the demand-driven run against the best
 /// static layout (least mean pending time).
 pub fn render_text(outcomes: &[Outcome]) -> String {
-    let mut labels: Vec<&str> = outcomes.iter().map(|o| o.layouts.as_str()).collect();
-    labels.dedup();
+    let mut labels: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !labels.contains(&o.layouts.as_str()) {
+            labels.push(&o.layouts);
+        }
+    }
     let avg = |label: &str, f: fn(&Outcome) -> f64| {
         let of: Vec<f64> = outcomes
             .iter()
