@@ -28,6 +28,8 @@ pub struct Config {
     /// Resources that name devices (accounted per device, with islands, topology tiers and
     /// ids), in order: a node's devices are the first of these it advertises.
     pub devices: Vec<String>,
+    /// MIG layouts chosen from demand (`plugins/src/mig_relayout.rs`); off by default.
+    pub mig: MigArgs,
 }
 
 impl Default for Config {
@@ -51,6 +53,7 @@ impl Default for Config {
             scoring: ScoringArgs::default(),
             eviction: EvictionArgs::default(),
             devices: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from)).to_vec(),
+            mig: MigArgs::default(),
         }
     }
 }
@@ -321,6 +324,29 @@ impl Default for TopologyArgs {
     }
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct MigArgs {
+    /// Propose new MIG layouts for idle GPUs when pending pods ask for profiles no free
+    /// instance serves (the plan's `migLayouts`).
+    pub relayout: bool,
+    /// GPUs re-laid per node per cycle, at most (1 or more).
+    pub max_gpus_per_node: u32,
+    /// A GPU is re-laid at most once per this many seconds: kept by whoever applies layouts
+    /// (the node agent, the simulator), which knows when it last did.
+    pub min_interval_seconds: u64,
+}
+
+impl Default for MigArgs {
+    fn default() -> Self {
+        MigArgs {
+            relayout: false,
+            max_gpus_per_node: 1,
+            min_interval_seconds: 300,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error(transparent)]
@@ -341,6 +367,8 @@ pub enum ConfigError {
     MinUsedFraction(f64),
     #[error("{0}")]
     Fairness(String),
+    #[error("mig.maxGpusPerNode: must be at least 1, got 0")]
+    MigMaxGpus,
 }
 
 impl Config {
@@ -386,6 +414,9 @@ impl Config {
         }
         (self.eviction.reclaim_min_runtime_ms()).map_err(ConfigError::Fairness)?;
         (self.fairness.usage.validate()).map_err(ConfigError::Fairness)?;
+        if self.mig.max_gpus_per_node == 0 {
+            return Err(ConfigError::MigMaxGpus);
+        }
         basalt_topology::validate_tiers(&self.topology.tiers)?;
         Ok(())
     }

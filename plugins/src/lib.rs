@@ -10,11 +10,12 @@
 //! - `domains`: which topology domains a gang tries, in order;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`;
 //! - `queue_order`: which sibling queue is served first (priority, then fair share);
-//! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first.
+//! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first;
+//! - `mig_relayout`: new MIG layouts for idle GPUs from pending MIG demand (off by default).
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
-//! cycle. Of Basalt's crates it depends on `basalt-engine`, `basalt-queue` and `basalt-topology`
-//! only (and `serde_yaml` to read a config's text): no Kubernetes, no I/O.
+//! cycle. Of Basalt's crates it depends on `basalt-engine`, `basalt-queue`, `basalt-topology` and
+//! `basalt-mig` only (and `serde_yaml` to read a config's text): no Kubernetes, no I/O.
 
 pub mod admission;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod fairness;
 pub mod fragmentation;
 pub mod gang;
 pub mod hami_nodes;
+pub mod mig_relayout;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
@@ -95,6 +97,11 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     fw.tiers = config.topology.tiers.clone();
     fw.usage_half_life_ms = config.fairness.usage.half_life_ms().unwrap_or(0);
     fw.preferences = (&config.scoring).into();
+    if config.mig.relayout {
+        fw.mig_relayout = Some(Box::new(mig_relayout::DemandRelayout {
+            max_gpus_per_node: config.mig.max_gpus_per_node,
+        }));
+    }
     fw
 }
 

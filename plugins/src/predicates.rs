@@ -111,6 +111,7 @@ mod tests {
             device_base: 0,
             slices: vec![],
             devices_closed: None,
+            mig_reconfiguring: None,
         }
     }
 

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod dra_backlog;
 pub mod fgd;
+pub mod mig;
 pub mod plan;
 pub mod replay;
 pub mod synthetic;

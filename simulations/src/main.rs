@@ -149,6 +149,16 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// A synthetic MIG workload (1g/2g/3g/7g pods arriving and leaving) replayed with each
+    /// static layout and with layouts chosen from demand: pending time, unallocated compute,
+    /// re-layouts (`simulations/src/mig`).
+    Mig {
+        #[command(flatten)]
+        args: basalt_sim::mig::MigArgs,
+        /// Scheduler config (YAML); the default config when absent.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Serve an in-memory Kubernetes API server (for kubectl, kube-rs clients and the
     /// scheduler) until interrupted. Nothing is persisted.
     Apiserver {
@@ -467,6 +477,10 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             jobs,
             output,
         } => run_fgd(nodes, pods, &policy, &seeds, jobs, output),
+        Command::Mig { args, config } => {
+            let outcomes = basalt_sim::mig::run(&args, &plan::load_config(config.as_deref())?)?;
+            Ok(basalt_sim::mig::render_text(&outcomes))
+        }
         Command::Apiserver { .. } => unreachable!("handled in main"),
         Command::Forecast {
             trace,

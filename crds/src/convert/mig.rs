@@ -20,7 +20,7 @@ fn label<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
 }
 
 /// The reconfiguration state mig-manager reports, when it is not `success`.
-fn reconfiguring(meta: &ObjectMeta) -> Option<&str> {
+pub(super) fn reconfiguring(meta: &ObjectMeta) -> Option<&str> {
     label(meta, MIG_CONFIG_STATE_LABEL).filter(|s| *s != "success")
 }
 

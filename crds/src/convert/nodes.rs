@@ -191,6 +191,7 @@ pub(super) fn node(
             device_resource: Some(basalt_engine::devices::VGPU_NUMBER_NAME.to_string()),
             slices: Vec::new(),
             devices_closed,
+            mig_reconfiguring: None,
         });
     }
     let mut devices_closed = None;
@@ -256,6 +257,7 @@ pub(super) fn node(
         device_resource,
         slices,
         devices_closed,
+        mig_reconfiguring: mig::reconfiguring(&n.metadata).map(str::to_string),
     })
 }
 

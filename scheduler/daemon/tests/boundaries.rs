@@ -33,6 +33,7 @@ const RANDOM: &[&str] = &["rand", "getrandom", "fastrand", "rand_core"];
 const BASALT: &[&str] = &[
     "basalt-engine",
     "basalt-topology",
+    "basalt-mig",
     "basalt-queue",
     "basalt-plugins",
     "basalt-crds",
@@ -68,6 +69,13 @@ const RULES: &[Rule] = &[
         basalt: &[],
         never: &[KUBERNETES, ASYNC, NETWORK],
     },
+    // topology/mig/README.md: "any other Basalt crate, Kubernetes crates, async runtimes,
+    // clocks, randomness or I/O".
+    Rule {
+        krate: "basalt-mig",
+        basalt: &[],
+        never: &[KUBERNETES, ASYNC, NETWORK, CLOCKS, RANDOM],
+    },
     // queue/README.md: "basalt-engine only ... Kubernetes crates, I/O or clocks".
     Rule {
         krate: "basalt-queue",
@@ -78,7 +86,12 @@ const RULES: &[Rule] = &[
     // basalt-queue and basalt-topology".
     Rule {
         krate: "basalt-plugins",
-        basalt: &["basalt-engine", "basalt-queue", "basalt-topology"],
+        basalt: &[
+            "basalt-engine",
+            "basalt-queue",
+            "basalt-topology",
+            "basalt-mig",
+        ],
         never: &[KUBERNETES, ASYNC, NETWORK, CLOCKS, RANDOM],
     },
     // crds/README.md: "no kube client, no tokio or other async runtime, no network ... only
@@ -106,11 +119,11 @@ const RULES: &[Rule] = &[
         basalt: &[],
         never: &[KUBERNETES, ASYNC, NETWORK],
     },
-    // nodeagent/README.md: "basalt-crd-types only; never on the engine, the conversion or the
-    // scheduler".
+    // nodeagent/README.md: "basalt-crd-types and basalt-mig only; never on the engine, the
+    // conversion or the scheduler".
     Rule {
         krate: "basalt-nodeagent",
-        basalt: &["basalt-crd-types"],
+        basalt: &["basalt-crd-types", "basalt-mig"],
         never: &[],
     },
     // simulations/apiserver/README.md: "no Basalt crate" (kube, k8s-openapi and basalt-crds

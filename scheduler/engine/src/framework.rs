@@ -11,8 +11,10 @@ use crate::refusal::Refusal;
 use crate::resources::Resources;
 use crate::session::Session;
 
+mod relayout;
 mod victims;
 
+pub use relayout::{MigRelayout, RelayoutProposal, MIG_RELAYOUT};
 pub use victims::{EvictionKind, NoVictims, VictimCost, VictimUnit, Victims};
 
 /// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
@@ -370,6 +372,9 @@ pub struct Framework {
     /// changes, turns it off and finds the few changed groups without reading thousands.
     /// Decisions never depend on it.
     pub report_settled_groups: bool,
+    /// Proposes MIG layouts for idle GPUs from the MIG demand left pending (see
+    /// [`MigRelayout`]); `None` (the default): layouts stay as they are.
+    pub mig_relayout: Option<Box<dyn MigRelayout>>,
 }
 
 /// Weights of a pod's soft preferences against the node order, per kind, as kube-scheduler's
@@ -431,6 +436,7 @@ impl Framework {
             explain_jobs: Vec::new(),
             report_settled_groups: true,
             preferences: PreferenceWeights::default(),
+            mig_relayout: None,
         }
     }
 

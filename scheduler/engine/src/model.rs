@@ -275,6 +275,9 @@ pub struct Node {
     pub slices: Vec<crate::devices::Slice>,
     /// Why its devices take no pod ([`crate::NodeSpec::devices_closed`]).
     pub devices_closed: Option<std::sync::Arc<str>>,
+    /// mig-manager's state while a MIG reconfiguration of the node has not succeeded
+    /// ([`crate::NodeSpec::mig_reconfiguring`]).
+    pub mig_reconfiguring: Option<std::sync::Arc<str>>,
 }
 
 impl Node {

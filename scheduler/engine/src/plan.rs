@@ -28,6 +28,31 @@ pub struct Plan {
     /// [`crate::usage`]); empty without a usage half-life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<crate::QueueUsage>,
+    /// New MIG layouts for idle GPUs, chosen from pending MIG demand (see
+    /// [`crate::MigRelayout`]); the node agent applies them once the GPU is still idle.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_layouts: Vec<MigLayout>,
+}
+
+/// A GPU's wanted MIG layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigLayout {
+    pub node: String,
+    /// The GPU's index on the node.
+    pub gpu: u32,
+    /// Its instances, by first memory slice.
+    pub layout: Vec<MigPlacement>,
+    /// `namespace/name` of the pending pods waiting for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+}
+
+/// One GPU instance of a [`MigLayout`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigPlacement {
+    pub profile: String,
+    /// First memory slice.
+    pub start: u32,
 }
 
 /// A ResourceClaim's allocation (`status.allocation`), made for a pod placed by this plan.

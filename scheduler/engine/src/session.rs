@@ -26,6 +26,7 @@ mod dra;
 mod explain;
 mod plan;
 mod prefer;
+mod relayout;
 mod score;
 mod search;
 mod usage;

@@ -15,6 +15,7 @@ impl Session<'_> {
     pub fn into_plan(mut self) -> Plan {
         let snap = self.snapshot;
         let mut plan = Plan::default();
+        let relayouts = self.relayouts();
         let gpu_indices = |node: NodeId, gpus: u64| -> Vec<u32> {
             let n = snap.node(node);
             (0..n.gpus.len())
@@ -61,7 +62,8 @@ impl Session<'_> {
         }
         plan.claim_allocations = self.claim_allocations();
         for &(task, node) in &self.reservations {
-            if self.status[task.index()] == TaskStatus::Pending {
+            if self.status[task.index()] == TaskStatus::Pending && !relayouts.tasks.contains(&task)
+            {
                 plan.nominations.push(Nomination {
                     pod: snap.task(task).name.to_string(),
                     node: snap.node(node).name.clone(),
@@ -122,7 +124,16 @@ impl Session<'_> {
                 .cloned()
                 .collect();
             let explanation = self.waiting[job.id.index()].take().filter(|_| waiting);
-            if self.short[job.id.index()] && waiting {
+            let relayout = relayouts.jobs.get(&job.id).filter(|_| waiting);
+            if let Some(message) = relayout {
+                // It waits for a GPU to be re-laid, not for capacity to free up.
+                conditions.retain(|c| c.kind != crate::actions::UNSCHEDULABLE);
+                conditions.push(Condition {
+                    kind: crate::actions::UNSCHEDULABLE.to_string(),
+                    reason: crate::framework::MIG_RELAYOUT.to_string(),
+                    message: message.clone(),
+                });
+            } else if self.short[job.id.index()] && waiting {
                 conditions.push(short_condition(job, &c, explanation.as_deref()));
             }
             plan.pod_groups.push(PodGroupStatus {
@@ -157,6 +168,7 @@ impl Session<'_> {
             });
         }
         plan.usage = self.usage_update();
+        plan.mig_layouts = relayouts.layouts;
         self.hand_on();
         plan
     }

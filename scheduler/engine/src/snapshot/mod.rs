@@ -582,6 +582,7 @@ fn build_node(names: &ResourceNames, id: NodeId, n: &NodeSpec) -> Result<Node, S
         device_base: 0,
         slices,
         devices_closed: n.devices_closed.as_deref().map(Arc::from),
+        mig_reconfiguring: n.mig_reconfiguring.as_deref().map(Arc::from),
     })
 }
 

@@ -30,6 +30,9 @@ pub struct NodeSpec {
     /// trusted (unreadable, or naming a device twice): its device count and share totals read
     /// 0, and pods asking for them are refused with this reason. Its other resources schedule.
     pub devices_closed: Option<String>,
+    /// mig-manager's `nvidia.com/mig.config.state` while a MIG reconfiguration has not
+    /// succeeded (`pending`, `rebooting`, `failed`): no MIG re-layout is proposed for the node.
+    pub mig_reconfiguring: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

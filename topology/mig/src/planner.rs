@@ -8,7 +8,7 @@ use std::fmt;
 use serde::Serialize;
 use thiserror::Error;
 
-use super::profiles::{self, GpuModel, MigProfile, MODELS};
+use crate::profiles::{self, GpuModel, MigProfile, MODELS};
 
 /// Profiles and counts wanted on one GPU, by profile name.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -439,7 +439,7 @@ pub fn validate(model: &GpuModel, placements: &[Placement]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mig::profiles::{A100_40GB, A30_24GB, H100_80GB};
+    use crate::profiles::{A100_40GB, A30_24GB, H100_80GB};
 
     fn starts(p: &Plan) -> Vec<(&str, u32)> {
         p.placements

@@ -1,8 +1,8 @@
 //! Planner properties: every plan is valid, and on small inputs the planner finds a layout
 //! exactly when brute force does.
 
-use basalt_nodeagent::mig::planner::{plan, validate, Placement, Wanted};
-use basalt_nodeagent::mig::profiles::{GpuModel, MigProfile, MODELS};
+use basalt_mig::planner::{plan, validate, Placement, Wanted};
+use basalt_mig::profiles::{GpuModel, MigProfile, MODELS};
 use proptest::prelude::*;
 
 /// Every assignment of allowed starts to the wanted instances, checked by `validate`.
