@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod apply;
 mod assumed_claims;
 mod assumed_pods;
+mod changes;
 mod config_file;
 mod cycle;
 mod dra;

@@ -30,6 +30,8 @@ pub struct Ownership {
     theirs: BTreeSet<String>,
     /// Groups whose pods name several schedulers, with the names.
     mixed: BTreeMap<String, BTreeSet<String>>,
+    /// Basalt's scheduler names it was read with.
+    names: Vec<String>,
 }
 
 impl Ownership {
@@ -45,7 +47,10 @@ impl Ownership {
             schedulers.entry((ns, group)).or_default().insert(name);
         }
         let ours_name = |n: &str| names.iter().any(|s| s == n);
-        let mut out = Ownership::default();
+        let mut out = Ownership {
+            names: names.to_vec(),
+            ..Ownership::default()
+        };
         for ((ns, group), by) in schedulers {
             let key = format!("{ns}/{group}");
             match (
@@ -73,6 +78,11 @@ impl Ownership {
             || (origin == Origin::Basalt
                 && !self.theirs.contains(key)
                 && !self.mixed.contains_key(key))
+    }
+
+    /// Basalt's scheduler names it was read with.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The groups whose pods name several schedulers, with the names.

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::changes::ChangeLog;
 use crate::dra::Dra;
 use crate::lenient::Lenient;
 use crate::scheduler_plugins::SchedulerPlugins;
@@ -50,6 +51,8 @@ pub struct Stores {
     pub dra: Arc<Dra>,
     /// Woken on every change, so a cycle runs soon after it.
     pub changed: Arc<Notify>,
+    /// What the core watches changed since the last cycle took it (`changes.rs`).
+    pub changes: Arc<ChangeLog>,
     /// Which of the watches above keep failing (readiness).
     pub health: Arc<WatchHealth>,
     client: Client,
@@ -141,6 +144,7 @@ impl Stores {
             volumes: reflector::store().0,
             storage_classes: reflector::store().0,
             changed,
+            changes: Arc::default(),
             health: Arc::default(),
             client,
             tasks: Vec::new(),
@@ -159,7 +163,7 @@ impl Stores {
             t.abort();
         }
         let c = &self.client;
-        let (changed, health) = (&self.changed, &self.health);
+        let (changed, health) = (&self.changed, &(self.health.clone(), self.changes.clone()));
         let (nodes, t) = reflect(Api::all(c.clone()), "nodes", changed, health);
         self.tasks.push(t);
         let (pods, t) = reflect(Api::all(c.clone()), "pods", changed, health);
@@ -241,17 +245,28 @@ impl Stores {
     }
 }
 
+/// A core watch: its health counted, its changes logged.
 fn reflect<K>(
     api: Api<K>,
     what: &'static str,
     changed: &Arc<Notify>,
-    health: &Arc<WatchHealth>,
+    (health, changes): &(Arc<WatchHealth>, Arc<ChangeLog>),
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    spawn_reflector(api, what, changed, None, Some(health.clone()))
+    let core = Core {
+        health: health.clone(),
+        changes: changes.clone(),
+    };
+    spawn_reflector(api, what, changed, None, Some(core))
+}
+
+/// What a core watch reports besides its objects.
+struct Core {
+    health: Arc<WatchHealth>,
+    changes: Arc<ChangeLog>,
 }
 
 /// Where a watch reports that its resource is not served (404).
@@ -276,13 +291,14 @@ where
     spawn_reflector(api, what, changed, on_404, None)
 }
 
-/// The reflector task; with `health`, its errors and answers are counted there.
+/// The reflector task; with `core`, its errors and answers are counted there and its changes
+/// logged.
 fn spawn_reflector<K>(
     api: Api<K>,
     what: &'static str,
     changed: &Arc<Notify>,
     on_404: Option<OnNotFound>,
-    health: Option<Arc<WatchHealth>>,
+    core: Option<Core>,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -301,10 +317,13 @@ where
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            if let Some(h) = &health {
+            if let Some(core) = &core {
                 match &item {
-                    Ok(_) => h.answered(what),
-                    Err(_) => h.failed(what, Instant::now()),
+                    Ok(event) => {
+                        core.health.answered(what);
+                        log_change(&core.changes, what, event);
+                    }
+                    Err(_) => core.health.failed(what, Instant::now()),
                 }
             }
             match item {
@@ -322,6 +341,20 @@ where
         }
     });
     (store, task)
+}
+
+/// Marks what a watch event changed: an object, or everything while a list comes in.
+fn log_change<K: Resource>(changes: &ChangeLog, what: &'static str, event: &watcher::Event<K>) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+            let meta = o.meta();
+            let key = (meta.namespace.clone(), meta.name.clone().unwrap_or_default());
+            changes.object(what, key);
+        }
+        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {
+            changes.everything(what)
+        }
+    }
 }
 
 fn not_found(e: &watcher::Error) -> bool {
