@@ -53,13 +53,7 @@ impl ChangeLog {
 }
 
 impl Changes {
-    /// Whether any object of `kind` changed.
-    pub fn touches(&self, kind: &str) -> bool {
-        self.0.contains_key(kind)
-    }
-
     /// What changed of `kind` (`None`: nothing).
-    #[cfg(test)]
     pub fn of(&self, kind: &str) -> Option<&Changed> {
         self.0.get(kind)
     }
@@ -76,14 +70,14 @@ mod tests {
     #[test]
     fn a_cycle_takes_the_objects_changed_per_kind_and_a_list_means_everything() {
         let log = ChangeLog::default();
-        assert!(!log.take().touches("pods"));
+        assert_eq!(log.take().of("pods"), None);
         log.object("pods", key("a", "p1"));
         log.object("pods", key("a", "p1"));
         log.object("pods", key("b", "p2"));
         log.object("nodes", (None, "n1".into()));
         let changes = log.take();
-        assert!(changes.touches("pods") && changes.touches("nodes"));
-        assert!(!changes.touches("podgroups"));
+        assert!(changes.of("nodes").is_some());
+        assert_eq!(changes.of("podgroups"), None);
         let pods = BTreeSet::from([key("a", "p1"), key("b", "p2")]);
         assert_eq!(changes.of("pods"), Some(&Changed::Objects(pods)));
         assert_eq!(log.take(), Changes::default(), "taken whole");

@@ -9,9 +9,11 @@ use basalt_crds::convert::namespace_queue;
 use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
 use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
 
 use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
+use crate::changes::Changed;
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
 use crate::report::HeldPods;
@@ -59,12 +61,25 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let update = s.snapshots.update(objects, &options);
     let t_update = started.elapsed();
     let reused = update.unchanged && unreadable.is_empty();
-    if !update.unchanged {
-        let names = &s.config.scheduler_names;
-        // Read from the pods alone: PodGroup status writes coming back do not walk them again.
-        if changes.touches("pods") || s.ownership.names() != names.as_slice() {
+    let names = &s.config.scheduler_names;
+    // Read from the pods alone, and from those that changed where the log names them.
+    match changes.of("pods") {
+        _ if s.ownership.names() != names.as_slice() => {
             s.ownership = Ownership::of(&stores.pods.state(), names);
         }
+        None => {}
+        Some(Changed::Objects(keys)) => s.ownership.update(keys, |(ns, name)| {
+            let at = ObjectRef::new(name);
+            stores.pods.get(&match ns {
+                Some(ns) => at.within(ns),
+                None => at,
+            })
+        }),
+        Some(Changed::Everything) => {
+            s.ownership = Ownership::of(&stores.pods.state(), names);
+        }
+    }
+    if !update.unchanged {
         s.report_shared_groups();
     }
     if !reused {
