@@ -420,7 +420,11 @@ async fn main() -> anyhow::Result<()> {
         .args(["--listen", &addr, "--period", "1s"])
         .args(["--metrics-bind-address", &metrics_addr])
         // Extra daemon flags, e.g. `--forecast-interval 30s`.
-        .args(std::env::var("SCALE_DAEMON_ARGS").unwrap_or_default().split_whitespace())
+        .args(
+            std::env::var("SCALE_DAEMON_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("KUBECONFIG", &kubeconfig)
         .env(
             "RUST_LOG",

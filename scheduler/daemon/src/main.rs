@@ -37,6 +37,7 @@ mod usage;
 mod view;
 mod volcano;
 mod wake;
+mod watch;
 mod writer;
 
 use std::path::PathBuf;

@@ -278,16 +278,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
     (
         "scheduler/daemon",
         &[
-            "dra",
-            "optional_api",
-            "scheduler_plugins",
-            "stores",
-            "volcano",
-        ],
-    ),
-    (
-        "scheduler/daemon",
-        &[
             "apply",
             "cycle",
             "grouping",
