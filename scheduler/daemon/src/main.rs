@@ -27,6 +27,7 @@ mod optional_api;
 mod overfull;
 mod owners;
 mod ownership;
+mod reflect;
 mod report;
 mod reported;
 mod scheduler_plugins;
@@ -37,7 +38,6 @@ mod usage;
 mod view;
 mod volcano;
 mod wake;
-mod watch;
 mod writer;
 
 use std::path::PathBuf;

@@ -18,9 +18,9 @@ use tokio::task::JoinHandle;
 use crate::changes::ChangeLog;
 use crate::dra::Dra;
 use crate::lenient::Lenient;
+use crate::reflect::{spawn_reflector, Core, WatchHealth};
 use crate::scheduler_plugins::SchedulerPlugins;
 use crate::volcano::{HyperNodes, Volcano};
-use crate::watch::{spawn_reflector, Core, WatchHealth};
 
 pub struct Stores {
     pub nodes: Store<Node>,
