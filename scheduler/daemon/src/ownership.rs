@@ -234,14 +234,15 @@ mod tests {
         );
     }
 
-    /// What it says of each group, to compare two.
-    fn said(
-        o: &Ownership,
-    ) -> (
+    /// Ours, theirs and mixed (with the names).
+    type Said = (
         BTreeSet<String>,
         BTreeSet<String>,
         Vec<(String, Vec<String>)>,
-    ) {
+    );
+
+    /// What it says of each group, to compare two.
+    fn said(o: &Ownership) -> Said {
         let mixed = (o.mixed())
             .map(|(k, v)| (k.to_string(), v.iter().cloned().collect()))
             .collect();
