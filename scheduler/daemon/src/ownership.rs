@@ -257,20 +257,20 @@ mod tests {
         let mut o = Ownership::of(&[], &names);
         // A fixed pseudo-random walk of adds, changes and deletes over few pods and groups.
         let mut x: u64 = 7;
-        for step in 0..400 {
+        for step in 0..400u32 {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let name = format!("p{}", (x >> 33) % 12);
             let mut changed = vec![(Some("ml".to_string()), name.clone())];
-            if (x >> 20) % 5 == 0 {
+            if (x >> 20).is_multiple_of(5) {
                 store.remove(&name);
             } else {
                 let group = format!("g{}", (x >> 40) % 4);
                 let scheduler = schedulers[((x >> 50) % 3) as usize];
                 store.insert(name.clone(), pod(&name, &group, scheduler));
             }
-            if step % 7 == 0 {
+            if step.is_multiple_of(7) {
                 // A key logged twice, and one of a pod never seen.
                 changed.push(changed[0].clone());
                 changed.push((Some("ml".to_string()), "absent".to_string()));
