@@ -18,6 +18,9 @@
 //! - the daemon's resident memory (sampled from `/proc` every 100 ms: the peak seen, and the
 //!   kernel's own peak) and CPU time.
 //!
+//! `SCALE_DAEMON_ARGS` adds daemon flags (e.g. `--forecast-interval 30s`); `SCALE_LOG` is the
+//! daemon's `RUST_LOG`.
+//!
 //! Latencies are in milliseconds, measured here: from the return of the call that created a
 //! pod to the event of a watch (over HTTP, as any client) that shows it bound. The daemon's own
 //! `scheduling_latency` histogram (from `creationTimestamp`, one-second resolution) is printed
@@ -416,6 +419,12 @@ async fn main() -> anyhow::Result<()> {
     let child = Command::new(&a.bin)
         .args(["--listen", &addr, "--period", "1s"])
         .args(["--metrics-bind-address", &metrics_addr])
+        // Extra daemon flags, e.g. `--forecast-interval 30s`.
+        .args(
+            std::env::var("SCALE_DAEMON_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("KUBECONFIG", &kubeconfig)
         .env(
             "RUST_LOG",

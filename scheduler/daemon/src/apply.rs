@@ -226,7 +226,7 @@ impl Scheduler {
         let t_groups = t0.elapsed();
         self.report_held(stores).await;
         self.write_queues(plan).await;
-        tracing::debug!(evict = ?t_evict, bind = ?(t_bind - t_evict), nominate = ?(t_nominate - t_bind), group_status = ?(t_groups - t_nominate), rest = ?(t0.elapsed() - t_groups), "plan applied");
+        let t_rest = t0.elapsed();
 
         let pending: Vec<_> = stores
             .pods
@@ -243,6 +243,7 @@ impl Scheduler {
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
         self.metrics.observe_queues(plan, &pending, &self.view);
+        tracing::debug!(evict = ?t_evict, bind = ?(t_bind - t_evict), nominate = ?(t_nominate - t_bind), group_status = ?(t_groups - t_nominate), rest = ?(t_rest - t_groups), pending_metrics = ?(t0.elapsed() - t_rest), "plan applied");
 
         self.retry.backoff(retry)
     }

@@ -9,9 +9,11 @@ use basalt_crds::convert::namespace_queue;
 use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
 use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
 
 use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
+use crate::changes::Changed;
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
 use crate::report::HeldPods;
@@ -33,6 +35,8 @@ pub struct Outcome {
 
 pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
+    // Taken first: what changes from here on is the next cycle's.
+    let changes = stores.changes.take();
     s.auto_groups(stores).await;
     let t_auto = started.elapsed();
     let mut deadlines = Deadlines::default();
@@ -53,11 +57,29 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
             config: s.config.clone(),
         });
     }
+    let t_offer = started.elapsed();
     let update = s.snapshots.update(objects, &options);
+    let t_update = started.elapsed();
     let reused = update.unchanged && unreadable.is_empty();
+    let names = &s.config.scheduler_names;
+    // Read from the pods alone, and from those that changed where the log names them.
+    match changes.of("pods") {
+        _ if s.ownership.names() != names.as_slice() => {
+            s.ownership = Ownership::of(&stores.pods.state(), names);
+        }
+        None => {}
+        Some(Changed::Objects(keys)) => s.ownership.update(keys, |(ns, name)| {
+            let at = ObjectRef::new(name);
+            stores.pods.get(&match ns {
+                Some(ns) => at.within(ns),
+                None => at,
+            })
+        }),
+        Some(Changed::Everything) => {
+            s.ownership = Ownership::of(&stores.pods.state(), names);
+        }
+    }
     if !update.unchanged {
-        let names = &s.config.scheduler_names;
-        s.ownership = Ownership::of(&stores.pods.state(), names);
         s.report_shared_groups();
     }
     if !reused {
@@ -112,6 +134,9 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         auto_groups_ms = ms(t_auto),
         collect_ms = ms(t_collect - t_auto),
         build_ms = ms(t_build - t_collect),
+        forecast_copy_ms = ms(t_offer - t_collect),
+        snapshot_update_ms = ms(t_update - t_offer),
+        build_rest_ms = ms(t_build - t_update),
         reused,
         schedule_ms = ms(t_schedule - t_build),
         apply_ms = ms(total - t_schedule),

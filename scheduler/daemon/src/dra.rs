@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::optional_api::{watch, Kinds, Optional};
-use crate::stores::OnNotFound;
+use crate::reflect::OnNotFound;
 
 /// `resource.k8s.io/v1`.
 pub const API_VERSION: &str = "resource.k8s.io/v1";

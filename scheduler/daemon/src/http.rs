@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::stores::WatchHealth;
+use crate::reflect::WatchHealth;
 
 /// What the probes look at.
 pub struct Health {
@@ -139,7 +139,7 @@ async fn readyz(State((m, h)): State<Probed>) -> (StatusCode, String) {
     if !stale.is_empty() {
         return unready(format!(
             "watches failing for over {:?}: {}",
-            crate::stores::STALE_AFTER,
+            crate::reflect::STALE_AFTER,
             stale.join(", ")
         ));
     }

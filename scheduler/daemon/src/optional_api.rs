@@ -13,7 +13,7 @@ use kube::Client;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::stores::{reflect_task, OnNotFound};
+use crate::reflect::{reflect_task, OnNotFound};
 
 /// One optional API group version, whose kinds are watched while the cluster serves
 /// them.

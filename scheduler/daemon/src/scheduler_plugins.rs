@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::lenient::Converted;
 use crate::optional_api::{Kinds, Optional};
-use crate::stores::{reflect_task, OnNotFound};
+use crate::reflect::{reflect_task, OnNotFound};
 
 /// `scheduling.x-k8s.io/v1alpha1`.
 pub const API_VERSION: &str = sp::API_VERSION;

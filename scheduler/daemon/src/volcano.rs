@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::lenient::{spec_of, Converted};
 use crate::optional_api::{watch, Kinds, Optional};
-use crate::stores::{reflect_task, OnNotFound};
+use crate::reflect::{reflect_task, OnNotFound};
 
 /// `scheduling.volcano.sh/v1beta1`.
 pub const API_VERSION: &str = vc::API_VERSION;

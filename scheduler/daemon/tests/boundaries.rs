@@ -291,16 +291,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
     (
         "scheduler/daemon",
         &[
-            "dra",
-            "optional_api",
-            "scheduler_plugins",
-            "stores",
-            "volcano",
-        ],
-    ),
-    (
-        "scheduler/daemon",
-        &[
             "apply",
             "cycle",
             "grouping",
