@@ -184,7 +184,10 @@ fn the_budget_bounds_the_forecast() {
 /// without a bound; the first cycle runs whatever the bound.
 #[test]
 fn the_work_bound_stops_the_forecast() {
-    let spec = cluster(&[("a", &["n0"]), ("b", &["n1"])], &[("small", 1), ("big", 2)]);
+    let spec = cluster(
+        &[("a", &["n0"]), ("b", &["n1"])],
+        &[("small", 1), ("big", 2)],
+    );
     let ends = HashMap::from([
         ("ml/a-0".to_string(), at(11 * HOUR, Method::Exact)),
         ("ml/b-0".to_string(), at(12 * HOUR, Method::Exact)),
@@ -211,8 +214,18 @@ fn the_work_bound_stops_the_forecast() {
     assert!(big.start_ms.is_some(), "{unbounded:?}");
     assert!(unbounded.cycles > 2, "{unbounded:?}");
     let bounded = run(1);
-    assert_eq!(bounded.cycles, 1, "the first cycle always runs: {bounded:?}");
+    assert_eq!(
+        bounded.cycles, 1,
+        "the first cycle always runs: {bounded:?}"
+    );
     let big = bounded.job("ml/big").expect("forecast");
-    assert_eq!((big.start_ms, big.method), (None, Method::Unknown), "{bounded:?}");
-    assert!(bounded.work > 0 && bounded.work <= unbounded.work, "{bounded:?}");
+    assert_eq!(
+        (big.start_ms, big.method),
+        (None, Method::Unknown),
+        "{bounded:?}"
+    );
+    assert!(
+        bounded.work > 0 && bounded.work <= unbounded.work,
+        "{bounded:?}"
+    );
 }

@@ -72,7 +72,11 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Fo
     let mut spec = setup.cluster();
     // The running gangs at the backlog's top priority: the backlog waits for their ends
     // instead of preempting them (a preempting backlog costs what its scheduling cycle does).
-    for g in spec.groups.iter_mut().filter(|g| g.phase == JobPhase::Running) {
+    for g in spec
+        .groups
+        .iter_mut()
+        .filter(|g| g.phase == JobPhase::Running)
+    {
         g.priority = Some(TOP_PRIORITY);
     }
     // Each names its GPUs, as the scheduler's gpu-ids annotation does on the pods it bound

@@ -45,7 +45,8 @@ pub fn forecast_lines(
         .collect();
     let queue_of: HashMap<String, Option<String>> = (spec.pods.iter())
         .map(|p| {
-            let group = (p.group.as_ref()).and_then(|g| groups.get(&format!("{}/{g}", p.namespace)));
+            let group =
+                (p.group.as_ref()).and_then(|g| groups.get(&format!("{}/{g}", p.namespace)));
             let queue = (p.queue.clone()).or_else(|| group.copied().flatten().cloned());
             (format!("{}/{}", p.namespace, p.name), queue)
         })
