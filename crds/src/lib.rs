@@ -11,6 +11,7 @@
 
 pub mod convert;
 pub mod crdgen;
+pub mod ends;
 pub mod incremental;
 pub mod limits;
 pub mod quantity;

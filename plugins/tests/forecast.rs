@@ -178,3 +178,54 @@ fn the_budget_bounds_the_forecast() {
     let big = f.job("ml/big").expect("forecast");
     assert_eq!((big.start_ms, big.method), (None, Method::Unknown), "{f:?}");
 }
+
+/// The work bound (nodes plus pods per cycle) stops a run as the cycle bound does: a gang that
+/// starts after its holders end is `Unknown` when the work allows one cycle, and starts
+/// without a bound; the first cycle runs whatever the bound.
+#[test]
+fn the_work_bound_stops_the_forecast() {
+    let spec = cluster(
+        &[("a", &["n0"]), ("b", &["n1"])],
+        &[("small", 1), ("big", 2)],
+    );
+    let ends = HashMap::from([
+        ("ml/a-0".to_string(), at(11 * HOUR, Method::Exact)),
+        ("ml/b-0".to_string(), at(12 * HOUR, Method::Exact)),
+        (
+            "ml/small-0".to_string(),
+            End::After {
+                ms: HOUR,
+                method: Method::Exact,
+            },
+        ),
+    ]);
+    let config = Config::default();
+    // Each cycle counts 2 nodes and the 5 pods still there, or fewer once some end.
+    let run = |max_work| {
+        let make = |names: &_| basalt_plugins::framework(&config, names);
+        let limits = Limits {
+            max_work,
+            ..Limits::default()
+        };
+        forecast(spec.clone(), make, &ends, limits).expect("valid")
+    };
+    let unbounded = run(u64::MAX);
+    let big = unbounded.job("ml/big").expect("forecast");
+    assert!(big.start_ms.is_some(), "{unbounded:?}");
+    assert!(unbounded.cycles > 2, "{unbounded:?}");
+    let bounded = run(1);
+    assert_eq!(
+        bounded.cycles, 1,
+        "the first cycle always runs: {bounded:?}"
+    );
+    let big = bounded.job("ml/big").expect("forecast");
+    assert_eq!(
+        (big.start_ms, big.method),
+        (None, Method::Unknown),
+        "{bounded:?}"
+    );
+    assert!(
+        bounded.work > 0 && bounded.work <= unbounded.work,
+        "{bounded:?}"
+    );
+}

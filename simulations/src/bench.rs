@@ -53,7 +53,7 @@ pub struct BenchReport {
 }
 
 /// FNV-1a (64 bits) of `bytes`, in hex.
-fn digest(bytes: &[u8]) -> String {
+pub fn digest(bytes: &[u8]) -> String {
     let hash = (bytes.iter()).fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     });

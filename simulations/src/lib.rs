@@ -2,9 +2,11 @@
 //! rendering, shared by the binary, the tests and `cargo bench`.
 
 pub mod bench;
+pub mod bench_forecast;
 pub mod dra_backlog;
 pub mod fgd;
 pub mod mig;
 pub mod plan;
+pub mod plan_forecast;
 pub mod replay;
 pub mod synthetic;

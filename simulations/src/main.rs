@@ -120,6 +120,10 @@ enum Command {
         /// every waiting job costs.
         #[arg(long)]
         explain_cost: bool,
+        /// Time one forecast run instead of a cycle: the --running gangs end at stated
+        /// instants over an hour, the backlog waits for them.
+        #[arg(long, conflicts_with_all = ["fabric", "sharing", "dra", "explain_cost"])]
+        forecast: bool,
         /// Scheduler config (YAML); the default config when absent.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -420,7 +424,13 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             let mut fw = basalt_plugins::framework(&config, &snapshot.resources);
             fw.explain_jobs = explain.clone();
             let result = basalt_engine::schedule(&snapshot, &fw, &mut Default::default());
-            let why = plan::explained(&snapshot, &result, &explain)?;
+            let mut why = plan::explained(&snapshot, &result, &explain)?;
+            if !explain.is_empty() && matches!(output, PlanOutput::Text) {
+                let objects = basalt_sim::plan_forecast::objects(&snapshots)?;
+                why += &basalt_sim::plan_forecast::forecast_lines(
+                    &objects, &options, &config, &explain,
+                );
+            }
             Ok(match output {
                 PlanOutput::Text => plan::render_text(&snapshot, &result) + &why,
                 PlanOutput::Json => serde_json::to_string_pretty(&result)? + "\n",
@@ -437,6 +447,7 @@ fn run(cli: Cli) -> anyhow::Result<String> {
             running,
             runs,
             explain_cost,
+            forecast,
             fabric,
             constrained,
             sharing,
@@ -463,6 +474,13 @@ fn run(cli: Cli) -> anyhow::Result<String> {
                 ..synthetic::Synthetic::new(nodes, pods)
             };
             let config = plan::load_config(config.as_deref())?;
+            if forecast {
+                let report = basalt_sim::bench_forecast::run(&setup, &config, runs)?;
+                return Ok(match output {
+                    Output::Text => report.text(),
+                    Output::Json => serde_json::to_string_pretty(&report)? + "\n",
+                });
+            }
             let report = bench::run(&setup, &config, runs, explain_cost)?;
             Ok(match output {
                 Output::Text => report.text(),

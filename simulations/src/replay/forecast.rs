@@ -132,6 +132,7 @@ pub fn check(
         period_ms: o.period_ms,
         max_cycles: u32::MAX,
         horizon_ms: i64::MAX,
+        max_work: u64::MAX,
     };
     let framework = |names: &_| {
         let mut fw = basalt_plugins::framework(config, names);

@@ -1,7 +1,12 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use basalt_engine::forecast::{forecast, Limits};
-use basalt_engine::{GroupSpec, NodeSpec, PodPhase, PodSpec};
+use basalt_crds::ends::{parse_go_duration, EXPECTED_RUNTIME};
+use basalt_crds::Object;
+use basalt_engine::forecast::{forecast, End, Limits};
+use basalt_engine::{ClusterSpec, GroupSpec, NodeSpec, PodPhase, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 

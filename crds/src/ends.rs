@@ -1,0 +1,223 @@
+//! Each pod's end, as a forecast needs it (`basalt_engine::forecast::End`), read from the
+//! objects a cluster was converted from: its `activeDeadlineSeconds`, else the
+//! `scheduling.basalt.dev/expected-runtime` annotation on the pod or its PodGroup (exact), else
+//! the run time learned from finished jobs of the same owner and queue ([`Learned`], an
+//! estimate). An annotation that does not read is reported and taken as absent. Shared by the
+//! daemon's forecast task and `basalt-sim plan --explain`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use basalt_engine::forecast::{End, History, Method};
+use basalt_engine::ClusterSpec;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::Object;
+
+/// A stated run time, on a pod or its PodGroup (a Go duration: `90m`, `1h30m`, `2.5h`).
+pub const EXPECTED_RUNTIME: &str = "scheduling.basalt.dev/expected-runtime";
+
+/// An annotation that does not read: the object (`Pod ns/name`, `PodGroup ns/name`) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRuntime {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub message: String,
+}
+
+/// Reads a Go duration (`time.ParseDuration`) into milliseconds: a sequence of decimal numbers
+/// each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`); negative or empty is refused (a
+/// run time cannot be).
+pub fn parse_go_duration(text: &str) -> Result<i64, String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{text:?} is not a duration such as 90m or 1h30m: {why}"
+        ))
+    };
+    if text.is_empty() {
+        return bad("empty");
+    }
+    if text == "0" {
+        return Ok(0);
+    }
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest.starts_with('-') {
+        return bad("negative");
+    }
+    let mut total_ns = 0f64;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = match rest[..digits].parse() {
+            Ok(n) if digits > 0 => n,
+            _ => return bad("a number must come before each unit"),
+        };
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let ns_per = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            "" => return bad("missing unit"),
+            _ => return bad("unknown unit"),
+        };
+        rest = &rest[unit_len..];
+        total_ns += number * ns_per;
+    }
+    // Go's durations end at about 292 years.
+    if total_ns > i64::MAX as f64 {
+        return bad("too long");
+    }
+    Ok((total_ns / 1e6).round() as i64)
+}
+
+/// Run times learned from the pods of finished jobs, keyed by queue and owner.
+#[derive(Default)]
+pub struct Learned {
+    history: History,
+    /// Pods already recorded (by uid), the oldest forgotten first.
+    seen: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Learned {
+    /// Pods remembered as recorded.
+    const SEEN: usize = 100_000;
+
+    /// Records each succeeded pod's run time (start to its last container's finish) once.
+    pub fn learn(&mut self, pods: &[&Pod], queue_of: impl Fn(&Pod) -> Option<String>) {
+        for p in pods {
+            let Some(status) = &p.status else { continue };
+            if status.phase.as_deref() != Some("Succeeded") {
+                continue;
+            }
+            let Some(uid) = p.metadata.uid.clone() else {
+                continue;
+            };
+            let finished = (status.container_statuses.iter().flatten())
+                .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+                .map(|t| t.0.as_millisecond())
+                .max();
+            let started = status.start_time.as_ref().map(|t| t.0.as_millisecond());
+            let (Some(start), Some(end)) = (started, finished) else {
+                continue;
+            };
+            if !self.seen.insert(uid.clone()) {
+                continue;
+            }
+            self.order.push_back(uid);
+            if self.order.len() > Self::SEEN {
+                if let Some(old) = self.order.pop_front() {
+                    self.seen.remove(&old);
+                }
+            }
+            let key = history_key(queue_of(p).as_deref(), &p.metadata);
+            self.history.record(&key, end - start);
+        }
+    }
+
+    pub fn estimate(&self, queue: Option<&str>, meta: &ObjectMeta) -> Option<i64> {
+        self.history.estimate(&history_key(queue, meta))
+    }
+}
+
+/// `queue/Kind/name` of the object's controller (or the object itself when it has none), with a
+/// generated suffix dropped from the name so that each run of one workload counts alike.
+fn history_key(queue: Option<&str>, meta: &ObjectMeta) -> String {
+    let owner = (meta.owner_references.iter().flatten())
+        .find(|o| o.controller == Some(true))
+        .map(|o| format!("{}/{}", o.kind, o.name));
+    let owner = owner.unwrap_or_else(|| match &meta.generate_name {
+        Some(g) => format!("Pod/{g}"),
+        None => format!("Pod/{}", meta.name.as_deref().unwrap_or_default()),
+    });
+    format!("{}/{owner}", queue.unwrap_or("default"))
+}
+
+/// Per pod (`namespace/name`) of `spec` its end when one is known, and the annotations that did
+/// not read. `objects` are the ones `spec` was converted from (for annotations and owners).
+pub fn ends(
+    objects: &[(String, Object)],
+    spec: &ClusterSpec,
+    learned: &Learned,
+) -> (HashMap<String, End>, Vec<BadRuntime>) {
+    let mut bad = Vec::new();
+    let mut read = |kind: &'static str, meta: &ObjectMeta| -> Option<i64> {
+        let text = meta.annotations.as_ref()?.get(EXPECTED_RUNTIME)?;
+        match parse_go_duration(text.trim()) {
+            Ok(ms) => Some(ms),
+            Err(message) => {
+                bad.push(BadRuntime {
+                    kind,
+                    namespace: meta.namespace.clone().unwrap_or_default(),
+                    name: meta.name.clone().unwrap_or_default(),
+                    message: format!("metadata.annotations[{EXPECTED_RUNTIME}]: {message}"),
+                });
+                None
+            }
+        }
+    };
+    let mut group_runtime = HashMap::new();
+    let mut pods = HashMap::new();
+    for (_, o) in objects {
+        match o {
+            Object::PodGroup(g) => {
+                let key = object_key(&g.metadata);
+                group_runtime.insert(key, read("PodGroup", &g.metadata));
+            }
+            Object::Pod(p) => {
+                pods.insert(object_key(&p.metadata), p.clone());
+            }
+            _ => {}
+        }
+    }
+    let queues: HashMap<String, Option<&str>> = (spec.groups.iter())
+        .map(|g| (format!("{}/{}", g.namespace, g.name), g.queue.as_deref()))
+        .collect();
+    let mut ends = HashMap::new();
+    for p in &spec.pods {
+        let key = format!("{}/{}", p.namespace, p.name);
+        let pod = pods.get(&key);
+        let group = p.group.as_ref().map(|g| format!("{}/{g}", p.namespace));
+        let stated = pod.and_then(|pod| read("Pod", &pod.metadata)).or_else(|| {
+            let g = group.as_ref()?;
+            group_runtime.get(g).copied().flatten()
+        });
+        let queue = p.queue.as_deref().or_else(|| {
+            let g = group.as_ref()?;
+            queues.get(g).copied().flatten()
+        });
+        let run = match (p.active_deadline_s, stated) {
+            (Some(s), _) => Some((s.saturating_mul(1000), Method::Exact)),
+            (None, Some(ms)) => Some((ms, Method::Exact)),
+            (None, None) => pod
+                .and_then(|pod| learned.estimate(queue, &pod.metadata))
+                .map(|ms| (ms, Method::Estimate)),
+        };
+        let Some((ms, method)) = run else { continue };
+        let end = match (p.node.is_some(), p.started_ms) {
+            (true, Some(start)) => End::At {
+                ms: start.saturating_add(ms),
+                method,
+            },
+            _ => End::After { ms, method },
+        };
+        ends.insert(key, end);
+    }
+    (ends, bad)
+}
+
+fn object_key(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
