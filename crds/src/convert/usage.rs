@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(e.0, "status.usage.resources[cpu]");
         s.resources.clear();
         s.held = Some([("nvidia.com/gpu".into(), Quantity("-1".into()))].into());
-        assert_eq!(read_usage("a", &s).unwrap_err().0, "status.usage.held[nvidia.com/gpu]");
+        assert_eq!(
+            read_usage("a", &s).unwrap_err().0,
+            "status.usage.held[nvidia.com/gpu]"
+        );
         s.held = None;
         s.resources.clear();
         s.taken_at = "yesterday".into();

@@ -62,7 +62,12 @@ impl QueueUsage {
         let names: std::collections::BTreeSet<&String> =
             self.used.keys().chain(held.keys()).collect();
         let used = (names.into_iter())
-            .map(|r| (r, self.used_after(r, held.get(r).copied().unwrap_or(0), keep)))
+            .map(|r| {
+                (
+                    r,
+                    self.used_after(r, held.get(r).copied().unwrap_or(0), keep),
+                )
+            })
             .filter(|(_, v)| *v > 0.0)
             .map(|(r, v)| (r.clone(), v))
             .collect();
