@@ -261,7 +261,7 @@ fn what_was_held_between_cycles_is_charged() {
         })
         .collect();
     let later = schedule(&cluster(vec![], old), &config("1h"));
-    assert!(later.usage.iter().all(|u| u.used.get(GPU).is_none()));
+    assert!(later.usage.iter().all(|u| !u.used.contains_key(GPU)));
 }
 
 /// Two equal queues whose jobs each need all 16 GPUs, 5 minutes each, with work always waiting
