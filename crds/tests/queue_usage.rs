@@ -51,11 +51,13 @@ fn status_usage_is_read_back_in_engine_units() {
                 queue: "a".into(),
                 at_ms: at,
                 used: [("cpu".into(), 1250.0), ("nvidia.com/gpu".into(), 7.5)].into(),
+                held: None,
             },
             QueueUsage {
                 queue: "b".into(),
                 at_ms: at + 1500,
                 used: Default::default(),
+                held: None,
             },
         ]
     );

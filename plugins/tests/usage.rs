@@ -68,6 +68,7 @@ fn usage(queue: &str, gpus_held: f64, at_ms: i64) -> QueueUsage {
         queue: queue.into(),
         at_ms,
         used: BTreeMap::from([(GPU.to_string(), gpus_held)]),
+        held: None,
     }
 }
 
@@ -212,6 +213,55 @@ fn usage_follows_what_is_held_and_sums_up_the_tree() {
     assert_eq!(used["a"], 0.5);
     assert_eq!(used["b"], 5.0);
     assert_eq!(used["org"], 5.5);
+}
+
+/// A queue holds the whole cluster from `t0` (the plan at t0 records its holding), the job
+/// ends, nothing is pending, so no cycle runs until one an hour later that sees nothing held.
+/// Half-life 1h: the hour of 16 GPUs is charged, 16·(1 − 2^−1) = 8, not 0 (what the snapshot
+/// holds at t0 + 1h). The record of t0 says it: `held` is the post-plan holding.
+#[test]
+fn what_was_held_between_cycles_is_charged() {
+    let (group, mut pods) = gang("a-run", "a", 2, 8, 0);
+    for (pod, node) in pods.iter_mut().zip(["n0", "n1"]) {
+        pod.phase = PodPhase::Running;
+        pod.node = Some(node.into());
+    }
+    let group = GroupSpec {
+        phase: JobPhase::Running,
+        ..group
+    };
+    let t0 = NOW - 60 * MINUTE;
+    let at_t0 = Snapshot::build(ClusterSpec {
+        now_ms: t0,
+        nodes: nodes(),
+        pods,
+        groups: vec![group],
+        queues: vec![QueueSpec::new("a"), QueueSpec::new("b")],
+        ..Default::default()
+    })
+    .unwrap();
+    let first = schedule(&at_t0, &config("1h"));
+    let a = first.usage.iter().find(|u| u.queue == "a").unwrap();
+    assert_eq!(a.at_ms, t0);
+    assert_eq!(a.held.as_ref().unwrap().get(GPU), Some(&16));
+    // An hour on, the job gone: the record's holding is charged for the hour.
+    let later = schedule(&cluster(vec![], first.usage.clone()), &config("1h"));
+    let used: BTreeMap<&str, f64> = (later.usage.iter())
+        .map(|u| (u.queue.as_str(), u.used.get(GPU).copied().unwrap_or(0.0)))
+        .collect();
+    assert_eq!(used["a"], 8.0);
+    assert_eq!(used["b"], 0.0);
+    let a = later.usage.iter().find(|u| u.queue == "a").unwrap();
+    assert_eq!(a.held.as_ref().map(|h| h.get(GPU)), Some(None));
+    // A record from before `held` was kept falls back to the snapshot's holding: nothing.
+    let old: Vec<QueueUsage> = (first.usage.iter())
+        .map(|u| QueueUsage {
+            held: None,
+            ..u.clone()
+        })
+        .collect();
+    let later = schedule(&cluster(vec![], old), &config("1h"));
+    assert!(later.usage.iter().all(|u| !u.used.contains_key(GPU)));
 }
 
 /// Two equal queues whose jobs each need all 16 GPUs, 5 minutes each, with work always waiting

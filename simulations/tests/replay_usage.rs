@@ -68,15 +68,16 @@ fn usage_rises_while_a_queue_holds_the_cluster_and_decays_after() {
     let num = |v: &str| v.parse::<f64>().unwrap();
     let near = |v: &str, want: f64| assert!((num(v) - want).abs() < 1e-6, "{v} != {want}");
     let sqrt2 = 2f64.sqrt();
-    // Usage u' = u·d + held·(1 − d), d = 2^(−Δt/100 s); a holding is counted from the record
-    // to the cycle that sees it (what the snapshot holds then). a from nothing at 0: 0; at
-    // 50 it held 8 for half a half-life: 8(1 − 2^−½) = 8 − 4√2; at 100 A has ended (the cycle
-    // sees nothing held): (8 − 4√2)·2^−½ = 4√2 − 4; at 200, a whole half-life on: 2√2 − 2.
+    // Usage u' = u·d + held·(1 − d), d = 2^(−Δt/100 s), charging over each span what the
+    // queue held from its record on: a plan's record says what it holds once carried out, and a
+    // completion between cycles advances its queue's record. a from nothing at 0: 0; at 50 it
+    // held 8 for half a half-life: 8(1 − 2^−½) = 8 − 4√2; A ends at 100 (before that cycle):
+    // 8 held for a whole half-life from 0, 8·½ = 4; at 200, a half-life of nothing: 2.
     let a = [
         ("0", 0.0, 8),
         ("50", 8.0 - 4.0 * sqrt2, 8),
-        ("100", 4.0 * sqrt2 - 4.0, 0),
-        ("200", 2.0 * sqrt2 - 2.0, 0),
+        ("100", 4.0, 0),
+        ("200", 2.0, 0),
     ];
     for (t, usage, held) in a {
         let r = row(t, "a");
@@ -86,11 +87,15 @@ fn usage_rises_while_a_queue_holds_the_cluster_and_decays_after() {
     }
     // Rising while held, decaying after.
     assert!(num(row("50", "a")[2]) > num(row("0", "a")[2]));
-    assert!(num(row("100", "a")[2]) < num(row("50", "a")[2]));
+    assert!(num(row("100", "a")[2]) > num(row("50", "a")[2]));
     assert!(num(row("200", "a")[2]) < num(row("100", "a")[2]));
-    // b had held nothing by 100; B holds the node after the cycle at 100.
+    // b had held nothing by 100; B holds the node after the cycle at 100 and ends at 150,
+    // with nothing waiting (no cycle then): its 50 s of 8 GPUs are charged, 8(1 − 2^−½), and
+    // have decayed half a half-life by the cycle at 200: (8 − 4√2)·2^−½ = 4√2 − 4 (0 when
+    // only what each cycle's snapshot held was charged).
     near(row("100", "b")[2], 0.0);
     assert_eq!(row("100", "b")[5], "8");
+    near(row("200", "b")[2], 4.0 * sqrt2 - 4.0);
     // Adjusted share, w + k·(w − u) with w = ½, u = a's part of the siblings' usage, k = 1:
     // equal at 0 (no usage); at 50 a used it all, so its weight is the floor (1 of 2^20
     // steps) against b's whole 2^20.

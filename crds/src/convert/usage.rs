@@ -26,6 +26,11 @@ pub fn usage_status(usage: &QueueUsage) -> QueueUsageStatus {
         resources: (usage.used.iter())
             .map(|(name, &v)| (name.clone(), Quantity(significant(v / unit(name)))))
             .collect(),
+        held: (usage.held.as_ref()).map(|held| {
+            (held.iter())
+                .map(|(name, &v)| (name.clone(), Quantity(exact(v, name))))
+                .collect()
+        }),
     }
 }
 
@@ -39,24 +44,49 @@ pub fn read_usage(queue: &str, status: &QueueUsageStatus) -> Result<QueueUsage, 
         )
     })?;
     let mut used = BTreeMap::new();
-    for (name, Quantity(text)) in &status.resources {
-        match text.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 && !text.contains(char::is_alphabetic) => {
-                used.insert(name.clone(), v * unit(name));
-            }
-            _ => {
-                return Err((
-                    format!("status.usage.resources[{name}]"),
-                    format!("{text:?} is not a non-negative decimal number"),
-                ))
-            }
-        }
+    for (name, text) in &status.resources {
+        used.insert(name.clone(), decimal("resources", name, text)?);
     }
+    let held = match &status.held {
+        None => None,
+        Some(list) => {
+            let mut held = BTreeMap::new();
+            for (name, text) in list {
+                held.insert(name.clone(), decimal("held", name, text)?.round() as i64);
+            }
+            Some(held)
+        }
+    };
     Ok(QueueUsage {
         queue: queue.to_string(),
         at_ms: at.as_millisecond(),
         used,
+        held,
     })
+}
+
+/// A written amount of `name` (`status.usage.<field>`) in engine units.
+fn decimal(field: &str, name: &str, Quantity(text): &Quantity) -> Result<f64, (String, String)> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && !text.contains(char::is_alphabetic) => {
+            Ok(v * unit(name))
+        }
+        _ => Err((
+            format!("status.usage.{field}[{name}]"),
+            format!("{text:?} is not a non-negative decimal number"),
+        )),
+    }
+}
+
+/// A holding in the resource's units, every digit kept (cores to the milli-CPU).
+fn exact(v: i64, resource: &str) -> String {
+    match unit(resource) == 1.0 {
+        true => v.to_string(),
+        false => {
+            let text = format!("{}.{:03}", v / 1000, (v % 1000).abs());
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+    }
 }
 
 /// Usage's effect on a queue's order, as Queue status and `plan` word it: "ordered before `b`:
@@ -120,6 +150,7 @@ mod tests {
             queue: "a".into(),
             at_ms: 1_700_000_000_250,
             used: used.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            held: None,
         }
     }
 
@@ -144,7 +175,19 @@ mod tests {
     #[test]
     fn read_back_as_written() {
         let before = usage(&[("nvidia.com/gpu", 7.5), ("cpu", 1500.0)]);
-        assert_eq!(read_usage("a", &usage_status(&before)), Ok(before));
+        assert_eq!(read_usage("a", &usage_status(&before)), Ok(before.clone()));
+        // What it held, every digit: 8 GPUs, 2.25 cores; none held is no map at all.
+        let held = QueueUsage {
+            held: Some([("nvidia.com/gpu".into(), 8), ("cpu".into(), 2250)].into()),
+            ..before
+        };
+        let status = usage_status(&held);
+        let written = status.held.as_ref().unwrap();
+        assert_eq!(written["cpu"].0, "2.25");
+        assert_eq!(written["nvidia.com/gpu"].0, "8");
+        assert_eq!(read_usage("a", &status), Ok(held));
+        assert_eq!(exact(1000, "cpu"), "1");
+        assert_eq!(exact(5, "cpu"), "0.005");
     }
 
     #[test]
@@ -177,6 +220,13 @@ mod tests {
         s.resources.insert("cpu".into(), Quantity("1500m".into()));
         let e = read_usage("a", &s).unwrap_err();
         assert_eq!(e.0, "status.usage.resources[cpu]");
+        s.resources.clear();
+        s.held = Some([("nvidia.com/gpu".into(), Quantity("-1".into()))].into());
+        assert_eq!(
+            read_usage("a", &s).unwrap_err().0,
+            "status.usage.held[nvidia.com/gpu]"
+        );
+        s.held = None;
         s.resources.clear();
         s.taken_at = "yesterday".into();
         assert_eq!(read_usage("a", &s).unwrap_err().0, "status.usage.takenAt");

@@ -21,6 +21,13 @@ pub struct QueueUsageStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "super::resource_list_schema")]
     pub resources: BTreeMap<String, Quantity>,
+    /// What the queue held from `takenAt` on, per resource, in the same units: what the next
+    /// usage charges for the time since (so a job that ends between two cycles is charged for
+    /// its run). Absent in a status written before it was kept: then what the queue holds at
+    /// the next cycle is charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::resource_list_schema")]
+    pub held: Option<BTreeMap<String, Quantity>>,
 }
 
 fn date_time_schema(_: &mut SchemaGenerator) -> Schema {

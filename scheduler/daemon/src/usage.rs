@@ -52,6 +52,7 @@ mod tests {
             queue: queue.into(),
             at_ms,
             used: [("nvidia.com/gpu".to_string(), gpus)].into(),
+            held: None,
         }
     }
 

@@ -7,8 +7,15 @@
 //! Usage is a decayed average of what the queue held: after holding `held` over `[then, now]`,
 //! `u' = u·d + held·(1 − d)` with `d = 2^(−(now − then)/halfLife)`. That is the decayed
 //! resource-seconds `∫ held(t)·2^(−(now − t)/h) dt` divided by their total weight `h/ln 2`, so
-//! it reads in the resource's own units ("averaged 8 GPUs"), and it is exact for a holding that
-//! is constant between cycles (the cycle's snapshot says what the queue held since the last).
+//! it reads in the resource's own units ("averaged 8 GPUs").
+//!
+//! What a queue held over `[then, now]` is what its record says it held at `then` (`held`: what
+//! it held once that plan was carried out), not what the snapshot at `now` holds: a job that
+//! ran from the last record until just before this cycle is charged for its run. The sum is
+//! exact when a record is taken at every change of holdings: the daemon cycles on every watch
+//! event (a pod ending is one), the replay advances the records at each completion
+//! ([`QueueUsage::advance`]). A record without `held` (written before it was kept) falls back
+//! to the snapshot's holding.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +31,49 @@ pub struct QueueUsage {
     /// The decayed average held, per resource name, in the resource's units (milli-CPU, bytes,
     /// devices), as the engine counts them.
     pub used: BTreeMap<String, f64>,
+    /// What the queue held from `at_ms` on, per resource name, in engine units (zeros left
+    /// out): what the next record charges over the span. `None` in a record from before it was
+    /// kept: then the snapshot's holding is charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<BTreeMap<String, i64>>,
+}
+
+impl QueueUsage {
+    /// The usage of `resource` after a span that keeps `keep` of the past, over which the
+    /// queue held `held`: `u·d + held·(1 − d)`; a usage that is not a finite positive number
+    /// counts as none.
+    pub fn used_after(&self, resource: &str, held: i64, keep: f64) -> f64 {
+        let before = (self.used.get(resource).copied())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .unwrap_or(0.0);
+        decayed(before, held.max(0) as f64, keep)
+    }
+
+    /// Brings the record to `now_ms`, charging what it says the queue held since (for the
+    /// replay, at a change of holdings that is no cycle; the caller then says what is held
+    /// from now on). A record without `held` is left as it is: the next cycle charges the
+    /// snapshot's holding. An instant before the record changes nothing.
+    pub fn advance(&mut self, now_ms: i64, half_life_ms: i64) {
+        let Some(held) = &self.held else { return };
+        if now_ms <= self.at_ms {
+            return;
+        }
+        let keep = kept(now_ms - self.at_ms, half_life_ms);
+        let names: std::collections::BTreeSet<&String> =
+            self.used.keys().chain(held.keys()).collect();
+        let used = (names.into_iter())
+            .map(|r| {
+                (
+                    r,
+                    self.used_after(r, held.get(r).copied().unwrap_or(0), keep),
+                )
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(r, v)| (r.clone(), v))
+            .collect();
+        self.used = used;
+        self.at_ms = now_ms;
+    }
 }
 
 /// Weights adjusted by usage, as a fair-share policy returns them (each indexed by `QueueId`).
@@ -115,5 +165,28 @@ mod tests {
         // Two half-lives in two steps equal one step of both.
         let two = decayed(decayed(0.0, 8.0, 0.5), 8.0, 0.5);
         assert_eq!(two, decayed(0.0, 8.0, kept(1_200_000, 600_000)));
+    }
+
+    #[test]
+    fn advance_charges_what_the_record_held() {
+        let gpu = "nvidia.com/gpu".to_string();
+        let mut record = QueueUsage {
+            queue: "a".into(),
+            at_ms: 0,
+            used: BTreeMap::from([("cpu".to_string(), 2.0)]),
+            held: Some(BTreeMap::from([(gpu.clone(), 8)])),
+        };
+        // One half-life holding 8 GPUs and no CPU: GPUs 4, CPU halved.
+        record.advance(600_000, 600_000);
+        assert_eq!(record.at_ms, 600_000);
+        assert_eq!(record.used[&gpu], 4.0);
+        assert_eq!(record.used["cpu"], 1.0);
+        // Going back in time changes nothing; nor does a record without `held`.
+        let before = record.clone();
+        record.advance(1, 600_000);
+        assert_eq!(record, before);
+        record.held = None;
+        record.advance(1_200_000, 600_000);
+        assert_eq!(record.used, before.used);
     }
 }

@@ -488,6 +488,7 @@ impl<'a> Simulator<'a> {
         {
             return; // evicted since; a later start scheduled its own completion
         }
+        self.usage_at_completion(job);
         let p = &self.prepared[job as usize];
         let (total, queue) = (p.total_gpus, p.queue);
         self.release(job);

@@ -54,8 +54,9 @@ fn with_nulls(
 }
 
 /// The queue's usage as its status will say, from the plan (none without a half-life). While
-/// the written digits stay the same the written instant stays too: a usage that only decays
-/// past its fourth digit is no reason to write every cycle.
+/// the written digits and holding stay the same the written instant stays too: a usage that
+/// only decays past its fourth digit is no reason to write every cycle (a changed holding is:
+/// the record must say from when it is held).
 fn written_usage(
     plan: &Plan,
     queue: &str,
@@ -64,7 +65,9 @@ fn written_usage(
     let usage = plan.usage.iter().find(|u| u.queue == queue)?;
     let status = basalt_crds::convert::usage_status(usage);
     match current.and_then(|c| c.usage.as_ref()) {
-        Some(old) if old.resources == status.resources => Some(old.clone()),
+        Some(old) if old.resources == status.resources && old.held == status.held => {
+            Some(old.clone())
+        }
         _ => Some(status),
     }
 }

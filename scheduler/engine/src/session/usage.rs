@@ -12,10 +12,10 @@ use super::Session;
 
 impl Session<'_> {
     /// Every queue's usage at the snapshot's instant (`queue × dims`), or nothing without a
-    /// half-life. Leaves decay their own record by its age and add what they hold now (held
-    /// since the record: a snapshot says what the last cycle left); a queue without a record
-    /// starts from nothing now. An inner queue's usage is its children's sum, whatever its
-    /// own record says.
+    /// half-life. Leaves decay their own record by its age and add what the record says they
+    /// held since (its `held`; a record without one, the snapshot's holding); a queue without
+    /// a record starts from nothing now. An inner queue's usage is its children's sum,
+    /// whatever its own record says.
     pub(super) fn usage_now(&self) -> Vec<f64> {
         let (snap, half_life) = (self.snapshot, self.fw.usage_half_life_ms);
         if half_life <= 0 {
@@ -34,14 +34,17 @@ impl Session<'_> {
             let keep = record.map_or(1.0, |r| {
                 kept(snap.now_ms.saturating_sub(r.at_ms), half_life)
             });
-            let held = self.queue_allocated(q.id);
+            let holding = self.queue_allocated(q.id);
             for r in snap.resources.ids() {
-                let before = record
-                    .and_then(|u| u.used.get(snap.resources.name(r)))
-                    .copied()
-                    .filter(|v| v.is_finite() && *v > 0.0)
-                    .unwrap_or(0.0);
-                let now = decayed(before, held.get(r).max(0) as f64, keep);
+                let name = snap.resources.name(r);
+                let held = match record.and_then(|u| u.held.as_ref()) {
+                    Some(held) => held.get(name).copied().unwrap_or(0),
+                    None => holding.get(r),
+                };
+                let now = match record {
+                    Some(u) => u.used_after(name, held, keep),
+                    None => decayed(0.0, held.max(0) as f64, keep),
+                };
                 for a in ancestors(snap, q.id) {
                     usage[a.index() * dims + r.0 as usize] += now;
                 }
@@ -118,8 +121,9 @@ impl Session<'_> {
         })
     }
 
-    /// Every queue's usage as the plan returns it, taken at the snapshot's instant; none
-    /// without a half-life.
+    /// Every queue's usage as the plan returns it, taken at the snapshot's instant, with what
+    /// the queue holds once the plan is carried out (its binds and nominations in, its victims
+    /// out: what the next record charges); none without a half-life.
     pub(super) fn usage_update(&self) -> Vec<QueueUsage> {
         if self.usage.is_empty() {
             return Vec::new();
@@ -130,7 +134,18 @@ impl Session<'_> {
                 queue: q.name.clone(),
                 at_ms: snap.now_ms,
                 used: self.usage_named(q.id),
+                held: Some(self.held_named(q.id)),
             })
+            .collect()
+    }
+
+    /// What the queue holds now, by resource name, zeros left out.
+    fn held_named(&self, queue: QueueId) -> std::collections::BTreeMap<String, i64> {
+        let names = &self.snapshot.resources;
+        (names.ids())
+            .map(|r| (r, self.queue_allocated(queue).get(r)))
+            .filter(|&(_, v)| v > 0)
+            .map(|(r, v)| (names.name(r).to_string(), v))
             .collect()
     }
 

@@ -1,6 +1,11 @@
 //! Each queue's usage over a replay as the cycles' plans report it (with a usage half-life,
 //! `fairness.usage.halfLife`): what the report's `queue_usage.csv` and chart show. A point per
 //! applied plan; none without a half-life, so such a run records nothing new.
+//!
+//! Between cycles holdings change only when a job completes (evictions and binds are a plan's):
+//! there the job's queue's usage record is brought to the instant with the engine's own step
+//! ([`basalt_engine::QueueUsage::advance`]), charging what it held since its last record, and
+//! holds the job no more, so the next cycle charges exactly what was held when.
 
 use basalt_engine::QueueStatus;
 
@@ -24,6 +29,34 @@ pub struct UsagePoint {
 }
 
 impl Simulator<'_> {
+    /// A job ends (its pods still placed): its queue's usage is brought to now and its
+    /// holding is the job's less. Nothing without a half-life (no usage is carried then).
+    pub(super) fn usage_at_completion(&mut self, job: u32) {
+        let j = job as usize;
+        let queue = &self.workload.queues[self.prepared[j].queue as usize].name;
+        let Some(record) = self.usage.iter_mut().find(|u| &u.queue == queue) else {
+            return;
+        };
+        let half_life = self.config.fairness.usage.half_life_ms().unwrap_or(0);
+        record.advance(self.now, half_life);
+        let Some(held) = &mut record.held else {
+            return;
+        };
+        let placed = (self.state[j].pods.iter().zip(&self.prepared[j].requests))
+            .filter(|(placement, _)| placement.is_some());
+        for (_, request) in placed {
+            for (r, v) in request {
+                held.entry(r.clone()).and_modify(|h| *h -= v);
+            }
+            // A pod takes a pod slot, as the snapshot counts it.
+            if !request.contains_key(basalt_engine::PODS_NAME) {
+                held.entry(basalt_engine::PODS_NAME.into())
+                    .and_modify(|h| *h -= 1);
+            }
+        }
+        held.retain(|_, v| *v > 0);
+    }
+
     /// Records what the plan's queue statuses say of usage, once the plan is applied.
     pub(super) fn record_usage(&mut self, statuses: &[QueueStatus]) {
         let by_name: HashMap<&str, &QueueStatus> =
