@@ -15,9 +15,9 @@ use thiserror::Error;
 use crate::backend::{BackendError, GpuBackend};
 use crate::discover::{discover, DiscoverError, Discovery};
 use crate::layout_status;
-use crate::relayout_status;
 use crate::mig::applier::{self, Outcome};
 use crate::mig::config::{self, MIG_CONFIG_LABEL};
+use crate::relayout_status;
 use crate::timeslice::{self, LabelChange};
 use crate::timeslice_config;
 
@@ -142,10 +142,10 @@ pub async fn reconcile_once(
     let mut raw = backend.report()?;
     let mut discovery = discover(&raw)?;
     let topologies: Api<NodeTopology> = Api::all(client.clone());
-    let mut current = topologies.get_opt(&cfg.node_name).await.map_err(kube_err(format!(
-        "reading NodeTopology {}",
-        cfg.node_name
-    )))?;
+    let mut current = topologies
+        .get_opt(&cfg.node_name)
+        .await
+        .map_err(kube_err(format!("reading NodeTopology {}", cfg.node_name)))?;
     // GPUs the scheduler lays out are not the label's.
     let owned = relayout_status::owned_gpus(current.as_ref());
 
@@ -192,18 +192,24 @@ pub async fn reconcile_once(
     }
 
     // The scheduler's MIG layouts (NodeTopology spec.migLayouts).
-    let relaid =
-        relayout_status::reconcile(client, backend, cfg, current.as_ref(), &raw.gpus, &mut report)
-            .await;
+    let relaid = relayout_status::reconcile(
+        client,
+        backend,
+        cfg,
+        current.as_ref(),
+        &raw.gpus,
+        &mut report,
+    )
+    .await;
     if relaid.touched {
         raw = backend.report()?;
         discovery = discover(&raw)?;
     }
     if relaid.wrote {
-        current = topologies.get_opt(&cfg.node_name).await.map_err(kube_err(format!(
-            "reading NodeTopology {}",
-            cfg.node_name
-        )))?;
+        current = topologies
+            .get_opt(&cfg.node_name)
+            .await
+            .map_err(kube_err(format!("reading NodeTopology {}", cfg.node_name)))?;
     }
 
     // Time-slicing: the node's own key of the device plugin's ConfigMap.

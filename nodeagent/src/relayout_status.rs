@@ -2,7 +2,6 @@
 //! stored NodeTopology, applies them ([`crate::mig::relayout`]) and writes
 //! `status.migLayouts`: `applying` before any instance changes, the outcome after.
 
-
 use basalt_crd_types::{MigLayoutPhase, MigLayoutStatus, NodeTopology};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
@@ -52,9 +51,9 @@ pub async fn reconcile(
         return Relaid::default();
     }
     if cfg.no_mig {
-        report.warnings.push(
-            "NodeTopology spec.migLayouts ignored: MIG changes are off (--no-mig)".into(),
-        );
+        report
+            .warnings
+            .push("NodeTopology spec.migLayouts ignored: MIG changes are off (--no-mig)".into());
         return Relaid::default();
     }
     // The agent cannot see which pod holds which instance (that needs the kubelet's
@@ -62,8 +61,7 @@ pub async fn reconcile(
     let no_pods = |_: u32, _: u32| None;
     let round = Round {
         now: Timestamp::now(),
-        min_interval: SignedDuration::try_from(cfg.mig_min_interval)
-            .unwrap_or(SignedDuration::MAX),
+        min_interval: SignedDuration::try_from(cfg.mig_min_interval).unwrap_or(SignedDuration::MAX),
         dry_run: cfg.dry_run,
         held: &no_pods,
     };
@@ -79,7 +77,9 @@ pub async fn reconcile(
     }
     for s in &done {
         if let (MigLayoutPhase::Failed, Some(why)) = (s.phase, &s.reason) {
-            report.errors.push(format!("MIG re-layout of GPU {}: {why}", s.gpu));
+            report
+                .errors
+                .push(format!("MIG re-layout of GPU {}: {why}", s.gpu));
         }
     }
     report.mig_relayouts = done;
@@ -103,7 +103,11 @@ async fn write(
     let api: Api<NodeTopology> = Api::all(client.clone());
     let patch = json!({ "status": { "migLayouts": statuses } });
     if let Err(e) = api
-        .patch_status(&cfg.node_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &cfg.node_name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         report.errors.push(format!(
@@ -115,4 +119,3 @@ async fn write(
     }
     true
 }
-

@@ -73,7 +73,10 @@ pub fn wanted_placements(gpu: &RawGpu, want: &WantedMigLayout) -> Result<Vec<Pla
         return Err(format!("{} does not support MIG", gpu.name));
     };
     if !mig.enabled {
-        return Err("MIG mode is off: switching it on needs a GPU reset, which the agent does not do".into());
+        return Err(
+            "MIG mode is off: switching it on needs a GPU reset, which the agent does not do"
+                .into(),
+        );
     }
     let model = profiles::model_for_device(&gpu.name, gpu.memory_mib).ok_or_else(|| {
         format!(
@@ -142,20 +145,30 @@ pub enum Applied {
 /// Destroys the GPU's instances that the wanted layout lacks, then creates the missing ones;
 /// the GPU is read again before each destroy and left alone when it turned busy. On a failure
 /// or a refusal, what was done is undone.
-pub fn apply(backend: &dyn GpuBackend, gpu: &RawGpu, want: &WantedMigLayout, held: Held) -> Applied {
+pub fn apply(
+    backend: &dyn GpuBackend,
+    gpu: &RawGpu,
+    want: &WantedMigLayout,
+    held: Held,
+) -> Applied {
     let index = gpu.index;
     let wanted = match wanted_placements(gpu, want) {
         Ok(w) => w,
         Err(e) => return Applied::Failed(e),
     };
     let instances = gpu.mig.iter().flat_map(|m| &m.instances);
-    let kept = |profile: &str, start: u32| wanted.iter().any(|w| w.profile.name == profile && w.start == start);
+    let kept = |profile: &str, start: u32| {
+        wanted
+            .iter()
+            .any(|w| w.profile.name == profile && w.start == start)
+    };
     let doomed: Vec<(u32, String, u32)> = instances
         .filter(|i| !kept(&i.profile, i.start))
         .map(|i| (i.id, i.profile.clone(), i.start))
         .collect();
     let present = |w: &Placement| {
-        (gpu.mig.iter().flat_map(|m| &m.instances)).any(|i| i.profile == w.profile.name && i.start == w.start)
+        (gpu.mig.iter().flat_map(|m| &m.instances))
+            .any(|i| i.profile == w.profile.name && i.start == w.start)
     };
     let missing: Vec<Placement> = wanted.iter().copied().filter(|w| !present(w)).collect();
 
@@ -168,9 +181,13 @@ pub fn apply(backend: &dyn GpuBackend, gpu: &RawGpu, want: &WantedMigLayout, hel
                         return Applied::Refused(undo.run(backend, gpu, why));
                     }
                 }
-                None => return Applied::Failed(undo.run(backend, gpu, format!("GPU {index} is gone"))),
+                None => {
+                    return Applied::Failed(undo.run(backend, gpu, format!("GPU {index} is gone")))
+                }
             },
-            Err(e) => return Applied::Failed(undo.run(backend, gpu, format!("reading the GPU: {e}"))),
+            Err(e) => {
+                return Applied::Failed(undo.run(backend, gpu, format!("reading the GPU: {e}")))
+            }
         }
         if let Err(e) = backend.destroy_mig_instance(index, *id) {
             let why = format!("destroying {profile} at {start}: {e}");
@@ -215,8 +232,12 @@ impl Undo {
         for (profile, start) in &self.destroyed {
             let p = model.and_then(|m| m.profile(profile));
             let result = match p {
-                Some(p) => backend.create_mig_instance(gpu.index, p, *start).map(|_| ()),
-                None => Err(crate::backend::BackendError::Other(format!("unknown profile {profile}"))),
+                Some(p) => backend
+                    .create_mig_instance(gpu.index, p, *start)
+                    .map(|_| ()),
+                None => Err(crate::backend::BackendError::Other(format!(
+                    "unknown profile {profile}"
+                ))),
             };
             if let Err(e) = result {
                 problems.push(format!("re-creating {profile} at {start}: {e}"));
@@ -225,7 +246,10 @@ impl Undo {
         if problems.is_empty() {
             format!("{why}; previous layout restored")
         } else {
-            format!("{why}; restoring the previous layout failed: {}", problems.join("; "))
+            format!(
+                "{why}; restoring the previous layout failed: {}",
+                problems.join("; ")
+            )
         }
     }
 }

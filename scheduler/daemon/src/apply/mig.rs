@@ -29,7 +29,10 @@ impl Scheduler {
         let mut written = 0;
         for (node, layouts) in by_node {
             let Some(stored) = stores.topologies.get(&ObjectRef::new(node)) else {
-                tracing::warn!(node, "MIG re-layout planned for a node without NodeTopology");
+                tracing::warn!(
+                    node,
+                    "MIG re-layout planned for a node without NodeTopology"
+                );
                 continue;
             };
             let Ok(topology) = &stored.decoded else {
@@ -57,7 +60,10 @@ impl Scheduler {
 /// The merge patch of `topology`'s `spec.migLayouts` asking for `layouts` (the list is written
 /// whole, other GPUs' entries as they are; the resourceVersion makes a concurrent change fail
 /// rather than be lost), or `None` when each is already asked.
-pub(crate) fn wanted_layouts_patch(topology: &NodeTopology, layouts: &[&MigLayout]) -> Option<Value> {
+pub(crate) fn wanted_layouts_patch(
+    topology: &NodeTopology,
+    layouts: &[&MigLayout],
+) -> Option<Value> {
     let mut wanted = topology.spec.mig_layouts.clone();
     let mut changed = false;
     for l in layouts {
