@@ -107,7 +107,7 @@ impl GpuBackend for Witness<'_> {
     }
     fn report(&self) -> Result<RawNode, BackendError> {
         if let Some(gpu) = self.race.lock().unwrap().take() {
-            if let Some(i) = instances(&self.fake, gpu).first() {
+            if let Some(i) = instances(self.fake, gpu).first() {
                 self.fake.set_processes(gpu, i.0, 1);
             }
         }
