@@ -398,6 +398,8 @@ impl Discovery {
                     Vec::new()
                 },
                 fabric_cluster_uuid: self.fabric_cluster_uuid.clone(),
+                // The scheduler's; `publish` carries the stored one over.
+                mig_layouts: Vec::new(),
             },
             status: None,
         }

@@ -15,6 +15,7 @@ pub mod mig;
 pub mod nvml;
 pub mod publish;
 pub mod raw;
+pub mod relayout_status;
 pub mod round;
 pub mod timeslice;
 pub mod timeslice_config;

@@ -104,6 +104,10 @@ enum Command {
         /// The device plugin's config ConfigMap, where time-slicing configs are written.
         #[arg(long, default_value = "gpu-operator/basalt-device-plugin-config")]
         device_plugin_config_map: ConfigMapRef,
+        /// At most one re-layout per GPU in this time, for the scheduler's wanted MIG layouts
+        /// (NodeTopology spec.migLayouts).
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        mig_min_interval: Duration,
     },
 }
 
@@ -201,6 +205,7 @@ fn main() -> ExitCode {
             mig_config_map,
             mig_config_key,
             device_plugin_config_map,
+            mig_min_interval,
         } => {
             let cfg = AgentConfig {
                 node_name,
@@ -209,6 +214,7 @@ fn main() -> ExitCode {
                 mig_config_map,
                 mig_config_key,
                 device_plugin_config_map,
+                mig_min_interval,
             };
             let addrs = (listen, metrics_bind_address);
             report_errors(run(cfg, fake, interval, once, addrs))

@@ -17,6 +17,7 @@ use crate::discover::{discover, DiscoverError, Discovery};
 use crate::layout_status;
 use crate::mig::applier::{self, Outcome};
 use crate::mig::config::{self, MIG_CONFIG_LABEL};
+use crate::relayout_status;
 use crate::timeslice::{self, LabelChange};
 use crate::timeslice_config;
 
@@ -140,6 +141,13 @@ pub async fn reconcile_once(
 
     let mut raw = backend.report()?;
     let mut discovery = discover(&raw)?;
+    let topologies: Api<NodeTopology> = Api::all(client.clone());
+    let mut current = topologies
+        .get_opt(&cfg.node_name)
+        .await
+        .map_err(kube_err(format!("reading NodeTopology {}", cfg.node_name)))?;
+    // GPUs the scheduler lays out are not the label's.
+    let owned = relayout_status::owned_gpus(current.as_ref());
 
     // MIG. A layout that cannot be read, or fits no GPU it selects, is reported on the node
     // (condition, Event) and the round goes on.
@@ -155,7 +163,8 @@ pub async fn reconcile_once(
     if let Some(layout) = layout {
         report.mig_layout = Some(layout.clone());
         match mig_wants(client, cfg, layout, &raw.gpus).await {
-            Ok(wants) => {
+            Ok(mut wants) => {
+                wants.retain(|gpu, _| !owned.contains(gpu));
                 let problems = applier::layout_problems(&raw.gpus, &wants);
                 if !problems.is_empty() {
                     layout_problem = Some(problems.join("; "));
@@ -182,12 +191,33 @@ pub async fn reconcile_once(
         }
     }
 
+    // The scheduler's MIG layouts (NodeTopology spec.migLayouts).
+    let relaid = relayout_status::reconcile(
+        client,
+        backend,
+        cfg,
+        current.as_ref(),
+        &raw.gpus,
+        &mut report,
+    )
+    .await;
+    if relaid.touched {
+        raw = backend.report()?;
+        discovery = discover(&raw)?;
+    }
+    if relaid.wrote {
+        current = topologies
+            .get_opt(&cfg.node_name)
+            .await
+            .map_err(kube_err(format!("reading NodeTopology {}", cfg.node_name)))?;
+    }
+
     // Time-slicing: the node's own key of the device plugin's ConfigMap.
     let ts_change = timeslice_config::reconcile(client, cfg, &labels, &mut report).await;
 
     // NodeTopology, then the layout's condition in its status (and an Event when it turns bad).
     let desired = desired_topology(&node, &discovery, report.time_slice_replicas);
-    match write_topology(client, cfg, &desired).await {
+    match write_topology(client, cfg, &desired, current).await {
         Ok((write, conditions)) => {
             report.topology = Some(write);
             report.mig_layout_valid = layout.map(|_| layout_problem.is_none());
@@ -249,19 +279,24 @@ async fn mig_wants(
     config::wanted_for_gpus(&source, &parsed, layout, gpus).map_err(|e| e.to_string())
 }
 
-/// Creates or replaces the NodeTopology when it differs from `desired`; returns what it did and
-/// the conditions stored in its status. An error is text for the report.
+/// Creates or replaces the NodeTopology (`current`, as read at the round's start) when it
+/// differs from `desired`; returns what it did and the conditions stored in its status. An error is text for the report.
 async fn write_topology(
     client: &Client,
     cfg: &AgentConfig,
     desired: &NodeTopology,
+    current: Option<NodeTopology>,
 ) -> Result<(Write, Vec<PodGroupCondition>), String> {
     let topologies: Api<NodeTopology> = Api::all(client.clone());
     let name = &cfg.node_name;
     let failed = |doing: &'static str| {
         move |e: kube::Error| format!("{doing} NodeTopology {name}: {}", kube_words(&e))
     };
-    let current = topologies.get_opt(name).await.map_err(failed("reading"))?;
+    // The scheduler's wanted layouts are its own: carried over, never replaced.
+    let mut desired = desired.clone();
+    if let Some(cur) = &current {
+        desired.spec.mig_layouts = cur.spec.mig_layouts.clone();
+    }
     let conditions = current
         .as_ref()
         .and_then(|t| t.status.as_ref())
@@ -271,7 +306,7 @@ async fn write_topology(
         None if cfg.dry_run => Write::DryRun,
         None => {
             topologies
-                .create(&PostParams::default(), desired)
+                .create(&PostParams::default(), &desired)
                 .await
                 .map_err(failed("creating"))?;
             Write::Created

@@ -51,6 +51,8 @@ pub struct AgentConfig {
     pub mig_config_key: String,
     /// The device plugin's config ConfigMap, where time-slicing configs go.
     pub device_plugin_config_map: ConfigMapRef,
+    /// At most one re-layout per GPU in this time (the scheduler's `spec.migLayouts`).
+    pub mig_min_interval: std::time::Duration,
 }
 
 /// What a write did.
@@ -79,6 +81,8 @@ pub struct Report {
     /// (`None` when the node names none).
     pub mig_layout_valid: Option<bool>,
     pub mig_steps: Vec<AppliedStep>,
+    /// What became of the scheduler's wanted layouts (`status.migLayouts`).
+    pub mig_relayouts: Vec<basalt_crd_types::MigLayoutStatus>,
     /// The `MigLayoutValid` condition in the NodeTopology's status.
     pub mig_layout_condition: Option<Write>,
     /// Warning Events written about the Node (their messages).

@@ -66,6 +66,7 @@ fn agent(node: &str) -> AgentConfig {
         mig_config_map: "gpu-operator/default-mig-parted-config".parse().unwrap(),
         mig_config_key: "config.yaml".into(),
         device_plugin_config_map: "gpu-operator/basalt-device-plugin-config".parse().unwrap(),
+        mig_min_interval: std::time::Duration::from_secs(600),
     }
 }
 

@@ -71,6 +71,8 @@ pub(super) struct Topology {
     pub time_slice_replicas: Option<u32>,
     /// The GPUs in MIG mode (by index) and their instances (see `mig.rs`).
     pub mig: Vec<(u32, Vec<crate::MigDeviceInfo>)>,
+    /// Basalt's node agent re-laying a GPU now (see `mig::relayout_applying`).
+    pub relayout_applying: Option<String>,
 }
 
 fn annotation_field(key: &str) -> String {

@@ -19,6 +19,17 @@ fn label<'m>(meta: &'m ObjectMeta, key: &str) -> Option<&'m str> {
     meta.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+/// Basalt's node agent re-laying a GPU of the node now (`status.migLayouts` `applying`), in
+/// words: the node is then reconfiguring, so no other GPU of it is proposed meanwhile.
+pub(super) fn relayout_applying(t: &crate::NodeTopology) -> Option<String> {
+    let statuses = t.status.as_ref()?;
+    let gpus: Vec<String> = (statuses.mig_layouts.iter())
+        .filter(|s| s.phase == crate::types::MigLayoutPhase::Applying)
+        .map(|s| s.gpu.to_string())
+        .collect();
+    (!gpus.is_empty()).then(|| format!("applying a MIG layout on GPU {}", gpus.join(", ")))
+}
+
 /// The reconfiguration state mig-manager reports, when it is not `success`.
 pub(super) fn reconfiguring(meta: &ObjectMeta) -> Option<&str> {
     label(meta, MIG_CONFIG_STATE_LABEL).filter(|s| *s != "success")
@@ -203,6 +214,7 @@ mod tests {
                 .collect(),
             time_slice_replicas: None,
             mig: vec![(1, vec![instance(0, 1), instance(4, 2)])],
+            relayout_applying: None,
         }
     }
 

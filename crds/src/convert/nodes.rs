@@ -27,6 +27,7 @@ pub(super) fn collect_topologies(
             gpus,
             time_slice_replicas,
             mig,
+            relayout_applying: mig::relayout_applying(t),
         };
         if out.insert(name, topology).is_some() {
             return Err(cx.err("metadata.name", "duplicate NodeTopology"));
@@ -257,7 +258,8 @@ pub(super) fn node(
         device_resource,
         slices,
         devices_closed,
-        mig_reconfiguring: mig::reconfiguring(&n.metadata).map(str::to_string),
+        mig_reconfiguring: (mig::reconfiguring(&n.metadata).map(str::to_string))
+            .or_else(|| topology.and_then(|t| t.relayout_applying.clone())),
     })
 }
 

@@ -4,4 +4,5 @@
 
 pub mod applier;
 pub mod config;
+pub mod relayout;
 pub use basalt_mig::{planner, profiles};

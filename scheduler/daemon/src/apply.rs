@@ -43,6 +43,7 @@ mod claims;
 mod devices;
 mod evictions;
 use evictions::RefusedEvictions;
+mod mig;
 mod queues;
 mod resource_claims;
 mod status;
@@ -226,6 +227,7 @@ impl Scheduler {
         let t_groups = t0.elapsed();
         self.report_held(stores).await;
         self.write_queues(plan).await;
+        self.write_mig_layouts(plan, stores).await;
         let t_rest = t0.elapsed();
 
         let pending: Vec<_> = stores

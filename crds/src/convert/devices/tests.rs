@@ -190,6 +190,7 @@ fn topology(n: u32, replicas: Option<u32>) -> Topology {
             .collect(),
         time_slice_replicas: replicas,
         mig: Vec::new(),
+        relayout_applying: None,
     }
 }
 
