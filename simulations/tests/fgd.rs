@@ -206,7 +206,7 @@ fn malformed_pod_row_names_file_and_line() {
     );
     assert_rejected(
         &sim(&["fgd", "--nodes", &sample("nodes.csv"), "--pods", &pods]),
-        &["bad-row.csv:3", "num_gpu"],
+        &["bad-row.csv: line 3", "num_gpu"],
     );
 }
 
@@ -218,7 +218,7 @@ fn short_node_row_names_file_and_line() {
     );
     assert_rejected(
         &sim(&["fgd", "--nodes", &nodes, "--pods", &sample("pods.csv")]),
-        &["short-row.csv:3", "fields"],
+        &["short-row.csv: line 3", "fields"],
     );
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use basalt_plugins::fragmentation::{ModelSet, Shape, TypicalShapes};
 
-use super::trace::{NodeSpec, PodSpec, GPU_MILLI};
+use crate::openb::{Node as NodeSpec, Pod as PodSpec, GPU_MILLI};
 use super::FgdError;
 
 #[derive(Clone, Debug)]

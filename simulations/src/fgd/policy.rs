@@ -9,7 +9,7 @@ use std::str::FromStr;
 use basalt_engine::{ResourceNames, Resources, CPU, GPU, MEMORY};
 use basalt_plugins::nodeorder::Utilisation;
 
-use super::trace::GPU_MILLI;
+use crate::openb::GPU_MILLI;
 use super::FgdError;
 
 const CPU_NORM: i128 = 128_000;
