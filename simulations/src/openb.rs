@@ -198,10 +198,7 @@ impl<'k, R: Read> Table<'k, R> {
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
             .from_reader(input);
-        let headers = reader
-            .headers()
-            .map_err(|e| record_error(file, e))?
-            .clone();
+        let headers = reader.headers().map_err(|e| record_error(file, e))?.clone();
         if headers.iter().all(str::is_empty) {
             return Err(OpenbError::Empty { file: file.into() });
         }

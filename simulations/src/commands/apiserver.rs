@@ -108,4 +108,3 @@ impl Signals {
         Ok(())
     }
 }
-

@@ -89,14 +89,13 @@ fn config_label(path: &std::path::Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-
 /// Each `--at` instant's check, one paragraph each.
 pub fn forecast(args: ForecastArgs) -> anyhow::Result<String> {
     let ForecastArgs {
-    trace,
-    config,
-    at,
-    runtimes,
+        trace,
+        config,
+        at,
+        runtimes,
     } = args;
     let config = plan::load_config(config.as_deref())?;
     let loaded = trace.load()?;
@@ -113,10 +112,10 @@ pub fn forecast(args: ForecastArgs) -> anyhow::Result<String> {
 /// One replay: writes the report folder, returns the table (or summary.json).
 pub fn replay(args: ReplayArgs) -> anyhow::Result<String> {
     let ReplayArgs {
-    trace,
-    config,
-    out,
-    output,
+        trace,
+        config,
+        out,
+        output,
     } = args;
     let label = config
         .as_deref()
@@ -156,9 +155,9 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<String> {
 /// The same trace under several configs: writes the combined report, returns the table.
 pub fn compare(args: CompareArgs) -> anyhow::Result<String> {
     let CompareArgs {
-    trace,
-    configs,
-    out,
+        trace,
+        configs,
+        out,
     } = args;
     let mut parsed = Vec::new();
     for path in &configs {

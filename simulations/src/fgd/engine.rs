@@ -30,8 +30,8 @@ use super::experiment::Experiment;
 use super::measure::Trajectory;
 use super::policy::Policy;
 use super::rng::{Rng, Stream};
-use crate::openb::GPU_MILLI;
 use super::FgdError;
+use crate::openb::GPU_MILLI;
 
 /// Slots per GPU: more than the smallest share (1 %) can fill.
 pub const SLOTS: u32 = 100;

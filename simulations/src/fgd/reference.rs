@@ -344,7 +344,6 @@ mod tests {
     /// `cluster-trace-gpu-v2023/csv/`; see `simulations/traces/README.md`).
     #[test]
     fn engine_path_places_like_the_reference_on_the_default_list() {
-
         let Ok(dir) = std::env::var("BASALT_OPENB_DIR") else {
             eprintln!("BASALT_OPENB_DIR not set: skipped");
             return;
@@ -357,8 +356,8 @@ mod tests {
             eprintln!("openb lists not found under {dir}: skipped");
             return;
         };
-        let nodes = crate::openb::read_nodes("nodes", &n.as_bytes()).unwrap();
-        let pods = crate::openb::read_pods("pods", &p.as_bytes()).unwrap();
+        let nodes = crate::openb::read_nodes("nodes", n.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods("pods", p.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         engine_matches_reference(&exp, &[42], 2_000);
     }

@@ -16,7 +16,8 @@ fn pod_err(rows: &str) -> String {
 
 #[test]
 fn reads_nodes_and_pods_by_header_name() {
-    let n = nodes("model,sn,gpu,cpu_milli,memory_mib\nT4,a,2,96000,1024\n,b,0,32000,2048\n").unwrap();
+    let n =
+        nodes("model,sn,gpu,cpu_milli,memory_mib\nT4,a,2,96000,1024\n,b,0,32000,2048\n").unwrap();
     assert_eq!(n[0].name, "a");
     assert_eq!(n[0].gpus, 2);
     assert_eq!(n[0].model, "T4");
@@ -50,36 +51,83 @@ fn optional_columns_may_be_absent() {
 fn malformed_rows_name_line_and_column() {
     let ok = "p0,1,1,1,1000,,LS,Running,0,10,0\n";
     for (row, wanted) in [
-        ("q,x,1,1,1000,,LS,Running,0,10,0", "p.csv: line 3: cpu_milli: \"x\" is not a whole number"),
-        ("q,1,-1,1,1000,,LS,Running,0,10,0", "p.csv: line 3: memory_mib: -1 MiB is negative"),
-        ("q,1,1,65,1000,,LS,Running,0,10,0", "p.csv: line 3: num_gpu: 65 GPUs overflows"),
-        ("q,1,1,1,1500,,LS,Running,0,10,0", "p.csv: line 3: gpu_milli: 1500 milli-GPU overflows"),
-        ("q,1,1,0,500,,LS,Running,0,10,0", "p.csv: line 3: gpu_milli: 500 for a pod with num_gpu 0"),
-        ("q,1,1,2,500,,LS,Running,0,10,0", "p.csv: line 3: gpu_milli: 500 with num_gpu 2"),
-        ("q,1,1,1,0,,LS,Running,0,10,0", "p.csv: line 3: gpu_milli: 0 for a pod with num_gpu 1"),
-        ("q,1,1,1,1000,,LS,Running,0,10,20", "p.csv: line 3: deletion_time: 10 is before scheduled_time 20"),
-        (",1,1,1,1000,,LS,Running,0,10,0", "p.csv: line 3: name: empty name"),
-        ("q,1,1,1,1000,,LS,Running,0,10,1000000000001", "p.csv: line 3: scheduled_time: 1000000000001 s overflows"),
-        ("q,1,1,1,1000,,LS", "p.csv: line 3: expected 11 fields, found 7"),
+        (
+            "q,x,1,1,1000,,LS,Running,0,10,0",
+            "p.csv: line 3: cpu_milli: \"x\" is not a whole number",
+        ),
+        (
+            "q,1,-1,1,1000,,LS,Running,0,10,0",
+            "p.csv: line 3: memory_mib: -1 MiB is negative",
+        ),
+        (
+            "q,1,1,65,1000,,LS,Running,0,10,0",
+            "p.csv: line 3: num_gpu: 65 GPUs overflows",
+        ),
+        (
+            "q,1,1,1,1500,,LS,Running,0,10,0",
+            "p.csv: line 3: gpu_milli: 1500 milli-GPU overflows",
+        ),
+        (
+            "q,1,1,0,500,,LS,Running,0,10,0",
+            "p.csv: line 3: gpu_milli: 500 for a pod with num_gpu 0",
+        ),
+        (
+            "q,1,1,2,500,,LS,Running,0,10,0",
+            "p.csv: line 3: gpu_milli: 500 with num_gpu 2",
+        ),
+        (
+            "q,1,1,1,0,,LS,Running,0,10,0",
+            "p.csv: line 3: gpu_milli: 0 for a pod with num_gpu 1",
+        ),
+        (
+            "q,1,1,1,1000,,LS,Running,0,10,20",
+            "p.csv: line 3: deletion_time: 10 is before scheduled_time 20",
+        ),
+        (
+            ",1,1,1,1000,,LS,Running,0,10,0",
+            "p.csv: line 3: name: empty name",
+        ),
+        (
+            "q,1,1,1,1000,,LS,Running,0,10,1000000000001",
+            "p.csv: line 3: scheduled_time: 1000000000001 s overflows",
+        ),
+        (
+            "q,1,1,1,1000,,LS",
+            "p.csv: line 3: expected 11 fields, found 7",
+        ),
     ] {
         let e = pod_err(&format!("{ok}{row}\n"));
         assert!(e.contains(wanted), "{row}: {e}");
     }
-    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\na,1,1,2\n").unwrap_err().to_string();
+    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\na,1,1,2\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("n.csv: line 2: expected 5 fields"), "{e}");
-    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\na,1,1099511627777,2,T4\n").unwrap_err().to_string();
-    assert!(e.contains("n.csv: line 2: memory_mib: 1099511627777 MiB overflows"), "{e}");
+    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\na,1,1099511627777,2,T4\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("n.csv: line 2: memory_mib: 1099511627777 MiB overflows"),
+        "{e}"
+    );
 }
 
 #[test]
 fn headers_are_checked() {
-    let e = pods("name,cpu_milli,memory_mib,gpu_milli\np,1,1,1\n").unwrap_err().to_string();
-    assert!(e.contains("p.csv") && e.contains("missing column \"num_gpu\""), "{e}");
+    let e = pods("name,cpu_milli,memory_mib,gpu_milli\np,1,1,1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("p.csv") && e.contains("missing column \"num_gpu\""),
+        "{e}"
+    );
     let e = pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spce\np,1,1,1,1000,T4\n")
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown column \"gpu_spce\""), "{e}");
-    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\n").unwrap_err().to_string();
+    let e = nodes("sn,cpu_milli,memory_mib,gpu,model\n")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("n.csv") && e.contains("no rows"), "{e}");
     let e = nodes("").unwrap_err().to_string();
     assert!(e.contains("n.csv: no rows"), "{e}");

@@ -67,10 +67,12 @@ impl Source {
     /// The table's bytes, streamed from the file or the built-in text.
     pub fn open(&self) -> Result<Box<dyn std::io::Read>, TraceError> {
         Ok(match self {
-            Source::File(path) => Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
-                file: self.label(),
-                message: e.to_string(),
-            })?),
+            Source::File(path) => {
+                Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
+                    file: self.label(),
+                    message: e.to_string(),
+                })?)
+            }
             Source::Text { text, .. } => Box::new(std::io::Cursor::new(*text)),
         })
     }
@@ -332,7 +334,13 @@ pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
             if !n.model.is_empty() {
                 labels.insert(GPU_MODEL_LABEL.to_string(), n.model);
             }
-            node_spec(n.name, labels, n.cpu_milli, n.memory_mib * MIB, n.gpus as i64)
+            node_spec(
+                n.name,
+                labels,
+                n.cpu_milli,
+                n.memory_mib * MIB,
+                n.gpus as i64,
+            )
         })
         .collect();
     Ok(Cluster {
