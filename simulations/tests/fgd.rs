@@ -285,9 +285,9 @@ fn quantities_that_would_overflow_a_score_are_refused() {
             "basalt",
         ]),
         &[
-            "huge-memory.csv:3",
+            "huge-memory.csv: line 3",
             "memory_mib",
-            "8796093022208 is out of range (0 to 1099511627776)",
+            "8796093022208 MiB overflows (at most 1099511627776 MiB)",
         ],
     );
     let pods = scratch(
@@ -304,7 +304,7 @@ fn quantities_that_would_overflow_a_score_are_refused() {
             "--policy",
             "dotprod",
         ]),
-        &["huge-cpu.csv:2", "cpu_milli", "out of range"],
+        &["huge-cpu.csv: line 2", "cpu_milli", "overflows"],
     );
 }
 
