@@ -3,9 +3,11 @@
 
 pub mod bench;
 pub mod bench_forecast;
+pub mod commands;
 pub mod dra_backlog;
 pub mod fgd;
 pub mod mig;
+pub mod openb;
 pub mod plan;
 pub mod plan_forecast;
 pub mod replay;

@@ -206,7 +206,7 @@ fn malformed_pod_row_names_file_and_line() {
     );
     assert_rejected(
         &sim(&["fgd", "--nodes", &sample("nodes.csv"), "--pods", &pods]),
-        &["bad-row.csv:3", "num_gpu"],
+        &["bad-row.csv: line 3", "num_gpu"],
     );
 }
 
@@ -218,7 +218,7 @@ fn short_node_row_names_file_and_line() {
     );
     assert_rejected(
         &sim(&["fgd", "--nodes", &nodes, "--pods", &sample("pods.csv")]),
-        &["short-row.csv:3", "fields"],
+        &["short-row.csv: line 3", "fields"],
     );
 }
 
@@ -285,9 +285,9 @@ fn quantities_that_would_overflow_a_score_are_refused() {
             "basalt",
         ]),
         &[
-            "huge-memory.csv:3",
+            "huge-memory.csv: line 3",
             "memory_mib",
-            "8796093022208 is out of range (0 to 1099511627776)",
+            "8796093022208 MiB overflows (at most 1099511627776 MiB)",
         ],
     );
     let pods = scratch(
@@ -304,7 +304,7 @@ fn quantities_that_would_overflow_a_score_are_refused() {
             "--policy",
             "dotprod",
         ]),
-        &["huge-cpu.csv:2", "cpu_milli", "out of range"],
+        &["huge-cpu.csv: line 2", "cpu_milli", "overflows"],
     );
 }
 

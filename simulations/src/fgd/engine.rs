@@ -30,8 +30,8 @@ use super::experiment::Experiment;
 use super::measure::Trajectory;
 use super::policy::Policy;
 use super::rng::{Rng, Stream};
-use super::trace::GPU_MILLI;
 use super::FgdError;
+use crate::openb::GPU_MILLI;
 
 /// Slots per GPU: more than the smallest share (1 %) can fill.
 pub const SLOTS: u32 = 100;
@@ -264,15 +264,15 @@ impl Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fgd::{trace, workload, SAMPLE_NODES, SAMPLE_PODS};
+    use crate::fgd::{workload, SAMPLE_NODES, SAMPLE_PODS};
 
     /// Every policy's placements, replayed on plain counters, never overfill a node, a GPU or
     /// a model constraint, and a dropped pod had no node with room; the same seed gives the
     /// same placements.
     #[test]
     fn every_policy_places_feasibly_and_deterministically() {
-        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
-        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        let nodes = crate::openb::read_nodes("nodes", SAMPLE_NODES.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods("pods", SAMPLE_PODS.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         for seed in [42, 43] {
             let w = workload::generate(&exp.requests(), exp.capacity_milli, seed);

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use basalt_plugins::fragmentation::{ModelSet, Shape, TypicalShapes};
 
-use super::trace::{NodeSpec, PodSpec, GPU_MILLI};
 use super::FgdError;
+use crate::openb::{Node as NodeSpec, Pod as PodSpec, GPU_MILLI};
 
 #[derive(Clone, Debug)]
 pub struct NodeInfo {

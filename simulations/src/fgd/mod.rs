@@ -16,7 +16,7 @@ pub mod policy;
 #[cfg(test)]
 mod reference;
 pub mod rng;
-pub mod trace;
+
 pub mod workload;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,16 +41,8 @@ pub enum FgdError {
         file: String,
         source: std::io::Error,
     },
-    #[error("{file}: missing column `{column}`")]
-    MissingColumn { file: String, column: String },
-    #[error("{file}:{line}: {message}")]
-    Malformed {
-        file: String,
-        line: u64,
-        message: String,
-    },
-    #[error("{file}: no rows")]
-    Empty { file: String },
+    #[error(transparent)]
+    List(#[from] crate::openb::OpenbError),
     #[error(
         "unknown policy `{0}` (known: bestfit, dotprod, clustering, packing, random, fgd, basalt, all)"
     )]
@@ -164,7 +156,7 @@ pub fn run(
                 seed,
                 max,
                 nodes: exp.nodes.len(),
-                gpus: exp.capacity_milli / trace::GPU_MILLI as u64,
+                gpus: exp.capacity_milli / crate::openb::GPU_MILLI as u64,
                 pods: requests.len(),
                 mean: requests.iter().sum::<u64>() as f64 / requests.len() as f64 / 1000.0,
             });
@@ -280,8 +272,8 @@ mod tests {
 
     #[test]
     fn sample_parses_and_every_policy_sees_the_same_workload() {
-        let nodes = trace::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES).unwrap();
-        let pods = trace::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS).unwrap();
+        let nodes = crate::openb::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         let req = exp.requests();
         let w = workload::generate(&req, exp.capacity_milli, 42);
@@ -312,8 +304,8 @@ mod tests {
 
     #[test]
     fn run_medians_are_deterministic_across_thread_counts() {
-        let nodes = trace::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES).unwrap();
-        let pods = trace::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS).unwrap();
+        let nodes = crate::openb::read_nodes(SAMPLE_NODES_LABEL, SAMPLE_NODES.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods(SAMPLE_PODS_LABEL, SAMPLE_PODS.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         let a = run(&exp, &Policy::ALL, &[1, 2, 3], 1).unwrap();
         let b = run(&exp, &Policy::ALL, &[1, 2, 3], 4).unwrap();

@@ -9,8 +9,8 @@ use std::str::FromStr;
 use basalt_engine::{ResourceNames, Resources, CPU, GPU, MEMORY};
 use basalt_plugins::nodeorder::Utilisation;
 
-use super::trace::GPU_MILLI;
 use super::FgdError;
+use crate::openb::GPU_MILLI;
 
 const CPU_NORM: i128 = 128_000;
 const GPU_NORM: i128 = 8_000;

@@ -11,7 +11,7 @@ use super::experiment::{Experiment, PodInfo};
 use super::measure::Trajectory;
 use super::policy::{self, ClassMix, Policy};
 use super::rng::draw;
-use super::trace::GPU_MILLI;
+use crate::openb::GPU_MILLI;
 
 const FULL: u16 = GPU_MILLI as u16;
 
@@ -312,7 +312,7 @@ fn take_gpus(gpus: &mut [u16], pod: &PodInfo, pick: Option<usize>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fgd::trace::{NodeSpec, PodSpec};
+    use crate::openb::{Node as NodeSpec, Pod as PodSpec};
 
     /// The engine path places every arrival where this loop does, for each paper policy.
     fn engine_matches_reference(exp: &Experiment, seeds: &[u64], limit: usize) {
@@ -332,9 +332,9 @@ mod tests {
 
     #[test]
     fn engine_path_places_like_the_reference_on_the_sample() {
-        use crate::fgd::{trace, SAMPLE_NODES, SAMPLE_PODS};
-        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
-        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        use crate::fgd::{SAMPLE_NODES, SAMPLE_PODS};
+        let nodes = crate::openb::read_nodes("nodes", SAMPLE_NODES.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods("pods", SAMPLE_PODS.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         engine_matches_reference(&exp, &[42, 7], usize::MAX);
     }
@@ -344,7 +344,6 @@ mod tests {
     /// `cluster-trace-gpu-v2023/csv/`; see `simulations/traces/README.md`).
     #[test]
     fn engine_path_places_like_the_reference_on_the_default_list() {
-        use crate::fgd::trace;
         let Ok(dir) = std::env::var("BASALT_OPENB_DIR") else {
             eprintln!("BASALT_OPENB_DIR not set: skipped");
             return;
@@ -357,8 +356,8 @@ mod tests {
             eprintln!("openb lists not found under {dir}: skipped");
             return;
         };
-        let nodes = trace::read_nodes("nodes", &n).unwrap();
-        let pods = trace::read_pods("pods", &p).unwrap();
+        let nodes = crate::openb::read_nodes("nodes", n.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods("pods", p.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         engine_matches_reference(&exp, &[42], 2_000);
     }
@@ -380,7 +379,7 @@ mod tests {
             memory_mib: 1024,
             num_gpu,
             gpu_milli: share,
-            gpu_spec: Vec::new(),
+            ..PodSpec::default()
         }
     }
 
@@ -495,9 +494,9 @@ mod tests {
 
     #[test]
     fn fgd_cache_does_not_change_decisions() {
-        use crate::fgd::{trace, workload, SAMPLE_NODES, SAMPLE_PODS};
-        let nodes = trace::read_nodes("nodes", SAMPLE_NODES).unwrap();
-        let pods = trace::read_pods("pods", SAMPLE_PODS).unwrap();
+        use crate::fgd::{workload, SAMPLE_NODES, SAMPLE_PODS};
+        let nodes = crate::openb::read_nodes("nodes", SAMPLE_NODES.as_bytes()).unwrap();
+        let pods = crate::openb::read_pods("pods", SAMPLE_PODS.as_bytes()).unwrap();
         let exp = Experiment::new(&nodes, &pods).unwrap();
         let w = workload::generate(&exp.requests(), exp.capacity_milli, 42);
         let replay = |cached: bool| {

@@ -42,6 +42,8 @@ pub enum TraceError {
     MissingColumn { file: String, column: String },
     #[error("{file}: {message}")]
     File { file: String, message: String },
+    #[error(transparent)]
+    Openb(#[from] crate::openb::OpenbError),
 }
 
 /// Where a table comes from: a file, or text built into the binary (the bundled samples).
@@ -60,6 +62,19 @@ impl Source {
             Source::File(p) => p.display().to_string(),
             Source::Text { label, .. } => label.to_string(),
         }
+    }
+
+    /// The table's bytes, streamed from the file or the built-in text.
+    pub fn open(&self) -> Result<Box<dyn std::io::Read>, TraceError> {
+        Ok(match self {
+            Source::File(path) => {
+                Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
+                    file: self.label(),
+                    message: e.to_string(),
+                })?)
+            }
+            Source::Text { text, .. } => Box::new(std::io::Cursor::new(*text)),
+        })
     }
 
     /// The first line (the CSV header), to recognise a format.
@@ -100,15 +115,7 @@ impl Table {
         required: &[&str],
     ) -> Result<Table, TraceError> {
         let file = source.label();
-        let f: Box<dyn std::io::Read> = match source {
-            Source::File(path) => {
-                Box::new(std::fs::File::open(path).map_err(|e| TraceError::Io {
-                    file: file.clone(),
-                    message: e.to_string(),
-                })?)
-            }
-            Source::Text { text, .. } => Box::new(std::io::Cursor::new(*text)),
-        };
+        let f = source.open()?;
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
             .from_reader(f);
@@ -235,25 +242,6 @@ pub(super) fn seconds_to_ms(col: &str, s: f64) -> Result<i64, String> {
     Ok((s * 1000.0).round() as i64)
 }
 
-/// Whole seconds to milliseconds: negative times are refused (no format here defines them),
-/// and so is anything past [`MAX_TRACE_SECONDS`], before it is scaled.
-fn whole_seconds_to_ms(col: &str, s: i64) -> Result<i64, String> {
-    if s < 0 {
-        return Err(format!("{col}: {s} s is negative"));
-    }
-    if s > MAX_TRACE_SECONDS {
-        return Err(format!(
-            "{col}: {s} s overflows (at most {MAX_TRACE_SECONDS} s)"
-        ));
-    }
-    Ok(s * 1000)
-}
-
-fn mib_to_bytes(col: &str, mib: i64) -> Result<i64, String> {
-    mib.checked_mul(MIB)
-        .ok_or_else(|| format!("{col}: {mib} MiB overflows"))
-}
-
 /// A count that must fit a u32 (`min_member`, `tp_size`): never truncated.
 pub(super) fn count_u32(col: &str, v: i64) -> Result<u32, String> {
     u32::try_from(v).map_err(|_| format!("{col}: {v} is out of range (0 to {})", u32::MAX))
@@ -286,101 +274,17 @@ impl GpuShare {
     }
 }
 
-const OPENB_POD_COLUMNS: [&str; 11] = [
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "qos",
-    "pod_phase",
-    "creation_time",
-    "deletion_time",
-    "scheduled_time",
-];
-
-/// The openb pod list: one single-pod job per row. Times are seconds from the trace start.
-/// A pod runs for `deletion_time − scheduled_time` (or `− creation_time` when the trace never
-/// scheduled it); without a deletion time (the `multigpu*` lists) it never leaves.
+/// The openb pod list ([`crate::openb`]): one single-pod job per row. Times are seconds from
+/// the trace start. A pod runs for `deletion_time − scheduled_time` (or `− creation_time` when
+/// the trace never scheduled it); without a deletion time (the `multigpu*` lists) it never
+/// leaves.
 pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
-    let table = Table::open(
-        path,
-        &OPENB_POD_COLUMNS,
-        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
-    )?;
-    let mut jobs = Vec::new();
-    let mut fractional = 0usize;
-    table.rows(|r| {
-        let name = r.str("name")?.to_string();
-        let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
-        let gpus = nonneg("num_gpu", r.int("num_gpu")?)?;
-        let milli = nonneg("gpu_milli", r.int("gpu_milli")?)?;
-        if gpus > 64 {
-            return Err(format!("num_gpu: {gpus} is more than a node can hold"));
-        }
-        if milli > 1000 {
-            return Err(format!("gpu_milli: {milli} is above 1000 (one whole GPU)"));
-        }
-        if gpus > 1 && milli != 1000 {
-            return Err(format!(
-                "gpu_milli: {milli} with num_gpu {gpus}; a share below 1000 needs num_gpu 1"
-            ));
-        }
-        if gpus > 0 && milli == 0 {
-            return Err("gpu_milli: 0 with a GPU requested".into());
-        }
-        if gpus == 1 && milli < 1000 {
-            fractional += 1;
-        }
-        let models = r
-            .opt("gpu_spec")
-            .map(|s| {
-                s.split('|')
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let ms = |col: &str| {
-            r.opt_int(col)?
-                .map(|s| whole_seconds_to_ms(col, s).map(|ms| (s, ms)))
-                .transpose()
-        };
-        let created = ms("creation_time")?.unwrap_or((0, 0));
-        let scheduled = ms("scheduled_time")?;
-        let duration = match ms("deletion_time")? {
-            None => FOREVER,
-            Some((d, d_ms)) => {
-                let ((from, from_ms), from_col) = match scheduled {
-                    Some(s) => (s, "scheduled_time"),
-                    None => (created, "creation_time"),
-                };
-                if d < from {
-                    return Err(format!("deletion_time: {d} is before {from_col} {from}"));
-                }
-                d_ms - from_ms
-            }
-        };
-        jobs.push(TraceJob {
-            name,
-            queue: "default".into(),
-            priority: 0,
-            submit_ms: created.1,
-            duration_ms: duration,
-            pods: vec![PodShape {
-                cpu_milli: cpu,
-                memory,
-                gpus: gpus as u32,
-                gpu_milli: if gpus == 0 { 0 } else { milli as u32 },
-                gpu_models: models,
-            }],
-            min_member: 1,
-            tp_size: 0,
-        });
-        Ok(())
-    })?;
+    let pods = crate::openb::read_pods(&path.label(), path.open()?)?;
+    let fractional = pods
+        .iter()
+        .filter(|p| p.num_gpu == 1 && p.gpu_milli < 1000)
+        .count();
+    let jobs = pods.into_iter().map(openb_job).collect();
     let mut w = Workload {
         source: format!("openb pod list {}", path.label()),
         jobs,
@@ -396,32 +300,49 @@ pub fn read_openb_pods(path: &Source) -> Result<Workload, TraceError> {
     Ok(w)
 }
 
-/// The openb node list: `sn, cpu_milli, memory_mib, gpu, model`.
+/// One openb pod as a job; the reader has range-checked every value, so nothing here wraps.
+fn openb_job(pod: crate::openb::Pod) -> TraceJob {
+    let created = pod.creation_time.unwrap_or(0);
+    let duration_ms = match pod.deletion_time {
+        None => FOREVER,
+        Some(deleted) => (deleted - pod.scheduled_time.unwrap_or(created)) * 1000,
+    };
+    TraceJob {
+        name: pod.name,
+        queue: "default".into(),
+        priority: 0,
+        submit_ms: created * 1000,
+        duration_ms,
+        pods: vec![PodShape {
+            cpu_milli: pod.cpu_milli,
+            memory: pod.memory_mib * MIB,
+            gpus: pod.num_gpu,
+            gpu_milli: pod.gpu_milli,
+            gpu_models: pod.gpu_spec,
+        }],
+        min_member: 1,
+        tp_size: 0,
+    }
+}
+
+/// The openb node list ([`crate::openb`]): `sn, cpu_milli, memory_mib, gpu[, model]`.
 pub fn read_openb_nodes(path: &Source) -> Result<Cluster, TraceError> {
-    let table = Table::open(
-        path,
-        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-        &["sn", "cpu_milli", "memory_mib", "gpu"],
-    )?;
-    let mut nodes = Vec::new();
-    table.rows(|r| {
-        let name = r.str("sn")?.to_string();
-        let cpu = nonneg("cpu_milli", r.int("cpu_milli")?)?;
-        let memory = mib_to_bytes("memory_mib", nonneg("memory_mib", r.int("memory_mib")?)?)?;
-        let gpus = nonneg("gpu", r.int("gpu")?)?;
-        if gpus > basalt_engine::MAX_GPUS_PER_NODE as i64 {
-            return Err(format!(
-                "gpu: {gpus}; at most {} per node are supported",
-                basalt_engine::MAX_GPUS_PER_NODE
-            ));
-        }
-        let mut labels = BTreeMap::from([(HOSTNAME_LABEL.to_string(), name.clone())]);
-        if let Some(m) = r.opt("model") {
-            labels.insert(GPU_MODEL_LABEL.to_string(), m.to_string());
-        }
-        nodes.push(node_spec(name, labels, cpu, memory, gpus));
-        Ok(())
-    })?;
+    let nodes = crate::openb::read_nodes(&path.label(), path.open()?)?
+        .into_iter()
+        .map(|n| {
+            let mut labels = BTreeMap::from([(HOSTNAME_LABEL.to_string(), n.name.clone())]);
+            if !n.model.is_empty() {
+                labels.insert(GPU_MODEL_LABEL.to_string(), n.model);
+            }
+            node_spec(
+                n.name,
+                labels,
+                n.cpu_milli,
+                n.memory_mib * MIB,
+                n.gpus as i64,
+            )
+        })
+        .collect();
     Ok(Cluster {
         source: format!("openb node list {}", path.label()),
         nodes,
