@@ -53,10 +53,11 @@ fn with_nulls(
     Value::Object(out)
 }
 
-/// The queue's usage as its status will say, from the plan (none without a half-life). While
-/// the written digits and holding stay the same the written instant stays too: a usage that
-/// only decays past its fourth digit is no reason to write every cycle (a changed holding is:
-/// the record must say from when it is held).
+/// The queue's usage as its status will say, from the plan (none without a half-life). A
+/// record is rewritten only when the holding changes: while it stays, the written record (its
+/// instant, usage and holding) says the usage at any later instant exactly, and a usage that
+/// only grows or decays with time is no reason to write; a write would come back as a watch
+/// event and wake another cycle, whose usage has moved again (issue 36).
 fn written_usage(
     plan: &Plan,
     queue: &str,
@@ -65,11 +66,25 @@ fn written_usage(
     let usage = plan.usage.iter().find(|u| u.queue == queue)?;
     let status = basalt_crds::convert::usage_status(usage);
     match current.and_then(|c| c.usage.as_ref()) {
-        Some(old) if old.resources == status.resources && old.held == status.held => {
-            Some(old.clone())
-        }
+        Some(old) if old.held.is_some() && old.held == status.held => Some(old.clone()),
         _ => Some(status),
     }
+}
+
+/// The usage record as a merge patch: resources and holdings gone since `old` written as null.
+fn usage_patch(desired: Option<&QueueUsageStatus>, old: Option<&QueueUsageStatus>) -> Value {
+    let Some(u) = desired else {
+        return Value::Null;
+    };
+    let held = match &u.held {
+        Some(held) => with_nulls(held, old.and_then(|o| o.held.as_ref())),
+        None => Value::Null,
+    };
+    json!({
+        "takenAt": u.taken_at,
+        "resources": with_nulls(&u.resources, old.map(|o| &o.resources)),
+        "held": held,
+    })
 }
 
 impl Scheduler {
@@ -140,13 +155,10 @@ impl Scheduler {
             if origin != Origin::Volcano {
                 body["deserved"] = with_nulls(&desired.deserved, old.map(|s| &s.deserved));
                 body["demand"] = with_nulls(&desired.demand, old.map(|s| &s.demand));
-                body["usage"] = match &desired.usage {
-                    Some(u) => json!({
-                        "takenAt": u.taken_at,
-                        "resources": with_nulls(&u.resources, old.and_then(|s| s.usage.as_ref()).map(|u| &u.resources)),
-                    }),
-                    None => Value::Null,
-                };
+                body["usage"] = usage_patch(
+                    desired.usage.as_ref(),
+                    old.and_then(|s| s.usage.as_ref()),
+                );
                 body["usageWeight"] = json!(desired.usage_weight);
                 body["usageEffect"] = json!(desired.usage_effect);
             }
