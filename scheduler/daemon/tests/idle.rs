@@ -75,7 +75,11 @@ async fn an_idle_scheduler_runs_no_cycle_and_a_grace_still_ends_on_time() {
 async fn idle_with_usage(half_life: &str) {
     let c = cluster(Config::default()).await;
     let path = c.dir.path().join("config.yaml");
-    std::fs::write(&path, format!("fairness:\n  usage:\n    halfLife: {half_life}\n")).unwrap();
+    std::fs::write(
+        &path,
+        format!("fairness:\n  usage:\n    halfLife: {half_life}\n"),
+    )
+    .unwrap();
     c.create(node("n1", 8));
     c.create(queue("research"));
     c.create(group("g", 1, "research"));

@@ -20,8 +20,8 @@ fn record(c: &Cluster) -> Option<(f64, i64, f64)> {
         .server
         .get("scheduling.basalt.dev/v1alpha1", "Queue", "", "research")?;
     let u = &q["status"]["usage"];
-    let gpus: f64 = (u["resources"]["nvidia.com/gpu"].as_str())
-        .map_or(Some(0.0), |t| t.parse().ok())?;
+    let gpus: f64 =
+        (u["resources"]["nvidia.com/gpu"].as_str()).map_or(Some(0.0), |t| t.parse().ok())?;
     let at: Timestamp = u["takenAt"].as_str()?.parse().ok()?;
     let held: f64 = (u["held"]["nvidia.com/gpu"].as_str()).map_or(Some(0.0), |t| t.parse().ok())?;
     Some((gpus, at.as_millisecond(), held))

@@ -155,10 +155,8 @@ impl Scheduler {
             if origin != Origin::Volcano {
                 body["deserved"] = with_nulls(&desired.deserved, old.map(|s| &s.deserved));
                 body["demand"] = with_nulls(&desired.demand, old.map(|s| &s.demand));
-                body["usage"] = usage_patch(
-                    desired.usage.as_ref(),
-                    old.and_then(|s| s.usage.as_ref()),
-                );
+                body["usage"] =
+                    usage_patch(desired.usage.as_ref(), old.and_then(|s| s.usage.as_ref()));
                 body["usageWeight"] = json!(desired.usage_weight);
                 body["usageEffect"] = json!(desired.usage_effect);
             }
