@@ -57,17 +57,30 @@ fn agent_config() -> AgentConfig {
     }
 }
 
-/// The agent's rounds, every 100 ms, until the test ends (the task is dropped with the runtime).
-async fn start_agent(c: &Cluster, backend: Arc<FakeBackend>) {
-    let client = c.client().await;
+/// The agent's rounds, every 100 ms, on a thread of their own until the test's process ends.
+/// (Its round holds a `&dyn Fn` across awaits, so, as in the binary, it runs as the top
+/// future of its own runtime rather than as a spawned task.)
+fn start_agent(c: &Cluster, backend: Arc<FakeBackend>) {
+    let kubeconfig = c.dir.path().join("kubeconfig");
     let cfg = agent_config();
-    tokio::spawn(async move {
-        loop {
-            // A failed round (the node not there yet, a conflict) is retried next tick, as the
-            // binary's loop does.
-            let _ = reconcile_once(&client, backend.as_ref(), &cfg).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .expect("kube config");
+            let client = kube::Client::try_from(config).expect("client");
+            loop {
+                // A failed round (a conflict, the server gone at the end) is retried next
+                // tick, as the binary's loop does.
+                let _ = reconcile_once(&client, backend.as_ref(), &cfg).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
     });
 }
 
@@ -100,7 +113,9 @@ async fn start(c: &Cluster) -> Scheduler {
 }
 
 fn topology(c: &Cluster) -> Value {
-    (c.server.get("scheduling.basalt.dev/v1alpha1", "NodeTopology", "", NODE)).unwrap_or_default()
+    (c.server
+        .get("scheduling.basalt.dev/v1alpha1", "NodeTopology", "", NODE))
+    .unwrap_or_default()
 }
 
 /// GPU 0's entry in the NodeTopology's `status.migLayouts`.
@@ -136,9 +151,11 @@ async fn a_pod_asking_a_missing_profile_gets_its_gpu_relaid_and_binds() {
     let c = cluster(Default::default()).await;
     c.create(mig_node(&[]));
     let gpu = Arc::new(h100("[]"));
-    start_agent(&c, gpu.clone()).await;
+    start_agent(&c, gpu.clone());
     eventually("the agent publishes the NodeTopology", || {
-        topology(&c)["spec"]["gpus"].as_array().is_some_and(|g| g.len() == 1)
+        topology(&c)["spec"]["gpus"]
+            .as_array()
+            .is_some_and(|g| g.len() == 1)
     })
     .await;
     let _s = start(&c).await;
@@ -150,8 +167,7 @@ async fn a_pod_asking_a_missing_profile_gets_its_gpu_relaid_and_binds() {
         let t = topology(&c);
         (t["spec"]["migLayouts"].as_array().into_iter().flatten()).any(|w| {
             w["gpu"] == 0
-                && (w["layout"].as_array().into_iter().flatten())
-                    .any(|p| p["profile"] == "3g.40gb")
+                && (w["layout"].as_array().into_iter().flatten()).any(|p| p["profile"] == "3g.40gb")
         })
     })
     .await;
@@ -173,7 +189,9 @@ async fn a_pod_asking_a_missing_profile_gets_its_gpu_relaid_and_binds() {
     // docs/nodeagent.md); here the test patches the Node's allocatable as the plugin would.
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
     for (profile, _) in &laid {
-        *counts.entry(format!("nvidia.com/mig-{profile}")).or_default() += 1;
+        *counts
+            .entry(format!("nvidia.com/mig-{profile}"))
+            .or_default() += 1;
     }
     let advertised: serde_json::Map<String, Value> = (counts.iter())
         .map(|(resource, count)| (resource.clone(), json!(count.to_string())))
@@ -213,9 +231,11 @@ async fn a_busy_gpu_is_refused_and_the_pod_waits_with_the_reason() {
         processes: 1"#;
     c.create(mig_node(&[("nvidia.com/mig-1g.10gb", 1)]));
     let gpu = Arc::new(h100(busy));
-    start_agent(&c, gpu.clone()).await;
+    start_agent(&c, gpu.clone());
     eventually("the agent publishes the NodeTopology", || {
-        topology(&c)["spec"]["gpus"].as_array().is_some_and(|g| g.len() == 1)
+        topology(&c)["spec"]["gpus"]
+            .as_array()
+            .is_some_and(|g| g.len() == 1)
     })
     .await;
     let _s = start(&c).await;
