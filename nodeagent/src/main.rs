@@ -105,8 +105,8 @@ enum Command {
         #[arg(long, default_value = "gpu-operator/basalt-device-plugin-config")]
         device_plugin_config_map: ConfigMapRef,
         /// At most one re-layout per GPU in this time, for the scheduler's wanted MIG layouts
-        /// (NodeTopology spec.migLayouts).
-        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        /// (NodeTopology spec.migLayouts); the scheduler config's `mig.minIntervalSeconds` (300) models it.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
         mig_min_interval: Duration,
     },
 }
