@@ -208,7 +208,9 @@ impl Explanation {
     /// cycle by cycle (holders, position), so the condition stays put while nothing that
     /// matters moves.
     pub fn summary(&self) -> String {
-        let mut out = format!(
+        let mut out = String::with_capacity(256);
+        let _ = write!(
+            out,
             "{}/{} members of the gang could be placed: ",
             self.holding, self.min_member
         );
@@ -225,15 +227,14 @@ impl Explanation {
             }
             _ => {}
         }
-        out.push_str(&self.nodes.words());
+        self.nodes.write_words(&mut out);
         if let Some(t) = &self.together {
             let _ = write!(
                 out,
-                " Each member fits alone, not all together: {} of {} placed, then {}",
-                t.placed,
-                self.need,
-                t.next.words()
+                " Each member fits alone, not all together: {} of {} placed, then ",
+                t.placed, self.need,
             );
+            t.next.write_words(&mut out);
         }
         if !self.reserved.is_empty() {
             let nodes: u32 = self.reserved.iter().map(|r| r.nodes).sum();
@@ -251,17 +252,14 @@ impl Explanation {
                 self.fit_now, self.need
             );
         }
-        let short: Vec<String> = (self.resources.iter())
-            .filter(|r| r.asked != "0")
-            .map(|r| {
-                format!(
-                    "{} {} ({} free of {})",
-                    r.asked, r.name, r.free, r.allocatable
-                )
-            })
-            .collect();
-        if !short.is_empty() {
-            let _ = write!(out, " Needs {} on the nodes it may use.", short.join(", "));
+        let short = self.resources.iter().filter(|r| r.asked != "0");
+        for (i, r) in short.enumerate() {
+            let sep = if i == 0 { " Needs " } else { ", " };
+            let (asked, name, free, of) = (&r.asked, &r.name, &r.free, &r.allocatable);
+            let _ = write!(out, "{sep}{asked} {name} ({free} free of {of})");
+        }
+        if !asks_nothing(&self.resources) {
+            out.push_str(" on the nodes it may use.");
         }
         if let Some(d) = &self.domain {
             let _ = write!(
@@ -378,6 +376,11 @@ impl Explanation {
     }
 }
 
+/// Whether every resource need asks "0" (the summary then says nothing of needs).
+fn asks_nothing(r: &[ResourceNeed]) -> bool {
+    r.iter().all(|r| r.asked == "0")
+}
+
 fn none_needed(r: &Arc<[ResourceNeed]>) -> bool {
     r.is_empty()
 }
@@ -426,18 +429,18 @@ impl NodeCounts {
     /// "0/6 nodes are available: 3 insufficient nvidia.com/gpu, 2 didn't match node
     /// selector." (kube-scheduler's words for one pod).
     pub fn words(&self) -> String {
-        let parts: Vec<String> = (self.refused.iter())
-            .map(|r| format!("{} {}", r.count, r.reason))
-            .collect();
-        if parts.is_empty() {
-            format!("{}/{} nodes are available.", self.available, self.total)
-        } else {
-            format!(
-                "{}/{} nodes are available: {}.",
-                self.available,
-                self.total,
-                parts.join(", ")
-            )
+        let mut out = String::new();
+        self.write_words(&mut out);
+        out
+    }
+
+    /// [`NodeCounts::words`] onto `out` (a summary per waiting job: no string per part).
+    fn write_words(&self, out: &mut String) {
+        let _ = write!(out, "{}/{} nodes are available", self.available, self.total);
+        for (i, r) in self.refused.iter().enumerate() {
+            let sep = if i == 0 { ": " } else { ", " };
+            let _ = write!(out, "{sep}{} {}", r.count, r.reason);
         }
+        out.push('.');
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use basalt_topology::{DomainId, TierId};
 
-use super::{Op, ReservedNodes, Session, TaskStatus};
+use super::{Op, ReservedNodes, Session};
 use crate::hash::Map;
 use crate::interpod::Guard;
 use crate::model::{JobId, NodeId, RulesId, ShapeId, TaskId};
@@ -397,16 +397,6 @@ impl Session<'_> {
                 .filter(|n| ok[n.index()])
                 .collect(),
         }
-    }
-
-    /// Tasks holding capacity on the node after the cycle: bound before it and not evicted,
-    /// or placed by it.
-    fn holding_tasks(&self, node: NodeId, placed: &Map<NodeId, Vec<TaskId>>) -> Vec<TaskId> {
-        let mut out: Vec<TaskId> = (self.node_tasks(node).iter().copied())
-            .filter(|&t| self.status[t.index()] == TaskStatus::Bound(node))
-            .collect();
-        out.extend(placed.get(&node).into_iter().flatten().copied());
-        out
     }
 }
 

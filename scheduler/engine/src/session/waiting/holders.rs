@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use basalt_topology::DomainId;
 
-use super::super::{Op, Session};
+use super::super::{Op, Session, TaskStatus};
 use super::{fit_count, Kept as PassKept};
 use crate::hash::Map;
 use crate::model::{JobId, NodeId, QueueId, RulesId, ShapeId, TaskId};
@@ -46,7 +46,7 @@ struct Holdings {
     /// Per job (by id), its index in `jobs`; `NONE` when it holds nothing here.
     index: Vec<u32>,
     /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
-    on_node: std::collections::BTreeMap<NodeId, Vec<usize>>,
+    on_node: Vec<(NodeId, Vec<usize>)>,
 }
 
 /// No holder index (see `Holdings::index`).
@@ -202,7 +202,8 @@ impl Session<'_> {
     ) -> Vec<Vec<usize>> {
         let snap = self.snapshot;
         let mut out = Vec::new();
-        for (&node, on) in &holdings.on_node {
+        for (node, on) in &holdings.on_node {
+            let node = *node;
             let mut free = self.free(node);
             let before = fit_count(&free, request, u64::MAX);
             let mut on = on.clone();
@@ -333,14 +334,21 @@ impl Session<'_> {
         let mut free = Resources::zero(dims);
         let mut index = vec![NONE; snap.jobs.len()];
         let mut jobs: Vec<Holder> = Vec::new();
-        let mut on_node: std::collections::BTreeMap<NodeId, Vec<usize>> = Default::default();
+        // Built in `nodes` order without a map or a list per node (this runs over every
+        // running pod of the cluster), then put in node order.
+        let mut on_node: Vec<(NodeId, Vec<usize>)> = Vec::new();
         for &node in &nodes {
-            let mut f = self.free(node);
-            for (id, v) in f.clone().iter() {
+            let raw = self.free(node);
+            let mut f = raw.clone();
+            for (id, v) in raw.iter() {
                 f.set(id, v.max(0));
             }
             free.add(&f);
-            for task in self.holding_tasks(node, placed) {
+            let bound = (self.node_tasks(node).iter().copied())
+                .filter(|&t| self.status[t.index()] == TaskStatus::Bound(node));
+            let here_placed = placed.get(&node).into_iter().flatten().copied();
+            let mut here: Vec<usize> = Vec::new();
+            for task in bound.chain(here_placed) {
                 let t = snap.task(task);
                 if index[t.job.index()] == NONE {
                     index[t.job.index()] = jobs.len() as u32;
@@ -353,11 +361,16 @@ impl Session<'_> {
                 let i = index[t.job.index()] as usize;
                 jobs[i].holds.add(&t.request);
                 jobs[i].tasks.push((node, task));
-                let here = on_node.entry(node).or_default();
                 if !here.contains(&i) {
                     here.push(i);
                 }
             }
+            if !here.is_empty() {
+                on_node.push((node, here));
+            }
+        }
+        if !on_node.is_sorted_by_key(|(n, _)| *n) {
+            on_node.sort_by_key(|(n, _)| *n);
         }
         let h = Arc::new(Holdings {
             nodes,
