@@ -332,6 +332,10 @@ pub struct MigArgs {
     pub relayout: bool,
     /// GPUs re-laid per node per cycle, at most (1 or more).
     pub max_gpus_per_node: u32,
+    /// Also propose GPUs not in MIG mode. Only for clusters where something switches MIG mode
+    /// on them (NVIDIA's mig-manager): Basalt's node agent never does (it needs a GPU reset)
+    /// and reports such a layout `failed`, so by default only GPUs in MIG mode are re-laid.
+    pub whole_gpus: bool,
     /// A GPU is re-laid at most once per this many seconds: kept by whoever applies layouts
     /// (the node agent, the simulator), which knows when it last did.
     pub min_interval_seconds: u64,
@@ -342,6 +346,7 @@ impl Default for MigArgs {
         MigArgs {
             relayout: false,
             max_gpus_per_node: 1,
+            whole_gpus: false,
             min_interval_seconds: 300,
         }
     }

@@ -100,6 +100,7 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     if config.mig.relayout {
         fw.mig_relayout = Some(Box::new(mig_relayout::DemandRelayout {
             max_gpus_per_node: config.mig.max_gpus_per_node,
+            whole_gpus: config.mig.whole_gpus,
         }));
     }
     fw

@@ -7,10 +7,11 @@
 //!   strategy), by priority, then age; a pod a free instance already serves on a node that
 //!   takes it is left to the next cycle's `allocate`;
 //! - **GPUs**: those the engine calls re-layable (healthy, idle, node open and not
-//!   reconfiguring), whose model the tables know, on nodes no starving gang reserved; GPUs
-//!   already in MIG mode before whole ones (a whole GPU given to MIG is one fewer for a
-//!   whole-GPU job), and no whole GPU on a node a pending whole-GPU pod could use (its NVLink
-//!   islands are what such a gang waits for);
+//!   reconfiguring), whose model the tables know, on nodes no starving gang reserved, in MIG
+//!   mode; with `mig.wholeGpus` (for clusters where mig-manager switches MIG mode: the node
+//!   agent never does) whole GPUs too, after those in MIG mode (a whole GPU given to MIG is one
+//!   fewer for a whole-GPU job), and none on a node a pending whole-GPU pod could use (its
+//!   NVLink islands are what such a gang waits for);
 //! - **layout**: for the first unserved pod, the first GPU on a node that takes it (static
 //!   filters, CPU and memory); its layout holds the pod's profiles, then as many of the next
 //!   pending pods' (those the node takes too) as fit, then fills the rest with the demanded
@@ -33,6 +34,8 @@ const MIG_PREFIX: &str = "nvidia.com/mig-";
 pub struct DemandRelayout {
     /// GPUs re-laid per node per cycle, at most.
     pub max_gpus_per_node: u32,
+    /// GPUs not in MIG mode are candidates too (`mig.wholeGpus`).
+    pub whole_gpus: bool,
 }
 
 /// A pending pod's MIG asks: profile name and count.
@@ -62,7 +65,7 @@ impl MigRelayout for DemandRelayout {
         if asks.is_empty() {
             return Vec::new();
         }
-        let mut gpus = candidate_gpus(s);
+        let mut gpus = candidate_gpus(s, self.whole_gpus);
         let mut per_node: BTreeMap<NodeId, u32> = BTreeMap::new();
         let mut served = vec![false; asks.len()];
         let mut out = Vec::new();
@@ -220,9 +223,9 @@ struct Candidate {
     model: &'static GpuModel,
 }
 
-/// Re-layable GPUs of known models: in MIG mode first, then whole ones on nodes no pending
-/// whole-GPU pod could use; each by node, then position.
-fn candidate_gpus(s: &Session) -> Vec<Candidate> {
+/// Re-layable GPUs of known models: in MIG mode first, then (with `include_whole`) whole ones on
+/// nodes no pending whole-GPU pod could use; each by node, then position.
+fn candidate_gpus(s: &Session, include_whole: bool) -> Vec<Candidate> {
     let snap = s.snapshot;
     let whole = snap.resources.id(GPU_NAME);
     let whole_gpu_pending: Vec<&Task> = (snap.tasks.iter())
@@ -260,7 +263,7 @@ fn candidate_gpus(s: &Session) -> Vec<Candidate> {
             };
             if g.mig {
                 partitioned.push(c);
-            } else if !awaited() {
+            } else if include_whole && !awaited() {
                 whole_gpus.push(c);
             }
         }

@@ -75,10 +75,34 @@ fn running(mut p: PodSpec, node: &str) -> PodSpec {
     p
 }
 
+/// Re-layouts on, whole GPUs included (`mig.wholeGpus`: where mig-manager switches MIG mode).
 fn relayout_on() -> Config {
     let mut c = Config::default();
     c.mig.relayout = true;
+    c.mig.whole_gpus = true;
     c
+}
+
+#[test]
+fn by_default_only_gpus_in_mig_mode_are_re_laid() {
+    // GPU 0 whole, GPU 1 in MIG mode with no instance: the node agent cannot switch GPU 0's
+    // MIG mode, so only GPU 1 is proposed.
+    let mut c = Config::default();
+    c.mig.relayout = true;
+    let p = plan(
+        vec![node("n", &[None, Some(&[])])],
+        vec![pod("p", "nvidia.com/mig-3g.40gb", 1)],
+        &c,
+    );
+    assert_eq!(p.mig_layouts.len(), 1, "{:?}", p.mig_layouts);
+    assert_eq!(p.mig_layouts[0].gpu, 1, "{:?}", p.mig_layouts);
+    // With only a whole GPU, nothing is proposed.
+    let p = plan(
+        vec![node("n", &[None])],
+        vec![pod("p", "nvidia.com/mig-3g.40gb", 1)],
+        &c,
+    );
+    assert!(p.mig_layouts.is_empty(), "{:?}", p.mig_layouts);
 }
 
 fn plan(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>, config: &Config) -> Plan {
@@ -227,9 +251,17 @@ fn the_config_bounds_gpus_per_node() {
         pod("b", &mig_resource("7g.80gb"), 1),
         pod("c", &mig_resource("7g.80gb"), 1),
     ];
-    let p = plan(vec![node("n", &[None, None, None])], pods.clone(), &c);
+    let p = plan(
+        vec![node("n", &[Some(&[]), Some(&[]), Some(&[])])],
+        pods.clone(),
+        &c,
+    );
     assert_eq!(p.mig_layouts.len(), 2, "{:?}", p.mig_layouts);
     c.mig.max_gpus_per_node = 1;
-    let p = plan(vec![node("n", &[None, None, None])], pods, &c);
+    let p = plan(
+        vec![node("n", &[Some(&[]), Some(&[]), Some(&[])])],
+        pods,
+        &c,
+    );
     assert_eq!(p.mig_layouts.len(), 1, "{:?}", p.mig_layouts);
 }

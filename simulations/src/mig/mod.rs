@@ -309,6 +309,9 @@ pub fn run(args: &MigArgs, base: &Config) -> anyhow::Result<Vec<Outcome>> {
     fixed.mig.relayout = false;
     let mut demand = base.clone();
     demand.mig.relayout = true;
+    // The simulated GPUs start whole and are switched to MIG mode when first re-laid, as
+    // mig-manager does (Basalt's node agent never switches MIG mode: `mig.wholeGpus`).
+    demand.mig.whole_gpus = true;
     demand.mig.min_interval_seconds = args.min_interval;
     fixed.mig.min_interval_seconds = args.min_interval;
     let mut out = Vec::new();
