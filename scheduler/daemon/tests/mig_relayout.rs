@@ -216,7 +216,7 @@ async fn a_pod_asking_a_missing_profile_gets_its_gpu_relaid_and_binds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_gpu_is_refused_and_the_pod_waits_with_the_reason() {
+async fn a_busy_gpu_is_refused_the_pod_waits_and_its_deletion_withdraws_the_layout() {
     let c = cluster(Default::default()).await;
     // A 1g.10gb instance, running a process nobody's pod accounts for (a pod of another
     // scheduler, a process outside Kubernetes): the scheduler sees an idle GPU, NVML does not.
@@ -257,4 +257,19 @@ async fn a_busy_gpu_is_refused_and_the_pod_waits_with_the_reason() {
     assert_eq!(c.node_of("p"), None);
     assert_eq!(relayout_status(&c)["phase"], "refused");
     assert!(group_reason(&c, "g", "MigRelayout").is_some());
+
+    // The pod is deleted: nobody waits for the layout any more, so it is withdrawn (else the
+    // agent would re-lay the GPU for nobody once its process ends), and the agent's status of
+    // it goes with it. The GPU keeps its instance.
+    c.server.delete("v1", "Pod", "default", "p").unwrap();
+    eventually("the daemon withdraws GPU 0's wanted layout", || {
+        let t = topology(&c);
+        !(t["spec"]["migLayouts"].as_array().into_iter().flatten()).any(|w| w["gpu"] == 0)
+    })
+    .await;
+    eventually("the agent drops its status", || {
+        relayout_status(&c).is_null()
+    })
+    .await;
+    assert_eq!(instances(&gpu), vec![("1g.10gb".to_string(), 0)]);
 }

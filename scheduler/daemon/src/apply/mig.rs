@@ -2,10 +2,13 @@
 //! node's NodeTopology `spec.migLayouts` (the agent applies it and reports in
 //! `status.migLayouts`). The policy proposes the same GPU every cycle until it is applied, so a
 //! layout already asked is not written again; a different one raises the GPU's generation.
+//! A layout the plan no longer proposes (its pods bound elsewhere or were deleted) is withdrawn
+//! unless the agent has applied it or is applying it, so a refused GPU is not re-laid later
+//! for nobody.
 
 use std::collections::BTreeMap;
 
-use basalt_crds::types::{MigLayoutPlacement, WantedMigLayout};
+use basalt_crds::types::{MigLayoutPhase, MigLayoutPlacement, WantedMigLayout};
 use basalt_crds::NodeTopology;
 use basalt_engine::{MigLayout, Plan};
 use kube::api::{Patch, PatchParams};
@@ -20,9 +23,16 @@ use crate::stores::Stores;
 const MAX_NODES_PER_CYCLE: usize = 32;
 
 impl Scheduler {
-    /// Writes the wanted layouts of `plan` that their NodeTopology does not already ask for.
+    /// Writes the wanted layouts of `plan` that their NodeTopology does not already ask for,
+    /// and withdraws the ones the plan no longer proposes.
     pub(super) async fn write_mig_layouts(&mut self, plan: &Plan, stores: &Stores) {
-        let mut by_node: BTreeMap<&str, Vec<&MigLayout>> = BTreeMap::new();
+        let asking: Vec<String> = (stores.topologies.state().iter())
+            .filter(|t| (t.decoded.as_ref()).is_ok_and(|t| !t.spec.mig_layouts.is_empty()))
+            .filter_map(|t| t.metadata.name.clone())
+            .collect();
+        // Nodes already asking are visited too, with nothing proposed, to withdraw.
+        let mut by_node: BTreeMap<&str, Vec<&MigLayout>> =
+            (asking.iter()).map(|n| (n.as_str(), vec![])).collect();
         for l in &plan.mig_layouts {
             by_node.entry(l.node.as_str()).or_default().push(l);
         }
@@ -57,15 +67,18 @@ impl Scheduler {
     }
 }
 
-/// The merge patch of `topology`'s `spec.migLayouts` asking for `layouts` (the list is written
-/// whole, other GPUs' entries as they are; the resourceVersion makes a concurrent change fail
-/// rather than be lost), or `None` when each is already asked.
+/// The merge patch of `topology`'s `spec.migLayouts` asking for `layouts`, the node's layouts
+/// the plan proposes now, and withdrawing the entries not among them that the agent has not
+/// done (the list is written whole; the resourceVersion makes a concurrent change fail rather
+/// than be lost), or `None` when nothing changes.
 pub(crate) fn wanted_layouts_patch(
     topology: &NodeTopology,
     layouts: &[&MigLayout],
 ) -> Option<Value> {
     let mut wanted = topology.spec.mig_layouts.clone();
-    let mut changed = false;
+    let before = wanted.len();
+    wanted.retain(|w| layouts.iter().any(|l| l.gpu == w.gpu) || kept(topology, w));
+    let mut changed = wanted.len() != before;
     for l in layouts {
         let layout: Vec<MigLayoutPlacement> = (l.layout.iter())
             .map(|p| MigLayoutPlacement {
@@ -100,9 +113,31 @@ pub(crate) fn wanted_layouts_patch(
     }))
 }
 
+/// Whether `want`, which the plan no longer proposes, stays: when the agent has applied it or
+/// is applying it (withdrawing would hand the GPU back to the `nvidia.com/mig.config` layout,
+/// which could re-lay it), and while the agent re-lays any GPU of the node, since the plan
+/// proposes none of them then (the node counts as reconfiguring).
+fn kept(topology: &NodeTopology, want: &WantedMigLayout) -> bool {
+    let statuses = topology.status.iter().flat_map(|s| &s.mig_layouts);
+    let mut reconfiguring = false;
+    for s in statuses {
+        if s.phase == MigLayoutPhase::Applying {
+            reconfiguring = true;
+        }
+        if s.gpu == want.gpu
+            && s.observed_generation == want.generation
+            && matches!(s.phase, MigLayoutPhase::Applied | MigLayoutPhase::Applying)
+        {
+            return true;
+        }
+    }
+    reconfiguring
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use basalt_crds::types::{MigLayoutStatus, NodeTopologyStatus};
     use basalt_engine::MigPlacement;
 
     fn layout(gpu: u32, profiles: &[(&str, u32)]) -> MigLayout {
@@ -133,9 +168,9 @@ mod tests {
         t.spec.mig_layouts = wanted;
         // The policy proposes it again next cycle: nothing to write.
         assert_eq!(wanted_layouts_patch(&t, &[&first]), None);
-        // Another GPU: the first GPU's entry is kept as it is.
+        // Another GPU, the first still proposed: its entry is kept as it is.
         let other = layout(1, &[("7g.80gb", 0)]);
-        let patch = wanted_layouts_patch(&t, &[&other]).unwrap();
+        let patch = wanted_layouts_patch(&t, &[&first, &other]).unwrap();
         let wanted: Vec<WantedMigLayout> =
             serde_json::from_value(patch["spec"]["migLayouts"].clone()).unwrap();
         assert_eq!(wanted.iter().map(|w| w.gpu).collect::<Vec<_>>(), [0, 1]);
@@ -147,5 +182,61 @@ mod tests {
             serde_json::from_value(patch["spec"]["migLayouts"].clone()).unwrap();
         assert_eq!(wanted[0].generation, 2);
         assert_eq!(wanted[0].layout[0].profile, "7g.80gb");
+    }
+
+    fn reported(gpu: u32, phase: MigLayoutPhase, generation: i64) -> MigLayoutStatus {
+        MigLayoutStatus {
+            gpu,
+            phase,
+            observed_generation: generation,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_layout_nobody_waits_for_is_withdrawn_unless_applied_or_applying() {
+        let mut t = NodeTopology::new("gpu-1", Default::default());
+        t.metadata.resource_version = Some("7".into());
+        let (first, second) = (layout(0, &[("7g.80gb", 0)]), layout(1, &[("7g.80gb", 0)]));
+        let patch = wanted_layouts_patch(&t, &[&first, &second]).unwrap();
+        t.spec.mig_layouts = serde_json::from_value(patch["spec"]["migLayouts"].clone()).unwrap();
+        let gpus = |patch: Value| -> Vec<u32> {
+            let wanted: Vec<WantedMigLayout> =
+                serde_json::from_value(patch["spec"]["migLayouts"].clone()).unwrap();
+            wanted.iter().map(|w| w.gpu).collect()
+        };
+        // GPU 0 refused (busy), GPU 1 applied; the pods went elsewhere: GPU 0 is withdrawn.
+        let mut status = NodeTopologyStatus::default();
+        status.mig_layouts = vec![
+            reported(0, MigLayoutPhase::Refused, 1),
+            reported(1, MigLayoutPhase::Applied, 1),
+        ];
+        t.status = Some(status.clone());
+        let patch = wanted_layouts_patch(&t, &[]).expect("the refused layout is withdrawn");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        assert_eq!(gpus(patch), [1]);
+        // Still proposed: kept, nothing to write.
+        assert_eq!(wanted_layouts_patch(&t, &[&first]), None);
+        // No status yet, or pending, or failed: withdrawn too.
+        for phase in [MigLayoutPhase::Pending, MigLayoutPhase::Failed] {
+            status.mig_layouts[0].phase = phase;
+            t.status = Some(status.clone());
+            assert_eq!(gpus(wanted_layouts_patch(&t, &[]).unwrap()), [1]);
+        }
+        status.mig_layouts.remove(0);
+        t.status = Some(status.clone());
+        assert_eq!(gpus(wanted_layouts_patch(&t, &[]).unwrap()), [1]);
+        // Applied for an older generation only: this one is not done, withdrawn.
+        status
+            .mig_layouts
+            .insert(0, reported(0, MigLayoutPhase::Applied, 1));
+        t.spec.mig_layouts[0].generation = 2;
+        t.status = Some(status.clone());
+        assert_eq!(gpus(wanted_layouts_patch(&t, &[]).unwrap()), [1]);
+        // Applying: kept, and while the node re-lays a GPU its other entries stay too.
+        status.mig_layouts[0] = reported(0, MigLayoutPhase::Applying, 2);
+        status.mig_layouts[1] = reported(1, MigLayoutPhase::Pending, 1);
+        t.status = Some(status);
+        assert_eq!(wanted_layouts_patch(&t, &[]), None);
     }
 }
