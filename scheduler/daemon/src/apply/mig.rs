@@ -206,11 +206,13 @@ mod tests {
             wanted.iter().map(|w| w.gpu).collect()
         };
         // GPU 0 refused (busy), GPU 1 applied; the pods went elsewhere: GPU 0 is withdrawn.
-        let mut status = NodeTopologyStatus::default();
-        status.mig_layouts = vec![
-            reported(0, MigLayoutPhase::Refused, 1),
-            reported(1, MigLayoutPhase::Applied, 1),
-        ];
+        let mut status = NodeTopologyStatus {
+            mig_layouts: vec![
+                reported(0, MigLayoutPhase::Refused, 1),
+                reported(1, MigLayoutPhase::Applied, 1),
+            ],
+            ..Default::default()
+        };
         t.status = Some(status.clone());
         let patch = wanted_layouts_patch(&t, &[]).expect("the refused layout is withdrawn");
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
