@@ -51,6 +51,7 @@ pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
 pub use pod::{explicit_group, RANK_LABELS};
 use selectors::{label_selector, selector_requirements};
+use usage::queue_usage;
 pub use usage::{read_usage, usage_effect_message, usage_status};
 pub use volumes::{volume_admits_node, volume_can_bind};
 
@@ -744,14 +745,4 @@ fn queue_state(s: crate::types::QueueState) -> basalt_engine::QueueState {
         Q::Closing => basalt_engine::QueueState::Closing,
         Q::Closed => basalt_engine::QueueState::Closed,
     }
-}
-
-/// The usage the queue's status records; a malformed one is warned of and taken as none.
-fn queue_usage(cx: &Cx, name: &str, q: &Queue, warnings: &mut Vec<String>) -> Option<QueueUsage> {
-    let status = q.status.as_ref()?.usage.as_ref()?;
-    read_usage(name, status)
-        .map_err(|(field, message)| {
-            warnings.push(cx.warning(field, format!("{message}; taken as no usage")))
-        })
-        .ok()
 }

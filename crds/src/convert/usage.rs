@@ -13,7 +13,8 @@ use basalt_engine::{QueueUsage, UsageEffect, UsageOrder, CPU_NAME};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::types::QueueUsageStatus;
+use super::Cx;
+use crate::types::{Queue, QueueUsageStatus};
 
 /// Significant digits written.
 const DIGITS: i32 = 4;
@@ -139,6 +140,21 @@ fn significant(v: f64) -> String {
         true => text.trim_end_matches('0').trim_end_matches('.').to_string(),
         false => text,
     }
+}
+
+/// The usage the queue's status records; a malformed one is warned of and taken as none.
+pub(super) fn queue_usage(
+    cx: &Cx,
+    name: &str,
+    q: &Queue,
+    warnings: &mut Vec<String>,
+) -> Option<QueueUsage> {
+    let status = q.status.as_ref()?.usage.as_ref()?;
+    read_usage(name, status)
+        .map_err(|(field, message)| {
+            warnings.push(cx.warning(field, format!("{message}; taken as no usage")))
+        })
+        .ok()
 }
 
 #[cfg(test)]

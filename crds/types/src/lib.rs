@@ -16,6 +16,13 @@ use kube::CustomResource;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+mod mig_layouts;
+mod queue_usage;
+pub mod scheduler_plugins;
+
+pub use mig_layouts::{MigLayoutPhase, MigLayoutPlacement, MigLayoutStatus, WantedMigLayout};
+pub use queue_usage::QueueUsageStatus;
+
 /// The API group of Basalt's resources.
 pub const GROUP: &str = "scheduling.basalt.dev";
 /// The version of Basalt's resources.
@@ -476,71 +483,6 @@ pub struct NodeTopologySpec {
     pub mig_layouts: Vec<WantedMigLayout>,
 }
 
-/// The MIG layout the scheduler wants on one GPU.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WantedMigLayout {
-    /// Device index of the GPU.
-    #[schemars(with = "i32", range(min = 0))]
-    pub gpu: u32,
-    /// Raised by the scheduler each time it asks for a different layout on this GPU; the node
-    /// agent reports the one it acted on.
-    #[schemars(range(min = 1))]
-    pub generation: i64,
-    /// The GPU instances wanted, by first memory slice.
-    pub layout: Vec<MigLayoutPlacement>,
-}
-
-/// One GPU instance of a wanted MIG layout.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MigLayoutPlacement {
-    /// Profile name (`3g.40gb`).
-    pub profile: String,
-    /// First memory slice.
-    #[schemars(with = "i32", range(min = 0))]
-    pub start: u32,
-}
-
-/// Where the node agent stands with one GPU's wanted MIG layout.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum MigLayoutPhase {
-    /// Asked, not acted on yet (or waiting for `minInterval` since the last re-layout).
-    #[default]
-    Pending,
-    /// Instances are being destroyed and created now.
-    Applying,
-    /// The GPU's instances are the wanted layout.
-    Applied,
-    /// Not applied because the GPU is busy (`reason`); tried again each round.
-    Refused,
-    /// A step failed; the previous layout was restored (`reason` says what failed and whether
-    /// the restore did).
-    Failed,
-}
-
-/// The node agent's report on one GPU's wanted MIG layout.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MigLayoutStatus {
-    /// Device index of the GPU.
-    #[schemars(with = "i32", range(min = 0))]
-    pub gpu: u32,
-    pub phase: MigLayoutPhase,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The `generation` of the wanted layout this phase is about.
-    #[serde(default)]
-    pub observed_generation: i64,
-    /// The `generation` last applied on this GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied_generation: Option<i64>,
-    /// When a layout was last applied on this GPU (RFC 3339): `minInterval` counts from it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied_at: Option<String>,
-}
-
 /// What the node agent reports on the node besides its topology.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -627,16 +569,11 @@ pub struct MigDeviceInfo {
 // Volcano's scheduling.volcano.sh/v1beta1 Queue and PodGroup, topology.volcano.sh/v1alpha1 HyperNode
 // ---------------------------------------------------------------------------------------------
 
-/// Volcano's spelling of the Basalt Queue and PodGroup, read from manifests and converted to
-/// Basalt's on read; and Volcano's HyperNode, read as is (see `convert` for the node labels it
-/// becomes).
-mod queue_usage;
-pub mod scheduler_plugins;
-
-pub use queue_usage::QueueUsageStatus;
-
 /// A field path and a message: a problem with one field of a peer's object (Volcano's,
 /// scheduler-plugins').
 pub type Issue = (String, String);
 
+/// Volcano's spelling of the Basalt Queue and PodGroup, read from manifests and converted to
+/// Basalt's on read; and Volcano's HyperNode, read as is (see `convert` for the node labels it
+/// becomes).
 pub mod volcano;

@@ -1,6 +1,7 @@
-//! What a queue used, as its status keeps it (`status.usage`): the scheduler writes each
-//! cycle's usage there with the instant it was taken, and reads it back on start, so fairness
-//! over time outlives a restart or a failover with no database (see the engine's `usage`).
+//! What a queue used, as its status keeps it (`status.usage`): the scheduler writes the usage
+//! with the instant it was taken and what the queue held from then on (rewritten when that
+//! holding changes), and reads it back on start, so fairness over time outlives a restart or a
+//! failover with no database (see the engine's `usage`).
 
 use std::collections::BTreeMap;
 
