@@ -4,7 +4,10 @@
 //! layout already asked is not written again; a different one raises the GPU's generation.
 //! A layout the plan no longer proposes (its pods bound elsewhere or were deleted) is withdrawn
 //! unless the agent has applied it or is applying it, so a refused GPU is not re-laid later
-//! for nobody.
+//! for nobody. A GPU Basalt has laid out before is not handed back by a withdrawal: its entry
+//! is frozen at the instances it has now (the next generation), which keeps the GPU the
+//! scheduler's, away from the `nvidia.com/mig.config` layout, and keeps the agent's
+//! `appliedAt`, so `minInterval` still counts from the last re-layout.
 
 use std::collections::BTreeMap;
 
@@ -75,10 +78,26 @@ pub(crate) fn wanted_layouts_patch(
     topology: &NodeTopology,
     layouts: &[&MigLayout],
 ) -> Option<Value> {
-    let mut wanted = topology.spec.mig_layouts.clone();
-    let before = wanted.len();
-    wanted.retain(|w| layouts.iter().any(|l| l.gpu == w.gpu) || kept(topology, w));
-    let mut changed = wanted.len() != before;
+    let mut wanted = Vec::with_capacity(topology.spec.mig_layouts.len());
+    let mut changed = false;
+    for w in &topology.spec.mig_layouts {
+        if layouts.iter().any(|l| l.gpu == w.gpu) || kept(topology, w) {
+            wanted.push(w.clone());
+            continue;
+        }
+        match frozen(topology, w.gpu) {
+            Some(layout) if layout == sorted(w.layout.clone()) => wanted.push(w.clone()),
+            Some(layout) => {
+                changed = true;
+                wanted.push(WantedMigLayout {
+                    gpu: w.gpu,
+                    generation: w.generation + 1,
+                    layout,
+                });
+            }
+            None => changed = true,
+        }
+    }
     for l in layouts {
         let layout: Vec<MigLayoutPlacement> = (l.layout.iter())
             .map(|p| MigLayoutPlacement {
@@ -113,6 +132,26 @@ pub(crate) fn wanted_layouts_patch(
     }))
 }
 
+/// What a withdrawn entry of `gpu` becomes when Basalt has laid the GPU out before (the agent
+/// reports an applied generation): the instances the GPU has now, as the agent publishes
+/// them. `None` (the entry goes) when Basalt never laid it out, or its instances are unknown.
+fn frozen(topology: &NodeTopology, gpu: u32) -> Option<Vec<MigLayoutPlacement>> {
+    let mut statuses = topology.status.iter().flat_map(|s| &s.mig_layouts);
+    statuses.find(|s| s.gpu == gpu && s.applied_generation.is_some())?;
+    let published = topology.spec.gpus.iter().find(|g| g.index == gpu)?;
+    let mig = published.mig.as_ref()?;
+    let layout = (mig.devices.iter()).map(|d| MigLayoutPlacement {
+        profile: d.profile.clone(),
+        start: d.start,
+    });
+    Some(sorted(layout.collect()))
+}
+
+fn sorted(mut layout: Vec<MigLayoutPlacement>) -> Vec<MigLayoutPlacement> {
+    layout.sort_by(|a, b| (a.start, &a.profile).cmp(&(b.start, &b.profile)));
+    layout
+}
+
 /// Whether `want`, which the plan no longer proposes, stays: when the agent has applied it or
 /// is applying it (withdrawing would hand the GPU back to the `nvidia.com/mig.config` layout,
 /// which could re-lay it), and while the agent re-lays any GPU of the node, since the plan
@@ -137,7 +176,9 @@ fn kept(topology: &NodeTopology, want: &WantedMigLayout) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use basalt_crds::types::{MigLayoutStatus, NodeTopologyStatus};
+    use basalt_crds::types::{
+        GpuInfo, MigDeviceInfo, MigInfo, MigLayoutStatus, NodeTopologyStatus,
+    };
     use basalt_engine::MigPlacement;
 
     fn layout(gpu: u32, profiles: &[(&str, u32)]) -> MigLayout {
@@ -240,5 +281,63 @@ mod tests {
         status.mig_layouts[1] = reported(1, MigLayoutPhase::Pending, 1);
         t.status = Some(status);
         assert_eq!(wanted_layouts_patch(&t, &[]), None);
+    }
+
+    fn gpu_with(index: u32, instances: &[(&str, u32)]) -> GpuInfo {
+        let devices = (instances.iter())
+            .map(|(profile, start)| MigDeviceInfo {
+                profile: profile.to_string(),
+                start: *start,
+                ..Default::default()
+            })
+            .collect();
+        GpuInfo {
+            index,
+            mig: Some(MigInfo {
+                enabled: true,
+                devices,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_basalt_laid_out_is_frozen_as_it_is_not_handed_back() {
+        let mut t = NodeTopology::new("gpu-1", Default::default());
+        t.metadata.resource_version = Some("7".into());
+        // GPU 0 was laid out at generation 1 (two 3g); generation 2 (one 7g) waits for
+        // minInterval when its pods go elsewhere.
+        t.spec.gpus = vec![gpu_with(0, &[("3g.40gb", 4), ("3g.40gb", 0)])];
+        t.spec.mig_layouts = vec![WantedMigLayout {
+            gpu: 0,
+            generation: 2,
+            layout: vec![MigLayoutPlacement {
+                profile: "7g.80gb".into(),
+                start: 0,
+            }],
+        }];
+        let mut waiting = reported(0, MigLayoutPhase::Pending, 2);
+        waiting.applied_generation = Some(1);
+        waiting.applied_at = Some("2026-12-06T10:00:00Z".into());
+        t.status = Some(NodeTopologyStatus {
+            mig_layouts: vec![waiting],
+            ..Default::default()
+        });
+        let patch = wanted_layouts_patch(&t, &[]).expect("the entry is frozen, not removed");
+        let wanted: Vec<WantedMigLayout> =
+            serde_json::from_value(patch["spec"]["migLayouts"].clone()).unwrap();
+        let placements: Vec<(&str, u32)> = (wanted[0].layout.iter())
+            .map(|p| (p.profile.as_str(), p.start))
+            .collect();
+        assert_eq!((wanted[0].gpu, wanted[0].generation), (0, 3));
+        assert_eq!(placements, [("3g.40gb", 0), ("3g.40gb", 4)]);
+        // Frozen already: nothing more to write.
+        t.spec.mig_layouts = wanted;
+        assert_eq!(wanted_layouts_patch(&t, &[]), None);
+        // Instances unknown (no MIG info published): the entry goes, as for a GPU never laid.
+        t.spec.gpus[0].mig = None;
+        let patch = wanted_layouts_patch(&t, &[]).unwrap();
+        assert_eq!(patch["spec"]["migLayouts"], json!([]));
     }
 }
