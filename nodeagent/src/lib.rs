@@ -7,6 +7,7 @@
 //! publishes), never on the engine, the conversion (`basalt-crds`) or the scheduler. Only [`nvml::sys`] may use `unsafe`.
 
 pub mod backend;
+pub mod device_plugin;
 pub mod discover;
 pub mod fake;
 pub mod layout_status;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use basalt_nodeagent::backend::GpuBackend;
+use basalt_nodeagent::device_plugin::{Owed, PluginPods};
 use basalt_nodeagent::discover::discover;
 use basalt_nodeagent::fake::FakeBackend;
 use basalt_nodeagent::metrics::{self, Metrics};
@@ -108,6 +109,12 @@ enum Command {
         /// (NodeTopology spec.migLayouts); the scheduler config's `mig.minIntervalSeconds` (300) models it.
         #[arg(long, default_value = "5m", value_parser = parse_duration)]
         mig_min_interval: Duration,
+        /// Restart the device plugin on this node after its MIG instances change, by deleting its
+        /// pods here (NAMESPACE/LABEL_SELECTOR, e.g. gpu-operator/app=nvidia-device-plugin-daemonset):
+        /// NVIDIA's plugin lists MIG devices only when it starts. Off by default (HAMi's plugin
+        /// needs none).
+        #[arg(long)]
+        restart_device_plugin: Option<PluginPods>,
     },
 }
 
@@ -206,6 +213,7 @@ fn main() -> ExitCode {
             mig_config_key,
             device_plugin_config_map,
             mig_min_interval,
+            restart_device_plugin,
         } => {
             let cfg = AgentConfig {
                 node_name,
@@ -215,6 +223,7 @@ fn main() -> ExitCode {
                 mig_config_key,
                 device_plugin_config_map,
                 mig_min_interval,
+                restart_device_plugin,
             };
             let addrs = (listen, metrics_bind_address);
             report_errors(run(cfg, fake, interval, once, addrs))
@@ -308,9 +317,10 @@ fn run(
             .map_err(|e| anyhow!("no Kubernetes client (in-cluster config or KUBECONFIG): {e}"))?;
         if once {
             // Its text already holds its source: printed with `{:#}`, it would repeat.
-            let report = publish::reconcile_once(&client, backend.as_ref(), &cfg)
+            let mut report = publish::reconcile_once(&client, backend.as_ref(), &cfg)
                 .await
                 .map_err(|e| anyhow!("{e}"))?;
+            Owed::default().settle(&client, &cfg, &mut report).await;
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(());
         }
@@ -333,6 +343,7 @@ fn run(
             });
         }
         tracing::info!(node = %cfg.node_name, backend = %backend.describe(), dry_run = cfg.dry_run, %listen, metrics = %metrics_at, "basalt-nodeagent running");
+        let mut owed = Owed::default();
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -343,9 +354,12 @@ fn run(
                     return Ok(());
                 }
             }
-            let result = publish::reconcile_once(&client, backend.as_ref(), &cfg)
+            let mut result = publish::reconcile_once(&client, backend.as_ref(), &cfg)
                 .await
                 .map_err(|e| e.to_string());
+            if let Ok(report) = &mut result {
+                owed.settle(&client, &cfg, report).await;
+            }
             match &result {
                 Ok(r) => {
                     for s in &r.mig_steps {

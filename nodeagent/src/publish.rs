@@ -13,6 +13,7 @@ use serde_json::{json, Map, Value};
 use thiserror::Error;
 
 use crate::backend::{BackendError, GpuBackend};
+use crate::device_plugin;
 use crate::discover::{discover, DiscoverError, Discovery};
 use crate::layout_status;
 use crate::mig::applier::{self, Outcome};
@@ -140,6 +141,7 @@ pub async fn reconcile_once(
     };
 
     let mut raw = backend.report()?;
+    let instances_before = device_plugin::instances(&raw.gpus);
     let mut discovery = discover(&raw)?;
     let topologies: Api<NodeTopology> = Api::all(client.clone());
     let mut current = topologies
@@ -245,6 +247,7 @@ pub async fn reconcile_once(
         Err(e) => report.errors.push(e),
     }
 
+    report.mig_instances_changed = device_plugin::instances(&raw.gpus) != instances_before;
     report.gpus = discovery.gpus.len();
     report.islands = discovery.islands.clone();
     report.clique_id = discovery.clique_id.clone();

@@ -53,6 +53,9 @@ pub struct AgentConfig {
     pub device_plugin_config_map: ConfigMapRef,
     /// At most one re-layout per GPU in this time (the scheduler's `spec.migLayouts`).
     pub mig_min_interval: std::time::Duration,
+    /// The device plugin's pods, restarted on the node after its MIG instances change
+    /// (`None`: no restart; see [`crate::device_plugin`]).
+    pub restart_device_plugin: Option<crate::device_plugin::PluginPods>,
 }
 
 /// What a write did.
@@ -83,6 +86,10 @@ pub struct Report {
     pub mig_steps: Vec<AppliedStep>,
     /// What became of the scheduler's wanted layouts (`status.migLayouts`).
     pub mig_relayouts: Vec<basalt_crd_types::MigLayoutStatus>,
+    /// The round created or destroyed MIG instances (the static layout or the scheduler's).
+    pub mig_instances_changed: bool,
+    /// Device plugin pods deleted so that their DaemonSet restarts them on the new MIG devices.
+    pub device_plugin_restarted: Vec<String>,
     /// The `MigLayoutValid` condition in the NodeTopology's status.
     pub mig_layout_condition: Option<Write>,
     /// Warning Events written about the Node (their messages).

@@ -106,4 +106,26 @@ fn rbac_grants_exactly_what_the_agent_calls() {
         .verbs
         .iter()
         .any(|v| v == "delete" || v == "list" || v == "watch")));
+    // Pods: listed and deleted in the GPU operator's namespace only, to restart the device
+    // plugin after a MIG change (the admission policy holds it to that pod on its node).
+    let plugin = docs()
+        .into_iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "basalt-nodeagent-device-plugin")
+        .unwrap();
+    let plugin: Role = serde_json::from_value(plugin).unwrap();
+    assert_eq!(plugin.metadata.namespace.as_deref(), Some("gpu-operator"));
+    let rules = plugin.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pods".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["list", "delete"]);
+    let ds: DaemonSet = serde_json::from_value(kind("DaemonSet")).unwrap();
+    let args = ds.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    let restart = "--restart-device-plugin=gpu-operator/app=nvidia-device-plugin-daemonset";
+    assert!(args.iter().any(|a| a == restart), "{args:?}");
 }

@@ -378,3 +378,50 @@ fn the_node_agent_writes_only_its_own_device_plugin_key() {
     elsewhere.node = Some("gpu-2");
     assert!(!admit(policy, &elsewhere).unwrap().is_empty());
 }
+
+#[test]
+fn the_node_agent_deletes_only_the_device_plugin_pod_of_its_node() {
+    let Some(docs) = kustomize() else { return };
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "basalt-nodeagent-own-node",
+    );
+    let delete = |node: &str, app: &str| Request {
+        user: AGENT,
+        node: Some("gpu-1"),
+        resource: "pods",
+        object: Json::Null,
+        old: json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "nvidia-device-plugin-daemonset-x", "namespace": "gpu-operator",
+                "labels": {"app": app}},
+            "spec": {"nodeName": node}}),
+    };
+    assert!(admitted(
+        policy,
+        delete("gpu-1", "nvidia-device-plugin-daemonset")
+    ));
+    // Another node's plugin, or another pod of its node: refused, with the reason.
+    let refused = admit(policy, &delete("gpu-2", "nvidia-device-plugin-daemonset")).unwrap();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0].contains("may delete only the device plugin pod"),
+        "{refused:?}"
+    );
+    assert!(!admitted(policy, delete("gpu-1", "dcgm-exporter")));
+    let mut unlabelled = delete("gpu-1", "x");
+    unlabelled.old["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    assert!(!admitted(policy, unlabelled));
+    // Its other writes still pass beside the new rule.
+    let topology = Request {
+        user: AGENT,
+        node: Some("gpu-1"),
+        resource: "nodetopologies",
+        object: json!({"metadata": {"name": "gpu-1"}}),
+        old: Json::Null,
+    };
+    assert!(admitted(policy, topology));
+}

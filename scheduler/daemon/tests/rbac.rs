@@ -135,6 +135,7 @@ const GUARDED: &[(&str, &str, &str, &str)] = &[
     ("core", "configmaps", "create", "CREATE"),
     ("scheduling.basalt.dev", "podgroups", "delete", "DELETE"),
     ("scheduling.basalt.dev", "queues", "create", "CREATE"),
+    ("core", "pods", "delete", "DELETE"),
 ];
 
 /// The ServiceAccount usernames a role is bound to.
@@ -216,6 +217,7 @@ fn writes_rbac_cannot_narrow_are_held_by_a_bound_policy() {
         ("basalt-scheduler-default-queue", "queues", "create"),
         ("basalt-nodeagent-own-node", "configmaps", "patch"),
         ("basalt-nodeagent-own-node", "configmaps", "create"),
+        ("basalt-nodeagent-own-node", "pods", "delete"),
     ] {
         let key = (policy.to_string(), resource.to_string(), verb.to_string());
         assert!(held.contains(&key), "{key:?} not held: {held:?}");
