@@ -38,6 +38,7 @@ fn devices(nodes: usize, per_node: usize, network: usize) -> Vec<DraDevice> {
                 name: Arc::from(format!("gpu-{k}").as_str()),
                 reach: Reach::Node(format!("n{n}")),
                 attributes: [(ROOT.to_string(), AttrValue::Int(k as i64 / 2))].into(),
+                consumes: Vec::new(),
             });
         }
     }
@@ -48,6 +49,7 @@ fn devices(nodes: usize, per_node: usize, network: usize) -> Vec<DraDevice> {
             name: Arc::from(format!("nic-{k}").as_str()),
             reach: Reach::All,
             attributes: BTreeMap::new(),
+            consumes: Vec::new(),
         });
     }
     out
@@ -178,6 +180,7 @@ fn a_search_past_its_step_bound_gives_up_with_a_reason() {
         devices: list,
         eligible: vec![(0..64).collect()],
         allocated: DeviceSet::default(),
+        counters: Vec::new(),
     };
     let requests = (0..8)
         .map(|i| exactly(&format!("r{i}"), 0, Count::Exactly(4)))
@@ -268,6 +271,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                     devices: list,
                     eligible,
                     allocated: allocated.collect(),
+                    counters: Vec::new(),
                 },
                 ..Default::default()
             }

@@ -6,9 +6,10 @@
 //!   used (kube-scheduler skips it for `ExactCount` requests and fails `All` ones; here both
 //!   see no device of it).
 //! - **Reach**: a slice's `nodeName`, the nodes its `nodeSelector` selects, or `allNodes`.
-//!   Devices Basalt does not allocate are left out with a warning: partitionable devices
-//!   (`consumesCounters`), devices with binding conditions, `perDeviceNodeSelection` slices,
-//!   and devices that allow multiple allocations (consumable capacity).
+//!   Devices Basalt does not allocate are left out with a warning: devices with binding
+//!   conditions, `perDeviceNodeSelection` slices, and devices that allow multiple allocations
+//!   (consumable capacity). Partitionable devices (`consumesCounters`) are allocated within
+//!   their pool's shared counters ([`counters`]).
 //! - **Selectors** (the class's, then the request's) are CEL, evaluated by `basalt-cel` once
 //!   per distinct (class, selectors, tolerations) over every device, never per pod; device
 //!   taints (`NoSchedule`, `NoExecute`) keep untolerating requests off; the engine sees each
@@ -32,6 +33,7 @@ use crate::limits::MAX_DRA_DEVICES_PER_NODE;
 use crate::read::Object;
 
 mod claims;
+mod counters;
 
 /// What conversion knows of DRA: classes, the usable devices, claims, and the matching sets
 /// made so far (filled as pods are converted).
@@ -46,6 +48,8 @@ pub(crate) struct Dra {
     /// Templates by `ns/name`.
     templates: std::collections::HashSet<String>,
     allocated: DeviceSet,
+    /// The shared counters' capacities (partitionable devices).
+    counters: Vec<i64>,
     /// Every node's name and labels: the nodes an allocation's `nodeSelector` allows.
     nodes: Vec<(String, BTreeMap<String, String>)>,
     /// Per node, the attributes all its own devices (`nodeName` slices) agree on, as text
@@ -126,6 +130,8 @@ impl Dra {
             s.spec.pool.generation == generation && (seen as i64) >= count
         };
         let mut over = over_bound(slices.iter().map(|(_, s)| *s).filter(|s| usable(s)));
+        let usable_slices = slices.iter().filter(|(_, s)| usable(s)).copied();
+        let shared = counters::Counters::collect(usable_slices, warnings);
         let mut found: Vec<(Key, DraDevice, View)> = Vec::new();
         for (origin, s) in &slices {
             let spec = &s.spec;
@@ -173,9 +179,7 @@ impl Dra {
             };
             let domain = spec.driver.as_str();
             for (i, d) in spec.devices.iter().flatten().enumerate() {
-                let unsupported = if d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty()) {
-                    Some("consumesCounters (partitionable devices)")
-                } else if d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()) {
+                let unsupported = if d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()) {
                     Some("bindingConditions")
                 } else if d.allow_multiple_allocations == Some(true) {
                     Some("allowMultipleAllocations (consumable capacity)")
@@ -190,6 +194,16 @@ impl Dra {
                     ));
                     continue;
                 }
+                let consumes = match shared.consumption(s, d) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warnings.push(format!(
+                            "{origin}: ResourceSlice {slice}: spec.devices[{i}].{e}; device {} is not used",
+                            d.name
+                        ));
+                        continue;
+                    }
+                };
                 let qualify = |k: &str| {
                     if k.contains('/') {
                         k.to_string()
@@ -241,6 +255,7 @@ impl Dra {
                         name: Arc::from(d.name.as_str()),
                         reach: reach.clone(),
                         attributes,
+                        consumes,
                     },
                     View {
                         driver: spec.driver.clone(),
@@ -281,6 +296,7 @@ impl Dra {
             }
         }
         found.dedup_by(|a, b| a.0 == b.0);
+        dra.counters = shared.capacities;
         dra.nodes = (nodes.iter())
             .map(|(n, l)| (n.to_string(), (*l).clone()))
             .collect();
@@ -337,6 +353,7 @@ impl Dra {
             devices: self.devices.clone(),
             eligible: lock(&self.matching).sets.clone(),
             allocated: self.allocated.clone(),
+            counters: self.counters.clone(),
         }
     }
 }

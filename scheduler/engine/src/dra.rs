@@ -7,6 +7,12 @@
 //! ([`DraSpec::eligible`]). What a session changes is which devices are free; the search below
 //! is kube-scheduler's allocator (claims, then requests with their `firstAvailable`
 //! alternatives in order, then device slots, backtracking, first solution wins) over those sets.
+//!
+//! Partitionable devices (KEP-4815, `sharedCounters` / `consumesCounters`): devices that
+//! overlap, such as the MIG placements of one GPU, consume counters of a set their pool shares;
+//! a device is allocated only while every counter it consumes has room for it beside the
+//! devices in use and the ones the search picked. The reader flattens the counters: each
+//! (pool, counter set, counter) is one index into [`DraSpec::counters`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +27,8 @@ pub struct DraSpec {
     pub eligible: Vec<DeviceSet>,
     /// Devices allocated to claims before this cycle (admin access excluded).
     pub allocated: DeviceSet,
+    /// Each shared counter's capacity, in milli-units.
+    pub counters: Vec<i64>,
 }
 
 impl DraSpec {
@@ -39,6 +47,9 @@ pub struct DraDevice {
     /// Attribute values by qualified name (`gpu.nvidia.com/productName`): what `matchAttribute`
     /// and `distinctAttribute` constraints compare.
     pub attributes: BTreeMap<String, AttrValue>,
+    /// What it takes of the shared counters while allocated: (index into
+    /// [`DraSpec::counters`], milli-units). Empty for a device that shares nothing.
+    pub consumes: Vec<(u32, i64)>,
 }
 
 /// Which nodes can use a device: its slice's `nodeName`, the nodes its `nodeSelector` selects
@@ -204,6 +215,8 @@ pub struct DraTable {
     pub allocated: DeviceSet,
     /// Per node (by [`crate::NodeId`] index): the devices it can use, in device order.
     pub reach: Vec<Vec<u32>>,
+    /// Each shared counter's capacity ([`DraSpec::counters`]).
+    pub counters: Vec<i64>,
 }
 
 impl DraTable {
@@ -233,6 +246,25 @@ impl DraTable {
             eligible: spec.eligible,
             allocated: spec.allocated,
             reach,
+            counters: spec.counters,
+        }
+    }
+
+    /// The shared counters that `held` devices take, per counter.
+    pub fn counters_held(&self, held: impl IntoIterator<Item = u32>) -> Vec<i64> {
+        let mut used = vec![0; self.counters.len()];
+        for d in held {
+            self.charge(&mut used, d, 1);
+        }
+        used
+    }
+
+    /// Adds (`sign` 1) or takes back (-1) what device `d` consumes to `used`.
+    pub fn charge(&self, used: &mut [i64], d: u32, sign: i64) {
+        for &(c, amount) in &self.devices[d as usize].consumes {
+            if let Some(u) = used.get_mut(c as usize) {
+                *u += sign * amount;
+            }
         }
     }
 
@@ -355,12 +387,13 @@ impl ClaimRefusal {
 
 /// The devices for a pod's pending claims on one node, claim by claim (`None` for a claim
 /// allocated already, or by another pod this cycle: `taken` gives those devices, which the
-/// node must reach). `free` says whether a device is unused.
+/// node must reach). `free` says whether a device is unused, `counters` what the devices in
+/// use take of the shared counters ([`DraTable::counters_held`]).
 pub fn search<'t>(
     table: &DraTable,
     need: &ClaimNeed,
     node: usize,
-    free: &dyn Fn(u32) -> bool,
+    (free, counters): (&dyn Fn(u32) -> bool, &[i64]),
     taken: &dyn Fn(&str) -> Option<&'t [u32]>,
 ) -> Result<Vec<Option<ClaimPick>>, ClaimRefusal> {
     let reach = table.reach.get(node).map_or(&[][..], Vec::as_slice);
@@ -369,6 +402,7 @@ pub fn search<'t>(
         table,
         reach,
         free,
+        counters,
         picked: Vec::new(),
         steps: 0,
     };
@@ -408,8 +442,10 @@ struct Search<'t> {
     table: &'t DraTable,
     reach: &'t [u32],
     free: &'t dyn Fn(u32) -> bool,
-    /// Devices picked so far, with their request (`r`, or `r/sub` for an alternative).
-    picked: Vec<(u32, String)>,
+    counters: &'t [i64],
+    /// Devices picked so far, with their request (`r`, or `r/sub` for an alternative) and
+    /// whether for admin access (which holds nothing).
+    picked: Vec<(u32, String, bool)>,
     steps: u32,
 }
 
@@ -433,7 +469,7 @@ impl Search<'_> {
             let candidates: Vec<u32> = (self.reach.iter().copied())
                 .filter(|&d| set.contains(d))
                 .filter(|&d| alt.admin_access || (self.free)(d))
-                .filter(|d| !self.picked.iter().any(|(p, _)| p == d))
+                .filter(|d| !self.picked.iter().any(|(p, ..)| p == d))
                 .collect();
             let ok = match alt.count {
                 Count::All => {
@@ -443,9 +479,9 @@ impl Search<'_> {
                             || self.reach.iter().filter(|&&d| set.contains(d)).count()
                                 == candidates.len())
                         && candidates.iter().all(|&d| {
-                            let fits = self.allowed(d, &alt.name, constraints, base);
+                            let fits = self.allowed(d, alt, constraints, base);
                             if fits {
-                                self.picked.push((d, alt.name.clone()));
+                                self.picked.push((d, alt.name.clone(), alt.admin_access));
                                 results.push((alt.name.clone(), d, alt.admin_access));
                             }
                             fits
@@ -489,16 +525,15 @@ impl Search<'_> {
         if left == 0 {
             return self.requests(requests, constraints, i + 1, base, results);
         }
-        let name = &alt.name;
         for (k, &d) in candidates.iter().enumerate().skip(from) {
             self.steps += 1;
             if self.steps > SEARCH_STEPS || candidates.len() - k < left as usize {
                 return false;
             }
-            if !self.allowed(d, name, constraints, base) {
+            if !self.allowed(d, alt, constraints, base) {
                 continue;
             }
-            self.picked.push((d, name.clone()));
+            self.picked.push((d, alt.name.clone(), alt.admin_access));
             results.push((alt.name.clone(), d, alt.admin_access));
             let next = (i, alt, left - 1);
             if self.slots(
@@ -518,8 +553,44 @@ impl Search<'_> {
         false
     }
 
+    /// Whether device `d` for `alt` keeps every constraint with the claim's picks so far, and
+    /// (unless for admin access) the shared counters it consumes have room for it.
+    fn allowed(
+        &self,
+        d: u32,
+        alt: &Alternative,
+        constraints: &[ConstraintAsk],
+        base: usize,
+    ) -> bool {
+        (alt.admin_access || self.counters_allow(d))
+            && self.constrained(d, &alt.name, constraints, base)
+    }
+
+    /// Whether every counter `d` consumes has room for it beside the devices in use and the
+    /// ones picked so far (of every claim of the pod).
+    fn counters_allow(&self, d: u32) -> bool {
+        let devices = &self.table.devices;
+        (devices[d as usize].consumes.iter()).all(|&(c, amount)| {
+            let picked: i64 = (self.picked.iter())
+                .filter(|(_, _, admin)| !admin)
+                .flat_map(|(p, ..)| &devices[*p as usize].consumes)
+                .filter(|(pc, _)| *pc == c)
+                .map(|(_, a)| a)
+                .sum();
+            let capacity = self.table.counters.get(c as usize).copied().unwrap_or(0);
+            let used = self.counters.get(c as usize).copied().unwrap_or(0);
+            used + picked + amount <= capacity
+        })
+    }
+
     /// Whether device `d` for `request` keeps every constraint with the claim's picks so far.
-    fn allowed(&self, d: u32, request: &str, constraints: &[ConstraintAsk], base: usize) -> bool {
+    fn constrained(
+        &self,
+        d: u32,
+        request: &str,
+        constraints: &[ConstraintAsk],
+        base: usize,
+    ) -> bool {
         let attrs = &self.table.devices[d as usize].attributes;
         constraints.iter().filter(|c| c.covers(request)).all(|c| {
             let Some(value) = attrs.get(&c.attribute) else {
@@ -528,8 +599,8 @@ impl Search<'_> {
                 return false;
             };
             let others = (self.picked[base..].iter())
-                .filter(|(_, r)| c.covers(r))
-                .map(|(p, _)| self.table.devices[*p as usize].attributes.get(&c.attribute));
+                .filter(|(_, r, _)| c.covers(r))
+                .map(|(p, ..)| self.table.devices[*p as usize].attributes.get(&c.attribute));
             if c.distinct {
                 others.into_iter().all(|v| v != Some(value))
             } else {

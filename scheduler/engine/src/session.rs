@@ -477,7 +477,7 @@ impl<'a> Session<'a> {
             slice_used: snapshot.slice_used.clone(),
             placed_slices: Map::default(),
             placed_takes: Map::default(),
-            claims: dra::Claims::new(&snapshot.dra.allocated),
+            claims: dra::Claims::new(&snapshot.dra),
             status,
             phase,
             unadmitted,

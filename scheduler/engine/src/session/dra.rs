@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::{Op, Session};
 use crate::dra::{
-    self, ClaimAsk, ClaimNeed, ClaimPick, ClaimRefusal, ClaimState, DeviceSet, Reach,
+    self, ClaimAsk, ClaimNeed, ClaimPick, ClaimRefusal, ClaimState, DeviceSet, DraTable, Reach,
 };
 use crate::hash::Map;
 use crate::model::{NodeId, RulesId, TaskId};
@@ -17,6 +17,8 @@ use crate::refusal::Refusal;
 pub(crate) struct Claims {
     /// Devices in use: allocated before the cycle, or by a placement of this session.
     used: DeviceSet,
+    /// What the devices in use take of the shared counters (partitionable devices).
+    counters: Vec<i64>,
     /// Per placed task, per claim: what its placement allocated (`None`: allocated before, or
     /// by another pod of this cycle that shares the claim).
     placed: Map<TaskId, Vec<Option<ClaimPick>>>,
@@ -26,11 +28,22 @@ pub(crate) struct Claims {
 }
 
 impl Claims {
-    pub(crate) fn new(allocated: &DeviceSet) -> Claims {
+    pub(crate) fn new(table: &DraTable) -> Claims {
         Claims {
-            used: allocated.clone(),
+            used: table.allocated.clone(),
+            counters: table.counters_held(table.allocated.iter()),
             ..Claims::default()
         }
+    }
+
+    fn hold(&mut self, table: &DraTable, d: u32) {
+        self.used.insert(d);
+        table.charge(&mut self.counters, d, 1);
+    }
+
+    fn release(&mut self, table: &DraTable, d: u32) {
+        self.used.remove(d);
+        table.charge(&mut self.counters, d, -1);
     }
 }
 
@@ -65,7 +78,7 @@ impl<'a> Session<'a> {
             &self.snapshot.dra,
             need,
             node.index(),
-            &|d| !used.contains(d),
+            (&|d| !used.contains(d), &self.claims.counters),
             &|key| shared.get(key).map(|(devices, _)| devices.as_slice()),
         )
     }
@@ -108,7 +121,7 @@ impl<'a> Session<'a> {
                 entry.1 += 1;
             }
             for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.used.insert(d);
+                self.claims.hold(&self.snapshot.dra, d);
             }
         }
         self.claims.placed.insert(task, picks);
@@ -127,16 +140,17 @@ impl<'a> Session<'a> {
                 if let Some(entry) = self.claims.shared.get_mut(key) {
                     entry.1 = entry.1.saturating_sub(1);
                     if entry.1 == 0 {
-                        for &d in &entry.0 {
-                            self.claims.used.remove(d);
-                        }
+                        let devices = std::mem::take(&mut entry.0);
                         self.claims.shared.remove(key);
+                        for d in devices {
+                            self.claims.release(&self.snapshot.dra, d);
+                        }
                     }
                 }
                 continue;
             }
             for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.used.remove(d);
+                self.claims.release(&self.snapshot.dra, d);
             }
         }
     }

@@ -126,6 +126,7 @@ impl DraGpus {
                         name: Arc::from(format!("gpu-{}", g.index)),
                         reach: Reach::Node(n.name.clone()),
                         attributes,
+                        consumes: Vec::new(),
                     };
                     (device, g.index)
                 })
@@ -230,6 +231,7 @@ impl DraGpus {
             devices: self.devices.clone(),
             eligible: self.eligible.clone(),
             allocated: self.allocated.clone(),
+            counters: Vec::new(),
         }
     }
 
