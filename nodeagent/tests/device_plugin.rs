@@ -212,3 +212,11 @@ async fn the_binary_restarts_the_plugin_after_applying_a_layout() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     server.shutdown().await;
 }
+
+/// A round can run as a spawned task (a multi-threaded runtime's): its future is `Send`.
+#[allow(dead_code)]
+fn a_round_is_send(client: &Client, backend: &FakeBackend, cfg: &AgentConfig) {
+    fn send<T: Send>(_: T) {}
+    send(reconcile_once(client, backend, cfg));
+    send(Owed::default().settle(client, cfg, &mut Default::default()));
+}

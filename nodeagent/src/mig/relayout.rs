@@ -16,7 +16,7 @@ use crate::backend::GpuBackend;
 use crate::raw::RawGpu;
 
 /// Who holds GPU instance `(gpu, gpu_instance_id)`, if anyone: a pod's name, for the reason.
-pub type Held<'a> = &'a dyn Fn(u32, u32) -> Option<String>;
+pub type Held<'a> = &'a (dyn Fn(u32, u32) -> Option<String> + Sync);
 
 /// What to do with one GPU's wanted layout.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -58,30 +58,22 @@ fn agent_config() -> AgentConfig {
     }
 }
 
-/// The agent's rounds, every 100 ms, on a thread of their own until the test's process ends.
-/// (Its round holds a `&dyn Fn` across awaits, so, as in the binary, it runs as the top
-/// future of its own runtime rather than as a spawned task.)
+/// The agent's rounds, every 100 ms, as a task of the test's runtime until the test ends.
 fn start_agent(c: &Cluster, backend: Arc<FakeBackend>) {
     let kubeconfig = c.dir.path().join("kubeconfig");
     let cfg = agent_config();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .expect("kube config");
-            let client = kube::Client::try_from(config).expect("client");
-            loop {
-                // A failed round (a conflict, the server gone at the end) is retried next
-                // tick, as the binary's loop does.
-                let _ = reconcile_once(&client, backend.as_ref(), &cfg).await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
+    tokio::spawn(async move {
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("kube config");
+        let client = kube::Client::try_from(config).expect("client");
+        loop {
+            // A failed round (a conflict, the server gone at the end) is retried next tick,
+            // as the binary's loop does.
+            let _ = reconcile_once(&client, backend.as_ref(), &cfg).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
 }
 
