@@ -140,6 +140,9 @@ impl GpuBackend for FakeBackend {
             )));
         }
         let id = mig.instances.iter().map(|i| i.id + 1).max().unwrap_or(1);
+        // NVML's MIG UUIDs are random; the fake's name the GPU and instance.
+        let uuid = format!("MIG-{}-gi{id}", g.uuid);
+        let mig = g.mig.as_mut().expect("checked above");
         mig.instances.push(RawGpuInstance {
             id,
             profile: profile.name.to_string(),
@@ -147,6 +150,7 @@ impl GpuBackend for FakeBackend {
             size: profile.memory_slices,
             compute_instances: vec![RawComputeInstance {
                 id: 0,
+                uuid: Some(uuid),
                 slices: profile.compute_slices,
                 processes: 0,
             }],

@@ -14,6 +14,7 @@ pub mod layout_status;
 pub mod metrics;
 pub mod mig;
 pub mod nvml;
+pub mod pod_resources;
 pub mod publish;
 pub mod raw;
 pub mod relayout_status;

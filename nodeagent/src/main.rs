@@ -115,6 +115,11 @@ enum Command {
         /// needs none).
         #[arg(long)]
         restart_device_plugin: Option<PluginPods>,
+        /// The kubelet's PodResources socket (/var/lib/kubelet/pod-resources/kubelet.sock): before
+        /// re-laying a GPU for the scheduler, refuse when a pod holds one of its MIG devices, even
+        /// with no process running. Without it only processes are checked.
+        #[arg(long)]
+        pod_resources_socket: Option<PathBuf>,
     },
 }
 
@@ -214,6 +219,7 @@ fn main() -> ExitCode {
             device_plugin_config_map,
             mig_min_interval,
             restart_device_plugin,
+            pod_resources_socket,
         } => {
             let cfg = AgentConfig {
                 node_name,
@@ -224,6 +230,7 @@ fn main() -> ExitCode {
                 device_plugin_config_map,
                 mig_min_interval,
                 restart_device_plugin,
+                pod_resources: pod_resources_socket,
             };
             let addrs = (listen, metrics_bind_address);
             report_errors(run(cfg, fake, interval, once, addrs))

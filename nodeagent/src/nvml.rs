@@ -173,6 +173,7 @@ impl NvmlBackend {
                 .find(|c| c.id == ci)
             {
                 c.processes = processes;
+                c.uuid = m.uuid().ok();
             }
         }
         Ok(instances)

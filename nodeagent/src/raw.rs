@@ -95,6 +95,10 @@ impl RawGpuInstance {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawComputeInstance {
     pub id: u32,
+    /// The MIG device's UUID (`MIG-…`): how the device plugin, and so the kubelet's
+    /// PodResources, name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// Compute slices it spans.
     #[serde(default = "one")]
     pub slices: u32,

@@ -2,6 +2,8 @@
 //! stored NodeTopology, applies them ([`crate::mig::relayout`]) and writes
 //! `status.migLayouts`: `applying` before any instance changes, the outcome after.
 
+use std::collections::HashMap;
+
 use basalt_crd_types::{MigLayoutPhase, MigLayoutStatus, NodeTopology};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
@@ -10,6 +12,7 @@ use serde_json::json;
 
 use crate::backend::GpuBackend;
 use crate::mig::relayout::{self, Round};
+use crate::pod_resources;
 use crate::raw::RawGpu;
 use crate::round::{kube_words, AgentConfig, Report};
 
@@ -56,14 +59,27 @@ pub async fn reconcile(
             .push("NodeTopology spec.migLayouts ignored: MIG changes are off (--no-mig)".into());
         return Relaid::default();
     }
-    // The agent cannot see which pod holds which instance (that needs the kubelet's
-    // PodResources API): processes only, and the scheduler proposes only GPUs no pod holds.
-    let no_pods = |_: u32, _: u32| None;
+    // Which pod holds which instance: the kubelet's PodResources when configured; without it
+    // processes only, and the scheduler proposes only GPUs no bound pod holds. When it is
+    // configured but cannot be read, nothing is re-laid this round.
+    let holders = match &cfg.pod_resources {
+        None => HashMap::new(),
+        Some(socket) => match pod_resources::list(socket).await {
+            Ok(held) => instance_holders(gpus, &held),
+            Err(e) => {
+                report.errors.push(format!(
+                    "MIG re-layouts wait: cannot tell which pods hold MIG devices: {e}"
+                ));
+                return Relaid::default();
+            }
+        },
+    };
+    let held = |gpu: u32, instance: u32| holders.get(&(gpu, instance)).cloned();
     let round = Round {
         now: Timestamp::now(),
         min_interval: SignedDuration::try_from(cfg.mig_min_interval).unwrap_or(SignedDuration::MAX),
         dry_run: cfg.dry_run,
-        held: &no_pods,
+        held: &held,
     };
     let decided = relayout::decide_all(gpus, wants, stored, &round);
     let applying = decided.iter().any(|s| s.phase == MigLayoutPhase::Applying);
@@ -87,6 +103,23 @@ pub async fn reconcile(
         touched: applying,
         wrote,
     }
+}
+
+/// Per (GPU, GPU instance), the pod holding one of its MIG devices, by the devices' UUIDs.
+fn instance_holders(
+    gpus: &[RawGpu],
+    held: &pod_resources::Holdings,
+) -> HashMap<(u32, u32), String> {
+    let mut out = HashMap::new();
+    for g in gpus {
+        for i in g.mig.iter().flat_map(|m| &m.instances) {
+            let uuids = i.compute_instances.iter().filter_map(|c| c.uuid.as_ref());
+            if let Some(pod) = uuids.filter_map(|u| held.get(u)).next() {
+                out.insert((g.index, i.id), pod.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Writes `statuses` as the NodeTopology's `status.migLayouts` (a merge patch: the list is

@@ -56,6 +56,9 @@ pub struct AgentConfig {
     /// The device plugin's pods, restarted on the node after its MIG instances change
     /// (`None`: no restart; see [`crate::device_plugin`]).
     pub restart_device_plugin: Option<crate::device_plugin::PluginPods>,
+    /// The kubelet's PodResources socket, read to know which pod holds which MIG device
+    /// before a re-layout (`None`: processes only; see [`crate::pod_resources`]).
+    pub pod_resources: Option<std::path::PathBuf>,
 }
 
 /// What a write did.

@@ -73,6 +73,7 @@ fn agent(restart: Option<&str>) -> AgentConfig {
         device_plugin_config_map: "gpu-operator/basalt-device-plugin-config".parse().unwrap(),
         mig_min_interval: Duration::from_secs(600),
         restart_device_plugin: restart.map(|r| r.parse().unwrap()),
+        pod_resources: None,
     }
 }
 

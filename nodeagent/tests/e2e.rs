@@ -68,6 +68,7 @@ fn agent(node: &str) -> AgentConfig {
         device_plugin_config_map: "gpu-operator/basalt-device-plugin-config".parse().unwrap(),
         mig_min_interval: std::time::Duration::from_secs(600),
         restart_device_plugin: None,
+        pod_resources: None,
     }
 }
 

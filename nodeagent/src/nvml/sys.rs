@@ -210,6 +210,7 @@ pub fn gpu_instances(
                     .into_iter()
                     .map(|(id, slices, _)| RawComputeInstance {
                         id,
+                        uuid: None,
                         slices,
                         processes: 0,
                     })

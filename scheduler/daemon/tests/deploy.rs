@@ -406,6 +406,17 @@ fn the_node_agent_is_unprivileged_unless_it_applies_mig_layouts() {
     assert_eq!(mig_config.and_then(|e| e.value.as_deref()), Some("all"));
     let args = c.args.clone().unwrap();
     assert!(!args.iter().any(|a| a == "--no-mig"), "{args:?}");
+    // It asks the kubelet which pods hold MIG devices before a re-layout: the socket's
+    // directory, read-only, and the flag naming the socket in it.
+    let socket = "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock";
+    assert!(args.iter().any(|a| a == socket), "{args:?}");
+    let mounts = c.volume_mounts.clone().unwrap();
+    assert!(mounts
+        .iter()
+        .any(|m| m.mount_path == "/var/lib/kubelet/pod-resources" && m.read_only == Some(true)));
+    let volumes = pod_of(&docs).volumes.clone().unwrap();
+    let host = volumes[0].host_path.as_ref().unwrap();
+    assert_eq!(host.path, "/var/lib/kubelet/pod-resources");
     assert!(args
         .iter()
         .any(|a| a.starts_with("--metrics-bind-address=127.0.0.1:")));

@@ -55,6 +55,7 @@ fn agent_config() -> AgentConfig {
         device_plugin_config_map: "gpu-operator/basalt-device-plugin-config".parse().unwrap(),
         mig_min_interval: Duration::from_secs(600),
         restart_device_plugin: None,
+        pod_resources: None,
     }
 }
 
