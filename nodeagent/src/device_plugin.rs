@@ -12,37 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use kube::Client;
 
 use crate::raw::RawGpu;
-use crate::round::{kube_words, AgentConfig, Report};
-
-/// The device plugin's pods: a namespace and a label selector (`gpu-operator/app=nvidia-device-plugin-daemonset`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PluginPods {
-    pub namespace: String,
-    pub selector: String,
-}
-
-impl std::str::FromStr for PluginPods {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.split_once('/') {
-            Some((ns, selector)) if !ns.is_empty() && !selector.trim().is_empty() => {
-                Ok(PluginPods {
-                    namespace: ns.into(),
-                    selector: selector.trim().into(),
-                })
-            }
-            _ => Err(format!(
-                "{s:?}: want NAMESPACE/LABEL_SELECTOR (gpu-operator/app=nvidia-device-plugin-daemonset)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for PluginPods {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.selector)
-    }
-}
+use crate::round::{kube_words, AgentConfig, PluginPods, Report};
 
 /// The node's MIG instances, as `(gpu, profile, first slice)`, sorted: what the device plugin
 /// advertises, so a restart is owed exactly when this changes.

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use basalt_nodeagent::backend::GpuBackend;
-use basalt_nodeagent::device_plugin::{Owed, PluginPods};
+use basalt_nodeagent::device_plugin::Owed;
 use basalt_nodeagent::discover::discover;
 use basalt_nodeagent::fake::FakeBackend;
 use basalt_nodeagent::metrics::{self, Metrics};
 use basalt_nodeagent::mig::planner;
 use basalt_nodeagent::nvml::NvmlBackend;
 use basalt_nodeagent::publish::{self, AgentConfig, ConfigMapRef};
+use basalt_nodeagent::round::PluginPods;
 use clap::{Parser, Subcommand, ValueEnum};
 
 // The scheduler's text-log fields, which escape control characters: one event, one line.

@@ -37,6 +37,36 @@ impl std::fmt::Display for ConfigMapRef {
     }
 }
 
+/// The device plugin's pods: a namespace and a label selector (`gpu-operator/app=nvidia-device-plugin-daemonset`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginPods {
+    pub namespace: String,
+    pub selector: String,
+}
+
+impl std::str::FromStr for PluginPods {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once('/') {
+            Some((ns, selector)) if !ns.is_empty() && !selector.trim().is_empty() => {
+                Ok(PluginPods {
+                    namespace: ns.into(),
+                    selector: selector.trim().into(),
+                })
+            }
+            _ => Err(format!(
+                "{s:?}: want NAMESPACE/LABEL_SELECTOR (gpu-operator/app=nvidia-device-plugin-daemonset)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PluginPods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.selector)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub node_name: String,
@@ -55,7 +85,7 @@ pub struct AgentConfig {
     pub mig_min_interval: std::time::Duration,
     /// The device plugin's pods, restarted on the node after its MIG instances change
     /// (`None`: no restart; see [`crate::device_plugin`]).
-    pub restart_device_plugin: Option<crate::device_plugin::PluginPods>,
+    pub restart_device_plugin: Option<PluginPods>,
     /// The kubelet's PodResources socket, read to know which pod holds which MIG device
     /// before a re-layout (`None`: processes only; see [`crate::pod_resources`]).
     pub pod_resources: Option<std::path::PathBuf>,
