@@ -376,6 +376,61 @@ impl Explanation {
     }
 }
 
+/// Condition messages already worded in one plan, by what they read: a backlog of alike gangs
+/// shares its node counts and resource needs (one computation per shape and ask), so their
+/// summaries are one wording, copied.
+#[derive(Default)]
+pub(crate) struct Summaries(crate::hash::Map<SummaryKey, Worded>);
+
+/// What [`Explanation::summary`] reads of an explanation that has no part of its own beyond
+/// the counts (no never-fits, quota, preemption, jobs to end, domain, reservation or
+/// together part): the counts, and the shared parts by address.
+#[derive(PartialEq, Eq, Hash)]
+struct SummaryKey {
+    holding: u32,
+    min_member: u32,
+    need: u32,
+    fit_now: u32,
+    nodes: *const NodeCounts,
+    resources: *const ResourceNeed,
+}
+
+/// A summary and the parts its key points at, kept alive while the key is (so an address is
+/// never another part's).
+struct Worded {
+    _nodes: Arc<NodeCounts>,
+    _resources: Arc<[ResourceNeed]>,
+    words: String,
+}
+
+impl Summaries {
+    /// `e.summary()`, worded once per alike explanation.
+    pub(crate) fn summary(&mut self, e: &Explanation) -> String {
+        let plain = e.never_fits.is_none()
+            && matches!(e.unblock, None | Some(Unblock::NotSoon { .. }))
+            && e.together.is_none()
+            && e.reserved.is_empty()
+            && e.domain.is_none();
+        if !plain {
+            return e.summary();
+        }
+        let key = SummaryKey {
+            holding: e.holding,
+            min_member: e.min_member,
+            need: e.need,
+            fit_now: e.fit_now,
+            nodes: Arc::as_ptr(&e.nodes),
+            resources: e.resources.as_ptr(),
+        };
+        let worded = self.0.entry(key).or_insert_with(|| Worded {
+            _nodes: e.nodes.clone(),
+            _resources: e.resources.clone(),
+            words: e.summary(),
+        });
+        worded.words.clone()
+    }
+}
+
 /// Whether every resource need asks "0" (the summary then says nothing of needs).
 fn asks_nothing(r: &[ResourceNeed]) -> bool {
     r.iter().all(|r| r.asked == "0")
