@@ -499,3 +499,79 @@ impl NodeCounts {
         out.push('.');
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(nodes: &Arc<NodeCounts>, resources: &Arc<[ResourceNeed]>) -> Explanation {
+        Explanation {
+            verdict: Verdict::Waiting,
+            never_fits: None,
+            holding: 0,
+            min_member: 2,
+            need: 2,
+            fit_now: 0,
+            resources: resources.clone(),
+            domain: None,
+            nodes: nodes.clone(),
+            together: None,
+            reserved: Vec::new(),
+            held_resource: None,
+            held_by: Vec::new(),
+            held_by_queues: Vec::new(),
+            unblock: None,
+            position: Position::default(),
+        }
+    }
+
+    #[test]
+    fn alike_summaries_are_worded_once_and_each_reads_as_its_own() {
+        let counts = |available, short| NodeCounts {
+            total: 4,
+            available,
+            refused: vec![NodeRefusal {
+                count: short,
+                reason: "insufficient nvidia.com/gpu".into(),
+            }],
+        };
+        let needs: Arc<[ResourceNeed]> = Arc::from([ResourceNeed {
+            name: "nvidia.com/gpu".into(),
+            asked: "8".into(),
+            free: "2".into(),
+            allocatable: "32".into(),
+        }]);
+        let full = Arc::new(counts(0, 4));
+        let mut summaries = Summaries::default();
+        let mut check = |e: &Explanation| {
+            assert_eq!(summaries.summary(e), e.summary());
+            summaries.0.len()
+        };
+        let first = waiting(&full, &needs);
+        assert_eq!(check(&first), 1);
+        // Alike (the same parts, another position): the same words, no new wording.
+        let mut second = waiting(&full, &needs);
+        second.position.in_queue = 7;
+        assert_eq!(check(&second), 1);
+        // Counts of its own, or parts of their own that read otherwise: words of its own.
+        let mut room = waiting(&full, &needs);
+        room.fit_now = 1;
+        assert_eq!(check(&room), 2);
+        let one_free = waiting(&Arc::new(counts(1, 3)), &needs);
+        assert_eq!(check(&one_free), 3);
+        assert_ne!(one_free.summary(), first.summary());
+        // A part of its own (jobs to end, never fits) is worded for it alone.
+        let mut ends = waiting(&full, &needs);
+        ends.unblock = Some(Unblock::JobsEnd {
+            jobs: vec!["ml/a".into()],
+        });
+        assert_eq!(check(&ends), 3);
+        let mut never = waiting(&full, &needs);
+        never.never_fits = Some(NeverFits::Tier {
+            tier: "rack".into(),
+            gpus: 16,
+            largest: 8,
+        });
+        assert_eq!(check(&never), 3);
+    }
+}

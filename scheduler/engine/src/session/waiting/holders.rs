@@ -58,18 +58,12 @@ struct Options {
 impl Options {
     /// The `o`th option, fewest jobs first, looking at further nodes as needed; `None` past
     /// the last.
-    fn get(
-        &mut self,
-        session: &Session,
-        holdings: &Holdings,
-        request: &Resources,
-        resource: ResourceId,
-        o: usize,
-    ) -> Option<&[usize]> {
+    fn get(&mut self, session: &Session, search: &Search, o: usize) -> Option<&[usize]> {
+        let holdings = search.holdings;
         while o >= self.single.len() && self.looked < holdings.on_node.len() {
             let (node, on) = &holdings.on_node[self.looked];
             self.looked += 1;
-            match session.node_option(holdings, *node, on, request, resource) {
+            match session.node_option(search, *node, on) {
                 Some(ending) if ending.len() == 1 => self.single.push([ending[0]]),
                 Some(ending) => self.longer.push(ending),
                 None => {}
@@ -252,15 +246,13 @@ impl Session<'_> {
 
     /// The jobs on `node` (holder indices, `on`) whose end lets it take one more member of
     /// `request`, its largest holders of `resource` first; `None` when no end of theirs does.
-    fn node_option(
-        &self,
-        holdings: &Holdings,
-        node: NodeId,
-        on: &[usize],
-        request: &Resources,
-        resource: ResourceId,
-    ) -> Option<Vec<usize>> {
+    fn node_option(&self, search: &Search, node: NodeId, on: &[usize]) -> Option<Vec<usize>> {
         let snap = self.snapshot;
+        let Search {
+            holdings,
+            request,
+            resource,
+        } = *search;
         let mut free = self.free(node);
         let before = fit_count(&free, request, u64::MAX);
         let mut on = on.to_vec();
@@ -293,9 +285,7 @@ impl Session<'_> {
         fits_now: u64,
     ) -> Option<Vec<usize>> {
         let Search {
-            holdings,
-            request,
-            resource,
+            holdings, request, ..
         } = *search;
         let mut free: Map<NodeId, Resources> = Map::default();
         let mut total = fits_now;
@@ -329,7 +319,7 @@ impl Session<'_> {
         };
         let mut start = 0;
         while total < need {
-            while let Some(jobs) = options.get(self, holdings, request, resource, start) {
+            while let Some(jobs) = options.get(self, search, start) {
                 note(&mut used, start, jobs);
                 if !used[start] {
                     break;
@@ -338,7 +328,7 @@ impl Session<'_> {
             }
             let mut best: Option<(usize, usize)> = None;
             let mut o = start;
-            while let Some(jobs) = options.get(self, holdings, request, resource, o) {
+            while let Some(jobs) = options.get(self, search, o) {
                 note(&mut used, o, jobs);
                 if best.is_some_and(|(b, _)| jobs.len() >= b + chosen.len()) {
                     break;
@@ -358,7 +348,7 @@ impl Session<'_> {
             }
             let (_, o) = best?;
             used[o] = true;
-            let jobs = options.get(self, holdings, request, resource, o);
+            let jobs = options.get(self, search, o);
             for &i in jobs.expect("a picked option") {
                 if !ending[i] {
                     ending[i] = true;
