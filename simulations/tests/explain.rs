@@ -161,6 +161,63 @@ fn the_fewest_running_jobs_whose_end_frees_room_are_named() {
 }
 
 #[test]
+fn jobs_to_end_come_from_one_job_nodes_then_the_first_of_the_longer_options() {
+    // 4 full nodes: g-0 held by x1 and x2, g-1 by y1 and y2 (4 GPUs each), g-2 by z, g-3 by
+    // the waiting gang's own running member. It needs two more whole nodes: z's end frees
+    // g-2; its own node frees nothing for it; of the two-job nodes the first in node order.
+    let items = nodes(4, 4)
+        + &queue("q", "")
+        + &gang("x1", "q", 1, 4, &["g-0"], "")
+        + &gang("x2", "q", 1, 4, &["g-0"], "")
+        + &gang("y1", "q", 1, 4, &["g-1"], "")
+        + &gang("y2", "q", 1, 4, &["g-1"], "")
+        + &gang("z", "q", 1, 8, &["g-2"], "")
+        + &gang("trio", "q", 3, 8, &["g-3"], "");
+    let plan = plan(&items);
+    let trio = explanation(&plan, "ml/trio");
+    assert_eq!((trio.holding, trio.need), (1, 2), "{trio:#?}");
+    let Some(Unblock::JobsEnd { jobs }) = &trio.unblock else {
+        panic!("{trio:#?}");
+    };
+    let jobs: Vec<&str> = jobs.iter().map(|j| &**j).collect();
+    assert_eq!(jobs, ["ml/z", "ml/x1", "ml/x2"]);
+    // Its condition is its summary, word for word.
+    let (reason, message) = unschedulable(&plan, "ml/trio");
+    assert_eq!(
+        (reason.as_str(), message),
+        ("NotEnoughResources", trio.summary())
+    );
+}
+
+#[test]
+fn alike_waiting_gangs_get_alike_conditions_and_the_head_of_the_queue_its_own() {
+    // One full node; five alike gangs wait. The first three of the queue have the dear part
+    // (the jobs to end) in their conditions; the last two word alike, each its own summary.
+    let names = ["ml/w1", "ml/w2", "ml/w3", "ml/w4", "ml/w5"];
+    let mut items = nodes(1, 1) + &queue("q", "") + &gang("run", "q", 1, 8, &["g-0"], "");
+    for name in names {
+        items += &gang(&name[3..], "q", 2, 4, &[], "");
+    }
+    let plan = plan(&items);
+    let messages: Vec<String> = (names.iter())
+        .map(|name| {
+            let (reason, message) = unschedulable(&plan, name);
+            assert_eq!(reason, "NotEnoughResources");
+            assert_eq!(message, explanation(&plan, name).summary(), "{name}");
+            message
+        })
+        .collect();
+    for message in &messages[..3] {
+        assert!(
+            message.ends_with(" Starts when ml/run end."),
+            "{messages:#?}"
+        );
+    }
+    assert!(!messages[3].contains("Starts when"), "{messages:#?}");
+    assert_eq!(messages[3], messages[4]);
+}
+
+#[test]
 fn a_queue_capability_blocks_or_never_fits() {
     let items = nodes(4, 4)
         + &queue("capped", ", capability: {nvidia.com/gpu: \"16\"}")

@@ -376,6 +376,61 @@ impl Explanation {
     }
 }
 
+/// Condition messages already worded in one plan, by what they read: a backlog of alike gangs
+/// shares its node counts and resource needs (one computation per shape and ask), so their
+/// summaries are one wording, copied.
+#[derive(Default)]
+pub(crate) struct Summaries(crate::hash::Map<SummaryKey, Worded>);
+
+/// What [`Explanation::summary`] reads of an explanation that has no part of its own beyond
+/// the counts (no never-fits, quota, preemption, jobs to end, domain, reservation or
+/// together part): the counts, and the shared parts by address.
+#[derive(PartialEq, Eq, Hash)]
+struct SummaryKey {
+    holding: u32,
+    min_member: u32,
+    need: u32,
+    fit_now: u32,
+    nodes: *const NodeCounts,
+    resources: *const ResourceNeed,
+}
+
+/// A summary and the parts its key points at, kept alive while the key is (so an address is
+/// never another part's).
+struct Worded {
+    _nodes: Arc<NodeCounts>,
+    _resources: Arc<[ResourceNeed]>,
+    words: String,
+}
+
+impl Summaries {
+    /// `e.summary()`, worded once per alike explanation.
+    pub(crate) fn summary(&mut self, e: &Explanation) -> String {
+        let plain = e.never_fits.is_none()
+            && matches!(e.unblock, None | Some(Unblock::NotSoon { .. }))
+            && e.together.is_none()
+            && e.reserved.is_empty()
+            && e.domain.is_none();
+        if !plain {
+            return e.summary();
+        }
+        let key = SummaryKey {
+            holding: e.holding,
+            min_member: e.min_member,
+            need: e.need,
+            fit_now: e.fit_now,
+            nodes: Arc::as_ptr(&e.nodes),
+            resources: e.resources.as_ptr(),
+        };
+        let worded = self.0.entry(key).or_insert_with(|| Worded {
+            _nodes: e.nodes.clone(),
+            _resources: e.resources.clone(),
+            words: e.summary(),
+        });
+        worded.words.clone()
+    }
+}
+
 /// Whether every resource need asks "0" (the summary then says nothing of needs).
 fn asks_nothing(r: &[ResourceNeed]) -> bool {
     r.iter().all(|r| r.asked == "0")
@@ -442,5 +497,81 @@ impl NodeCounts {
             let _ = write!(out, "{sep}{} {}", r.count, r.reason);
         }
         out.push('.');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(nodes: &Arc<NodeCounts>, resources: &Arc<[ResourceNeed]>) -> Explanation {
+        Explanation {
+            verdict: Verdict::Waiting,
+            never_fits: None,
+            holding: 0,
+            min_member: 2,
+            need: 2,
+            fit_now: 0,
+            resources: resources.clone(),
+            domain: None,
+            nodes: nodes.clone(),
+            together: None,
+            reserved: Vec::new(),
+            held_resource: None,
+            held_by: Vec::new(),
+            held_by_queues: Vec::new(),
+            unblock: None,
+            position: Position::default(),
+        }
+    }
+
+    #[test]
+    fn alike_summaries_are_worded_once_and_each_reads_as_its_own() {
+        let counts = |available, short| NodeCounts {
+            total: 4,
+            available,
+            refused: vec![NodeRefusal {
+                count: short,
+                reason: "insufficient nvidia.com/gpu".into(),
+            }],
+        };
+        let needs: Arc<[ResourceNeed]> = Arc::from([ResourceNeed {
+            name: "nvidia.com/gpu".into(),
+            asked: "8".into(),
+            free: "2".into(),
+            allocatable: "32".into(),
+        }]);
+        let full = Arc::new(counts(0, 4));
+        let mut summaries = Summaries::default();
+        let mut check = |e: &Explanation| {
+            assert_eq!(summaries.summary(e), e.summary());
+            summaries.0.len()
+        };
+        let first = waiting(&full, &needs);
+        assert_eq!(check(&first), 1);
+        // Alike (the same parts, another position): the same words, no new wording.
+        let mut second = waiting(&full, &needs);
+        second.position.in_queue = 7;
+        assert_eq!(check(&second), 1);
+        // Counts of its own, or parts of their own that read otherwise: words of its own.
+        let mut room = waiting(&full, &needs);
+        room.fit_now = 1;
+        assert_eq!(check(&room), 2);
+        let one_free = waiting(&Arc::new(counts(1, 3)), &needs);
+        assert_eq!(check(&one_free), 3);
+        assert_ne!(one_free.summary(), first.summary());
+        // A part of its own (jobs to end, never fits) is worded for it alone.
+        let mut ends = waiting(&full, &needs);
+        ends.unblock = Some(Unblock::JobsEnd {
+            jobs: vec!["ml/a".into()],
+        });
+        assert_eq!(check(&ends), 3);
+        let mut never = waiting(&full, &needs);
+        never.never_fits = Some(NeverFits::Tier {
+            tier: "rack".into(),
+            gpus: 16,
+            largest: 8,
+        });
+        assert_eq!(check(&never), 3);
     }
 }

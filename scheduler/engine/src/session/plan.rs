@@ -4,7 +4,7 @@ use super::{MemberCounts, Op, Session, TaskStatus};
 use crate::model::*;
 use crate::plan::{
     Binding, Condition, Eviction, Explanation, Nomination, NominationReason, Plan, PodGroupStatus,
-    QueueStatus, Verdict,
+    QueueStatus, Summaries, Verdict,
 };
 use crate::share::Share;
 
@@ -77,6 +77,7 @@ impl Session<'_> {
             let (Op::Allocate { task, .. } | Op::Evict { task, .. }) = op;
             touched[snap.task(*task).job.index()] = true;
         }
+        let mut summaries = Summaries::default();
         for job in &snap.jobs {
             let c = if touched[job.id.index()] {
                 self.counts(job.id)
@@ -134,7 +135,8 @@ impl Session<'_> {
                     message: message.clone(),
                 });
             } else if self.short[job.id.index()] && waiting {
-                conditions.push(short_condition(job, &c, explanation.as_deref()));
+                let e = explanation.as_deref();
+                conditions.push(short_condition(job, &c, e, &mut summaries));
             }
             plan.pod_groups.push(PodGroupStatus {
                 name: job.name.clone(),
@@ -177,10 +179,15 @@ impl Session<'_> {
 /// The condition of a gang whose minimum `allocate` could not place, worded from its
 /// explanation: `NeverFits` when nothing that ends would make room, else Volcano's
 /// `NotEnoughResources`.
-fn short_condition(job: &Job, c: &MemberCounts, e: Option<&Explanation>) -> Condition {
+fn short_condition(
+    job: &Job,
+    c: &MemberCounts,
+    e: Option<&Explanation>,
+    summaries: &mut Summaries,
+) -> Condition {
     let (reason, message) = match e {
         Some(e) if e.verdict == Verdict::NeverFits => (crate::actions::NEVER_FITS, e.summary()),
-        Some(e) => (crate::actions::NOT_ENOUGH_RESOURCES, e.summary()),
+        Some(e) => (crate::actions::NOT_ENOUGH_RESOURCES, summaries.summary(e)),
         None => (
             crate::actions::NOT_ENOUGH_RESOURCES,
             format!(

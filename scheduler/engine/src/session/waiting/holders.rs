@@ -22,8 +22,6 @@ const LISTED: usize = 3;
 const CANDIDATES: usize = 64;
 
 type Where = (RulesId, Option<DomainId>);
-/// Per node, the holders whose end lets it take one more member (see `node_options`).
-type Options = Arc<[Vec<usize>]>;
 
 #[derive(Default)]
 pub(in crate::session) struct Kept {
@@ -34,8 +32,52 @@ pub(in crate::session) struct Kept {
     ranked: Map<(Where, ResourceId), Arc<Ranked>>,
     /// Per place and shape: how many of the shape its nodes take now.
     fits: Map<(Where, ShapeId), u64>,
-    /// Per place, shape and resource: the node options of the search for jobs to end.
+    /// Per place, shape and resource: the node options of the search for jobs to end, as
+    /// far as a search has asked for them.
     options: Map<(Where, ShapeId, ResourceId), Options>,
+}
+
+/// The node options of the search for jobs to end: per node of a place, the holders on it
+/// whose end lets it take one more member (its largest holders of the resource first), nodes
+/// no end of theirs makes take one more left out; fewest jobs first, node order among equals.
+///
+/// Worked out node by node only as far as the search reads them: an option of one job is in
+/// its final place as soon as it is found (every option of one job comes before every longer
+/// one), so a search that ends on one-job options (the usual case) never looks at most nodes.
+#[derive(Default)]
+struct Options {
+    /// How many of the place's nodes with holders (`Holdings::on_node`) have been looked at.
+    looked: usize,
+    /// The one-job options found so far, in node order.
+    single: Vec<[usize; 1]>,
+    /// The longer options found so far, in node order; once every node has been looked at,
+    /// sorted by length (stable) and kept after `single`.
+    longer: Vec<Vec<usize>>,
+}
+
+impl Options {
+    /// The `o`th option, fewest jobs first, looking at further nodes as needed; `None` past
+    /// the last.
+    fn get(&mut self, session: &Session, search: &Search, o: usize) -> Option<&[usize]> {
+        let holdings = search.holdings;
+        while o >= self.single.len() && self.looked < holdings.on_node.len() {
+            let (node, on) = &holdings.on_node[self.looked];
+            self.looked += 1;
+            match session.node_option(search, *node, on) {
+                Some(ending) if ending.len() == 1 => self.single.push([ending[0]]),
+                Some(ending) => self.longer.push(ending),
+                None => {}
+            }
+            if self.looked == holdings.on_node.len() {
+                // Stable: node order among options of as many jobs.
+                self.longer.sort_by_key(Vec::len);
+            }
+        }
+        match o.checked_sub(self.single.len()) {
+            None => Some(&self.single[o]),
+            Some(k) => self.longer.get(k).map(Vec::as_slice),
+        }
+    }
 }
 
 /// Who holds what on a set of nodes.
@@ -47,6 +89,15 @@ struct Holdings {
     index: Vec<u32>,
     /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
     on_node: Vec<(NodeId, Vec<usize>)>,
+}
+
+/// What the search for jobs to end looks for: room for one more member of `request` on the
+/// nodes of `holdings`, its holders ranked by `resource`.
+#[derive(Clone, Copy)]
+struct Search<'h> {
+    holdings: &'h Holdings,
+    request: &'h Resources,
+    resource: ResourceId,
 }
 
 /// No holder index (see `Holdings::index`).
@@ -171,14 +222,16 @@ impl Session<'_> {
             // The room is there by resources: something else (devices, rules) decides.
             return;
         }
-        let options = kept
-            .holders
-            .options
+        let options = (kept.holders.options)
             .entry((place, first.shape, resource))
-            .or_insert_with(|| Arc::from(self.node_options(&holdings, request, resource)))
-            .clone();
+            .or_default();
+        let search = Search {
+            holdings: &holdings,
+            request,
+            resource,
+        };
         e.unblock = Some(
-            match self.jobs_to_end(&holdings, &options, job, request, need, fits_now) {
+            match self.jobs_to_end(&search, options, job, need, fits_now) {
                 Some(ending) => Unblock::JobsEnd {
                     jobs: (ending.iter())
                         .map(|&i| snap.job(holdings.jobs[i].job).name.clone())
@@ -191,40 +244,32 @@ impl Session<'_> {
         );
     }
 
-    /// Per node of the place: the jobs on it whose end lets it take one more member of
-    /// `request` (its largest holders of `resource` first), as holder indices; nodes that no
-    /// end of theirs makes take one more are left out.
-    fn node_options(
-        &self,
-        holdings: &Holdings,
-        request: &Resources,
-        resource: ResourceId,
-    ) -> Vec<Vec<usize>> {
+    /// The jobs on `node` (holder indices, `on`) whose end lets it take one more member of
+    /// `request`, its largest holders of `resource` first; `None` when no end of theirs does.
+    fn node_option(&self, search: &Search, node: NodeId, on: &[usize]) -> Option<Vec<usize>> {
         let snap = self.snapshot;
-        let mut out = Vec::new();
-        for (node, on) in &holdings.on_node {
-            let node = *node;
-            let mut free = self.free(node);
-            let before = fit_count(&free, request, u64::MAX);
-            let mut on = on.clone();
-            on.sort_by_key(|&i| std::cmp::Reverse(holdings.jobs[i].holds.get(resource)));
-            let mut ending = Vec::new();
-            for i in on {
-                for &(n, t) in &holdings.jobs[i].tasks {
-                    if n == node {
-                        free.add(&snap.task(t).request);
-                    }
-                }
-                ending.push(i);
-                if fit_count(&free, request, u64::MAX) > before {
-                    out.push(ending);
-                    break;
+        let Search {
+            holdings,
+            request,
+            resource,
+        } = *search;
+        let mut free = self.free(node);
+        let before = fit_count(&free, request, u64::MAX);
+        let mut on = on.to_vec();
+        on.sort_by_key(|&i| std::cmp::Reverse(holdings.jobs[i].holds.get(resource)));
+        let mut ending = Vec::new();
+        for i in on {
+            for &(n, t) in &holdings.jobs[i].tasks {
+                if n == node {
+                    free.add(&snap.task(t).request);
                 }
             }
+            ending.push(i);
+            if fit_count(&free, request, u64::MAX) > before {
+                return Some(ending);
+            }
         }
-        // Fewest jobs first (stable: node order among equals), for `jobs_to_end`'s scan.
-        out.sort_by_key(Vec::len);
-        out
+        None
     }
 
     /// The holder indices of the fewest jobs found whose end makes room for `need` of
@@ -233,13 +278,15 @@ impl Session<'_> {
     /// At most [`CANDIDATES`] jobs; `None` when those do not make room.
     fn jobs_to_end(
         &self,
-        holdings: &Holdings,
-        options: &[Vec<usize>],
+        search: &Search,
+        options: &mut Options,
         job: JobId,
-        request: &Resources,
         need: u64,
         fits_now: u64,
     ) -> Option<Vec<usize>> {
+        let Search {
+            holdings, request, ..
+        } = *search;
         let mut free: Map<NodeId, Resources> = Map::default();
         let mut total = fits_now;
         let mut end = |session: &Session, h: &Holder, total: &mut u64, back: bool| {
@@ -262,36 +309,47 @@ impl Session<'_> {
         // Options are fewest jobs first: one needing `len` jobs needs at least `len` less
         // those already ending, so the scan stops once no later one can beat the best. An
         // option whose jobs all end already has made its room; one of the job's own is none.
-        let mut used: Vec<bool> = (options.iter())
-            .map(|jobs| own.is_some_and(|o| jobs.contains(&o)))
-            .collect();
+        // Options are read (and worked out) only as far as the scan goes: `used` grows with it
+        // (the scan reads them in order from the first, never skipping one).
+        let mut used: Vec<bool> = Vec::new();
+        let note = |used: &mut Vec<bool>, o: usize, jobs: &[usize]| {
+            if used.len() == o {
+                used.push(own.is_some_and(|own| jobs.contains(&own)));
+            }
+        };
         let mut start = 0;
         while total < need {
-            while start < options.len() && used[start] {
+            while let Some(jobs) = options.get(self, search, start) {
+                note(&mut used, start, jobs);
+                if !used[start] {
+                    break;
+                }
                 start += 1;
             }
             let mut best: Option<(usize, usize)> = None;
-            for o in start..options.len() {
-                let len = options[o].len();
-                if best.is_some_and(|(b, _)| len >= b + chosen.len()) {
+            let mut o = start;
+            while let Some(jobs) = options.get(self, search, o) {
+                note(&mut used, o, jobs);
+                if best.is_some_and(|(b, _)| jobs.len() >= b + chosen.len()) {
                     break;
                 }
-                if used[o] {
-                    continue;
-                }
-                let new = options[o].iter().filter(|&&i| !ending[i]).count();
-                if new == 0 {
-                    used[o] = true;
-                } else if best.is_none_or(|(b, _)| new < b) {
-                    best = Some((new, o));
-                    if new == 1 {
-                        break;
+                if !used[o] {
+                    let new = jobs.iter().filter(|&&i| !ending[i]).count();
+                    if new == 0 {
+                        used[o] = true;
+                    } else if best.is_none_or(|(b, _)| new < b) {
+                        best = Some((new, o));
+                        if new == 1 {
+                            break;
+                        }
                     }
                 }
+                o += 1;
             }
             let (_, o) = best?;
             used[o] = true;
-            for &i in &options[o] {
+            let jobs = options.get(self, search, o);
+            for &i in jobs.expect("a picked option") {
                 if !ending[i] {
                     ending[i] = true;
                     chosen.push(i);
