@@ -49,7 +49,7 @@ pub use namespaces::namespace_queue;
 use namespaces::{namespace_queues, namespace_spec};
 pub(crate) use nodes::taint_effect;
 use nodes::{collect_topologies, node};
-pub use pod::{explicit_group, RANK_LABELS};
+pub use pod::{device_ask, explicit_group, RANK_LABELS};
 use selectors::{label_selector, selector_requirements};
 use usage::queue_usage;
 pub use usage::{read_usage, usage_effect_message, usage_status};

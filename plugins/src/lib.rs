@@ -15,7 +15,8 @@
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
 //! cycle. Of Basalt's crates it depends on `basalt-engine`, `basalt-queue`, `basalt-topology` and
-//! `basalt-mig` only (and `serde_yaml` to read a config's text): no Kubernetes, no I/O.
+//! `basalt-mig` only (and `serde_yaml` to read a config's text): no Kubernetes, no I/O
+//! (`basalt-crds` is a dev-dependency: tests read pods' device asks as the daemon does).
 
 pub mod admission;
 pub mod config;

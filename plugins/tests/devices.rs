@@ -50,13 +50,21 @@ fn hami(name: &str, devices: u32) -> NodeSpec {
 }
 
 fn pod(name: &str, request: &[(&str, i64)]) -> PodSpec {
-    PodSpec {
+    read_asks(PodSpec {
         namespace: "ns".into(),
         name: name.into(),
         ours: true,
         request: list(request),
         created_ms: 1,
         ..Default::default()
+    })
+}
+
+/// The pod with its device asks read from its request's names, as `crds` reads them.
+fn read_asks(p: PodSpec) -> PodSpec {
+    PodSpec {
+        devices: basalt_crds::device_ask(&p.request),
+        ..p
     }
 }
 
@@ -373,10 +381,12 @@ fn sharing_cluster() -> impl Strategy<Value = ClusterSpec> {
                 })
                 .collect();
             let pods = (asks.iter().enumerate())
-                .map(|(i, a)| PodSpec {
-                    group: Some(format!("g{}", a.gang)),
-                    request: request(a),
-                    ..pod(&format!("p{i:02}"), &[])
+                .map(|(i, a)| {
+                    read_asks(PodSpec {
+                        group: Some(format!("g{}", a.gang)),
+                        request: request(a),
+                        ..pod(&format!("p{i:02}"), &[])
+                    })
                 })
                 .collect::<Vec<_>>();
             let groups = (0..4)

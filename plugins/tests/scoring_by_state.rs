@@ -69,7 +69,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                         .collect();
                     // `busy` pods bound to a fifth of a device each, on the first devices.
                     for b in 0..busy.min(devices) {
-                        pods.push(PodSpec {
+                        pods.push(read_asks(PodSpec {
                             namespace: "ns".into(),
                             name: format!("bound-{i}-{b}"),
                             ours: true,
@@ -88,7 +88,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                             }],
                             created_ms: 1,
                             ..Default::default()
-                        });
+                        }));
                     }
                     NodeSpec {
                         name,
@@ -112,14 +112,14 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                     request.insert("nvidia.com/gpucores".into(), percent);
                     request.insert("nvidia.com/gpumem-percentage".into(), percent);
                 }
-                let mut p = PodSpec {
+                let mut p = read_asks(PodSpec {
                     namespace: "ns".into(),
                     name: format!("p{k:02}"),
                     ours: true,
                     request,
                     created_ms: 2 + k as i64,
                     ..Default::default()
-                };
+                });
                 if pinned || zone == 3 {
                     p.rules
                         .node_selector
@@ -234,18 +234,20 @@ fn alike_nodes_and_pods() -> ClusterSpec {
         })
         .collect();
     let pods = (0..60)
-        .map(|k| PodSpec {
-            namespace: "ns".into(),
-            name: format!("p{k:02}"),
-            ours: true,
-            request: list(&[
-                ("cpu", 1000),
-                ("nvidia.com/gpu", 1),
-                ("nvidia.com/gpucores", 25),
-                ("nvidia.com/gpumem-percentage", 25),
-            ]),
-            created_ms: 1 + k,
-            ..Default::default()
+        .map(|k| {
+            read_asks(PodSpec {
+                namespace: "ns".into(),
+                name: format!("p{k:02}"),
+                ours: true,
+                request: list(&[
+                    ("cpu", 1000),
+                    ("nvidia.com/gpu", 1),
+                    ("nvidia.com/gpucores", 25),
+                    ("nvidia.com/gpumem-percentage", 25),
+                ]),
+                created_ms: 1 + k,
+                ..Default::default()
+            })
         })
         .collect();
     ClusterSpec {
@@ -289,4 +291,12 @@ fn scorers_reading_tasks_by_shape_score_each_state_once_per_shape() {
         kept * 2 < asked,
         "{kept} scores kept per shape, {asked} asked per task"
     );
+}
+
+/// The pod with its device asks read from its request's names, as `crds` reads them.
+fn read_asks(p: PodSpec) -> PodSpec {
+    PodSpec {
+        devices: basalt_crds::device_ask(&p.request),
+        ..p
+    }
 }

@@ -173,19 +173,21 @@ impl Synthetic {
                         slot += 1;
                         format!("node-{n:05}")
                     });
+                    let request = match self.sharing {
+                        true => Self::share(job),
+                        false => list(&[
+                            ("cpu", 8_000),
+                            ("memory", 64 * GI),
+                            ("nvidia.com/gpu", self.gpus_per_pod as i64),
+                        ]),
+                    };
                     spec.pods.push(PodSpec {
                         namespace: "bench".into(),
                         name: format!("{name}-{m}"),
                         ours: true,
                         group: Some(name.clone()),
-                        request: match self.sharing {
-                            true => Self::share(job),
-                            false => list(&[
-                                ("cpu", 8_000),
-                                ("memory", 64 * GI),
-                                ("nvidia.com/gpu", self.gpus_per_pod as i64),
-                            ]),
-                        },
+                        devices: basalt_crds::device_ask(&request),
+                        request,
                         priority,
                         created_ms: NOW_MS - 60_000 + job as i64,
                         phase: if running {

@@ -29,6 +29,7 @@ use super::{constraints, devices, unsupported};
 use crate::quantity::{self, MAX_QUANTITY};
 
 mod hami;
+pub use hami::device_ask;
 use hami::{clamp_hami_percents, device_containers};
 
 pub(super) fn pod(
@@ -164,6 +165,10 @@ pub(super) fn pod(
         add_devices(&mut request, context.dra.held_counts(p, &namespace));
     }
 
+    let devices = basalt_engine::devices::DeviceAsk {
+        containers: device_containers(spec),
+        ..device_ask(&request)
+    };
     Ok(PodSpec {
         namespace,
         name,
@@ -180,7 +185,7 @@ pub(super) fn pod(
         terminating: meta.deletion_timestamp.is_some(),
         gpu_ids,
         held_devices,
-        device_containers: device_containers(spec),
+        devices,
         nominated_node: p
             .status
             .as_ref()

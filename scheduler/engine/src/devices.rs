@@ -227,54 +227,24 @@ impl ShareNames {
     pub fn totals(&self) -> [Option<ResourceId>; 4] {
         [self.memory, self.percent, self.cores, self.vgpu_percent]
     }
-
-    /// The share a request states with Volcano vGPU's names, with Volcano's defaults
-    /// (`vgpu.go`): memory in MiB, else a percentage, else 100 %; cores as given, else 0.
-    /// `None`: it names neither memory nor cores.
-    pub fn vgpu_ask(&self, request: &Resources) -> Option<ShareAsk> {
-        let names = [self.vgpu_memory, self.vgpu_percent, self.vgpu_cores];
-        share_of(request, names, |_| 0)
-    }
-
-    /// The share a request states with HAMi's names, with the defaults HAMi's webhook and
-    /// scheduler apply (`device.go` GenerateResourceRequests, defaultExclusiveCoreIfNeeded):
-    /// memory in MiB, else a percentage above 0 (clamped to 100), else 100 %; cores as given,
-    /// else 100 when memory is not given or is 100 %, else 0. `None`: the request names
-    /// neither memory nor cores (what it takes then depends on the node, see
-    /// [`ShareAsk::WHOLE`]).
-    pub fn ask(&self, request: &Resources) -> Option<ShareAsk> {
-        let all_memory = |memory| {
-            if memory == ShareMemory::Percent(100) {
-                100
-            } else {
-                0
-            }
-        };
-        share_of(request, [self.memory, self.percent, self.cores], all_memory)
-    }
 }
 
-/// The share a request states by (memory MiB, memory percent, cores) names: memory in MiB,
-/// else a percentage above 0 (clamped to 100), else 100 %; cores as given, else
-/// `default_cores` of the memory. `None` when it names neither memory nor cores.
-fn share_of(
-    request: &Resources,
-    [memory, percent, cores]: [Option<ResourceId>; 3],
-    default_cores: impl Fn(ShareMemory) -> u32,
-) -> Option<ShareAsk> {
-    let get = |id: Option<ResourceId>| id.map(|id| request.get(id)).filter(|&v| v > 0);
-    let (mib, pct, cores) = (get(memory), get(percent), get(cores));
-    if mib.is_none() && pct.is_none() && cores.is_none() {
-        return None;
-    }
-    let clamp = |v: i64| v.clamp(0, u32::MAX as i64) as u32;
-    let memory = match (mib, pct) {
-        (Some(m), _) => ShareMemory::Mib(clamp(m)),
-        (None, Some(p)) => ShareMemory::Percent(clamp(p).min(100)),
-        (None, None) => ShareMemory::Percent(100),
-    };
-    let cores = cores.map_or_else(|| default_cores(memory), clamp);
-    Some(ShareAsk { memory, cores })
+/// What a pod asks of the devices it shares, read by its reader (`crds`) from its vendor's
+/// resource names with the vendor's defaults applied: the engine matches on this, never on
+/// the names. The device count itself stays in the pod's request, in the resource its
+/// node's devices are advertised as.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DeviceAsk {
+    /// What it takes of each device it shares (`None`: it states no share; what it takes
+    /// then depends on the node, see [`ShareAsk::WHOLE`]).
+    pub share: Option<ShareAsk>,
+    /// Resources counting devices of which the share implies one when the request leaves
+    /// them at 0 (a share without a count takes one device, as HAMi's webhook adds it and
+    /// Volcano reads memory alone); one the snapshot does not know is left alone.
+    pub implied_counts: Vec<String>,
+    /// Per container that asks for devices, in order, when two or more do and no init
+    /// container does (HAMi allocates such a pod container by container); empty otherwise.
+    pub containers: Vec<ContainerAsk>,
 }
 
 /// One container's device ask, for a pod whose containers ask for devices separately: HAMi
@@ -415,52 +385,6 @@ mod tests {
             slots: 10,
             ..Gpu::new(0)
         }
-    }
-
-    fn names() -> (ResourceNames, ShareNames) {
-        let names = ResourceNames::new([GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME]);
-        let share = ShareNames::of(&names);
-        (names, share)
-    }
-
-    #[test]
-    fn hami_defaults_apply_as_its_webhook_and_scheduler_do() {
-        let (names, share) = names();
-        let ask = |list: &[(&str, i64)]| {
-            let list = list.iter().map(|&(k, v)| (k.to_string(), v)).collect();
-            share.ask(&names.resources(&list))
-        };
-        assert_eq!(ask(&[("nvidia.com/gpu", 1)]), None);
-        assert_eq!(
-            ask(&[("nvidia.com/gpumem", 30000)]),
-            Some(ShareAsk {
-                memory: ShareMemory::Mib(30000),
-                cores: 0
-            })
-        );
-        // Percentage 100 and no cores: exclusive, as the webhook makes it.
-        assert_eq!(
-            ask(&[("nvidia.com/gpumem-percentage", 100)]),
-            Some(ShareAsk::WHOLE)
-        );
-        assert_eq!(
-            ask(&[
-                ("nvidia.com/gpumem-percentage", 250),
-                ("nvidia.com/gpucores", 30)
-            ]),
-            Some(ShareAsk {
-                memory: ShareMemory::Percent(100),
-                cores: 30
-            })
-        );
-        // Cores alone: all memory, the cores asked.
-        assert_eq!(
-            ask(&[("nvidia.com/gpucores", 50)]),
-            Some(ShareAsk {
-                memory: ShareMemory::Percent(100),
-                cores: 50
-            })
-        );
     }
 
     #[test]

@@ -195,6 +195,7 @@ impl Experiment {
             namespace: "fgd".into(),
             name: format!("a{k:07}"),
             ours: true,
+            devices: basalt_crds::device_ask(&request),
             request,
             rules,
             created_ms: k as i64,

@@ -139,39 +139,13 @@ pub fn ask_on(sharing: Sharing, share: Option<ShareAsk>) -> Option<ShareAsk> {
     }
 }
 
-/// The containers' device asks of a pod whose containers ask separately (two or more with a
-/// GPU count or a HAMi share; a share without a count takes one device, as HAMi's webhook
-/// adds it). `None` for every other pod, so a pod of one container pays nothing.
+/// The containers' device asks of a pod whose containers ask separately (two or more ask for
+/// devices). `None` for every other pod, so a pod of one container pays nothing.
 pub(super) fn container_asks(
-    names: &crate::resources::ResourceNames,
-    shares: &crate::devices::ShareNames,
-    containers: &[ResourceList],
+    containers: &[crate::devices::ContainerAsk],
 ) -> Option<std::sync::Arc<[crate::devices::ContainerAsk]>> {
-    if containers.len() < 2 {
-        return None;
-    }
-    let gpu = names.id(GPU_NAME);
-    let asks: Vec<crate::devices::ContainerAsk> = (containers.iter())
-        .map(|c| {
-            // Only names the snapshot knows (all of them: the pod's request sums these).
-            let mut request = crate::resources::Resources::zero(names.len());
-            for (name, &v) in c {
-                if let Some(id) = names.id(name) {
-                    request.set(id, v);
-                }
-            }
-            let share = shares.ask(&request);
-            let count = gpu.map_or(0, |id| request.get(id).clamp(0, 64) as u32);
-            let count = if count == 0 && share.is_some() {
-                1
-            } else {
-                count
-            };
-            crate::devices::ContainerAsk { count, share }
-        })
-        .filter(|c| c.count > 0)
-        .collect();
-    (asks.len() >= 2).then(|| asks.into())
+    let asking = || containers.iter().filter(|c| c.count > 0);
+    (asking().count() >= 2).then(|| asking().copied().collect())
 }
 
 /// Whether a bound pod's devices hold different amounts (HAMi's record of a pod whose

@@ -676,21 +676,14 @@ impl PodFacts {
         if p.pinned_queue.is_none() || !p.request.contains_key("pods") {
             request.set(PODS, 1);
         }
-        let share_names = ShareNames::of(names);
-        let hami = share_names.ask(&request);
-        let vgpu = share_names.vgpu_ask(&request);
-        // A share without a device count takes one device, as HAMi's webhook adds it (and
-        // Volcano reads memory alone as one device).
-        if hami.is_some() && request.get(GPU) <= 0 {
-            request.set(GPU, 1);
-        }
-        if let (Some(_), Some(number)) = (vgpu, share_names.vgpu_number) {
-            if request.get(number) <= 0 {
-                request.set(number, 1);
+        // A share without a device count takes one device (see `DeviceAsk::implied_counts`).
+        for name in &p.devices.implied_counts {
+            if let Some(id) = names.id(name).filter(|&id| request.get(id) <= 0) {
+                request.set(id, 1);
             }
         }
-        let share = devices::held_share(&p.held_devices, hami.or(vgpu));
-        let containers = devices::container_asks(names, &share_names, &p.device_containers);
+        let share = devices::held_share(&p.held_devices, p.devices.share);
+        let containers = devices::container_asks(&p.devices.containers);
         PodFacts {
             key: object_key(&p.namespace, &p.name),
             request,

@@ -69,9 +69,9 @@ pub struct PodSpec {
     /// The devices a bound pod holds by UUID with its share of each, as HAMi's
     /// `hami.io/vgpu-devices-allocated` records them (wins over `gpu_ids`).
     pub held_devices: Vec<crate::devices::HeldDevice>,
-    /// Per container (`spec.containers`, in order), its device requests, when two or more ask
-    /// for devices and no init container does (HAMi allocates per container); empty otherwise.
-    pub device_containers: Vec<ResourceList>,
+    /// What it asks of the devices it shares, per pod and per container, as its reader read
+    /// it from the vendor's names (see [`crate::devices::DeviceAsk`]).
+    pub devices: crate::devices::DeviceAsk,
     /// `status.nominatedNodeName` of a pending pod.
     pub nominated_node: Option<String>,
     /// Annotated `preemptable: "false"`.
