@@ -68,10 +68,11 @@ pub struct Limits {
     pub max_work: u64,
 }
 
-/// The default work bound: about 14 cycles at 10,000 nodes and 130,000 pods (80,000 running,
-/// 50,000 waiting), 4.8 s of CPU there in release (`basalt-sim bench --forecast`); a cluster
-/// a tenth that size gets 140 cycles in about the same time.
-pub const DEFAULT_MAX_WORK: u64 = 2_000_000;
+/// The default work bound: 4 cycles at 10,000 nodes and 130,000 pods (80,000 running, 50,000
+/// waiting), the first one (which always runs) and 3 forward; a cluster a tenth that size gets
+/// 40. At that size the world's setup and the first cycle (a snapshot assembled, a session
+/// opened on every task) cost about as much as the rest (`basalt-sim bench --forecast`).
+pub const DEFAULT_MAX_WORK: u64 = 600_000;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -290,7 +291,11 @@ impl World {
             let key = format!("{}/{}", p.namespace, p.name);
             let group = (p.group.as_ref()).map(|g| format!("{}/{g}", p.namespace));
             if let Some(group) = &group {
-                world.members.entry(group.clone()).or_default().push(key.clone());
+                world
+                    .members
+                    .entry(group.clone())
+                    .or_default()
+                    .push(key.clone());
                 if p.node.is_some() {
                     *world.bound.entry(group.clone()).or_default() += 1;
                 }
@@ -542,5 +547,58 @@ impl World {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>) -> PodSpec {
+        PodSpec {
+            namespace: "ml".into(),
+            name: name.into(),
+            ours: true,
+            group: Some("g".into()),
+            node: node.map(Into::into),
+            phase: PodPhase::Running,
+            ..Default::default()
+        }
+    }
+
+    /// The builder holds the only copy of each spec: a binding, an eviction and an end change
+    /// the builder's pod, and the group's bound count follows them.
+    #[test]
+    fn the_builder_holds_the_specs_and_the_world_counts_bound_members() {
+        let node = crate::NodeSpec {
+            name: "n".into(),
+            allocatable: [("cpu".to_string(), 8)].into(),
+            ..Default::default()
+        };
+        let g = GroupSpec::new("ml", "g", 2);
+        let pods = vec![pod("a", Some("n")), pod("b", None)];
+        let mut world = World::new(vec![node], pods, vec![g], &HashMap::new(), 0).expect("valid");
+        assert!(!world.started("ml/g"), "one of two bound");
+        let plan = Plan {
+            bindings: vec![crate::Binding {
+                pod: "ml/b".into(),
+                node: "n".into(),
+                gpus: Vec::new(),
+                devices: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        assert!(world.apply(&plan, 5, &HashMap::new()));
+        let b = world.builder.pod("ml", "b").expect("held by the builder");
+        assert_eq!((b.node.as_deref(), b.started_ms), (Some("n"), Some(5)));
+        assert!(world.started("ml/g"), "both bound");
+        let phase = world.builder.group("ml", "g").map(|g| g.phase);
+        assert_eq!(phase, Some(JobPhase::Running));
+        assert!(world.unbind("ml/a"));
+        assert_eq!(
+            world.builder.pod("ml", "a").and_then(|a| a.node.clone()),
+            None
+        );
+        assert!(!world.started("ml/g"));
     }
 }
