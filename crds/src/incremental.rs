@@ -35,6 +35,9 @@ use memo::{Conversion, Memo, Memos};
 /// update, and still seeded per process. Nothing iterates these maps where order could leak.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The objects of an update, each with its source, shared.
+pub type Objects = Arc<Vec<(String, Object)>>;
+
 /// A snapshot kept up to date from the objects of each cycle (see the module documentation).
 #[derive(Default)]
 pub struct IncrementalSnapshot {
@@ -50,7 +53,7 @@ pub struct IncrementalSnapshot {
     fallback: Option<Snapshot>,
     /// The last update's objects and outcome, for one that is given the very same objects.
     /// Shared: a reader off the scheduling path (the forecast) takes them without a copy.
-    last: Option<(Arc<Vec<(String, Object)>>, Update)>,
+    last: Option<(Objects, Update)>,
 }
 
 /// What an update found besides its snapshot, as [`crate::TolerantSnapshot`] has them.
@@ -135,7 +138,7 @@ impl IncrementalSnapshot {
 
     /// The objects of the last update (the very same as the objects given since, when they
     /// were), shared.
-    pub fn objects(&self) -> Option<Arc<Vec<(String, Object)>>> {
+    pub fn objects(&self) -> Option<Objects> {
         self.last.as_ref().map(|(objects, _)| objects.clone())
     }
 

@@ -167,12 +167,15 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     }
 }
 
+/// The objects a forecast converts: the cycle's, or a copy without those that do not convert.
+type Usable<'o> = std::borrow::Cow<'o, [(String, Object)]>;
+
 /// The cluster's spec from the objects that convert: one that does not is left out, as the
 /// cycle leaves it out (and reports it). The objects are copied only then.
 fn usable_spec<'o>(
     objects: &'o [(String, Object)],
     options: &ConvertOptions,
-) -> Option<(ClusterSpec, std::borrow::Cow<'o, [(String, Object)]>)> {
+) -> Option<(ClusterSpec, Usable<'o>)> {
     let mut objects = std::borrow::Cow::Borrowed(objects);
     loop {
         match basalt_crds::convert::cluster_spec(&objects, options) {
