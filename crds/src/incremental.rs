@@ -35,6 +35,9 @@ use memo::{Conversion, Memo, Memos};
 /// update, and still seeded per process. Nothing iterates these maps where order could leak.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The objects of an update, each with its source, shared.
+pub type Objects = Arc<Vec<(String, Object)>>;
+
 /// A snapshot kept up to date from the objects of each cycle (see the module documentation).
 #[derive(Default)]
 pub struct IncrementalSnapshot {
@@ -49,7 +52,8 @@ pub struct IncrementalSnapshot {
     /// The snapshot of an update that fell back to the whole build.
     fallback: Option<Snapshot>,
     /// The last update's objects and outcome, for one that is given the very same objects.
-    last: Option<(Vec<(String, Object)>, Update)>,
+    /// Shared: a reader off the scheduling path (the forecast) takes them without a copy.
+    last: Option<(Objects, Update)>,
 }
 
 /// What an update found besides its snapshot, as [`crate::TolerantSnapshot`] has them.
@@ -128,8 +132,14 @@ impl IncrementalSnapshot {
             Some(update) => update,
             None => self.whole(&objects, options),
         };
-        self.last = Some((objects, update.clone()));
+        self.last = Some((Arc::new(objects), update.clone()));
         update
+    }
+
+    /// The objects of the last update (the very same as the objects given since, when they
+    /// were), shared.
+    pub fn objects(&self) -> Option<Objects> {
+        self.last.as_ref().map(|(objects, _)| objects.clone())
     }
 
     /// Gives the last update's snapshot `usage` in place of what the Queues' statuses said:

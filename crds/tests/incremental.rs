@@ -255,3 +255,25 @@ fn new_options_start_afresh() {
     );
     assert_eq!(update.errors, fresh.errors);
 }
+
+/// The objects of the last update are shared, not copied: a reader off the scheduling path
+/// (the daemon's forecast) takes the very ones the snapshot was updated from, also after an
+/// update given the same objects again.
+#[test]
+fn the_last_objects_are_shared() {
+    let objects: Vec<(String, Object)> = (0..SLOTS)
+        .map(|s| (format!("cluster slot{s}"), parse(s, 0)))
+        .collect();
+    let mut inc = IncrementalSnapshot::new();
+    assert!(inc.objects().is_none(), "nothing before the first update");
+    inc.update(objects.clone(), &ConvertOptions::default());
+    let first = inc.objects().expect("the last update's objects");
+    assert_eq!(*first, objects);
+    inc.update(objects.clone(), &ConvertOptions::default());
+    let again = inc.objects().expect("the last update's objects");
+    assert_eq!(*again, objects);
+    assert!(
+        std::sync::Arc::ptr_eq(&inc.objects().unwrap(), &again),
+        "handed out shared, not copied"
+    );
+}

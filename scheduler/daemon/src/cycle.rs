@@ -50,16 +50,17 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     };
     // Only what changed since the last cycle is converted and built again; nothing when
     // nothing did (`basalt_crds::incremental`).
+    let update = s.snapshots.update(objects, &options);
+    let t_update = started.elapsed();
+    // The forecast task shares the objects the snapshot was updated from: nothing is copied.
     if let Some(forecaster) = &s.forecaster {
         forecaster.offer(|| crate::forecast::Input {
-            objects: objects.clone(),
+            objects: s.snapshots.objects().unwrap_or_default(),
             options: options.clone(),
             config: s.config.clone(),
         });
     }
     let t_offer = started.elapsed();
-    let update = s.snapshots.update(objects, &options);
-    let t_update = started.elapsed();
     let reused = update.unchanged && unreadable.is_empty();
     let names = &s.config.scheduler_names;
     // Read from the pods alone, and from those that changed where the log names them.
@@ -134,9 +135,9 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         auto_groups_ms = ms(t_auto),
         collect_ms = ms(t_collect - t_auto),
         build_ms = ms(t_build - t_collect),
-        forecast_copy_ms = ms(t_offer - t_collect),
-        snapshot_update_ms = ms(t_update - t_offer),
-        build_rest_ms = ms(t_build - t_update),
+        snapshot_update_ms = ms(t_update - t_collect),
+        forecast_offer_ms = ms(t_offer - t_update),
+        build_rest_ms = ms(t_build - t_offer),
         reused,
         schedule_ms = ms(t_schedule - t_build),
         apply_ms = ms(total - t_schedule),

@@ -1,24 +1,24 @@
 //! The forecast's background task: once per interval it asks the next cycle for its objects
-//! (cloned only then), runs the engine forward on them off the scheduling path, and leaves the
-//! result where the status writer reads it. A cycle never waits for it, and it never wakes
-//! one: while the daemon is idle nothing changes, and the last forecast stands.
+//! (shared with the cycle's incremental snapshot, never copied), runs the engine forward on
+//! them on a thread of its own at the lowest CPU priority, and leaves the result where the
+//! status writer reads it. A cycle never waits for it, and it never wakes one: while the
+//! daemon is idle nothing changes, and the last forecast stands.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use basalt_crds::{ConvertOptions, Object, PodGroupForecast};
 use basalt_engine::forecast::Limits;
 use basalt_engine::ClusterSpec;
 use basalt_plugins::Config;
-use tokio::sync::Notify;
 
 use super::{ends, published, BadRuntime, Learned};
 
 /// What the forecast runs on: a cycle's objects, as that cycle converted them.
 pub struct Input {
-    pub objects: Vec<(String, Object)>,
+    pub objects: Arc<Vec<(String, Object)>>,
     pub options: ConvertOptions,
     pub config: Config,
 }
@@ -35,20 +35,19 @@ pub struct Results {
 struct Shared {
     /// Set once per interval; the next cycle hands its input over and clears it.
     wanted: AtomicBool,
-    input: Mutex<Option<Input>>,
-    input_ready: Notify,
     results: Mutex<Option<Arc<Results>>>,
 }
 
-/// The cycle's handle on the task (cheap to hold; the task ends with the runtime).
+/// The cycle's handle on the task (cheap to hold; the task's thread ends with the daemon).
 #[derive(Clone)]
 pub struct Forecaster {
     shared: Arc<Shared>,
+    input: mpsc::SyncSender<Input>,
 }
 
 impl Forecaster {
     /// Starts the task, a forecast every `interval` with cycles `period` apart; none when
-    /// `interval` is zero.
+    /// `interval` is zero (or when its thread cannot start: said, and the daemon goes on).
     pub fn start(interval: Duration, period: Duration) -> Option<Forecaster> {
         if interval.is_zero() {
             return None;
@@ -58,15 +57,24 @@ impl Forecaster {
             period_ms: i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1),
             ..Limits::default()
         };
-        tokio::spawn(run(shared.clone(), interval, limits));
-        Some(Forecaster { shared })
+        // One input at most in flight: the task asks for the next only once done.
+        let (input, inputs) = mpsc::sync_channel(1);
+        let task = shared.clone();
+        let started = std::thread::Builder::new()
+            .name("forecast".into())
+            .spawn(move || run(task, inputs, interval, limits));
+        if let Err(e) = started {
+            tracing::error!(error = %e, "the forecast's thread did not start; no forecast");
+            return None;
+        }
+        Some(Forecaster { shared, input })
     }
 
     /// Called by each cycle: hands `input()` to the task when it asked for one.
     pub fn offer(&self, input: impl FnOnce() -> Input) {
         if self.shared.wanted.swap(false, Ordering::AcqRel) {
-            *lock(&self.shared.input) = Some(input());
-            self.shared.input_ready.notify_one();
+            // Never blocks: the task asked, so the channel is empty.
+            let _ = self.input.try_send(input());
         }
     }
 
@@ -80,40 +88,47 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-async fn run(shared: Arc<Shared>, interval: Duration, limits: Limits) {
+/// The task's thread: below every other thread of the machine in CPU priority, so a run
+/// never takes a core from the daemon's cycles (nor from the API server beside it).
+fn run(shared: Arc<Shared>, inputs: mpsc::Receiver<Input>, interval: Duration, limits: Limits) {
+    lowest_priority();
     let mut learned = Learned::default();
     loop {
-        tokio::time::sleep(interval).await;
+        std::thread::sleep(interval);
         shared.wanted.store(true, Ordering::Release);
-        let input = loop {
-            shared.input_ready.notified().await;
-            if let Some(input) = lock(&shared.input).take() {
-                break input;
-            }
+        // The daemon is gone when its handle is.
+        let Ok(input) = inputs.recv() else {
+            return;
         };
-        let computed = tokio::task::spawn_blocking(move || {
-            let results = compute(input, &mut learned, limits);
-            (results, learned)
-        })
-        .await;
+        let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            compute(input, &mut learned, limits)
+        }));
         match computed {
-            Ok((results, kept)) => {
-                learned = kept;
-                *lock(&shared.results) = Some(Arc::new(results));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "the forecast failed; it is tried again next interval");
+            Ok(results) => *lock(&shared.results) = Some(Arc::new(results)),
+            Err(_) => {
+                tracing::error!("the forecast failed; it is tried again next interval");
                 learned = Learned::default();
             }
         }
     }
 }
 
+/// Makes the calling thread the machine's least urgent (Linux: nice 19 for this thread
+/// alone; elsewhere nothing).
+fn lowest_priority() {
+    // `None` is the calling thread on Linux, whose nice value is per thread.
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        tracing::warn!(error = %e, "the forecast's thread keeps the daemon's priority");
+    }
+}
+
 /// One forecast of `input` (pure but for the learned history it adds to).
 pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
-    let Some((spec, objects)) = usable_spec(input.objects, &input.options) else {
+    let Some((spec, objects)) = usable_spec(&input.objects, &input.options) else {
         return Results::default();
     };
+    let objects: &[(String, Object)] = &objects;
     let queue_of = pod_queues(&spec);
     let pods: Vec<&k8s_openapi::api::core::v1::Pod> = (objects.iter())
         .filter_map(|(_, o)| match o {
@@ -126,7 +141,7 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
         let name = p.metadata.name.as_deref().unwrap_or_default();
         queue_of.get(&format!("{ns}/{name}")).cloned().flatten()
     });
-    let (ends, bad) = ends(&objects, &spec, learned);
+    let (ends, bad) = ends(objects, &spec, learned);
     let config = input.config;
     let framework = |names: &_| basalt_plugins::framework(&config, names);
     match basalt_engine::forecast::forecast(spec, framework, &ends, limits) {
@@ -152,18 +167,24 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     }
 }
 
+/// The objects a forecast converts: the cycle's, or a copy without those that do not convert.
+type Usable<'o> = std::borrow::Cow<'o, [(String, Object)]>;
+
 /// The cluster's spec from the objects that convert: one that does not is left out, as the
-/// cycle leaves it out (and reports it).
-fn usable_spec(
-    mut objects: Vec<(String, Object)>,
+/// cycle leaves it out (and reports it). The objects are copied only then.
+fn usable_spec<'o>(
+    objects: &'o [(String, Object)],
     options: &ConvertOptions,
-) -> Option<(ClusterSpec, Vec<(String, Object)>)> {
+) -> Option<(ClusterSpec, Usable<'o>)> {
+    let mut objects = std::borrow::Cow::Borrowed(objects);
     loop {
         match basalt_crds::convert::cluster_spec(&objects, options) {
             Ok(spec) => return Some((spec, objects)),
             Err(e) => {
                 let before = objects.len();
-                objects.retain(|(_, o)| !(o.kind() == e.kind && o.key() == e.object));
+                objects
+                    .to_mut()
+                    .retain(|(_, o)| !(o.kind() == e.kind && o.key() == e.object));
                 if objects.len() == before {
                     tracing::warn!(error = %e, "the forecast cannot convert the cluster");
                     return None;

@@ -68,10 +68,11 @@ pub struct Limits {
     pub max_work: u64,
 }
 
-/// The default work bound: about 14 cycles at 10,000 nodes and 130,000 pods (80,000 running,
-/// 50,000 waiting), 4.8 s of CPU there in release (`basalt-sim bench --forecast`); a cluster
-/// a tenth that size gets 140 cycles in about the same time.
-pub const DEFAULT_MAX_WORK: u64 = 2_000_000;
+/// The default work bound: 4 cycles at 10,000 nodes and 130,000 pods (80,000 running, 50,000
+/// waiting), the first one (which always runs) and 3 forward; a cluster a tenth that size gets
+/// 40. At that size the world's setup and the first cycle (a snapshot assembled, a session
+/// opened on every task) cost about as much as the rest (`basalt-sim bench --forecast`).
+pub const DEFAULT_MAX_WORK: u64 = 600_000;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -118,14 +119,18 @@ impl Forecast {
     }
 }
 
-/// The cluster as the forecast moves it: specs by `namespace/name`, the builder told of each
-/// change, the pending ends.
+/// The cluster as the forecast moves it: the builder holds every spec (told of each change),
+/// the world what it reads of them and the pending ends.
 struct World {
     builder: SnapshotBuilder,
-    pods: BTreeMap<String, PodSpec>,
-    groups: BTreeMap<String, GroupSpec>,
+    /// Per pod by `namespace/name`: where the builder holds it, its group, whether it is bound.
+    pods: HashMap<String, PodAt>,
+    /// Per group by `namespace/name`: what its start depends on.
+    groups: BTreeMap<String, GroupAt>,
     /// Per group its pods' keys.
     members: HashMap<String, Vec<String>>,
+    /// Per group how many of its pods hold a node (what [`World::started`] counts).
+    bound: HashMap<String, u32>,
     /// Known ends of running pods: (instant, pod, the pod's epoch when pushed, method).
     heap: BinaryHeap<Reverse<(i64, String, u32, Method)>>,
     /// Per pod, how often it was evicted: an end pushed before is void.
@@ -140,6 +145,25 @@ struct World {
     /// The worst method of the ends applied so far.
     applied: Method,
     ends_applied: u32,
+}
+
+/// What the forecast reads of a pod; its spec is the builder's alone (one copy of 100,000
+/// pods, not two).
+struct PodAt {
+    namespace: String,
+    name: String,
+    /// Its group's `namespace/name`.
+    group: Option<String>,
+    /// It holds a node.
+    bound: bool,
+}
+
+/// What the forecast reads of a PodGroup; its spec is the builder's alone.
+struct GroupAt {
+    namespace: String,
+    name: String,
+    min_member: i64,
+    phase: JobPhase,
 }
 
 /// Runs the engine forward from `spec` and says when each waiting gang starts. `ends` holds
@@ -239,9 +263,10 @@ impl World {
             .collect();
         let mut world = World {
             builder: SnapshotBuilder::new(nodes)?,
-            pods: BTreeMap::new(),
+            pods: HashMap::with_capacity(pods.len()),
             groups: BTreeMap::new(),
             members: HashMap::new(),
+            bound: HashMap::new(),
             heap: BinaryHeap::new(),
             epochs: HashMap::new(),
             unknown: HashSet::new(),
@@ -251,16 +276,29 @@ impl World {
             ends_applied: 0,
         };
         for g in groups {
-            world.builder.set_group(g.clone());
+            let at = GroupAt {
+                namespace: g.namespace.clone(),
+                name: g.name.clone(),
+                min_member: g.min_member,
+                phase: g.phase,
+            };
             world
                 .groups
-                .insert(format!("{}/{}", g.namespace, g.name), g);
+                .insert(format!("{}/{}", g.namespace, g.name), at);
+            world.builder.set_group(g);
         }
         for p in pods {
             let key = format!("{}/{}", p.namespace, p.name);
-            if let Some(g) = &p.group {
-                let group = format!("{}/{g}", p.namespace);
-                world.members.entry(group).or_default().push(key.clone());
+            let group = (p.group.as_ref()).map(|g| format!("{}/{g}", p.namespace));
+            if let Some(group) = &group {
+                world
+                    .members
+                    .entry(group.clone())
+                    .or_default()
+                    .push(key.clone());
+                if p.node.is_some() {
+                    *world.bound.entry(group.clone()).or_default() += 1;
+                }
             }
             let holds =
                 p.node.is_some() && matches!(p.phase, PodPhase::Pending | PodPhase::Running);
@@ -285,8 +323,14 @@ impl World {
                     }
                 }
             }
-            world.builder.set_pod(p.clone());
-            world.pods.insert(key, p);
+            let at = PodAt {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                group,
+                bound: p.node.is_some(),
+            };
+            world.builder.set_pod(p);
+            world.pods.insert(key, at);
         }
         Ok(world)
     }
@@ -302,10 +346,43 @@ impl World {
         let Some(g) = self.groups.get(group) else {
             return false;
         };
-        let bound = (self.members.get(group).into_iter().flatten())
-            .filter(|k| self.pods.get(*k).is_some_and(|p| p.node.is_some()))
-            .count();
+        let bound = self.bound.get(group).copied().unwrap_or(0);
         g.phase != JobPhase::Completed && bound as i64 >= g.min_member.max(1)
+    }
+
+    /// Takes the pod's spec out of the builder, changes it with `change` and hands it back:
+    /// the builder sees one changed pod, and nothing is copied. Marks it bound or not.
+    fn change_pod(&mut self, key: &str, bound: bool, change: impl FnOnce(&mut PodSpec)) {
+        let Some(at) = self.pods.get_mut(key) else {
+            return;
+        };
+        if at.bound != bound {
+            at.bound = bound;
+            if let Some(group) = &at.group {
+                let count = self.bound.entry(group.clone()).or_default();
+                match bound {
+                    true => *count += 1,
+                    false => *count = count.saturating_sub(1),
+                }
+            }
+        }
+        if let Some(mut spec) = self.builder.remove_pod(&at.namespace, &at.name) {
+            change(&mut spec);
+            self.builder.set_pod(spec);
+        }
+    }
+
+    /// Sets a group's phase, here and in the builder.
+    fn set_phase(&mut self, group: &str, phase: JobPhase) {
+        let Some(g) = self.groups.get_mut(group) else {
+            return;
+        };
+        g.phase = phase;
+        let spec = self.builder.group(&g.namespace, &g.name);
+        if let Some(mut spec) = spec.filter(|s| s.phase != phase).cloned() {
+            spec.phase = phase;
+            self.builder.set_group(spec);
+        }
     }
 
     /// Carries a plan out as the daemon would: evictions (the whole gang back to waiting),
@@ -315,8 +392,7 @@ impl World {
         let mut changed = false;
         let mut touched = Vec::new();
         for e in &plan.evictions {
-            let group = (self.pods.get(&e.pod))
-                .and_then(|p| Some(format!("{}/{}", p.namespace, p.group.as_ref()?)));
+            let group = (self.pods.get(&e.pod)).and_then(|p| p.group.clone());
             let keys = match &group {
                 Some(g) => self.members.get(g).cloned().unwrap_or_default(),
                 None => vec![e.pod.clone()],
@@ -324,9 +400,8 @@ impl World {
             for key in keys {
                 changed |= self.unbind(&key);
             }
-            if let Some(g) = group.and_then(|g| self.groups.get_mut(&g)) {
-                g.phase = JobPhase::Pending;
-                self.builder.set_group(g.clone());
+            if let Some(g) = group {
+                self.set_phase(&g, JobPhase::Pending);
             }
         }
         for n in plan
@@ -334,42 +409,43 @@ impl World {
             .iter()
             .filter(|n| n.reason == NominationReason::Evictions)
         {
-            let Some(p) = self.pods.get_mut(&n.pod).filter(|p| p.node.is_none()) else {
+            let Some(p) = self.pods.get(&n.pod).filter(|p| !p.bound) else {
                 continue;
             };
-            if p.nominated_node.as_deref() != Some(n.node.as_str()) {
-                p.nominated_node = Some(n.node.clone());
-                self.builder.set_pod(p.clone());
+            let spec = self.builder.pod(&p.namespace, &p.name);
+            if spec.is_some_and(|s| s.nominated_node.as_deref() != Some(n.node.as_str())) {
+                self.change_pod(&n.pod, false, |p| p.nominated_node = Some(n.node.clone()));
                 changed = true;
             }
         }
         for b in &plan.bindings {
-            let Some(p) = self.pods.get_mut(&b.pod).filter(|p| p.node.is_none()) else {
+            let Some(p) = self.pods.get(&b.pod).filter(|p| !p.bound) else {
                 continue;
             };
-            p.node = Some(b.node.clone());
-            p.phase = PodPhase::Running;
-            p.gpu_ids = b.gpus.clone();
-            p.started_ms = Some(t);
-            p.nominated_node = None;
+            if let Some(g) = &p.group {
+                touched.push(g.clone());
+            }
             let shares = self
                 .sharing
                 .get(&b.node)
                 .is_some_and(|s| *s != Sharing::Exclusive);
             let named = !b.devices.is_empty() && b.devices.iter().all(|d| d.uuid.is_some());
-            if shares && named {
-                p.held_devices = (b.devices.iter())
-                    .map(|d| HeldDevice {
-                        uuid: d.uuid.clone().unwrap_or_default(),
-                        memory_mib: d.memory_mib.unwrap_or(0),
-                        cores: d.cores.unwrap_or(0),
-                    })
-                    .collect();
-            }
-            if let Some(g) = &p.group {
-                touched.push(format!("{}/{g}", p.namespace));
-            }
-            self.builder.set_pod(p.clone());
+            self.change_pod(&b.pod, true, |p| {
+                p.node = Some(b.node.clone());
+                p.phase = PodPhase::Running;
+                p.gpu_ids = b.gpus.clone();
+                p.started_ms = Some(t);
+                p.nominated_node = None;
+                if shares && named {
+                    p.held_devices = (b.devices.iter())
+                        .map(|d| HeldDevice {
+                            uuid: d.uuid.clone().unwrap_or_default(),
+                            memory_mib: d.memory_mib.unwrap_or(0),
+                            cores: d.cores.unwrap_or(0),
+                        })
+                        .collect();
+                }
+            });
             match ends.get(&b.pod) {
                 Some(&End::After { ms, method }) => {
                     self.push_end(&b.pod, t.saturating_add(ms), method)
@@ -389,20 +465,15 @@ impl World {
             changed = true;
         }
         for s in &plan.pod_groups {
-            if let Some(g) = self.groups.get_mut(&*s.name).filter(|g| g.phase != s.phase) {
-                g.phase = s.phase;
-                self.builder.set_group(g.clone());
+            if (self.groups.get(&*s.name)).is_some_and(|g| g.phase != s.phase) {
+                self.set_phase(&s.name, s.phase);
                 changed = true;
             }
         }
         // A gang whose minimum is bound is running (the daemon's status writer says so).
         for name in touched {
-            if self.groups.contains_key(&name) && self.started(&name) {
-                let g = self.groups.get_mut(&name).expect("checked");
-                if g.phase != JobPhase::Running {
-                    g.phase = JobPhase::Running;
-                    self.builder.set_group(g.clone());
-                }
+            if self.started(&name) {
+                self.set_phase(&name, JobPhase::Running);
             }
         }
         changed
@@ -410,16 +481,17 @@ impl World {
 
     /// Takes a pod off its node (evicted): it waits again, and its pending end is void.
     fn unbind(&mut self, key: &str) -> bool {
-        let Some(p) = self.pods.get_mut(key).filter(|p| p.node.is_some()) else {
+        if !self.pods.get(key).is_some_and(|p| p.bound) {
             return false;
-        };
-        p.node = None;
-        p.phase = PodPhase::Pending;
-        p.gpu_ids.clear();
-        p.held_devices.clear();
-        p.nominated_node = None;
-        p.started_ms = None;
-        self.builder.set_pod(p.clone());
+        }
+        self.change_pod(key, false, |p| {
+            p.node = None;
+            p.phase = PodPhase::Pending;
+            p.gpu_ids.clear();
+            p.held_devices.clear();
+            p.nominated_node = None;
+            p.started_ms = None;
+        });
         *self.epochs.entry(key.to_string()).or_default() += 1;
         self.unknown.remove(key);
         true
@@ -438,7 +510,7 @@ impl World {
 
     fn current(&self, pod: &str, epoch: u32) -> bool {
         self.epochs.get(pod).copied().unwrap_or(0) == epoch
-            && self.pods.get(pod).is_some_and(|p| p.node.is_some())
+            && self.pods.get(pod).is_some_and(|p| p.bound)
     }
 
     /// Ends every pod whose end is at or before `t`: it leaves the cluster, and its group with
@@ -452,13 +524,16 @@ impl World {
             if !self.current(&pod, epoch) {
                 continue;
             }
-            let spec = self.pods.remove(&pod).expect("current pods exist");
-            self.builder.remove_pod(&spec.namespace, &spec.name);
+            let gone = self.pods.remove(&pod).expect("current pods exist");
+            self.builder.remove_pod(&gone.namespace, &gone.name);
             self.applied = self.applied.max(method);
             self.ends_applied += 1;
-            let Some(group) = spec.group.map(|g| format!("{}/{g}", spec.namespace)) else {
+            let Some(group) = gone.group else {
                 continue;
             };
+            if let Some(count) = self.bound.get_mut(&group) {
+                *count = count.saturating_sub(1);
+            }
             let members = self.members.get_mut(&group);
             let left = members.map(|m| {
                 m.retain(|k| *k != pod);
@@ -466,10 +541,64 @@ impl World {
             });
             if left == Some(0) {
                 self.members.remove(&group);
+                self.bound.remove(&group);
                 if let Some(g) = self.groups.remove(&group) {
                     self.builder.remove_group(&g.namespace, &g.name);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, node: Option<&str>) -> PodSpec {
+        PodSpec {
+            namespace: "ml".into(),
+            name: name.into(),
+            ours: true,
+            group: Some("g".into()),
+            node: node.map(Into::into),
+            phase: PodPhase::Running,
+            ..Default::default()
+        }
+    }
+
+    /// The builder holds the only copy of each spec: a binding, an eviction and an end change
+    /// the builder's pod, and the group's bound count follows them.
+    #[test]
+    fn the_builder_holds_the_specs_and_the_world_counts_bound_members() {
+        let node = crate::NodeSpec {
+            name: "n".into(),
+            allocatable: [("cpu".to_string(), 8)].into(),
+            ..Default::default()
+        };
+        let g = GroupSpec::new("ml", "g", 2);
+        let pods = vec![pod("a", Some("n")), pod("b", None)];
+        let mut world = World::new(vec![node], pods, vec![g], &HashMap::new(), 0).expect("valid");
+        assert!(!world.started("ml/g"), "one of two bound");
+        let plan = Plan {
+            bindings: vec![crate::Binding {
+                pod: "ml/b".into(),
+                node: "n".into(),
+                gpus: Vec::new(),
+                devices: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        assert!(world.apply(&plan, 5, &HashMap::new()));
+        let b = world.builder.pod("ml", "b").expect("held by the builder");
+        assert_eq!((b.node.as_deref(), b.started_ms), (Some("n"), Some(5)));
+        assert!(world.started("ml/g"), "both bound");
+        let phase = world.builder.group("ml", "g").map(|g| g.phase);
+        assert_eq!(phase, Some(JobPhase::Running));
+        assert!(world.unbind("ml/a"));
+        assert_eq!(
+            world.builder.pod("ml", "a").and_then(|a| a.node.clone()),
+            None
+        );
+        assert!(!world.started("ml/g"));
     }
 }

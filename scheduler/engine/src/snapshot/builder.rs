@@ -164,6 +164,12 @@ impl SnapshotBuilder {
         self.changed |= upsert(&mut self.pods, &mut self.held, key, pod);
     }
 
+    /// The pod of this namespace and name, as last told.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodSpec> {
+        let key = (namespace.to_string(), name.to_string());
+        self.pods.get(&key).map(|c| &c.spec)
+    }
+
     /// Removes a pod; returns it if it was there.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
         let old = take(&mut self.pods, &mut self.held, namespace, name);
@@ -175,6 +181,12 @@ impl SnapshotBuilder {
     pub fn set_group(&mut self, group: GroupSpec) {
         let key = (group.namespace.clone(), group.name.clone());
         self.changed |= upsert(&mut self.groups, &mut self.held, key, group);
+    }
+
+    /// The PodGroup of this namespace and name, as last told.
+    pub fn group(&self, namespace: &str, name: &str) -> Option<&GroupSpec> {
+        let key = (namespace.to_string(), name.to_string());
+        self.groups.get(&key).map(|c| &c.spec)
     }
 
     /// Removes a PodGroup; returns it if it was there.
