@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn kept_from_the_pods_that_changed_it_holds_what_reading_every_pod_holds() {
         let mut store: HashMap<Key, Arc<Pod>> = HashMap::new();
-        let mut put = |store: &mut HashMap<Key, Arc<Pod>>, p: Arc<Pod>| {
+        let put = |store: &mut HashMap<Key, Arc<Pod>>, p: Arc<Pod>| {
             store.insert(key_of(&p), p);
         };
         for (name, node) in [("a", None), ("b", Some("n1")), ("c", None)] {
