@@ -33,6 +33,7 @@ use crate::report::HeldPods;
 use crate::reported::Reported;
 use crate::stores::Stores;
 use crate::stranded::PartialGangs;
+use crate::unbound_pods::UnboundPods;
 use crate::view::View;
 use crate::writer::{EventSink, Limiter};
 
@@ -46,6 +47,8 @@ use evictions::RefusedEvictions;
 mod mig;
 mod queues;
 mod resource_claims;
+mod settled;
+use settled::SettledGroups;
 mod status;
 mod volumes;
 
@@ -86,6 +89,8 @@ pub struct Scheduler {
     pub held: HeldPods,
     /// The PodGroups Basalt may write to, from their pods' scheduler names.
     pub ownership: Ownership,
+    /// The pods without a node, kept from the change log.
+    pub unbound: UnboundPods,
     /// This snapshot's nodes over capacity, and the binds of this cycle's plan that wait for
     /// them (`overfull.rs`).
     pub overfull: Overfull,
@@ -105,6 +110,8 @@ pub struct Scheduler {
     refused_evictions: RefusedEvictions,
     /// Gangs left partly bound, rolled back after `--partial-gang-timeout`.
     partial_gangs: PartialGangs,
+    /// PodGroups whose status says what the plan said (`settled.rs`).
+    settled_groups: SettledGroups,
     retry: RetryStreak,
 }
 
@@ -186,6 +193,7 @@ impl Scheduler {
             view: View::default(),
             held: HeldPods::default(),
             ownership: Ownership::default(),
+            unbound: UnboundPods::default(),
             overfull: Overfull::default(),
             held_binds: BTreeMap::new(),
             snapshots: basalt_crds::IncrementalSnapshot::new(),
@@ -195,6 +203,7 @@ impl Scheduler {
             forecaster: None,
             refused_evictions: RefusedEvictions::default(),
             partial_gangs: PartialGangs::new(settings.partial_gang_timeout),
+            settled_groups: SettledGroups::default(),
             retry: RetryStreak::default(),
         }
     }
@@ -207,6 +216,7 @@ impl Scheduler {
         self.refused_evictions.clear();
         self.reported.forget_events();
         self.partial_gangs.clear();
+        self.settled_groups.clear();
         self.snapshots = basalt_crds::IncrementalSnapshot::new();
     }
 
@@ -223,17 +233,15 @@ impl Scheduler {
         self.roll_back(&partial, stores).await;
         self.nominate(plan, stores).await;
         let t_nominate = t0.elapsed();
-        self.write_groups(plan, stores, &failed, &partial).await;
+        self.write_groups(plan, &failed, &partial).await;
         let t_groups = t0.elapsed();
         self.report_held(stores).await;
         self.write_queues(plan).await;
         self.write_mig_layouts(plan, stores).await;
         let t_rest = t0.elapsed();
 
-        let pending: Vec<_> = stores
-            .pods
-            .state()
-            .into_iter()
+        // From the pods without a node alone (kept from the change log), not every pod.
+        let pending: Vec<_> = (self.unbound.iter())
             .filter(|p| {
                 let spec = p.spec.as_ref();
                 let ours = spec
@@ -242,6 +250,7 @@ impl Scheduler {
                 let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none();
                 ours && unbound && !self.assumed.is_assumed(&pod_key(p))
             })
+            .cloned()
             .collect();
         self.metrics.pending_pods.set(pending.len() as i64);
         self.metrics.observe_queues(plan, &pending, &self.view);

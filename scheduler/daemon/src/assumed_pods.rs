@@ -111,7 +111,8 @@ impl AssumedWalk<'_> {
         pod
     }
 
-    /// Ends the walk: a pod that left the store was deleted, nothing to assume any more.
+    /// Ends the walk: a pod not met left the store (deleted) or was not brought to the walk
+    /// because the store shows it bound: nothing to assume any more either way.
     pub fn finish(self) {
         let seen = self.seen;
         self.cache.bound.retain(|k, _| seen.contains(k));

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::apply::auto_groups::awaits_group;
 use crate::apply::Scheduler;
-use crate::changes::Changed;
+use crate::changes::{Changed, Key};
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
 use crate::report::HeldPods;
@@ -37,6 +37,16 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let started = Instant::now();
     // Taken first: what changes from here on is the next cycle's.
     let changes = stores.changes.take();
+    let pod_at = |(ns, name): &Key| {
+        let at = ObjectRef::new(name);
+        stores.pods.get(&match ns {
+            Some(ns) => at.within(ns),
+            None => at,
+        })
+    };
+    let pods_changed = changes.of("pods");
+    s.unbound
+        .update(pods_changed, || stores.pods.state(), pod_at);
     s.auto_groups(stores).await;
     let t_auto = started.elapsed();
     let mut deadlines = Deadlines::default();
@@ -64,18 +74,12 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let reused = update.unchanged && unreadable.is_empty();
     let names = &s.config.scheduler_names;
     // Read from the pods alone, and from those that changed where the log names them.
-    match changes.of("pods") {
+    match pods_changed {
         _ if s.ownership.names() != names.as_slice() => {
             s.ownership = Ownership::of(&stores.pods.state(), names);
         }
         None => {}
-        Some(Changed::Objects(keys)) => s.ownership.update(keys, |(ns, name)| {
-            let at = ObjectRef::new(name);
-            stores.pods.get(&match ns {
-                Some(ns) => at.within(ns),
-                None => at,
-            })
-        }),
+        Some(Changed::Objects(keys)) => s.ownership.update(keys, pod_at),
         Some(Changed::Everything) => {
             s.ownership = Ownership::of(&stores.pods.state(), names);
         }
@@ -330,6 +334,20 @@ fn collect(
     // Nothing assumed, held or being joined to a group: every pod goes in as the cache has it
     // (no key is made for each of them).
     let bridging = !(s.assumed.is_empty() && grouping.is_idle());
+    // Of the bound pods, only those grouping names (a few) can be seen otherwise, so no key
+    // is made for each bound pod. An assumed pod the watch shows bound is not met, and the
+    // walk's end releases it, as meeting it would.
+    let named_bound: HashSet<usize> = match bridging {
+        false => HashSet::new(),
+        true => (grouping.keys())
+            .filter_map(|key| {
+                let (ns, name) = key.split_once('/').unwrap_or(("default", key));
+                stores.pods.get(&ObjectRef::new(name).within(ns))
+            })
+            .filter(|p| !unbound(p))
+            .map(|p| Arc::as_ptr(&p) as usize)
+            .collect(),
+    };
     let mut assumed = s.assumed.walk();
     for p in stores.pods.state() {
         if waits_for_its_group(&p, &s.view, now, deadlines)
@@ -342,7 +360,7 @@ fn collect(
         if awaits_group(&p, &s.config.scheduler_names) && !grouping.knows(&pod_key(&p)) {
             continue;
         }
-        if !bridging {
+        if !bridging || !(unbound(&p) || named_bound.contains(&(Arc::as_ptr(&p) as usize))) {
             objects.push((src(), Object::Pod(p)));
             continue;
         }
@@ -421,6 +439,10 @@ fn waits_for_its_group(
         deadlines.at(grace_end(created.0, grace, now), "a pod's group grace");
     }
     waits
+}
+
+fn unbound(p: &Pod) -> bool {
+    (p.spec.as_ref()).is_none_or(|s| s.node_name.is_none())
 }
 
 /// Seconds since the Unix epoch.

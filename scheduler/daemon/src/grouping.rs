@@ -104,6 +104,12 @@ impl GroupingWalk<'_> {
         g.held.is_empty() && g.joining.is_empty() && g.auto.is_empty()
     }
 
+    /// The pods this walk may see otherwise than as stored (`ns/name`).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        let g = &self.grouping;
+        (g.auto.keys().chain(g.joining.keys()).chain(g.held.iter())).map(String::as_str)
+    }
+
     /// Whether this cycle's auto groups dealt with the pod: its group is made or being
     /// joined, or it is held.
     pub fn knows(&self, key: &str) -> bool {

@@ -34,6 +34,7 @@ mod scheduler_plugins;
 mod stores;
 mod stranded;
 mod text_log;
+mod unbound_pods;
 mod usage;
 mod view;
 mod volcano;

@@ -57,10 +57,12 @@ impl Scheduler {
         self.grouping.start();
         self.owners.expire();
         self.follow_owners(stores).await;
-        for p in stores.pods.state() {
-            if !awaits_group(&p, &self.config.scheduler_names) {
-                continue;
-            }
+        // Only pods without a node can await a group: the kept few, not every pod.
+        let awaiting: Vec<Arc<Pod>> = (self.unbound.iter())
+            .filter(|p| awaits_group(p, &self.config.scheduler_names))
+            .cloned()
+            .collect();
+        for p in awaiting {
             let key = pod_key(&p);
             let (ns, name) = split_key(&key);
             if self.grouping.in_flight(&key) {

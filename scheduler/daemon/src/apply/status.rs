@@ -17,7 +17,6 @@ use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
 use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
 use crate::forecast;
 use crate::lenient::Lenient;
-use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use crate::view::Origin;
 use crate::volcano::VolcanoPodGroup;
@@ -26,7 +25,6 @@ impl Scheduler {
     pub(super) async fn write_groups(
         &mut self,
         plan: &Plan,
-        stores: &Stores,
         unbound: &Unbound,
         partial: &[PartialGang],
     ) {
@@ -43,7 +41,9 @@ impl Scheduler {
             .filter(|g| unschedulable(g).is_some() && !preempting.contains(&*g.name))
             .map(|g| &*g.name)
             .collect();
-        let waiting = WaitingMembers::of(&stores.pods.state(), &told);
+        let waiting = WaitingMembers::of(self.unbound.iter(), &told);
+        (self.settled_groups).retain(plan.pod_groups.iter().map(|g| &*g.name));
+        let mut compared = 0;
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
             // Pods without a PodGroup are planned under an implicit one with nothing to write.
@@ -52,14 +52,22 @@ impl Scheduler {
             else {
                 continue;
             };
+            let failed = unbound.get(&*planned.name);
+            let partly = (partial.iter()).find(|p| p.group == planned.name && !p.expired);
+            // Its status said what the plan says, and neither moved since: nothing to compare.
+            let plain = failed.is_none() && partly.is_none();
+            if plain && self.settled_groups.holds(planned, &group, &forecasts) {
+                if !preempting.contains(&*planned.name) {
+                    self.report_unschedulable(planned, &group, origin, &waiting);
+                }
+                continue;
+            }
+            compared += 1;
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
-            if let Some(why) = unbound.get(&*planned.name) {
+            if let Some(why) = failed {
                 not_landed(&mut desired, planned.min_member, why, &now);
             }
-            if let Some(p) = partial
-                .iter()
-                .find(|p| p.group == planned.name && !p.expired)
-            {
+            if let Some(p) = partly {
                 let held = group.status.as_ref().and_then(|s| {
                     s.conditions
                         .iter()
@@ -97,7 +105,12 @@ impl Scheduler {
                     waiting,
                 );
             }
-            if !same_status(&desired, &current) {
+            let settled = same_status(&desired, &current);
+            match settled && plain {
+                true => (self.settled_groups).settle(planned, &group, &forecasts),
+                false => self.settled_groups.unsettle(&planned.name),
+            }
+            if !settled {
                 let mut body = serde_json::to_value(&desired).unwrap_or(Value::Null);
                 // A merge patch keeps an omitted list: write an empty one to clear conditions.
                 body["conditions"] = serde_json::to_value(&desired.conditions)
@@ -119,6 +132,7 @@ impl Scheduler {
                 self.report_unschedulable(planned, &group, origin, &waiting);
             }
         }
+        tracing::debug!(compared, planned = plan.pod_groups.len(), "PodGroup status");
         // Written side by side, each behind the rate limit.
         let this = &*self;
         futures::stream::iter(writes)
@@ -215,8 +229,8 @@ fn unschedulable(planned: &PlannedGroup) -> Option<&basalt_engine::Condition> {
 struct WaitingMembers(HashMap<String, Vec<(String, Option<String>)>>);
 
 impl WaitingMembers {
-    /// One walk of `pods`, and none when no group is asked for.
-    fn of(pods: &[Arc<Pod>], groups: &[&str]) -> Self {
+    /// One walk of the pods without a node, and none when no group is asked for.
+    fn of<'p>(unbound: impl Iterator<Item = &'p Arc<Pod>>, groups: &[&str]) -> Self {
         let mut out: HashMap<String, Vec<_>> = HashMap::new();
         if groups.is_empty() {
             return WaitingMembers(out);
@@ -224,7 +238,7 @@ impl WaitingMembers {
         for g in groups {
             out.insert((*g).to_string(), Vec::new());
         }
-        for p in pods {
+        for p in unbound {
             let Some(group) = member_of(p) else { continue };
             if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
                 continue;
@@ -397,11 +411,14 @@ mod waiting_tests {
             pod("a", "p4", "h", None),
             pod("a", "p5", "g", None),
         ];
-        let w = WaitingMembers::of(&pods, &["a/g"]);
+        let w = WaitingMembers::of(pods.iter(), &["a/g"]);
         let names: Vec<_> = w.of_group("a/g").iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["p1", "p5"], "unbound members of a/g only");
         assert_eq!(w.of_group("a/g")[0].1.as_deref(), Some("uid-p1"));
         assert!(w.of_group("a/h").is_empty(), "not asked for");
-        assert_eq!(WaitingMembers::of(&pods, &[]), WaitingMembers::default());
+        assert_eq!(
+            WaitingMembers::of(pods.iter(), &[]),
+            WaitingMembers::default()
+        );
     }
 }
