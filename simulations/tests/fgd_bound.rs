@@ -56,6 +56,15 @@ fn assert_near(got: f64, want: f64, what: &str) {
     assert!((got - want).abs() <= 0.001, "{what}: {got}, want {want}");
 }
 
+/// A bound on unallocated % at the known optimum `want`: never above it, and below it only by
+/// the rounding down to 0.001 and the solver's safety margin.
+fn assert_bound(got: f64, want: f64, what: &str) {
+    assert!(
+        got <= want && got >= want - 0.002,
+        "{what}: {got}, want {want}"
+    );
+}
+
 const POD_HEADER: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
 
 fn run_lists(tag: &str, nodes: &str, pods: &str, policy: &str) -> Value {
@@ -81,9 +90,9 @@ fn three_pods_of_six_tenths_on_one_gpu_hold_six_tenths() {
     );
     let bound = curve(&v, "bound");
     let achievable = curve(&v, "achievable");
-    assert_near(at(&bound, 55), 100.0, "bound before any arrival");
+    assert_bound(at(&bound, 55), 100.0, "bound before any arrival");
     for x in [60, 100, 120, 130] {
-        assert_near(at(&bound, x), 40.0, &format!("bound at {x}"));
+        assert_bound(at(&bound, x), 40.0, &format!("bound at {x}"));
         assert_near(at(&achievable, x), 40.0, &format!("achievable at {x}"));
         assert_near(at(&curve(&v, "fgd"), x), 40.0, &format!("fgd at {x}"));
     }
@@ -101,9 +110,9 @@ fn pods_of_six_tenths_of_a_node_cpu_take_one_node_each() {
         "bestfit",
     );
     let bound = curve(&v, "bound");
-    assert_near(at(&bound, 25), 75.0, "bound at 25");
+    assert_bound(at(&bound, 25), 75.0, "bound at 25");
     for x in [50, 75, 100, 125] {
-        assert_near(at(&bound, x), 50.0, &format!("bound at {x}"));
+        assert_bound(at(&bound, x), 50.0, &format!("bound at {x}"));
         assert_near(
             at(&curve(&v, "achievable"), x),
             50.0,

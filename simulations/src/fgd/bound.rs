@@ -83,14 +83,17 @@ pub fn seed_limit(exp: &Experiment, relax: &Relaxation, workload: &[u32]) -> See
         let packed = pack::best(exp, &workload[..upto]);
         let (opt, achievable) = if packed == arrived[last] {
             // Everything up to `last` fits at once: OPT is what arrived, exactly.
-            (arrived[last], bin.first().copied().unwrap_or(arrived[last]))
+            (
+                arrived[last] as f64,
+                bin.first().copied().unwrap_or(arrived[last]),
+            )
         } else {
             out.lps += 1;
             let opt = relax
                 .upper_bound(&shape_counts(relax, &workload[..upto]))
                 .unwrap_or_else(|e| {
                     out.failed.push(format!("point {x} %: {e}"));
-                    arrived[last]
+                    arrived[last] as f64
                 });
             let achievable = if first_in_bin == last || bin.is_empty() {
                 packed
@@ -100,9 +103,9 @@ pub fn seed_limit(exp: &Experiment, relax: &Relaxation, workload: &[u32]) -> See
             (opt, achievable)
         };
         let bound = if bin.is_empty() {
-            arrived[last].min(opt) as f64
+            (arrived[last] as f64).min(opt)
         } else {
-            bin.iter().map(|&a| a.min(opt) as f64).sum::<f64>() / bin.len() as f64
+            bin.iter().map(|&a| (a as f64).min(opt)).sum::<f64>() / bin.len() as f64
         };
         out.bound_milli.push(bound);
         out.achievable_milli.push(achievable as f64);

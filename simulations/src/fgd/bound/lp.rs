@@ -205,12 +205,12 @@ impl Relaxation {
         self.shape_of[pod as usize]
     }
 
-    /// An upper bound, in milli-GPU, on the GPU any subset of `counts[s]` pods of each shape can
+    /// An upper bound, in milli-GPU (not rounded: a whole milli is 0.1 % of a one-GPU cluster), on the GPU any subset of `counts[s]` pods of each shape can
     /// hold at once. Solves the dual (minimise `Σ N_t·u_r + Σ counts_s·v_s` subject to
     /// `Σ_r coef_r[s]·u_r + v_s ≥ gpus_s` for every `(s, t)` that fits, `u, v ≥ 0`), then raises
     /// `v_s` wherever the solver's answer falls short of a row: any dual-feasible point's objective
     /// bounds the primal optimum from above, so the result is valid even if the solve is not exact.
-    pub fn upper_bound(&self, counts: &[u32]) -> Result<u64, String> {
+    pub fn upper_bound(&self, counts: &[u32]) -> Result<f64, String> {
         let mut problem = Problem::new(OptimizationDirection::Minimize);
         let u: Vec<_> = (self.rows.iter())
             .map(|r| problem.add_var(self.types[r.node_type].1 as f64, (0.0, f64::INFINITY)))
@@ -249,7 +249,7 @@ impl Relaxation {
             .map(|(r, x)| self.types[r.node_type].1 as f64 * x)
             .chain(counts.iter().zip(&dv).map(|(&c, x)| c as f64 * x))
             .sum();
-        Ok(((bound + SLACK) * GPU_MILLI as f64).ceil() as u64)
+        Ok((bound + SLACK) * GPU_MILLI as f64)
     }
 }
 
