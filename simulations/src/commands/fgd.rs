@@ -14,9 +14,15 @@ pub struct FgdArgs {
     #[arg(long, value_name = "POD_CSV", requires = "nodes")]
     pods: Option<PathBuf>,
     /// bestfit, dotprod, clustering, packing, random, fgd, basalt; `all` or a comma list
-    /// runs several (JSON is then an array with one object per policy).
+    /// runs several (JSON is then an array with one object per policy); `none` with `--bound`
+    /// runs only the limit.
     #[arg(long, default_value = "all")]
     policy: String,
+    /// Also report the limit: `bound`, unallocated GPU % no placement of the same arrivals can
+    /// beat (an LP relaxation), and `achievable`, the best placement found offline (see
+    /// `fgd::bound`).
+    #[arg(long)]
+    bound: bool,
     /// Seeds: a range `42-51`, a list `42,43`, or both.
     #[arg(long, default_value = "42-51")]
     seeds: String,
@@ -33,11 +39,16 @@ pub fn run(args: FgdArgs) -> anyhow::Result<String> {
         nodes,
         pods,
         policy,
+        bound,
         seeds,
         jobs,
         output,
     } = args;
-    let policies = fgd::Policy::parse_list(&policy)?;
+    let policies = match policy.trim() {
+        "none" if bound => Vec::new(),
+        "none" => anyhow::bail!("--policy none runs nothing without --bound"),
+        list => fgd::Policy::parse_list(list)?,
+    };
     let seeds = fgd::parse_seeds(&seeds)?;
     let read = |path: &PathBuf| {
         std::fs::read_to_string(path).map_err(|source| fgd::FgdError::Io {
@@ -73,6 +84,7 @@ pub fn run(args: FgdArgs) -> anyhow::Result<String> {
     anyhow::ensure!(threads >= 1, "--jobs: must be at least 1");
     let outcome =
         fgd::run(&exp, &policies, &seeds, threads).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+    let mut curves = outcome.curves.clone();
     for s in &outcome.stats {
         let secs: Vec<f64> = s.elapsed.iter().map(|d| d.as_secs_f64()).collect();
         let total: f64 = secs.iter().sum();
@@ -97,8 +109,25 @@ pub fn run(args: FgdArgs) -> anyhow::Result<String> {
             );
         }
     }
+    if bound {
+        let workloads =
+            fgd::workloads(&exp, &seeds).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
+        let policy_runs: Vec<Vec<Vec<f64>>> = (0..seeds.len())
+            .map(|s| {
+                outcome
+                    .stats
+                    .iter()
+                    .map(|p| p.per_seed[s].clone())
+                    .collect()
+            })
+            .collect();
+        let limit = fgd::bound::run(&exp, &workloads, &policy_runs, threads);
+        report_limit(&limit, &seeds);
+        curves.push(limit.bound);
+        curves.push(limit.achievable);
+    }
     Ok(match output {
-        Output::Json => fgd::render_json(&outcome.curves)?,
+        Output::Json => fgd::render_json(&curves)?,
         Output::Text => {
             let header = format!(
                 "FGD fragmentation experiment on {label}: {} nodes, {} GPUs, {} trace pods, \
@@ -113,7 +142,29 @@ pub fn run(args: FgdArgs) -> anyhow::Result<String> {
                     .collect::<Vec<_>>()
                     .join(",")
             );
-            fgd::render_text(&outcome.curves, &header)
+            fgd::render_text(&curves, &header)
         }
     })
+}
+
+/// The limit's cost and any LP the solver failed on, on stderr.
+fn report_limit(limit: &fgd::bound::Limit, seeds: &[u64]) {
+    let secs: Vec<f64> = limit.elapsed.iter().map(|d| d.as_secs_f64()).collect();
+    let lps: usize = limit.seeds.iter().map(|s| s.lps).sum();
+    eprintln!(
+        "basalt-sim: {:<10} {} seed(s), {:.1} ms/seed (max {:.1} ms), {} LP(s) solved",
+        "bound",
+        secs.len(),
+        1000.0 * secs.iter().sum::<f64>() / secs.len().max(1) as f64,
+        1000.0 * secs.iter().cloned().fold(0.0, f64::max),
+        lps,
+    );
+    for (seed, limit) in seeds.iter().zip(&limit.seeds) {
+        for why in &limit.failed {
+            eprintln!(
+                "basalt-sim: bound: seed {seed}: LP failed ({why}); that point's bound is the \
+                 arrived GPU"
+            );
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! and the `random` policy, so every policy sees the same workload for a seed.
 
 pub mod baselines;
+pub mod bound;
 pub mod engine;
 pub mod experiment;
 pub mod measure;
@@ -131,6 +132,8 @@ pub struct PolicyStats {
     /// Points filled from the previous state because no arrival fell in their bin, summed over
     /// seeds.
     pub carried: usize,
+    /// Unallocated % at each point, per seed (in the order of the seeds).
+    pub per_seed: Vec<Vec<f64>>,
 }
 
 #[derive(Clone, Debug)]
@@ -139,13 +142,8 @@ pub struct Outcome {
     pub stats: Vec<PolicyStats>,
 }
 
-/// Runs every policy on every seed (`threads` at a time) and takes the median per point.
-pub fn run(
-    exp: &Experiment,
-    policies: &[Policy],
-    seeds: &[u64],
-    threads: usize,
-) -> Result<Outcome, FgdError> {
+/// The arrival sequence of each seed, refused when one is longer than the limit.
+pub fn workloads(exp: &Experiment, seeds: &[u64]) -> Result<Vec<Vec<u32>>, FgdError> {
     let requests = exp.requests();
     let mut workloads: Vec<Vec<u32>> = Vec::with_capacity(seeds.len());
     for &seed in seeds {
@@ -163,6 +161,17 @@ pub fn run(
         }
         workloads.push(w);
     }
+    Ok(workloads)
+}
+
+/// Runs every policy on every seed (`threads` at a time) and takes the median per point.
+pub fn run(
+    exp: &Experiment,
+    policies: &[Policy],
+    seeds: &[u64],
+    threads: usize,
+) -> Result<Outcome, FgdError> {
+    let workloads = workloads(exp, seeds)?;
     let jobs: Vec<(usize, usize)> = (0..policies.len())
         .flat_map(|p| (0..seeds.len()).map(move |s| (p, s)))
         .collect();
@@ -214,6 +223,10 @@ pub fn run(
             arrivals: workloads.iter().map(Vec::len).collect(),
             elapsed: runs.iter().map(|(_, d)| *d).collect(),
             carried: runs.iter().map(|(c, _)| c.carried).sum(),
+            per_seed: runs
+                .iter()
+                .map(|(c, _)| c.unallocated_pct.clone())
+                .collect(),
         });
     }
     Ok(Outcome { curves, stats })
