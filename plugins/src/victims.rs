@@ -76,7 +76,11 @@ impl Victims for LowerPriorityOverShare {
             return false;
         }
         match kind {
-            EvictionKind::Preempt => true,
+            // Victims are of strictly lower priority: none runs, no search (exact, and it
+            // spares a failed search over every node for each waiting job of a busy queue).
+            EvictionKind::Preempt => session
+                .lowest_bound_priority(job.queue)
+                .is_some_and(|p| p < job.priority),
             EvictionKind::Reclaim => {
                 let deserved = session.deserved(job.queue);
                 let allocated = session.queue_allocated(job.queue);

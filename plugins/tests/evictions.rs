@@ -367,3 +367,35 @@ proptest! {
         run_cycles(cluster(&nodes, &weights, &gs), false)?;
     }
 }
+
+/// Preempt searches only for a preemptor above the lowest priority its queue runs: at that
+/// priority or below no victim exists, and the search over every node is skipped.
+#[test]
+fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
+    let gang = |priority: i32, running: bool| G {
+        queue: 0,
+        pods: vec![(1, 1, 4, 0)],
+        min: 1,
+        role_min: BTreeMap::new(),
+        priority,
+        running,
+    };
+    let decide = |waiting: i32| {
+        let spec = cluster(&[(8, 64, 4)], &[1], &[gang(1, true), gang(waiting, false)]);
+        let snapshot = Snapshot::build(spec).unwrap();
+        let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
+        let session = basalt_engine::Session::new(&snapshot, &fw);
+        let job = (snapshot.jobs.iter())
+            .find(|j| j.name.ends_with("g1"))
+            .unwrap()
+            .id;
+        let kind = basalt_engine::EvictionKind::Preempt;
+        fw.victims.may_evict_for(&session, job, kind)
+    };
+    assert!(!decide(0), "below the running job");
+    assert!(
+        !decide(1),
+        "level with it: two jobs of one priority never evict each other"
+    );
+    assert!(decide(2), "above it");
+}

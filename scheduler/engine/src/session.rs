@@ -194,6 +194,9 @@ pub struct Session<'a> {
     /// Per job: how its members stood when the session opened (what [`Session::counts`] gives
     /// for a job no committed operation touched).
     start_counts: Vec<StartCounts>,
+    /// Per queue: the lowest priority of its jobs with members bound before this cycle (the
+    /// only possible preempt victims), `None` when none is bound.
+    lowest_bound_priority: Vec<Option<i32>>,
     /// Jobs in phase Pending in the snapshot (the candidates for admission), by id.
     unadmitted: Vec<JobId>,
     /// Jobs with pending members when the session opened, by id: no other job gets one (a
@@ -399,6 +402,11 @@ impl<'a> Session<'a> {
         }
         // Members holding capacity: the bound ones, to begin with.
         let holding: Vec<u32> = start_counts.iter().map(|c| c.bound).collect();
+        let mut lowest_bound_priority: Vec<Option<i32>> = vec![None; snapshot.queues.len()];
+        for job in snapshot.jobs.iter().filter(|j| holding[j.id.index()] > 0) {
+            let lowest = &mut lowest_bound_priority[job.queue.index()];
+            *lowest = Some(lowest.map_or(job.priority, |p| p.min(job.priority)));
+        }
         for (held, pinned) in queue_allocated.iter_mut().zip(&snapshot.queue_pinned) {
             held.add(pinned);
         }
@@ -484,6 +492,7 @@ impl<'a> Session<'a> {
             with_pending,
             placed: vec![0; holding.len()],
             start_counts,
+            lowest_bound_priority,
             holding,
             conditions: vec![Vec::new(); snapshot.jobs.len()],
             queue_allocated,
@@ -708,6 +717,12 @@ impl<'a> Session<'a> {
 
     pub fn holding(&self, job: JobId) -> u32 {
         self.holding[job.index()]
+    }
+
+    /// The lowest priority of the queue's jobs with members bound before this cycle (`None`:
+    /// none): a preemptor of that priority or below finds no lower-priority victim there.
+    pub fn lowest_bound_priority(&self, queue: QueueId) -> Option<i32> {
+        self.lowest_bound_priority[queue.index()]
     }
 
     pub fn counts(&self, job: JobId) -> MemberCounts {
