@@ -68,11 +68,12 @@ pub struct Limits {
     pub max_work: u64,
 }
 
-/// The default work bound: 4 cycles at 10,000 nodes and 130,000 pods (80,000 running, 50,000
-/// waiting), the first one (which always runs) and 3 forward; a cluster a tenth that size gets
-/// 40. At that size the world's setup and the first cycle (a snapshot assembled, a session
-/// opened on every task) cost about as much as the rest (`basalt-sim bench --forecast`).
-pub const DEFAULT_MAX_WORK: u64 = 600_000;
+/// The default work bound: 5 cycles at 10,000 nodes and 130,000 pods (80,000 running, 50,000
+/// waiting), the first one (which always runs) and 4 forward, under 1 s of CPU there; a
+/// cluster a tenth that size gets 50. At that size the world's setup and the first cycle (a
+/// snapshot assembled, a session opened on every task) cost most of it (`basalt-sim bench
+/// --forecast`).
+pub const DEFAULT_MAX_WORK: u64 = 800_000;
 
 impl Default for Limits {
     fn default() -> Self {
