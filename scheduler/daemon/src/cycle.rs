@@ -5,26 +5,23 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use basalt_crds::convert::namespace_queue;
+use basalt_crds::convert::{explicit_group, namespace_queue};
 use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
 use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::apply::auto_groups::awaits_group;
-use crate::apply::Scheduler;
 use crate::changes::{Changed, Key};
+use crate::held_pods::HeldPods;
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
-use crate::report::HeldPods;
+use crate::scheduler::Scheduler;
 use crate::scheduler_plugins;
-use crate::stores::Stores;
+use crate::stores::{pod_key, Stores, SOURCE};
 use crate::view::{Origin, View};
 use crate::volcano;
 use crate::wake::{grace_end, Deadlines};
-
-/// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
-pub const SOURCE: &str = "cluster";
 
 pub struct Outcome {
     /// How long to wait before the next cycle (binds failed with a retryable error).
@@ -423,7 +420,7 @@ fn waits_for_its_group(
     if spec.and_then(|s| s.node_name.as_deref()).is_some() {
         return false;
     }
-    let Some(group) = crate::apply::member_of(p) else {
+    let Some(group) = explicit_group(&p.metadata) else {
         return false;
     };
     let Some(created) = p.metadata.creation_timestamp.as_ref() else {
@@ -448,12 +445,4 @@ fn unbound(p: &Pod) -> bool {
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> f64 {
     jiff::Timestamp::now().as_millisecond() as f64 / 1000.0
-}
-
-pub fn pod_key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
 }

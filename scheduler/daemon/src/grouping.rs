@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use basalt_crds::convert::explicit_group;
 use k8s_openapi::api::core::v1::Pod;
 
 #[derive(Default)]
@@ -133,7 +134,7 @@ impl GroupingWalk<'_> {
         }
         if let Some(group) = g.joining.get(key) {
             let (ns, _) = key.split_once('/').unwrap_or(("default", key));
-            let named = crate::apply::member_of(&pod).map(|name| format!("{ns}/{name}"));
+            let named = explicit_group(&pod.metadata).map(|name| format!("{ns}/{name}"));
             if named.as_ref() == Some(group) && self.watched_groups.contains(group) {
                 // Both watched: an ordinary member from now on.
                 g.joining.remove(key);
@@ -214,7 +215,7 @@ mod tests {
         assert!(walk.has_auto_group("ml/p"));
         let seen = walk.view_of("ml/p", named.clone()).unwrap();
         walk.finish();
-        assert!(crate::apply::member_of(&seen).is_none());
+        assert!(explicit_group(&seen.metadata).is_none());
 
         let watched: HashSet<String> = ["ml/p-pg".to_string()].into();
         let mut walk = g.walk(&watched);

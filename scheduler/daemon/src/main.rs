@@ -18,6 +18,7 @@ mod dra;
 mod fence;
 mod forecast;
 mod grouping;
+mod held_pods;
 mod http;
 mod kept_framework;
 mod leader;
@@ -28,9 +29,11 @@ mod overfull;
 mod owners;
 mod ownership;
 mod reflect;
-mod report;
+mod refused_evictions;
 mod reported;
+mod scheduler;
 mod scheduler_plugins;
+mod settled;
 mod stores;
 mod stranded;
 mod text_log;
@@ -359,7 +362,7 @@ async fn run(
         None => None,
     };
 
-    let settings = apply::Settings {
+    let settings = scheduler::Settings {
         concurrency: args.bind_concurrency,
         identity,
         owner_ttl: args.owner_cache_ttl,
@@ -368,7 +371,7 @@ async fn run(
         burst: args.kube_api_burst,
     };
     let mut scheduler =
-        apply::Scheduler::new(client, config, metrics, settings, leadership.clone());
+        scheduler::Scheduler::new(client, config, metrics, settings, leadership.clone());
     scheduler.forecaster = forecast::Forecaster::start(args.forecast_interval, args.period);
     let mut waiting = leadership.clone();
     let min_gap = Duration::from_millis(50);
@@ -442,7 +445,10 @@ async fn run(
 }
 
 /// Reads the config file again when its text changed; whether a new config is used now.
-fn reload_config(watched: &mut config_file::ConfigFile, scheduler: &mut apply::Scheduler) -> bool {
+fn reload_config(
+    watched: &mut config_file::ConfigFile,
+    scheduler: &mut scheduler::Scheduler,
+) -> bool {
     match watched.poll() {
         Some(Ok(new)) => {
             tracing::info!(schedulers = ?new.scheduler_names, "config file changed; the new config is used from this cycle on");

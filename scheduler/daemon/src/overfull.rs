@@ -10,10 +10,9 @@
 //! - nothing more is bound there until it is back under capacity, and a gang with a member
 //!   planned there is held whole (its binds wait), so it never starts in part.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use basalt_engine::{JobId, Plan, Snapshot};
-use k8s_openapi::api::core::v1::ObjectReference;
 
 /// The nodes over capacity in one snapshot, each with what is over (`nvidia.com/gpu 16 of 8`).
 #[derive(Default)]
@@ -86,35 +85,6 @@ impl Overfull {
     pub fn reason(&self, node: &str) -> String {
         let what = self.0.get(node).map_or("", String::as_str);
         format!("not sent: node {node} holds more than it has ({what}); nothing more is bound there until it is back under capacity")
-    }
-}
-
-impl crate::apply::Scheduler {
-    /// The gauge, and per node over capacity one Warning Event and log line while it lasts
-    /// (said again should it come back).
-    pub fn report_overfull(&mut self) {
-        self.metrics
-            .nodes_over_capacity
-            .set(self.overfull.len() as i64);
-        let now: HashSet<String> = self.overfull.nodes().map(|(n, _)| n.to_string()).collect();
-        let mut fresh: Vec<String> = self.reported.new_overfull(now).into_iter().collect();
-        fresh.sort();
-        for node in fresh {
-            let what = (self.overfull.nodes())
-                .find(|(n, _)| *n == node)
-                .map_or("", |(_, w)| w);
-            let message = format!(
-                "bound pods request more than the node has ({what}); nothing more is bound here until it is back under capacity"
-            );
-            tracing::warn!(node = %node, over = %what, "node over capacity; holding binds there");
-            let reference = ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.clone()),
-                ..Default::default()
-            };
-            self.event(reference, "Warning", OVER_CAPACITY, &message);
-        }
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use basalt_crds::convert::QUEUE;
 use basalt_crds::workloads;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -190,7 +191,7 @@ pub fn decide(
     what: &str,
 ) -> OwnerGroup {
     let group = format!("{}-pg", owner.2);
-    let annotated_queue = annotations.get(crate::apply::AUTO_QUEUE).cloned();
+    let annotated_queue = annotations.get(QUEUE).cloned();
     let gang = match annotations.get(MIN_MEMBER) {
         Some(raw) => match raw.trim().parse::<u32>() {
             Ok(n) if n >= 1 => workloads::WorkloadGang {
@@ -244,7 +245,7 @@ mod tests {
         let none = serde_json::Value::Null;
         assert_eq!(decide(&a, &none, owner(), "Job"), OwnerGroup::None);
         a.insert(MIN_MEMBER.to_string(), "3".to_string());
-        a.insert(crate::apply::AUTO_QUEUE.to_string(), "research".to_string());
+        a.insert(QUEUE.to_string(), "research".to_string());
         assert_eq!(
             decide(&a, &none, owner(), "Job"),
             OwnerGroup::Gang {

@@ -14,11 +14,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
-use crate::apply::member_of;
 use crate::changes::Key;
 use crate::view::Origin;
+use basalt_crds::convert::explicit_group;
 
 /// The Event reason on a PodGroup whose pods name several schedulers.
 pub const SCHEDULER_CONFLICT: &str = "SchedulerConflict";
@@ -91,7 +91,7 @@ impl Ownership {
 
     /// Counts `p` in its group; the group's key, when it names one.
     fn add(&mut self, p: &Pod) -> Option<String> {
-        let group = member_of(p)?;
+        let group = explicit_group(&p.metadata)?;
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         let group = format!("{ns}/{group}");
         let scheduler = (p.spec.as_ref())
@@ -151,44 +151,6 @@ impl Ownership {
     /// The groups whose pods name several schedulers, with the names.
     pub fn mixed(&self) -> impl Iterator<Item = (&str, &BTreeSet<String>)> {
         self.mixed.iter().map(|(k, v)| (k.as_str(), v))
-    }
-}
-
-impl crate::apply::Scheduler {
-    /// One Warning Event on each PodGroup whose pods name several schedulers, while it lasts.
-    pub fn report_shared_groups(&mut self) {
-        let shared: Vec<(String, String)> = (self.ownership.mixed())
-            .map(|(k, by)| {
-                (
-                    k.to_string(),
-                    by.iter().cloned().collect::<Vec<_>>().join(", "),
-                )
-            })
-            .collect();
-        for (key, by) in shared {
-            let message = format!(
-                "its pods name several schedulers ({by}); Basalt writes nothing to this PodGroup until they name one"
-            );
-            if !self
-                .reported
-                .is_news(format!("SharedGroup/{key}"), message.clone())
-            {
-                continue;
-            }
-            let Some(entry) = self.view.group(&key) else {
-                continue;
-            };
-            let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
-            let reference = ObjectReference {
-                api_version: Some(entry.origin.api_version().into()),
-                kind: Some("PodGroup".into()),
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                ..Default::default()
-            };
-            tracing::warn!(group = %key, schedulers = %by, "PodGroup shared by several schedulers; left alone");
-            self.send_event(reference, "Warning", SCHEDULER_CONFLICT, &message);
-        }
     }
 }
 

@@ -22,6 +22,18 @@ use crate::reflect::{spawn_reflector, Core, WatchHealth};
 use crate::scheduler_plugins::SchedulerPlugins;
 use crate::volcano::{HyperNodes, Volcano};
 
+/// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
+pub const SOURCE: &str = "cluster";
+
+/// A pod's key in the stores' terms: `namespace/name`.
+pub fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
 pub struct Stores {
     pub nodes: Store<Node>,
     /// Every pod: Basalt's to schedule, everyone's bound ones for node usage.

@@ -104,20 +104,23 @@ impl EventSink {
     ) -> EventSink {
         let (queue, mut rx) = mpsc::channel::<(String, Event)>(EVENT_QUEUE);
         let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-        tokio::spawn(events.for_each_concurrent(concurrency.max(1), move |(ns, event)| {
-            let (client, limiter, leadership) = (client.clone(), limiter.clone(), leadership.clone());
-            async move {
-                limiter.acquire_spare().await;
-                if !leadership.leading() {
-                    return;
+        tokio::spawn(
+            events.for_each_concurrent(concurrency.max(1), move |(ns, event)| {
+                let (client, limiter, leadership) =
+                    (client.clone(), limiter.clone(), leadership.clone());
+                async move {
+                    limiter.acquire_spare().await;
+                    if !leadership.leading() {
+                        return;
+                    }
+                    let api: Api<Event> = Api::namespaced(client, &ns);
+                    if let Err(e) = api.create(&PostParams::default(), &event).await {
+                        let reason = event.reason.as_deref().unwrap_or("");
+                        tracing::warn!(reason, error = %classify(&e).1, "cannot write an Event");
+                    }
                 }
-                let api: Api<Event> = Api::namespaced(client, &ns);
-                if let Err(e) = api.create(&PostParams::default(), &event).await {
-                    let reason = event.reason.as_deref().unwrap_or("");
-                    tracing::warn!(reason, error = %crate::apply::classify(&e).1, "cannot write an Event");
-                }
-            }
-        }));
+            }),
+        );
         EventSink { queue, metrics }
     }
 
@@ -133,6 +136,14 @@ impl EventSink {
             };
             tracing::warn!(reason, "Event dropped: the Event queue is full");
         }
+    }
+}
+
+/// An API error's status code (none for a transport error) and how to say it.
+pub(crate) fn classify(e: &kube::Error) -> (Option<u16>, String) {
+    match e {
+        kube::Error::Api(s) => (Some(s.code), format!("{} ({})", s.message, s.code)),
+        other => (None, other.to_string()),
     }
 }
 

@@ -289,20 +289,6 @@ fn every_crate_inherits_the_workspace_rust_version() {
 const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
     ("nodeagent", &["backend", "fake", "mig"]),
     (
-        "scheduler/daemon",
-        &[
-            "apply",
-            "cycle",
-            "grouping",
-            "metrics",
-            "overfull",
-            "owners",
-            "ownership",
-            "report",
-            "writer",
-        ],
-    ),
-    (
         "scheduler/engine",
         &["constraints", "devices", "model", "snapshot"],
     ),

@@ -13,10 +13,13 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 use serde_json::json;
 
-use super::{classify, member_of, pod_ref, split_key, Scheduler, AUTO_QUEUE};
-use crate::cycle::pod_key;
+use super::split_key;
 use crate::owners::{self, OwnerGroup};
+use crate::scheduler::{pod_ref, Scheduler};
+use crate::stores::pod_key;
 use crate::stores::Stores;
+use crate::writer::classify;
+use basalt_crds::convert::{explicit_group, QUEUE};
 
 /// A pending pod of ours in no PodGroup yet (no Basalt, Volcano or scheduler-plugins group),
 /// not being deleted: one `auto_groups` makes or finds a group for before it is scheduled.
@@ -32,7 +35,7 @@ pub fn awaits_group(p: &Pod, scheduler_names: &[String]) -> bool {
     let pending = (p.status.as_ref())
         .and_then(|s| s.phase.as_deref())
         .is_none_or(|ph| ph == "Pending");
-    let grouped = member_of(p).is_some()
+    let grouped = explicit_group(&p.metadata).is_some()
         || (p.metadata.labels.as_ref())
             .is_some_and(|l| l.contains_key(SCHEDULER_PLUGINS_POD_GROUP));
     ours && pending && !grouped && p.metadata.deletion_timestamp.is_none()
@@ -135,7 +138,7 @@ impl Scheduler {
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(AUTO_QUEUE))
+                .and_then(|a| a.get(QUEUE))
                 .cloned();
             let pod_uid = p.metadata.uid.clone().unwrap_or_default();
             // The uid the group's ownerReference must name, and what an owner's group should say.

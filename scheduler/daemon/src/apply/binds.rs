@@ -15,8 +15,11 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
-use super::{classify, devices, member_of, pod_ref, resource_claims, split_key, Scheduler};
+use super::{devices, resource_claims, split_key};
+use crate::scheduler::{pod_ref, Scheduler};
 use crate::stores::Stores;
+use crate::writer::classify;
+use basalt_crds::convert::explicit_group;
 
 pub(super) enum BindResult {
     Bound,
@@ -81,7 +84,7 @@ impl Scheduler {
         let gang_of = |job: &BindJob| {
             let (ns, name) = split_key(&job.key);
             let pod = stores.pods.get(&ObjectRef::new(name).within(ns))?;
-            let key = format!("{ns}/{}", member_of(&pod)?);
+            let key = format!("{ns}/{}", explicit_group(&pod.metadata)?);
             let group = self.view.group(&key)?;
             (group.group.spec.min_member > 1).then_some(key)
         };
@@ -184,7 +187,7 @@ impl Scheduler {
         for (key, why) in &self.held_binds {
             let (ns, name) = split_key(key);
             let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
-            if let Some(g) = pod.as_deref().and_then(member_of) {
+            if let Some(g) = pod.as_deref().and_then(|p| explicit_group(&p.metadata)) {
                 let group = format!("{ns}/{g}");
                 unbound(
                     &mut failed,
@@ -207,7 +210,7 @@ impl Scheduler {
                 let group = stores
                     .pods
                     .get(&ObjectRef::new(name).within(ns))
-                    .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")));
+                    .and_then(|p| explicit_group(&p.metadata).map(|g| format!("{ns}/{g}")));
                 if let Some(group) = group {
                     let why = match result {
                         BindResult::Wait(_) => WAITING_FOR_NODE_LOCK,

@@ -22,8 +22,11 @@ use kube::Api;
 use serde_json::json;
 
 use super::volumes;
-use super::{classify, member_of, pod_ref, split_key, BindJob, BindResult, Scheduler};
+use super::{split_key, BindJob, BindResult};
+use crate::scheduler::{pod_ref, Scheduler};
 use crate::stores::Stores;
+use crate::writer::classify;
+use basalt_crds::convert::explicit_group;
 
 /// The annotation the scheduler sets on a claim to have it provisioned for a node.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -378,7 +381,7 @@ fn gang(key: &str, stores: &Stores) -> String {
     stores
         .pods
         .get(&ObjectRef::new(name).within(ns))
-        .and_then(|p| member_of(&p).map(|g| format!("{ns}/{g}")))
+        .and_then(|p| explicit_group(&p.metadata).map(|g| format!("{ns}/{g}")))
         .unwrap_or_else(|| key.to_string())
 }
 

@@ -23,7 +23,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{classify, split_key, BindResult};
+use super::{split_key, BindResult};
+use crate::writer::classify;
 
 /// The node annotation HAMi's device plugin registers its devices in.
 pub const NODE_REGISTER: &str = "hami.io/node-nvidia-register";

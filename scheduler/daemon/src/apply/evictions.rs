@@ -2,49 +2,25 @@
 //! gangs left partly bound past `--partial-gang-timeout`. A pod a disruption budget protects is
 //! not asked again for a while; one already gone is not an error.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::EvictParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 
-use super::{classify, member_of, pod_ref, split_key, Scheduler, GANG_ROLLBACK};
-use crate::cycle::pod_key;
+use super::{split_key, GANG_ROLLBACK};
+use crate::scheduler::{pod_ref, Scheduler};
+use crate::stores::pod_key;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
+use crate::writer::classify;
+use basalt_crds::convert::explicit_group;
 use basalt_engine::{Eviction, Plan};
 
 /// The metrics' action of a partly bound gang's rollback (the plan's evictions name theirs).
 const ROLLBACK: &str = "gang_rollback";
-
-/// How long an eviction refused by a disruption budget is not asked for again.
-const REFUSED_EVICTION_HOLD: Duration = Duration::from_secs(30);
-
-/// Pods whose eviction a disruption budget refused, and when: not asked again for
-/// [`REFUSED_EVICTION_HOLD`].
-#[derive(Default)]
-pub(super) struct RefusedEvictions(HashMap<String, Instant>);
-
-impl RefusedEvictions {
-    /// Forgets the refusals older than the hold (before a cycle's evictions).
-    fn expire(&mut self) {
-        self.0.retain(|_, at| at.elapsed() < REFUSED_EVICTION_HOLD);
-    }
-
-    fn refused(&mut self, key: String) {
-        self.0.insert(key, Instant::now());
-    }
-
-    fn is_refused(&self, key: &str) -> bool {
-        self.0.contains_key(key)
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.0.clear();
-    }
-}
 
 impl Scheduler {
     /// Evicts the plan's victims; each says who preempted it, on which node and how (on the
@@ -58,7 +34,8 @@ impl Scheduler {
             // Its group, read before the pod goes from the store.
             let (ns, name) = split_key(&ev.pod);
             let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
-            let group = (pod.as_deref().and_then(member_of)).map(|g| format!("{ns}/{g}"));
+            let group = (pod.as_deref().and_then(|p| explicit_group(&p.metadata)))
+                .map(|g| format!("{ns}/{g}"));
             let why = format!(
                 "Preempted by {} on node {} ({})",
                 ev.for_group, ev.node, ev.reason
@@ -155,7 +132,7 @@ impl Scheduler {
                 .state()
                 .into_iter()
                 .filter(|p| p.metadata.namespace.as_deref().unwrap_or("default") == ns)
-                .filter(|p| member_of(p) == Some(group))
+                .filter(|p| explicit_group(&p.metadata) == Some(group))
                 .filter(|p| holds_a_node(p) || self.assumed.is_assumed(&pod_key(p)))
                 .map(|p| (pod_key(&p), p.metadata.uid.clone()))
                 .collect();

@@ -19,8 +19,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 use serde_json::{json, Value};
 
-use super::{classify, Scheduler};
+use crate::scheduler::Scheduler;
 use crate::stores::Stores;
+use crate::writer::classify;
 
 /// At most this many NodeTopologies written per cycle (the policy bounds the GPUs per node).
 const MAX_NODES_PER_CYCLE: usize = 32;

@@ -14,10 +14,11 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use super::{classify, Scheduler};
 use crate::lenient::Lenient;
+use crate::scheduler::Scheduler;
 use crate::view::Origin;
 use crate::volcano::VolcanoQueue;
+use crate::writer::classify;
 
 /// The label on the `default` Queue the scheduler made.
 pub const MADE_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "basalt-scheduler");

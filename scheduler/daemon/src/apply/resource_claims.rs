@@ -32,9 +32,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{classify, split_key, BindJob, BindResult, Scheduler};
+use super::{split_key, BindJob, BindResult};
 use crate::leader::{Fenced, Leadership};
+use crate::scheduler::Scheduler;
 use crate::stores::Stores;
+use crate::writer::classify;
 use crate::writer::Limiter;
 
 mod allocation;

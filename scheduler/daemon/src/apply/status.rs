@@ -14,12 +14,15 @@ use kube::Api;
 use serde_json::{json, Value};
 
 use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
-use super::{classify, member_of, pod_ref, split_key, Scheduler, PARTIALLY_BOUND};
+use super::{split_key, PARTIALLY_BOUND};
 use crate::forecast;
 use crate::lenient::Lenient;
+use crate::scheduler::{pod_ref, Scheduler};
 use crate::stranded::PartialGang;
 use crate::view::Origin;
 use crate::volcano::VolcanoPodGroup;
+use crate::writer::classify;
+use basalt_crds::convert::explicit_group;
 
 impl Scheduler {
     pub(super) async fn write_groups(
@@ -239,7 +242,9 @@ impl WaitingMembers {
             out.insert((*g).to_string(), Vec::new());
         }
         for p in unbound {
-            let Some(group) = member_of(p) else { continue };
+            let Some(group) = explicit_group(&p.metadata) else {
+                continue;
+            };
             if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
                 continue;
             }

@@ -8,8 +8,8 @@ use basalt_engine::{JobPhase, Plan};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{pairs, Metrics};
-use crate::apply::{member_of, AUTO_QUEUE};
 use crate::view::View;
+use basalt_crds::convert::{explicit_group, QUEUE};
 
 impl Metrics {
     /// Sets the per-queue gauges from `plan` and the pods still waiting (`pending`), each
@@ -26,11 +26,11 @@ impl Metrics {
         }
         for p in pending {
             let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-            let queue = member_of(p)
+            let queue = explicit_group(&p.metadata)
                 .and_then(|g| queue_of_group(ns, g))
                 .or_else(|| {
                     (p.metadata.annotations.as_ref())
-                        .and_then(|a| a.get(AUTO_QUEUE))
+                        .and_then(|a| a.get(QUEUE))
                         .cloned()
                 })
                 .or_else(|| view.namespace_queue(ns).map(str::to_string))

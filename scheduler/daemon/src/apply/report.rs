@@ -1,23 +1,23 @@
 //! What the daemon says about objects it cannot use as they are: objects left out of the
 //! snapshot (an `InvalidObject` Event, and a condition on a PodGroup's status) and conversion
 //! warnings (a log line; an Event too when they are about a PodGroup, such as a PriorityClass
-//! that does not exist). Each is said once while it lasts; one that goes away and comes back
-//! is said again.
+//! that does not exist), pods held for what they state, nodes over capacity (`overfull.rs`)
+//! and PodGroups shared by several schedulers (`ownership.rs`). Each is said once while it
+//! lasts; one that goes away and comes back is said again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use basalt_crds::types::PodGroupCondition;
 use basalt_crds::ConvertError;
-use basalt_engine::actions::{UNSUPPORTED_FIELD, VOLUME_NOT_READY};
-use basalt_engine::{Hold, Snapshot, TaskState};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Patch;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use crate::apply::{pod_ref, Scheduler};
-use crate::cycle::SOURCE;
-use crate::stores::Stores;
+use crate::overfull::OVER_CAPACITY;
+use crate::ownership::SCHEDULER_CONFLICT;
+use crate::scheduler::{pod_ref, Scheduler};
+use crate::stores::{Stores, SOURCE};
 use crate::view::Origin;
 use crate::volcano;
 
@@ -142,66 +142,69 @@ impl Scheduler {
             tracing::warn!(group = %key, error = %e, "cannot mark the PodGroup invalid");
         }
     }
-}
 
-/// This cycle's pending pods held for what they state or their volumes (pod key → Event reason
-/// and message), from the snapshot.
-#[derive(Default)]
-pub struct HeldPods(HashMap<String, (&'static str, String)>);
-
-impl HeldPods {
-    pub fn of(snapshot: &Snapshot) -> Self {
-        HeldPods(held(snapshot))
-    }
-
-    pub fn contains(&self, key: &str) -> bool {
-        self.0.contains_key(key)
-    }
-
-    /// Pod key, Event reason and message of each, in key order.
-    fn sorted(&self) -> Vec<(String, &'static str, String)> {
-        let mut held: Vec<_> = (self.0.iter())
-            .map(|(k, (r, m))| (k.clone(), *r, m.clone()))
-            .collect();
-        held.sort();
-        held
-    }
-}
-
-/// The snapshot's pending pods held for what they state or for their volumes: pod key → Event
-/// reason and message (gated pods and DRA claims are told by their group's FailedScheduling).
-fn held(snapshot: &Snapshot) -> HashMap<String, (&'static str, String)> {
-    snapshot
-        .tasks
-        .iter()
-        .filter(|t| t.state == TaskState::Pending)
-        .filter_map(|t| {
-            let (reason, message) = match t.hold.as_ref()? {
-                Hold::Unsupported(fields) => (
-                    UNSUPPORTED_FIELD,
-                    format!(
-                        "pod {} states what Basalt does not support: {}",
-                        t.name,
-                        fields.join("; ")
-                    ),
-                ),
-                Hold::Volumes(problems) => (
-                    VOLUME_NOT_READY,
-                    format!("pod {} waits for volumes: {}", t.name, problems.join("; ")),
-                ),
-                Hold::Claims(problems) => (
-                    basalt_engine::actions::CLAIM_NOT_READY,
-                    format!(
-                        "pod {} waits for ResourceClaims: {}",
-                        t.name,
-                        problems.join("; ")
-                    ),
-                ),
-                Hold::Gated(_) => return None,
+    /// The gauge, and per node over capacity one Warning Event and log line while it lasts
+    /// (said again should it come back).
+    pub fn report_overfull(&mut self) {
+        self.metrics
+            .nodes_over_capacity
+            .set(self.overfull.len() as i64);
+        let now: HashSet<String> = self.overfull.nodes().map(|(n, _)| n.to_string()).collect();
+        let mut fresh: Vec<String> = self.reported.new_overfull(now).into_iter().collect();
+        fresh.sort();
+        for node in fresh {
+            let what = (self.overfull.nodes())
+                .find(|(n, _)| *n == node)
+                .map_or("", |(_, w)| w);
+            let message = format!(
+                "bound pods request more than the node has ({what}); nothing more is bound here until it is back under capacity"
+            );
+            tracing::warn!(node = %node, over = %what, "node over capacity; holding binds there");
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.clone()),
+                ..Default::default()
             };
-            Some((t.name.to_string(), (reason, message)))
-        })
-        .collect()
+            self.event(reference, "Warning", OVER_CAPACITY, &message);
+        }
+    }
+
+    /// One Warning Event on each PodGroup whose pods name several schedulers, while it lasts.
+    pub fn report_shared_groups(&mut self) {
+        let shared: Vec<(String, String)> = (self.ownership.mixed())
+            .map(|(k, by)| {
+                (
+                    k.to_string(),
+                    by.iter().cloned().collect::<Vec<_>>().join(", "),
+                )
+            })
+            .collect();
+        for (key, by) in shared {
+            let message = format!(
+                "its pods name several schedulers ({by}); Basalt writes nothing to this PodGroup until they name one"
+            );
+            if !self
+                .reported
+                .is_news(format!("SharedGroup/{key}"), message.clone())
+            {
+                continue;
+            }
+            let Some(entry) = self.view.group(&key) else {
+                continue;
+            };
+            let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
+            let reference = ObjectReference {
+                api_version: Some(entry.origin.api_version().into()),
+                kind: Some("PodGroup".into()),
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                ..Default::default()
+            };
+            tracing::warn!(group = %key, schedulers = %by, "PodGroup shared by several schedulers; left alone");
+            self.send_event(reference, "Warning", SCHEDULER_CONFLICT, &message);
+        }
+    }
 }
 
 /// The object an Event about `kind` `ns/name` goes on, for the kinds users look at.
@@ -252,66 +255,6 @@ fn about_node(warning: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use basalt_crds::{build_snapshot_tolerant, ConvertOptions, Object};
-
-    #[test]
-    fn held_pods_are_told_by_their_hold_and_gated_or_bound_ones_are_not() {
-        let node = json!({"metadata": {"name": "n1"},
-            "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "10"}}});
-        let pod = |name: &str, node: Option<&str>| {
-            let mut p = json!({"metadata": {"name": name, "namespace": "ml"},
-                "spec": {"schedulerName": "basalt", "containers": [{"name": "main"}]}});
-            if let Some(n) = node {
-                p["spec"]["nodeName"] = json!(n);
-                p["status"] = json!({"phase": "Running"});
-            }
-            Object::Pod(std::sync::Arc::new(serde_json::from_value(p).unwrap()))
-        };
-        let objects: Vec<(String, Object)> = vec![
-            (
-                SOURCE.into(),
-                Object::Node(std::sync::Arc::new(serde_json::from_value(node).unwrap())),
-            ),
-            (SOURCE.into(), pod("odd", None)),
-            (SOURCE.into(), pod("waiting", None)),
-            (SOURCE.into(), pod("gated", None)),
-            (SOURCE.into(), pod("running", Some("n1"))),
-        ];
-        let mut snapshot = build_snapshot_tolerant(&objects, &ConvertOptions::default())
-            .snapshot
-            .expect("a snapshot");
-        for t in &mut snapshot.tasks {
-            t.hold = match &*t.name {
-                "ml/odd" => Some(Hold::Unsupported(vec![
-                    "spec.a: not understood".into(),
-                    "spec.b: not understood".into(),
-                ])),
-                "ml/waiting" => Some(Hold::Volumes(vec![
-                    "persistentvolumeclaim \"data\" not found".into(),
-                ])),
-                "ml/gated" => Some(Hold::Gated(vec!["example.com/g".into()])),
-                // A hold on a bound pod means nothing.
-                _ => Some(Hold::Volumes(vec!["ignored".into()])),
-            };
-        }
-        let told = held(&snapshot);
-        assert_eq!(told.len(), 2, "{told:?}");
-        assert_eq!(
-            told["ml/odd"],
-            (
-                UNSUPPORTED_FIELD,
-                "pod ml/odd states what Basalt does not support: spec.a: not understood; spec.b: not understood".to_string()
-            )
-        );
-        assert_eq!(
-            told["ml/waiting"],
-            (
-                VOLUME_NOT_READY,
-                "pod ml/waiting waits for volumes: persistentvolumeclaim \"data\" not found"
-                    .to_string()
-            )
-        );
-    }
 
     #[test]
     fn warnings_about_podgroups_are_told_from_the_rest() {

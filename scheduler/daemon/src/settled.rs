@@ -21,12 +21,12 @@ struct Settled {
 }
 
 #[derive(Default)]
-pub(super) struct SettledGroups(HashMap<String, Settled>);
+pub struct SettledGroups(HashMap<String, Settled>);
 
 impl SettledGroups {
     /// Whether `planned`'s status needs no comparison: it, the group's object and the
     /// forecasts are those it was last found settled with.
-    pub(super) fn holds(
+    pub fn holds(
         &self,
         planned: &PlannedGroup,
         group: &Arc<PodGroup>,
@@ -40,7 +40,7 @@ impl SettledGroups {
     }
 
     /// The group's status says what `planned` does.
-    pub(super) fn settle(
+    pub fn settle(
         &mut self,
         planned: &PlannedGroup,
         group: &Arc<PodGroup>,
@@ -55,17 +55,17 @@ impl SettledGroups {
     }
 
     /// The group's status is to be written, or depends on more than the plan and the object.
-    pub(super) fn unsettle(&mut self, name: &str) {
+    pub fn unsettle(&mut self, name: &str) {
         self.0.remove(name);
     }
 
     /// Keeps the groups of `planned` alone.
-    pub(super) fn retain<'a>(&mut self, planned: impl Iterator<Item = &'a str>) {
+    pub fn retain<'a>(&mut self, planned: impl Iterator<Item = &'a str>) {
         let live: HashSet<&str> = planned.collect();
         self.0.retain(|name, _| live.contains(name.as_str()));
     }
 
-    pub(super) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.0.clear();
     }
 
