@@ -131,81 +131,47 @@ impl Stores {
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        let c = &self.client;
-        let (changed, health) = (&self.changed, &(self.health.clone(), self.changes.clone()));
-        let (nodes, t) = reflect(Api::all(c.clone()), "nodes", changed, health);
-        self.tasks.push(t);
-        let (pods, t) = reflect(Api::all(c.clone()), "pods", changed, health);
-        self.tasks.push(t);
-        let (pod_groups, t) = reflect(Api::all(c.clone()), "podgroups", changed, health);
-        self.tasks.push(t);
-        let (queues, t) = reflect(Api::all(c.clone()), "queues", changed, health);
-        self.tasks.push(t);
-        let (priority_classes, t) =
-            reflect(Api::all(c.clone()), "priorityclasses", changed, health);
-        self.tasks.push(t);
-        let (topologies, t) = reflect(Api::all(c.clone()), "nodetopologies", changed, health);
-        self.tasks.push(t);
-        let (namespaces, t) = reflect(Api::all(c.clone()), "namespaces", changed, health);
-        self.tasks.push(t);
-        let (claims, t) = reflect(
-            Api::all(c.clone()),
-            "persistentvolumeclaims",
-            changed,
-            health,
-        );
-        self.tasks.push(t);
-        let (volumes, t) = reflect(Api::all(c.clone()), "persistentvolumes", changed, health);
-        self.tasks.push(t);
-        let (storage_classes, t) = reflect(Api::all(c.clone()), "storageclasses", changed, health);
-        self.tasks.push(t);
-        (self.nodes, self.pods, self.pod_groups) = (nodes, pods, pod_groups);
-        (self.namespaces, self.claims) = (namespaces, claims);
-        (self.volumes, self.storage_classes) = (volumes, storage_classes);
-        (self.queues, self.priority_classes, self.topologies) =
-            (queues, priority_classes, topologies);
+        self.nodes = self.watch("nodes");
+        self.pods = self.watch("pods");
+        self.pod_groups = self.watch("podgroups");
+        self.queues = self.watch("queues");
+        self.priority_classes = self.watch("priorityclasses");
+        self.topologies = self.watch("nodetopologies");
+        self.namespaces = self.watch("namespaces");
+        self.claims = self.watch("persistentvolumeclaims");
+        self.volumes = self.watch("persistentvolumes");
+        self.storage_classes = self.watch("storageclasses");
+    }
+
+    /// Starts the core watch of `what` (its resource name, as the change log and the health
+    /// name it): its health counted, its changes logged.
+    fn watch<K>(&mut self, what: &'static str) -> Store<K>
+    where
+        K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone,
+    {
+        let core = Core {
+            health: self.health.clone(),
+            changes: self.changes.clone(),
+        };
+        let api = Api::all(self.client.clone());
+        let (store, task) = spawn_reflector(api, what, &self.changed, None, Some(core));
+        self.tasks.push(task);
+        store
     }
 
     /// Returns once every store holds a full list.
     pub async fn wait_ready(&self) -> anyhow::Result<()> {
-        let e = |what: &str| anyhow::anyhow!("the {what} watch stopped before its first list");
-        self.nodes
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("nodes"))?;
-        self.pods.wait_until_ready().await.map_err(|_| e("pods"))?;
-        self.pod_groups
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("podgroups"))?;
-        self.queues
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("queues"))?;
-        self.priority_classes
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("priorityclasses"))?;
-        self.topologies
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("nodetopologies"))?;
-        self.namespaces
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("namespaces"))?;
-        self.claims
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("persistentvolumeclaims"))?;
-        self.volumes
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("persistentvolumes"))?;
-        self.storage_classes
-            .wait_until_ready()
-            .await
-            .map_err(|_| e("storageclasses"))?;
+        ready(&self.nodes, "nodes").await?;
+        ready(&self.pods, "pods").await?;
+        ready(&self.pod_groups, "podgroups").await?;
+        ready(&self.queues, "queues").await?;
+        ready(&self.priority_classes, "priorityclasses").await?;
+        ready(&self.topologies, "nodetopologies").await?;
+        ready(&self.namespaces, "namespaces").await?;
+        ready(&self.claims, "persistentvolumeclaims").await?;
+        ready(&self.volumes, "persistentvolumes").await?;
+        ready(&self.storage_classes, "storageclasses").await?;
         self.volcano.wait_decided().await;
         self.hyper_nodes.wait_decided().await;
         self.scheduler_plugins.wait_decided().await;
@@ -214,20 +180,12 @@ impl Stores {
     }
 }
 
-/// A core watch: its health counted, its changes logged.
-fn reflect<K>(
-    api: Api<K>,
-    what: &'static str,
-    changed: &Arc<Notify>,
-    (health, changes): &(Arc<WatchHealth>, Arc<ChangeLog>),
-) -> (Store<K>, JoinHandle<()>)
+/// Returns once `store` holds its first full list.
+async fn ready<K>(store: &Store<K>, what: &str) -> anyhow::Result<()>
 where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone,
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
 {
-    let core = Core {
-        health: health.clone(),
-        changes: changes.clone(),
-    };
-    spawn_reflector(api, what, changed, None, Some(core))
+    (store.wait_until_ready().await)
+        .map_err(|_| anyhow::anyhow!("the {what} watch stopped before its first list"))
 }
