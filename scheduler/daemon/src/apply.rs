@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use basalt_engine::Plan;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 use serde_json::json;
 
+use crate::keys::{pod_key, split_key};
 use crate::scheduler::Scheduler;
-use crate::stores::{pod_key, Stores};
+use crate::stores::Stores;
 use crate::writer::classify;
 
 pub(crate) mod auto_groups;
@@ -37,10 +37,6 @@ mod volumes;
 const PARTIALLY_BOUND: &str = "PartiallyBound";
 /// Event reason of the eviction of a partly bound gang's members.
 const GANG_ROLLBACK: &str = "GangRollback";
-
-fn split_key(key: &str) -> (&str, &str) {
-    key.split_once('/').unwrap_or(("default", key))
-}
 
 impl Scheduler {
     /// Applies `plan`; returns how long to back off before the next cycle.
@@ -90,7 +86,7 @@ impl Scheduler {
                 continue;
             }
             let (ns, name) = split_key(&n.pod);
-            let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
+            let Some(pod) = stores.pod(&n.pod) else {
                 continue;
             };
             let current = pod

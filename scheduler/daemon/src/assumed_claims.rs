@@ -20,11 +20,7 @@ pub struct AssumedClaims {
 }
 
 pub fn claim_key(c: &ResourceClaim) -> String {
-    format!(
-        "{}/{}",
-        c.metadata.namespace.as_deref().unwrap_or("default"),
-        c.metadata.name.as_deref().unwrap_or("")
-    )
+    crate::keys::key_of(&c.metadata)
 }
 
 /// Whether `seen` is the version `written` or a later one of the same object.

@@ -14,11 +14,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::apply::auto_groups::awaits_group;
 use crate::changes::{Changed, Key};
 use crate::held_pods::HeldPods;
+use crate::keys::{group_key, key_of, pod_key};
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
 use crate::scheduler::Scheduler;
 use crate::scheduler_plugins;
-use crate::stores::{pod_key, Stores, SOURCE};
+use crate::stores::{Stores, SOURCE};
 use crate::view::{Origin, View};
 use crate::volcano;
 use crate::wake::{grace_end, Deadlines};
@@ -264,11 +265,7 @@ fn collect(
     }
     let mut group_keys = HashSet::new();
     for g in stores.pod_groups.state() {
-        let key = format!(
-            "{}/{}",
-            g.metadata.namespace.as_deref().unwrap_or("default"),
-            g.metadata.name.as_deref().unwrap_or("")
-        );
+        let key = key_of(&g.metadata);
         // An undecodable group still owns its name: its pods wait for it, not for a peer's
         // group of the same name.
         group_keys.insert(key.clone());
@@ -307,10 +304,6 @@ fn collect(
             Err(e) => unreadable.push(e),
         }
     };
-    let key_of = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        let ns = m.namespace.as_deref().unwrap_or("default");
-        format!("{ns}/{}", m.name.as_deref().unwrap_or(""))
-    };
     let volcano_groups = (volcano.iter()).flat_map(|v| v.kinds.pod_groups.iter());
     for g in volcano_groups.flat_map(|s| s.state()) {
         add_peer(key_of(&g.metadata), Origin::Volcano, &|| g.to_basalt());
@@ -337,10 +330,7 @@ fn collect(
     let named_bound: HashSet<usize> = match bridging {
         false => HashSet::new(),
         true => (grouping.keys())
-            .filter_map(|key| {
-                let (ns, name) = key.split_once('/').unwrap_or(("default", key));
-                stores.pods.get(&ObjectRef::new(name).within(ns))
-            })
+            .filter_map(|key| stores.pod(key))
             .filter(|p| !unbound(p))
             .map(|p| Arc::as_ptr(&p) as usize)
             .collect(),
@@ -420,17 +410,15 @@ fn waits_for_its_group(
     if spec.and_then(|s| s.node_name.as_deref()).is_some() {
         return false;
     }
-    let Some(group) = explicit_group(&p.metadata) else {
+    if explicit_group(&p.metadata).is_none() {
         return false;
-    };
+    }
     let Some(created) = p.metadata.creation_timestamp.as_ref() else {
         return false;
     };
     let young = now.duration_since(created.0).as_secs() < GROUP_GRACE_S;
-    let waits = young && {
-        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-        !view.has_group(&format!("{ns}/{group}"))
-    };
+    // The key is made for young pods only: this runs for every pod each cycle.
+    let waits = young && group_key(p).is_some_and(|g| !view.has_group(&g));
     if waits {
         let grace = Duration::from_secs(GROUP_GRACE_S as u64);
         deadlines.at(grace_end(created.0, grace, now), "a pod's group grace");

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use basalt_crds::convert::explicit_group;
+use crate::keys::{group_key, split_key};
 use k8s_openapi::api::core::v1::Pod;
 
 #[derive(Default)]
@@ -79,7 +79,7 @@ impl Grouping {
     pub fn walk<'a>(&'a mut self, watched_groups: &'a HashSet<String>) -> GroupingWalk<'a> {
         // An auto PodGroup the watch shows: nothing left to bridge.
         self.auto.retain(|pod, group| {
-            let (ns, _) = pod.split_once('/').unwrap_or(("default", pod));
+            let (ns, _) = split_key(pod);
             !watched_groups.contains(&format!("{ns}/{group}"))
         });
         GroupingWalk {
@@ -133,8 +133,7 @@ impl GroupingWalk<'_> {
             return None;
         }
         if let Some(group) = g.joining.get(key) {
-            let (ns, _) = key.split_once('/').unwrap_or(("default", key));
-            let named = explicit_group(&pod.metadata).map(|name| format!("{ns}/{name}"));
+            let named = group_key(&pod);
             if named.as_ref() == Some(group) && self.watched_groups.contains(group) {
                 // Both watched: an ordinary member from now on.
                 g.joining.remove(key);
@@ -215,7 +214,7 @@ mod tests {
         assert!(walk.has_auto_group("ml/p"));
         let seen = walk.view_of("ml/p", named.clone()).unwrap();
         walk.finish();
-        assert!(explicit_group(&seen.metadata).is_none());
+        assert!(group_key(&seen).is_none());
 
         let watched: HashSet<String> = ["ml/p-pg".to_string()].into();
         let mut walk = g.walk(&watched);

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::changes::Key;
+use crate::keys::group_key;
 use crate::view::Origin;
-use basalt_crds::convert::explicit_group;
 
 /// The Event reason on a PodGroup whose pods name several schedulers.
 pub const SCHEDULER_CONFLICT: &str = "SchedulerConflict";
@@ -91,9 +91,7 @@ impl Ownership {
 
     /// Counts `p` in its group; the group's key, when it names one.
     fn add(&mut self, p: &Pod) -> Option<String> {
-        let group = explicit_group(&p.metadata)?;
-        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-        let group = format!("{ns}/{group}");
+        let group = group_key(p)?;
         let scheduler = (p.spec.as_ref())
             .and_then(|s| s.scheduler_name.as_deref())
             .unwrap_or("default-scheduler");

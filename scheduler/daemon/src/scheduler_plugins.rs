@@ -73,11 +73,7 @@ impl SigsPodGroup {
     }
 
     fn convert(&self) -> Result<(Arc<PodGroup>, Vec<String>), ConvertError> {
-        let key = format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref().unwrap_or("default"),
-            self.metadata.name.as_deref().unwrap_or("")
-        );
+        let key = crate::keys::key_of(&self.metadata);
         let error = |field: &str, message: String| ConvertError {
             origin: Some(ORIGIN.to_string()),
             kind: "PodGroup".into(),

@@ -9,7 +9,7 @@ use basalt_crds::{NodeTopology, PodGroup, Queue};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::changes::ChangeLog;
 use crate::dra::Dra;
+use crate::keys::split_key;
 use crate::lenient::Lenient;
 use crate::reflect::{spawn_reflector, Core, WatchHealth};
 use crate::scheduler_plugins::SchedulerPlugins;
@@ -24,15 +25,6 @@ use crate::volcano::{HyperNodes, Volcano};
 
 /// Source label of every object (errors say `cluster: Pod ns/name: field: message`).
 pub const SOURCE: &str = "cluster";
-
-/// A pod's key in the stores' terms: `namespace/name`.
-pub fn pod_key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
-}
 
 pub struct Stores {
     pub nodes: Store<Node>,
@@ -158,6 +150,12 @@ impl Stores {
         let (store, task) = spawn_reflector(api, what, &self.changed, None, Some(core));
         self.tasks.push(task);
         store
+    }
+
+    /// The pod of `key` (`keys.rs`), as the cache has it.
+    pub fn pod(&self, key: &str) -> Option<Arc<Pod>> {
+        let (ns, name) = split_key(key);
+        self.pods.get(&ObjectRef::new(name).within(ns))
     }
 
     /// Returns once every store holds a full list.

@@ -13,10 +13,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 use serde_json::json;
 
-use super::split_key;
+use crate::keys::pod_key;
+use crate::keys::split_key;
 use crate::owners::{self, OwnerGroup};
 use crate::scheduler::{pod_ref, Scheduler};
-use crate::stores::pod_key;
 use crate::stores::Stores;
 use crate::writer::classify;
 use basalt_crds::convert::{explicit_group, QUEUE};

@@ -15,11 +15,11 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 
-use super::{devices, resource_claims, split_key};
+use super::{devices, resource_claims};
+use crate::keys::{group_key, split_key};
 use crate::scheduler::{pod_ref, Scheduler};
 use crate::stores::Stores;
 use crate::writer::classify;
-use basalt_crds::convert::explicit_group;
 
 pub(super) enum BindResult {
     Bound,
@@ -82,9 +82,7 @@ impl Scheduler {
     /// Events follow) before pods of one; otherwise the plan's order.
     fn gangs_first(&self, mut jobs: Vec<BindJob>, stores: &Stores) -> Vec<BindJob> {
         let gang_of = |job: &BindJob| {
-            let (ns, name) = split_key(&job.key);
-            let pod = stores.pods.get(&ObjectRef::new(name).within(ns))?;
-            let key = format!("{ns}/{}", explicit_group(&pod.metadata)?);
+            let key = group_key(&*stores.pod(&job.key)?)?;
             let group = self.view.group(&key)?;
             (group.group.spec.min_member > 1).then_some(key)
         };
@@ -185,10 +183,7 @@ impl Scheduler {
         // Binds held for a node over capacity count as not bound, quietly: the node is
         // reported once, not each pod each cycle.
         for (key, why) in &self.held_binds {
-            let (ns, name) = split_key(key);
-            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
-            if let Some(g) = pod.as_deref().and_then(|p| explicit_group(&p.metadata)) {
-                let group = format!("{ns}/{g}");
+            if let Some(group) = stores.pod(key).as_deref().and_then(group_key) {
                 unbound(
                     &mut failed,
                     group,
@@ -207,10 +202,7 @@ impl Scheduler {
             } = job;
             let (ns, name) = split_key(&key);
             if !matches!(result, BindResult::Bound) {
-                let group = stores
-                    .pods
-                    .get(&ObjectRef::new(name).within(ns))
-                    .and_then(|p| explicit_group(&p.metadata).map(|g| format!("{ns}/{g}")));
+                let group = stores.pod(&key).as_deref().and_then(group_key);
                 if let Some(group) = group {
                     let why = match result {
                         BindResult::Wait(_) => WAITING_FOR_NODE_LOCK,

@@ -22,11 +22,11 @@ use kube::Api;
 use serde_json::json;
 
 use super::volumes;
-use super::{split_key, BindJob, BindResult};
+use super::{BindJob, BindResult};
+use crate::keys::{group_key, split_key};
 use crate::scheduler::{pod_ref, Scheduler};
 use crate::stores::Stores;
 use crate::writer::classify;
-use basalt_crds::convert::explicit_group;
 
 /// The annotation the scheduler sets on a claim to have it provisioned for a node.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -377,12 +377,7 @@ fn gangs_of<'a>(keys: impl Iterator<Item = &'a String>, stores: &Stores) -> Hash
 
 /// A pod's gang: `ns/group` when it names a PodGroup, else the pod key itself.
 fn gang(key: &str, stores: &Stores) -> String {
-    let (ns, name) = split_key(key);
-    stores
-        .pods
-        .get(&ObjectRef::new(name).within(ns))
-        .and_then(|p| explicit_group(&p.metadata).map(|g| format!("{ns}/{g}")))
-        .unwrap_or_else(|| key.to_string())
+    (stores.pod(key).as_deref().and_then(group_key)).unwrap_or_else(|| key.to_string())
 }
 
 #[cfg(test)]

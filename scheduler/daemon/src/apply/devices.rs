@@ -23,7 +23,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{split_key, BindResult};
+use super::BindResult;
+use crate::keys::split_key;
 use crate::writer::classify;
 
 /// The node annotation HAMi's device plugin registers its devices in.

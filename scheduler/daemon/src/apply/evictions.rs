@@ -10,9 +10,10 @@ use kube::api::EvictParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::Api;
 
-use super::{split_key, GANG_ROLLBACK};
+use super::GANG_ROLLBACK;
+use crate::keys::pod_key;
+use crate::keys::{group_key, split_key};
 use crate::scheduler::{pod_ref, Scheduler};
-use crate::stores::pod_key;
 use crate::stores::Stores;
 use crate::stranded::PartialGang;
 use crate::writer::classify;
@@ -32,10 +33,7 @@ impl Scheduler {
         for ev in &plan.evictions {
             let uid = self.uid_of(&ev.pod, stores);
             // Its group, read before the pod goes from the store.
-            let (ns, name) = split_key(&ev.pod);
-            let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
-            let group = (pod.as_deref().and_then(|p| explicit_group(&p.metadata)))
-                .map(|g| format!("{ns}/{g}"));
+            let group = stores.pod(&ev.pod).as_deref().and_then(group_key);
             let why = format!(
                 "Preempted by {} on node {} ({})",
                 ev.for_group, ev.node, ev.reason

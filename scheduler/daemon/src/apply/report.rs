@@ -14,6 +14,7 @@ use kube::api::Patch;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
+use crate::keys::split_key;
 use crate::overfull::OVER_CAPACITY;
 use crate::ownership::SCHEDULER_CONFLICT;
 use crate::scheduler::{pod_ref, Scheduler};
@@ -115,7 +116,7 @@ impl Scheduler {
     /// like FailedScheduling (which such a pod gets instead).
     pub async fn report_held(&mut self, stores: &Stores) {
         for (key, reason, message) in self.held.sorted() {
-            let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
+            let (ns, name) = split_key(&key);
             let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
                 continue;
             };
@@ -128,7 +129,7 @@ impl Scheduler {
         if !self.leadership.leading() {
             return;
         }
-        let (ns, name) = key.split_once('/').unwrap_or(("default", key));
+        let (ns, name) = split_key(key);
         let condition = PodGroupCondition {
             type_: INVALID_OBJECT.into(),
             status: "True".into(),
@@ -193,7 +194,7 @@ impl Scheduler {
             let Some(entry) = self.view.group(&key) else {
                 continue;
             };
-            let (ns, name) = key.split_once('/').unwrap_or(("default", &key));
+            let (ns, name) = split_key(&key);
             let reference = ObjectReference {
                 api_version: Some(entry.origin.api_version().into()),
                 kind: Some("PodGroup".into()),

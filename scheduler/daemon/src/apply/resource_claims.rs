@@ -32,7 +32,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{split_key, BindJob, BindResult};
+use super::{BindJob, BindResult};
+use crate::keys::split_key;
 use crate::leader::{Fenced, Leadership};
 use crate::scheduler::Scheduler;
 use crate::stores::Stores;

@@ -14,8 +14,9 @@ use kube::Api;
 use serde_json::{json, Value};
 
 use super::binds::{Unbound, NODE_OVER_CAPACITY, WAITING_FOR_NODE_LOCK};
-use super::{split_key, PARTIALLY_BOUND};
+use super::PARTIALLY_BOUND;
 use crate::forecast;
+use crate::keys::split_key;
 use crate::lenient::Lenient;
 use crate::scheduler::{pod_ref, Scheduler};
 use crate::stranded::PartialGang;

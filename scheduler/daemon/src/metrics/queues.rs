@@ -7,9 +7,11 @@ use std::sync::Arc;
 use basalt_engine::{JobPhase, Plan};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{pairs, Metrics};
-use crate::view::View;
 use basalt_crds::convert::{explicit_group, QUEUE};
+
+use super::{pairs, Metrics};
+use crate::keys::split_key;
+use crate::view::View;
 
 impl Metrics {
     /// Sets the per-queue gauges from `plan` and the pods still waiting (`pending`), each
@@ -41,10 +43,7 @@ impl Metrics {
             if !matches!(planned.phase, JobPhase::Pending | JobPhase::Inqueue) {
                 continue;
             }
-            let (ns, name) = planned
-                .name
-                .split_once('/')
-                .unwrap_or(("default", &planned.name));
+            let (ns, name) = split_key(&planned.name);
             if let Some(queue) = queue_of_group(ns, name) {
                 *groups.entry(queue).or_default() += 1;
             }
