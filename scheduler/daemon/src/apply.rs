@@ -3,9 +3,9 @@
 //! `claims.rs`; DRA ResourceClaims reserved and allocated in each pod's bind job,
 //! `resource_claims.rs`),
 //! evictions (`evictions.rs`), nominated nodes, PodGroup status (`status.rs`), Queue status
-//! and the `default` Queue (`queues.rs`) and
-//! Events; auto PodGroups before the cycle (`auto_groups.rs`). Every API answer
-//! is looked at; nothing here panics on one.
+//! and the `default` Queue (`queues.rs`), and Events about objects (`report.rs`: invalid
+//! ones, held pods, nodes over capacity, shared PodGroups); auto PodGroups before the cycle
+//! (`auto_groups.rs`). Every API answer is looked at; nothing here panics on one.
 
 use std::time::{Duration, Instant};
 
