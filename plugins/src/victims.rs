@@ -113,7 +113,11 @@ impl Victims for LowerPriorityOverShare {
                     let deserved = session.deserved(q.id);
                     (request.iter()).any(|(r, _)| allocated.get(r) > deserved.get(r))
                 })
-                .filter(|q| reclaimed_from(snap, q.id, own).skip(1).all(|a| may_give(session, a)))
+                .filter(|q| {
+                    reclaimed_from(snap, q.id, own)
+                        .skip(1)
+                        .all(|a| may_give(session, a))
+                })
                 .map(|q| q.id)
                 .collect(),
         }

@@ -472,11 +472,14 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
         let snapshot = Snapshot::build(spec).unwrap();
         let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
         let session = basalt_engine::Session::new(&snapshot, &fw);
-        let waiting = (snapshot.jobs.iter()).find(|j| j.name.ends_with("j3")).unwrap();
+        let waiting = (snapshot.jobs.iter())
+            .find(|j| j.name.ends_with("j3"))
+            .unwrap();
         let request = &snapshot.task(waiting.tasks[0]).request;
         let kind = basalt_engine::EvictionKind::Reclaim;
         assert!(fw.victims.may_evict_for(&session, waiting.id, kind));
-        (fw.victims.queues(&session, waiting.id, request, kind).iter())
+        let queues = fw.victims.queues(&session, waiting.id, request, kind);
+        (queues.iter())
             .map(|&q| snapshot.queue(q).name.clone())
             .collect::<Vec<_>>()
     };
