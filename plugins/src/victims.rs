@@ -103,13 +103,20 @@ impl Victims for LowerPriorityOverShare {
         let own = snap.job(job).queue;
         match kind {
             EvictionKind::Preempt => vec![own],
-            // Reclaimable queues holding more than they deserve in something the member asks.
+            // Reclaimable queues holding more than they deserve in something the member asks,
+            // under ancestors that can give too: the search skips the nodes of a queue whose
+            // every unit `queues_give` would refuse.
             EvictionKind::Reclaim => (snap.queues.iter())
                 .filter(|q| q.id != own && q.reclaimable && !session.queue_nodes(q.id).is_empty())
                 .filter(|q| {
                     let allocated = session.queue_allocated(q.id);
                     let deserved = session.deserved(q.id);
                     (request.iter()).any(|(r, _)| allocated.get(r) > deserved.get(r))
+                })
+                .filter(|q| {
+                    reclaimed_from(snap, q.id, own)
+                        .skip(1)
+                        .all(|a| may_give(session, a))
                 })
                 .map(|q| q.id)
                 .collect(),
@@ -296,6 +303,15 @@ fn queues_give(session: &Session, preemptor: QueueId, queue: QueueId, unit: &Vic
                 .all(|(r, g)| request.get(r) == 0 || held(r).saturating_sub(request.get(r)) >= g)
             && (unit.short.iter()).any(|&r| request.get(r) > 0 && held(r) > deserved.get(r))
     })
+}
+
+/// Whether the queue may give anything up to a reclaim at all: it is reclaimable and above its
+/// deserved share in some resource. Every unit [`queues_give`] lets go needs this of each queue
+/// the reclaim crosses (what earlier units take only lowers what a queue holds).
+fn may_give(session: &Session, queue: QueueId) -> bool {
+    let deserved = session.deserved(queue);
+    session.snapshot.queue(queue).reclaimable
+        && (session.queue_allocated(queue).iter()).any(|(r, held)| held > deserved.get(r))
 }
 
 /// The queues a reclaim from `victim` to `preemptor` moves resources out of: the victim's leaf

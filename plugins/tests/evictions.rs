@@ -399,3 +399,94 @@ fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
     );
     assert!(decide(2), "above it");
 }
+
+/// Reclaim looks for victims only in queues that can give them up at every level it takes
+/// from: a leaf above its share under an organisation at or below its own gives nothing (every
+/// unit would be refused), so its nodes are not searched. Leaf `a1` holds 6 of 16 GPUs where
+/// it deserves 4, under `pa` (with `a2`, both waiting for more), which deserves 8: `b`, below
+/// its share under `pb`, may take from `a1` only once `pa` holds more than 8.
+#[test]
+fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
+    let victim_queues = |a1_holds: i64| {
+        let node = |i: usize| NodeSpec {
+            name: format!("n{i}"),
+            allocatable: list(64_000, 256, 4),
+            ..Default::default()
+        };
+        let queue = |name: &str, parent: Option<&str>| QueueSpec {
+            parent: parent.map(str::to_string),
+            ..QueueSpec::new(name)
+        };
+        let mut spec = ClusterSpec {
+            now_ms: 10_000_000,
+            nodes: (0..4).map(node).collect(),
+            queues: vec![
+                queue("pa", None),
+                queue("pb", None),
+                queue("a1", Some("pa")),
+                queue("a2", Some("pa")),
+                queue("b", Some("pb")),
+            ],
+            ..Default::default()
+        };
+        // Jobs of 2-GPU pods: (queue, pods, running).
+        let jobs = [("a1", a1_holds / 2, true), ("a2", 4, false)];
+        let jobs = jobs.into_iter().chain([("b", 2, true), ("b", 4, false)]);
+        for (j, (queue, pods, running)) in jobs.enumerate() {
+            let name = format!("j{j}");
+            spec.groups.push(GroupSpec {
+                namespace: "ns".into(),
+                name: name.clone(),
+                queue: Some(queue.into()),
+                min_member: pods,
+                min_task_member: BTreeMap::new(),
+                min_resources: None,
+                priority: Some(0),
+                created_ms: 1 + j as i64,
+                phase: if running {
+                    JobPhase::Running
+                } else {
+                    JobPhase::Inqueue
+                },
+                topology: Default::default(),
+                sub_groups: Vec::new(),
+                schedule_timeout_ms: None,
+            });
+            for p in 0..pods {
+                spec.pods.push(PodSpec {
+                    namespace: "ns".into(),
+                    name: format!("{name}-{p}"),
+                    ours: true,
+                    group: Some(name.clone()),
+                    request: list(1000, 1, 2),
+                    node: running.then(|| format!("n{}", (p / 2) + (queue == "b") as i64 * 3)),
+                    phase: if running {
+                        PodPhase::Running
+                    } else {
+                        PodPhase::Pending
+                    },
+                    ..Default::default()
+                });
+            }
+        }
+        let snapshot = Snapshot::build(spec).unwrap();
+        let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
+        let session = basalt_engine::Session::new(&snapshot, &fw);
+        let waiting = (snapshot.jobs.iter())
+            .find(|j| j.name.ends_with("j3"))
+            .unwrap();
+        let request = &snapshot.task(waiting.tasks[0]).request;
+        let kind = basalt_engine::EvictionKind::Reclaim;
+        assert!(fw.victims.may_evict_for(&session, waiting.id, kind));
+        let queues = fw.victims.queues(&session, waiting.id, request, kind);
+        (queues.iter())
+            .map(|&q| snapshot.queue(q).name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        victim_queues(6),
+        Vec::<String>::new(),
+        "pa holds 6 of the 8 it deserves"
+    );
+    assert_eq!(victim_queues(10), ["a1"], "pa holds 10 of 8");
+}
