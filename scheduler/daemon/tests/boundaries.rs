@@ -302,10 +302,7 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
             "writer",
         ],
     ),
-    (
-        "scheduler/engine",
-        &["constraints", "devices", "model", "snapshot"],
-    ),
+    ("scheduler/engine", &["constraints", "devices", "model"]),
     (
         "scheduler/engine",
         &["actions", "framework", "queue_order", "session", "warm"],
