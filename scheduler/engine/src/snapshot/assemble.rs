@@ -114,7 +114,7 @@ pub(super) struct Assembled {
 }
 
 /// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
-/// and queues already resolved. `node_id` finds a node by name.
+/// and queues already resolved.
 pub(super) fn assemble(
     now_ms: i64,
     names: ResourceNames,
@@ -130,135 +130,19 @@ pub(super) fn assemble(
         lineage,
         buffers,
     } = nodes;
-    let mut device_use = vec![DeviceUse::default(); devices::assign_bases(&mut built_nodes)];
-    let (queue_ids, has_children) = queue_lookup(&queues);
-    // Jobs from PodGroups, then implicit groups of one.
-    // (hash, draft) by job key; hashes come with the facts.
-    let mut job_keys: hashbrown::HashTable<(u64, usize)> =
-        hashbrown::HashTable::with_capacity(groups.len() + pods.len());
-    struct Draft<'g> {
-        spec: std::borrow::Cow<'g, GroupSpec>,
-        name: &'g Arc<str>,
-        min_resources: Option<&'g Resources>,
-        implicit: bool,
-    }
-    fn draft_key<'a>(drafts: &'a [Draft], d: usize) -> JobKey<'a> {
-        JobKey(&drafts[d].spec.namespace, &drafts[d].spec.name)
-    }
-    let mut drafts: Vec<Draft> = Vec::with_capacity(groups.len());
-    for &(g, facts) in groups {
-        check_group(g, &facts.key)?;
-        let key = JobKey(&g.namespace, &g.name);
-        let same = |&(_, d): &(u64, usize)| draft_key(&drafts, d) == key;
-        match job_keys.entry(facts.hash, same, |e| e.0) {
-            hashbrown::hash_table::Entry::Occupied(_) => {
-                return Err(err(
-                    "PodGroup",
-                    &facts.key,
-                    "metadata.name",
-                    "duplicate PodGroup".into(),
-                ));
-            }
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert((facts.hash, drafts.len()));
-            }
-        }
-        drafts.push(Draft {
-            spec: std::borrow::Cow::Borrowed(g),
-            name: &facts.key,
-            min_resources: facts.min_resources.as_ref(),
-            implicit: false,
-        });
-    }
-    // Pods come sorted by namespace and name: a duplicate follows its twin (a builder's pods
-    // are keyed by namespace and name, so none has one).
-    let mut last_pod: Option<(&str, &str)> = None;
-    // Per pod of ours, in order: the draft of its job (looked up once, used again below).
-    let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
-    for &(p, facts) in pods.iter().filter(|(p, _)| p.is_member()) {
-        let this = (p.namespace.as_str(), p.name.as_str());
-        if !pods_unique && last_pod.replace(this) == Some(this) {
-            return Err(err(
-                "Pod",
-                &facts.key,
-                "metadata.name",
-                "duplicate pod".into(),
-            ));
-        }
-        match &p.group {
-            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
-                draft_key(&drafts, d) == JobKey(&p.namespace, g)
-            }) {
-                Some(&(_, d)) => pod_drafts.push(d),
-                None => {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.labels/annotations (pod group)",
-                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
-                    ));
-                }
-            },
-            None => {
-                let key = JobKey(&p.namespace, &p.name);
-                let same = |&(_, d): &(u64, usize)| draft_key(&drafts, d) == key;
-                if job_keys.find(facts.job_hash, same).is_some() {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.name",
-                        format!(
-                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
-                            facts.key
-                        ),
-                    ));
-                }
-                job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
-                pod_drafts.push(drafts.len());
-                drafts.push(Draft {
-                    spec: std::borrow::Cow::Owned(implicit_group(p)),
-                    name: &facts.key,
-                    min_resources: None,
-                    implicit: true,
-                });
-            }
-        }
-    }
+    let device_count = devices::assign_bases(&mut built_nodes);
+    let lookup = QueueLookup::new(&queues);
+    let (drafts, pod_drafts) = draft_jobs(groups, pods, pods_unique)?;
     // Jobs sorted by name (groups come sorted, implicit groups after them: two sorted runs).
     let mut order: Vec<usize> = (0..drafts.len()).collect();
-    order.sort_by(|&a, &b| draft_key(&drafts, a).cmp(&draft_key(&drafts, b)));
+    order.sort_by(|&a, &b| drafts[a].key().cmp(&drafts[b].key()));
     let mut job_index = vec![JobId(0); drafts.len()];
     for (pos, &d) in order.iter().enumerate() {
         job_index[d] = JobId(pos as u32);
     }
     // Tasks and node usage.
-    let mut rules_ids: Map<PlacementRules, RulesId> = Map::default();
-    let mut rules: Vec<PlacementRules> = Vec::new();
-    let mut shape_ids: Map<(RulesId, Resources), ShapeId> = Map::default();
-    let mut shapes: Vec<(RulesId, Resources)> = Vec::new();
-    // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
-    let zero = Resources::zero(names.len());
-    let (mut node_used, mut node_gpus_used) = match recycled {
-        Some((mut used, mut gpus)) if used.len() == built_nodes.len() => {
-            used.fill(zero.clone());
-            gpus.fill(0);
-            (used, gpus)
-        }
-        _ => (
-            vec![zero.clone(); built_nodes.len()],
-            vec![0u64; built_nodes.len()],
-        ),
-    };
-    // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
-    let mig = built_nodes
-        .iter()
-        .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
-    let mut slice_used = vec![0u64; if mig { built_nodes.len() } else { 0 }];
-    if mig {
-        for n in &built_nodes {
-            node_gpus_used[n.id.index()] = n.mig_gpus();
-        }
-    }
+    let mut shapes = ShapeTable::default();
+    let mut held = Holdings::new(&built_nodes, recycled, names.len(), device_count);
     let mut last_tasks = buffers.last_tasks;
     let mut tasks = buffers.tasks;
     tasks.clear();
@@ -277,64 +161,23 @@ pub(super) fn assemble(
             list
         })
         .collect();
-    let mut foreign_pods = 0;
     let mut foreign = Vec::new();
-    let mut claims_as_named = true;
-    let mut last_rules: Option<(&PlacementRules, RulesId)> = None;
-    let mut last_shape: Option<(RulesId, &Resources, ShapeId)> = None;
     let mut queue_pinned = vec![Resources::zero(names.len()); queues.len()];
     let mut pinned = Vec::new();
     for (pod_index, &(p, facts)) in pods.iter().enumerate() {
-        let request = &facts.request;
         let node = bound_node(p, facts)?;
-        let (mut gpus, mut slices) = (0u64, 0u64);
-        if let Some(nid) = node {
-            node_used[nid.index()].add(request);
-            let n = &built_nodes[nid.index()];
-            if !n.slices.is_empty() {
-                let used = &mut slice_used[nid.index()];
-                slices = crate::devices::pick_slices(&n.slices, *used, request);
-                *used |= slices;
-            }
-            let want = request.get(n.device_kind).max(0) as usize;
-            if n.sharing.shares() {
-                let base = n.device_base as usize;
-                let usage = &mut device_use[base..base + n.gpus.len()];
-                let as_named;
-                (gpus, as_named) =
-                    devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share);
-                claims_as_named &= as_named;
-            } else {
-                let as_named;
-                (gpus, as_named) = claim_gpus(
-                    &mut node_gpus_used[nid.index()],
-                    n.gpus.len(),
-                    &p.gpu_ids,
-                    want,
-                );
-                claims_as_named &= as_named;
-            }
-        }
+        let (gpus, slices) = match node {
+            Some(n) => held.hold(&built_nodes[n.index()], p, facts),
+            None => (0, 0),
+        };
         if let Some(queue) = &p.pinned_queue {
-            let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node)?;
-            queue_pinned[queue.index()].add(request);
-            let request = request.clone();
-            pinned.push((
-                pod_index,
-                PinnedUse {
-                    node,
-                    queue,
-                    request,
-                    gpus,
-                    share: facts.share,
-                    held_differs: facts.held_differs,
-                },
-            ));
+            let used = PinnedUse::of(&lookup, queue, facts, node, gpus)?;
+            queue_pinned[used.queue.index()].add(&used.request);
+            pinned.push((pod_index, used));
             continue;
         }
         if !p.ours {
             if let Some(node) = node {
-                foreign_pods += 1;
                 foreign.push(ForeignPod {
                     node,
                     meta: facts.meta.clone(),
@@ -344,37 +187,7 @@ pub(super) fn assemble(
             continue;
         }
         let job = job_index[pod_drafts[tasks.len()]];
-        // Look up before inserting: most pods share rules and shapes (a gang's members come
-        // one after another), so clone only new ones.
-        let rid = match last_rules {
-            Some((rules, id)) if *rules == p.rules => id,
-            _ => match rules_ids.get(&p.rules) {
-                Some(&id) => id,
-                None => {
-                    let id = RulesId(rules.len() as u32);
-                    rules.push(p.rules.clone());
-                    rules_ids.insert(p.rules.clone(), id);
-                    id
-                }
-            },
-        };
-        last_rules = Some((&p.rules, rid));
-        let shape = match last_shape {
-            Some((r, req, id)) if r == rid && req == request => id,
-            _ => {
-                let shape_key = (rid, request.clone());
-                match shape_ids.get(&shape_key) {
-                    Some(&id) => id,
-                    None => {
-                        let id = ShapeId(shapes.len() as u32);
-                        shapes.push(shape_key.clone());
-                        shape_ids.insert(shape_key, id);
-                        id
-                    }
-                }
-            }
-        };
-        last_shape = Some((rid, request, shape));
+        let (rules, shape) = shapes.of(&p.rules, &facts.request);
         let id = TaskId(tasks.len() as u32);
         let name = match last_tasks.get_mut(facts.slot.get() as usize) {
             Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
@@ -385,46 +198,27 @@ pub(super) fn assemble(
         facts.slot.set(id.0);
         job_tasks[job.index()].push(id);
         task_labels.push(&p.labels);
-        tasks.push(new_task(
-            p,
-            facts,
-            TaskRefs {
-                id,
-                name,
-                job,
-                rules: rid,
-                shape,
-                node,
-                gpus,
-                slices,
-            },
-        ));
+        let refs = TaskRefs {
+            id,
+            name,
+            job,
+            rules,
+            shape,
+            node,
+            gpus,
+            slices,
+        };
+        tasks.push(new_task(p, facts, refs));
     }
     jobs.reserve(order.len());
     for (pos, &d) in order.iter().enumerate() {
-        let Draft {
-            spec: g,
-            name,
-            min_resources,
-            implicit,
-        } = &drafts[d];
-        let queue = job_queue(&queue_ids, &has_children, g, name)?;
+        let draft = &drafts[d];
+        let queue = draft.queue(&lookup)?;
         let task_ids = std::mem::take(&mut job_tasks[pos]);
         let labels = |t: TaskId| task_labels[t.index()];
-        let job = JobRefs {
-            id: JobId(pos as u32),
-            name: Arc::clone(name),
-            queue,
-            min_resources: min_resources.cloned(),
-            implicit: *implicit,
-        };
-        jobs.push(new_job(g, job, task_ids, &mut tasks, labels));
+        jobs.push(draft.build(JobId(pos as u32), queue, task_ids, &mut tasks, labels));
     }
-    for n in built_nodes.iter().filter(|n| n.sharing.shares()) {
-        let base = n.device_base as usize;
-        let usage = &device_use[base..base + n.gpus.len()];
-        node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
-    }
+    held.close_shared(&built_nodes);
     let share_names = ShareNames::of(&names);
     let largest_shared_device_mib = (built_nodes.iter().filter(|n| n.sharing.shares()))
         .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
@@ -436,7 +230,8 @@ pub(super) fn assemble(
     device_kinds.dedup();
     let dims = names.len();
     let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
-    let used_total = sum(&node_used, dims);
+    let used_total = sum(&held.node_used, dims);
+    let (rules, shapes) = shapes.into_parts();
     Ok(Assembled {
         snapshot: Snapshot {
             now_ms,
@@ -449,15 +244,15 @@ pub(super) fn assemble(
             shapes,
             allocatable_total,
             used_total,
-            node_used,
-            node_gpus_used,
-            device_use,
-            slice_used,
+            node_used: held.node_used,
+            node_gpus_used: held.node_gpus_used,
+            device_use: held.device_use,
+            slice_used: held.slice_used,
             share_names,
             device_kinds,
             largest_shared_device_mib,
             queue_pinned,
-            foreign_pods,
+            foreign_pods: foreign.len(),
             foreign: Arc::new(foreign),
             namespaces: Arc::default(),
             dra: Arc::default(),
@@ -465,9 +260,171 @@ pub(super) fn assemble(
             lineage,
         },
         spare_tasks: last_tasks,
-        claims_as_named,
+        claims_as_named: held.claims_as_named,
         pinned,
     })
+}
+
+/// The jobs of `groups` and of the pods of ours without one, checked (a group's spec,
+/// duplicates, the group a pod names), and per pod of ours in order the index of its job.
+fn draft_jobs<'s>(
+    groups: &[(&'s GroupSpec, &'s GroupFacts)],
+    pods: &[(&'s PodSpec, &'s PodFacts)],
+    pods_unique: bool,
+) -> Result<(Vec<JobDraft<'s>>, Vec<usize>), SnapshotError> {
+    // (hash, draft) by job key; hashes come with the facts.
+    let mut job_keys: hashbrown::HashTable<(u64, usize)> =
+        hashbrown::HashTable::with_capacity(groups.len() + pods.len());
+    let mut drafts: Vec<JobDraft> = Vec::with_capacity(groups.len());
+    for &(g, facts) in groups {
+        let draft = JobDraft::of_group(g, facts)?;
+        let same = |&(_, d): &(u64, usize)| drafts[d].key() == draft.key();
+        match job_keys.entry(facts.hash, same, |e| e.0) {
+            hashbrown::hash_table::Entry::Occupied(_) => {
+                return Err(err(
+                    "PodGroup",
+                    &facts.key,
+                    "metadata.name",
+                    "duplicate PodGroup".into(),
+                ));
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert((facts.hash, drafts.len()));
+            }
+        }
+        drafts.push(draft);
+    }
+    // Pods come sorted by namespace and name: a duplicate follows its twin (a builder's pods
+    // are keyed by namespace and name, so none has one).
+    let mut last_pod: Option<(&str, &str)> = None;
+    // Per pod of ours, in order: the draft of its job (looked up once, used again by the caller).
+    let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
+    for &(p, facts) in pods.iter().filter(|(p, _)| p.is_member()) {
+        let this = (p.namespace.as_str(), p.name.as_str());
+        if !pods_unique && last_pod.replace(this) == Some(this) {
+            return Err(err(
+                "Pod",
+                &facts.key,
+                "metadata.name",
+                "duplicate pod".into(),
+            ));
+        }
+        match &p.group {
+            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
+                drafts[d].key() == JobKey(&p.namespace, g)
+            }) {
+                Some(&(_, d)) => pod_drafts.push(d),
+                None => {
+                    return Err(err(
+                        "Pod",
+                        &facts.key,
+                        "metadata.labels/annotations (pod group)",
+                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
+                    ));
+                }
+            },
+            None => {
+                let key = JobKey(&p.namespace, &p.name);
+                let same = |&(_, d): &(u64, usize)| drafts[d].key() == key;
+                if job_keys.find(facts.job_hash, same).is_some() {
+                    return Err(err(
+                        "Pod",
+                        &facts.key,
+                        "metadata.name",
+                        format!(
+                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
+                            facts.key
+                        ),
+                    ));
+                }
+                job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
+                pod_drafts.push(drafts.len());
+                drafts.push(JobDraft::of_pod(p, facts));
+            }
+        }
+    }
+    Ok((drafts, pod_drafts))
+}
+
+/// What the bound pods hold on their nodes, pod after pod, in a full build.
+struct Holdings {
+    node_used: Vec<Resources>,
+    node_gpus_used: Vec<u64>,
+    device_use: Vec<DeviceUse>,
+    slice_used: Vec<u64>,
+    /// Every bound pod holds the GPUs it names so far (see [`claim_gpus`]).
+    claims_as_named: bool,
+}
+
+impl Holdings {
+    /// Nothing held on `nodes` (their GPUs in MIG mode aside), in `recycled` buffers when they
+    /// fit; `devices` devices shared.
+    fn new(
+        nodes: &[Node],
+        recycled: Option<(Vec<Resources>, Vec<u64>)>,
+        dims: usize,
+        devices: usize,
+    ) -> Self {
+        // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
+        let zero = Resources::zero(dims);
+        let (node_used, mut node_gpus_used) = match recycled {
+            Some((mut used, mut gpus)) if used.len() == nodes.len() => {
+                used.fill(zero.clone());
+                gpus.fill(0);
+                (used, gpus)
+            }
+            _ => (vec![zero; nodes.len()], vec![0u64; nodes.len()]),
+        };
+        // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
+        let mig = nodes
+            .iter()
+            .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
+        let slice_used = vec![0u64; if mig { nodes.len() } else { 0 }];
+        if mig {
+            for n in nodes {
+                node_gpus_used[n.id.index()] = n.mig_gpus();
+            }
+        }
+        Holdings {
+            node_used,
+            node_gpus_used,
+            device_use: vec![DeviceUse::default(); devices],
+            slice_used,
+            claims_as_named: true,
+        }
+    }
+
+    /// Charges bound pod `p` to its node `n`: its request, its devices (whole or shared) and
+    /// its MIG slices; the GPUs and slices it holds.
+    fn hold(&mut self, n: &Node, p: &PodSpec, facts: &PodFacts) -> (u64, u64) {
+        let (i, request) = (n.id.index(), &facts.request);
+        self.node_used[i].add(request);
+        let mut slices = 0;
+        if !n.slices.is_empty() {
+            let used = &mut self.slice_used[i];
+            slices = crate::devices::pick_slices(&n.slices, *used, request);
+            *used |= slices;
+        }
+        let want = devices_wanted(n, request);
+        let (gpus, as_named) = if n.sharing.shares() {
+            let base = n.device_base as usize;
+            let usage = &mut self.device_use[base..base + n.gpus.len()];
+            devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share)
+        } else {
+            claim_gpus(&mut self.node_gpus_used[i], n.gpus.len(), &p.gpu_ids, want)
+        };
+        self.claims_as_named &= as_named;
+        (gpus, slices)
+    }
+
+    /// A shared node's GPU mask is of the devices no pod can join, not of those held.
+    fn close_shared(&mut self, nodes: &[Node]) {
+        for n in nodes.iter().filter(|n| n.sharing.shares()) {
+            let base = n.device_base as usize;
+            let usage = &self.device_use[base..base + n.gpus.len()];
+            self.node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
+        }
+    }
 }
 
 /// The sum of resource vectors of `dims` dimensions.

@@ -76,11 +76,7 @@ impl SnapshotBuilder {
             }
         }
         let names = ResourceNames::new(node_names.keys().map(String::as_str));
-        let built = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
-            .collect::<Result<Vec<_>, _>>()?;
+        let built = build_nodes(&names, &nodes)?;
         Ok(SnapshotBuilder {
             specs: nodes,
             ids,
@@ -313,19 +309,10 @@ impl SnapshotBuilder {
         let metas = &mut self.metas;
         metas.prune(self.pods.len());
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
-            .map(|c| {
-                let facts =
-                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
-                (&c.spec, &*facts)
-            })
+            .map(|c| c.convert(&names, &node_id, metas))
             .collect();
         let groups: Vec<(&GroupSpec, &GroupFacts)> = (self.groups.values_mut())
-            .map(|c| {
-                let facts = c
-                    .facts
-                    .get_or_insert_with(|| GroupFacts::of(&names, &c.spec));
-                (&c.spec, &*facts)
-            })
+            .map(|c| c.convert(&names))
             .collect();
         let (mut recycled, mut reused) = (None, false);
         let mut buffers = Buffers::default();
@@ -346,12 +333,7 @@ impl SnapshotBuilder {
                 }
                 nodes
             }
-            _ => self
-                .specs
-                .iter()
-                .enumerate()
-                .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
-                .collect::<Result<Vec<_>, _>>()?,
+            _ => build_nodes(&names, &self.specs)?,
         };
         self.dirty.clear();
         let assembled = assemble(

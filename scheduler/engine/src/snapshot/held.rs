@@ -11,6 +11,28 @@ pub(super) struct Converted<S, F> {
     pub(super) facts: Option<F>,
 }
 
+impl Converted<PodSpec, PodFacts> {
+    /// The pod with its facts, converted under `names` unless kept.
+    pub(super) fn convert(
+        &mut self,
+        names: &ResourceNames,
+        node_id: &dyn Fn(&str) -> Option<NodeId>,
+        metas: &mut MetaInterner,
+    ) -> (&PodSpec, &PodFacts) {
+        let facts =
+            (self.facts).get_or_insert_with(|| PodFacts::of(names, &self.spec, node_id, metas));
+        (&self.spec, facts)
+    }
+}
+
+impl Converted<GroupSpec, GroupFacts> {
+    /// The group with its facts, converted under `names` unless kept.
+    pub(super) fn convert(&mut self, names: &ResourceNames) -> (&GroupSpec, &GroupFacts) {
+        let facts = (self.facts).get_or_insert_with(|| GroupFacts::of(names, &self.spec));
+        (&self.spec, facts)
+    }
+}
+
 /// What the builder counts of each spec it holds: the resource names it states and whether
 /// its job goes to the default queue.
 pub(super) trait Held: PartialEq {

@@ -1,23 +1,115 @@
 //! One task from its pod, one job from its group and members: what a full build and a patch
 //! both write.
 
+use std::borrow::Cow;
+
 use super::*;
 
-/// The job of a pod of ours without a PodGroup: a gang of one, in its queue.
-pub(super) fn implicit_group(p: &PodSpec) -> GroupSpec {
-    GroupSpec {
-        namespace: p.namespace.clone(),
-        name: p.name.clone(),
-        queue: p.queue.clone(),
-        min_member: 1,
-        min_task_member: BTreeMap::new(),
-        min_resources: None,
-        priority: Some(p.priority),
-        created_ms: p.created_ms,
-        phase: JobPhase::Pending,
-        topology: TopologySpec::default(),
-        sub_groups: Vec::new(),
-        schedule_timeout_ms: None,
+/// A job as its specs give it, before its queue and members are resolved: a PodGroup's, or the
+/// gang of one of a pod of ours without one. A full build and a patch both draft jobs here.
+pub(super) struct JobDraft<'s> {
+    pub(super) spec: Cow<'s, GroupSpec>,
+    /// `namespace/name`.
+    pub(super) name: &'s Arc<str>,
+    pub(super) min_resources: Option<&'s Resources>,
+    pub(super) implicit: bool,
+}
+
+impl<'s> JobDraft<'s> {
+    /// A PodGroup's job, its spec checked.
+    pub(super) fn of_group(g: &'s GroupSpec, facts: &'s GroupFacts) -> Result<Self, SnapshotError> {
+        check_group(g, &facts.key)?;
+        Ok(JobDraft {
+            spec: Cow::Borrowed(g),
+            name: &facts.key,
+            min_resources: facts.min_resources.as_ref(),
+            implicit: false,
+        })
+    }
+
+    /// The job of a pod of ours without a PodGroup: a gang of one, in its queue.
+    pub(super) fn of_pod(p: &PodSpec, facts: &'s PodFacts) -> Self {
+        let spec = GroupSpec {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            queue: p.queue.clone(),
+            min_member: 1,
+            min_task_member: BTreeMap::new(),
+            min_resources: None,
+            priority: Some(p.priority),
+            created_ms: p.created_ms,
+            phase: JobPhase::Pending,
+            topology: TopologySpec::default(),
+            sub_groups: Vec::new(),
+            schedule_timeout_ms: None,
+        };
+        JobDraft {
+            spec: Cow::Owned(spec),
+            name: &facts.key,
+            min_resources: None,
+            implicit: true,
+        }
+    }
+
+    pub(super) fn key(&self) -> JobKey<'_> {
+        JobKey(&self.spec.namespace, &self.spec.name)
+    }
+
+    /// The job's queue: it must exist and be a leaf.
+    pub(super) fn queue(&self, queues: &QueueLookup) -> Result<QueueId, SnapshotError> {
+        job_queue(queues, &self.spec, self.name)
+    }
+
+    /// The job, `id` in `queue`, with its members `task_ids` (ordered here, sub-groups formed
+    /// and recorded on `tasks`); `labels` gives a member's pod labels.
+    pub(super) fn build<'l>(
+        &self,
+        id: JobId,
+        queue: QueueId,
+        mut task_ids: Vec<TaskId>,
+        tasks: &mut [Task],
+        labels: impl Fn(TaskId) -> &'l BTreeMap<String, String>,
+    ) -> Job {
+        let g = &*self.spec;
+        // Rank order (pods without a rank last, by name): consecutive ranks are placed together.
+        task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
+        let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, labels, tasks);
+        let priority = g.priority.unwrap_or_else(|| {
+            task_ids
+                .iter()
+                .map(|t| tasks[t.index()].priority)
+                .max()
+                .unwrap_or(0)
+        });
+        Job {
+            id,
+            name: Arc::clone(self.name),
+            queue,
+            // Counts beyond u32 can never be met, as u32::MAX cannot: saturate, never wrap.
+            min_member: u32::try_from(g.min_member).unwrap_or(u32::MAX),
+            min_task_member: g
+                .min_task_member
+                .iter()
+                .map(|(k, &v)| (k.clone(), u32::try_from(v).unwrap_or(u32::MAX)))
+                .collect(),
+            min_resources: self.min_resources.cloned(),
+            priority,
+            created_ms: g.created_ms,
+            phase: g.phase,
+            tasks: task_ids,
+            implicit: self.implicit,
+            topology: g.topology.clone(),
+            sub_groups,
+            sub_group_policies: g
+                .sub_groups
+                .iter()
+                .map(|sg| SubGroupPolicy {
+                    name: sg.name.clone(),
+                    min_sub_groups: sg.min_sub_groups,
+                })
+                .collect(),
+            schedule_timeout_ms: g.schedule_timeout_ms.filter(|&t| t > 0),
+        }
     }
 }
 
@@ -145,65 +237,6 @@ pub(super) fn held_for(waits: &[Wait]) -> Hold {
     )
 }
 
-/// What a job is given beside its group's spec.
-pub(super) struct JobRefs {
-    pub(super) id: JobId,
-    pub(super) name: Arc<str>,
-    pub(super) queue: QueueId,
-    pub(super) min_resources: Option<Resources>,
-    pub(super) implicit: bool,
-}
-
-/// The job of group `g` with its members `task_ids` (ordered here, sub-groups formed and
-/// recorded on `tasks`); `labels` gives a member's pod labels.
-pub(super) fn new_job<'l>(
-    g: &GroupSpec,
-    refs: JobRefs,
-    mut task_ids: Vec<TaskId>,
-    tasks: &mut [Task],
-    labels: impl Fn(TaskId) -> &'l BTreeMap<String, String>,
-) -> Job {
-    // Rank order (pods without a rank last, by name): consecutive ranks are placed together.
-    task_ids.sort_by_key(|t| (tasks[t.index()].rank.is_none(), tasks[t.index()].rank, *t));
-    let sub_groups = form_sub_groups(&g.sub_groups, &task_ids, labels, tasks);
-    let priority = g.priority.unwrap_or_else(|| {
-        task_ids
-            .iter()
-            .map(|t| tasks[t.index()].priority)
-            .max()
-            .unwrap_or(0)
-    });
-    Job {
-        id: refs.id,
-        name: refs.name,
-        queue: refs.queue,
-        // Counts beyond u32 can never be met, as u32::MAX cannot: saturate, never wrap.
-        min_member: u32::try_from(g.min_member).unwrap_or(u32::MAX),
-        min_task_member: g
-            .min_task_member
-            .iter()
-            .map(|(k, &v)| (k.clone(), u32::try_from(v).unwrap_or(u32::MAX)))
-            .collect(),
-        min_resources: refs.min_resources,
-        priority,
-        created_ms: g.created_ms,
-        phase: g.phase,
-        tasks: task_ids,
-        implicit: refs.implicit,
-        topology: g.topology.clone(),
-        sub_groups,
-        sub_group_policies: g
-            .sub_groups
-            .iter()
-            .map(|sg| SubGroupPolicy {
-                name: sg.name.clone(),
-                min_sub_groups: sg.min_sub_groups,
-            })
-            .collect(),
-        schedule_timeout_ms: g.schedule_timeout_ms.filter(|&t| t > 0),
-    }
-}
-
 /// Splits a gang's members into sub-groups: each member goes to the first spec that claims it
 /// (its selector, if any, must match; then one with label keys claims the members carrying all
 /// of them, grouped by their values; one without claims the rest, cut into blocks of `size` in
@@ -273,4 +306,72 @@ pub(super) fn form_sub_groups<'l>(
         }
     }
     groups
+}
+
+/// Placement rules and shapes, numbered in the order tasks first use them: what a full build
+/// fills and a patch extends.
+#[derive(Default)]
+pub(super) struct ShapeTable {
+    rules: Vec<PlacementRules>,
+    rules_ids: Map<PlacementRules, RulesId>,
+    shapes: Vec<(RulesId, Resources)>,
+    shape_ids: Map<(RulesId, Resources), ShapeId>,
+    /// The last rules and shape given: most pods share them with the pod before (a gang's
+    /// members come one after another), so only new ones are hashed and cloned.
+    last: Option<(RulesId, ShapeId)>,
+}
+
+impl ShapeTable {
+    /// The table of an earlier snapshot's rules and shapes, to extend.
+    pub(super) fn with(rules: Vec<PlacementRules>, shapes: Vec<(RulesId, Resources)>) -> Self {
+        ShapeTable {
+            rules_ids: (rules.iter().cloned()).zip((0..).map(RulesId)).collect(),
+            shape_ids: (shapes.iter().cloned()).zip((0..).map(ShapeId)).collect(),
+            rules,
+            shapes,
+            last: None,
+        }
+    }
+
+    /// The ids of `rules` and of the shape (`rules`, `request`), numbered anew when first seen.
+    pub(super) fn of(&mut self, rules: &PlacementRules, request: &Resources) -> (RulesId, ShapeId) {
+        let rid = match self.last {
+            Some((id, _)) if self.rules[id.0 as usize] == *rules => id,
+            _ => match self.rules_ids.get(rules) {
+                Some(&id) => id,
+                None => {
+                    let id = RulesId(self.rules.len() as u32);
+                    self.rules.push(rules.clone());
+                    self.rules_ids.insert(rules.clone(), id);
+                    id
+                }
+            },
+        };
+        let shape = match self.last {
+            Some((_, id))
+                if (self.shapes[id.0 as usize].0, &self.shapes[id.0 as usize].1)
+                    == (rid, request) =>
+            {
+                id
+            }
+            _ => {
+                let key = (rid, request.clone());
+                match self.shape_ids.get(&key) {
+                    Some(&id) => id,
+                    None => {
+                        let id = ShapeId(self.shapes.len() as u32);
+                        self.shapes.push(key.clone());
+                        self.shape_ids.insert(key, id);
+                        id
+                    }
+                }
+            }
+        };
+        self.last = Some((rid, shape));
+        (rid, shape)
+    }
+
+    pub(super) fn into_parts(self) -> (Vec<PlacementRules>, Vec<(RulesId, Resources)>) {
+        (self.rules, self.shapes)
+    }
 }

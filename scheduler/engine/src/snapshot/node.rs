@@ -69,6 +69,16 @@ pub(super) fn build_node(
     })
 }
 
+/// The nodes of `specs` (sorted by name, none twice), ids in order.
+pub(super) fn build_nodes(
+    names: &ResourceNames,
+    specs: &[NodeSpec],
+) -> Result<Vec<Node>, SnapshotError> {
+    (specs.iter().enumerate())
+        .map(|(i, n)| build_node(names, NodeId(i as u32), n))
+        .collect()
+}
+
 pub(super) fn sorted_gpus(gpus: &[Gpu]) -> Vec<Gpu> {
     let mut g = gpus.to_vec();
     g.sort_by_key(|g| g.index);
@@ -104,4 +114,9 @@ pub(super) fn named_gpus(used: u64, count: usize, named: &[u32], want: usize) ->
             ok
         });
     valid.then_some(mask)
+}
+
+/// How many of `n`'s devices a request asks for.
+pub(super) fn devices_wanted(n: &Node, request: &Resources) -> usize {
+    request.get(n.device_kind).max(0) as usize
 }

@@ -12,8 +12,6 @@
 //! slices, new nodes, resource names or queues — makes it decline, and the builder assembles
 //! the snapshot anew.
 
-use std::borrow::Cow;
-
 use super::*;
 
 /// Beyond this share of the jobs changed, assembling anew is as quick.
@@ -31,10 +29,7 @@ struct Member<'b> {
 
 /// A job that changed, as it is now, checked.
 struct Fresh<'b> {
-    group: Cow<'b, GroupSpec>,
-    name: &'b Arc<str>,
-    min_resources: Option<&'b Resources>,
-    implicit: bool,
+    draft: JobDraft<'b>,
     queue: QueueId,
     members: Vec<Member<'b>>,
 }
@@ -109,29 +104,22 @@ pub(super) fn patch(
     for (ns, job) in &held.changed_jobs {
         let key = (ns.clone(), job.clone());
         if let Some(c) = b.groups.get_mut(&key) {
-            c.facts
-                .get_or_insert_with(|| GroupFacts::of(names, &c.spec));
+            c.convert(names);
         }
         for pod in held.members.get(&key).into_iter().flatten() {
             let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
+            c.convert(names, &node_id, &mut b.metas);
         }
     }
-
     for key in &held.changed_pinned {
         if let Some(c) = b.pods.get_mut(key) {
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
+            c.convert(names, &node_id, &mut b.metas);
         }
     }
 
     // Check every changed job as it is now; find the old versions to drop.
-    let (queue_ids, has_children) = queue_lookup(queues);
-    let mut rules: Vec<PlacementRules> = last.rules.clone();
-    let mut rules_ids: Map<PlacementRules, RulesId> =
-        (rules.iter().cloned()).zip((0..).map(RulesId)).collect();
-    let mut shapes = last.shapes.clone();
-    let mut shape_ids: Map<(RulesId, Resources), ShapeId> =
-        (shapes.iter().cloned()).zip((0..).map(ShapeId)).collect();
+    let lookup = QueueLookup::new(queues);
+    let mut shapes = ShapeTable::with(last.rules.clone(), last.shapes.clone());
     // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
     let mut gpus_used: Map<NodeId, u64> = Map::default();
     let mut gone: Vec<JobId> = Vec::new();
@@ -171,7 +159,7 @@ pub(super) fn patch(
     // claims are the same in any pod order). Shared devices are charged below.
     let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
         let n = &last.nodes[node.index()];
-        let want = facts.request.get(n.device_kind).max(0) as usize;
+        let want = devices_wanted(n, &facts.request);
         if n.sharing.shares() {
             return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
         }
@@ -188,20 +176,8 @@ pub(super) fn patch(
             continue;
         };
         let node = bound_node(&c.spec, facts).ok()?;
-        let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node).ok()?;
-        let gpus = claim(node, &c.spec, facts)?;
-        let request = facts.request.clone();
-        pinned.push((
-            key,
-            PinnedUse {
-                node,
-                queue,
-                request,
-                gpus,
-                share: facts.share,
-                held_differs: facts.held_differs,
-            },
-        ));
+        let gpus = claim(node?, &c.spec, facts)?;
+        pinned.push((key, PinnedUse::of(&lookup, queue, facts, node, gpus).ok()?));
     }
     let mut fresh: Vec<Fresh> = Vec::new();
     for (ns, job) in &held.changed_jobs {
@@ -211,50 +187,31 @@ pub(super) fn patch(
             let c = b.pods.get(&(ns.clone(), pod.clone()))?;
             pods.push((&c.spec, c.facts.as_ref()?));
         }
-        let mut job = match (b.groups.get(&key), pods.as_slice()) {
+        let draft = match (b.groups.get(&key), pods.as_slice()) {
             (Some(g), _) => {
-                let facts = g.facts.as_ref()?;
-                check_group(&g.spec, &facts.key).ok()?;
                 // A pod without a group named like the group is an error.
                 if pods.iter().any(|(p, _)| p.group.is_none()) {
                     return None;
                 }
-                Fresh {
-                    group: Cow::Borrowed(&g.spec),
-                    name: &facts.key,
-                    min_resources: facts.min_resources.as_ref(),
-                    implicit: false,
-                    queue: QueueId(0),
-                    members: Vec::new(),
-                }
+                JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?
             }
             (None, []) => continue,
-            (None, &[(p, facts)]) if p.group.is_none() => Fresh {
-                group: Cow::Owned(implicit_group(p)),
-                name: &facts.key,
-                min_resources: None,
-                implicit: true,
-                queue: QueueId(0),
-                members: Vec::new(),
-            },
+            (None, &[(p, facts)]) if p.group.is_none() => JobDraft::of_pod(p, facts),
             // Pods that name a group that does not exist.
             (None, _) => return None,
         };
-        job.queue = job_queue(&queue_ids, &has_children, &job.group, job.name).ok()?;
+        let mut job = Fresh {
+            queue: draft.queue(&lookup).ok()?,
+            draft,
+            members: Vec::new(),
+        };
         for (spec, facts) in pods {
             let node = bound_node(spec, facts).ok()?;
             let gpus = match node {
                 Some(n) => claim(n, spec, facts)?,
                 None => 0,
             };
-            let rid = *rules_ids.entry(spec.rules.clone()).or_insert_with(|| {
-                rules.push(spec.rules.clone());
-                RulesId(rules.len() as u32 - 1)
-            });
-            let shape = *(shape_ids.entry((rid, facts.request.clone()))).or_insert_with(|| {
-                shapes.push((rid, facts.request.clone()));
-                ShapeId(shapes.len() as u32 - 1)
-            });
+            let (rid, shape) = shapes.of(&spec.rules, &facts.request);
             job.members.push(Member {
                 spec,
                 facts,
@@ -267,7 +224,7 @@ pub(super) fn patch(
         fresh.push(job);
     }
     // Jobs are ordered by `namespace/name`, tasks by (namespace, name).
-    fresh.sort_by(|a, c| a.name.cmp(c.name));
+    fresh.sort_by(|a, c| a.draft.name.cmp(c.draft.name));
     gone.sort_unstable();
 
     // Usage is patched by adding and taking back requests, exact only while no sum saturates:
@@ -304,7 +261,7 @@ pub(super) fn patch(
 
     // New job ids: old jobs keep their order, less the gone, with the fresh merged in by name.
     let fresh_at: Vec<usize> = (fresh.iter())
-        .map(|f| old_jobs.partition_point(|j| *j.name < **f.name))
+        .map(|f| old_jobs.partition_point(|j| *j.name < **f.draft.name))
         .collect();
     let mut job_map = vec![u32::MAX; old_jobs.len()];
     let mut fresh_ids = Vec::with_capacity(fresh.len());
@@ -463,16 +420,8 @@ pub(super) fn patch(
     let old_jobs: Vec<Job> = jobs.drain(kept_jobs..).collect();
     jobs.reserve(old_jobs.len() + fresh.len());
     let mut add_fresh = |jobs: &mut Vec<Job>, tasks: &mut Vec<Task>, f: usize| {
-        let job = &fresh[f];
-        let refs = JobRefs {
-            id: fresh_ids[f],
-            name: job.name.clone(),
-            queue: job.queue,
-            min_resources: job.min_resources.cloned(),
-            implicit: job.implicit,
-        };
-        let members = std::mem::take(&mut fresh_tasks[f]);
-        jobs.push(new_job(&job.group, refs, members, tasks, labels_of));
+        let (job, members) = (&fresh[f], std::mem::take(&mut fresh_tasks[f]));
+        jobs.push((job.draft).build(fresh_ids[f], job.queue, members, tasks, labels_of));
     };
     let renumber = |list: &mut Vec<TaskId>| {
         for t in list {
@@ -505,19 +454,12 @@ pub(super) fn patch(
         add_fresh(&mut jobs, &mut tasks, f);
     }
 
+    let (mut rules, mut shapes) = shapes.into_parts();
     renumber_by_first_use(&mut tasks, &mut rules, &mut shapes);
-    let Snapshot {
-        resources,
-        nodes,
-        foreign_pods,
-        foreign,
-        allocatable_total,
-        ..
-    } = last;
+    // What depends on the nodes alone (and the pods of other schedulers, which did not
+    // change) is the last snapshot's, written once by `assemble`.
     let snapshot = Snapshot {
         now_ms,
-        resources,
-        nodes,
         tasks,
         jobs,
         queues: queues.to_vec(),
@@ -527,19 +469,12 @@ pub(super) fn patch(
         node_gpus_used: usage.gpus,
         device_use,
         slice_used: Vec::new(),
-        share_names: last.share_names,
-        dra: last.dra,
-        usage: last.usage,
-        device_kinds: last.device_kinds.clone(),
-        largest_shared_device_mib: last.largest_shared_device_mib,
         queue_pinned,
-        allocatable_total,
         used_total: usage.total,
-        foreign_pods,
-        foreign: foreign.clone(),
         namespaces: b.namespaces.clone(),
         // The builder says which snapshot this is.
         lineage: Lineage::default(),
+        ..last
     };
     Some((snapshot, usage.changed))
 }

@@ -54,61 +54,77 @@ pub(super) fn bound_node(p: &PodSpec, facts: &PodFacts) -> Result<Option<NodeId>
 
 /// A pinned pod's queue and node: the queue must exist and be a leaf, and the pod must be
 /// bound.
-pub(super) fn pinned_at(
-    queue_ids: &Map<&str, QueueId>,
-    has_children: &[bool],
+fn pinned_at(
+    queues: &QueueLookup,
     facts: &PodFacts,
     queue: &str,
     node: Option<NodeId>,
 ) -> Result<(QueueId, NodeId), SnapshotError> {
-    let invalid = |message| Err(err("Pod", &facts.key, "pinned_queue", message));
-    let Some(node) = node else {
-        return invalid("a pinned pod must be running on a node".into());
-    };
-    match queue_ids.get(queue) {
-        None => invalid(format!("names queue {queue}, which does not exist")),
-        Some(q) if has_children[q.index()] => invalid(format!(
-            "queue {queue} has child queues; only leaf queues hold work"
-        )),
-        Some(&q) => Ok((q, node)),
-    }
+    let invalid = |message| err("Pod", &facts.key, "pinned_queue", message);
+    let node = node.ok_or_else(|| invalid("a pinned pod must be running on a node".into()))?;
+    let queue = queues.leaf(queue, "work").map_err(invalid)?;
+    Ok((queue, node))
 }
 
-/// A job's queue: it must exist and be a leaf (`has_children` per queue).
+/// A job's queue (`g`'s, or the default): it must exist and be a leaf.
 pub(super) fn job_queue(
-    queue_ids: &Map<&str, QueueId>,
-    has_children: &[bool],
+    queues: &QueueLookup,
     g: &GroupSpec,
     name: &str,
 ) -> Result<QueueId, SnapshotError> {
-    let queue_name = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
-    let queue = *queue_ids.get(queue_name).ok_or_else(|| {
-        err(
-            "PodGroup",
-            name,
-            "spec.queue",
-            format!("names queue {queue_name}, which does not exist"),
-        )
-    })?;
-    if has_children[queue.index()] {
-        return Err(err(
-            "PodGroup",
-            name,
-            "spec.queue",
-            format!("queue {queue_name} has child queues; only leaf queues hold jobs"),
-        ));
-    }
-    Ok(queue)
+    let queue = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+    (queues.leaf(queue, "jobs")).map_err(|message| err("PodGroup", name, "spec.queue", message))
 }
 
-/// Queue ids by name, and per queue whether it has child queues.
-pub(super) fn queue_lookup(queues: &[Queue]) -> (Map<&str, QueueId>, Vec<bool>) {
-    let ids = queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
-    let mut has_children = vec![false; queues.len()];
-    for q in queues {
-        if let Some(parent) = q.parent {
-            has_children[parent.index()] = true;
+/// Queue ids by name, and per queue whether it has child queues: where jobs and pinned pods
+/// are checked to go.
+pub(super) struct QueueLookup<'q> {
+    ids: Map<&'q str, QueueId>,
+    has_children: Vec<bool>,
+}
+
+impl<'q> QueueLookup<'q> {
+    pub(super) fn new(queues: &'q [Queue]) -> Self {
+        let ids = queues.iter().map(|q| (q.name.as_str(), q.id)).collect();
+        let mut has_children = vec![false; queues.len()];
+        for q in queues {
+            if let Some(parent) = q.parent {
+                has_children[parent.index()] = true;
+            }
+        }
+        QueueLookup { ids, has_children }
+    }
+
+    /// The queue `name`, which must exist and be a leaf (only leaves hold `what`).
+    fn leaf(&self, name: &str, what: &str) -> Result<QueueId, String> {
+        match self.ids.get(name) {
+            None => Err(format!("names queue {name}, which does not exist")),
+            Some(q) if self.has_children[q.index()] => Err(format!(
+                "queue {name} has child queues; only leaf queues hold {what}"
+            )),
+            Some(&q) => Ok(q),
         }
     }
-    (ids, has_children)
+}
+
+impl PinnedUse {
+    /// What pinned pod `facts` (bound to `node`, holding `gpus` there) holds for `queue`, a
+    /// leaf it names: what a full build and a patch both record.
+    pub(super) fn of(
+        queues: &QueueLookup,
+        queue: &str,
+        facts: &PodFacts,
+        node: Option<NodeId>,
+        gpus: u64,
+    ) -> Result<Self, SnapshotError> {
+        let (queue, node) = pinned_at(queues, facts, queue, node)?;
+        Ok(PinnedUse {
+            node,
+            queue,
+            request: facts.request.clone(),
+            gpus,
+            share: facts.share,
+            held_differs: facts.held_differs,
+        })
+    }
 }
