@@ -99,6 +99,43 @@ pub(super) struct Buffers {
     pub(super) jobs: Vec<Job>,
 }
 
+impl Buffers {
+    /// The vectors to fill, emptied, for `pods` pods and `jobs` jobs: the last snapshot's
+    /// tasks (to take names from), the tasks, the jobs, and a task list per job (the earlier
+    /// snapshot's jobs' lists, emptied).
+    fn emptied(
+        self,
+        pods: usize,
+        jobs: usize,
+    ) -> (Vec<Task>, Vec<Task>, Vec<Job>, Vec<Vec<TaskId>>) {
+        let mut tasks = self.tasks;
+        tasks.clear();
+        tasks.reserve(pods);
+        let mut old_jobs = self.jobs;
+        let mut spare: Vec<Vec<TaskId>> = (old_jobs.iter_mut())
+            .map(|j| std::mem::take(&mut j.tasks))
+            .collect();
+        old_jobs.clear();
+        let job_tasks = (0..jobs)
+            .map(|_| {
+                let mut list = spare.pop().unwrap_or_default();
+                list.clear();
+                list
+            })
+            .collect();
+        (self.last_tasks, tasks, old_jobs, job_tasks)
+    }
+}
+
+/// The resources devices are advertised as, on any of `nodes` (`GPU` always first).
+fn device_kinds(nodes: &[Node]) -> Vec<ResourceId> {
+    let mut kinds: Vec<ResourceId> = nodes.iter().map(|n| n.device_kind).collect();
+    kinds.push(GPU);
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
+
 /// What a task taken name leaves behind: one shared, always-cached reference count.
 pub(super) static TAKEN: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
 
@@ -143,24 +180,9 @@ pub(super) fn assemble(
     // Tasks and node usage.
     let mut shapes = ShapeTable::default();
     let mut held = Holdings::new(&built_nodes, recycled, names.len(), device_count);
-    let mut last_tasks = buffers.last_tasks;
-    let mut tasks = buffers.tasks;
-    tasks.clear();
-    tasks.reserve(pods.len());
+    let (mut last_tasks, mut tasks, mut jobs, mut job_tasks) =
+        buffers.emptied(pods.len(), order.len());
     let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
-    // Task lists of the earlier snapshot's jobs, emptied and filled again.
-    let mut jobs = buffers.jobs;
-    let mut spare: Vec<Vec<TaskId>> = (jobs.iter_mut())
-        .map(|j| std::mem::take(&mut j.tasks))
-        .collect();
-    jobs.clear();
-    let mut job_tasks: Vec<Vec<TaskId>> = (0..order.len())
-        .map(|_| {
-            let mut list = spare.pop().unwrap_or_default();
-            list.clear();
-            list
-        })
-        .collect();
     let mut foreign = Vec::new();
     let mut queue_pinned = vec![Resources::zero(names.len()); queues.len()];
     let mut pinned = Vec::new();
@@ -224,10 +246,7 @@ pub(super) fn assemble(
         .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
         .max()
         .unwrap_or(0);
-    let mut device_kinds: Vec<ResourceId> = built_nodes.iter().map(|n| n.device_kind).collect();
-    device_kinds.push(GPU);
-    device_kinds.sort_unstable();
-    device_kinds.dedup();
+    let device_kinds = device_kinds(&built_nodes);
     let dims = names.len();
     let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
     let used_total = sum(&held.node_used, dims);

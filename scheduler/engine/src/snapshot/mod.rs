@@ -23,6 +23,7 @@ mod devices;
 mod facts;
 mod held;
 mod job;
+mod merge;
 mod meta;
 mod node;
 mod patch;
@@ -39,6 +40,7 @@ pub(crate) use devices::{asks_closed, charge_held, charge_shares, closed_devices
 use facts::*;
 use held::*;
 use job::*;
+use merge::*;
 use meta::MetaInterner;
 use node::*;
 use queues::*;
