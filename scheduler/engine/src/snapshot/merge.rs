@@ -86,7 +86,7 @@ pub(super) fn merge_tasks<'f, 'b>(
     let mut members: Vec<(usize, &Member<'_>)> = (fresh.iter().enumerate())
         .flat_map(|(f, job)| job.members.iter().map(move |m| (f, m)))
         .collect();
-    fn pod_key<'p>(p: &'p PodSpec) -> (&'p str, &'p str) {
+    fn pod_key(p: &PodSpec) -> (&str, &str) {
         (&p.namespace, &p.name)
     }
     members.sort_by(|a, c| pod_key(a.1.spec).cmp(&pod_key(c.1.spec)));
