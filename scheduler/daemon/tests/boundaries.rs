@@ -288,10 +288,7 @@ fn every_crate_inherits_the_workspace_rust_version() {
 /// so does one that grew.
 const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
     ("nodeagent", &["backend", "fake", "mig"]),
-    (
-        "scheduler/engine",
-        &["constraints", "devices", "model", "snapshot"],
-    ),
+    ("scheduler/engine", &["constraints", "devices", "model"]),
     (
         "scheduler/engine",
         &["actions", "framework", "queue_order", "session", "warm"],

@@ -451,7 +451,7 @@ pub struct Job {
     /// True for a pod without a PodGroup (a group of one).
     pub implicit: bool,
     /// The domain the whole gang must (or should) fit in.
-    pub topology: crate::snapshot::TopologySpec,
+    pub topology: TopologySpec,
     /// Members that must share a tighter domain (e.g. tensor-parallel groups).
     pub sub_groups: Vec<SubGroup>,
     /// The sub-group specs (Volcano's `subGroupPolicy` entries) in spec order; a sub-group's
@@ -493,7 +493,7 @@ impl Job {
 pub struct SubGroup {
     /// The spec's name, then the block number or the label values that formed it.
     pub name: String,
-    pub topology: crate::snapshot::TopologySpec,
+    pub topology: TopologySpec,
     pub tasks: Vec<TaskId>,
     /// Index of the spec that formed it in its job's `sub_group_policies`.
     pub policy: u32,
@@ -524,4 +524,18 @@ pub struct Queue {
     pub reclaimable: bool,
     pub priority: i32,
     pub state: QueueState,
+}
+
+/// Where a gang or one of its sub-groups must (`required`, a hard limit) or should
+/// (`preferred`) land: tier names from the scheduler's topology config, e.g. `rack`, `nvlink`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TopologySpec {
+    pub required: Option<String>,
+    pub preferred: Option<String>,
+}
+
+impl TopologySpec {
+    pub fn is_empty(&self) -> bool {
+        self.required.is_none() && self.preferred.is_none()
+    }
 }

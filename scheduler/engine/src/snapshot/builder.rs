@@ -3,6 +3,63 @@
 
 use super::*;
 
+/// Snapshots of one set of nodes and a changing workload, cycle after cycle, redoing only
+/// what changed: the nodes are validated, sorted and interned once and kept while the resource
+/// names stay the same (a node that changes is rebuilt alone, [`SnapshotBuilder::update_node`]);
+/// the builder holds the pods and PodGroups, told of each change ([`SnapshotBuilder::set_pod`],
+/// [`SnapshotBuilder::remove_pod`], and the same for groups), and converts a spec once, not
+/// every cycle.
+///
+/// `builder.build(now, queues)` equals
+/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues  usage: Default::default(), })` with `nodes`,
+/// `pods` and `groups` the builder's current specs, field by field, errors included (node
+/// errors are reported by [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`]
+/// instead; pods and groups are keyed by namespace and name, so a duplicate replaces).
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    /// Sorted by name; index = node id.
+    pub(super) specs: Vec<NodeSpec>,
+    pub(super) ids: HashMap<String, NodeId>,
+    /// Resource name → how many nodes state it in `allocatable`.
+    pub(super) node_names: BTreeMap<String, usize>,
+    /// Nodes built for these names (taken back from the last snapshot).
+    pub(super) table: Option<(ResourceNames, Vec<Node>)>,
+    /// Nodes changed since `table` was built.
+    pub(super) dirty: BTreeSet<usize>,
+    pub(super) last: Option<Snapshot>,
+    /// The versions of the nodes' specs and labels (see [`Lineage`]).
+    pub(super) nodes_version: Version,
+    pub(super) labels_version: Version,
+    pub(super) pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
+    pub(super) groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
+    pub(super) held: HeldCounts,
+    /// The names the kept facts were converted under.
+    pub(super) facts_names: Option<ResourceNames>,
+    /// The task vector of the snapshot before last (see [`Buffers`]).
+    pub(super) spare_tasks: Vec<Task>,
+    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_gpus`] and
+    /// `devices::named_shared`).
+    pub(super) claims_as_named: bool,
+    /// Snapshots built by patching the last one (see [`SnapshotBuilder::patched`]).
+    pub(super) patched: u64,
+    /// What each pinned pod held in the last snapshot.
+    pub(super) pinned_uses: HashMap<(String, String), PinnedUse>,
+    /// Snapshots built so far (see [`Lineage`]).
+    pub(super) generation: u64,
+    /// Namespaces with their labels (see [`SnapshotBuilder::set_namespaces`]).
+    pub(super) namespaces: Arc<Vec<NamespaceSpec>>,
+    /// The pods' metadata values, shared between pods alike.
+    pub(super) metas: MetaInterner,
+    /// DRA's devices and claims (see [`SnapshotBuilder::set_dra`]).
+    pub(super) dra: Arc<crate::dra::DraTable>,
+    /// What each queue used (see [`SnapshotBuilder::set_usage`]).
+    pub(super) usage: Arc<Vec<crate::QueueUsage>>,
+    /// Whether anything changed since the last snapshot (see [`SnapshotBuilder::build`]).
+    pub(super) changed: bool,
+    /// The queues the last snapshot was built with, sorted by name.
+    pub(super) last_queues: Vec<QueueSpec>,
+}
+
 impl SnapshotBuilder {
     /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors).
     pub fn new(nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
@@ -19,11 +76,7 @@ impl SnapshotBuilder {
             }
         }
         let names = ResourceNames::new(node_names.keys().map(String::as_str));
-        let built = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
-            .collect::<Result<Vec<_>, _>>()?;
+        let built = build_nodes(&names, &nodes)?;
         Ok(SnapshotBuilder {
             specs: nodes,
             ids,
@@ -256,19 +309,10 @@ impl SnapshotBuilder {
         let metas = &mut self.metas;
         metas.prune(self.pods.len());
         let pods: Vec<(&PodSpec, &PodFacts)> = (self.pods.values_mut())
-            .map(|c| {
-                let facts =
-                    (c.facts).get_or_insert_with(|| PodFacts::of(&names, &c.spec, &node_id, metas));
-                (&c.spec, &*facts)
-            })
+            .map(|c| c.convert(&names, &node_id, metas))
             .collect();
         let groups: Vec<(&GroupSpec, &GroupFacts)> = (self.groups.values_mut())
-            .map(|c| {
-                let facts = c
-                    .facts
-                    .get_or_insert_with(|| GroupFacts::of(&names, &c.spec));
-                (&c.spec, &*facts)
-            })
+            .map(|c| c.convert(&names))
             .collect();
         let (mut recycled, mut reused) = (None, false);
         let mut buffers = Buffers::default();
@@ -289,12 +333,7 @@ impl SnapshotBuilder {
                 }
                 nodes
             }
-            _ => self
-                .specs
-                .iter()
-                .enumerate()
-                .map(|(i, n)| build_node(&names, NodeId(i as u32), n))
-                .collect::<Result<Vec<_>, _>>()?,
+            _ => build_nodes(&names, &self.specs)?,
         };
         self.dirty.clear();
         let assembled = assemble(

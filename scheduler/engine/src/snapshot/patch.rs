@@ -12,32 +12,10 @@
 //! slices, new nodes, resource names or queues — makes it decline, and the builder assembles
 //! the snapshot anew.
 
-use std::borrow::Cow;
-
 use super::*;
 
 /// Beyond this share of the jobs changed, assembling anew is as quick.
 const MAX_CHANGED_SHARE: usize = 4;
-
-/// A pod of a job that changed, checked.
-struct Member<'b> {
-    spec: &'b PodSpec,
-    facts: &'b PodFacts,
-    node: Option<NodeId>,
-    gpus: u64,
-    rules: RulesId,
-    shape: ShapeId,
-}
-
-/// A job that changed, as it is now, checked.
-struct Fresh<'b> {
-    group: Cow<'b, GroupSpec>,
-    name: &'b Arc<str>,
-    min_resources: Option<&'b Resources>,
-    implicit: bool,
-    queue: QueueId,
-    members: Vec<Member<'b>>,
-}
 
 /// Node usage being patched, with the nodes it changed on.
 struct Usage {
@@ -109,234 +87,106 @@ pub(super) fn patch(
     for (ns, job) in &held.changed_jobs {
         let key = (ns.clone(), job.clone());
         if let Some(c) = b.groups.get_mut(&key) {
-            c.facts
-                .get_or_insert_with(|| GroupFacts::of(names, &c.spec));
+            c.convert(names);
         }
         for pod in held.members.get(&key).into_iter().flatten() {
             let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
+            c.convert(names, &node_id, &mut b.metas);
         }
     }
-
     for key in &held.changed_pinned {
         if let Some(c) = b.pods.get_mut(key) {
-            (c.facts).get_or_insert_with(|| PodFacts::of(names, &c.spec, &node_id, &mut b.metas));
+            c.convert(names, &node_id, &mut b.metas);
         }
     }
-
-    // Check every changed job as it is now; find the old versions to drop.
-    let (queue_ids, has_children) = queue_lookup(queues);
-    let mut rules: Vec<PlacementRules> = last.rules.clone();
-    let mut rules_ids: Map<PlacementRules, RulesId> =
-        (rules.iter().cloned()).zip((0..).map(RulesId)).collect();
-    let mut shapes = last.shapes.clone();
-    let mut shape_ids: Map<(RulesId, Resources), ShapeId> =
-        (shapes.iter().cloned()).zip((0..).map(ShapeId)).collect();
-    // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
-    let mut gpus_used: Map<NodeId, u64> = Map::default();
-    let mut gone: Vec<JobId> = Vec::new();
-    // Shared devices: what the gone jobs and pinned pods held given back, what the fresh take.
-    let mut shared = devices::SharedDelta::default();
-    for (ns, job) in &held.changed_jobs {
-        let name = format!("{ns}/{job}");
-        if let Ok(pos) = last.jobs.binary_search_by(|j| (*j.name).cmp(name.as_str())) {
-            gone.push(JobId(pos as u32));
-            for &t in &last.jobs[pos].tasks {
-                let t = &last.tasks[t.index()];
-                if let TaskState::Bound(node) = t.state {
-                    // Charged device by device: the patch does not follow.
-                    if t.held.is_some() {
-                        return None;
-                    }
-                    let used = gpus_used
-                        .entry(node)
-                        .or_insert(last.node_gpus_used[node.index()]);
-                    *used &= !t.gpus;
-                    shared.charge(&last.nodes[node.index()], t.gpus, t.share, false);
-                }
-            }
-        }
-    }
-    for key in &held.changed_pinned {
-        if let Some(old) = b.pinned_uses.get(key) {
-            if old.held_differs {
-                return None;
-            }
-            let used = (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
-            *used &= !old.gpus;
-            shared.charge(&last.nodes[old.node.index()], old.gpus, old.share, false);
-        }
-    }
-    // A bound pod's GPUs, claimed; `None` unless they are the ones it names (only those
-    // claims are the same in any pod order). Shared devices are charged below.
-    let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
-        let n = &last.nodes[node.index()];
-        let want = facts.request.get(n.device_kind).max(0) as usize;
-        if n.sharing.shares() {
-            return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
-        }
-        let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-        let count = n.gpus.len();
-        let (mask, as_named) = claim_gpus(used, count, &spec.gpu_ids, want);
-        as_named.then_some(mask)
+    let specs = Specs {
+        held,
+        pods: &b.pods,
+        groups: &b.groups,
     };
-    // Pinned pods as they are now, checked.
-    let mut pinned: Vec<(&(String, String), PinnedUse)> = Vec::new();
-    for key in &held.changed_pinned {
-        let Some(c) = b.pods.get(key) else { continue };
-        let (Some(queue), Some(facts)) = (&c.spec.pinned_queue, &c.facts) else {
-            continue;
-        };
-        let node = bound_node(&c.spec, facts).ok()?;
-        let (queue, node) = pinned_at(&queue_ids, &has_children, facts, queue, node).ok()?;
-        let gpus = claim(node, &c.spec, facts)?;
-        let request = facts.request.clone();
-        pinned.push((
-            key,
-            PinnedUse {
-                node,
-                queue,
-                request,
-                gpus,
-                share: facts.share,
-                held_differs: facts.held_differs,
-            },
-        ));
-    }
-    let mut fresh: Vec<Fresh> = Vec::new();
-    for (ns, job) in &held.changed_jobs {
-        let key = (ns.clone(), job.clone());
-        let mut pods = Vec::new();
-        for pod in held.members.get(&key).into_iter().flatten() {
-            let c = b.pods.get(&(ns.clone(), pod.clone()))?;
-            pods.push((&c.spec, c.facts.as_ref()?));
-        }
-        let mut job = match (b.groups.get(&key), pods.as_slice()) {
-            (Some(g), _) => {
-                let facts = g.facts.as_ref()?;
-                check_group(&g.spec, &facts.key).ok()?;
-                // A pod without a group named like the group is an error.
-                if pods.iter().any(|(p, _)| p.group.is_none()) {
-                    return None;
-                }
-                Fresh {
-                    group: Cow::Borrowed(&g.spec),
-                    name: &facts.key,
-                    min_resources: facts.min_resources.as_ref(),
-                    implicit: false,
-                    queue: QueueId(0),
-                    members: Vec::new(),
-                }
-            }
-            (None, []) => continue,
-            (None, &[(p, facts)]) if p.group.is_none() => Fresh {
-                group: Cow::Owned(implicit_group(p)),
-                name: &facts.key,
-                min_resources: None,
-                implicit: true,
-                queue: QueueId(0),
-                members: Vec::new(),
-            },
-            // Pods that name a group that does not exist.
-            (None, _) => return None,
-        };
-        job.queue = job_queue(&queue_ids, &has_children, &job.group, job.name).ok()?;
-        for (spec, facts) in pods {
-            let node = bound_node(spec, facts).ok()?;
-            let gpus = match node {
-                Some(n) => claim(n, spec, facts)?,
-                None => 0,
-            };
-            let rid = *rules_ids.entry(spec.rules.clone()).or_insert_with(|| {
-                rules.push(spec.rules.clone());
-                RulesId(rules.len() as u32 - 1)
-            });
-            let shape = *(shape_ids.entry((rid, facts.request.clone()))).or_insert_with(|| {
-                shapes.push((rid, facts.request.clone()));
-                ShapeId(shapes.len() as u32 - 1)
-            });
-            job.members.push(Member {
-                spec,
-                facts,
-                node,
-                gpus,
-                rules: rid,
-                shape,
-            });
-        }
-        fresh.push(job);
-    }
-    // Jobs are ordered by `namespace/name`, tasks by (namespace, name).
-    fresh.sort_by(|a, c| a.name.cmp(c.name));
-    gone.sort_unstable();
-
-    // Usage is patched by adding and taking back requests, exact only while no sum saturates:
-    // past that, the snapshot is assembled anew.
-    let added = (fresh.iter().flat_map(|f| &f.members))
-        .filter(|m| m.node.is_some())
-        .map(|m| &m.facts.request)
-        .chain(pinned.iter().map(|(_, p)| &p.request));
-    if !sums_stay_exact(&last.used_total, added) {
-        return None;
-    }
-    for m in fresh.iter().flat_map(|f| &f.members) {
-        if let Some(n) = m.node {
-            if m.facts.held_differs {
-                return None;
-            }
-            shared.charge(&last.nodes[n.index()], m.gpus, m.facts.share, true);
-        }
-    }
-    for (_, new) in &pinned {
-        if new.held_differs {
-            return None;
-        }
-        shared.charge(&last.nodes[new.node.index()], new.gpus, new.share, true);
-    }
-    if !shared.exact(&last.device_use) {
-        return None;
-    }
+    let changes = Changes::of(&specs, &b.pinned_uses, last, queues)?;
 
     // From here on nothing fails.
     let mut last = b.last.take()?;
     let old_jobs = std::mem::take(&mut last.jobs);
     let old_tasks = std::mem::take(&mut last.tasks);
+    let ids = JobIds::of(&old_jobs, &changes.fresh, &changes.gone);
+    let Changes {
+        gone,
+        pinned,
+        fresh,
+        shapes,
+        shared,
+    } = changes;
+    let PatchedUsage {
+        usage,
+        queue_pinned,
+        device_use,
+        dropped,
+    } = patch_usage(
+        &mut last,
+        (&old_jobs, &old_tasks),
+        (&gone, &fresh, pinned, shared),
+        &held.changed_pinned,
+        &mut b.pinned_uses,
+    );
+    let mut spare = std::mem::take(&mut b.spare_tasks);
+    let merged = merge_tasks(old_tasks, &mut spare, &dropped, &fresh, &ids);
+    b.spare_tasks = spare;
+    let (mut tasks, jobs) = merge_jobs(old_jobs, merged, &fresh, &gone, &ids);
+    let (mut rules, mut shapes) = shapes.into_parts();
+    renumber_by_first_use(&mut tasks, &mut rules, &mut shapes);
+    // What depends on the nodes alone (and the pods of other schedulers, which did not
+    // change) is the last snapshot's, written once by `assemble`.
+    let snapshot = Snapshot {
+        now_ms,
+        tasks,
+        jobs,
+        queues: queues.to_vec(),
+        rules,
+        shapes,
+        node_used: usage.used,
+        node_gpus_used: usage.gpus,
+        device_use,
+        slice_used: Vec::new(),
+        queue_pinned,
+        used_total: usage.total,
+        namespaces: b.namespaces.clone(),
+        // The builder says which snapshot this is.
+        lineage: Lineage::default(),
+        ..last
+    };
+    Some((snapshot, usage.changed))
+}
 
-    // New job ids: old jobs keep their order, less the gone, with the fresh merged in by name.
-    let fresh_at: Vec<usize> = (fresh.iter())
-        .map(|f| old_jobs.partition_point(|j| *j.name < **f.name))
-        .collect();
-    let mut job_map = vec![u32::MAX; old_jobs.len()];
-    let mut fresh_ids = Vec::with_capacity(fresh.len());
-    {
-        let (mut next, mut f, mut g) = (0u32, 0, 0);
-        for (old, slot) in job_map.iter_mut().enumerate() {
-            while f < fresh.len() && fresh_at[f] <= old {
-                fresh_ids.push(JobId(next));
-                (next, f) = (next + 1, f + 1);
-            }
-            if g < gone.len() && gone[g].index() == old {
-                g += 1;
-            } else {
-                *slot = next;
-                next += 1;
-            }
-        }
-        for _ in f..fresh.len() {
-            fresh_ids.push(JobId(next));
-            next += 1;
-        }
-    }
+/// Node and queue usage, patched.
+struct PatchedUsage {
+    usage: Usage,
+    queue_pinned: Vec<Resources>,
+    device_use: Vec<DeviceUse>,
+    /// Per old task, whether its job is gone.
+    dropped: Vec<bool>,
+}
 
-    // Node usage: what the gone jobs and pinned pods held given back, what the fresh take.
+/// The usage of `last` (less its tasks and jobs, `old`) patched: what the gone jobs and the
+/// changed pinned pods (`changed_pinned`, with what they held in `pinned_uses`) held given
+/// back, what the fresh versions take; `pinned_uses` brought up to date.
+fn patch_usage(
+    last: &mut Snapshot,
+    (old_jobs, old_tasks): (&[Job], &[Task]),
+    (gone, fresh, pinned, shared): (&[JobId], &[Fresh], PinnedChanges, devices::SharedDelta),
+    changed_pinned: &BTreeSet<(String, String)>,
+    pinned_uses: &mut HashMap<(String, String), PinnedUse>,
+) -> PatchedUsage {
     let mut usage = Usage {
         used: std::mem::take(&mut last.node_used),
         total: std::mem::take(&mut last.used_total),
         gpus: std::mem::take(&mut last.node_gpus_used),
         changed: Vec::new(),
     };
+    // Node usage: what the gone jobs and pinned pods held given back, what the fresh take.
     let mut dropped = vec![false; old_tasks.len()];
-    for &j in &gone {
+    for &j in gone {
         for &t in &old_jobs[j.index()].tasks {
             dropped[t.index()] = true;
             let t = &old_tasks[t.index()];
@@ -351,8 +201,8 @@ pub(super) fn patch(
         }
     }
     let mut queue_pinned = std::mem::take(&mut last.queue_pinned);
-    for key in &held.changed_pinned {
-        if let Some(old) = b.pinned_uses.remove(key) {
+    for key in changed_pinned {
+        if let Some(old) = pinned_uses.remove(key) {
             usage.charge(old.node, &old.request, old.gpus, false);
             queue_pinned[old.queue.index()].take_back(&old.request);
         }
@@ -360,7 +210,7 @@ pub(super) fn patch(
     for (key, new) in pinned {
         usage.charge(new.node, &new.request, new.gpus, true);
         queue_pinned[new.queue.index()].add(&new.request);
-        b.pinned_uses.insert(key.clone(), new);
+        pinned_uses.insert(key.clone(), new);
     }
     // A shared node's GPU mask is of the devices no pod can join, not of those held.
     let mut device_use = std::mem::take(&mut last.device_use);
@@ -373,218 +223,200 @@ pub(super) fn patch(
             usage.gpus[n.index()] = devices::closed_devices(node, slice);
         }
     }
-
-    // New tasks: the old ones less the gone jobs', with the fresh members merged in by name.
-    let mut members: Vec<(usize, &Member<'_>)> = (fresh.iter().enumerate())
-        .flat_map(|(f, job)| job.members.iter().map(move |m| (f, m)))
-        .collect();
-    fn pod_key(p: &PodSpec) -> (&str, &str) {
-        (&p.namespace, &p.name)
-    }
-    members.sort_by(|a, c| pod_key(a.1.spec).cmp(&pod_key(c.1.spec)));
-    // A task's name is `namespace/name` and namespaces hold no `/` (checked above).
-    fn task_key(t: &Task) -> (&str, &str) {
-        t.name.split_once('/').unwrap_or(("", &t.name))
-    }
-    let members_at: Vec<usize> = (members.iter())
-        .map(|(_, m)| old_tasks.partition_point(|t| task_key(t) < pod_key(m.spec)))
-        .collect();
-    let mut task_map = vec![u32::MAX; old_tasks.len()];
-    let mut fresh_tasks: Vec<Vec<TaskId>> = vec![Vec::new(); fresh.len()];
-    // Fresh task -> its index in `members`.
-    let mut fresh_member: Vec<(TaskId, usize)> = Vec::with_capacity(members.len());
-    // Tasks before the first change keep their place and id (a replay's or an experiment's
-    // arrivals sort last): only the rest is moved.
-    let first_dropped = dropped.iter().position(|&d| d).unwrap_or(dropped.len());
-    let kept_tasks = members_at
-        .first()
-        .map_or(first_dropped, |&at| at.min(first_dropped));
-    let mut tasks = old_tasks;
-    let mut spare = std::mem::take(&mut b.spare_tasks);
-    spare.clear();
-    spare.extend(tasks.drain(kept_tasks..));
-    tasks.reserve(spare.len() + members.len());
-    for (old, t) in tasks.iter_mut().enumerate() {
-        task_map[old] = old as u32;
-        t.job = JobId(job_map[t.job.index()]);
-    }
-    let mut add_member = |tasks: &mut Vec<Task>, k: usize| {
-        let (f, m) = members[k];
-        let id = TaskId(tasks.len() as u32);
-        m.facts.slot.set(id.0);
-        fresh_tasks[f].push(id);
-        fresh_member.push((id, k));
-        let refs = TaskRefs {
-            id,
-            name: m.facts.key.clone(),
-            job: fresh_ids[f],
-            rules: m.rules,
-            shape: m.shape,
-            node: m.node,
-            gpus: m.gpus,
-            // Nodes with MIG slices are never patched.
-            slices: 0,
-        };
-        tasks.push(new_task(m.spec, m.facts, refs));
-    };
-    let mut next_member = 0;
-    for (old, mut t) in (kept_tasks..).zip(spare.drain(..)) {
-        while next_member < members.len() && members_at[next_member] <= old {
-            add_member(&mut tasks, next_member);
-            next_member += 1;
-        }
-        if dropped[old] {
-            continue;
-        }
-        task_map[old] = tasks.len() as u32;
-        t.id = TaskId(tasks.len() as u32);
-        t.job = JobId(job_map[t.job.index()]);
-        tasks.push(t);
-    }
-    for k in next_member..members.len() {
-        add_member(&mut tasks, k);
-    }
-    b.spare_tasks = spare;
-
-    // New jobs: the fresh built, the old renumbered.
-    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-    let labels_of = |t: TaskId| {
-        (fresh_member.binary_search_by_key(&t, |&(id, _)| id))
-            .map_or(&NO_LABELS, |i| &members[fresh_member[i].1].1.spec.labels)
-    };
-    // Jobs before the first change keep their place and id, as tasks do.
-    let mut jobs = old_jobs;
-    let first_gone = gone.first().map_or(jobs.len(), |g| g.index());
-    let kept_jobs = fresh_at
-        .first()
-        .copied()
-        .unwrap_or(jobs.len())
-        .min(first_gone);
-    let old_jobs: Vec<Job> = jobs.drain(kept_jobs..).collect();
-    jobs.reserve(old_jobs.len() + fresh.len());
-    let mut add_fresh = |jobs: &mut Vec<Job>, tasks: &mut Vec<Task>, f: usize| {
-        let job = &fresh[f];
-        let refs = JobRefs {
-            id: fresh_ids[f],
-            name: job.name.clone(),
-            queue: job.queue,
-            min_resources: job.min_resources.cloned(),
-            implicit: job.implicit,
-        };
-        let members = std::mem::take(&mut fresh_tasks[f]);
-        jobs.push(new_job(&job.group, refs, members, tasks, labels_of));
-    };
-    let renumber = |list: &mut Vec<TaskId>| {
-        for t in list {
-            *t = TaskId(task_map[t.index()]);
-        }
-    };
-    for j in &mut jobs {
-        renumber(&mut j.tasks);
-        for sg in &mut j.sub_groups {
-            renumber(&mut sg.tasks);
-        }
-    }
-    let mut next_fresh = 0;
-    for (old, mut j) in (kept_jobs..).zip(old_jobs) {
-        while next_fresh < fresh.len() && fresh_at[next_fresh] <= old {
-            add_fresh(&mut jobs, &mut tasks, next_fresh);
-            next_fresh += 1;
-        }
-        if job_map[old] == u32::MAX {
-            continue;
-        }
-        j.id = JobId(job_map[old]);
-        renumber(&mut j.tasks);
-        for sg in &mut j.sub_groups {
-            renumber(&mut sg.tasks);
-        }
-        jobs.push(j);
-    }
-    for f in next_fresh..fresh.len() {
-        add_fresh(&mut jobs, &mut tasks, f);
-    }
-
-    renumber_by_first_use(&mut tasks, &mut rules, &mut shapes);
-    let Snapshot {
-        resources,
-        nodes,
-        foreign_pods,
-        foreign,
-        allocatable_total,
-        ..
-    } = last;
-    let snapshot = Snapshot {
-        now_ms,
-        resources,
-        nodes,
-        tasks,
-        jobs,
-        queues: queues.to_vec(),
-        rules,
-        shapes,
-        node_used: usage.used,
-        node_gpus_used: usage.gpus,
-        device_use,
-        slice_used: Vec::new(),
-        share_names: last.share_names,
-        dra: last.dra,
-        usage: last.usage,
-        device_kinds: last.device_kinds.clone(),
-        largest_shared_device_mib: last.largest_shared_device_mib,
+    PatchedUsage {
+        usage,
         queue_pinned,
-        allocatable_total,
-        used_total: usage.total,
-        foreign_pods,
-        foreign: foreign.clone(),
-        namespaces: b.namespaces.clone(),
-        // The builder says which snapshot this is.
-        lineage: Lineage::default(),
-    };
-    Some((snapshot, usage.changed))
-}
-
-/// Rules and shapes are numbered in the order tasks first use them (as [`assemble`] numbers
-/// them); after a patch some may be unused or first used in another order: renumber them then.
-fn renumber_by_first_use(
-    tasks: &mut [Task],
-    rules: &mut Vec<PlacementRules>,
-    shapes: &mut Vec<(RulesId, Resources)>,
-) {
-    let mut rules_first = vec![u32::MAX; rules.len()];
-    let mut shapes_first = vec![u32::MAX; shapes.len()];
-    for (i, t) in tasks.iter().enumerate() {
-        let r = &mut rules_first[t.rules.0 as usize];
-        *r = (*r).min(i as u32);
-        let s = &mut shapes_first[t.shape.0 as usize];
-        *s = (*s).min(i as u32);
-    }
-    let numbered =
-        |first: &[u32]| first.windows(2).all(|w| w[0] < w[1]) && !first.contains(&u32::MAX);
-    if numbered(&rules_first) && numbered(&shapes_first) {
-        return;
-    }
-    let rules_map = by_first_use(rules, &rules_first);
-    let shapes_map = by_first_use(shapes, &shapes_first);
-    for (r, _) in shapes.iter_mut() {
-        *r = RulesId(rules_map[r.0 as usize]);
-    }
-    for t in tasks {
-        t.rules = RulesId(rules_map[t.rules.0 as usize]);
-        t.shape = ShapeId(shapes_map[t.shape.0 as usize]);
+        device_use,
+        dropped,
     }
 }
 
-/// Orders `items` by their first use (`first`; `u32::MAX`: unused, dropped) and returns each
-/// old index's new one.
-fn by_first_use<T>(items: &mut Vec<T>, first: &[u32]) -> Vec<u32> {
-    let mut order: Vec<usize> = (0..first.len()).filter(|&i| first[i] != u32::MAX).collect();
-    order.sort_by_key(|&i| first[i]);
-    let mut map = vec![u32::MAX; first.len()];
-    for (new, &old) in order.iter().enumerate() {
-        map[old] = new as u32;
+/// The builder's specs a patch reads.
+struct Specs<'b> {
+    held: &'b HeldCounts,
+    pods: &'b BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
+    groups: &'b BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
+}
+
+/// The changed pinned pods as they are now, by key.
+type PinnedChanges<'b> = Vec<(&'b (String, String), PinnedUse)>;
+
+/// What changed since the last snapshot, checked: every changed job and pinned pod as it is
+/// now, and the old jobs to drop.
+pub(super) struct Changes<'b> {
+    /// The old versions of the changed jobs, in id order.
+    pub(super) gone: Vec<JobId>,
+    pub(super) pinned: PinnedChanges<'b>,
+    /// By name.
+    pub(super) fresh: Vec<Fresh<'b>>,
+    pub(super) shapes: ShapeTable,
+    /// Shared devices: what the gone jobs and pinned pods held given back, what the fresh take.
+    pub(super) shared: devices::SharedDelta,
+}
+
+impl<'b> Changes<'b> {
+    /// The changes (`pinned_uses`: what each pinned pod held in `last`), or `None` when
+    /// patching them would not be exact.
+    fn of(
+        specs: &Specs<'b>,
+        pinned_uses: &HashMap<(String, String), PinnedUse>,
+        last: &Snapshot,
+        queues: &[Queue],
+    ) -> Option<Self> {
+        let held = specs.held;
+        // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
+        let mut gpus_used: Map<NodeId, u64> = Map::default();
+        let mut changes = Changes {
+            gone: Vec::new(),
+            pinned: Vec::new(),
+            fresh: Vec::new(),
+            shapes: ShapeTable::with(last.rules.clone(), last.shapes.clone()),
+            shared: devices::SharedDelta::default(),
+        };
+        for (ns, job) in &held.changed_jobs {
+            let name = format!("{ns}/{job}");
+            if let Ok(pos) = last.jobs.binary_search_by(|j| (*j.name).cmp(name.as_str())) {
+                changes.gone.push(JobId(pos as u32));
+                for &t in &last.jobs[pos].tasks {
+                    let t = &last.tasks[t.index()];
+                    if let TaskState::Bound(node) = t.state {
+                        // Charged device by device: the patch does not follow.
+                        if t.held.is_some() {
+                            return None;
+                        }
+                        let used =
+                            (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
+                        *used &= !t.gpus;
+                        let n = &last.nodes[node.index()];
+                        changes.shared.charge(n, t.gpus, t.share, false);
+                    }
+                }
+            }
+        }
+        for key in &held.changed_pinned {
+            if let Some(old) = pinned_uses.get(key) {
+                if old.held_differs {
+                    return None;
+                }
+                let used =
+                    (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
+                *used &= !old.gpus;
+                let n = &last.nodes[old.node.index()];
+                changes.shared.charge(n, old.gpus, old.share, false);
+            }
+        }
+        changes.fresh_versions(specs, last, queues, gpus_used)?;
+        changes.gone.sort_unstable();
+        changes.stays_exact(last).then_some(changes)
     }
-    let mut old: Vec<Option<T>> = std::mem::take(items).into_iter().map(Some).collect();
-    *items = order.iter().filter_map(|&i| old[i].take()).collect();
-    map
+
+    /// The changed pinned pods and jobs as they are now, checked, their GPUs claimed on
+    /// `gpus_used`.
+    fn fresh_versions(
+        &mut self,
+        specs: &Specs<'b>,
+        last: &Snapshot,
+        queues: &[Queue],
+        mut gpus_used: Map<NodeId, u64>,
+    ) -> Option<()> {
+        let (held, lookup) = (specs.held, QueueLookup::new(queues));
+        // A bound pod's GPUs, claimed; `None` unless they are the ones it names (only those
+        // claims are the same in any pod order). Shared devices are charged below.
+        let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
+            let n = &last.nodes[node.index()];
+            let want = devices_wanted(n, &facts.request);
+            if n.sharing.shares() {
+                return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
+            }
+            let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
+            let (mask, as_named) = claim_gpus(used, n.gpus.len(), &spec.gpu_ids, want);
+            as_named.then_some(mask)
+        };
+        for key in &held.changed_pinned {
+            let Some(c) = specs.pods.get(key) else {
+                continue;
+            };
+            let (Some(queue), Some(facts)) = (&c.spec.pinned_queue, &c.facts) else {
+                continue;
+            };
+            let node = bound_node(&c.spec, facts).ok()?;
+            let gpus = claim(node?, &c.spec, facts)?;
+            (self.pinned).push((key, PinnedUse::of(&lookup, queue, facts, node, gpus).ok()?));
+        }
+        for (ns, job) in &held.changed_jobs {
+            let key = (ns.clone(), job.clone());
+            let mut pods = Vec::new();
+            for pod in held.members.get(&key).into_iter().flatten() {
+                let c = specs.pods.get(&(ns.clone(), pod.clone()))?;
+                pods.push((&c.spec, c.facts.as_ref()?));
+            }
+            let draft = match (specs.groups.get(&key), pods.as_slice()) {
+                (Some(g), _) => {
+                    // A pod without a group named like the group is an error.
+                    if pods.iter().any(|(p, _)| p.group.is_none()) {
+                        return None;
+                    }
+                    JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?
+                }
+                (None, []) => continue,
+                (None, &[(p, facts)]) if p.group.is_none() => JobDraft::of_pod(p, facts),
+                // Pods that name a group that does not exist.
+                (None, _) => return None,
+            };
+            let mut job = Fresh {
+                queue: draft.queue(&lookup).ok()?,
+                draft,
+                members: Vec::new(),
+            };
+            for (spec, facts) in pods {
+                let node = bound_node(spec, facts).ok()?;
+                let gpus = match node {
+                    Some(n) => claim(n, spec, facts)?,
+                    None => 0,
+                };
+                let (rules, shape) = self.shapes.of(&spec.rules, &facts.request);
+                job.members.push(Member {
+                    spec,
+                    facts,
+                    node,
+                    gpus,
+                    rules,
+                    shape,
+                });
+            }
+            self.fresh.push(job);
+        }
+        // Jobs are ordered by `namespace/name`, tasks by (namespace, name).
+        (self.fresh).sort_by(|a, c| a.draft.name.cmp(c.draft.name));
+        Some(())
+    }
+
+    /// Whether the usage the changes patch stays exact: no sum saturates, no device holds
+    /// different amounts, and shared devices' usage can be patched.
+    fn stays_exact(&mut self, last: &Snapshot) -> bool {
+        // Usage is patched by adding and taking back requests, exact only while no sum
+        // saturates: past that, the snapshot is assembled anew.
+        let added = (self.fresh.iter().flat_map(|f| &f.members))
+            .filter(|m| m.node.is_some())
+            .map(|m| &m.facts.request)
+            .chain(self.pinned.iter().map(|(_, p)| &p.request));
+        if !sums_stay_exact(&last.used_total, added) {
+            return false;
+        }
+        for m in self.fresh.iter().flat_map(|f| &f.members) {
+            if let Some(n) = m.node {
+                if m.facts.held_differs {
+                    return false;
+                }
+                (self.shared).charge(&last.nodes[n.index()], m.gpus, m.facts.share, true);
+            }
+        }
+        for (_, new) in &self.pinned {
+            if new.held_differs {
+                return false;
+            }
+            (self.shared).charge(&last.nodes[new.node.index()], new.gpus, new.share, true);
+        }
+        self.shared.exact(&last.device_use)
+    }
 }

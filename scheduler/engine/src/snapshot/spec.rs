@@ -123,20 +123,6 @@ impl PodSpec {
     }
 }
 
-/// Where a gang or one of its sub-groups must (`required`, a hard limit) or should
-/// (`preferred`) land: tier names from the scheduler's topology config, e.g. `rack`, `nvlink`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TopologySpec {
-    pub required: Option<String>,
-    pub preferred: Option<String>,
-}
-
-impl TopologySpec {
-    pub fn is_empty(&self) -> bool {
-        self.required.is_none() && self.preferred.is_none()
-    }
-}
-
 /// Pods of a gang that must share a domain, e.g. a tensor-parallel group of `size` pods.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SubGroupSpec {

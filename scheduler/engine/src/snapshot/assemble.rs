@@ -1,0 +1,456 @@
+//! A whole snapshot built from its specs: [`Snapshot::build`] and the builder's full build.
+
+use super::*;
+
+impl Snapshot {
+    pub fn build(spec: ClusterSpec) -> Result<Snapshot, SnapshotError> {
+        let ClusterSpec {
+            now_ms,
+            nodes,
+            pods,
+            groups,
+            mut queues,
+            namespaces,
+            dra,
+            usage,
+        } = spec;
+        let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let pods = sorted_pods(&pods);
+        let groups = sorted_groups(&groups);
+        queues.sort_by(|a, b| a.name.cmp(&b.name));
+
+        let mut all = workload_resource_names(&pods, &groups, &queues);
+        all.extend(
+            nodes
+                .iter()
+                .flat_map(|n| n.allocatable.keys().map(String::as_str)),
+        );
+        let names = ResourceNames::new(all);
+        let needs_default = needs_default_queue(groups.iter().copied(), pods.iter().copied());
+        let queues = build_queues(&names, &mut queues, needs_default)?;
+
+        // Nodes.
+        let mut node_ids: HashMap<&str, NodeId> = HashMap::new();
+        let mut built_nodes = Vec::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            if node_ids.insert(n.name.as_str(), id).is_some() {
+                return Err(duplicate_node(&n.name));
+            }
+            built_nodes.push(build_node(&names, id, n)?);
+        }
+        let node_id = |n: &str| node_ids.get(n).copied();
+        let mut metas = MetaInterner::default();
+        let pod_facts: Vec<PodFacts> = (pods.iter())
+            .map(|&p| PodFacts::of(&names, p, &node_id, &mut metas))
+            .collect();
+        let group_facts: Vec<GroupFacts> =
+            groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
+        assemble(
+            now_ms,
+            names,
+            queues,
+            BuiltNodes {
+                nodes: built_nodes,
+                recycled: None,
+                lineage: Lineage::default(),
+                buffers: Buffers::default(),
+            },
+            &pods.iter().copied().zip(&pod_facts).collect::<Vec<_>>(),
+            false,
+            &groups.iter().copied().zip(&group_facts).collect::<Vec<_>>(),
+        )
+        .map(|a| {
+            let dra = (!dra.is_empty()).then(|| {
+                let names: Vec<&str> = a.snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+                Arc::new(crate::dra::DraTable::new(dra, &names))
+            });
+            Snapshot {
+                namespaces: sorted_namespaces(namespaces),
+                dra: dra.unwrap_or_default(),
+                usage: Arc::new(usage),
+                ..a.snapshot
+            }
+        })
+    }
+}
+
+/// The node part of a snapshot being assembled.
+pub(super) struct BuiltNodes {
+    pub(super) nodes: Vec<Node>,
+    /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
+    pub(super) recycled: Option<(Vec<Resources>, Vec<u64>)>,
+    pub(super) lineage: Lineage,
+    pub(super) buffers: Buffers,
+}
+
+/// The task and job vectors of earlier snapshots, emptied and filled again: a big cluster's
+/// are megabytes, and a fresh allocation every cycle costs page faults. Tasks alternate between
+/// two vectors so that a task can take its name from the last snapshot's task (found at its
+/// pod's `slot`) instead of cloning it: a clone or drop of a name touches its reference count,
+/// a cache miss per pod per cycle in a big cluster.
+#[derive(Default)]
+pub(super) struct Buffers {
+    /// The last snapshot's tasks.
+    pub(super) last_tasks: Vec<Task>,
+    /// The vector to fill (its old tasks' names already taken or about to be dropped).
+    pub(super) tasks: Vec<Task>,
+    pub(super) jobs: Vec<Job>,
+}
+
+impl Buffers {
+    /// The vectors to fill, emptied, for `pods` pods and `jobs` jobs: the last snapshot's
+    /// tasks (to take names from), the tasks, the jobs, and a task list per job (the earlier
+    /// snapshot's jobs' lists, emptied).
+    fn emptied(
+        self,
+        pods: usize,
+        jobs: usize,
+    ) -> (Vec<Task>, Vec<Task>, Vec<Job>, Vec<Vec<TaskId>>) {
+        let mut tasks = self.tasks;
+        tasks.clear();
+        tasks.reserve(pods);
+        let mut old_jobs = self.jobs;
+        let mut spare: Vec<Vec<TaskId>> = (old_jobs.iter_mut())
+            .map(|j| std::mem::take(&mut j.tasks))
+            .collect();
+        old_jobs.clear();
+        let job_tasks = (0..jobs)
+            .map(|_| {
+                let mut list = spare.pop().unwrap_or_default();
+                list.clear();
+                list
+            })
+            .collect();
+        (self.last_tasks, tasks, old_jobs, job_tasks)
+    }
+}
+
+/// The resources devices are advertised as, on any of `nodes` (`GPU` always first).
+fn device_kinds(nodes: &[Node]) -> Vec<ResourceId> {
+    let mut kinds: Vec<ResourceId> = nodes.iter().map(|n| n.device_kind).collect();
+    kinds.push(GPU);
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
+
+/// What a task taken name leaves behind: one shared, always-cached reference count.
+pub(super) static TAKEN: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+
+/// What [`assemble`] gives.
+pub(super) struct Assembled {
+    pub(super) snapshot: Snapshot,
+    /// The last snapshot's task vector, emptied, to fill next time.
+    pub(super) spare_tasks: Vec<Task>,
+    /// Every bound pod holds the GPUs it names (see [`claim_gpus`] and `devices::named_shared`).
+    pub(super) claims_as_named: bool,
+    /// What each pinned pod holds, by its index in the pods.
+    pub(super) pinned: Vec<(usize, PinnedUse)>,
+}
+
+/// Everything of a snapshot but its nodes, from pods and groups sorted by namespace and name
+/// and queues already resolved.
+pub(super) fn assemble(
+    now_ms: i64,
+    names: ResourceNames,
+    queues: Vec<Queue>,
+    nodes: BuiltNodes,
+    pods: &[(&PodSpec, &PodFacts)],
+    pods_unique: bool,
+    groups: &[(&GroupSpec, &GroupFacts)],
+) -> Result<Assembled, SnapshotError> {
+    let BuiltNodes {
+        nodes: mut built_nodes,
+        recycled,
+        lineage,
+        buffers,
+    } = nodes;
+    let device_count = devices::assign_bases(&mut built_nodes);
+    let lookup = QueueLookup::new(&queues);
+    let (drafts, pod_drafts) = draft_jobs(groups, pods, pods_unique)?;
+    // Jobs sorted by name (groups come sorted, implicit groups after them: two sorted runs).
+    let mut order: Vec<usize> = (0..drafts.len()).collect();
+    order.sort_by(|&a, &b| drafts[a].key().cmp(&drafts[b].key()));
+    let mut job_index = vec![JobId(0); drafts.len()];
+    for (pos, &d) in order.iter().enumerate() {
+        job_index[d] = JobId(pos as u32);
+    }
+    // Tasks and node usage.
+    let mut shapes = ShapeTable::default();
+    let mut held = Holdings::new(&built_nodes, recycled, names.len(), device_count);
+    let (mut last_tasks, mut tasks, mut jobs, mut job_tasks) =
+        buffers.emptied(pods.len(), order.len());
+    let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
+    let mut foreign = Vec::new();
+    let mut queue_pinned = vec![Resources::zero(names.len()); queues.len()];
+    let mut pinned = Vec::new();
+    for (pod_index, &(p, facts)) in pods.iter().enumerate() {
+        let node = bound_node(p, facts)?;
+        let (gpus, slices) = match node {
+            Some(n) => held.hold(&built_nodes[n.index()], p, facts),
+            None => (0, 0),
+        };
+        if let Some(queue) = &p.pinned_queue {
+            let used = PinnedUse::of(&lookup, queue, facts, node, gpus)?;
+            queue_pinned[used.queue.index()].add(&used.request);
+            pinned.push((pod_index, used));
+            continue;
+        }
+        if !p.ours {
+            if let Some(node) = node {
+                foreign.push(ForeignPod {
+                    node,
+                    meta: facts.meta.clone(),
+                    constraints: p.constraints.clone(),
+                });
+            }
+            continue;
+        }
+        let job = job_index[pod_drafts[tasks.len()]];
+        let (rules, shape) = shapes.of(&p.rules, &facts.request);
+        let id = TaskId(tasks.len() as u32);
+        let name = match last_tasks.get_mut(facts.slot.get() as usize) {
+            Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
+                std::mem::replace(&mut t.name, TAKEN.clone())
+            }
+            _ => facts.key.clone(),
+        };
+        facts.slot.set(id.0);
+        job_tasks[job.index()].push(id);
+        task_labels.push(&p.labels);
+        let refs = TaskRefs {
+            id,
+            name,
+            job,
+            rules,
+            shape,
+            node,
+            gpus,
+            slices,
+        };
+        tasks.push(new_task(p, facts, refs));
+    }
+    jobs.reserve(order.len());
+    for (pos, &d) in order.iter().enumerate() {
+        let draft = &drafts[d];
+        let queue = draft.queue(&lookup)?;
+        let task_ids = std::mem::take(&mut job_tasks[pos]);
+        let labels = |t: TaskId| task_labels[t.index()];
+        jobs.push(draft.build(JobId(pos as u32), queue, task_ids, &mut tasks, labels));
+    }
+    held.close_shared(&built_nodes);
+    let share_names = ShareNames::of(&names);
+    let largest_shared_device_mib = (built_nodes.iter().filter(|n| n.sharing.shares()))
+        .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
+        .max()
+        .unwrap_or(0);
+    let device_kinds = device_kinds(&built_nodes);
+    let dims = names.len();
+    let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
+    let used_total = sum(&held.node_used, dims);
+    let (rules, shapes) = shapes.into_parts();
+    Ok(Assembled {
+        snapshot: Snapshot {
+            now_ms,
+            resources: names,
+            nodes: built_nodes,
+            tasks,
+            jobs,
+            queues,
+            rules,
+            shapes,
+            allocatable_total,
+            used_total,
+            node_used: held.node_used,
+            node_gpus_used: held.node_gpus_used,
+            device_use: held.device_use,
+            slice_used: held.slice_used,
+            share_names,
+            device_kinds,
+            largest_shared_device_mib,
+            queue_pinned,
+            foreign_pods: foreign.len(),
+            foreign: Arc::new(foreign),
+            namespaces: Arc::default(),
+            dra: Arc::default(),
+            usage: Arc::default(),
+            lineage,
+        },
+        spare_tasks: last_tasks,
+        claims_as_named: held.claims_as_named,
+        pinned,
+    })
+}
+
+/// The jobs of `groups` and of the pods of ours without one, checked (a group's spec,
+/// duplicates, the group a pod names), and per pod of ours in order the index of its job.
+fn draft_jobs<'s>(
+    groups: &[(&'s GroupSpec, &'s GroupFacts)],
+    pods: &[(&'s PodSpec, &'s PodFacts)],
+    pods_unique: bool,
+) -> Result<(Vec<JobDraft<'s>>, Vec<usize>), SnapshotError> {
+    // (hash, draft) by job key; hashes come with the facts.
+    let mut job_keys: hashbrown::HashTable<(u64, usize)> =
+        hashbrown::HashTable::with_capacity(groups.len() + pods.len());
+    let mut drafts: Vec<JobDraft> = Vec::with_capacity(groups.len());
+    for &(g, facts) in groups {
+        let draft = JobDraft::of_group(g, facts)?;
+        let same = |&(_, d): &(u64, usize)| drafts[d].key() == draft.key();
+        match job_keys.entry(facts.hash, same, |e| e.0) {
+            hashbrown::hash_table::Entry::Occupied(_) => {
+                return Err(err(
+                    "PodGroup",
+                    &facts.key,
+                    "metadata.name",
+                    "duplicate PodGroup".into(),
+                ));
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert((facts.hash, drafts.len()));
+            }
+        }
+        drafts.push(draft);
+    }
+    // Pods come sorted by namespace and name: a duplicate follows its twin (a builder's pods
+    // are keyed by namespace and name, so none has one).
+    let mut last_pod: Option<(&str, &str)> = None;
+    // Per pod of ours, in order: the draft of its job (looked up once, used again by the caller).
+    let mut pod_drafts: Vec<usize> = Vec::with_capacity(pods.len());
+    for &(p, facts) in pods.iter().filter(|(p, _)| p.is_member()) {
+        let this = (p.namespace.as_str(), p.name.as_str());
+        if !pods_unique && last_pod.replace(this) == Some(this) {
+            return Err(err(
+                "Pod",
+                &facts.key,
+                "metadata.name",
+                "duplicate pod".into(),
+            ));
+        }
+        match &p.group {
+            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
+                drafts[d].key() == JobKey(&p.namespace, g)
+            }) {
+                Some(&(_, d)) => pod_drafts.push(d),
+                None => {
+                    return Err(err(
+                        "Pod",
+                        &facts.key,
+                        "metadata.labels/annotations (pod group)",
+                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
+                    ));
+                }
+            },
+            None => {
+                let key = JobKey(&p.namespace, &p.name);
+                let same = |&(_, d): &(u64, usize)| drafts[d].key() == key;
+                if job_keys.find(facts.job_hash, same).is_some() {
+                    return Err(err(
+                        "Pod",
+                        &facts.key,
+                        "metadata.name",
+                        format!(
+                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
+                            facts.key
+                        ),
+                    ));
+                }
+                job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
+                pod_drafts.push(drafts.len());
+                drafts.push(JobDraft::of_pod(p, facts));
+            }
+        }
+    }
+    Ok((drafts, pod_drafts))
+}
+
+/// What the bound pods hold on their nodes, pod after pod, in a full build.
+struct Holdings {
+    node_used: Vec<Resources>,
+    node_gpus_used: Vec<u64>,
+    device_use: Vec<DeviceUse>,
+    slice_used: Vec<u64>,
+    /// Every bound pod holds the GPUs it names so far (see [`claim_gpus`]).
+    claims_as_named: bool,
+}
+
+impl Holdings {
+    /// Nothing held on `nodes` (their GPUs in MIG mode aside), in `recycled` buffers when they
+    /// fit; `devices` devices shared.
+    fn new(
+        nodes: &[Node],
+        recycled: Option<(Vec<Resources>, Vec<u64>)>,
+        dims: usize,
+        devices: usize,
+    ) -> Self {
+        // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
+        let zero = Resources::zero(dims);
+        let (node_used, mut node_gpus_used) = match recycled {
+            Some((mut used, mut gpus)) if used.len() == nodes.len() => {
+                used.fill(zero.clone());
+                gpus.fill(0);
+                (used, gpus)
+            }
+            _ => (vec![zero; nodes.len()], vec![0u64; nodes.len()]),
+        };
+        // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
+        let mig = nodes
+            .iter()
+            .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
+        let slice_used = vec![0u64; if mig { nodes.len() } else { 0 }];
+        if mig {
+            for n in nodes {
+                node_gpus_used[n.id.index()] = n.mig_gpus();
+            }
+        }
+        Holdings {
+            node_used,
+            node_gpus_used,
+            device_use: vec![DeviceUse::default(); devices],
+            slice_used,
+            claims_as_named: true,
+        }
+    }
+
+    /// Charges bound pod `p` to its node `n`: its request, its devices (whole or shared) and
+    /// its MIG slices; the GPUs and slices it holds.
+    fn hold(&mut self, n: &Node, p: &PodSpec, facts: &PodFacts) -> (u64, u64) {
+        let (i, request) = (n.id.index(), &facts.request);
+        self.node_used[i].add(request);
+        let mut slices = 0;
+        if !n.slices.is_empty() {
+            let used = &mut self.slice_used[i];
+            slices = crate::devices::pick_slices(&n.slices, *used, request);
+            *used |= slices;
+        }
+        let want = devices_wanted(n, request);
+        let (gpus, as_named) = if n.sharing.shares() {
+            let base = n.device_base as usize;
+            let usage = &mut self.device_use[base..base + n.gpus.len()];
+            devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share)
+        } else {
+            claim_gpus(&mut self.node_gpus_used[i], n.gpus.len(), &p.gpu_ids, want)
+        };
+        self.claims_as_named &= as_named;
+        (gpus, slices)
+    }
+
+    /// A shared node's GPU mask is of the devices no pod can join, not of those held.
+    fn close_shared(&mut self, nodes: &[Node]) {
+        for n in nodes.iter().filter(|n| n.sharing.shares()) {
+            let base = n.device_base as usize;
+            let usage = &self.device_use[base..base + n.gpus.len()];
+            self.node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
+        }
+    }
+}
+
+/// The sum of resource vectors of `dims` dimensions.
+pub(super) fn sum<'r>(items: impl IntoIterator<Item = &'r Resources>, dims: usize) -> Resources {
+    let mut total = Resources::zero(dims);
+    for r in items {
+        total.add(r);
+    }
+    total
+}
