@@ -221,12 +221,6 @@ pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
 pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
     let snap = session.snapshot;
     let fw = session.framework();
-    let mut need = job.min_task_member.clone();
-    for (role, have) in session.counts(job.id).by_role {
-        if let Some(n) = need.get_mut(&role) {
-            *n = n.saturating_sub(have);
-        }
-    }
     let mut pending: Vec<TaskId> = (job.tasks.iter().copied())
         .filter(|&t| *session.task_status(t) == TaskStatus::Pending && snap.task(t).hold.is_none())
         .collect();
@@ -235,6 +229,16 @@ pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
         // Stable: members the policy does not tell apart keep their rank order.
         pending.sort_by(|&a, &b| fw.compare_tasks(snap.task(a), snap.task(b)));
     }
+    // Without role minimums no member is required: that order is the placement order.
+    if job.min_task_member.is_empty() {
+        return pending;
+    }
+    let mut need = job.min_task_member.clone();
+    for (role, have) in session.counts(job.id).by_role {
+        if let Some(n) = need.get_mut(&role) {
+            *n = n.saturating_sub(have);
+        }
+    }
     let mut members: Vec<(TaskId, bool)> = Vec::with_capacity(pending.len());
     for t in pending {
         let slot = need.get_mut(snap.task(t).role()).filter(|n| **n > 0);
@@ -242,6 +246,11 @@ pub(crate) fn placement_order(session: &Session, job: &Job) -> Vec<TaskId> {
         members.push((t, required));
     }
     // Required members first among members the policy ranks equal (all of them, without one).
+    // When all are required or none is, the order stands already (the sort is stable).
+    let mixed = members.iter().any(|m| m.1) && members.iter().any(|m| !m.1);
+    if !mixed {
+        return members.into_iter().map(|(t, _)| t).collect();
+    }
     members.sort_by(|&(a, ra), &(b, rb)| {
         let by_policy = if ordered {
             fw.compare_tasks(snap.task(a), snap.task(b))

@@ -42,7 +42,7 @@ pub(super) struct Kept {
     reservations: Option<Vec<(JobId, u32)>>,
     /// Per placement rules and ask: what [`Session::resource_needs`] words (alike gangs
     /// share it).
-    needs: Map<(RulesId, Resources), Arc<[ResourceNeed]>>,
+    needs: Map<RulesId, Map<Resources, Arc<[ResourceNeed]>>>,
     holders: holders::Kept,
 }
 
@@ -207,7 +207,8 @@ impl Session<'_> {
         rules: RulesId,
         asked: &Resources,
     ) -> Arc<[ResourceNeed]> {
-        if let Some(needs) = kept.needs.get(&(rules, asked.clone())) {
+        // Looked up by reference: most jobs find theirs, and a key is a copy of the ask.
+        if let Some(needs) = kept.needs.get(&rules).and_then(|n| n.get(asked)) {
             return needs.clone();
         }
         let names = &self.snapshot.resources;
@@ -222,7 +223,7 @@ impl Session<'_> {
                 allocatable: names.format(id, room.allocatable.get(id)),
             })
             .collect();
-        kept.needs.insert((rules, asked.clone()), needs.clone());
+        (kept.needs.entry(rules).or_default()).insert(asked.clone(), needs.clone());
         needs
     }
 

@@ -188,15 +188,16 @@ impl Session<'_> {
                 amount: names.format(resource, h.holds.get(resource)),
             })
             .collect();
-        // The queues' totals, without what the job itself holds there.
-        let mut queues: Vec<(QueueId, i64)> = ranked.queues.clone();
+        // The queues' totals, without what the job itself holds there (copied only then).
+        let mut queues = std::borrow::Cow::Borrowed(&ranked.queues[..]);
         if let Some(own) = own {
             let queue = snap.job(job).queue;
+            let queues = queues.to_mut();
             if let Some(q) = queues.iter_mut().find(|q| q.0 == queue) {
                 q.1 = q.1.saturating_sub(own.holds.get(resource));
             }
             queues.retain(|q| q.1 > 0);
-            sort_queues(snap, &mut queues);
+            sort_queues(snap, queues);
         }
         e.held_by_queues = (queues.iter().take(LISTED))
             .map(|&(q, amount)| Holding {
