@@ -1,18 +1,24 @@
 //! The snapshot of a changing cluster, kept up to date from one cycle to the next instead of
 //! built anew: what a live scheduler needs when its watches change a few objects of 100,000.
 //!
-//! [`IncrementalSnapshot::update`] takes the objects as they are now, as
-//! [`build_snapshot_tolerant`] does, and gives the same snapshot, errors and warnings (a
-//! property test holds it to that after any sequence of watch events). What it saves:
-//! - Each object held in an `Arc` (a watch cache's: every event replaces it) is converted once
-//!   while it stays the same object; the kinds held by value (queues, namespaces, workloads)
-//!   are few and converted every time.
+//! It keeps the objects it was given, each with its conversion. A caller that knows what
+//! changed says so ([`IncrementalSnapshot::update_changes`]: objects set or removed, per kind,
+//! or a kind relisted); one that does not gives every object ([`IncrementalSnapshot::update`],
+//! which finds what changed by identity and equality). Either way it gives what
+//! [`build_snapshot_tolerant`] gives for the objects it holds, in their order: the same
+//! snapshot, errors and warnings (a property test holds it to that after any sequence of watch
+//! events, told both ways). What it saves:
+//! - Each object is converted once while it stays the same object (a watch cache's `Arc` is
+//!   replaced on every event; an object held by value, while it stays equal).
 //! - The context of a conversion (priority classes, volumes, DRA devices, HyperNodes' labels,
 //!   ...) is read again only when an object it is read from changed: for a node only its name
 //!   and labels count, for a pod only one that uses volume claims (or any pod while workload
 //!   objects are given).
 //! - The engine's [`SnapshotBuilder`] is told only of the nodes, pods and PodGroups that
 //!   changed, so it patches its last snapshot and the session's node state carries over.
+//!
+//! Still one walk of every kept object per update that changes anything: collecting what the
+//! snapshot wants, the reference checks and the comparison with what the builder was told.
 //!
 //! Whatever it does not do incrementally falls back to the whole build, which is exact by
 //! definition: a node added or removed (a new builder), and anything the engine refuses (the
@@ -156,6 +162,11 @@ impl IncrementalSnapshot {
             return self.unchanged(options.now_ms);
         }
         self.run(context_changed, options)
+    }
+
+    /// Whether no update was made yet: the first must give every object.
+    pub fn is_new(&self) -> bool {
+        self.last.is_none()
     }
 
     /// The objects of the last update, in order, shared (the same list until an update

@@ -129,11 +129,10 @@ impl Store {
         })
     }
 
-    /// The keys of the objects of `kind` kept, in order.
+    /// The keys of the objects of `kind` kept.
     pub(super) fn keys_of(&self, kind: &str) -> Vec<String> {
-        (self.entries())
-            .filter(|e| e.object.kind() == kind)
-            .map(|e| e.key.clone())
+        (self.index.get(kind).into_iter())
+            .flat_map(|keys| keys.keys().cloned())
             .collect()
     }
 
