@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::convert::{explicit_group, namespace_queue};
-use basalt_crds::{Change, ConvertError, ConvertOptions, Object, Origin, PodGroup};
+use basalt_crds::{Change, ConvertError, ConvertOptions, Object, Origin as Source, PodGroup};
 use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
@@ -179,7 +179,7 @@ fn collect(
     let mut warnings = Vec::new();
     let mut collisions = HashSet::new();
     let volcano = stores.volcano.current();
-    let src = || Origin::Borrowed(SOURCE);
+    let src = || Source::Borrowed(SOURCE);
     if whole || changes.of("nodes").is_some() {
         objects.push(Change::Everything("Node"));
         for n in stores.nodes.state() {
@@ -285,7 +285,7 @@ fn collect(
             Ok(b) => {
                 view.add_queue(name, q.current_status(), Origin::Volcano);
                 let b = Object::Queue(Box::new(b));
-                objects.push(Change::Set(Origin::Borrowed(volcano::ORIGIN), b));
+                objects.push(Change::Set(Source::Borrowed(volcano::ORIGIN), b));
             }
             Err(e) => unreadable.push(e),
         }
@@ -298,7 +298,7 @@ fn collect(
     {
         match h.to_basalt() {
             Ok(typed) => objects.push(Change::Set(
-                Origin::Borrowed(volcano::TOPOLOGY_ORIGIN),
+                Source::Borrowed(volcano::TOPOLOGY_ORIGIN),
                 Object::HyperNode(Box::new(typed)),
             )),
             Err(e) => unreadable.push(e),
@@ -450,13 +450,13 @@ fn collect_pods(
             continue;
         }
         if !bridging || !(unbound(&p) || named_bound.contains(&(Arc::as_ptr(&p) as usize))) {
-            objects.push(Change::Set(Origin::Borrowed(SOURCE), Object::Pod(p)));
+            objects.push(Change::Set(Source::Borrowed(SOURCE), Object::Pod(p)));
             continue;
         }
         // The cache's own object, copied only where the cycle must see it otherwise.
         let pod = assumed.view_of(&key, p);
         match grouping.view_of(&key, pod) {
-            Some(pod) => objects.push(Change::Set(Origin::Borrowed(SOURCE), Object::Pod(pod))),
+            Some(pod) => objects.push(Change::Set(Source::Borrowed(SOURCE), Object::Pod(pod))),
             None => objects.push(removed()),
         }
     }
