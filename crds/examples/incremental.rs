@@ -1,7 +1,8 @@
 //! How long `IncrementalSnapshot::update` takes at scale, against the whole tolerant build:
 //! NODES nodes of 8 GPUs, PODS pods (half bound, not Basalt's; half pending Basalt pods in
 //! gangs of 8 over 200 queues), then a cycle with nothing changed, one new gang, and 1,000
-//! pending pods bound.
+//! pending pods bound: given every object (`update`), then told what changed
+//! (`update_changes`).
 //!
 //! ```sh
 //! cargo run --release -p basalt-crds --example incremental -- 10000 100000
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use basalt_crds::types::{PodGroup, Queue};
-use basalt_crds::{build_snapshot_tolerant, ConvertOptions, IncrementalSnapshot, Object};
+use basalt_crds::{build_snapshot_tolerant, Change, ConvertOptions, IncrementalSnapshot, Object};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
@@ -101,6 +102,7 @@ fn main() {
     time("whole tolerant build", &mut || {
         build_snapshot_tolerant(&objects, &options);
     });
+    told_changes(&objects, nodes, pending, &options, &time);
     let mut inc = IncrementalSnapshot::new();
     let mut given = Some(objects.clone());
     time("first update", &mut || {
@@ -136,5 +138,45 @@ fn main() {
     });
     time("whole tolerant build", &mut || {
         build_snapshot_tolerant(&objects, &options);
+    });
+}
+
+/// The same steps, told what changed.
+fn told_changes(
+    objects: &[(String, Object)],
+    nodes: usize,
+    pending: usize,
+    options: &ConvertOptions,
+    time: &dyn Fn(&str, &mut dyn FnMut()),
+) {
+    let set = |o: &Object| Change::Set("cluster".into(), o.clone());
+    let mut inc = IncrementalSnapshot::new();
+    let mut given = Some(objects.iter().map(|(_, o)| set(o)).collect::<Vec<_>>());
+    time("changes: first update", &mut || {
+        inc.update_changes(given.take().unwrap(), options);
+    });
+    time("changes: nothing changed", &mut || {
+        inc.update_changes(Vec::new(), options);
+    });
+    let new_gang = pending / 8 + 1;
+    let mut gang = vec![set(&group(new_gang))];
+    gang.extend((0..8).map(|k| set(&pod(new_gang * 8 + k, nodes, true))));
+    given = Some(gang);
+    time("changes: one new gang", &mut || {
+        inc.update_changes(given.take().unwrap(), options);
+    });
+    let n = objects.len();
+    let bound: Vec<Change> = (objects[n - 1000..n].iter().enumerate())
+        .filter_map(|(k, (_, o))| {
+            let Object::Pod(p) = o else { return None };
+            let mut bound = (**p).clone();
+            bound.spec.as_mut()?.node_name = Some(format!("node-{:05}", k % nodes));
+            bound.status.as_mut()?.phase = Some("Running".into());
+            Some(set(&Object::Pod(Arc::new(bound))))
+        })
+        .collect();
+    given = Some(bound);
+    time("changes: 1,000 pods bound", &mut || {
+        inc.update_changes(given.take().unwrap(), options);
     });
 }

@@ -1,12 +1,15 @@
 //! The snapshot of a changing cluster, kept up to date from one cycle to the next instead of
 //! built anew: what a live scheduler needs when its watches change a few objects of 100,000.
 //!
-//! [`IncrementalSnapshot::update`] takes the objects as they are now, as
-//! [`build_snapshot_tolerant`] does, and gives the same snapshot, errors and warnings (a
-//! property test holds it to that after any sequence of watch events). What it saves:
-//! - Each object held in an `Arc` (a watch cache's: every event replaces it) is converted once
-//!   while it stays the same object; the kinds held by value (queues, namespaces, workloads)
-//!   are few and converted every time.
+//! It keeps the objects it was given, each with its conversion. A caller that knows what
+//! changed says so ([`IncrementalSnapshot::update_changes`]: objects set or removed, per kind,
+//! or a kind relisted); one that does not gives every object ([`IncrementalSnapshot::update`],
+//! which finds what changed by identity and equality). Either way it gives what
+//! [`build_snapshot_tolerant`] gives for the objects it holds, in their order: the same
+//! snapshot, errors and warnings (a property test holds it to that after any sequence of watch
+//! events, told both ways). What it saves:
+//! - Each object is converted once while it stays the same object (a watch cache's `Arc` is
+//!   replaced on every event; an object held by value, while it stays equal).
 //! - The context of a conversion (priority classes, volumes, DRA devices, HyperNodes' labels,
 //!   ...) is read again only when an object it is read from changed: for a node only its name
 //!   and labels count, for a pod only one that uses volume claims (or any pod while workload
@@ -14,14 +17,18 @@
 //! - The engine's [`SnapshotBuilder`] is told only of the nodes, pods and PodGroups that
 //!   changed, so it patches its last snapshot and the session's node state carries over.
 //!
+//! Still one walk of every kept object per update that changes anything: collecting what the
+//! snapshot wants, the reference checks and the comparison with what the builder was told.
+//!
 //! Whatever it does not do incrementally falls back to the whole build, which is exact by
 //! definition: a node added or removed (a new builder), and anything the engine refuses (the
 //! tolerant build's rounds leave such objects out).
 
 mod feed;
-mod memo;
+mod store;
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
 
 use basalt_engine::{QueueUsage, Snapshot};
 
@@ -29,7 +36,8 @@ use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
 use crate::tolerant::{self, live_node};
 use feed::{Fed, Feed, Form, Wanted};
-use memo::{Conversion, Memo, Memos};
+use store::{identity, Identity, Replaced, Store};
+pub use store::{Change, Origin};
 
 /// foldhash: several times faster than SipHash on the short keys looked up per object and
 /// update, and still seeded per process. Nothing iterates these maps where order could leak.
@@ -44,16 +52,18 @@ pub struct IncrementalSnapshot {
     /// The options everything kept was converted under, at instant 0.
     options: Option<ConvertOptions>,
     context: Option<KeptContext>,
-    /// Conversions of shared objects, by identity.
-    memo: Memos,
+    /// The objects and their conversions.
+    store: Store,
     /// Counts updates: what an update saw carries its number.
     generation: u64,
     fed: Option<Fed>,
     /// The snapshot of an update that fell back to the whole build.
     fallback: Option<Snapshot>,
-    /// The last update's objects and outcome, for one that is given the very same objects.
-    /// Shared: a reader off the scheduling path (the forecast) takes them without a copy.
-    last: Option<(Objects, Update)>,
+    /// The last update's outcome, for one that changes nothing.
+    last: Option<Update>,
+    /// The objects of the last update as a list, made when first asked for and shared: a
+    /// reader off the scheduling path (the forecast) takes them without a copy.
+    listed: OnceLock<Objects>,
 }
 
 /// What an update found besides its snapshot, as [`crate::TolerantSnapshot`] has them.
@@ -61,23 +71,8 @@ pub struct IncrementalSnapshot {
 pub struct Update {
     pub warnings: Vec<String>,
     pub errors: Vec<ConvertError>,
-    /// Whether the snapshot is the last update's, moved to the new instant (the objects were
-    /// the very same).
+    /// Whether the snapshot is the last update's, moved to the new instant (nothing changed).
     pub unchanged: bool,
-}
-
-/// A shared object's kind and address. Its conversion keeps the object, so no other object
-/// takes the address while the entry lives.
-type Identity = (&'static str, usize);
-
-fn identity(object: &Object) -> Option<Identity> {
-    let address = match object {
-        Object::Node(n) => Arc::as_ptr(n) as usize,
-        Object::Pod(p) => Arc::as_ptr(p) as usize,
-        Object::PodGroup(g) => Arc::as_ptr(g) as usize,
-        _ => return None,
-    };
-    Some((object.kind(), address))
 }
 
 struct KeptContext {
@@ -86,15 +81,6 @@ struct KeptContext {
     informers: Vec<Object>,
     errors: Vec<ConvertError>,
     warnings: Vec<String>,
-}
-
-/// Where an object's conversion is in an update.
-#[derive(Clone, Copy)]
-enum Source {
-    /// Kept from update to update, in this slot of the memo.
-    Kept(usize),
-    /// Made in this update, at this index.
-    Made(usize),
 }
 
 impl IncrementalSnapshot {
@@ -112,34 +98,88 @@ impl IncrementalSnapshot {
         }
     }
 
-    /// Brings the snapshot up to date with `objects` under `options` (see the module
-    /// documentation); the snapshot is then [`IncrementalSnapshot::snapshot`].
+    /// Brings the snapshot up to date with `objects`, all of them, under `options`; the
+    /// snapshot is then [`IncrementalSnapshot::snapshot`]. Walks every object to find what
+    /// changed: a caller that knows calls [`IncrementalSnapshot::update_changes`].
     pub fn update(&mut self, objects: Vec<(String, Object)>, options: &ConvertOptions) -> Update {
-        let timeless = ConvertOptions {
-            now_ms: 0,
-            ..options.clone()
-        };
-        if self.options.as_ref() != Some(&timeless) {
-            *self = IncrementalSnapshot {
-                options: Some(timeless),
-                ..Self::default()
-            };
-        } else if let Some(update) = self.same_objects(&objects, options.now_ms) {
-            return update;
+        if self.same_options(options) && self.same_objects(&objects) {
+            return self.unchanged(options.now_ms);
         }
-        self.generation += 1;
-        let update = match self.incremental(&objects, options) {
-            Some(update) => update,
-            None => self.whole(&objects, options),
-        };
-        self.last = Some((Arc::new(objects), update.clone()));
-        update
+        self.store.replace_all(objects);
+        let context_changed = !self.same_informers();
+        self.run(context_changed, options)
     }
 
-    /// The objects of the last update (the very same as the objects given since, when they
-    /// were), shared.
+    /// Brings the snapshot up to date with what changed since the last update (for the first,
+    /// every object: each a [`Change::Set`]), under `options`. Objects are told apart by kind
+    /// and key; one set again replaces the kept one in its place, a new one goes last. Only
+    /// the objects changed are converted again (all of them when one the context is read from
+    /// changed, see the module documentation).
+    pub fn update_changes(
+        &mut self,
+        changes: impl IntoIterator<Item = Change>,
+        options: &ConvertOptions,
+    ) -> Update {
+        self.same_options(options);
+        let changes: Vec<Change> = changes.into_iter().collect();
+        // A relist: what was kept of the kind and not set again is gone.
+        let mut relisted: HashMap<&'static str, HashSet<String>> = (changes.iter())
+            .filter_map(|c| match c {
+                Change::Everything(kind) => Some((*kind, HashSet::new())),
+                _ => None,
+            })
+            .collect();
+        let mut context_changed = self.context.is_none();
+        let mut changed = false;
+        let mut note = |this: &Self, r: Option<Replaced>| {
+            if let Some(r) = r {
+                changed = true;
+                context_changed |= this.informs(&r);
+            }
+        };
+        for change in changes {
+            let replaced = match change {
+                Change::Set(origin, object) => {
+                    if let Some(keys) = relisted.get_mut(object.kind()) {
+                        keys.insert(object.key());
+                    }
+                    self.store.set(origin, object)
+                }
+                Change::Removed(kind, key) => self.store.remove(kind, &key),
+                Change::Everything(_) => None,
+            };
+            note(self, replaced);
+        }
+        for (kind, listed) in relisted {
+            for key in self.store.keys_of(kind) {
+                if !listed.contains(&key) {
+                    let replaced = self.store.remove(kind, &key);
+                    note(self, replaced);
+                }
+            }
+        }
+        if !changed && self.last.is_some() {
+            return self.unchanged(options.now_ms);
+        }
+        self.run(context_changed, options)
+    }
+
+    /// Whether no update was made yet: the first must give every object.
+    pub fn is_new(&self) -> bool {
+        self.last.is_none()
+    }
+
+    /// The objects of the last update, in order, shared (the same list until an update
+    /// changes something).
     pub fn objects(&self) -> Option<Objects> {
-        self.last.as_ref().map(|(objects, _)| objects.clone())
+        self.last.as_ref()?;
+        let listed = self.listed.get_or_init(|| {
+            let objects = (self.store.entries())
+                .map(|e| (e.origin.to_string(), e.object.clone()))
+                .collect();
+            Arc::new(objects)
+        });
+        Some(listed.clone())
     }
 
     /// Gives the last update's snapshot `usage` in place of what the Queues' statuses said:
@@ -160,38 +200,84 @@ impl IncrementalSnapshot {
         }
     }
 
-    /// The last update's outcome at `now_ms` when `objects` are its very objects.
-    fn same_objects(&mut self, objects: &[(String, Object)], now_ms: i64) -> Option<Update> {
-        let (last, update) = self.last.as_ref()?;
-        let same = last.len() == objects.len()
-            && last.iter().zip(objects).all(|((oa, a), (ob, b))| {
-                oa == ob
-                    && match (identity(a), identity(b)) {
-                        (Some(x), Some(y)) => x == y,
-                        _ => a == b,
-                    }
-            });
-        if !same {
-            return None;
+    /// Whether everything kept was converted under `options` (at any instant); if not, starts
+    /// afresh under them, keeping only the objects.
+    fn same_options(&mut self, options: &ConvertOptions) -> bool {
+        if self.options_kept(options) {
+            return true;
         }
+        let mut store = std::mem::take(&mut self.store);
+        store.forget_conversions();
+        *self = IncrementalSnapshot {
+            options: Some(ConvertOptions {
+                now_ms: 0,
+                ..options.clone()
+            }),
+            store,
+            ..Self::default()
+        };
+        false
+    }
+
+    fn options_kept(&self, options: &ConvertOptions) -> bool {
+        let timeless = ConvertOptions {
+            now_ms: 0,
+            ..options.clone()
+        };
+        self.options.as_ref() == Some(&timeless)
+    }
+
+    /// Whether `objects` are the very objects kept, in the same order, from the same origins.
+    fn same_objects(&self, objects: &[(String, Object)]) -> bool {
+        self.last.is_some()
+            && self.store.len() == objects.len()
+            && (self.store.entries().zip(objects))
+                .all(|(e, (origin, o))| *e.origin == **origin && store::same_object(&e.object, o))
+            && self.store.entries().count() == objects.len()
+    }
+
+    /// The last update's outcome at `now_ms`, nothing having changed.
+    fn unchanged(&mut self, now_ms: i64) -> Update {
         let update = Update {
             unchanged: true,
-            ..update.clone()
+            ..self.last.clone().unwrap_or_default()
         };
         match (&mut self.fallback, &mut self.fed) {
             (Some(s), _) => s.now_ms = now_ms,
             (None, Some(fed)) => {
-                fed.builder.build(now_ms, &fed.queues).ok()?;
+                if fed.builder.build(now_ms, &fed.queues).is_err() {
+                    // Refused at another instant: the whole build says why.
+                    return self.run(false, &options_at(self.options.as_ref(), now_ms));
+                }
             }
             (None, None) => {}
         }
-        Some(update)
+        update
+    }
+
+    /// Converts what changed and updates the snapshot, incrementally where it can.
+    fn run(&mut self, context_changed: bool, options: &ConvertOptions) -> Update {
+        self.generation += 1;
+        self.listed = OnceLock::new();
+        self.store.compact();
+        if context_changed {
+            self.read_context();
+        }
+        let update = match self.incremental(context_changed, options) {
+            Some(update) => update,
+            None => self.whole(options),
+        };
+        self.last = Some(update.clone());
+        update
     }
 
     /// The whole tolerant build; the builder starts afresh next time.
-    fn whole(&mut self, objects: &[(String, Object)], options: &ConvertOptions) -> Update {
+    fn whole(&mut self, options: &ConvertOptions) -> Update {
         self.fed = None;
-        let built = tolerant::build_snapshot_tolerant(objects, options);
+        let objects: Vec<(String, Object)> = (self.store.entries())
+            .map(|e| (e.origin.to_string(), e.object.clone()))
+            .collect();
+        let built = tolerant::build_snapshot_tolerant(&objects, options);
         self.fallback = built.snapshot;
         Update {
             warnings: built.warnings,
@@ -201,55 +287,16 @@ impl IncrementalSnapshot {
     }
 
     /// `None` when the update needs the whole build.
-    fn incremental(
-        &mut self,
-        objects: &[(String, Object)],
-        options: &ConvertOptions,
-    ) -> Option<Update> {
+    fn incremental(&mut self, context_changed: bool, options: &ConvertOptions) -> Option<Update> {
         let generation = self.generation;
-        let context_changed = self.refresh_context(objects);
         let kept = self.context.as_ref().expect("refreshed");
-        // Per object, its kept conversion's slot (shared objects) or its conversion made now.
-        let mut made: Vec<Conversion> = Vec::new();
-        let mut sources: Vec<Source> = Vec::with_capacity(objects.len());
-        for (origin, object) in objects {
-            let Some(id) = identity(object) else {
-                sources.push(Source::Made(made.len()));
-                made.push(Conversion::of(&kept.context, origin, object, options));
-                continue;
-            };
-            let slot = self.memo.slot(id, generation, || Memo {
-                _object: object.clone(),
-                seen: generation,
-                converted: Conversion::of(&kept.context, origin, object, options),
-                foreign: None,
-            });
-            sources.push(Source::Kept(slot));
-            let memo = self.memo.get_mut(slot);
-            if let (Object::Pod(p), Err(_), None) = (object, &memo.converted.result, &memo.foreign)
-            {
-                if live_node(p).is_some() {
-                    let foreign = ConvertOptions {
-                        scheduler_names: Vec::new(),
-                        ..options.clone()
-                    };
-                    memo.foreign = Some(Conversion::of(&kept.context, origin, object, &foreign));
-                }
-            }
-        }
-        self.memo.sweep(generation);
-
+        self.store.convert(&kept.context, options);
         let mut warnings = kept.warnings.clone();
         let mut errors = kept.errors.clone();
         let mut wanted = Wanted::default();
-        for ((_, object), source) in objects.iter().zip(&sources) {
-            let (converted, memo) = match *source {
-                Source::Made(i) => (&made[i], None),
-                Source::Kept(slot) => {
-                    let m = self.memo.get(slot);
-                    (&m.converted, Some(m))
-                }
-            };
+        for entry in self.store.entries() {
+            let object = &entry.object;
+            let converted = entry.converted.as_ref().expect("converted");
             let id = identity(object);
             warnings.extend(converted.warnings.iter().cloned());
             let e = match &converted.result {
@@ -263,15 +310,15 @@ impl IncrementalSnapshot {
             errors.push(e.clone());
             match object {
                 Object::PodGroup(_) => {
-                    wanted.bad_groups.insert(object.key());
+                    wanted.bad_groups.insert(entry.key.clone());
                 }
                 Object::Queue(_) => {
                     let reason = tolerant::queue_reason(Some(e));
-                    wanted.bad_queues.insert(object.key(), reason);
+                    wanted.bad_queues.insert(entry.key.clone(), reason);
                 }
                 Object::Pod(p) => {
                     let Some(node) = live_node(p) else { continue };
-                    let foreign = memo.and_then(|m| m.foreign.as_ref());
+                    let foreign = entry.foreign.as_ref();
                     warnings.extend(foreign.iter().flat_map(|f| f.warnings.iter().cloned()));
                     match foreign.map(|f| &f.result) {
                         Some(Ok(Some(c))) => wanted.add(c, id, Form::Foreign),
@@ -294,7 +341,10 @@ impl IncrementalSnapshot {
             generation,
         };
         fed.into(&mut self.fed)?;
-        tolerant::name_origins(objects, &mut errors);
+        // Errors made here name their object's origin, as conversion errors do.
+        for e in errors.iter_mut().filter(|e| e.origin.is_none()) {
+            e.origin = self.store.origin(&e.kind, &e.object).map(str::to_string);
+        }
         Some(Update {
             warnings,
             errors,
@@ -302,41 +352,66 @@ impl IncrementalSnapshot {
         })
     }
 
-    /// Reads the context again when an object it is read from changed; whether it did.
-    fn refresh_context(&mut self, objects: &[(String, Object)]) -> bool {
-        let workloads = objects
-            .iter()
-            .any(|(_, o)| matches!(o, Object::Workload(_)));
-        let informs = |o: &Object| match o {
-            Object::Pod(p) => workloads || p.spec.as_ref().is_some_and(volumes::uses_claims),
-            o => tolerant::informs_context(o),
-        };
-        if let Some(kept) = &self.context {
-            let mut now = objects.iter().map(|(_, o)| o).filter(|o| informs(o));
-            let same = kept
-                .informers
-                .iter()
-                .all(|a| now.next().is_some_and(|b| same_informer(a, b)))
-                && now.next().is_none();
-            if same {
-                return false;
-            }
+    /// Whether the object `r` replaced or removed, or the one it put, is read by the context
+    /// in a way that changed.
+    fn informs(&self, r: &Replaced) -> bool {
+        let workloads = self.store.has_workloads();
+        let informs = |o: &Object| informs(o, workloads);
+        match (&r.old, &r.new) {
+            (Some(a), Some(b)) => (informs(a) || informs(b)) && !same_informer(a, b),
+            (Some(o), None) | (None, Some(o)) => informs(o),
+            (None, None) => false,
         }
-        let mut errors = Vec::new();
-        let (context, warnings) = tolerant::context(objects, &mut errors);
-        let informers = (objects.iter())
-            .map(|(_, o)| o)
-            .filter(|o| informs(o))
-            .cloned()
+    }
+
+    /// Whether the context objects are the ones it was read from, in the same order.
+    fn same_informers(&self) -> bool {
+        let Some(kept) = &self.context else {
+            return false;
+        };
+        let workloads = self.store.has_workloads();
+        let mut now = (self.store.entries())
+            .map(|e| &e.object)
+            .filter(|o| informs(o, workloads));
+        kept.informers
+            .iter()
+            .all(|a| now.next().is_some_and(|b| same_informer(a, b)))
+            && now.next().is_none()
+    }
+
+    /// Reads the context again from the objects that inform it; every object is converted
+    /// again in it.
+    fn read_context(&mut self) {
+        let workloads = self.store.has_workloads();
+        let informers: Vec<(String, Object)> = (self.store.entries())
+            .filter(|e| informs(&e.object, workloads))
+            .map(|e| (e.origin.to_string(), e.object.clone()))
             .collect();
+        let mut errors = Vec::new();
+        let (context, warnings) = tolerant::context(&informers, &mut errors);
         self.context = Some(KeptContext {
             context,
-            informers,
+            informers: informers.into_iter().map(|(_, o)| o).collect(),
             errors,
             warnings,
         });
-        self.memo.clear();
-        true
+        self.store.forget_conversions();
+    }
+}
+
+fn options_at(options: Option<&ConvertOptions>, now_ms: i64) -> ConvertOptions {
+    ConvertOptions {
+        now_ms,
+        ..options.cloned().unwrap_or_default()
+    }
+}
+
+/// Whether the context is read from `o` (pods: those using volume claims, or any while
+/// workload objects are kept).
+fn informs(o: &Object, workloads: bool) -> bool {
+    match o {
+        Object::Pod(p) => workloads || p.spec.as_ref().is_some_and(volumes::uses_claims),
+        o => tolerant::informs_context(o),
     }
 }
 

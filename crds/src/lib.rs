@@ -30,7 +30,7 @@ pub use convert::{
     build_snapshot, build_snapshot_with_warnings, cluster_spec, cluster_spec_with_warnings,
     device_ask, ConvertError, ConvertOptions,
 };
-pub use incremental::IncrementalSnapshot;
+pub use incremental::{Change, IncrementalSnapshot, Origin};
 pub use quantity::QuantityError;
 pub use read::{read_objects, read_objects_lenient, Loaded, Object, ReadError};
 pub use tolerant::{build_snapshot_tolerant, TolerantSnapshot};

@@ -1,13 +1,14 @@
 //! `IncrementalSnapshot` gives what a fresh `build_snapshot_tolerant` of the same objects
 //! gives (the snapshot field by field, the errors and the warnings), after any sequence of
 //! watch events: adds, updates, deletes, relists after a dropped watch (every object a new
-//! `Arc`, some changed), cycles with nothing changed and objects in another order.
+//! `Arc`, some changed), cycles with nothing changed and objects in another order. Both
+//! ways of telling it: all objects each time (`update`), or what changed (`update_changes`).
 
 mod common;
 
 use std::collections::BTreeMap;
 
-use basalt_crds::{build_snapshot_tolerant, ConvertOptions, IncrementalSnapshot, Object};
+use basalt_crds::{build_snapshot_tolerant, Change, ConvertOptions, IncrementalSnapshot, Object};
 use common::objects;
 use proptest::prelude::*;
 
@@ -212,6 +213,68 @@ fn check(inc: &mut IncrementalSnapshot, objects: &[(String, Object)], now: i64, 
     );
 }
 
+/// The changes a watch reports for `e` applied to `cache` (what the cache held before).
+fn changes(before: &Cache, after: &Cache, e: &Event) -> Vec<Change> {
+    let set = |s: &usize| {
+        let (_, o) = &after.slots[s];
+        Change::Set(format!("cluster slot{s}").into(), o.clone())
+    };
+    // An object gone, or replaced by one of another key (a queue renamed).
+    let gone = |s: &usize| {
+        let (_, old) = before.slots.get(s)?;
+        let in_place = (after.slots.get(s)).is_some_and(|(_, o)| o.key() == old.key());
+        (!in_place).then(|| Change::Removed(old.kind(), old.key()))
+    };
+    match e {
+        Event::Set(s, _) => gone(s).into_iter().chain([set(s)]).collect(),
+        Event::Delete(s) => gone(s).into_iter().collect(),
+        Event::Relist(_) => {
+            let kinds: std::collections::BTreeSet<&'static str> = (0..SLOTS)
+                .flat_map(|s| [parse(s, 0).kind(), parse(s, 4).kind()])
+                .collect();
+            let mut changes: Vec<Change> = kinds.into_iter().map(Change::Everything).collect();
+            changes.extend(after.slots.keys().map(set));
+            changes
+        }
+        Event::Nothing | Event::Reorder(_) => Vec::new(),
+    }
+}
+
+/// As [`check`], through `update_changes`: the snapshot holds exactly the cache's objects, and
+/// gives what a fresh build of them (in its order) gives.
+fn check_changes(
+    inc: &mut IncrementalSnapshot,
+    cache: &Cache,
+    changes: Vec<Change>,
+    now: i64,
+    step: usize,
+) {
+    let options = ConvertOptions {
+        now_ms: now,
+        ..ConvertOptions::default()
+    };
+    let update = inc.update_changes(changes, &options);
+    let held = inc.objects().expect("updated");
+    let sorted = |mut v: Vec<(String, Object)>| {
+        v.sort_by_key(|(origin, o)| (o.kind(), o.key(), origin.clone()));
+        v
+    };
+    assert_eq!(
+        sorted(held.to_vec()),
+        sorted(cache.objects()),
+        "objects after step {step}"
+    );
+    let fresh = build_snapshot_tolerant(&held, &options);
+    let got = inc.snapshot().map(|s| format!("{s:?}"));
+    let want = fresh.snapshot.as_ref().map(|s| format!("{s:?}"));
+    assert_eq!(got, want, "snapshot after step {step}");
+    assert_eq!(update.errors, fresh.errors, "errors after step {step}");
+    assert_eq!(
+        update.warnings, fresh.warnings,
+        "warnings after step {step}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -232,6 +295,87 @@ proptest! {
             cache.apply(e);
             check(&mut inc, &cache.objects(), 1_000 + 500 * step as i64, step + 1);
         }
+    }
+
+    #[test]
+    fn changes_equal_a_fresh_build(
+        initial in prop::collection::vec(any::<Option<u8>>(), SLOTS),
+        events in prop::collection::vec(event(), 1..30),
+    ) {
+        let mut cache = Cache {
+            slots: (initial.iter().enumerate())
+                .filter_map(|(s, v)| v.map(|v| (s, (v, parse(s, v)))))
+                .collect(),
+            order: (0..SLOTS).collect(),
+        };
+        let mut inc = IncrementalSnapshot::new();
+        let first = (cache.objects().into_iter())
+            .map(|(origin, o)| Change::Set(origin.into(), o))
+            .collect();
+        check_changes(&mut inc, &cache, first, 1_000, 0);
+        for (step, e) in events.iter().enumerate() {
+            let before = Cache { slots: cache.slots.clone(), order: cache.order.clone() };
+            cache.apply(e);
+            let changes = changes(&before, &cache, e);
+            check_changes(&mut inc, &cache, changes, 1_000 + 500 * step as i64, step + 1);
+        }
+    }
+}
+
+/// What a pod refers to changing under it, told both ways: its queue's tree, its PodGroup's
+/// queue, its PodGroup removed, the node it is bound to removed (and back).
+#[test]
+fn references_changing_under_pods() {
+    // Nodes n0, n1; queues q0, q1 leaves; g0 in q0, g1 in q1; p0, p4 bound to n0 in g0; p1
+    // pending in g1; p5 bound to n1 in g1.
+    let initial = [
+        (0, 0),
+        (1, 0),
+        (4, 0),
+        (5, 0),
+        (6, 0),
+        (7, 1),
+        (10, 1),
+        (14, 1),
+        (11, 0),
+        (15, 1),
+    ];
+    let events = [
+        Event::Set(5, 2), // q1 becomes q0's child: q0 is no leaf, g0 goes
+        Event::Set(5, 0), // back
+        Event::Set(6, 2), // g0 names a queue that does not exist
+        Event::Set(6, 0), // back
+        Event::Set(4, 4), // q0 names q1 as parent; q1 is a leaf no more
+        Event::Delete(6), // g0 removed under its bound pods
+        Event::Delete(0), // n0 removed under bound pods
+        Event::Set(0, 1), // n0 back, smaller
+        Event::Set(6, 1), // g0 back, in q1
+        Event::Delete(5), // q1 removed under g0, g1 and their pods
+        Event::Relist(vec![(5, 0)]),
+    ];
+    let fresh_cache = || Cache {
+        slots: (initial.iter())
+            .map(|&(s, v)| (s, (v, parse(s, v))))
+            .collect(),
+        order: (0..SLOTS).collect(),
+    };
+    let (mut whole, mut changed) = (fresh_cache(), fresh_cache());
+    let (mut by_list, mut by_change) = (IncrementalSnapshot::new(), IncrementalSnapshot::new());
+    check(&mut by_list, &whole.objects(), 0, 0);
+    let first = (changed.objects().into_iter())
+        .map(|(origin, o)| Change::Set(origin.into(), o))
+        .collect();
+    check_changes(&mut by_change, &changed, first, 0, 0);
+    for (step, e) in events.iter().enumerate() {
+        whole.apply(e);
+        check(&mut by_list, &whole.objects(), step as i64, step + 1);
+        let before = Cache {
+            slots: changed.slots.clone(),
+            order: changed.order.clone(),
+        };
+        changed.apply(e);
+        let changes = changes(&before, &changed, e);
+        check_changes(&mut by_change, &changed, changes, step as i64, step + 1);
     }
 }
 

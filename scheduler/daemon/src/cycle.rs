@@ -1,18 +1,18 @@
 //! One scheduling cycle: the stores (plus the assume cache) to a snapshot, the engine, the plan
 //! applied.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use basalt_crds::convert::{explicit_group, namespace_queue};
-use basalt_crds::{ConvertError, ConvertOptions, Object, PodGroup};
+use basalt_crds::{Change, ConvertError, ConvertOptions, Object, Origin as Source, PodGroup};
 use basalt_engine::TaskState;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::apply::auto_groups::awaits_group;
-use crate::changes::{Changed, Key};
+use crate::changes::{Changed, Changes, Key};
 use crate::held_pods::HeldPods;
 use crate::keys::{group_key, key_of, pod_key};
 use crate::overfull::Overfull;
@@ -48,7 +48,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     s.auto_groups(stores).await;
     let t_auto = started.elapsed();
     let mut deadlines = Deadlines::default();
-    let (objects, unreadable, mut warnings) = collect(s, stores, &mut deadlines);
+    let (objects, unreadable, mut warnings) = collect(s, stores, &changes, &mut deadlines);
     let t_collect = started.elapsed();
     let options = ConvertOptions {
         scheduler_names: s.config.scheduler_names.clone(),
@@ -58,7 +58,7 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     };
     // Only what changed since the last cycle is converted and built again; nothing when
     // nothing did (`basalt_crds::incremental`).
-    let update = s.snapshots.update(objects, &options);
+    let update = s.snapshots.update_changes(objects, &options);
     let t_update = started.elapsed();
     // The forecast task shares the objects the snapshot was updated from: nothing is copied.
     if let Some(forecaster) = &s.forecaster {
@@ -159,53 +159,99 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
 /// cannot be read are returned as errors. Volcano's HyperNodes join too (conversion turns them
 /// into node labels). Also returns warnings about Volcano fields not honoured.
 /// Groups and pods left out for a grace set a deadline in `deadlines` at its end.
+///
+/// Returned as changes to the last cycle's objects (`IncrementalSnapshot::update_changes`):
+/// the pods the change log names and the few seen otherwise than stored (without a node,
+/// assumed, joining a group), the nodes when any changed, every object of the other kinds
+/// (few; the snapshot tells an unchanged one by identity or equality).
 fn collect(
     s: &mut Scheduler,
     stores: &Stores,
+    changes: &Changes,
     deadlines: &mut Deadlines,
-) -> (Vec<(String, Object)>, Vec<ConvertError>, Vec<String>) {
+) -> (Vec<Change>, Vec<ConvertError>, Vec<String>) {
+    // Everything after a list, for a new snapshot, or when whose pods these are changed.
+    let whole = matches!(changes.of("pods"), Some(Changed::Everything))
+        || s.snapshots.is_new()
+        || s.ownership.names() != s.config.scheduler_names.as_slice();
     let mut objects = Vec::new();
     let mut unreadable = Vec::new();
     let mut warnings = Vec::new();
     let mut collisions = HashSet::new();
     let volcano = stores.volcano.current();
-    let src = || SOURCE.to_string();
-    for n in stores.nodes.state() {
-        objects.push((src(), Object::Node(n)));
+    let src = || Source::Borrowed(SOURCE);
+    if whole || changes.of("nodes").is_some() {
+        objects.push(Change::Everything("Node"));
+        for n in stores.nodes.state() {
+            objects.push(Change::Set(src(), Object::Node(n)));
+        }
     }
+    // The other kinds whole: each relisted every cycle.
+    objects.extend(
+        [
+            "PriorityClass",
+            "Namespace",
+            "PersistentVolumeClaim",
+            "PersistentVolume",
+            "StorageClass",
+            "DeviceClass",
+            "ResourceSlice",
+            "ResourceClaim",
+            "Queue",
+            "HyperNode",
+            "NodeTopology",
+            "PodGroup",
+        ]
+        .map(Change::Everything),
+    );
     for c in stores.priority_classes.state() {
-        objects.push((src(), Object::PriorityClass(Box::new((*c).clone()))));
+        objects.push(Change::Set(
+            src(),
+            Object::PriorityClass(Box::new((*c).clone())),
+        ));
     }
     let mut namespace_queues = HashMap::new();
     for n in stores.namespaces.state() {
         if let (Some(name), Some(q)) = (&n.metadata.name, namespace_queue(&n.metadata)) {
             namespace_queues.insert(name.clone(), q.to_string());
         }
-        objects.push((src(), Object::Namespace(Box::new((*n).clone()))));
+        objects.push(Change::Set(
+            src(),
+            Object::Namespace(Box::new((*n).clone())),
+        ));
     }
     let mut view = View::new(namespace_queues);
     let now = jiff::Timestamp::now();
     for c in stores.claims.state() {
-        objects.push((src(), Object::PersistentVolumeClaim(Box::new((*c).clone()))));
+        objects.push(Change::Set(
+            src(),
+            Object::PersistentVolumeClaim(Box::new((*c).clone())),
+        ));
     }
     for v in stores.volumes.state() {
-        objects.push((src(), Object::PersistentVolume(Box::new((*v).clone()))));
+        objects.push(Change::Set(
+            src(),
+            Object::PersistentVolume(Box::new((*v).clone())),
+        ));
     }
     for c in stores.storage_classes.state() {
-        objects.push((src(), Object::StorageClass(Box::new((*c).clone()))));
+        objects.push(Change::Set(
+            src(),
+            Object::StorageClass(Box::new((*c).clone())),
+        ));
     }
     // DRA: the claims this scheduler wrote stand as written until the watch shows them.
     match stores.dra.current() {
         Some(dra) => {
             let kinds = &dra.kinds;
             for c in kinds.classes.iter().flat_map(|s| s.state()) {
-                objects.push((src(), Object::DeviceClass(c)));
+                objects.push(Change::Set(src(), Object::DeviceClass(c)));
             }
             for sl in kinds.slices.iter().flat_map(|s| s.state()) {
-                objects.push((src(), Object::ResourceSlice(sl)));
+                objects.push(Change::Set(src(), Object::ResourceSlice(sl)));
             }
             for c in s.assumed_claims.overlay(kinds.claims()) {
-                objects.push((src(), Object::ResourceClaim(c)));
+                objects.push(Change::Set(src(), Object::ResourceClaim(c)));
             }
         }
         None => s.assumed_claims.clear(),
@@ -216,7 +262,7 @@ fn collect(
             Ok(q) => {
                 let name = q.metadata.name.clone().unwrap_or_default();
                 view.add_queue(name, q.status.clone(), Origin::Basalt);
-                objects.push((src(), Object::Queue(Box::new((**q).clone()))));
+                objects.push(Change::Set(src(), Object::Queue(Box::new((**q).clone()))));
             }
             Err(e) => unreadable.push(e),
         }
@@ -238,7 +284,8 @@ fn collect(
         match q.to_basalt() {
             Ok(b) => {
                 view.add_queue(name, q.current_status(), Origin::Volcano);
-                objects.push((volcano::ORIGIN.to_string(), Object::Queue(Box::new(b))));
+                let b = Object::Queue(Box::new(b));
+                objects.push(Change::Set(Source::Borrowed(volcano::ORIGIN), b));
             }
             Err(e) => unreadable.push(e),
         }
@@ -250,8 +297,8 @@ fn collect(
         .flat_map(|w| w.kinds.hyper_nodes.state())
     {
         match h.to_basalt() {
-            Ok(typed) => objects.push((
-                volcano::TOPOLOGY_ORIGIN.to_string(),
+            Ok(typed) => objects.push(Change::Set(
+                Source::Borrowed(volcano::TOPOLOGY_ORIGIN),
                 Object::HyperNode(Box::new(typed)),
             )),
             Err(e) => unreadable.push(e),
@@ -259,7 +306,10 @@ fn collect(
     }
     for t in stores.topologies.state() {
         match t.typed(SOURCE) {
-            Ok(t) => objects.push((src(), Object::NodeTopology(Box::new((**t).clone())))),
+            Ok(t) => objects.push(Change::Set(
+                src(),
+                Object::NodeTopology(Box::new((**t).clone())),
+            )),
             Err(e) => unreadable.push(e),
         }
     }
@@ -272,7 +322,7 @@ fn collect(
         match g.typed(SOURCE) {
             Ok(typed) if waits_for_its_queue(typed, &view, now, deadlines) => {}
             Ok(typed) => {
-                objects.push((src(), Object::PodGroup(typed.clone())));
+                objects.push(Change::Set(src(), Object::PodGroup(typed.clone())));
                 view.add_group(key, typed.clone(), Origin::Basalt);
             }
             Err(e) => unreadable.push(e),
@@ -298,7 +348,7 @@ fn collect(
                     _ => volcano::ORIGIN,
                 };
                 // The stored object's own conversion: the same `Arc` while it is unchanged.
-                objects.push((label.to_string(), Object::PodGroup(b.clone())));
+                objects.push(Change::Set(label.into(), Object::PodGroup(b.clone())));
                 view.add_group(key, b, origin);
             }
             Err(e) => unreadable.push(e),
@@ -318,9 +368,34 @@ fn collect(
         tracing::warn!(object = %c, "{kind}s of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
     }
     s.view = view;
+    collect_pods(
+        s,
+        stores,
+        changes,
+        whole,
+        &group_keys,
+        deadlines,
+        &mut objects,
+    );
+    (objects, unreadable, warnings)
+}
+
+/// The pods of [`collect`]: with `whole` every pod, else those the change log names and
+/// those that may be seen otherwise than last cycle (without a node: assumed, joining,
+/// waiting for a group; or named by grouping). A pod left out is removed.
+fn collect_pods(
+    s: &mut Scheduler,
+    stores: &Stores,
+    changes: &Changes,
+    whole: bool,
+    group_keys: &HashSet<String>,
+    deadlines: &mut Deadlines,
+    objects: &mut Vec<Change>,
+) {
+    let now = jiff::Timestamp::now();
     // Pods this scheduler bound (`assumed_pods.rs`) and pods on their way into a group
     // (`grouping.rs`) are seen as they must be, not as the store has them.
-    let mut grouping = s.grouping.walk(&group_keys);
+    let mut grouping = s.grouping.walk(group_keys);
     // Nothing assumed, held or being joined to a group: every pod goes in as the cache has it
     // (no key is made for each of them).
     let bridging = !(s.assumed.is_empty() && grouping.is_idle());
@@ -335,33 +410,58 @@ fn collect(
             .map(|p| Arc::as_ptr(&p) as usize)
             .collect(),
     };
+    let pods: Vec<(String, Option<Arc<Pod>>)> = if whole {
+        objects.push(Change::Everything("Pod"));
+        (stores.pods.state().into_iter())
+            .map(|p| (pod_key(&p), Some(p)))
+            .collect()
+    } else {
+        let mut keys: BTreeSet<String> = (s.unbound.iter()).map(|p| pod_key(p)).collect();
+        keys.extend(grouping.keys().map(str::to_string));
+        if let Some(Changed::Objects(changed)) = changes.of("pods") {
+            keys.extend(
+                changed
+                    .iter()
+                    .map(|(ns, name)| format!("{}/{name}", ns.as_deref().unwrap_or("default"))),
+            );
+        }
+        (keys.into_iter())
+            .map(|key| {
+                let pod = stores.pod(&key);
+                (key, pod)
+            })
+            .collect()
+    };
     let mut assumed = s.assumed.walk();
-    for p in stores.pods.state() {
-        if waits_for_its_group(&p, &s.view, now, deadlines)
-            && !grouping.has_auto_group(&pod_key(&p))
-        {
+    for (key, p) in pods {
+        let removed = || Change::Removed("Pod", key.clone());
+        let Some(p) = p else {
+            objects.push(removed());
+            continue;
+        };
+        if waits_for_its_group(&p, &s.view, now, deadlines) && !grouping.has_auto_group(&key) {
+            objects.push(removed());
             continue;
         }
         // A groupless pod the auto groups did not see (it came after them): its owner may
         // want a gang, so it waits for the next cycle rather than go alone.
-        if awaits_group(&p, &s.config.scheduler_names) && !grouping.knows(&pod_key(&p)) {
+        if awaits_group(&p, &s.config.scheduler_names) && !grouping.knows(&key) {
+            objects.push(removed());
             continue;
         }
         if !bridging || !(unbound(&p) || named_bound.contains(&(Arc::as_ptr(&p) as usize))) {
-            objects.push((src(), Object::Pod(p)));
+            objects.push(Change::Set(Source::Borrowed(SOURCE), Object::Pod(p)));
             continue;
         }
         // The cache's own object, copied only where the cycle must see it otherwise.
-        let key = pod_key(&p);
         let pod = assumed.view_of(&key, p);
-        let Some(pod) = grouping.view_of(&key, pod) else {
-            continue;
-        };
-        objects.push((src(), Object::Pod(pod)));
+        match grouping.view_of(&key, pod) {
+            Some(pod) => objects.push(Change::Set(Source::Borrowed(SOURCE), Object::Pod(pod))),
+            None => objects.push(removed()),
+        }
     }
     assumed.finish();
     grouping.finish();
-    (objects, unreadable, warnings)
 }
 
 /// How long a pod may name a PodGroup the watch has not shown before it is reported as naming
