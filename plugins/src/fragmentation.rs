@@ -16,7 +16,9 @@
 //! `basalt` scores minus the growth of fragmentation in steps of 40 milli-device (the paper's
 //! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
 //! every large cut with every other), equal steps to the framework's tie order, and takes the
-//! device with the best such score (lowest position on ties). Measured alternatives on the
+//! device with the best such score (lowest position on ties). A pod without devices, which
+//! takes CPU alone, breaks equal steps first by [`cpu_only_tie`]: a node with no idle GPU,
+//! then the most CPU per idle GPU left (issue 38). Measured alternatives on the
 //! openb default list (docs/simulations.md): the exact growth, or a packing order (fuller node
 //! first) or a spreading one breaking ties, all leave more GPUs unallocated than random ties.
 //!
@@ -470,6 +472,23 @@ pub fn basalt_score(before: f64, after: f64) -> i64 {
     -growth.div_euclid(STEP)
 }
 
+/// Room kept below each step of [`basalt_score`] for [`cpu_only_tie`]: the node score is
+/// `steps × TIE_SCALE + tie`, so the tie orders nodes only within a step.
+pub const TIE_SCALE: i64 = 1 << 20;
+
+/// Among nodes of one step, where a pod without devices goes (higher first): a node with no
+/// idle GPU share left, then the most free CPU (whole CPUs) per idle GPU left. Such a pod
+/// takes only CPU; taken where GPUs are all busy it strands none, elsewhere it is least
+/// missed where CPU is plentiful for the GPUs still idle. Equal values go to the ranking.
+pub fn cpu_only_tie(cpu_free_after: i64, idle_after: &[u16]) -> i64 {
+    let idle: i64 = idle_after.iter().map(|&g| g as i64).sum();
+    if idle == 0 {
+        return TIE_SCALE - 1;
+    }
+    // CPUs per whole idle GPU: milli-CPU / milli-GPU.
+    (cpu_free_after.max(0) / idle).min(TIE_SCALE - 2)
+}
+
 impl Measure {
     fn read(&mut self, session: &Session, node: NodeId) -> f64 {
         let mut free = std::mem::take(&mut self.free);
@@ -492,12 +511,16 @@ impl NodeScorer for Measure {
         if crate::hami_nodes::node_policy(session, task).is_some() {
             return 0;
         }
-        let (cpu, share, _) = task_shape(session, task);
+        let (cpu, share, count) = task_shape(session, task);
         let before = self.read(session, node);
         let after = self.after(cpu, devices, share);
         match self.rule {
             Rule::Fgd => fgd_score(before, after) as i64,
-            Rule::Basalt => basalt_score(before, after),
+            Rule::Basalt if count == 0 => {
+                let tie = cpu_only_tie(self.free.cpu - cpu, &self.after);
+                basalt_score(before, after) * TIE_SCALE + tie
+            }
+            Rule::Basalt => basalt_score(before, after) * TIE_SCALE,
         }
     }
 

@@ -183,3 +183,78 @@ fn model_sets() {
     assert!(ModelSet(0b10).allows(Some(1)) && !ModelSet(0b10).allows(Some(0)));
     assert!(!ModelSet(0b10).allows(None));
 }
+
+#[test]
+fn cpu_only_tie_by_hand() {
+    // No idle GPU share: first of all, whatever the CPU.
+    assert_eq!(cpu_only_tie(0, &[0, 0]), TIE_SCALE - 1);
+    // 30 CPUs for 2 idle GPUs: 15; for 1.5 idle GPUs: 20; for half a GPU: 60.
+    assert_eq!(cpu_only_tie(30_000, &[1000, 1000]), 15);
+    assert_eq!(cpu_only_tie(30_000, &[1000, 500]), 20);
+    assert_eq!(cpu_only_tie(30_000, &[0, 500]), 60);
+    // Never reaches the next step, never negative.
+    assert!(cpu_only_tie(i64::MAX / 2, &[1]) < TIE_SCALE - 1);
+    assert_eq!(cpu_only_tie(-5, &[1000]), 0);
+}
+
+/// Two HAMi nodes of 2 GPUs and 32 CPUs: `a`'s GPUs are taken whole by a bound pod, `b` is
+/// idle and first in the ranking. A CPU-only pod grows fragmentation by nothing on either,
+/// so the ranking used to take `b`; it goes to `a`, where its CPU strands no GPU.
+#[test]
+fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
+    use basalt_engine::devices::{HeldDevice, Sharing};
+    use basalt_engine::{ClusterSpec, Gpu, NodeSpec, PodPhase, PodSpec, ResourceList, Snapshot};
+    let list = |items: &[(&str, i64)]| -> ResourceList {
+        items.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+    };
+    let node = |name: &str| NodeSpec {
+        name: name.into(),
+        allocatable: list(&[("cpu", 32_000), ("nvidia.com/gpu", 200)]),
+        gpus: Some(
+            (0..2)
+                .map(|d| Gpu {
+                    uuid: Some(format!("{name}-{d}")),
+                    memory_mib: Some(1000),
+                    slots: 100,
+                    ..Gpu::new(d)
+                })
+                .collect(),
+        ),
+        sharing: Sharing::Hami,
+        ..Default::default()
+    };
+    let pod = |name: &str, request: ResourceList| PodSpec {
+        namespace: "ns".into(),
+        name: name.into(),
+        ours: true,
+        devices: basalt_crds::device_ask(&request),
+        request,
+        created_ms: 1,
+        ..Default::default()
+    };
+    let busy = PodSpec {
+        phase: PodPhase::Running,
+        node: Some("a".into()),
+        held_devices: (0..2)
+            .map(|d| HeldDevice {
+                uuid: format!("a-{d}"),
+                memory_mib: 1000,
+                cores: 100,
+            })
+            .collect(),
+        ..pod("busy", list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]))
+    };
+    let spec = ClusterSpec {
+        nodes: vec![node("a"), node("b")],
+        pods: vec![busy, pod("cpu-only", list(&[("cpu", 2000)]))],
+        ..Default::default()
+    };
+    let snap = Snapshot::build(spec).unwrap();
+    let mut fw = crate::framework(&crate::Config::default(), &snap.resources);
+    fw.node_rank = Some(vec![1, 0].into());
+    let plan = basalt_engine::schedule(&snap, &fw, &mut basalt_engine::Warm::default());
+    let placed: Vec<(&str, &str)> = (plan.bindings.iter())
+        .map(|b| (b.pod.as_str(), b.node.as_str()))
+        .collect();
+    assert_eq!(placed, [("ns/cpu-only", "a")]);
+}
