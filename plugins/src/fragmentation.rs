@@ -17,8 +17,8 @@
 //! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
 //! every large cut with every other), equal steps to the framework's tie order, and takes the
 //! device with the best such score (lowest position on ties). A pod without devices, which
-//! takes CPU alone, breaks equal steps first by [`cpu_only_tie`]: a node with no idle GPU,
-//! then the most CPU per idle GPU left (issue 38). Measured alternatives on the
+//! takes CPU alone, breaks equal steps first by [`cpu_only_tie`]: the node left with the
+//! fewest idle whole GPUs (key (b), issue 38). Measured alternatives on the
 //! openb default list (docs/simulations.md): the exact growth, or a packing order (fuller node
 //! first) or a spreading one breaking ties, all leave more GPUs unallocated than random ties.
 //!
@@ -476,18 +476,18 @@ pub fn basalt_score(before: f64, after: f64) -> i64 {
 /// `steps × TIE_SCALE + tie`, so the tie orders nodes only within a step.
 pub const TIE_SCALE: i64 = 1 << 20;
 
-/// Among nodes of one step, where a pod without devices goes (higher first): a node with no
-/// idle GPU share left, then the most free CPU (whole CPUs) per idle GPU left. Such a pod
-/// takes only CPU; taken where GPUs are all busy it strands none, elsewhere it is least
-/// missed where CPU is plentiful for the GPUs still idle. Equal values go to the ranking.
-pub fn cpu_only_tie(cpu_free_after: i64, idle_after: &[u16]) -> i64 {
+/// Among nodes of one step, where a pod without devices goes (higher first): the node left
+/// with the fewest idle whole GPUs (key (b) in docs/simulations.md). Such a pod takes only
+/// CPU; taken where few GPUs are idle it strands the fewest with the CPU it uses. Partial
+/// idle shares below a whole GPU count as none. Equal values go to the ranking.
+pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
     let idle: i64 = idle_after.iter().map(|&g| g as i64).sum();
-    if idle == 0 {
-        return TIE_SCALE - 1;
-    }
-    // CPUs per whole idle GPU: milli-CPU / milli-GPU.
-    (cpu_free_after.max(0) / idle).min(TIE_SCALE - 2)
+    // Whole idle GPUs are at most a node's device count, far below the room of a step.
+    TIE_BASE - idle / FULL as i64
 }
+
+/// The tie of a node with no idle GPU; half of [`TIE_SCALE`], so ties never reach a step.
+const TIE_BASE: i64 = 1 << 19;
 
 impl Measure {
     fn read(&mut self, session: &Session, node: NodeId) -> f64 {
@@ -517,7 +517,7 @@ impl NodeScorer for Measure {
         match self.rule {
             Rule::Fgd => fgd_score(before, after) as i64,
             Rule::Basalt if count == 0 => {
-                let tie = cpu_only_tie(self.free.cpu - cpu, &self.after);
+                let tie = cpu_only_tie(&self.after);
                 basalt_score(before, after) * TIE_SCALE + tie
             }
             Rule::Basalt => basalt_score(before, after) * TIE_SCALE,

@@ -186,20 +186,21 @@ fn model_sets() {
 
 #[test]
 fn cpu_only_tie_by_hand() {
-    // No idle GPU share: first of all, whatever the CPU.
-    assert_eq!(cpu_only_tie(0, &[0, 0]), TIE_SCALE - 1);
-    // 30 CPUs for 2 idle GPUs: 15; for 1.5 idle GPUs: 20; for half a GPU: 60.
-    assert_eq!(cpu_only_tie(30_000, &[1000, 1000]), 15);
-    assert_eq!(cpu_only_tie(30_000, &[1000, 500]), 20);
-    assert_eq!(cpu_only_tie(30_000, &[0, 500]), 60);
-    // Never reaches the next step, never negative.
-    assert!(cpu_only_tie(i64::MAX / 2, &[1]) < TIE_SCALE - 1);
-    assert_eq!(cpu_only_tie(-5, &[1000]), 0);
+    // Key (b): the fewer idle whole GPUs left, the higher; none idle is highest.
+    assert_eq!(cpu_only_tie(&[0, 0]), 1 << 19);
+    assert_eq!(cpu_only_tie(&[1000, 0]), (1 << 19) - 1);
+    assert_eq!(cpu_only_tie(&[1000, 1000]), (1 << 19) - 2);
+    // Partial shares count in whole GPUs, rounded down: 1.5 idle is 1, half a GPU is none.
+    assert_eq!(cpu_only_tie(&[1000, 500]), (1 << 19) - 1);
+    assert_eq!(cpu_only_tie(&[0, 500]), 1 << 19);
+    // Never reaches the next step, never negative, even with 8 idle GPUs.
+    assert!((0..TIE_SCALE).contains(&cpu_only_tie(&[1000; 8])));
 }
 
 /// Two HAMi nodes of 2 GPUs and 32 CPUs: `a`'s GPUs are taken whole by a bound pod, `b` is
 /// idle and first in the ranking. A CPU-only pod grows fragmentation by nothing on either,
-/// so the ranking used to take `b`; it goes to `a`, where its CPU strands no GPU.
+/// so the ranking used to take `b`; key (b) sends it to `a`, the node left with the fewest
+/// idle GPUs (none), where its CPU strands no GPU.
 #[test]
 fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
     use basalt_engine::devices::{HeldDevice, Sharing};
