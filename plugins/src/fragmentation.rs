@@ -16,7 +16,9 @@
 //! `basalt` scores minus the growth of fragmentation in steps of 40 milli-device (the paper's
 //! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
 //! every large cut with every other), equal steps to the framework's tie order, and takes the
-//! device with the best such score (lowest position on ties). Measured alternatives on the
+//! device with the best such score (lowest position on ties). A pod without devices, which
+//! takes CPU alone, breaks equal steps first by [`cpu_only_tie`]: the node left with the
+//! fewest idle whole GPUs (key (b), issue 38). Measured alternatives on the
 //! openb default list (docs/simulations.md): the exact growth, or a packing order (fuller node
 //! first) or a spreading one breaking ties, all leave more GPUs unallocated than random ties.
 //!
@@ -470,6 +472,23 @@ pub fn basalt_score(before: f64, after: f64) -> i64 {
     -growth.div_euclid(STEP)
 }
 
+/// Room kept below each step of [`basalt_score`] for [`cpu_only_tie`]: the node score is
+/// `steps × TIE_SCALE + tie`, so the tie orders nodes only within a step.
+pub const TIE_SCALE: i64 = 1 << 20;
+
+/// Among nodes of one step, where a pod without devices goes (higher first): the node left
+/// with the fewest idle whole GPUs (key (b) in docs/simulations.md). Such a pod takes only
+/// CPU; taken where few GPUs are idle it strands the fewest with the CPU it uses. Partial
+/// idle shares below a whole GPU count as none. Equal values go to the ranking.
+pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
+    let idle: i64 = idle_after.iter().map(|&g| g as i64).sum();
+    // Whole idle GPUs are at most a node's device count, far below the room of a step.
+    TIE_BASE - idle / FULL as i64
+}
+
+/// The tie of a node with no idle GPU; half of [`TIE_SCALE`], so ties never reach a step.
+const TIE_BASE: i64 = 1 << 19;
+
 impl Measure {
     fn read(&mut self, session: &Session, node: NodeId) -> f64 {
         let mut free = std::mem::take(&mut self.free);
@@ -492,12 +511,16 @@ impl NodeScorer for Measure {
         if crate::hami_nodes::node_policy(session, task).is_some() {
             return 0;
         }
-        let (cpu, share, _) = task_shape(session, task);
+        let (cpu, share, count) = task_shape(session, task);
         let before = self.read(session, node);
         let after = self.after(cpu, devices, share);
         match self.rule {
             Rule::Fgd => fgd_score(before, after) as i64,
-            Rule::Basalt => basalt_score(before, after),
+            Rule::Basalt if count == 0 => {
+                let tie = cpu_only_tie(&self.after);
+                basalt_score(before, after) * TIE_SCALE + tie
+            }
+            Rule::Basalt => basalt_score(before, after) * TIE_SCALE,
         }
     }
 

@@ -183,3 +183,79 @@ fn model_sets() {
     assert!(ModelSet(0b10).allows(Some(1)) && !ModelSet(0b10).allows(Some(0)));
     assert!(!ModelSet(0b10).allows(None));
 }
+
+#[test]
+fn cpu_only_tie_by_hand() {
+    // Key (b): the fewer idle whole GPUs left, the higher; none idle is highest.
+    assert_eq!(cpu_only_tie(&[0, 0]), 1 << 19);
+    assert_eq!(cpu_only_tie(&[1000, 0]), (1 << 19) - 1);
+    assert_eq!(cpu_only_tie(&[1000, 1000]), (1 << 19) - 2);
+    // Partial shares count in whole GPUs, rounded down: 1.5 idle is 1, half a GPU is none.
+    assert_eq!(cpu_only_tie(&[1000, 500]), (1 << 19) - 1);
+    assert_eq!(cpu_only_tie(&[0, 500]), 1 << 19);
+    // Never reaches the next step, never negative, even with 8 idle GPUs.
+    assert!((0..TIE_SCALE).contains(&cpu_only_tie(&[1000; 8])));
+}
+
+/// Two HAMi nodes of 2 GPUs and 32 CPUs: `a`'s GPUs are taken whole by a bound pod, `b` is
+/// idle and first in the ranking. A CPU-only pod grows fragmentation by nothing on either,
+/// so the ranking used to take `b`; key (b) sends it to `a`, the node left with the fewest
+/// idle GPUs (none), where its CPU strands no GPU.
+#[test]
+fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
+    use basalt_engine::devices::{HeldDevice, Sharing};
+    use basalt_engine::{ClusterSpec, Gpu, NodeSpec, PodPhase, PodSpec, ResourceList, Snapshot};
+    let list = |items: &[(&str, i64)]| -> ResourceList {
+        items.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+    };
+    let node = |name: &str| NodeSpec {
+        name: name.into(),
+        allocatable: list(&[("cpu", 32_000), ("nvidia.com/gpu", 200)]),
+        gpus: Some(
+            (0..2)
+                .map(|d| Gpu {
+                    uuid: Some(format!("{name}-{d}")),
+                    memory_mib: Some(1000),
+                    slots: 100,
+                    ..Gpu::new(d)
+                })
+                .collect(),
+        ),
+        sharing: Sharing::Hami,
+        ..Default::default()
+    };
+    let pod = |name: &str, request: ResourceList| PodSpec {
+        namespace: "ns".into(),
+        name: name.into(),
+        ours: true,
+        devices: basalt_crds::device_ask(&request),
+        request,
+        created_ms: 1,
+        ..Default::default()
+    };
+    let busy = PodSpec {
+        phase: PodPhase::Running,
+        node: Some("a".into()),
+        held_devices: (0..2)
+            .map(|d| HeldDevice {
+                uuid: format!("a-{d}"),
+                memory_mib: 1000,
+                cores: 100,
+            })
+            .collect(),
+        ..pod("busy", list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]))
+    };
+    let spec = ClusterSpec {
+        nodes: vec![node("a"), node("b")],
+        pods: vec![busy, pod("cpu-only", list(&[("cpu", 2000)]))],
+        ..Default::default()
+    };
+    let snap = Snapshot::build(spec).unwrap();
+    let mut fw = crate::framework(&crate::Config::default(), &snap.resources);
+    fw.node_rank = Some(vec![1, 0].into());
+    let plan = basalt_engine::schedule(&snap, &fw, &mut basalt_engine::Warm::default());
+    let placed: Vec<(&str, &str)> = (plan.bindings.iter())
+        .map(|b| (b.pod.as_str(), b.node.as_str()))
+        .collect();
+    assert_eq!(placed, [("ns/cpu-only", "a")]);
+}
