@@ -155,6 +155,16 @@ struct Cache {
 }
 
 impl Cache {
+    /// A cache holding `variant` at each slot given, in slot order.
+    fn holding(slots: impl IntoIterator<Item = (usize, u8)>) -> Cache {
+        Cache {
+            slots: (slots.into_iter())
+                .map(|(s, v)| (s, (v, parse(s, v))))
+                .collect(),
+            order: (0..SLOTS).collect(),
+        }
+    }
+
     fn objects(&self) -> Vec<(String, Object)> {
         (self.order.iter())
             .filter_map(|s| {
@@ -283,12 +293,8 @@ proptest! {
         initial in prop::collection::vec(any::<Option<u8>>(), SLOTS),
         events in prop::collection::vec(event(), 1..30),
     ) {
-        let mut cache = Cache {
-            slots: (initial.iter().enumerate())
-                .filter_map(|(s, v)| v.map(|v| (s, (v, parse(s, v)))))
-                .collect(),
-            order: (0..SLOTS).collect(),
-        };
+        let mut cache =
+            Cache::holding(initial.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))));
         let mut inc = IncrementalSnapshot::new();
         check(&mut inc, &cache.objects(), 1_000, 0);
         for (step, e) in events.iter().enumerate() {
@@ -302,12 +308,8 @@ proptest! {
         initial in prop::collection::vec(any::<Option<u8>>(), SLOTS),
         events in prop::collection::vec(event(), 1..30),
     ) {
-        let mut cache = Cache {
-            slots: (initial.iter().enumerate())
-                .filter_map(|(s, v)| v.map(|v| (s, (v, parse(s, v)))))
-                .collect(),
-            order: (0..SLOTS).collect(),
-        };
+        let mut cache =
+            Cache::holding(initial.iter().enumerate().filter_map(|(s, v)| v.map(|v| (s, v))));
         let mut inc = IncrementalSnapshot::new();
         let first = (cache.objects().into_iter())
             .map(|(origin, o)| Change::Set(origin.into(), o))
@@ -353,12 +355,7 @@ fn references_changing_under_pods() {
         Event::Delete(5), // q1 removed under g0, g1 and their pods
         Event::Relist(vec![(5, 0)]),
     ];
-    let fresh_cache = || Cache {
-        slots: (initial.iter())
-            .map(|&(s, v)| (s, (v, parse(s, v))))
-            .collect(),
-        order: (0..SLOTS).collect(),
-    };
+    let fresh_cache = || Cache::holding(initial.iter().copied());
     let (mut whole, mut changed) = (fresh_cache(), fresh_cache());
     let (mut by_list, mut by_change) = (IncrementalSnapshot::new(), IncrementalSnapshot::new());
     check(&mut by_list, &whole.objects(), 0, 0);
