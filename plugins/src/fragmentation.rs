@@ -478,8 +478,9 @@ pub const TIE_SCALE: i64 = 1 << 20;
 
 /// Among nodes of one step, where a pod without devices goes (higher first): the node left
 /// with the fewest idle whole GPUs (key (b) in docs/simulations.md). Such a pod takes only
-/// CPU; taken where few GPUs are idle it strands the fewest with the CPU it uses. Partial
-/// idle shares below a whole GPU count as none. Equal values go to the ranking.
+/// CPU; taken where few GPUs are idle it strands the fewest with the CPU it uses. The idle
+/// shares are summed and counted in whole GPUs, rounded down (two half-idle GPUs are one).
+/// Equal values go to the ranking.
 pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
     let idle: i64 = idle_after.iter().map(|&g| g as i64).sum();
     // Whole idle GPUs are at most a node's device count, far below the room of a step.

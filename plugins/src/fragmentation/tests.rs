@@ -190,7 +190,7 @@ fn cpu_only_tie_by_hand() {
     assert_eq!(cpu_only_tie(&[0, 0]), 1 << 19);
     assert_eq!(cpu_only_tie(&[1000, 0]), (1 << 19) - 1);
     assert_eq!(cpu_only_tie(&[1000, 1000]), (1 << 19) - 2);
-    // Partial shares count in whole GPUs, rounded down: 1.5 idle is 1, half a GPU is none.
+    // Idle shares summed, in whole GPUs rounded down: 1.5 idle is 1, half a GPU is none.
     assert_eq!(cpu_only_tie(&[1000, 500]), (1 << 19) - 1);
     assert_eq!(cpu_only_tie(&[0, 500]), 1 << 19);
     // Never reaches the next step, never negative, even with 8 idle GPUs.
