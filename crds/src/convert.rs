@@ -24,6 +24,7 @@ use crate::read::Object;
 use crate::types::{NodeTopology, PodGroup, PodGroupPhase, Queue, TopologyConstraint};
 
 mod constraints;
+pub mod device_names;
 mod devices;
 mod dra;
 mod hypernode;
@@ -102,7 +103,8 @@ impl Default for ConvertOptions {
         ConvertOptions {
             scheduler_names: vec!["basalt".to_string()],
             now_ms: 0,
-            device_resources: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from))
+            device_resources: device_names::DEFAULT_DEVICE_RESOURCES
+                .map(String::from)
                 .to_vec(),
             tiers: Vec::new(),
         }

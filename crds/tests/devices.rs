@@ -263,3 +263,29 @@ status: {allocatable: {cpu: "32", memory: 128Gi, pods: "110", nvidia.com/gpu: "3
     assert_eq!(indices, (0..8).collect::<Vec<_>>());
     build_snapshot_with_warnings(&objects("gfd.yaml", text), &ConvertOptions::default()).unwrap();
 }
+
+#[test]
+fn more_whole_devices_than_a_node_may_have_are_refused_at_their_field() {
+    let node = |name: &str, resource: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n\
+             status: {{allocatable: {{cpu: \"8\", {resource}: \"65\"}}}}\n"
+        )
+    };
+    let build = |text: String| {
+        let objects = objects("devices.yaml", &text);
+        build_snapshot_with_warnings(&objects, &ConvertOptions::default()).unwrap_err()
+    };
+    let e = build(node("big", "nvidia.com/gpu"));
+    assert_eq!(
+        e.to_string(),
+        "devices.yaml: document 1: Node big: status.allocatable[nvidia.com/gpu]: 65 nvidia.com/gpu; at most \
+         64 devices per node are supported"
+    );
+    let e = build(node("amd", "amd.com/gpu"));
+    assert_eq!(
+        e.to_string(),
+        "devices.yaml: document 1: Node amd: status.allocatable: 65 amd.com/gpu; at most 64 devices per \
+         node are supported"
+    );
+}

@@ -32,6 +32,18 @@ pub struct Config {
     pub mig: MigArgs,
 }
 
+/// Resources that name devices unless configured: those `crds` knows
+/// (`basalt_crds::convert::device_names::DEFAULT_DEVICE_RESOURCES`, kept equal by a test).
+pub const DEFAULT_DEVICES: [&str; 7] = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "amd.com/gpu",
+    "huawei.com/Ascend910",
+    "huawei.com/Ascend310",
+    "habana.ai/gaudi",
+    "gpu.intel.com/i915",
+];
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -52,7 +64,7 @@ impl Default for Config {
             topology: TopologyArgs::default(),
             scoring: ScoringArgs::default(),
             eviction: EvictionArgs::default(),
-            devices: (basalt_engine::devices::DEFAULT_DEVICE_RESOURCES.map(String::from)).to_vec(),
+            devices: DEFAULT_DEVICES.map(String::from).to_vec(),
             mig: MigArgs::default(),
         }
     }
@@ -430,6 +442,12 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_devices_are_those_the_reader_knows() {
+        let known = basalt_crds::convert::device_names::DEFAULT_DEVICE_RESOURCES;
+        assert_eq!(DEFAULT_DEVICES, known);
+    }
 
     #[test]
     fn eviction_min_used_fraction_is_half_by_default_and_zero_to_one() {

@@ -23,11 +23,12 @@ use std::collections::BTreeMap;
 use basalt_engine::devices::Sharing;
 use basalt_engine::{
     MigRelayout, NodeId, RelayoutProposal, ResourceId, Resources, Session, Task, TaskId,
-    TaskStatus, GPU_NAME,
+    TaskStatus, GPU,
 };
 use basalt_mig::planner::{self, Wanted};
 use basalt_mig::profiles::{self, GpuModel};
 
+/// What NVIDIA's mixed strategy names MIG resources with (`crds` reads nodes' slices alike).
 const MIG_PREFIX: &str = "nvidia.com/mig-";
 
 /// The demand-driven policy (see the module doc).
@@ -227,10 +228,9 @@ struct Candidate {
 /// nodes no pending whole-GPU pod could use; each by node, then position.
 fn candidate_gpus(s: &Session, include_whole: bool) -> Vec<Candidate> {
     let snap = s.snapshot;
-    let whole = snap.resources.id(GPU_NAME);
     let whole_gpu_pending: Vec<&Task> = (snap.tasks.iter())
         .filter(|t| *s.task_status(t.id) == TaskStatus::Pending)
-        .filter(|t| whole.is_some_and(|w| t.request.count(w) > 0))
+        .filter(|t| t.request.count(GPU) > 0)
         .collect();
     let mut partitioned = Vec::new();
     let mut whole_gpus = Vec::new();

@@ -37,6 +37,7 @@ fn node(name: &str, sharing: Sharing, gpus: Vec<Gpu>) -> NodeSpec {
         allocatable: list(&[("cpu", 64_000), ("nvidia.com/gpu", slots as i64)]),
         gpus: Some(gpus),
         sharing,
+        shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
         ..Default::default()
     }
 }
@@ -205,6 +206,7 @@ fn shares_need_a_hami_node() {
     let plain = NodeSpec {
         name: "plain".into(),
         allocatable: list(&[("cpu", 64_000), ("nvidia.com/gpu", 8)]),
+        shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
         ..Default::default()
     };
     let plan = plan(vec![plain], vec![pod("p", &[("nvidia.com/gpumem", 1000)])]);

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use basalt_engine::devices::{mig_resource, MigSlice};
+use basalt_crds::convert::device_names::mig_resource;
+use basalt_engine::devices::MigSlice;
 use basalt_engine::{ClusterSpec, Gpu, GroupSpec, NodeSpec, Plan, PodPhase, PodSpec};
 use basalt_plugins::{schedule, Config};
 use proptest::prelude::*;
@@ -33,6 +34,7 @@ fn node(name: &str, layout: &[Option<(u32, u32)>]) -> NodeSpec {
             slices.push(MigSlice {
                 gpu: gpu as u32,
                 profile: profile.into(),
+                resource: mig_resource(profile),
                 gpu_instance_id: k as u32 + 1,
                 start: k as u32,
                 memory_mib: None,

@@ -1,7 +1,8 @@
 //! MIG layouts chosen from demand (`mig.relayout`): through a whole cycle under the default
 //! policy set, with the plugin on and off.
 
-use basalt_engine::devices::{mig_resource, MigSlice};
+use basalt_crds::convert::device_names::mig_resource;
+use basalt_engine::devices::MigSlice;
 use basalt_engine::{ClusterSpec, Gpu, NodeSpec, Plan, PodPhase, PodSpec, MIG_RELAYOUT};
 use basalt_plugins::{schedule, Config};
 
@@ -25,6 +26,7 @@ fn node(name: &str, layout: &[Option<&[&str]>]) -> NodeSpec {
             slices.push(MigSlice {
                 gpu: gpu as u32,
                 profile: profile.to_string(),
+                resource: mig_resource(profile),
                 gpu_instance_id: k as u32 + 1,
                 start: k as u32,
                 memory_mib: None,

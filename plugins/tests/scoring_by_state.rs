@@ -99,6 +99,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                         ]),
                         gpus: Some(gpus),
                         sharing: Sharing::Hami,
+                        shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
                         ..Default::default()
                     }
                 })
@@ -229,6 +230,7 @@ fn alike_nodes_and_pods() -> ClusterSpec {
                 allocatable: list(&[("cpu", 64_000), ("nvidia.com/gpu", 16)]),
                 gpus: Some(gpus),
                 sharing: Sharing::Hami,
+                shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
                 ..Default::default()
             }
         })

@@ -113,6 +113,7 @@ impl Synthetic {
                         })
                         .collect()
                 }),
+                shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
                 sharing: match self.sharing {
                     true => Sharing::Hami,
                     false => Sharing::Exclusive,

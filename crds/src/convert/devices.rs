@@ -10,10 +10,11 @@
 use std::sync::Arc;
 
 use basalt_engine::devices::{DeviceFilters, DevicePolicy, HeldDevice, Sharing};
-use basalt_engine::{Gpu, GPU_NAME};
+use basalt_engine::Gpu;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+use super::device_names::GPU_NAME;
 use super::{annotation, ConvertError, Cx, Lenience};
 
 /// Node annotation where HAMi's device plugin registers the node's devices (JSON).
@@ -40,8 +41,6 @@ pub const VGPU_IDS: &str = "volcano.sh/vgpu-ids-new";
 /// Pod annotations: comma-separated device UUIDs a Volcano vGPU pod accepts, or refuses.
 pub const VGPU_USE_UUID: &str = "volcano.sh/vgpu-use-gpuuuid";
 pub const VGPU_NOUSE_UUID: &str = "volcano.sh/vgpu-nouse-gpuuuid";
-/// NVIDIA's plugin's name for shared replicas under `renameByDefault`.
-pub const SHARED_GPU_NAME: &str = "nvidia.com/gpu.shared";
 /// GFD's node label: `none`, `time-slicing` or `mps`.
 pub const SHARING_STRATEGY_LABEL: &str = "nvidia.com/gpu.sharing-strategy";
 
@@ -282,7 +281,7 @@ pub(super) fn vgpu_devices(
     topology: Option<&Topology>,
     warnings: &mut Vec<String>,
 ) -> Option<Result<Vec<Gpu>, String>> {
-    use basalt_engine::devices::{VGPU_CORES_NAME, VGPU_MEMORY_NAME, VGPU_NUMBER_NAME};
+    use super::device_names::{VGPU_CORES_NAME, VGPU_MEMORY_NAME, VGPU_NUMBER_NAME};
     let text = annotation(meta, VGPU_NODE_REGISTER)?;
     let advertised = [VGPU_NUMBER_NAME, VGPU_MEMORY_NAME, VGPU_CORES_NAME]
         .iter()

@@ -2,8 +2,9 @@
 //! device plugin advertises them under GFD's `nvidia.com/mig.strategy`, and mig-manager's
 //! reconfiguration hold.
 
-use basalt_engine::devices::{mig_resource, MigSlice};
-use basalt_engine::{Gpu, ResourceList, GPU_NAME};
+use super::device_names::{mig_resource, GPU_NAME, MIG_PREFIX};
+use basalt_engine::devices::MigSlice;
+use basalt_engine::{Gpu, ResourceList};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::devices::{Topology, GPU_MEMORY_LABEL};
@@ -50,9 +51,7 @@ pub(super) fn hold_mig_while_reconfiguring(
     };
     let single = label(meta, MIG_STRATEGY_LABEL) == Some("single");
     let held: Vec<String> = (allocatable.iter_mut())
-        .filter(|(k, v)| {
-            **v > 0 && (k.starts_with("nvidia.com/mig-") || (single && *k == GPU_NAME))
-        })
+        .filter(|(k, v)| **v > 0 && (k.starts_with(MIG_PREFIX) || (single && *k == GPU_NAME)))
         .map(|(k, v)| {
             *v = 0;
             k.clone()
@@ -90,7 +89,7 @@ pub(super) fn mig_devices(
     if topology.mig.is_empty() {
         return None;
     }
-    let advertised = allocatable.keys().any(|k| k.starts_with("nvidia.com/mig-"));
+    let advertised = allocatable.keys().any(|k| k.starts_with(MIG_PREFIX));
     let single = match label(meta, MIG_STRATEGY_LABEL) {
         Some("single") => true,
         Some("mixed") => false,
@@ -131,6 +130,7 @@ pub(super) fn mig_devices(
                 MigSlice {
                     gpu: *gpu,
                     profile: d.profile.clone(),
+                    resource: mig_resource(&d.profile),
                     gpu_instance_id: d.gpu_instance_id,
                     start: d.start,
                     memory_mib: label(meta, &memory).and_then(|m| m.trim().parse().ok()),

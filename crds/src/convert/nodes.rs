@@ -1,6 +1,7 @@
 //! Nodes: their NodeTopology (GPUs by index and their NVLink islands), labels from HyperNodes,
 //! taints, allocatable and devices (`devices.rs` reads how they are shared).
 
+use super::device_names::{share_vocabulary, GPU_NAME, SHARED_GPU_NAME, VGPU_NUMBER_NAME};
 use super::*;
 
 pub(super) fn collect_topologies(
@@ -166,7 +167,7 @@ pub(super) fn node(
     // The first device resource the node advertises names its devices.
     let device_resource = (device_resources.iter())
         .find(|r| allocatable.get(r.as_str()).is_some_and(|&v| v > 0))
-        .filter(|r| r.as_str() != basalt_engine::GPU_NAME)
+        .filter(|r| r.as_str() != GPU_NAME)
         .cloned();
     let topology = topologies.get(&name);
     let mig = topology.and_then(|t| mig::mig_devices(cx, &n.metadata, &allocatable, t, warnings));
@@ -189,7 +190,8 @@ pub(super) fn node(
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
             sharing: basalt_engine::devices::Sharing::VolcanoVgpu,
-            device_resource: Some(basalt_engine::devices::VGPU_NUMBER_NAME.to_string()),
+            device_resource: Some(VGPU_NUMBER_NAME.to_string()),
+            shares: Some(share_vocabulary()),
             slices: Vec::new(),
             devices_closed,
             mig_reconfiguring: None,
@@ -204,7 +206,7 @@ pub(super) fn node(
     };
     let (gpus, sharing) = match &device_resource {
         None => {
-            let count = (allocatable.get(basalt_engine::GPU_NAME).copied()).unwrap_or(0);
+            let count = (allocatable.get(GPU_NAME).copied()).unwrap_or(0);
             registered(devices::node_devices(
                 cx,
                 &n.metadata,
@@ -214,7 +216,7 @@ pub(super) fn node(
             ))
         }
         // NVIDIA's plugin renames shared replicas (`renameByDefault`): still its GPUs.
-        Some(resource) if resource == devices::SHARED_GPU_NAME => {
+        Some(resource) if resource == SHARED_GPU_NAME => {
             let count = allocatable[resource];
             registered(devices::node_devices(
                 cx,
@@ -247,7 +249,7 @@ pub(super) fn node(
         ));
         slices.clear();
     }
-    Ok(NodeSpec {
+    let node = NodeSpec {
         gpus,
         name,
         labels,
@@ -256,11 +258,31 @@ pub(super) fn node(
         allocatable,
         sharing,
         device_resource,
+        shares: Some(share_vocabulary()),
         slices,
         devices_closed,
         mig_reconfiguring: (mig::reconfiguring(&n.metadata).map(str::to_string))
             .or_else(|| topology.and_then(|t| t.relayout_applying.clone())),
-    })
+    };
+    check_device_count(cx, &node)?;
+    Ok(node)
+}
+
+/// At most [`MAX_GPUS_PER_NODE`] whole devices on a node that does not share them (the
+/// engine's bound, worded here with the field they are read from).
+fn check_device_count(cx: &Cx, node: &NodeSpec) -> Result<(), ConvertError> {
+    let resource = node.device_resource.as_deref().unwrap_or(GPU_NAME);
+    let count = node.allocatable.get(resource).copied().unwrap_or(0).max(0) as usize;
+    if count <= MAX_GPUS_PER_NODE || node.sharing.shares() || node.devices_closed.is_some() {
+        return Ok(());
+    }
+    let field = match node.device_resource {
+        None => format!("status.allocatable[{GPU_NAME}]"),
+        Some(_) => "status.allocatable".to_string(),
+    };
+    let message =
+        format!("{count} {resource}; at most {MAX_GPUS_PER_NODE} devices per node are supported");
+    Err(cx.err(&field, message))
 }
 
 pub(crate) fn taint_effect(s: &str) -> Option<TaintEffect> {

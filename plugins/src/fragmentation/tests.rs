@@ -222,6 +222,7 @@ fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
                 .collect(),
         ),
         sharing: Sharing::Hami,
+        shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
         ..Default::default()
     };
     let pod = |name: &str, request: ResourceList| PodSpec {

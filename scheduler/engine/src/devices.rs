@@ -13,46 +13,52 @@ use serde::{Deserialize, Serialize};
 use crate::model::Gpu;
 use crate::resources::{ResourceId, ResourceNames, Resources};
 
-/// Resources that name devices without configuration: NVIDIA's (HAMi's too; time-sliced or MPS
-/// replicas renamed by NVIDIA's `renameByDefault`), AMD's, Huawei's
-/// Ascend, Intel's Gaudi and GPUs. A node's devices are the first of a list like this it
-/// advertises.
-pub const DEFAULT_DEVICE_RESOURCES: [&str; 7] = [
-    "nvidia.com/gpu",
-    "nvidia.com/gpu.shared",
-    "amd.com/gpu",
-    "huawei.com/Ascend910",
-    "huawei.com/Ascend310",
-    "habana.ai/gaudi",
-    "gpu.intel.com/i915",
-];
+/// The resources a vendor's device shares are asked in, as its reader names them: memory per
+/// device in MiB, memory in percent of a device, and compute in percent (100 per device).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShareResources {
+    pub memory: String,
+    pub percent: String,
+    pub cores: String,
+}
 
-/// HAMi's memory request per device, in MiB.
-pub const GPU_MEMORY_NAME: &str = "nvidia.com/gpumem";
-/// HAMi's memory request per device, in percent of the device's memory.
-pub const GPU_MEMORY_PERCENT_NAME: &str = "nvidia.com/gpumem-percentage";
-/// HAMi's compute request per device, in percent of its SMs.
-pub const GPU_CORES_NAME: &str = "nvidia.com/gpucores";
-/// Volcano vGPU's device count: the device resource of its nodes.
-pub const VGPU_NUMBER_NAME: &str = "volcano.sh/vgpu-number";
-/// Volcano vGPU's memory request per device, in MiB.
-pub const VGPU_MEMORY_NAME: &str = "volcano.sh/vgpu-memory";
-/// Volcano vGPU's memory request per device, in percent.
-pub const VGPU_MEMORY_PERCENT_NAME: &str = "volcano.sh/vgpu-memory-percentage";
-/// Volcano vGPU's compute request per device, in percent.
-pub const VGPU_CORES_NAME: &str = "volcano.sh/vgpu-cores";
+/// The share resources of every vendor that shares devices, given by the reader (`crds`) with
+/// each node: the engine sums a shared node's devices into its vendor's, and a node whose
+/// devices are closed offers none of any vendor's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShareVocabulary {
+    /// HAMi's ([`Sharing::Hami`]).
+    pub hami: ShareResources,
+    /// Volcano vGPU's ([`Sharing::VolcanoVgpu`]).
+    pub vgpu: ShareResources,
+    /// What counts Volcano vGPU's devices (also the device resource of its nodes).
+    pub vgpu_number: String,
+}
 
-/// The share names of HAMi and Volcano vGPU: what a node whose devices are closed offers none
-/// of, with its device count.
-pub const SHARE_NAMES: [&str; 7] = [
-    GPU_MEMORY_NAME,
-    GPU_MEMORY_PERCENT_NAME,
-    GPU_CORES_NAME,
-    VGPU_NUMBER_NAME,
-    VGPU_MEMORY_NAME,
-    VGPU_MEMORY_PERCENT_NAME,
-    VGPU_CORES_NAME,
-];
+impl ShareVocabulary {
+    /// The resources of `sharing`'s shares (`None`: it divides no memory or compute).
+    pub fn of(&self, sharing: Sharing) -> Option<&ShareResources> {
+        match sharing {
+            Sharing::Hami => Some(&self.hami),
+            Sharing::VolcanoVgpu => Some(&self.vgpu),
+            Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => None,
+        }
+    }
+
+    /// Every name: what a node whose devices are closed offers none of, with its device count.
+    pub fn names(&self) -> [&str; 7] {
+        let (h, v) = (&self.hami, &self.vgpu);
+        [
+            &h.memory,
+            &h.percent,
+            &h.cores,
+            &self.vgpu_number,
+            &v.memory,
+            &v.percent,
+            &v.cores,
+        ]
+    }
+}
 
 /// How a node's devices are shared between pods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -195,7 +201,8 @@ impl ShareAsk {
     }
 }
 
-/// The ids of HAMi's and Volcano vGPU's request names in one snapshot's resource table.
+/// The ids of HAMi's and Volcano vGPU's request names ([`ShareVocabulary`]) in one snapshot's
+/// resource table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShareNames {
     pub memory: Option<ResourceId>,
@@ -208,15 +215,20 @@ pub struct ShareNames {
 }
 
 impl ShareNames {
-    pub fn of(names: &ResourceNames) -> Self {
+    /// The ids of `shares`' names in `names` (none without them).
+    pub fn in_table(names: &ResourceNames, shares: Option<&ShareVocabulary>) -> Self {
+        let Some(s) = shares else {
+            return ShareNames::default();
+        };
+        let id = |name: &String| names.id(name);
         ShareNames {
-            memory: names.id(GPU_MEMORY_NAME),
-            percent: names.id(GPU_MEMORY_PERCENT_NAME),
-            cores: names.id(GPU_CORES_NAME),
-            vgpu_number: names.id(VGPU_NUMBER_NAME),
-            vgpu_memory: names.id(VGPU_MEMORY_NAME),
-            vgpu_percent: names.id(VGPU_MEMORY_PERCENT_NAME),
-            vgpu_cores: names.id(VGPU_CORES_NAME),
+            memory: id(&s.hami.memory),
+            percent: id(&s.hami.percent),
+            cores: id(&s.hami.cores),
+            vgpu_number: id(&s.vgpu_number),
+            vgpu_memory: id(&s.vgpu.memory),
+            vgpu_percent: id(&s.vgpu.percent),
+            vgpu_cores: id(&s.vgpu.cores),
         }
     }
 
@@ -317,12 +329,6 @@ impl DeviceUse {
     }
 }
 
-/// NVIDIA's resource for a MIG profile under the mixed strategy: `nvidia.com/mig-<profile>`,
-/// a media-extension `+` written `.` (`1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`).
-pub fn mig_resource(profile: &str) -> String {
-    format!("nvidia.com/mig-{}", profile.replace('+', "."))
-}
-
 /// A MIG instance NVIDIA's mixed strategy advertises on its own, on its parent GPU (from the
 /// NodeTopology's MIG instances).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -330,8 +336,11 @@ pub fn mig_resource(profile: &str) -> String {
 pub struct MigSlice {
     /// The parent GPU's index.
     pub gpu: u32,
-    /// Its profile (`1g.10gb`); it is advertised as [`mig_resource`] of it.
+    /// Its profile (`1g.10gb`).
     pub profile: String,
+    /// The resource it is advertised as (its reader names it from the profile).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
     pub gpu_instance_id: u32,
     /// First memory slice of its placement on the GPU.
     pub start: u32,

@@ -219,7 +219,7 @@ fn errors_match_a_full_build() {
     let mut big = nodes()[0].clone();
     big.allocatable.insert("nvidia.com/gpu".into(), 65);
     let e = b.update_node(big).unwrap_err();
-    assert_eq!(e.field, "status.allocatable[nvidia.com/gpu]");
+    assert_eq!(e.field, "status.allocatable");
     // A rejected update changes nothing.
     let (pods, groups) = workload(2);
     let got = format!("{:?}", sync(&mut b, 7, &pods, &groups).unwrap());
@@ -633,11 +633,34 @@ mod patched {
         Ok(())
     }
 
+    /// HAMi's compute and memory-percentage requests.
+    const GPU_CORES: &str = "nvidia.com/gpucores";
+    const GPU_MEMORY_PERCENT: &str = "nvidia.com/gpumem-percentage";
+
+    /// HAMi's and Volcano vGPU's share names, as `crds` gives them.
+    fn hami_shares() -> std::sync::Arc<devices::ShareVocabulary> {
+        let names = |m: &str, p: &str, c: &str| devices::ShareResources {
+            memory: m.into(),
+            percent: p.into(),
+            cores: c.into(),
+        };
+        std::sync::Arc::new(devices::ShareVocabulary {
+            hami: names("nvidia.com/gpumem", GPU_MEMORY_PERCENT, GPU_CORES),
+            vgpu: names(
+                "volcano.sh/vgpu-memory",
+                "volcano.sh/vgpu-memory-percentage",
+                "volcano.sh/vgpu-cores",
+            ),
+            vgpu_number: "volcano.sh/vgpu-number".into(),
+        })
+    }
+
     /// Nodes `n3`–`n5` share their 8 devices as HAMi does (4 slots, 1,000 MiB, 100 cores each).
     fn shared_nodes() -> Vec<NodeSpec> {
         let mut nodes = big_nodes();
         for n in nodes.iter_mut().filter(|n| n.name.as_str() >= "n3") {
             n.sharing = devices::Sharing::Hami;
+            n.shares = Some(hami_shares());
             n.allocatable.insert("nvidia.com/gpu".into(), 32);
             n.gpus = Some(
                 (0..8)
@@ -677,9 +700,8 @@ mod patched {
             return;
         }
         let percent = 10 * (1 + (p.gpu_ids.first().copied().unwrap_or(0) % 4) as i64);
-        p.request.insert(devices::GPU_CORES_NAME.into(), percent);
-        p.request
-            .insert(devices::GPU_MEMORY_PERCENT_NAME.into(), percent);
+        p.request.insert(GPU_CORES.into(), percent);
+        p.request.insert(GPU_MEMORY_PERCENT.into(), percent);
         let picked: Vec<u32> = (0..want as u32)
             .map(|i| (p.gpu_ids.first().copied().unwrap_or(0) + i) % 8)
             .collect();
@@ -728,8 +750,8 @@ mod patched {
             p.request = list(&[
                 ("cpu", 100),
                 ("nvidia.com/gpu", 1),
-                (devices::GPU_CORES_NAME, 20),
-                (devices::GPU_MEMORY_PERCENT_NAME, 20),
+                (GPU_CORES, 20),
+                (GPU_MEMORY_PERCENT, 20),
             ]);
             p.held_devices = vec![devices::HeldDevice {
                 uuid: format!("{node}-gpu{}", c % 8),

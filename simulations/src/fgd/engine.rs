@@ -18,7 +18,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use basalt_engine::devices::{HeldDevice, Sharing, GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME};
+use basalt_crds::convert::device_names::{
+    share_vocabulary, GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME,
+};
+use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
     Framework, Gpu, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase, PodSpec,
     RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement, SnapshotBuilder,
@@ -144,6 +147,7 @@ impl Experiment {
                 if n.gpus > 0 {
                     allocatable.insert("nvidia.com/gpu".into(), (n.gpus * SLOTS) as i64);
                     spec.sharing = Sharing::Hami;
+                    spec.shares = Some(share_vocabulary());
                     spec.gpus = Some(
                         (0..n.gpus)
                             .map(|g| Gpu {

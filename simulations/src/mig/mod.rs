@@ -9,7 +9,8 @@
 
 pub mod workload;
 
-use basalt_engine::devices::{mig_resource, MigSlice};
+use basalt_crds::convert::device_names::mig_resource;
+use basalt_engine::devices::MigSlice;
 use basalt_engine::{ClusterSpec, Gpu, NodeSpec, PodPhase, PodSpec, Snapshot};
 use basalt_plugins::Config;
 use serde::Serialize;
@@ -107,6 +108,7 @@ fn node_of(i: usize, g: &GpuState, running: &[Running], pods: &[MigPod]) -> Node
                 slices.push(MigSlice {
                     gpu: 0,
                     profile: profile.clone(),
+                    resource: mig_resource(profile),
                     gpu_instance_id: k as u32 + 1,
                     start: *start,
                     memory_mib: None,

@@ -88,6 +88,7 @@ pub fn hami_node(mut n: NodeSpec) -> NodeSpec {
     );
     n.gpus = Some(gpus);
     n.sharing = Sharing::Hami;
+    n.shares = Some(basalt_crds::convert::device_names::share_vocabulary());
     n
 }
 

@@ -39,9 +39,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use basalt_engine::devices::{
-    HeldDevice, Sharing, GPU_CORES_NAME, GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME,
+use basalt_crds::convert::device_names::{
+    GPU_CORES_NAME, GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME,
 };
+use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
     ClusterSpec, GroupSpec, JobPhase, NodeSelectorTerm, NodeSpec, PlacementRules, PodPhase,
     PodSpec, QueueSpec, RequiredNodeAffinity, ResourceList, SelectorOperator, SelectorRequirement,

@@ -7,13 +7,13 @@ use k8s_openapi::api::core::v1::Container;
 
 use super::super::{Cx, Lenience};
 use super::Entries;
-use crate::quantity;
-use basalt_engine::devices::{
-    ContainerAsk, DeviceAsk, ShareAsk, ShareMemory, GPU_CORES_NAME, GPU_MEMORY_NAME,
-    GPU_MEMORY_PERCENT_NAME, VGPU_CORES_NAME, VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME,
-    VGPU_NUMBER_NAME,
+use crate::convert::device_names::{
+    GPU_CORES_NAME, GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_NAME, VGPU_CORES_NAME,
+    VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME, VGPU_NUMBER_NAME,
 };
-use basalt_engine::{ResourceList, GPU_NAME};
+use crate::quantity;
+use basalt_engine::devices::{ContainerAsk, DeviceAsk, ShareAsk, ShareMemory};
+use basalt_engine::ResourceList;
 
 /// What a pod whose request (a sum over its containers, in base units) is `request` asks of
 /// the devices it shares; [`DeviceAsk::containers`] is left empty (see [`device_containers`]).

@@ -47,11 +47,13 @@ impl Snapshot {
             .collect();
         let group_facts: Vec<GroupFacts> =
             groups.iter().map(|&g| GroupFacts::of(&names, g)).collect();
+        let shares = devices::share_ids(&names, &nodes);
         assemble(
             now_ms,
             names,
             queues,
             BuiltNodes {
+                shares,
                 nodes: built_nodes,
                 recycled: None,
                 lineage: Lineage::default(),
@@ -79,6 +81,8 @@ impl Snapshot {
 /// The node part of a snapshot being assembled.
 pub(super) struct BuiltNodes {
     pub(super) nodes: Vec<Node>,
+    /// The ids of the nodes' share resources (see [`devices::share_ids`]).
+    pub(super) shares: ShareNames,
     /// Usage buffers of an earlier snapshot of the same nodes and resource names, to reuse.
     pub(super) recycled: Option<(Vec<Resources>, Vec<u64>)>,
     pub(super) lineage: Lineage,
@@ -163,6 +167,7 @@ pub(super) fn assemble(
 ) -> Result<Assembled, SnapshotError> {
     let BuiltNodes {
         nodes: mut built_nodes,
+        shares: share_names,
         recycled,
         lineage,
         buffers,
@@ -241,7 +246,6 @@ pub(super) fn assemble(
         jobs.push(draft.build(JobId(pos as u32), queue, task_ids, &mut tasks, labels));
     }
     held.close_shared(&built_nodes);
-    let share_names = ShareNames::of(&names);
     let largest_shared_device_mib = (built_nodes.iter().filter(|n| n.sharing.shares()))
         .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
         .max()

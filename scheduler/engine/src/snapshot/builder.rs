@@ -336,11 +336,13 @@ impl SnapshotBuilder {
             _ => build_nodes(&names, &self.specs)?,
         };
         self.dirty.clear();
+        let shares = devices::share_ids(&names, &self.specs);
         let assembled = assemble(
             now_ms,
             names,
             built_queues,
             BuiltNodes {
+                shares,
                 nodes,
                 recycled: recycled.filter(|_| reused),
                 lineage: Lineage::default(),

@@ -2,9 +2,9 @@
 //! per-device usage table, and what each bound pod holds of it.
 
 use super::{err, SnapshotError};
-use crate::devices::{DeviceUse, HeldDevice, ShareAsk, ShareMemory, Sharing};
+use crate::devices::{DeviceUse, HeldDevice, ShareAsk, ShareMemory, ShareNames, Sharing};
 use crate::model::{Gpu, Node};
-use crate::resources::{ResourceList, GPU_NAME};
+use crate::resources::ResourceList;
 use crate::snapshot::NodeSpec;
 
 /// A HAMi node's devices, summed, as allocatable in HAMi's request names: memory (MiB),
@@ -17,42 +17,37 @@ use crate::snapshot::NodeSpec;
 /// A Volcano vGPU node's plugin advertises memory and compute itself; only the percentage is
 /// added (and the others when a node lacks them).
 pub(super) fn with_share_totals(mut spec: NodeSpec) -> NodeSpec {
-    use crate::devices::*;
     if spec.devices_closed.is_some() {
         return closed(spec);
     }
-    let (memory_name, percent_name, cores_name) = match spec.sharing {
-        Sharing::Hami => (GPU_MEMORY_NAME, GPU_MEMORY_PERCENT_NAME, GPU_CORES_NAME),
-        Sharing::VolcanoVgpu => (VGPU_MEMORY_NAME, VGPU_MEMORY_PERCENT_NAME, VGPU_CORES_NAME),
-        Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => return spec,
+    let shares = spec.shares.clone();
+    let Some(names) = shares.as_deref().and_then(|s| s.of(spec.sharing)) else {
+        return spec;
     };
     let gpus = spec.gpus.as_deref().unwrap_or_default();
     let healthy = || gpus.iter().filter(|g| g.healthy);
     let memory: u64 = healthy().map(|g| g.memory_mib.unwrap_or(0)).sum();
     let totals = [
-        (memory_name, memory as i64),
-        (percent_name, 100 * healthy().count() as i64),
-        (cores_name, healthy().map(|g| g.cores as i64).sum()),
+        (&names.memory, memory as i64),
+        (&names.percent, 100 * healthy().count() as i64),
+        (&names.cores, healthy().map(|g| g.cores as i64).sum()),
     ];
     let list: &mut ResourceList = &mut spec.allocatable;
     for (name, total) in totals {
-        list.entry(name.to_string()).or_insert(total);
+        list.entry(name.clone()).or_insert(total);
     }
     spec
 }
 
-/// A node whose devices are closed: none listed, and its device count and share totals 0, so
-/// the fast paths refuse what asks for them; `session/explain.rs` words why.
+/// A node whose devices are closed: none listed, and its share totals 0 (its device count is
+/// set to 0 once interned, see `build_node`), so the fast paths refuse what asks for them;
+/// `session/explain.rs` words why.
 fn closed(mut spec: NodeSpec) -> NodeSpec {
-    let kind = spec
-        .device_resource
-        .as_deref()
-        .unwrap_or(GPU_NAME)
-        .to_string();
-    let names = crate::devices::SHARE_NAMES.iter().copied();
-    for name in std::iter::once(kind.as_str()).chain(names) {
-        if let Some(v) = spec.allocatable.get_mut(name) {
-            *v = 0;
+    if let Some(shares) = spec.shares.clone() {
+        for name in shares.names() {
+            if let Some(v) = spec.allocatable.get_mut(name) {
+                *v = 0;
+            }
         }
     }
     spec.gpus = None;
@@ -62,10 +57,15 @@ fn closed(mut spec: NodeSpec) -> NodeSpec {
     spec
 }
 
+/// The ids of the share resources the nodes' reader names (every node names the same).
+pub(super) fn share_ids(names: &crate::resources::ResourceNames, nodes: &[NodeSpec]) -> ShareNames {
+    ShareNames::in_table(names, nodes.iter().find_map(|n| n.shares.as_deref()))
+}
+
 /// Whether `request` asks for what a closed node offers none of: its device count or a share.
 pub(crate) fn asks_closed(
     node: &Node,
-    shares: &crate::devices::ShareNames,
+    shares: &ShareNames,
     request: &crate::resources::Resources,
 ) -> bool {
     let s = shares;
@@ -89,15 +89,19 @@ pub(super) fn check_shared(n: &NodeSpec) -> Result<(), SnapshotError> {
     if !n.sharing.shares() {
         return Ok(());
     }
+    if !n.sharing.replicas() && n.shares.is_none() {
+        let message = format!(
+            "shares its devices ({:?}) but names no share resources",
+            n.sharing
+        );
+        return Err(err("Node", &n.name, "shares", message));
+    }
     match &n.gpus {
         None => Err(err(
             "Node",
             &n.name,
             "gpus",
-            format!(
-                "shares its {GPU_NAME} devices ({:?}) but lists none",
-                n.sharing
-            ),
+            format!("shares its devices ({:?}) but lists none", n.sharing),
         )),
         Some(g) if g.len() > super::MAX_GPUS_PER_NODE => Err(err(
             "Node",
@@ -335,9 +339,8 @@ pub(super) fn node_slices(
             );
             return Err(err("Node", &n.name, "slices", message));
         }
-        let resource = crate::devices::mig_resource(&s.profile);
-        let kind = names.id(&resource).ok_or_else(|| {
-            let message = format!("[{i}]: {resource} is not in its allocatable");
+        let kind = names.id(&s.resource).ok_or_else(|| {
+            let message = format!("[{i}]: {} is not in its allocatable", s.resource);
             err("Node", &n.name, "slices", message)
         })?;
         out.push(crate::devices::Slice {

@@ -28,16 +28,17 @@ pub(super) fn build_node(
             )
         })?,
     };
+    // A node whose devices are closed offers none (see `devices::closed`).
+    if n.devices_closed.is_some() {
+        allocatable.set(device_kind, 0);
+    }
     let count = allocatable.get(device_kind).max(0) as usize;
     // A shared node's allocatable counts slots; its devices are listed (`check_shared`).
     if count > MAX_GPUS_PER_NODE && !n.sharing.shares() {
         return Err(err(
             "Node",
             &n.name,
-            match device_kind {
-                GPU => "status.allocatable[nvidia.com/gpu]",
-                _ => "status.allocatable",
-            },
+            "status.allocatable",
             format!(
                 "{count} {}; at most {MAX_GPUS_PER_NODE} devices per node are supported",
                 names.name(device_kind)

@@ -20,9 +20,13 @@ pub struct NodeSpec {
     pub gpus: Option<Vec<Gpu>>,
     /// How the GPUs are shared (see [`crate::devices::Sharing`]).
     pub sharing: crate::devices::Sharing,
-    /// The resource its devices are advertised as (`amd.com/gpu`, `huawei.com/Ascend910`...);
-    /// `None`: `nvidia.com/gpu`.
+    /// The resource its devices are advertised as, when not the well-known whole-device one
+    /// ([`crate::resources::GPU`]): another vendor's, or a sharing plugin's, as its reader names it.
     pub device_resource: Option<String>,
+    /// The vendors' share resources (see [`crate::devices::ShareVocabulary`]): a node that
+    /// shares its devices with memory and compute needs them. Its reader gives every node the
+    /// same.
+    pub shares: Option<Arc<crate::devices::ShareVocabulary>>,
     /// MIG instances advertised on their own (NVIDIA's mixed strategy), each on a GPU of
     /// `gpus` in MIG mode.
     pub slices: Vec<crate::devices::MigSlice>,
