@@ -1,9 +1,12 @@
 //! The engine knows no vendor: what a pod asks of devices reaches it typed
-//! (`devices::DeviceAsk`, read by `crds`), and what is left of vendors' resource names in its
-//! non-test sources is listed here, file by file, to shrink until it is gone (issue 39 item 2:
-//! the nodes' share totals, MIG profiles' resource names, the whole-GPU name). A new reading of
-//! a vendor's name fails this test; so does one removed without lowering its count, so the
-//! list stays true.
+//! (`devices::DeviceAsk`, read by `crds`), and the names of what nodes offer arrive as data
+//! from `crds` (`convert/device_names.rs`): a node's device resource, its vendors' share
+//! names (`NodeSpec::shares`), a MIG slice's resource (`MigSlice::resource`). What is left of
+//! vendors' resource names in its non-test sources is listed here, file by file: only the
+//! well-known whole-device slot's name (`resources::GPU_NAME`, id 3, which every snapshot's
+//! table holds whether or not a reader names it; issue 39 item 2). A new reading of a vendor's
+//! name fails this test; so does one removed without lowering its count, so the list stays
+//! true.
 
 // A test of the sources reads them; `clippy.toml` keeps the engine itself off the file system.
 #![allow(clippy::disallowed_methods)]

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use basalt_crds::convert::device_names::share_vocabulary;
 use basalt_engine::plan::BoundDevice;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -55,16 +56,16 @@ pub fn runs_vgpu(node: &Node) -> bool {
     (node.metadata.annotations.as_ref()).is_some_and(|a| a.contains_key(VGPU_NODE_REGISTER))
 }
 
-/// HAMi's and Volcano vGPU's share names: a container asking one of them without a device
-/// count takes one device (HAMi's webhook adds the count; Volcano reads memory alone so).
-const SHARE_NAMES: [&str; 6] = [
-    "nvidia.com/gpumem",
-    "nvidia.com/gpumem-percentage",
-    "nvidia.com/gpucores",
-    "volcano.sh/vgpu-memory",
-    "volcano.sh/vgpu-memory-percentage",
-    "volcano.sh/vgpu-cores",
-];
+/// Whether `name` is one of HAMi's or Volcano vGPU's share names: a container asking one of
+/// them without a device count takes one device (HAMi's webhook adds the count; Volcano reads
+/// memory alone so).
+fn is_share(name: &str) -> bool {
+    let vocabulary = share_vocabulary();
+    let sharing = [&vocabulary.hami, &vocabulary.vgpu];
+    sharing
+        .iter()
+        .any(|s| [&s.memory, &s.percent, &s.cores].iter().any(|n| *n == name))
+}
 
 /// Per container of `containers`, its devices as `UUID,NVIDIA,<memMiB>,<cores>:` (empty for a
 /// container without any). Containers take the pod's devices in order (the plan lists them
@@ -78,9 +79,8 @@ fn per_container<'c>(
     let count = |m: Option<&BTreeMap<String, Quantity>>| {
         (m.and_then(|m| m.get(resource))).and_then(|q| q.0.parse::<usize>().ok())
     };
-    let shares = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.is_some_and(|m| SHARE_NAMES.iter().any(|n| m.contains_key(*n)))
-    };
+    let shares =
+        |m: Option<&BTreeMap<String, Quantity>>| m.is_some_and(|m| m.keys().any(|k| is_share(k)));
     let wants: Vec<usize> = containers
         .map(|c| {
             let r = c.resources.as_ref();
