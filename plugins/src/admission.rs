@@ -2,9 +2,8 @@
 //! take) and `capability` (a queue, and each of its ancestors, never holds more than its
 //! capability).
 
-use basalt_engine::actions::{NOT_ENOUGH_RESOURCES, UNSCHEDULABLE};
 use basalt_engine::{
-    Admit, Condition, GivenBack, JobId, Refusal, Resources, Session, TaskAdmit, TaskId,
+    Admit, GivenBack, JobId, JobRefusal, Refusal, ResourceId, Resources, Session, TaskAdmit, TaskId,
 };
 
 /// Factor as a fraction over 1000, so admission arithmetic stays in integers.
@@ -13,7 +12,10 @@ pub struct Overcommit {
 }
 
 impl Admit for Overcommit {
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+    fn name(&self) -> &str {
+        "overcommit"
+    }
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         let snap = session.snapshot;
         let Some(min) = &snap.job(job).min_resources else {
             return Ok(());
@@ -24,29 +26,15 @@ impl Admit for Overcommit {
             .scaled(self.factor_milli, 1000);
         room.sub(session.cluster_used());
         room.sub(session.inqueue_reserved());
-        let short: Vec<String> = min
-            .shortfall(&room)
-            .map(|id| {
-                let names = &snap.resources;
-                format!(
-                    "{} needs {}, {} left",
-                    names.name(id),
-                    names.format(id, min.get(id)),
-                    names.format(id, room.get(id).max(0))
-                )
-            })
+        let short: Vec<(ResourceId, i64, i64)> = (min.shortfall(&room))
+            .map(|id| (id, min.get(id), room.get(id).max(0)))
             .collect();
         if short.is_empty() {
             return Ok(());
         }
-        Err(Condition {
-            kind: UNSCHEDULABLE.to_string(),
-            reason: NOT_ENOUGH_RESOURCES.to_string(),
-            message: format!(
-                "minResources cannot be admitted ({}; room is allocatable × {:.2} less usage and earlier admissions)",
-                short.join(", "),
-                self.factor_milli as f64 / 1000.0
-            ),
+        Err(JobRefusal::OverRoom {
+            short,
+            factor_milli: self.factor_milli,
         })
     }
 }
@@ -55,6 +43,9 @@ impl Admit for Overcommit {
 pub struct Guarantee;
 
 impl TaskAdmit for Guarantee {
+    fn name(&self) -> &str {
+        "guarantee"
+    }
     fn admit(
         &self,
         session: &Session,
@@ -71,19 +62,17 @@ impl TaskAdmit for Guarantee {
 pub struct Capability;
 
 impl Admit for Capability {
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+    fn name(&self) -> &str {
+        "capability"
+    }
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         let snap = session.snapshot;
         let j = snap.job(job);
         let Some(min) = &j.min_resources else {
             return Ok(());
         };
-        basalt_queue::check_capability(session, j.queue, min, true, GivenBack::NONE).map_err(|e| {
-            Condition {
-                kind: UNSCHEDULABLE.to_string(),
-                reason: NOT_ENOUGH_RESOURCES.to_string(),
-                message: format!("minResources: {}", e.describe(snap)),
-            }
-        })
+        basalt_queue::check_capability(session, j.queue, min, true, GivenBack::NONE)
+            .map_err(|e| JobRefusal::OverCapability(e.into()))
     }
 }
 
@@ -92,6 +81,9 @@ impl Admit for Capability {
 /// credit every level, a sibling's the ancestors the two share), so a queue, or a parent, at
 /// its capability can still make room inside itself.
 impl TaskAdmit for Capability {
+    fn name(&self) -> &str {
+        "capability"
+    }
     fn admit(
         &self,
         session: &Session,

@@ -13,9 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use basalt_engine::{Condition, Job, JobId, JobReady, JobValid, Session, TaskId, TaskStatus};
-
-pub const NOT_ENOUGH_PODS: &str = "NotEnoughPods";
+pub use basalt_engine::actions::NOT_ENOUGH_PODS;
+use basalt_engine::{Job, JobId, JobReady, JobRefusal, JobValid, Session, TaskId, TaskStatus};
 
 pub struct Gang;
 
@@ -52,24 +51,23 @@ fn holds(status: &TaskStatus) -> bool {
 }
 
 impl JobValid for Gang {
+    fn name(&self) -> &str {
+        "gang"
+    }
     /// A gang with fewer live pods than its minimums can never start: report it, place nothing.
     /// Nor can one whose minimums need members Basalt may not place (gated, or claiming DRA
     /// resources): it waits whole, naming them, rather than start short.
-    fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+    fn validate(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         let live = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
-        if let Some(message) = shortfall(session, job, live) {
-            return Err(Condition {
-                kind: basalt_engine::actions::UNSCHEDULABLE.to_string(),
-                reason: NOT_ENOUGH_PODS.to_string(),
-                message,
-            });
+        if let Some(short) = shortfall(session, job, live) {
+            return Err(short);
         }
-        let Some(held) = basalt_engine::actions::held_condition(session, job) else {
+        if !basalt_engine::actions::has_held(session.snapshot, job) {
             return Ok(());
-        };
+        }
         let placeable = |t: TaskId| live(t) && session.snapshot.task(t).hold.is_none();
         match shortfall(session, job, placeable) {
-            Some(_) => Err(held),
+            Some(_) => Err(JobRefusal::Held),
             None => Ok(()),
         }
     }
@@ -77,7 +75,7 @@ impl JobValid for Gang {
 
 /// What the job's members passing `counts` leave short of its minimums (`minMember`, each
 /// role's `minTaskMember`, `minSubGroups`), or `None` when they meet them all.
-fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> Option<String> {
+fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> Option<JobRefusal> {
     let snap = session.snapshot;
     let j = snap.job(job);
     let roles = j.roles_gate() && !j.min_task_member.is_empty();
@@ -90,30 +88,29 @@ fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> 
         }
     }
     if have < j.min_member {
-        return Some(format!(
-            "{have}/{} pods of the gang exist; waiting for minMember",
-            j.min_member
-        ));
+        let min = j.min_member;
+        return Some(JobRefusal::TooFewPods { have, min });
     }
     if roles {
         for (role, &min) in &j.min_task_member {
             let have = by_role.get(role.as_str()).copied().unwrap_or(0);
             if have < min {
-                return Some(format!(
-                    "role {role:?}: {have}/{min} pods exist; waiting for minTaskMember"
-                ));
+                let role = role.clone();
+                return Some(JobRefusal::TooFewRolePods { role, have, min });
             }
         }
     }
-    short_sub_groups(j, counts).map(|(name, have, min)| {
-        format!(
-            "sub-group spec {name}: {have}/{min} sub-groups have enough pods; waiting for \
-             minSubGroups"
-        )
+    short_sub_groups(j, counts).map(|(spec, have, min)| JobRefusal::TooFewSubGroups {
+        spec: spec.to_string(),
+        have,
+        min,
     })
 }
 
 impl JobReady for Gang {
+    fn name(&self) -> &str {
+        "gang"
+    }
     fn ready(&self, session: &Session, job: JobId) -> bool {
         let j = session.snapshot.job(job);
         let c = session.counts(job);
@@ -128,13 +125,29 @@ mod tests {
     use std::collections::BTreeMap;
 
     use basalt_engine::{
-        ClusterSpec, GroupSpec, JobId, JobPhase, JobValid, NodeSpec, PodSpec, Session, Snapshot,
+        ClusterSpec, GroupSpec, JobId, JobPhase, JobRefusal, JobValid, NodeSpec, PodSpec, Session,
+        Snapshot,
     };
 
     use super::Gang;
 
-    /// Gang `g` (minimum `min`) of pods `g-0..`, each made by `pod(i)` from a plain member.
+    /// Gang `g` (minimum `min`) of pods `g-0..`, each made by `pod(i)` from a plain member:
+    /// whether it is valid, its refusal worded as `reason: message`.
     fn validate(min: i64, pods: usize, pod: impl Fn(usize, &mut PodSpec)) -> Result<(), String> {
+        let snapshot = gang(min, pods, pod);
+        refusal(&snapshot).map_err(|refusal| {
+            let c = refusal.condition(&snapshot, JobId(0));
+            format!("{}: {}", c.reason, c.message)
+        })
+    }
+
+    fn refusal(snapshot: &Snapshot) -> Result<(), JobRefusal> {
+        let fw = crate::framework(&Default::default(), &snapshot.resources);
+        let session = Session::new(snapshot, &fw);
+        Gang.validate(&session, JobId(0))
+    }
+
+    fn gang(min: i64, pods: usize, pod: impl Fn(usize, &mut PodSpec)) -> Snapshot {
         let mut spec = ClusterSpec {
             nodes: vec![NodeSpec {
                 name: "n".into(),
@@ -168,11 +181,21 @@ mod tests {
             pod(i, &mut p);
             spec.pods.push(p);
         }
-        let snapshot = Snapshot::build(spec).unwrap();
-        let fw = crate::framework(&Default::default(), &snapshot.resources);
-        let session = Session::new(&snapshot, &fw);
-        Gang.validate(&session, JobId(0))
-            .map_err(|c| format!("{}: {}", c.reason, c.message))
+        Snapshot::build(spec).unwrap()
+    }
+
+    /// A refusal is typed data (the words come when the plan is written).
+    #[test]
+    fn a_gang_short_of_pods_is_refused_with_its_counts() {
+        let role = |i: usize, p: &mut PodSpec| p.role = Some(["a", "b"][i % 2].into());
+        assert_eq!(
+            refusal(&gang(3, 2, role)),
+            Err(JobRefusal::TooFewPods { have: 2, min: 3 })
+        );
+        assert_eq!(
+            validate(3, 2, role),
+            Err("NotEnoughPods: 2/3 pods of the gang exist; waiting for minMember".into())
+        );
     }
 
     #[test]

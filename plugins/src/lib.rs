@@ -10,7 +10,7 @@
 //! - `domains`: which topology domains a gang tries, in order;
 //! - `admission`: `overcommit` enqueue admission and queue `capability`;
 //! - `queue_order`: which sibling queue is served first (priority, then fair share);
-//! - `victims`: whom `reclaim` and `preempt` may evict, and who goes first;
+//! - `victims`: whom `preempt` and `reclaim` may evict (a policy each), and who goes first;
 //! - `mig_relayout`: new MIG layouts for idle GPUs from pending MIG demand (off by default).
 //!
 //! [`framework`] turns a [`Config`] into the engine's [`Framework`] value; [`schedule`] runs one
@@ -78,9 +78,11 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
     // After fragmentation, which leaves the pods stating HAMi's node policy to it.
     fw.scores.push(Box::new(hami_nodes::HamiNodePolicy));
     fw.queue_order = Box::new(queue_order::PriorityThenShare);
-    fw.victims = Box::new(victims::LowerPriorityOverShare {
-        min_used_milli: (config.eviction.min_used_fraction * 1000.0).round() as u32,
-        reclaim_min_runtime_ms: config.eviction.reclaim_min_runtime_ms().unwrap_or(0),
+    let min_used_milli = (config.eviction.min_used_fraction * 1000.0).round() as u32;
+    fw.preempt_victims = Box::new(victims::LowerPriority { min_used_milli });
+    fw.reclaim_victims = Box::new(victims::OverShare {
+        min_used_milli,
+        min_runtime_ms: config.eviction.reclaim_min_runtime_ms().unwrap_or(0),
     });
     fw.domains = Box::new(domains::BestFit);
     if config.fair_share.enabled {
@@ -114,4 +116,33 @@ pub fn framework(config: &Config, names: &ResourceNames) -> Framework {
 pub fn schedule(snapshot: &Snapshot, config: &Config) -> Plan {
     let fw = framework(config, &snapshot.resources);
     basalt_engine::schedule(snapshot, &fw, &mut basalt_engine::Warm::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use basalt_engine::ResourceNames;
+
+    use super::{framework, Config};
+
+    #[test]
+    fn the_default_framework_names_each_plugin_by_its_extension_point() {
+        let fw = framework(&Config::default(), &ResourceNames::new([]));
+        let plugins = fw.plugins();
+        let at = |point: &str| -> Vec<&str> {
+            (plugins.iter())
+                .filter(|(p, _)| *p == point)
+                .map(|(_, name)| *name)
+                .collect()
+        };
+        assert_eq!(at("JobOrder"), ["priority"]);
+        assert_eq!(at("JobValid"), ["gang"]);
+        assert_eq!(at("Admit"), ["overcommit", "capability"]);
+        assert_eq!(at("TaskAdmit"), ["capability", "guarantee"]);
+        assert_eq!(at("NodeFilter"), ["predicates"]);
+        assert_eq!(at("NodeOrder"), ["binpack"]);
+        assert_eq!(at("FairShare"), ["water-filling"]);
+        assert_eq!(at("Victims(preempt)"), ["lower-priority"]);
+        assert_eq!(at("Victims(reclaim)"), ["over-share"]);
+        assert!(plugins.iter().all(|(_, name)| !name.is_empty()));
+    }
 }

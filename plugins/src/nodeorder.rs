@@ -52,6 +52,12 @@ impl Utilisation {
 }
 
 impl NodeOrder for Utilisation {
+    fn name(&self) -> &str {
+        match self.policy {
+            NodeOrderPolicy::Binpack => "binpack",
+            NodeOrderPolicy::Spread => "spread",
+        }
+    }
     fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
         let u = self.utilisation(allocatable, used);
         match self.policy {

@@ -13,6 +13,9 @@ pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 pub struct Predicates;
 
 impl NodeFilter for Predicates {
+    fn name(&self) -> &str {
+        "predicates"
+    }
     fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         // kube-scheduler lets pods that tolerate the unschedulable taint onto cordoned nodes.
         if node.unschedulable && !tolerated(&rules.tolerations, &unschedulable_taint()) {

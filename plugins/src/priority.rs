@@ -10,6 +10,9 @@ use basalt_engine::{Job, JobOrder, Task, TaskOrder};
 pub struct Priority;
 
 impl JobOrder for Priority {
+    fn name(&self) -> &str {
+        "priority"
+    }
     fn compare(&self, a: &Job, b: &Job) -> Ordering {
         b.priority
             .cmp(&a.priority)
@@ -18,6 +21,9 @@ impl JobOrder for Priority {
 }
 
 impl TaskOrder for Priority {
+    fn name(&self) -> &str {
+        "priority"
+    }
     fn compare(&self, a: &Task, b: &Task) -> Ordering {
         b.priority.cmp(&a.priority)
     }

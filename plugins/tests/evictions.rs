@@ -389,8 +389,7 @@ fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
             .find(|j| j.name.ends_with("g1"))
             .unwrap()
             .id;
-        let kind = basalt_engine::EvictionKind::Preempt;
-        fw.victims.may_evict_for(&session, job, kind)
+        fw.preempt_victims.may_evict_for(&session, job)
     };
     assert!(!decide(0), "below the running job");
     assert!(
@@ -398,6 +397,45 @@ fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
         "level with it: two jobs of one priority never evict each other"
     );
     assert!(decide(2), "above it");
+}
+
+/// `preempt` and `reclaim` each ask their own victims policy: with none for preempt, a
+/// higher-priority gang of the same queue evicts nothing, whatever reclaim's policy says.
+#[test]
+fn each_eviction_action_asks_its_own_victims_policy() {
+    let gang = |priority: i32, running: bool| G {
+        queue: 0,
+        pods: vec![(1, 1, 4, 0)],
+        min: 1,
+        role_min: BTreeMap::new(),
+        priority,
+        running,
+    };
+    let spec = cluster(&[(8, 64, 4)], &[1], &[gang(1, true), gang(2, false)]);
+    let snapshot = Snapshot::build(spec).unwrap();
+    let evictions = |no_preempt: bool, no_reclaim: bool| {
+        let mut fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
+        if no_preempt {
+            fw.preempt_victims = Box::new(basalt_engine::NoVictims);
+        }
+        if no_reclaim {
+            fw.reclaim_victims = Box::new(basalt_engine::NoVictims);
+        }
+        let plan = basalt_engine::schedule(&snapshot, &fw, &mut Default::default());
+        (plan.evictions.iter())
+            .map(|e| e.pod.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(evictions(false, false), ["ns/g0-0"]);
+    assert_eq!(
+        evictions(false, true),
+        ["ns/g0-0"],
+        "reclaim's policy plays no part"
+    );
+    assert!(
+        evictions(true, false).is_empty(),
+        "preempt's own policy evicts none"
+    );
 }
 
 /// Reclaim looks for victims only in queues that can give them up at every level it takes
@@ -476,9 +514,8 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
             .find(|j| j.name.ends_with("j3"))
             .unwrap();
         let request = &snapshot.task(waiting.tasks[0]).request;
-        let kind = basalt_engine::EvictionKind::Reclaim;
-        assert!(fw.victims.may_evict_for(&session, waiting.id, kind));
-        let queues = fw.victims.queues(&session, waiting.id, request, kind);
+        assert!(fw.reclaim_victims.may_evict_for(&session, waiting.id));
+        let queues = fw.reclaim_victims.queues(&session, waiting.id, request);
         (queues.iter())
             .map(|&q| snapshot.queue(q).name.clone())
             .collect::<Vec<_>>()

@@ -141,6 +141,9 @@ pub struct WaterFilling {
 }
 
 impl FairShare for WaterFilling {
+    fn name(&self) -> &str {
+        "water-filling"
+    }
     fn weights(&self, session: &Session) -> Option<basalt_engine::UsageWeights> {
         (self.usage.as_ref()).map(|u| u.weights(session))
     }

@@ -3,22 +3,27 @@
 
 use std::cmp::Ordering;
 
-use basalt_topology::{DomainId, TierId};
-
 use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, Task, TaskId};
-use crate::plan::Condition;
-use crate::refusal::Refusal;
+use crate::refusal::{JobRefusal, Refusal};
 use crate::resources::Resources;
 use crate::session::Session;
 
+mod domains;
+mod placement;
 mod relayout;
 mod victims;
 
+pub use domains::{DomainAsk, DomainPurpose, Domains, FirstListed};
+pub use placement::{
+    lowest_bits, DeviceChooser, DevicePick, LeastAllocated, LowestOpen, NodeFilter, NodeOrder,
+    NodeScorer, Score,
+};
 pub use relayout::{MigRelayout, RelayoutProposal, MIG_RELAYOUT};
 pub use victims::{EvictionKind, NoVictims, VictimCost, VictimUnit, Victims};
 
 /// Orders jobs; `Ordering::Equal` defers to the next plugin (and finally to the job name).
 pub trait JobOrder: Send + Sync {
+    fn name(&self) -> &str;
     fn compare(&self, a: &Job, b: &Job) -> Ordering;
 }
 
@@ -27,23 +32,29 @@ pub trait JobOrder: Send + Sync {
 /// plugin, then to the engine's own order (members a role still needs for its minimum first,
 /// then rank).
 pub trait TaskOrder: Send + Sync {
+    fn name(&self) -> &str;
     fn compare(&self, a: &Task, b: &Task) -> Ordering;
 }
 
-/// Whether a job may be scheduled at all this cycle (e.g. it has fewer pods than its minimum).
+/// Whether a job may be scheduled at all this cycle (e.g. it has fewer pods than its minimum);
+/// a no is a [`JobRefusal`], worded only when the plan is written.
 pub trait JobValid: Send + Sync {
-    fn validate(&self, session: &Session, job: JobId) -> Result<(), Condition>;
+    fn name(&self) -> &str;
+    fn validate(&self, session: &Session, job: JobId) -> Result<(), JobRefusal>;
 }
 
 /// Whether the members a job holds (bound, running, succeeded or placed in the open statement)
 /// are enough to let it start.
 pub trait JobReady: Send + Sync {
+    fn name(&self) -> &str;
     fn ready(&self, session: &Session, job: JobId) -> bool;
 }
 
-/// Admission of a pending job into the schedulable set (the `enqueue` action).
+/// Admission of a pending job into the schedulable set (the `enqueue` action); a no is a
+/// [`JobRefusal`], worded only when the plan is written.
 pub trait Admit: Send + Sync {
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), Condition>;
+    fn name(&self) -> &str;
+    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal>;
 }
 
 /// A per-task check on the job's side of a placement (e.g. its queue's capability), evaluated
@@ -52,6 +63,7 @@ pub trait Admit: Send + Sync {
 /// each queue they leave: a queue the victims share with the member (its own for preempt, a
 /// common ancestor for reclaim) grows only by the difference.
 pub trait TaskAdmit: Send + Sync {
+    fn name(&self) -> &str;
     fn admit(
         &self,
         session: &Session,
@@ -79,119 +91,6 @@ impl GivenBack<'_> {
 /// The default [`Framework::gang_backoff_ms`]: a minute.
 pub const DEFAULT_GANG_BACKOFF_MS: i64 = 60_000;
 
-/// A static node filter: its answer may depend only on the pod's placement rules and the node's
-/// labels, taints and schedulability, never on free capacity. That is what lets a session
-/// evaluate it once per distinct set of rules instead of once per pod. Capacity fit (every
-/// resource, and whole GPUs per device) is the engine's own check.
-pub trait NodeFilter: Send + Sync {
-    fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal>;
-}
-
-/// Node preference as a function of the node's capacity and usage alone; lower keys are better.
-/// Because nodes with equal allocatable order the same way for any request, the session keeps
-/// them in sorted buckets and never scores every node for every pod.
-pub trait NodeOrder: Send + Sync {
-    fn key(&self, allocatable: &Resources, used: &Resources) -> u64;
-}
-
-/// A pod-aware node score: how good it is to put this task on this node with these devices
-/// (a mask of the node's device positions, as [`DevicePick`] chose them). Whole numbers,
-/// higher is better; the scores of all configured scorers are summed (saturating) and equal
-/// sums go to the node of least [`Framework::node_rank`].
-///
-/// Scoring sees every feasible node (static filters, capacity, devices, inter-pod rules) for
-/// every task, where [`NodeOrder`] keeps nodes in sorted buckets and asks a few; so a scorer
-/// declares per session whether it has anything to say: `prepare` returns `None` and the
-/// session keeps the bucketed node order, exactly as without the scorer.
-pub trait Score: Send + Sync {
-    fn name(&self) -> &str;
-    /// Called once when a session opens, to precompute what scoring needs (e.g. the typical
-    /// pod shapes of the workload), or `None` to stay out of this session.
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>>;
-}
-
-/// A [`Score`] prepared for one session.
-pub trait NodeScorer {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64;
-    /// Whether the score reads the node only through its state: allocatable, devices (not
-    /// their UUIDs), usage and device usage; never its name, labels or id. When every scorer
-    /// and the device chooser say so, the search scores one node per state (nodes of a
-    /// cluster are mostly in a few), and still finds the node scoring every node would.
-    fn by_state(&self) -> bool {
-        false
-    }
-    /// Whether, with [`Self::by_state`], the score reads the task only through its shape:
-    /// its placement rules, request and device share (never its name, labels, job or
-    /// priority), so the same state and shape score the same all session long. When every
-    /// scorer and the device chooser say so, the search keeps each state's score per shape
-    /// for the session instead of scoring the state again for each task of that shape.
-    fn by_shape(&self) -> bool {
-        false
-    }
-}
-
-/// Which of a node's devices a task takes. The engine decides which devices the task could
-/// take at all (free whole devices, shared devices with room, the pod's device filters, the
-/// NVLink island the topology chose); the policy picks among them.
-pub trait DevicePick: Send + Sync {
-    fn name(&self) -> &str;
-    fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's>;
-}
-
-/// A [`DevicePick`] prepared for one session.
-pub trait DeviceChooser {
-    /// `count` devices out of `open` (a mask of device positions with at least `count` bits
-    /// set), as a mask. Must be a function of its arguments and the session: the search asks
-    /// once per node it scores and placing asks again.
-    fn pick(&mut self, session: &Session, task: TaskId, node: NodeId, open: u64, count: u32)
-        -> u64;
-    /// Whether the choice reads the node only through its state (see [`NodeScorer::by_state`]).
-    fn by_state(&self) -> bool {
-        false
-    }
-    /// Whether the choice reads the task only through its shape (see
-    /// [`NodeScorer::by_shape`]).
-    fn by_shape(&self) -> bool {
-        false
-    }
-}
-
-/// The engine's neutral device choice: the lowest free positions (plugins configure the
-/// scheduler's own, which keeps NVLink islands whole and follows HAMi's policies).
-pub struct LowestOpen;
-
-impl DevicePick for LowestOpen {
-    fn name(&self) -> &str {
-        "lowest-open"
-    }
-    fn prepare<'s>(&'s self, _: &Session) -> Box<dyn DeviceChooser + 's> {
-        Box::new(LowestOpen)
-    }
-}
-
-impl DeviceChooser for LowestOpen {
-    fn pick(&mut self, _: &Session, _: TaskId, _: NodeId, open: u64, count: u32) -> u64 {
-        lowest_bits(open, count)
-    }
-    fn by_state(&self) -> bool {
-        true
-    }
-    fn by_shape(&self) -> bool {
-        true
-    }
-}
-
-/// The `count` lowest set bits of `mask`.
-pub fn lowest_bits(mut mask: u64, count: u32) -> u64 {
-    let mut out = 0;
-    for _ in 0..count {
-        let bit = mask & mask.wrapping_neg();
-        out |= bit;
-        mask &= !bit;
-    }
-    out
-}
-
 /// The order in which sibling queues are served: `allocate` walks the queue tree from the root,
 /// at each level taking the first child with work. `Less`: `a` first; `Equal` defers to the
 /// name. Must depend only on the two queues (their spec, allocation and deserved share): the
@@ -214,70 +113,9 @@ impl QueueOrder for QueuesByName {
     }
 }
 
-/// What the engine asks topology domains for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DomainPurpose {
-    /// A domain for the whole gang.
-    Gang,
-    /// A domain for one of its sub-groups, inside the gang's.
-    SubGroup,
-    /// A domain of the gang's required tier to search for victims in (reclaim, preempt).
-    Evictions,
-}
-
-/// What a gang (or one of its sub-groups) asks of the domains of one topology tier.
-pub struct DomainAsk<'a> {
-    pub purpose: DomainPurpose,
-    pub job: JobId,
-    pub tier: TierId,
-    /// The free whole GPUs a domain needs (none for [`DomainPurpose::Evictions`]).
-    pub gpus: i64,
-    /// Enclosing tiers a policy may weigh, finest first: for a gang its tiers above `tier` up
-    /// to the required one; none for a sub-group (it stays inside the gang's domain).
-    pub coarser: &'a [TierId],
-    /// How many domains the engine tries at most.
-    pub limit: usize,
-}
-
-/// Which topology domains a gang tries, in order. The engine walks the gang's tiers (the finest
-/// first, up to its required tier), lists the domains it could use, dry-runs the chosen ones in
-/// a statement one by one and keeps the first that makes the gang ready (for evictions: the one
-/// needing the cheapest victims).
-pub trait Domains: Send + Sync {
-    fn name(&self) -> &str;
-    /// Up to `ask.limit` of `candidates`, in the order to try them. The candidates are the
-    /// domains of `ask.tier` the engine found possible (free GPUs, where the gang's members
-    /// already run, the required tier; for a sub-group its CPU and memory; for evictions every
-    /// domain of the tier), the fewest free GPUs first, ties by domain id: a best fit reads a
-    /// few, another rule may read them all.
-    fn choose(
-        &self,
-        session: &Session,
-        ask: &DomainAsk,
-        candidates: &mut dyn Iterator<Item = DomainId>,
-    ) -> Vec<DomainId>;
-}
-
-/// The engine's neutral domain choice: the first candidates as listed (plugins configure the
-/// scheduler's own, which keeps whole racks and cliques free).
-pub struct FirstListed;
-
-impl Domains for FirstListed {
-    fn name(&self) -> &str {
-        "first-listed"
-    }
-    fn choose(
-        &self,
-        _: &Session,
-        ask: &DomainAsk,
-        candidates: &mut dyn Iterator<Item = DomainId>,
-    ) -> Vec<DomainId> {
-        candidates.take(ask.limit).collect()
-    }
-}
-
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
+    fn name(&self) -> &str;
     fn deserved(&self, session: &Session) -> Vec<Resources>;
 
     /// The weights capacity beyond guarantees and entitlements is divided by, per queue, when
@@ -326,8 +164,10 @@ pub struct Framework {
     pub fair_share: Option<Box<dyn FairShare>>,
     /// Which sibling queue is served first.
     pub queue_order: Box<dyn QueueOrder>,
-    /// Who `reclaim` and `preempt` may evict, and who goes first.
-    pub victims: Box<dyn Victims>,
+    /// Who `preempt` may evict (of the starving gang's own queue), and who goes first.
+    pub preempt_victims: Box<dyn Victims>,
+    /// Who `reclaim` may evict (of other queues), and who goes first.
+    pub reclaim_victims: Box<dyn Victims>,
     /// Which topology domains a gang tries, in order.
     pub domains: Box<dyn Domains>,
     /// Pod-aware scorers (see [`Score`]); none: the bucketed [`NodeOrder`] alone.
@@ -421,7 +261,8 @@ impl Framework {
             node_order,
             fair_share: None,
             queue_order: Box::new(QueuesByName),
-            victims: Box::new(NoVictims),
+            preempt_victims: Box::new(NoVictims),
+            reclaim_victims: Box::new(NoVictims),
             domains: Box::new(FirstListed),
             scores: Vec::new(),
             device_pick: Box::new(LowestOpen),
@@ -469,8 +310,39 @@ impl Framework {
         (rank.copied().unwrap_or(u32::MAX), node)
     }
 
+    /// The victims policy of one eviction action.
+    pub fn victims(&self, kind: EvictionKind) -> &dyn Victims {
+        match kind {
+            EvictionKind::Preempt => &*self.preempt_victims,
+            EvictionKind::Reclaim => &*self.reclaim_victims,
+        }
+    }
+
     pub fn node_order(&self) -> &dyn NodeOrder {
         &*self.node_order
+    }
+
+    /// Every configured plugin by the extension point it serves, in the order each point asks
+    /// them: what a scheduler says it runs (the names are the plugins' own).
+    pub fn plugins(&self) -> Vec<(&'static str, &str)> {
+        let mut out: Vec<(&'static str, &str)> = Vec::new();
+        out.extend(self.job_order.iter().map(|p| ("JobOrder", p.name())));
+        out.extend(self.task_order.iter().map(|p| ("TaskOrder", p.name())));
+        out.extend(self.job_valid.iter().map(|p| ("JobValid", p.name())));
+        out.extend(self.job_ready.iter().map(|p| ("JobReady", p.name())));
+        out.extend(self.admit.iter().map(|p| ("Admit", p.name())));
+        out.extend(self.task_admit.iter().map(|p| ("TaskAdmit", p.name())));
+        out.extend(self.filters.iter().map(|p| ("NodeFilter", p.name())));
+        out.push(("NodeOrder", self.node_order.name()));
+        out.extend(self.fair_share.iter().map(|p| ("FairShare", p.name())));
+        out.push(("QueueOrder", self.queue_order.name()));
+        out.push(("Victims(preempt)", self.preempt_victims.name()));
+        out.push(("Victims(reclaim)", self.reclaim_victims.name()));
+        out.push(("Domains", self.domains.name()));
+        out.extend(self.scores.iter().map(|p| ("Score", p.name())));
+        out.push(("DevicePick", self.device_pick.name()));
+        out.extend(self.mig_relayout.iter().map(|p| ("MigRelayout", p.name())));
+        out
     }
 
     pub fn compare_jobs(&self, a: &Job, b: &Job) -> Ordering {
@@ -490,7 +362,7 @@ impl Framework {
             .unwrap_or(Ordering::Equal)
     }
 
-    pub fn validate_job(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+    pub fn validate_job(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         self.job_valid
             .iter()
             .try_for_each(|p| p.validate(session, job))
@@ -501,7 +373,7 @@ impl Framework {
         self.job_ready.iter().all(|p| p.ready(session, job))
     }
 
-    pub fn admit_job(&self, session: &Session, job: JobId) -> Result<(), Condition> {
+    pub fn admit_job(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         self.admit.iter().try_for_each(|p| p.admit(session, job))
     }
 
@@ -529,19 +401,6 @@ impl Framework {
 
     pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         self.filters.iter().try_for_each(|f| f.filter(rules, node))
-    }
-}
-
-/// Least-allocated order with equal weights, the neutral default.
-pub struct LeastAllocated;
-
-impl NodeOrder for LeastAllocated {
-    fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
-        allocatable
-            .iter()
-            .filter(|&(_, a)| a > 0)
-            .map(|(id, a)| (used.get(id).clamp(0, a) as u128 * 1_000_000 / a as u128) as u64)
-            .sum()
     }
 }
 

@@ -274,5 +274,8 @@ pub(crate) fn worded_counts(
     list
 }
 
+mod job;
 #[cfg(test)]
 mod tests;
+
+pub use job::JobRefusal;

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::actions::JobCondition;
 use crate::framework::Framework;
 use crate::hash::Map;
 use crate::interpod::InterPod;
 use crate::model::*;
-use crate::plan::Condition;
 use crate::resources::Resources;
 use crate::share::Share;
 use crate::snapshot::{ancestors, Snapshot};
@@ -165,7 +165,7 @@ pub struct Session<'a> {
     /// Jobs with pending members when the session opened, by id: no other job gets one (a
     /// placement undone gives back a member that was pending; an eviction makes it Evicted).
     with_pending: Vec<JobId>,
-    conditions: Vec<Vec<Condition>>,
+    conditions: Vec<Vec<JobCondition>>,
     /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
     queue_allocated: Vec<Resources>,
     /// Per queue: what its subtree's pending pods asked for when the session opened.

@@ -136,6 +136,9 @@ fn port(p: u16) -> PodConstraints {
 struct Gang;
 
 impl JobReady for Gang {
+    fn name(&self) -> &str {
+        "gang"
+    }
     fn ready(&self, session: &Session, job: JobId) -> bool {
         session.holding(job) >= session.snapshot.job(job).min_member
     }
@@ -145,6 +148,9 @@ impl JobReady for Gang {
 struct Static;
 
 impl NodeFilter for Static {
+    fn name(&self) -> &str {
+        "static"
+    }
     fn filter(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {
         if (rules.node_selector.iter()).any(|(k, v)| node.labels.get(k) != Some(v)) {
             return Err(Refusal::NodeSelector);
@@ -232,6 +238,9 @@ fn an_anti_affinity_gang_goes_one_member_per_node() {
 struct Packing;
 
 impl NodeOrder for Packing {
+    fn name(&self) -> &str {
+        "packing"
+    }
     fn key(&self, allocatable: &Resources, used: &Resources) -> u64 {
         u64::MAX - LeastAllocated.key(allocatable, used)
     }

@@ -108,6 +108,9 @@ fn disks(d: &[Disk]) -> PodConstraints {
 struct Gang;
 
 impl JobReady for Gang {
+    fn name(&self) -> &str {
+        "gang"
+    }
     fn ready(&self, session: &Session, job: JobId) -> bool {
         session.holding(job) >= session.snapshot.job(job).min_member
     }

@@ -208,6 +208,9 @@ fn queues_are_served_in_the_frameworks_queue_order() {
 struct MinMember;
 
 impl JobReady for MinMember {
+    fn name(&self) -> &str {
+        "min-member"
+    }
     fn ready(&self, session: &Session, job: JobId) -> bool {
         let c = session.counts(job);
         c.running + c.pipelined + c.succeeded >= session.snapshot.job(job).min_member
@@ -218,6 +221,9 @@ impl JobReady for MinMember {
 struct ByPriority;
 
 impl TaskOrder for ByPriority {
+    fn name(&self) -> &str {
+        "by-priority"
+    }
     fn compare(&self, a: &Task, b: &Task) -> std::cmp::Ordering {
         b.priority.cmp(&a.priority)
     }

@@ -92,6 +92,9 @@ fn a_warm_follows_node_changes() {
 struct Constant;
 
 impl NodeOrder for Constant {
+    fn name(&self) -> &str {
+        "constant"
+    }
     fn key(&self, _: &Resources, _: &Resources) -> u64 {
         7
     }

@@ -5,9 +5,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::hash::Map;
 
-use super::{
-    placement_order, queue_refuses, schedulable_jobs, unschedulable, NOT_ENOUGH_RESOURCES,
-};
+use super::unplaced::{GangFailure, MemberFailure, ShortWhy};
+use super::{placement_order, queue_refuses, schedulable_jobs, JobCondition};
 use crate::model::{Job, JobId, NodeId, QueueId, TaskId};
 use crate::queue_order::ServiceOrder;
 use crate::resources::Resources;
@@ -112,7 +111,12 @@ fn serve(session: &mut Session, jobs: &[&Job], starts: &Starts, pass: Pass, exte
         } else {
             None
         };
-        if let Some(c) = refused.map_or_else(|| fw.validate_job(session, job.id).err(), Some) {
+        let invalid = || {
+            fw.validate_job(session, job.id)
+                .err()
+                .map(JobCondition::Refused)
+        };
+        if let Some(c) = refused.or_else(invalid) {
             if pass == Pass::Lend {
                 session.add_condition(job.id, c);
             }
@@ -168,27 +172,27 @@ fn allocate_job(
     let job = snap.job(job_id);
     let order = placement_order(session, job);
     // Members that may not be placed wait, and say why, whatever happens to the others.
-    if let Some(c) = super::held_condition(session, job_id).filter(|_| pass == Pass::Lend) {
-        session.add_condition(job_id, c);
+    if pass == Pass::Lend && super::has_held(snap, job_id) {
+        session.add_condition(job_id, JobCondition::Held);
     }
-    let admissible = |session: &Session, task: TaskId| -> Result<(), String> {
+    // The one check of the job's side: its queue's say, and in the first pass its share.
+    let admissible = |session: &Session, task: TaskId| -> Result<(), MemberFailure> {
         let request = &session.snapshot.task(task).request;
-        match fw.admit_task(session, task, request) {
-            Err(refusal) => Err(refusal.describe(session.snapshot)),
-            Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
-                Err("its queue is at its deserved share".into())
-            }
-            Ok(()) => Ok(()),
+        fw.admit_task(session, task, request)
+            .map_err(MemberFailure::Queue)?;
+        if pass == Pass::WithinDeserved && !within_deserved(session, job, request) {
+            return Err(MemberFailure::AtDeservedShare);
         }
+        Ok(())
     };
     if let Some(outcome) = super::topology::place(session, job, access, &admissible) {
         match outcome {
             Ok(stmt) => session.commit(stmt),
-            Err((NOT_ENOUGH_RESOURCES, _)) if pass == Pass::Lend && session.explains() => {
+            Err(GangFailure::Short { .. }) if pass == Pass::Lend && session.explains() => {
                 session.note_short(job_id)
             }
-            Err((reason, message)) if pass == Pass::Lend => {
-                session.add_condition(job_id, unschedulable(reason, message))
+            Err(failure) if pass == Pass::Lend => {
+                session.add_condition(job_id, JobCondition::Unplaced(failure))
             }
             Err(_) => {}
         }
@@ -196,19 +200,13 @@ fn allocate_job(
     }
     let before = session.counts(job_id);
     let mut holding = before.running + before.pipelined + before.succeeded;
-    let mut failure: Option<String> = None;
+    let mut failure: Option<MemberFailure> = None;
     let mut stmt = session.statement();
     for (i, &task) in order.iter().enumerate() {
-        let request = &snap.task(task).request;
-        let placed = match fw.admit_task(session, task, request) {
-            Err(refusal) => Err(refusal.describe(session.snapshot)),
-            Ok(()) if pass == Pass::WithinDeserved && !within_deserved(session, job, request) => {
-                Err(String::new())
-            }
-            Ok(()) => session
-                .find_node_with(task, access)
-                .ok_or_else(|| session.why_no_node(task, access)),
-        };
+        let placed = admissible(session, task).and_then(|()| {
+            (session.find_node_with(task, access))
+                .ok_or_else(|| MemberFailure::NoNode(session.why_no_node(task, access)))
+        });
         match placed {
             Ok(node) => {
                 session.allocate(&mut stmt, task, node);
@@ -238,23 +236,25 @@ fn allocate_job(
     } else {
         session.discard(stmt);
     }
-    let message = if ready {
+    let unplaced = if ready {
         // The gang runs; only extra members are left waiting, and say why in their own round.
-        failure.filter(|_| extent == Extent::Extras)
+        failure
+            .filter(|_| extent == Extent::Extras)
+            .map(GangFailure::Extras)
     } else if session.explains() {
         if pass == Pass::Lend {
             session.note_short(job_id);
         }
         None
     } else {
-        let why = failure.unwrap_or_else(|| "per-role minimums (minTaskMember) are not met".into());
-        Some(format!(
-            "{holding}/{} members of the gang could be placed: {why}",
-            job.min_member
-        ))
+        Some(GangFailure::Short {
+            placed: holding,
+            min: job.min_member,
+            why: failure.map_or(ShortWhy::RoleMinimums, ShortWhy::Member),
+        })
     };
-    if let Some(message) = message.filter(|_| pass == Pass::Lend) {
-        session.add_condition(job_id, unschedulable(NOT_ENOUGH_RESOURCES, message));
+    if let Some(failure) = unplaced.filter(|_| pass == Pass::Lend) {
+        session.add_condition(job_id, JobCondition::Unplaced(failure));
     }
 }
 

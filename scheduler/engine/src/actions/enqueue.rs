@@ -1,6 +1,6 @@
 //! `enqueue`: admission of pending PodGroups.
 
-use super::{ordered_jobs, queue_refuses};
+use super::{ordered_jobs, queue_refuses, JobCondition};
 use crate::model::JobPhase;
 use crate::session::Session;
 
@@ -18,7 +18,7 @@ pub fn enqueue(session: &mut Session) {
         }
         match fw.admit_job(session, job.id) {
             Ok(()) => session.admit(job.id),
-            Err(c) => session.add_condition(job.id, c),
+            Err(refusal) => session.add_condition(job.id, JobCondition::Refused(refusal)),
         }
     }
 }

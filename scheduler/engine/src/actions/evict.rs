@@ -121,7 +121,7 @@ fn may_evict_for(session: &Session, job: &Job, mode: EvictionKind) -> bool {
         EvictionKind::Preempt => !session.queue_nodes(job.queue).is_empty(),
         EvictionKind::Reclaim => true,
     };
-    in_scope && (session.framework().victims).may_evict_for(session, job.id, mode)
+    in_scope && (session.framework().victims(mode)).may_evict_for(session, job.id)
 }
 
 /// Makes room for the job. A gang with a required topology tier picks the domain first: each
@@ -134,7 +134,7 @@ fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut 
         }
         return;
     };
-    let victims = &*session.framework().victims;
+    let victims = session.framework().victims(mode);
     let mut best: Option<(VictimCost, Vec<NodeId>)> = None;
     for nodes in domains {
         // A search inside one domain says nothing about the others: its failures stay local.

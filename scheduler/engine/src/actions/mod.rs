@@ -4,12 +4,16 @@
 mod allocate;
 mod enqueue;
 mod evict;
+mod reason;
 mod topology;
+mod unplaced;
 mod victims;
 
 pub use allocate::allocate;
 pub use enqueue::enqueue;
 pub use evict::{preempt, reclaim};
+pub use reason::JobCondition;
+pub use unplaced::{GangFailure, MemberFailure, ShortWhy, TierError};
 
 use crate::framework::{Action, Framework};
 use crate::model::{Hold, Job, JobId, JobPhase, QueueState, TaskId};
@@ -24,6 +28,8 @@ pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
 /// [`crate::plan::NeverFits`]).
 pub const NEVER_FITS: &str = "NeverFits";
 pub const QUEUE_NOT_OPEN: &str = "QueueNotOpen";
+/// A gang with fewer pods than its minimums (see [`crate::JobRefusal`]).
+pub const NOT_ENOUGH_PODS: &str = "NotEnoughPods";
 /// Some members are not ready for scheduling (`spec.schedulingGates`).
 pub const SCHEDULING_GATED: &str = "SchedulingGated";
 /// Some members' DRA ResourceClaims are not ready (a template's claim not made yet, a claim
@@ -80,8 +86,7 @@ const NAMES_LISTED: usize = 10;
 /// The reason is that of the first kind of hold present, in this order: `SchedulingGated`
 /// (kube-scheduler's reason for a gated pod), `UnsupportedField`, `VolumeNotReady`,
 /// `ResourceClaimNotReady`; the message names the pods of every kind, up to [`NAMES_LISTED`] each.
-pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
-    let snap = session.snapshot;
+pub fn held_condition(snap: &Snapshot, job: JobId) -> Option<Condition> {
     let mut gated = Vec::new();
     let mut unsupported = Vec::new();
     let mut volumes = Vec::new();
@@ -136,6 +141,11 @@ pub fn held_condition(session: &Session, job: JobId) -> Option<Condition> {
     Some(unschedulable(reason, parts.join("; ")))
 }
 
+/// Whether the job has held pending members ([`Hold`]): [`held_condition`] says why they wait.
+pub fn has_held(snap: &Snapshot, job: JobId) -> bool {
+    (snap.job(job).tasks.iter()).any(|&t| snap.task(t).hold.is_some())
+}
+
 fn listed(names: &[String]) -> String {
     let mut out = names[..names.len().min(NAMES_LISTED)].join(", ");
     if names.len() > NAMES_LISTED {
@@ -183,34 +193,18 @@ pub const SCHEDULE_TIMEOUT: &str = "ScheduleTimeout";
 /// The condition of every gang with pending members that backs off after its schedule
 /// timeout: it takes part in nothing this cycle and holds nothing.
 pub(crate) fn note_timed_out(session: &mut Session) {
-    let snap = session.snapshot;
     let timed_out: Vec<(JobId, i64)> = (session.with_pending().iter())
         .filter_map(|&j| Some((j, session.timed_out(j)?)))
         .collect();
-    for (job, left) in timed_out {
-        let timeout = snap.job(job).schedule_timeout_ms.unwrap_or(0);
-        let message = format!(
-            "the gang did not start within its schedule timeout ({}s); it backs off and is \
-             tried again in {}s",
-            timeout / 1000,
-            (left + 999) / 1000
-        );
-        session.add_condition(job, unschedulable(SCHEDULE_TIMEOUT, message));
+    for (job, left_ms) in timed_out {
+        session.add_condition(job, JobCondition::TimedOut { left_ms });
     }
 }
 
 /// A job whose queue is Closed or Closing may not start; work already running is untouched.
-pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<Condition> {
+pub(crate) fn queue_refuses(session: &Session, job: &Job) -> Option<JobCondition> {
     let queue = session.snapshot.queue(job.queue);
-    (queue.state != QueueState::Open).then(|| {
-        unschedulable(
-            QUEUE_NOT_OPEN,
-            format!(
-                "queue {} is {:?} and admits no new jobs",
-                queue.name, queue.state
-            ),
-        )
-    })
+    (queue.state != QueueState::Open).then_some(JobCondition::QueueNotOpen)
 }
 
 /// Pending members in placement order: by the configured task order ([`crate::TaskOrder`],

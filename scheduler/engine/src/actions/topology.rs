@@ -10,7 +10,8 @@
 
 use basalt_topology::{DomainId, TierId, Topology};
 
-use super::placement_order;
+use super::unplaced::{GangFailure, MemberFailure, ShortWhy, TierError};
+use super::{placement_order, JobCondition};
 use crate::framework::{DomainAsk, DomainPurpose};
 use crate::model::{Job, NodeId, TaskId};
 use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
@@ -25,12 +26,31 @@ pub const TOPOLOGY_WARNING: &str = "TopologyWarning";
 /// A preferred tier the topology does not know: the preference does not apply.
 pub const UNKNOWN_PREFERRED_TIER: &str = "UnknownPreferredTier";
 
+/// Whether a member may be placed at all, before any node is searched (its queue's say).
+pub(super) type Admissible<'a> = dyn Fn(&Session, TaskId) -> Result<(), MemberFailure> + 'a;
+
+/// What the placements of one gang's members share, handed down as one value: the job, its
+/// sub-groups' reach, the domain they go in (`None`: anywhere), which reserved nodes they may
+/// use, and the job's side of each member's admission.
+#[derive(Clone, Copy)]
+struct Placement<'a> {
+    job: &'a Job,
+    subs: &'a [Reach],
+    within: Option<DomainId>,
+    access: ReservedNodes,
+    admissible: &'a Admissible<'a>,
+}
+
+impl Placement<'_> {
+    /// The same placement inside `within`.
+    fn inside(self, within: Option<DomainId>) -> Self {
+        Placement { within, ..self }
+    }
+}
+
 /// Domains tried per tier before moving one tier up: the aggregate free GPUs say a domain may
 /// fit; the dry run says whether it does.
 const TRIES_PER_TIER: usize = 3;
-
-/// Why a gang was not placed: the condition reason and message.
-pub type Failure = (&'static str, String);
 
 /// How far a gang or sub-group may spread: its ladder's tiers, finest first, up to and
 /// including the required tier (all of them when none is required).
@@ -46,12 +66,12 @@ fn reach(
     topo: &Topology,
     spec: &TopologySpec,
     field: &str,
-) -> Result<(Reach, Option<String>), String> {
-    let unknown = |which: &str, name: &String| {
-        format!(
-            "{field}.{which}: unknown tier {name:?} (tiers: {})",
-            topo.tier_names().join(", ")
-        )
+) -> Result<(Reach, Option<TierError>), TierError> {
+    let unknown = |which: &'static str, name: &String| TierError::Unknown {
+        field: field.to_string(),
+        which,
+        name: name.clone(),
+        tiers: topo.tier_names().iter().map(|t| t.to_string()).collect(),
     };
     let required = match &spec.required {
         Some(n) => Some(topo.tier_id(n).ok_or_else(|| unknown("required", n))?),
@@ -61,10 +81,7 @@ fn reach(
     let preferred = spec.preferred.as_ref().and_then(|n| {
         let id = topo.tier_id(n);
         if id.is_none() {
-            warning = Some(format!(
-                "{}; the preference does not apply",
-                unknown("preferred", n)
-            ));
+            warning = Some(unknown("preferred", n));
         }
         id
     });
@@ -73,7 +90,10 @@ fn reach(
     if let Some(r) = required {
         match tiers.iter().position(|&t| t == r) {
             Some(pos) => tiers.truncate(pos + 1),
-            None => return Err(format!("{field}: tiers of two different ladders")),
+            None => {
+                let field = field.to_string();
+                return Err(TierError::TwoLadders { field });
+            }
         }
     }
     Ok((Reach { tiers, required }, warning))
@@ -86,8 +106,8 @@ pub(super) fn place(
     session: &mut Session,
     job: &Job,
     access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Option<Result<Statement, Failure>> {
+    admissible: &Admissible,
+) -> Option<Result<Statement, GangFailure>> {
     let topo = session.topology()?;
     let constrained = !job.topology.is_empty() || !job.sub_groups.is_empty();
     if !constrained && topo.topology.is_flat() {
@@ -99,7 +119,7 @@ pub(super) fn place(
     if !constrained && job.tasks.iter().all(|&t| snap.task(t).share.is_some()) {
         return None;
     }
-    let invalid = |m: String| Some(Err((INVALID_TOPOLOGY, m)));
+    let invalid = |e: TierError| Some(Err(GangFailure::InvalidTopology(e)));
     let mut warnings = Vec::new();
     let gang = match reach(&topo.topology, &job.topology, "spec.topology") {
         Ok((r, w)) => {
@@ -120,17 +140,17 @@ pub(super) fn place(
             Err(m) => return invalid(m),
         }
     }
-    for message in warnings {
-        session.add_condition(
-            job.id,
-            crate::plan::Condition {
-                kind: TOPOLOGY_WARNING.to_string(),
-                reason: UNKNOWN_PREFERRED_TIER.to_string(),
-                message,
-            },
-        );
+    for warning in warnings {
+        session.add_condition(job.id, JobCondition::UnknownPreferredTier(warning));
     }
-    Some(place_gang(session, job, &gang, &subs, access, admissible))
+    let at = Placement {
+        job,
+        subs: &subs,
+        within: None,
+        access,
+        admissible,
+    };
+    Some(place_gang(session, &gang, at))
 }
 
 fn gpus_of(session: &Session, tasks: &[TaskId]) -> i64 {
@@ -163,13 +183,10 @@ fn room_for_one_per_node(session: &Session, members: &[TaskId], d: DomainId) -> 
 
 fn place_gang(
     session: &mut Session,
-    job: &Job,
     gang: &Reach,
-    subs: &[Reach],
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Result<Statement, Failure> {
-    let fw = session.framework();
+    at: Placement,
+) -> Result<Statement, GangFailure> {
+    let (fw, job) = (session.framework(), at.job);
     let members = placement_order(session, job);
     let holding = session.holding(job.id);
     let need = (job.min_member.saturating_sub(holding) as usize).min(members.len());
@@ -184,7 +201,7 @@ fn place_gang(
         })
         .collect();
     let mut tried: Vec<String> = Vec::new();
-    let mut last: Option<String> = None;
+    let mut last: Option<MemberFailure> = None;
     // A gang whose members must spread is not packed into one preferred domain first: its
     // rule asks for the opposite, and every such try would fail member by member.
     let spreads = gang.required.is_none() && members.iter().any(|&t| session.must_spread(t));
@@ -223,16 +240,7 @@ fn place_gang(
                 continue;
             }
             let mut stmt = session.statement();
-            let outcome = place_members(
-                session,
-                &mut stmt,
-                job,
-                &members,
-                Some(d),
-                subs,
-                access,
-                admissible,
-            );
+            let outcome = place_members(session, &mut stmt, at.inside(Some(d)), &members);
             if fw.job_ready(session, job.id) && !stmt.is_empty() {
                 return Ok(stmt);
             }
@@ -248,53 +256,48 @@ fn place_gang(
     if gang.required.is_none() {
         // No single domain holds the gang: the whole cluster, sub-groups still kept together.
         let mut stmt = session.statement();
-        let outcome = place_members(
-            session, &mut stmt, job, &members, None, subs, access, admissible,
-        );
+        let outcome = place_members(session, &mut stmt, at, &members);
         if fw.job_ready(session, job.id) && !stmt.is_empty() {
             return Ok(stmt);
         }
         let got = session.holding(job.id);
         session.discard(stmt);
-        let why = outcome
-            .err()
-            .or(last)
-            .unwrap_or_else(|| "members do not fit on the nodes".into());
-        return Err((
-            super::NOT_ENOUGH_RESOURCES,
-            format!(
-                "{got}/{} members of the gang could be placed: {why}",
-                job.min_member
-            ),
-        ));
+        let why = (outcome.err().or(last)).map_or(ShortWhy::MembersDoNotFit, ShortWhy::Member);
+        return Err(GangFailure::Short {
+            placed: got,
+            min: job.min_member,
+            why,
+        });
     }
     let required = gang.required.expect("checked above");
+    Err(GangFailure::Short {
+        placed: holding,
+        min: job.min_member,
+        why: no_domain_holds(session, required, need_gpus, tried, last),
+    })
+}
+
+/// Why no domain of the `required` tier held the gang: none has its `gpus` free (the roomiest
+/// says by how much), or the domains `tried` did not (the `last` one's reason).
+fn no_domain_holds(
+    session: &Session,
+    required: TierId,
+    gpus: i64,
+    tried: Vec<String>,
+    last: Option<MemberFailure>,
+) -> ShortWhy {
     let topo = session.topology().expect("placed through the topology");
-    let tier_name = &topo.topology.tier(required).name;
-    let why = if tried.is_empty() {
-        let best = topo.roomiest(required);
-        let (best_name, best_free) = best.map_or(("none".to_string(), 0), |d| {
-            (topo.topology.domain(d).name.clone(), topo.free(d))
-        });
-        format!(
-            "no {tier_name} domain can hold the gang's {need_gpus} GPUs (required tier {tier_name}); \
-             the roomiest, {best_name}, has {best_free} free (short by {})",
-            need_gpus - best_free
-        )
-    } else {
-        format!(
-            "no {tier_name} domain can hold the gang (required tier {tier_name}); tried {}: {}",
-            tried.join(", "),
-            last.unwrap_or_else(|| "members do not fit on its nodes".into())
-        )
-    };
-    Err((
-        super::NOT_ENOUGH_RESOURCES,
-        format!(
-            "{holding}/{} members of the gang could be placed: {why}",
-            job.min_member
-        ),
-    ))
+    let tier = topo.topology.tier(required).name.clone();
+    if !tried.is_empty() {
+        return ShortWhy::NoDomainHolds { tier, tried, last };
+    }
+    let roomiest =
+        (topo.roomiest(required)).map(|d| (topo.topology.domain(d).name.clone(), topo.free(d)));
+    ShortWhy::NoRoomyDomain {
+        tier,
+        gpus,
+        roomiest,
+    }
 }
 
 /// The domains the policy chooses among `candidates`, at most `ask.limit`.
@@ -330,12 +333,11 @@ fn nvlink_pin(session: &Session, required: Option<TierId>, d: DomainId) -> Optio
 fn fill(
     session: &mut Session,
     stmt: &mut Statement,
+    at: Placement,
     tasks: &[TaskId],
     d: DomainId,
     pin: Option<NodeId>,
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Result<(), String> {
+) -> Result<(), MemberFailure> {
     let island = match pin {
         None => None,
         Some(node) => {
@@ -357,47 +359,38 @@ fn fill(
                 .min();
             match best {
                 Some((_, i)) => Some((node, i)),
-                None => {
-                    return Err(format!(
-                        "no NVLink island of node {} has {want} free GPUs",
-                        session.snapshot.node(node).name
-                    ))
-                }
+                None => return Err(MemberFailure::NoIsland { node, want }),
             }
         }
     };
-    let mut prev = island.map(|(node, _)| node);
+    let (at, mut prev) = (at.inside(Some(d)), island.map(|(node, _)| node));
     for &t in tasks {
-        let node = place_one(
+        prev = Some(place_one(
             session,
             stmt,
+            at,
             t,
-            Some(d),
             prev,
             island.map(|(_, i)| i),
-            access,
-            admissible,
-        )?;
-        prev = Some(node);
+        )?);
     }
     Ok(())
 }
 
-/// Places one task inside `within` (or anywhere), on `prev` when it has room (consecutive ranks
-/// together outrank preferences), else on the nearest best node by the node order and the
-/// task's preferences; with `island`, its GPUs come from that NVLink island. Returns the node.
-#[allow(clippy::too_many_arguments)]
+/// Places one task inside `at.within` (or anywhere), on `prev` when it has room (consecutive
+/// ranks together outrank preferences), else on the nearest best node by the node order and
+/// the task's preferences; with `island`, its GPUs come from that NVLink island. Returns the
+/// node.
 fn place_one(
     session: &mut Session,
     stmt: &mut Statement,
+    at: Placement,
     task: TaskId,
-    within: Option<DomainId>,
     prev: Option<NodeId>,
     island: Option<u32>,
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Result<NodeId, String> {
-    admissible(session, task)?;
+) -> Result<NodeId, MemberFailure> {
+    let (within, access) = (at.within, at.access);
+    (at.admissible)(session, task)?;
     let request = &session.snapshot.task(task).request;
     let usable = |session: &mut Session, n: NodeId| session.can_take(task, n, access, island);
     let node = match (prev, within) {
@@ -457,7 +450,7 @@ fn place_one(
             None
         }
     };
-    let node = node.ok_or_else(|| session.why_no_node(task, access))?;
+    let node = node.ok_or_else(|| MemberFailure::NoNode(session.why_no_node(task, access)))?;
     match island {
         Some(i) => session.allocate_in_island(stmt, task, node, i),
         None => session.allocate(stmt, task, node),

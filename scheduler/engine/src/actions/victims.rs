@@ -63,8 +63,8 @@ pub fn best_victims(
     within: Option<&[NodeId]>,
 ) -> Option<NodeVictims> {
     let snap = session.snapshot;
-    let policy = &*session.framework().victims;
-    let mut queues = policy.queues(session, job.id, goal.request, mode);
+    let policy = session.framework().victims(mode);
+    let mut queues = policy.queues(session, job.id, goal.request);
     queues.retain(|&q| in_scope(mode, job.queue, q));
     let mut nodes: Vec<NodeId> = queues
         .iter()
@@ -114,7 +114,7 @@ fn victims_on(
     rules: Option<&Check>,
 ) -> Option<(VictimCost, NodeVictims)> {
     let snap = session.snapshot;
-    let policy = &*session.framework().victims;
+    let policy = session.framework().victims(mode);
     let search = NodeSearch::new(session, job, node, goal, mode, rules)?;
     let (candidates, spare) = search.candidates();
     let blocked = !search.blocking().is_empty();
@@ -225,8 +225,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         }
         // Only the resources short here count: those that are idle (CPU beside the GPUs it
         // lacks) are no victims' doing.
-        let policy = &session.framework().victims;
-        if !policy.may_keep(session, job.id, goal.request, &search.short, mode) {
+        let policy = session.framework().victims(mode);
+        if !policy.may_keep(session, job.id, goal.request, &search.short) {
             return None;
         }
         Some(search)
@@ -287,9 +287,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             last = Some((job, alone));
             alone
         });
-        let policy = &session.framework().victims;
-        candidates
-            .sort_by(|&a, &b| (policy.compare_victims(session, a, b, self.mode)).then(a.cmp(&b)));
+        let policy = session.framework().victims(self.mode);
+        candidates.sort_by(|&a, &b| (policy.compare_victims(session, a, b)).then(a.cmp(&b)));
         (candidates, spare)
     }
 
@@ -512,10 +511,8 @@ fn unit_of(
         short: &search.short,
         taken: &tally.from_queue,
     };
-    let policy = &session.framework().victims;
-    policy
-        .may_take(session, job.id, &unit, mode)
-        .then_some(tasks)
+    let policy = session.framework().victims(mode);
+    policy.may_take(session, job.id, &unit).then_some(tasks)
 }
 
 /// Adds `request` to the entries of `job`'s queue and every ancestor of it.

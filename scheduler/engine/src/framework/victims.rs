@@ -1,5 +1,6 @@
-//! The [`Victims`] extension point: who `reclaim` and `preempt` may evict, and what a set of
-//! victims costs.
+//! The [`Victims`] extension point: who `reclaim` or `preempt` may evict, and what a set of
+//! victims costs. Each action has its own policy ([`crate::Framework::victims`]): the action
+//! fixes the scope, the policy chooses inside it.
 
 use std::cmp::Ordering;
 
@@ -8,7 +9,7 @@ use crate::resources::{ResourceId, Resources};
 use crate::session::Session;
 
 /// Which eviction action asks: `reclaim` takes back what other queues borrowed, `preempt`
-/// displaces pods of the starving gang's own queue. The action defines that scope; the
+/// displaces pods of the starving gang's own queue. The action defines that scope; its
 /// [`Victims`] policy chooses inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvictionKind {
@@ -16,13 +17,13 @@ pub enum EvictionKind {
     Preempt,
 }
 
-/// Who may be evicted to make room for a starving gang (or, after every gang below its minimum,
-/// for an elastic job's extra members), and who goes first. The engine owns the search: the
-/// nodes holding pods of the policy's queues, victims taken in the policy's order until the
-/// member fits (each with the gang mates whose minimum it would break: no gang is left below its
-/// minimum; victims whose gang keeps its minimums without them first), the gang's whole
-/// placement simulated in a statement, no unit its placement does not need, and the cheapest
-/// set by the policy's costs. It never evicts the gang's own pods, a gang this cycle is
+/// Who one eviction action (reclaim or preempt, see [`EvictionKind`]) may evict to make room
+/// for a starving gang (or, after every gang below its minimum, for an elastic job's extra
+/// members), and who goes first. The engine owns the search: the nodes holding pods of the
+/// policy's queues, victims taken in the policy's order until the member fits (each with the
+/// gang mates whose minimum it would break: no gang is left below its minimum; victims whose
+/// gang keeps its minimums without them first), the gang's whole placement simulated in a
+/// statement, no unit its placement does not need, and the cheapest set by the policy's costs. It never evicts the gang's own pods, a gang this cycle is
 /// starting, pods outside the action's scope ([`EvictionKind`]), or, for an extra member, a pod
 /// some gang needs for its minimum (an extra never stops a job).
 ///
@@ -33,16 +34,10 @@ pub enum EvictionKind {
 pub trait Victims: Send + Sync {
     fn name(&self) -> &str;
     /// Whether `job` may evict at all: a cheap check before any search.
-    fn may_evict_for(&self, session: &Session, job: JobId, kind: EvictionKind) -> bool;
+    fn may_evict_for(&self, session: &Session, job: JobId) -> bool;
     /// The queues whose pods may make room for a member of `job` asking `request`: the engine
     /// searches only the nodes that held their pods when the session opened.
-    fn queues(
-        &self,
-        session: &Session,
-        job: JobId,
-        request: &Resources,
-        kind: EvictionKind,
-    ) -> Vec<QueueId>;
+    fn queues(&self, session: &Session, job: JobId, request: &Resources) -> Vec<QueueId>;
     /// Whether `job`'s queue may end up holding `more` than it holds now, counted in the
     /// `resources` victims are taken for (e.g. a reclaimer above its deserved share would have
     /// its gain taken back). Asked on each node before its victims are searched (`more`: the
@@ -53,25 +48,12 @@ pub trait Victims: Send + Sync {
         job: JobId,
         more: &Resources,
         resources: &[ResourceId],
-        kind: EvictionKind,
     ) -> bool;
     /// Whether `unit` may be evicted for `job`, all of it.
-    fn may_take(
-        &self,
-        session: &Session,
-        job: JobId,
-        unit: &VictimUnit,
-        kind: EvictionKind,
-    ) -> bool;
+    fn may_take(&self, session: &Session, job: JobId, unit: &VictimUnit) -> bool;
     /// The order victims are taken in on one node: `Less`, `a` first; `Equal` defers to the
     /// task order (name).
-    fn compare_victims(
-        &self,
-        session: &Session,
-        a: TaskId,
-        b: TaskId,
-        kind: EvictionKind,
-    ) -> Ordering;
+    fn compare_victims(&self, session: &Session, a: TaskId, b: TaskId) -> Ordering;
     /// What a set of victims for `job` costs: of two sets (on two nodes, from two first
     /// victims, or in two topology domains) the engine takes the lower cost, the one found first
     /// on a tie. Asked while the victims still hold their nodes: a set holding every member a
@@ -127,26 +109,19 @@ impl Victims for NoVictims {
     fn name(&self) -> &str {
         "none"
     }
-    fn may_evict_for(&self, _: &Session, _: JobId, _: EvictionKind) -> bool {
+    fn may_evict_for(&self, _: &Session, _: JobId) -> bool {
         false
     }
-    fn queues(&self, _: &Session, _: JobId, _: &Resources, _: EvictionKind) -> Vec<QueueId> {
+    fn queues(&self, _: &Session, _: JobId, _: &Resources) -> Vec<QueueId> {
         Vec::new()
     }
-    fn may_keep(
-        &self,
-        _: &Session,
-        _: JobId,
-        _: &Resources,
-        _: &[ResourceId],
-        _: EvictionKind,
-    ) -> bool {
+    fn may_keep(&self, _: &Session, _: JobId, _: &Resources, _: &[ResourceId]) -> bool {
         true
     }
-    fn may_take(&self, _: &Session, _: JobId, _: &VictimUnit, _: EvictionKind) -> bool {
+    fn may_take(&self, _: &Session, _: JobId, _: &VictimUnit) -> bool {
         false
     }
-    fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId, _: EvictionKind) -> Ordering {
+    fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId) -> Ordering {
         Ordering::Equal
     }
     fn cost(&self, _: &Session, _: JobId, _: &[TaskId]) -> VictimCost {

@@ -36,7 +36,8 @@ impl<'a> Session<'a> {
         }
     }
 
-    pub fn add_condition(&mut self, job: JobId, condition: Condition) {
+    /// Notes `condition` for `job` (once), worded when the plan is written.
+    pub fn add_condition(&mut self, job: JobId, condition: JobCondition) {
         let list = &mut self.conditions[job.index()];
         if !list.contains(&condition) {
             list.push(condition);

@@ -119,11 +119,15 @@ impl Session<'_> {
             }
             // Why members wait matters only while some do; warnings hold as long as the spec.
             let waiting = c.pending + c.pipelined > 0;
-            let mut conditions: Vec<Condition> = self.conditions[job.id.index()]
-                .iter()
-                .filter(|c| waiting || c.kind != crate::actions::UNSCHEDULABLE)
-                .cloned()
-                .collect();
+            let mut conditions: Vec<Condition> = Vec::new();
+            for c in &self.conditions[job.id.index()] {
+                // Worded now; two reasons that word alike are one condition.
+                let c = c.condition(snap, job.id);
+                let kept = waiting || c.kind != crate::actions::UNSCHEDULABLE;
+                if kept && !conditions.contains(&c) {
+                    conditions.push(c);
+                }
+            }
             let explanation = self.waiting[job.id.index()].take().filter(|_| waiting);
             let relayout = relayouts.jobs.get(&job.id).filter(|_| waiting);
             if let Some(message) = relayout {

@@ -62,7 +62,7 @@ fn pinned_at(
 ) -> Result<(QueueId, NodeId), SnapshotError> {
     let invalid = |message| err("Pod", &facts.key, "pinned_queue", message);
     let node = node.ok_or_else(|| invalid("a pinned pod must be running on a node".into()))?;
-    let queue = queues.leaf(queue, "work").map_err(invalid)?;
+    let queue = (queues.leaf(queue)).map_err(|e| invalid(e.describe(queue, "work")))?;
     Ok((queue, node))
 }
 
@@ -73,7 +73,7 @@ pub(super) fn job_queue(
     name: &str,
 ) -> Result<QueueId, SnapshotError> {
     let queue = g.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
-    (queues.leaf(queue, "jobs")).map_err(|message| err("PodGroup", name, "spec.queue", message))
+    (queues.leaf(queue)).map_err(|e| err("PodGroup", name, "spec.queue", e.describe(queue, "jobs")))
 }
 
 /// Queue ids by name, and per queue whether it has child queues: where jobs and pinned pods
@@ -95,14 +95,30 @@ impl<'q> QueueLookup<'q> {
         QueueLookup { ids, has_children }
     }
 
-    /// The queue `name`, which must exist and be a leaf (only leaves hold `what`).
-    fn leaf(&self, name: &str, what: &str) -> Result<QueueId, String> {
+    /// The queue `name`, which must exist and be a leaf.
+    fn leaf(&self, name: &str) -> Result<QueueId, NotALeaf> {
         match self.ids.get(name) {
-            None => Err(format!("names queue {name}, which does not exist")),
-            Some(q) if self.has_children[q.index()] => Err(format!(
-                "queue {name} has child queues; only leaf queues hold {what}"
-            )),
+            None => Err(NotALeaf::Missing),
+            Some(q) if self.has_children[q.index()] => Err(NotALeaf::HasChildren),
             Some(&q) => Ok(q),
+        }
+    }
+}
+
+/// Why a queue named to hold work cannot: it does not exist, or it is not a leaf.
+enum NotALeaf {
+    Missing,
+    HasChildren,
+}
+
+impl NotALeaf {
+    /// The reason for queue `name`, which was to hold `what` (only leaves hold it).
+    fn describe(&self, name: &str, what: &str) -> String {
+        match self {
+            NotALeaf::Missing => format!("names queue {name}, which does not exist"),
+            NotALeaf::HasChildren => {
+                format!("queue {name} has child queues; only leaf queues hold {what}")
+            }
         }
     }
 }

@@ -98,7 +98,7 @@ pub(super) fn settle(
     } = sim;
     session.discard(stmt);
     // Costs are compared with the victims holding their nodes.
-    let policy = &*session.framework().victims;
+    let policy = session.framework().victims(mode);
     units.sort_by_cached_key(|u| std::cmp::Reverse(policy.cost(session, job.id, u)));
     for unit in units.iter().take(DROP_TRIES) {
         let rest: Vec<TaskId> = (kept.iter().copied())
@@ -220,12 +220,12 @@ pub(super) fn acceptable(
     let nothing_more = Resources::zero(session.snapshot.resources.len());
     let (victims, reclaimed) = (sim.victims(), &sim.reclaimed);
     if !fw.job_ready(session, job.id)
-        || !(fw.victims).may_keep(session, job.id, &nothing_more, reclaimed, mode)
+        || !(fw.victims(mode)).may_keep(session, job.id, &nothing_more, reclaimed)
     {
         return false;
     }
     let mut placed = sim.placed();
-    let policy = &*fw.victims;
+    let policy = fw.victims(mode);
     if policy.worth_evicting(session, job.id, &victims, &placed, reclaimed) || victims.is_empty() {
         return true;
     }

@@ -4,30 +4,26 @@
 
 use basalt_topology::{DomainId, TierId};
 
-use super::{choose_domains, fill, nvlink_pin, place_one, Reach};
+use super::{choose_domains, fill, nvlink_pin, place_one, MemberFailure, Placement};
 use crate::framework::{DomainAsk, DomainPurpose};
-use crate::model::{Job, JobId, NodeId, TaskId};
+use crate::model::{JobId, NodeId, TaskId};
 use crate::resources::{CPU, MEMORY};
-use crate::session::{ReservedNodes, Session, Statement, TaskStatus};
+use crate::session::{Session, Statement, TaskStatus};
 
-/// Places the job's pending members inside `within` (or anywhere): sub-groups first, each in
+/// Places the job's pending members inside `at.within` (or anywhere): sub-groups first, each in
 /// one domain of its tiers, then the members outside any sub-group. Sub-groups are assigned to
 /// domains by a bounded backtracking search (largest first, every candidate domain of each, a
 /// choice undone when the sub-groups after it cannot all be placed), so a placement is found
 /// whatever the order of the spec's entries. When none holds them all, each goes where it fits
 /// alone and one that fits nowhere is left out (the gang's readiness decides); the error says
 /// why.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn place_members(
     session: &mut Session,
     stmt: &mut Statement,
-    job: &Job,
+    at: Placement,
     members: &[TaskId],
-    within: Option<DomainId>,
-    subs: &[Reach],
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
-) -> Result<(), String> {
+) -> Result<(), MemberFailure> {
+    let (job, within) = (at.job, at.within);
     let mut groups: Vec<Pending> = Vec::new();
     for (i, group) in job.sub_groups.iter().enumerate() {
         let tasks: Vec<TaskId> = group
@@ -47,14 +43,10 @@ pub(super) fn place_members(
     }
     // The hardest to fit first, while the most room is left; ties in spec order.
     groups.sort_by_key(|g| (std::cmp::Reverse(g.demand), g.sub));
-    let mut failure: Option<String> = None;
+    let mut failure: Option<MemberFailure> = None;
     let mut search = Search {
-        job,
+        at,
         groups: &groups,
-        within,
-        subs,
-        access,
-        admissible,
         budget: SEARCH_BUDGET,
         chosen: Vec::new(),
         failure: None,
@@ -67,20 +59,16 @@ pub(super) fn place_members(
         failure = search.failure;
         for g in &groups {
             let mut sub = session.statement();
-            match place_sub_group(
-                session, &mut sub, job, g, within, subs, access, admissible, None,
-            ) {
+            match place_sub_group(session, &mut sub, at, g, None) {
                 Ok(()) => stmt.append(sub),
                 Err(m) => {
                     session.discard(sub);
                     failure = Some(m);
-                    if subs[g.sub].required.is_none() {
+                    if at.subs[g.sub].required.is_none() {
                         // Nothing required: each member that fits is placed (extras beyond
                         // the gang's minimum need not come in whole sub-groups).
                         for &t in &g.tasks {
-                            if let Err(m) =
-                                place_one(session, stmt, t, within, None, None, access, admissible)
-                            {
+                            if let Err(m) = place_one(session, stmt, at, t, None, None) {
                                 failure = Some(m);
                             }
                         }
@@ -96,7 +84,7 @@ pub(super) fn place_members(
         {
             continue;
         }
-        match place_one(session, stmt, t, within, prev, None, access, admissible) {
+        match place_one(session, stmt, at, t, prev, None) {
             Ok(node) => prev = Some(node),
             Err(m) => {
                 failure = Some(m);
@@ -154,16 +142,12 @@ fn demand_of(session: &Session, tasks: &[TaskId]) -> Demand {
 
 /// The bounded backtracking search of [`place_members`].
 struct Search<'a> {
-    job: &'a Job,
+    at: Placement<'a>,
     groups: &'a [Pending],
-    within: Option<DomainId>,
-    subs: &'a [Reach],
-    access: ReservedNodes,
-    admissible: &'a dyn Fn(&Session, TaskId) -> Result<(), String>,
     budget: u32,
     /// One statement per sub-group placed so far, in order (undone newest first).
     chosen: Vec<Statement>,
-    failure: Option<String>,
+    failure: Option<MemberFailure>,
 }
 
 impl Search<'_> {
@@ -173,11 +157,17 @@ impl Search<'_> {
         let Some(g) = self.groups.get(k) else {
             return true;
         };
-        let reach = &self.subs[g.sub];
+        let (at, reach) = (self.at, &self.at.subs[g.sub]);
         let mut candidates: Vec<Option<DomainId>> = Vec::new();
         for &tier in &reach.tiers {
-            let job = self.job.id;
-            for d in sub_domains(session, job, self.within, tier, g.demand, reach.required) {
+            for d in sub_domains(
+                session,
+                at.job.id,
+                at.within,
+                tier,
+                g.demand,
+                reach.required,
+            ) {
                 if !candidates.contains(&Some(d)) {
                     candidates.push(Some(d));
                 }
@@ -193,17 +183,7 @@ impl Search<'_> {
             }
             self.budget -= 1;
             let mut sub = session.statement();
-            let placed = place_sub_group(
-                session,
-                &mut sub,
-                self.job,
-                g,
-                self.within,
-                self.subs,
-                self.access,
-                self.admissible,
-                Some(d),
-            );
+            let placed = place_sub_group(session, &mut sub, at, g, Some(d));
             match placed {
                 Ok(()) => {
                     self.chosen.push(sub);
@@ -224,41 +204,36 @@ impl Search<'_> {
 }
 
 /// Places all of a sub-group's pending members or fails: in `choice` when given (`Some(None)`:
-/// anywhere inside `within`), else in the first of its candidate domains that holds it (and,
+/// anywhere inside `at.within`), else in the first of its candidate domains that holds it (and,
 /// with nothing required, member by member wherever each fits).
-#[allow(clippy::too_many_arguments)]
 fn place_sub_group(
     session: &mut Session,
     stmt: &mut Statement,
-    job: &Job,
+    at: Placement,
     g: &Pending,
-    within: Option<DomainId>,
-    subs: &[Reach],
-    access: ReservedNodes,
-    admissible: &dyn Fn(&Session, TaskId) -> Result<(), String>,
     choice: Option<Option<DomainId>>,
-) -> Result<(), String> {
-    let reach = &subs[g.sub];
-    let scatter = |session: &mut Session, stmt: &mut Statement| -> Result<(), String> {
+) -> Result<(), MemberFailure> {
+    let (job, reach) = (at.job, &at.subs[g.sub]);
+    let scatter = |session: &mut Session, stmt: &mut Statement| -> Result<(), MemberFailure> {
         for &t in &g.tasks {
-            place_one(session, stmt, t, within, None, None, access, admissible)?;
+            place_one(session, stmt, at, t, None, None)?;
         }
         Ok(())
     };
     match choice {
         Some(Some(d)) => {
             let pin = nvlink_pin(session, reach.required, d);
-            return fill(session, stmt, &g.tasks, d, pin, access, admissible);
+            return fill(session, stmt, at, &g.tasks, d, pin);
         }
         Some(None) => return scatter(session, stmt),
         None => {}
     }
     let mut failure = None;
     for &tier in &reach.tiers {
-        for d in sub_domains(session, job.id, within, tier, g.demand, reach.required) {
+        for d in sub_domains(session, job.id, at.within, tier, g.demand, reach.required) {
             let mut sub = session.statement();
             let pin = nvlink_pin(session, reach.required, d);
-            match fill(session, &mut sub, &g.tasks, d, pin, access, admissible) {
+            match fill(session, &mut sub, at, &g.tasks, d, pin) {
                 Ok(()) => {
                     stmt.append(sub);
                     return Ok(());
@@ -275,14 +250,13 @@ fn place_sub_group(
         return scatter(session, stmt);
     };
     let topo = &session.topology().expect("topology").topology;
-    Err(format!(
-        "sub-group {} ({} pods, {} GPUs) fits in no {} domain{}",
-        job.sub_groups[g.sub].name,
-        g.tasks.len(),
-        g.demand.gpus,
-        topo.tier(required).name,
-        failure.map(|f| format!(" ({f})")).unwrap_or_default()
-    ))
+    Err(MemberFailure::SubGroup {
+        sub: g.sub,
+        pods: g.tasks.len(),
+        gpus: g.demand.gpus,
+        tier: topo.tier(required).name.clone(),
+        why: failure.map(Box::new),
+    })
 }
 
 /// Domains of `tier` inside `within` (and inside one domain of `required`) whose free GPUs,
