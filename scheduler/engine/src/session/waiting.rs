@@ -7,7 +7,8 @@
 //! computation. Who holds the capacity and what would free it (`holders.rs`) are the dear
 //! parts: they are worked out for the first [`crate::Framework::explain_detail`] jobs of each
 //! queue, and for the jobs named in [`crate::Framework::explain_jobs`], not for the rest of a
-//! long queue (whose first answer is the jobs ahead of it).
+//! long queue (whose first answer is the jobs ahead of it). The rest of such a queue is mostly
+//! alike jobs: those share one explanation (`alike.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,8 +6,10 @@
 //! its minimum and what it holds, and its topology: the [`Signature`]. Jobs whose members are
 //! not all alike (shapes, inter-pod rules, reservation holds, some already placed), whose roles
 //! order them, that preempt, or that meet reservations are explained on their own, and so is a
-//! job whose members are placed one by one (`Together`, which depends on the tasks). Debug
-//! builds compute every shared explanation alone too and check that the two are equal.
+//! job whose members are placed one by one (`Together`, which depends on the tasks). Task
+//! admission is taken to judge a member by its queue and ask (as the capability and guarantee
+//! plugins do). Debug builds compute every shared explanation alone too and check that the two
+//! are equal.
 
 use basalt_topology::TierId;
 
