@@ -317,3 +317,49 @@ fn a_preempting_gang_names_its_victims_and_their_nodes() {
         })
     );
 }
+
+#[test]
+fn alike_jobs_deep_in_a_queue_share_an_explanation_and_one_differing_gets_its_own() {
+    // One full node; behind the head of the queue, alike gangs share one explanation (each
+    // its own position), while a gang asking less per member and one of more members, as
+    // deep in the queue, are explained on their own. Debug builds also check each shared
+    // explanation against the job's own.
+    let mut items = nodes(1, 1) + &queue("q", "") + &gang("run", "q", 1, 8, &["g-0"], "");
+    for i in 1..=6 {
+        items += &gang(&format!("a{i}"), "q", 2, 4, &[], "");
+    }
+    items += &gang("b-ask", "q", 2, 2, &[], "");
+    items += &gang("c-count", "q", 3, 4, &[], "");
+    let plan = plan(&items);
+    let alike = |name: &str| {
+        let mut e = explanation(&plan, name).clone();
+        (e.position.in_queue, e.position.in_cycle) = (0, None);
+        e
+    };
+    for i in 5..=6 {
+        assert_eq!(alike(&format!("ml/a{i}")), alike("ml/a4"), "a{i}");
+        assert_eq!(explanation(&plan, &format!("ml/a{i}")).position.in_queue, i);
+    }
+    let a = explanation(&plan, "ml/a4");
+    let gpus = |e: &Explanation| {
+        (e.resources.iter())
+            .find(|r| r.name == "nvidia.com/gpu")
+            .map(|r| r.asked.clone())
+    };
+    assert_eq!((a.need, gpus(a).as_deref()), (2, Some("8")));
+    let ask = explanation(&plan, "ml/b-ask");
+    assert_eq!((ask.need, gpus(ask).as_deref()), (2, Some("4")), "{ask:#?}");
+    assert_eq!(ask.position.in_queue, 7);
+    let count = explanation(&plan, "ml/c-count");
+    assert_eq!(
+        (count.need, gpus(count).as_deref()),
+        (3, Some("12")),
+        "{count:#?}"
+    );
+    assert_eq!(
+        unschedulable(&plan, "ml/b-ask").1,
+        ask.summary(),
+        "the condition is worded from the job's own explanation"
+    );
+    assert_ne!(unschedulable(&plan, "ml/b-ask").1, a.summary());
+}

@@ -7,7 +7,8 @@
 //! computation. Who holds the capacity and what would free it (`holders.rs`) are the dear
 //! parts: they are worked out for the first [`crate::Framework::explain_detail`] jobs of each
 //! queue, and for the jobs named in [`crate::Framework::explain_jobs`], not for the rest of a
-//! long queue (whose first answer is the jobs ahead of it).
+//! long queue (whose first answer is the jobs ahead of it). The rest of such a queue is mostly
+//! alike jobs: those share one explanation (`alike.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::plan::{
 use crate::refusal::{worded_counts, Refusal};
 use crate::resources::{Resources, PODS};
 
+mod alike;
 mod holders;
 mod never;
 
@@ -94,6 +96,7 @@ impl Session<'_> {
             per_queue.entry(snap.job(j).queue).or_default().push(j);
         }
         let mut kept = Kept::default();
+        let mut alike: Map<alike::Signature, Explanation> = Map::default();
         let evicted = self.evictions_per_job();
         for (queue, mut jobs) in per_queue {
             jobs.sort_by(|&a, &b| fw.compare_jobs(snap.job(a), snap.job(b)));
@@ -109,11 +112,47 @@ impl Session<'_> {
                 let detail = position.in_queue <= fw.explain_detail
                     || fw.explain_jobs.iter().any(|n| *n == *snap.job(job).name);
                 let victims = evicted.get(&job);
-                if let Some(e) = self.explain_job(&mut kept, job, position, detail, victims) {
+                let signature = (!detail && victims.is_none())
+                    .then(|| self.signature(job))
+                    .flatten();
+                let shared = signature.and_then(|s| alike.get(&s));
+                let explained = match shared {
+                    Some(shared) => Some(self.shared(&mut kept, shared, job, position)),
+                    None => self.explain_job(&mut kept, job, position, detail, victims),
+                };
+                if let (Some(s), Some(e)) = (signature, &explained) {
+                    if !placed_one_by_one(e, s.plain()) && !alike.contains_key(&s) {
+                        alike.insert(s, e.clone());
+                    }
+                }
+                if let Some(e) = explained {
                     self.waiting[job.index()] = Some(Box::new(e));
                 }
             }
         }
+    }
+
+    /// The explanation of an alike job (see `alike.rs`) at `position`; debug builds check it
+    /// against the job's own.
+    fn shared(
+        &mut self,
+        kept: &mut Kept,
+        shared: &Explanation,
+        job: JobId,
+        position: Position,
+    ) -> Explanation {
+        let mut e = shared.clone();
+        e.position = position;
+        if cfg!(debug_assertions) {
+            let own = self.explain_job(kept, job, e.position.clone(), false, None);
+            assert_eq!(
+                own.as_ref(),
+                Some(&e),
+                "{}: shared explanation",
+                self.snapshot.job(job).name
+            );
+        }
+        e
     }
 
     /// Per preemptor: the jobs its committed evictions take pods from, and their nodes.
@@ -189,7 +228,7 @@ impl Session<'_> {
         }
         e.reserved = self.reserved_against(kept, job);
         let plain = j.topology.is_empty() && j.sub_groups.is_empty();
-        if e.unblock.is_none() && e.never_fits.is_none() && e.fit_now >= e.need && plain {
+        if placed_one_by_one(&e, plain) {
             e.together = self.place_together(needed, access);
         }
         if detail {
@@ -399,6 +438,12 @@ impl Session<'_> {
                 .collect(),
         }
     }
+}
+
+/// Whether the members of a job explained as `e` so far are placed one by one for its
+/// explanation (`Together`): only when nothing else explains the wait and each fits alone.
+fn placed_one_by_one(e: &Explanation, plain: bool) -> bool {
+    e.unblock.is_none() && e.never_fits.is_none() && e.fit_now >= e.need && plain
 }
 
 fn node_counts(

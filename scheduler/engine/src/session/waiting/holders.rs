@@ -25,8 +25,8 @@ type Where = (RulesId, Option<DomainId>);
 
 #[derive(Default)]
 pub(in crate::session) struct Kept {
-    /// Tasks this cycle placed, per node.
-    placed: Option<Map<NodeId, Vec<TaskId>>>,
+    /// Tasks this cycle placed, per node, and the node of each.
+    placed: Option<Placed>,
     places: Map<Where, Arc<Holdings>>,
     /// Per place and resource: its holders, most first, and its queues' totals.
     ranked: Map<(Where, ResourceId), Arc<Ranked>>,
@@ -63,6 +63,7 @@ impl Options {
         while o >= self.single.len() && self.looked < holdings.on_node.len() {
             let (node, on) = &holdings.on_node[self.looked];
             self.looked += 1;
+            let on = &holdings.on[on.start as usize..on.end as usize];
             match session.node_option(search, *node, on) {
                 Some(ending) if ending.len() == 1 => self.single.push([ending[0]]),
                 Some(ending) => self.longer.push(ending),
@@ -80,15 +81,28 @@ impl Options {
     }
 }
 
+/// The tasks this cycle placed (committed allocations), per node and per task.
+#[derive(Default)]
+struct Placed {
+    on: Map<NodeId, Vec<TaskId>>,
+    at: Map<TaskId, NodeId>,
+}
+
 /// Who holds what on a set of nodes.
 struct Holdings {
     nodes: Vec<NodeId>,
+    /// Per node of the cluster, whether it is one of `nodes`.
+    inside: Vec<bool>,
     free: Resources,
     jobs: Vec<Holder>,
     /// Per job (by id), its index in `jobs`; `NONE` when it holds nothing here.
     index: Vec<u32>,
-    /// Per node with holders, in node order: the holders (indices into `jobs`) on it.
-    on_node: Vec<(NodeId, Vec<usize>)>,
+    /// Per node with holders, in node order: the holders on it, a range of `on`.
+    on_node: Vec<(NodeId, std::ops::Range<u32>)>,
+    /// The holders (indices into `jobs`) of every node of `on_node`, node after node.
+    on: Vec<u32>,
+    /// The node of each task this cycle placed.
+    placed_at: Map<TaskId, NodeId>,
 }
 
 /// What the search for jobs to end looks for: room for one more member of `request` on the
@@ -111,20 +125,31 @@ impl Holdings {
     }
 }
 
-/// A place's holders of one resource, most first (indices into `Holdings::jobs`), and what
-/// each leaf queue holds of it there, most first.
+/// A place's largest holders of one resource, most first (indices into `Holdings::jobs`):
+/// enough to list [`LISTED`] besides the job explained; and what each leaf queue holds of it
+/// there, most first.
 struct Ranked {
     jobs: Vec<usize>,
     queues: Vec<(QueueId, i64)>,
 }
 
 fn rank(snap: &crate::snapshot::Snapshot, holdings: &Holdings, resource: ResourceId) -> Ranked {
-    let mut jobs: Vec<usize> = (0..holdings.jobs.len()).collect();
-    jobs.sort_by(|&a, &b| {
-        let (a, b) = (&holdings.jobs[a], &holdings.jobs[b]);
+    let order = |a: &usize, b: &usize| {
+        let (a, b) = (&holdings.jobs[*a], &holdings.jobs[*b]);
         (b.holds.get(resource).cmp(&a.holds.get(resource)))
             .then_with(|| snap.job(a.job).name.cmp(&snap.job(b.job).name))
-    });
+    };
+    // The first `LISTED + 1` in that order, as a stable sort would have them: one pass, no
+    // sort of every holder (a later one equal to a kept one goes after it).
+    let mut jobs: Vec<usize> = Vec::with_capacity(LISTED + 2);
+    for i in 0..holdings.jobs.len() {
+        if jobs.len() > LISTED && order(&i, &jobs[LISTED]).is_ge() {
+            continue;
+        }
+        let at = jobs.partition_point(|j| order(j, &i).is_lt());
+        jobs.insert(at, i);
+        jobs.truncate(LISTED + 1);
+    }
     let mut totals: Map<QueueId, i64> = Map::default();
     for h in &holdings.jobs {
         let held = totals.entry(snap.job(h.job).queue).or_default();
@@ -143,10 +168,11 @@ fn sort_queues(snap: &crate::snapshot::Snapshot, queues: &mut [(QueueId, i64)]) 
     });
 }
 
+/// A job holding capacity on a set of nodes: its tasks there are not listed (a table of every
+/// running task would cost more than the searches that read a few); see `Session::held_tasks`.
 struct Holder {
     job: JobId,
     holds: Resources,
-    tasks: Vec<(NodeId, TaskId)>,
 }
 
 impl Session<'_> {
@@ -247,7 +273,7 @@ impl Session<'_> {
 
     /// The jobs on `node` (holder indices, `on`) whose end lets it take one more member of
     /// `request`, its largest holders of `resource` first; `None` when no end of theirs does.
-    fn node_option(&self, search: &Search, node: NodeId, on: &[usize]) -> Option<Vec<usize>> {
+    fn node_option(&self, search: &Search, node: NodeId, on: &[u32]) -> Option<Vec<usize>> {
         let snap = self.snapshot;
         let Search {
             holdings,
@@ -256,14 +282,15 @@ impl Session<'_> {
         } = *search;
         let mut free = self.free(node);
         let before = fit_count(&free, request, u64::MAX);
-        let mut on = on.to_vec();
+        let mut on: Vec<usize> = on.iter().map(|&i| i as usize).collect();
         on.sort_by_key(|&i| std::cmp::Reverse(holdings.jobs[i].holds.get(resource)));
         let mut ending = Vec::new();
         for i in on {
-            for &(n, t) in &holdings.jobs[i].tasks {
-                if n == node {
-                    free.add(&snap.task(t).request);
-                }
+            for (_, t) in self
+                .held_tasks(holdings, &holdings.jobs[i])
+                .filter(|&(n, _)| n == node)
+            {
+                free.add(&snap.task(t).request);
             }
             ending.push(i);
             if fit_count(&free, request, u64::MAX) > before {
@@ -291,7 +318,7 @@ impl Session<'_> {
         let mut free: Map<NodeId, Resources> = Map::default();
         let mut total = fits_now;
         let mut end = |session: &Session, h: &Holder, total: &mut u64, back: bool| {
-            for &(node, task) in &h.tasks {
+            for (node, task) in session.held_tasks(holdings, h) {
                 let f = free.entry(node).or_insert_with(|| session.free(node));
                 let before = fit_count(f, request, u64::MAX);
                 let r = &session.snapshot.task(task).request;
@@ -374,15 +401,33 @@ impl Session<'_> {
         Some(chosen)
     }
 
+    /// The holder's tasks on the nodes of `holdings` (bound, or placed this cycle), with their
+    /// nodes.
+    fn held_tasks<'s>(
+        &'s self,
+        holdings: &'s Holdings,
+        holder: &Holder,
+    ) -> impl Iterator<Item = (NodeId, TaskId)> + 's {
+        let placed = &holdings.placed_at;
+        (self.snapshot.job(holder.job).tasks.iter()).filter_map(move |&t| {
+            let node = match self.status[t.index()] {
+                TaskStatus::Bound(node) => Some(node),
+                _ => placed.get(&t).copied(),
+            }?;
+            holdings.inside[node.index()].then_some((node, t))
+        })
+    }
+
     fn holdings(&mut self, kept: &mut Kept, place: Where) -> Arc<Holdings> {
         if let Some(h) = kept.places.get(&place) {
             return h.clone();
         }
         let placed = kept.placed.get_or_insert_with(|| {
-            let mut placed: Map<NodeId, Vec<TaskId>> = Map::default();
+            let mut placed = Placed::default();
             for op in &self.committed {
                 if let Op::Allocate { task, node, .. } = op {
-                    placed.entry(*node).or_default().push(*task);
+                    placed.on.entry(*node).or_default().push(*task);
+                    placed.at.insert(*task, *node);
                 }
             }
             placed
@@ -391,12 +436,15 @@ impl Session<'_> {
         let snap = self.snapshot;
         let dims = snap.resources.len();
         let mut free = Resources::zero(dims);
+        let mut inside = vec![false; snap.nodes.len()];
         let mut index = vec![NONE; snap.jobs.len()];
         let mut jobs: Vec<Holder> = Vec::new();
-        // Built in `nodes` order without a map or a list per node (this runs over every
-        // running pod of the cluster), then put in node order.
-        let mut on_node: Vec<(NodeId, Vec<usize>)> = Vec::new();
+        // Built in `nodes` order without a map or a list per node or holder (this runs over
+        // every running pod of the cluster), then put in node order.
+        let mut on_node: Vec<(NodeId, std::ops::Range<u32>)> = Vec::new();
+        let mut on: Vec<u32> = Vec::new();
         for &node in &nodes {
+            inside[node.index()] = true;
             let raw = self.free(node);
             let mut f = raw.clone();
             for (id, v) in raw.iter() {
@@ -405,8 +453,8 @@ impl Session<'_> {
             free.add(&f);
             let bound = (self.node_tasks(node).iter().copied())
                 .filter(|&t| self.status[t.index()] == TaskStatus::Bound(node));
-            let here_placed = placed.get(&node).into_iter().flatten().copied();
-            let mut here: Vec<usize> = Vec::new();
+            let here_placed = placed.on.get(&node).into_iter().flatten().copied();
+            let start = on.len();
             for task in bound.chain(here_placed) {
                 let t = snap.task(task);
                 if index[t.job.index()] == NONE {
@@ -414,18 +462,20 @@ impl Session<'_> {
                     jobs.push(Holder {
                         job: t.job,
                         holds: Resources::zero(dims),
-                        tasks: Vec::new(),
                     });
                 }
-                let i = index[t.job.index()] as usize;
-                jobs[i].holds.add(&t.request);
-                jobs[i].tasks.push((node, task));
-                if !here.contains(&i) {
-                    here.push(i);
+                let i = index[t.job.index()];
+                // The shape's request is the task's, read from a small table rather than
+                // the task's record (this loop's cost is reading records).
+                jobs[i as usize]
+                    .holds
+                    .add(&snap.shapes[t.shape.0 as usize].1);
+                if !on[start..].contains(&i) {
+                    on.push(i);
                 }
             }
-            if !here.is_empty() {
-                on_node.push((node, here));
+            if on.len() > start {
+                on_node.push((node, start as u32..on.len() as u32));
             }
         }
         if !on_node.is_sorted_by_key(|(n, _)| *n) {
@@ -433,10 +483,13 @@ impl Session<'_> {
         }
         let h = Arc::new(Holdings {
             nodes,
+            inside,
             free,
             jobs,
             index,
             on_node,
+            on,
+            placed_at: placed.at.clone(),
         });
         kept.places.insert(place, h.clone());
         h
