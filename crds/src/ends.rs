@@ -124,6 +124,10 @@ impl Learned {
     }
 
     pub fn estimate(&self, queue: Option<&str>, meta: &ObjectMeta) -> Option<i64> {
+        // Nothing learned yet (a pod forgotten was recorded first): no key to make per pod.
+        if self.seen.is_empty() {
+            return None;
+        }
         self.history.estimate(&history_key(queue, meta))
     }
 }
@@ -185,9 +189,9 @@ pub fn ends(
     for p in &spec.pods {
         let pod = pods.get(&(p.namespace.as_str(), p.name.as_str()));
         let group = p.group.as_deref().map(|g| (p.namespace.as_str(), g));
-        let stated = pod.and_then(|pod| read("Pod", &pod.metadata)).or_else(|| {
-            group_runtime.get(&group?).copied().flatten()
-        });
+        let stated = pod
+            .and_then(|pod| read("Pod", &pod.metadata))
+            .or_else(|| group_runtime.get(&group?).copied().flatten());
         let queue = p
             .queue
             .as_deref()

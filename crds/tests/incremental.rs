@@ -466,8 +466,13 @@ fn the_kept_conversions_assemble_the_spec_converting_anew_gives() {
     let mut inc = IncrementalSnapshot::new();
     inc.update(cache.objects(), &options);
     let converted = inc.converted().expect("updated");
-    let (spec, usable) = converted.kept_spec(&options).expect("told by the kept conversions");
-    assert!(usable.iter().all(|(_, o)| o.key() != "ml/p4"), "p4 left out");
+    let (spec, usable) = converted
+        .kept_spec(&options)
+        .expect("told by the kept conversions");
+    assert!(
+        usable.iter().all(|(_, o)| o.key() != "ml/p4"),
+        "p4 left out"
+    );
     assert_eq!(spec.pods.len(), 3, "p0, p1, p2");
     assert_eq!(spec.now_ms, 7);
     assert!(check_kept(&inc, &options, 0));

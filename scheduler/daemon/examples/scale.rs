@@ -97,7 +97,9 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 /// The CPU time of the process's threads named `name` (the daemon's `forecast`), in seconds.
 fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
     (tasks.flatten())
         .filter(|t| {
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();

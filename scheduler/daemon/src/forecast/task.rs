@@ -5,7 +5,7 @@
 //! it, and it never wakes one: while the daemon is idle nothing changes, and the last forecast
 //! stands.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +14,6 @@ use basalt_crds::incremental::{usable_spec, ConvertedObjects};
 use basalt_crds::{ConvertOptions, Object, PodGroupForecast};
 use basalt_engine::forecast::Limits;
 use basalt_engine::{ClusterSpec, PodPhase};
-use std::collections::HashMap;
 use basalt_plugins::Config;
 
 use super::{ends, published, BadRuntime, Learned};
@@ -217,4 +216,39 @@ fn finished_pod_queues(spec: &ClusterSpec) -> HashMap<(&str, &str), Option<&str>
             ((p.namespace.as_str(), p.name.as_str()), queue)
         })
         .collect()
+}
+
+/// Wall and thread CPU time since a run started, for its debug line.
+struct Clock {
+    wall: std::time::Instant,
+    cpu_ns: Option<u64>,
+}
+
+struct Lap {
+    wall_ms: f64,
+    /// This thread's CPU time (0 where it cannot be read).
+    cpu_ms: f64,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            wall: std::time::Instant::now(),
+            cpu_ns: thread_cpu_ns(),
+        }
+    }
+
+    fn lap(&self) -> Lap {
+        let cpu = (thread_cpu_ns().zip(self.cpu_ns)).map(|(now, then)| now.saturating_sub(then));
+        Lap {
+            wall_ms: self.wall.elapsed().as_secs_f64() * 1e3,
+            cpu_ms: cpu.unwrap_or(0) as f64 / 1e6,
+        }
+    }
+}
+
+/// This thread's time on a CPU in nanoseconds (Linux's schedstat; `None` elsewhere).
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
 }
