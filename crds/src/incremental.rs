@@ -186,8 +186,14 @@ impl IncrementalSnapshot {
         let kept = self.context.as_ref()?;
         let listed = self.listed.get_or_init(|| {
             let whole_context = kept.errors.is_empty();
-            let converted = ConvertedObjects::of(&self.store, kept.context.clone(), whole_context);
-            Arc::new(converted)
+            let options = self.options.clone().unwrap_or_default();
+            let context = kept.context.clone();
+            Arc::new(ConvertedObjects::of(
+                &self.store,
+                context,
+                options,
+                whole_context,
+            ))
         });
         Some(listed.clone())
     }

@@ -440,12 +440,13 @@ fn the_last_objects_are_shared() {
 }
 
 /// The daemon's forecast assembles the cluster's spec from the conversions the cycle kept:
-/// what converting every object anew gives, a pod and a PodGroup that do not convert left out
-/// alike, and nothing when a node (read by the context of every conversion) does not convert.
+/// what converting every object anew gives, a pod that does not convert left out alike; and
+/// nothing when a node (read by the context of every conversion) does not convert, or under
+/// other options.
 #[test]
 fn the_kept_conversions_assemble_the_spec_converting_anew_gives() {
-    // Nodes n0, n1; queues; g0 in q0, g1 in q1 (minMember -1: refused); p0 bound in g0, p1
-    // pending in g1, p2 another scheduler's, p4 whose request does not read.
+    // Nodes n0, n1; queues; g0, g1 (minMember -1, which only the engine refuses); p0 bound in
+    // g0, p1 pending in g1, p2 another scheduler's, p4 whose request does not read.
     let mut cache = Cache::holding([
         (0, 0),
         (1, 1),
@@ -476,6 +477,14 @@ fn the_kept_conversions_assemble_the_spec_converting_anew_gives() {
     assert_eq!(spec.pods.len(), 3, "p0, p1, p2");
     assert_eq!(spec.now_ms, 7);
     assert!(check_kept(&inc, &options, 0));
+    let other = ConvertOptions {
+        scheduler_names: vec!["other".into()],
+        ..options.clone()
+    };
+    assert!(
+        converted.kept_spec(&other).is_none(),
+        "converted under other options"
+    );
     // A node that does not convert: every conversion is made again without it.
     cache.apply(&Event::Set(1, 4));
     inc.update(cache.objects(), &options);

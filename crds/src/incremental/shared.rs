@@ -17,6 +17,8 @@ use crate::read::Object;
 pub struct ConvertedObjects {
     entries: Vec<Kept>,
     context: Arc<Context>,
+    /// The options they were converted under, at instant 0.
+    options: ConvertOptions,
     /// Whether the context was read from every object it is read from (none refused).
     whole_context: bool,
     /// Whether workload objects are among them (then every pod informs the context).
@@ -35,7 +37,12 @@ struct Kept {
 pub type UsableSpec = (ClusterSpec, Vec<(String, Object)>);
 
 impl ConvertedObjects {
-    pub(super) fn of(store: &Store, context: Arc<Context>, whole_context: bool) -> Self {
+    pub(super) fn of(
+        store: &Store,
+        context: Arc<Context>,
+        options: ConvertOptions,
+        whole_context: bool,
+    ) -> Self {
         let entries = (store.entries())
             .map(|e| Kept {
                 origin: e.origin.clone(),
@@ -46,6 +53,7 @@ impl ConvertedObjects {
         ConvertedObjects {
             entries,
             context,
+            options,
             whole_context,
             workloads: store.has_workloads(),
             listed: OnceLock::new(),
@@ -66,10 +74,15 @@ impl ConvertedObjects {
     /// What [`usable_spec`] gives under `options` for these objects, from the kept
     /// conversions: none converted again. `None` when the kept conversions cannot tell: an
     /// object the context is read from does not convert or was refused by it (leaving it out
-    /// changes the context, so every conversion), or a gang made of pods does not convert;
-    /// then [`usable_spec`] converts anew.
+    /// changes the context, so every conversion), a gang made of pods does not convert, or
+    /// `options` are not those they were converted under (at any instant); then
+    /// [`usable_spec`] converts anew.
     pub fn kept_spec(&self, options: &ConvertOptions) -> Option<UsableSpec> {
-        if !self.whole_context {
+        let timeless = ConvertOptions {
+            now_ms: 0,
+            ..options.clone()
+        };
+        if !self.whole_context || timeless != self.options {
             return None;
         }
         let mut warnings = Vec::new();

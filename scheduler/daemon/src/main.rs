@@ -126,9 +126,9 @@ struct Args {
     /// How often each waiting gang's start is forecast (`status.forecast`), off the scheduling
     /// path on the last cycle's objects and conversions; 0 (the default) turns the forecast
     /// off. A run is bounded in work (nodes plus pods per forward cycle), but at 10,000 nodes
-    /// and 130,000 pods it costs more than 1 s of CPU (the engine's part about 0.7 s, the spec
-    /// assembled from the cycle's conversions and the pods' ends about 0.3 s more, measured
-    /// under load; `docs/live-scheduler.md`), so it is opt-in (e.g. `30s`).
+    /// and 130,000 pods it costs about 1.05 s of CPU (the engine's part about 0.7 s, the spec
+    /// assembled from the cycle's conversions and the pods' ends about 0.33 s more;
+    /// `docs/live-scheduler.md`), over issue 33's 1 s, so it is opt-in (e.g. `30s`).
     #[arg(long, default_value = "0", value_parser = parse_interval)]
     forecast_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
