@@ -7,10 +7,16 @@
 //! ```sh
 //! cargo run --release -p basalt-crds --example incremental -- 10000 100000
 //! ```
+//!
+//! With a third argument `forecast`: what the daemon's forecast spends on its input instead
+//! (thread CPU, best of 3): the shared list of conversions made on the cycle's thread, the
+//! spec assembled from it, against every object converted again, and the pods' ends.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use basalt_crds::ends::{ends, Learned};
+use basalt_crds::incremental::usable_spec;
 use basalt_crds::types::{PodGroup, Queue};
 use basalt_crds::{build_snapshot_tolerant, Change, ConvertOptions, IncrementalSnapshot, Object};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -66,10 +72,9 @@ fn queue(q: usize) -> Object {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().unwrap())
-        .collect();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let forecast = raw.get(2).is_some_and(|a| a == "forecast");
+    let args: Vec<usize> = raw.iter().take(2).map(|a| a.parse().unwrap()).collect();
     let (nodes, pods) = (
         args.first().copied().unwrap_or(10_000),
         args.get(1).copied().unwrap_or(100_000),
@@ -82,6 +87,9 @@ fn main() {
     objects.extend((0..pods - pending).map(|i| (src(), pod(i, nodes, false))));
     objects.extend((0..pending).map(|i| (src(), pod(i, nodes, true))));
     let options = ConvertOptions::default();
+    if forecast {
+        return forecast_input(&objects, &options);
+    }
     // The objects are cloned before the clock starts: a daemon makes them each cycle anyway.
     let time = |what: &str, f: &mut dyn FnMut()| {
         let t = Instant::now();
@@ -179,4 +187,62 @@ fn told_changes(
     time("changes: 1,000 pods bound", &mut || {
         inc.update_changes(given.take().unwrap(), options);
     });
+}
+
+/// What the forecast's input costs (see the module documentation).
+fn forecast_input(objects: &[(String, Object)], options: &ConvertOptions) {
+    let mut inc = IncrementalSnapshot::new();
+    let all = (objects.iter()).map(|(_, o)| Change::Set("cluster".into(), o.clone()));
+    inc.update_changes(all.collect::<Vec<_>>(), options);
+    let best = |what: &str, f: &mut dyn FnMut()| {
+        let cpu_ms = (0..3)
+            .map(|_| {
+                let before = thread_cpu_ns();
+                f();
+                (thread_cpu_ns() - before) as f64 / 1e6
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("{what}: {cpu_ms:.1} ms CPU");
+    };
+    let (mut list_ms, mut strings_ms) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        // A pod changed: the next list is made anew.
+        let Object::Pod(p) = &objects[objects.len() - 1].1 else {
+            unreachable!("pods last")
+        };
+        let changed = Object::Pod(Arc::new((**p).clone()));
+        inc.update_changes([Change::Set("cluster".into(), changed)], options);
+        let before = thread_cpu_ns();
+        let converted = inc.converted().expect("updated");
+        let between = thread_cpu_ns();
+        // What the cycle's thread made before: every object with its origin as a `String`.
+        drop(converted.objects());
+        list_ms = list_ms.min((between - before) as f64 / 1e6);
+        strings_ms = strings_ms.min((thread_cpu_ns() - between) as f64 / 1e6);
+    }
+    println!("the shared list (on the cycle's thread): {list_ms:.1} ms CPU");
+    println!(
+        "the objects as (String, Object), as the cycle made them before: {strings_ms:.1} ms CPU"
+    );
+    let converted = inc.converted().expect("updated");
+    best("the spec from the kept conversions", &mut || {
+        drop(converted.kept_spec(options).expect("kept"));
+    });
+    let listed = converted.objects();
+    best("the spec converted anew", &mut || {
+        drop(usable_spec(&listed, options).expect("converts"));
+    });
+    let (spec, usable) = converted.kept_spec(options).expect("kept");
+    best("the pods' ends", &mut || {
+        drop(ends(&usable, &spec, &Learned::default()));
+    });
+}
+
+/// This thread's time on a CPU in nanoseconds (Linux's schedstat).
+fn thread_cpu_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    stat.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

@@ -155,21 +155,60 @@ pub fn cluster_spec_with_warnings(
 ) -> Result<(ClusterSpec, Vec<String>), ConvertError> {
     let mut warnings = Vec::new();
     let context = Context::collect(objects, &mut warnings)?;
-    let mut spec = ClusterSpec {
-        now_ms: options.now_ms,
-        ..ClusterSpec::default()
-    };
-    let mut lws = owners::LwsGroups::default();
+    let mut spec = Assembly::new(options.now_ms);
     for (origin, object) in objects {
-        if let Some(mut one) = context.convert(origin, object, options, &mut warnings)? {
-            lws.join(origin, object, &mut one, &mut warnings);
-            one.add_to(&mut spec);
+        if let Some(one) = context.convert(origin, object, options, &mut warnings)? {
+            spec.add(origin, object, one, &mut warnings);
         }
     }
-    spec.groups
-        .extend(lws.groups(&context, options, &mut warnings)?);
-    spec.dra = context.dra.spec();
+    let spec = spec.finish(&context, options, &mut warnings)?;
     Ok((spec, warnings))
+}
+
+/// A [`ClusterSpec`] put together from objects' conversions, in the objects' order: shared by
+/// [`cluster_spec`] and the incremental snapshot's kept conversions
+/// (`crate::incremental::ConvertedObjects`), so both assemble alike.
+pub(crate) struct Assembly {
+    spec: ClusterSpec,
+    /// The gangs of LeaderWorkerSet pods, made once every pod has joined.
+    lws: owners::LwsGroups,
+}
+
+impl Assembly {
+    pub(crate) fn new(now_ms: i64) -> Assembly {
+        Assembly {
+            spec: ClusterSpec {
+                now_ms,
+                ..ClusterSpec::default()
+            },
+            lws: owners::LwsGroups::default(),
+        }
+    }
+
+    pub(crate) fn add(
+        &mut self,
+        origin: &str,
+        object: &Object,
+        mut one: Converted,
+        warnings: &mut Vec<String>,
+    ) {
+        self.lws.join(origin, object, &mut one, warnings);
+        one.add_to(&mut self.spec);
+    }
+
+    /// The spec, with the groups of the pods' gangs and the DRA the context read.
+    pub(crate) fn finish(
+        self,
+        context: &Context,
+        options: &ConvertOptions,
+        warnings: &mut Vec<String>,
+    ) -> Result<ClusterSpec, ConvertError> {
+        let mut spec = self.spec;
+        spec.groups
+            .extend(self.lws.groups(context, options, warnings)?);
+        spec.dra = context.dra.spec();
+        Ok(spec)
+    }
 }
 
 /// What converting one object may look up in the others: priority classes, NodeTopologies'

@@ -124,6 +124,10 @@ impl Learned {
     }
 
     pub fn estimate(&self, queue: Option<&str>, meta: &ObjectMeta) -> Option<i64> {
+        // Nothing learned yet (a pod forgotten was recorded first): no key to make per pod.
+        if self.seen.is_empty() {
+            return None;
+        }
         self.history.estimate(&history_key(queue, meta))
     }
 }
@@ -164,36 +168,34 @@ pub fn ends(
             }
         }
     };
+    // Keyed by borrowed (namespace, name): a `String` is made only for a pod with an end.
     let mut group_runtime = HashMap::new();
     let mut pods = HashMap::new();
     for (_, o) in objects {
         match o {
             Object::PodGroup(g) => {
-                let key = object_key(&g.metadata);
-                group_runtime.insert(key, read("PodGroup", &g.metadata));
+                group_runtime.insert(object_key(&g.metadata), read("PodGroup", &g.metadata));
             }
             Object::Pod(p) => {
-                pods.insert(object_key(&p.metadata), p.clone());
+                pods.insert(object_key(&p.metadata), &**p);
             }
             _ => {}
         }
     }
-    let queues: HashMap<String, Option<&str>> = (spec.groups.iter())
-        .map(|g| (format!("{}/{}", g.namespace, g.name), g.queue.as_deref()))
+    let queues: HashMap<(&str, &str), Option<&str>> = (spec.groups.iter())
+        .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
         .collect();
     let mut ends = HashMap::new();
     for p in &spec.pods {
-        let key = format!("{}/{}", p.namespace, p.name);
-        let pod = pods.get(&key);
-        let group = p.group.as_ref().map(|g| format!("{}/{g}", p.namespace));
-        let stated = pod.and_then(|pod| read("Pod", &pod.metadata)).or_else(|| {
-            let g = group.as_ref()?;
-            group_runtime.get(g).copied().flatten()
-        });
-        let queue = p.queue.as_deref().or_else(|| {
-            let g = group.as_ref()?;
-            queues.get(g).copied().flatten()
-        });
+        let pod = pods.get(&(p.namespace.as_str(), p.name.as_str()));
+        let group = p.group.as_deref().map(|g| (p.namespace.as_str(), g));
+        let stated = pod
+            .and_then(|pod| read("Pod", &pod.metadata))
+            .or_else(|| group_runtime.get(&group?).copied().flatten());
+        let queue = p
+            .queue
+            .as_deref()
+            .or_else(|| queues.get(&group?).copied().flatten());
         let run = match (p.active_deadline_s, stated) {
             (Some(s), _) => Some((s.saturating_mul(1000), Method::Exact)),
             (None, Some(ms)) => Some((ms, Method::Exact)),
@@ -209,15 +211,15 @@ pub fn ends(
             },
             _ => End::After { ms, method },
         };
-        ends.insert(key, end);
+        ends.insert(format!("{}/{}", p.namespace, p.name), end);
     }
     (ends, bad)
 }
 
-fn object_key(meta: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
+/// An object's namespace (`default` when it has none) and name, borrowed.
+fn object_key(meta: &ObjectMeta) -> (&str, &str) {
+    (
         meta.namespace.as_deref().unwrap_or("default"),
-        meta.name.as_deref().unwrap_or_default()
+        meta.name.as_deref().unwrap_or_default(),
     )
 }

@@ -25,6 +25,7 @@
 //! tolerant build's rounds leave such objects out).
 
 mod feed;
+mod shared;
 mod store;
 
 use std::collections::HashSet;
@@ -36,6 +37,7 @@ use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
 use crate::tolerant::{self, live_node};
 use feed::{Fed, Feed, Form, Wanted};
+pub use shared::{usable_spec, ConvertedObjects, UsableSpec};
 use store::{identity, Identity, Replaced, Store};
 pub use store::{Change, Origin};
 
@@ -61,9 +63,9 @@ pub struct IncrementalSnapshot {
     fallback: Option<Snapshot>,
     /// The last update's outcome, for one that changes nothing.
     last: Option<Update>,
-    /// The objects of the last update as a list, made when first asked for and shared: a
-    /// reader off the scheduling path (the forecast) takes them without a copy.
-    listed: OnceLock<Objects>,
+    /// The objects of the last update with their conversions, made when first asked for and
+    /// shared: a reader off the scheduling path (the forecast) takes them without a copy.
+    listed: OnceLock<Arc<ConvertedObjects>>,
 }
 
 /// What an update found besides its snapshot, as [`crate::TolerantSnapshot`] has them.
@@ -76,7 +78,8 @@ pub struct Update {
 }
 
 struct KeptContext {
-    context: Context,
+    /// Shared with [`ConvertedObjects`].
+    context: Arc<Context>,
     /// The objects it was read from.
     informers: Vec<Object>,
     errors: Vec<ConvertError>,
@@ -172,12 +175,25 @@ impl IncrementalSnapshot {
     /// The objects of the last update, in order, shared (the same list until an update
     /// changes something).
     pub fn objects(&self) -> Option<Objects> {
+        Some(self.converted()?.objects())
+    }
+
+    /// The objects of the last update with the conversions kept for them, shared (the same
+    /// until an update changes something): [`ConvertedObjects::usable_spec`] assembles the
+    /// cluster's spec from them on another thread. Costs this one a list of shared pointers.
+    pub fn converted(&self) -> Option<Arc<ConvertedObjects>> {
         self.last.as_ref()?;
+        let kept = self.context.as_ref()?;
         let listed = self.listed.get_or_init(|| {
-            let objects = (self.store.entries())
-                .map(|e| (e.origin.to_string(), e.object.clone()))
-                .collect();
-            Arc::new(objects)
+            let whole_context = kept.errors.is_empty();
+            let options = self.options.clone().unwrap_or_default();
+            let context = kept.context.clone();
+            Arc::new(ConvertedObjects::of(
+                &self.store,
+                context,
+                options,
+                whole_context,
+            ))
         });
         Some(listed.clone())
     }
@@ -390,7 +406,7 @@ impl IncrementalSnapshot {
         let mut errors = Vec::new();
         let (context, warnings) = tolerant::context(&informers, &mut errors);
         self.context = Some(KeptContext {
-            context,
+            context: Arc::new(context),
             informers: informers.into_iter().map(|(_, o)| o).collect(),
             errors,
             warnings,

@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use basalt_crds::incremental::usable_spec;
 use basalt_crds::{build_snapshot_tolerant, Change, ConvertOptions, IncrementalSnapshot, Object};
 use common::objects;
 use proptest::prelude::*;
@@ -221,6 +222,24 @@ fn check(inc: &mut IncrementalSnapshot, objects: &[(String, Object)], now: i64, 
         update.warnings, fresh.warnings,
         "warnings after step {step}"
     );
+    check_kept(inc, &options, step);
+}
+
+/// The spec assembled from the kept conversions (where they can tell) is the one converting
+/// the objects anew gives, objects that do not convert left out alike. Says whether they
+/// could tell.
+fn check_kept(inc: &IncrementalSnapshot, options: &ConvertOptions, step: usize) -> bool {
+    let converted = inc.converted().expect("updated");
+    let Some(kept) = converted.kept_spec(options) else {
+        return false;
+    };
+    let anew = usable_spec(&converted.objects(), options);
+    assert_eq!(
+        format!("{kept:?}"),
+        format!("{:?}", anew.expect("converts")),
+        "the kept spec after step {step}"
+    );
+    true
 }
 
 /// The changes a watch reports for `e` applied to `cache` (what the cache held before).
@@ -283,6 +302,7 @@ fn check_changes(
         update.warnings, fresh.warnings,
         "warnings after step {step}"
     );
+    check_kept(inc, &options, step);
 }
 
 proptest! {
@@ -417,4 +437,59 @@ fn the_last_objects_are_shared() {
         std::sync::Arc::ptr_eq(&inc.objects().unwrap(), &again),
         "handed out shared, not copied"
     );
+}
+
+/// The daemon's forecast assembles the cluster's spec from the conversions the cycle kept:
+/// what converting every object anew gives, a pod that does not convert left out alike; and
+/// nothing when a node (read by the context of every conversion) does not convert, or under
+/// other options.
+#[test]
+fn the_kept_conversions_assemble_the_spec_converting_anew_gives() {
+    // Nodes n0, n1; queues; g0, g1 (minMember -1, which only the engine refuses); p0 bound in
+    // g0, p1 pending in g1, p2 another scheduler's, p4 whose request does not read.
+    let mut cache = Cache::holding([
+        (0, 0),
+        (1, 1),
+        (4, 0),
+        (5, 0),
+        (6, 0),
+        (7, 3),
+        (10, 1),
+        (11, 0),
+        (12, 2),
+        (14, 4),
+        (18, 0),
+    ]);
+    let options = ConvertOptions {
+        now_ms: 7,
+        ..ConvertOptions::default()
+    };
+    let mut inc = IncrementalSnapshot::new();
+    inc.update(cache.objects(), &options);
+    let converted = inc.converted().expect("updated");
+    let (spec, usable) = converted
+        .kept_spec(&options)
+        .expect("told by the kept conversions");
+    assert!(
+        usable.iter().all(|(_, o)| o.key() != "ml/p4"),
+        "p4 left out"
+    );
+    assert_eq!(spec.pods.len(), 3, "p0, p1, p2");
+    assert_eq!(spec.now_ms, 7);
+    assert!(check_kept(&inc, &options, 0));
+    let other = ConvertOptions {
+        scheduler_names: vec!["other".into()],
+        ..options.clone()
+    };
+    assert!(
+        converted.kept_spec(&other).is_none(),
+        "converted under other options"
+    );
+    // A node that does not convert: every conversion is made again without it.
+    cache.apply(&Event::Set(1, 4));
+    inc.update(cache.objects(), &options);
+    let converted = inc.converted().expect("updated");
+    assert!(converted.kept_spec(&options).is_none());
+    let (spec, _) = usable_spec(&converted.objects(), &options).expect("converts");
+    assert_eq!(spec.nodes.len(), 1, "n1 left out");
 }

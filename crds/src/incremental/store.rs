@@ -31,8 +31,8 @@ pub(super) struct Entry {
     pub(super) origin: Origin,
     pub(super) object: Object,
     pub(super) key: String,
-    /// `None` until converted in this context.
-    pub(super) converted: Option<Conversion>,
+    /// `None` until converted in this context; shared with [`super::ConvertedObjects`].
+    pub(super) converted: Option<Arc<Conversion>>,
     /// A bad bound pod of ours converted as another scheduler's.
     pub(super) foreign: Option<Conversion>,
     /// Its place in the order, unique: a removed entry's place is skipped.
@@ -186,7 +186,7 @@ impl Store {
                 }
                 _ => None,
             };
-            e.converted = Some(converted);
+            e.converted = Some(Arc::new(converted));
         }
     }
 

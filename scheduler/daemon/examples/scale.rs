@@ -16,7 +16,7 @@
 //! - with `--arrivals N`, a stream of N pods a second for 10 s (gangs as above, created as a
 //!   controller would: group, then members), and their creation-to-binding p50 and p99;
 //! - the daemon's resident memory (sampled from `/proc` every 100 ms: the peak seen, and the
-//!   kernel's own peak) and CPU time.
+//!   kernel's own peak) and CPU time, and that of its forecast's thread.
 //!
 //! `SCALE_DAEMON_ARGS` adds daemon flags (e.g. `--forecast-interval 30s`); `SCALE_LOG` is the
 //! daemon's `RUST_LOG`.
@@ -92,7 +92,26 @@ fn proc_field(pid: u32, file: &str, field: &str) -> Option<u64> {
 
 /// The process's CPU time (user + system), in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// The CPU time of the process's threads named `name` (the daemon's `forecast`), in seconds.
+fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    (tasks.flatten())
+        .filter(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            comm.trim() == name
+        })
+        .map(|t| stat_cpu_seconds(&t.path().join("stat").to_string_lossy()))
+        .sum()
+}
+
+/// User plus system time from a `/proc` `stat` file, in seconds.
+fn stat_cpu_seconds(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // Fields after the command (which may hold spaces) and its closing parenthesis.
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -531,7 +550,11 @@ async fn run(a: &Args, server: &Handle, d: &Daemon, pid: u32, gangs: usize) -> a
         rss.peak_mib(),
         proc_field(pid, "status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
     );
-    println!("daemon CPU in all: {:.2} s", cpu_seconds(pid));
+    println!(
+        "daemon CPU in all: {:.2} s, of which the forecast's thread {:.2} s",
+        cpu_seconds(pid),
+        thread_cpu_seconds(pid, "forecast")
+    );
     Ok(())
 }
 

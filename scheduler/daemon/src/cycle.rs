@@ -60,12 +60,15 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     // nothing did (`basalt_crds::incremental`).
     let update = s.snapshots.update_changes(objects, &options);
     let t_update = started.elapsed();
-    // The forecast task shares the objects the snapshot was updated from: nothing is copied.
+    // The forecast task shares the objects the snapshot was updated from and their
+    // conversions: nothing is copied nor converted again.
     if let Some(forecaster) = &s.forecaster {
-        forecaster.offer(|| crate::forecast::Input {
-            objects: s.snapshots.objects().unwrap_or_default(),
-            options: options.clone(),
-            config: s.config.clone(),
+        forecaster.offer(|| {
+            Some(crate::forecast::Input {
+                objects: s.snapshots.converted()?,
+                options: options.clone(),
+                config: s.config.clone(),
+            })
         });
     }
     let t_offer = started.elapsed();

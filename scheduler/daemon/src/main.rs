@@ -124,10 +124,11 @@ struct Args {
     #[arg(long, value_parser = parse_duration)]
     max_cycle_gap: Option<Duration>,
     /// How often each waiting gang's start is forecast (`status.forecast`), off the scheduling
-    /// path on the last cycle's objects; 0 (the default) turns the forecast off: a run is
-    /// bounded in work (nodes plus pods per forward cycle): the engine's run is about 0.7 s of CPU
-    /// at 10,000 nodes and 130,000 pods, but each run also converts every object again, which is
-    /// not yet measured at that size, so it is opt-in.
+    /// path on the last cycle's objects and conversions; 0 (the default) turns the forecast
+    /// off. A run is bounded in work (nodes plus pods per forward cycle), but at 10,000 nodes
+    /// and 130,000 pods it costs about 1.05 s of CPU (the engine's part about 0.7 s, the spec
+    /// assembled from the cycle's conversions and the pods' ends about 0.33 s more;
+    /// `docs/live-scheduler.md`), over issue 33's 1 s, so it is opt-in (e.g. `30s`).
     #[arg(long, default_value = "0", value_parser = parse_interval)]
     forecast_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.

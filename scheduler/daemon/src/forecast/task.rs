@@ -1,24 +1,26 @@
 //! The forecast's background task: once per interval it asks the next cycle for its objects
-//! (shared with the cycle's incremental snapshot, never copied), runs the engine forward on
-//! them on a thread of its own at the lowest CPU priority, and leaves the result where the
-//! status writer reads it. A cycle never waits for it, and it never wakes one: while the
-//! daemon is idle nothing changes, and the last forecast stands.
+//! and their conversions (shared with the cycle's incremental snapshot, never copied nor
+//! converted again), runs the engine forward on them on a thread of its own at the lowest CPU
+//! priority, and leaves the result where the status writer reads it. A cycle never waits for
+//! it, and it never wakes one: while the daemon is idle nothing changes, and the last forecast
+//! stands.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
+use basalt_crds::incremental::{usable_spec, ConvertedObjects};
 use basalt_crds::{ConvertOptions, Object, PodGroupForecast};
 use basalt_engine::forecast::Limits;
-use basalt_engine::ClusterSpec;
+use basalt_engine::{ClusterSpec, PodPhase};
 use basalt_plugins::Config;
 
 use super::{ends, published, BadRuntime, Learned};
 
 /// What the forecast runs on: a cycle's objects, as that cycle converted them.
 pub struct Input {
-    pub objects: Arc<Vec<(String, Object)>>,
+    pub objects: Arc<ConvertedObjects>,
     pub options: ConvertOptions,
     pub config: Config,
 }
@@ -70,11 +72,17 @@ impl Forecaster {
         Some(Forecaster { shared, input })
     }
 
-    /// Called by each cycle: hands `input()` to the task when it asked for one.
-    pub fn offer(&self, input: impl FnOnce() -> Input) {
+    /// Called by each cycle: hands `input()` to the task when it asked for one (and the next
+    /// cycle's when there is none yet).
+    pub fn offer(&self, input: impl FnOnce() -> Option<Input>) {
         if self.shared.wanted.swap(false, Ordering::AcqRel) {
-            // Never blocks: the task asked, so the channel is empty.
-            let _ = self.input.try_send(input());
+            match input() {
+                // Never blocks: the task asked, so the channel is empty.
+                Some(input) => {
+                    let _ = self.input.try_send(input);
+                }
+                None => self.shared.wanted.store(true, Ordering::Release),
+            }
         }
     }
 
@@ -125,11 +133,25 @@ fn lowest_priority() {
 
 /// One forecast of `input` (pure but for the learned history it adds to).
 pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
-    let Some((spec, objects)) = usable_spec(&input.objects, &input.options) else {
-        return Results::default();
+    let clock = Clock::start();
+    // The cycle's conversions, else (an object the context is read from does not convert)
+    // every object converted again.
+    let kept = input.objects.kept_spec(&input.options);
+    let reused = kept.is_some();
+    let usable = match kept {
+        Some(usable) => usable,
+        None => match usable_spec(&input.objects.objects(), &input.options) {
+            Ok(usable) => usable,
+            Err(e) => {
+                tracing::warn!(error = %e, "the forecast cannot convert the cluster");
+                return Results::default();
+            }
+        },
     };
+    let (spec, objects) = usable;
+    let converted = clock.lap();
     let objects: &[(String, Object)] = &objects;
-    let queue_of = pod_queues(&spec);
+    let queue_of = finished_pod_queues(&spec);
     let pods: Vec<&k8s_openapi::api::core::v1::Pod> = (objects.iter())
         .filter_map(|(_, o)| match o {
             Object::Pod(p) => Some(&**p),
@@ -139,16 +161,29 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     learned.learn(&pods, |p| {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         let name = p.metadata.name.as_deref().unwrap_or_default();
-        queue_of.get(&format!("{ns}/{name}")).cloned().flatten()
+        let queue = queue_of.get(&(ns, name)).copied().flatten();
+        queue.map(str::to_string)
     });
     let (ends, bad) = ends(objects, &spec, learned);
+    let read_ends = clock.lap();
     let config = input.config;
     let framework = |names: &_| basalt_plugins::framework(&config, names);
-    match basalt_engine::forecast::forecast(spec, framework, &ends, limits) {
+    let forecast = basalt_engine::forecast::forecast(spec, framework, &ends, limits);
+    let engine = clock.lap();
+    match forecast {
         Ok(forecast) => {
             tracing::debug!(
+                convert_ms = converted.wall_ms,
+                reused,
+                ends_ms = read_ends.wall_ms - converted.wall_ms,
+                engine_ms = engine.wall_ms - read_ends.wall_ms,
+                cpu_ms = engine.cpu_ms,
+                convert_cpu_ms = converted.cpu_ms,
+                ends_cpu_ms = read_ends.cpu_ms - converted.cpu_ms,
+                engine_cpu_ms = engine.cpu_ms - read_ends.cpu_ms,
                 cycles = forecast.cycles,
                 ends = forecast.ends,
+                work = forecast.work,
                 gangs = forecast.jobs.len(),
                 "forecast"
             );
@@ -167,47 +202,53 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     }
 }
 
-/// The objects a forecast converts: the cycle's, or a copy without those that do not convert.
-type Usable<'o> = std::borrow::Cow<'o, [(String, Object)]>;
+/// Per finished pod (by namespace and name) its queue: its own, else its group's. Only the
+/// finished ones teach run times ([`Learned::learn`]).
+fn finished_pod_queues(spec: &ClusterSpec) -> HashMap<(&str, &str), Option<&str>> {
+    let groups: HashMap<(&str, &str), Option<&str>> = (spec.groups.iter())
+        .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
+        .collect();
+    (spec.pods.iter())
+        .filter(|p| p.phase == PodPhase::Succeeded)
+        .map(|p| {
+            let group = (p.group.as_deref()).and_then(|g| groups.get(&(p.namespace.as_str(), g)));
+            let queue = p.queue.as_deref().or_else(|| group.copied().flatten());
+            ((p.namespace.as_str(), p.name.as_str()), queue)
+        })
+        .collect()
+}
 
-/// The cluster's spec from the objects that convert: one that does not is left out, as the
-/// cycle leaves it out (and reports it). The objects are copied only then.
-fn usable_spec<'o>(
-    objects: &'o [(String, Object)],
-    options: &ConvertOptions,
-) -> Option<(ClusterSpec, Usable<'o>)> {
-    let mut objects = std::borrow::Cow::Borrowed(objects);
-    loop {
-        match basalt_crds::convert::cluster_spec(&objects, options) {
-            Ok(spec) => return Some((spec, objects)),
-            Err(e) => {
-                let before = objects.len();
-                objects
-                    .to_mut()
-                    .retain(|(_, o)| !(o.kind() == e.kind && o.key() == e.object));
-                if objects.len() == before {
-                    tracing::warn!(error = %e, "the forecast cannot convert the cluster");
-                    return None;
-                }
-            }
+/// Wall and thread CPU time since a run started, for its debug line.
+struct Clock {
+    wall: std::time::Instant,
+    cpu_ns: Option<u64>,
+}
+
+struct Lap {
+    wall_ms: f64,
+    /// This thread's CPU time (0 where it cannot be read).
+    cpu_ms: f64,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            wall: std::time::Instant::now(),
+            cpu_ns: thread_cpu_ns(),
+        }
+    }
+
+    fn lap(&self) -> Lap {
+        let cpu = (thread_cpu_ns().zip(self.cpu_ns)).map(|(now, then)| now.saturating_sub(then));
+        Lap {
+            wall_ms: self.wall.elapsed().as_secs_f64() * 1e3,
+            cpu_ms: cpu.unwrap_or(0) as f64 / 1e6,
         }
     }
 }
 
-/// Per pod (`namespace/name`) its queue: its own, else its group's.
-fn pod_queues(spec: &ClusterSpec) -> std::collections::HashMap<String, Option<String>> {
-    let groups: std::collections::HashMap<String, Option<&String>> = (spec.groups.iter())
-        .map(|g| (format!("{}/{}", g.namespace, g.name), g.queue.as_ref()))
-        .collect();
-    (spec.pods.iter())
-        .map(|p| {
-            let group =
-                (p.group.as_ref()).and_then(|g| groups.get(&format!("{}/{g}", p.namespace)));
-            let queue = p
-                .queue
-                .clone()
-                .or_else(|| group.copied().flatten().cloned());
-            (format!("{}/{}", p.namespace, p.name), queue)
-        })
-        .collect()
+/// This thread's time on a CPU in nanoseconds (Linux's schedstat; `None` elsewhere).
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
 }
