@@ -8,6 +8,7 @@
 //! `basalt-crds`.
 
 pub mod actions;
+mod conditions;
 pub mod constraints;
 pub mod devices;
 pub mod dra;

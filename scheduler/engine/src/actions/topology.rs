@@ -20,7 +20,6 @@ use sub_groups::place_members;
 
 mod sub_groups;
 
-pub const INVALID_TOPOLOGY: &str = "InvalidTopology";
 /// The condition type of a topology warning: the job is scheduled, the warning says how.
 pub const TOPOLOGY_WARNING: &str = "TopologyWarning";
 /// A preferred tier the topology does not know: the preference does not apply.

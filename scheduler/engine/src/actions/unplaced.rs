@@ -1,8 +1,7 @@
 //! Why a gang, or one of its members, was not placed: typed data that the placement passes up
 //! and the session keeps ([`super::JobCondition`]), worded only when the plan is written.
 
-use super::topology::INVALID_TOPOLOGY;
-use super::{unschedulable, NOT_ENOUGH_RESOURCES};
+use crate::conditions::{unschedulable, INVALID_TOPOLOGY, NOT_ENOUGH_RESOURCES};
 use crate::model::{JobId, NodeId};
 use crate::plan::Condition;
 use crate::refusal::Refusal;

@@ -2,7 +2,7 @@
 //! cycle: a [`JobRefusal`], typed data that names what failed; worded (in Volcano's reasons)
 //! only when the plan is written.
 
-use crate::actions::{held_condition, unschedulable, NOT_ENOUGH_PODS, NOT_ENOUGH_RESOURCES};
+use crate::conditions::{held_condition, unschedulable, NOT_ENOUGH_PODS, NOT_ENOUGH_RESOURCES};
 use crate::model::JobId;
 use crate::plan::Condition;
 use crate::refusal::Refusal;
