@@ -106,7 +106,8 @@ fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {
             comm.trim() == name
         })
         .map(|t| stat_cpu_seconds(&t.path().join("stat").to_string_lossy()))
-        .sum()
+        // Not `sum()`: an empty f64 sum is -0.0, printed "-0.00" when no such thread runs.
+        .fold(0.0, |total, s| total + s)
 }
 
 /// User plus system time from a `/proc` `stat` file, in seconds.
