@@ -229,3 +229,24 @@ fn the_work_bound_stops_the_forecast() {
         "{bounded:?}"
     );
 }
+
+#[test]
+fn with_every_gang_complete_the_forecast_is_empty_unless_an_end_due_now_takes_a_member() {
+    let spec = || cluster(&[("a", &["n0"]), ("b", &["n1"])], &[]);
+    let later = HashMap::from([("ml/a-0".to_string(), at(12 * HOUR, Method::Exact))]);
+    let f = run(spec(), &later);
+    assert_eq!(
+        (f.jobs.len(), f.cycles, f.ends, f.work),
+        (0, 0, 0, 0),
+        "{f:?}"
+    );
+    // An end already past applies at once (the forecast counts it), so the run is made.
+    let past = HashMap::from([("ml/a-0".to_string(), at(9 * HOUR, Method::Exact))]);
+    let f = run(spec(), &past);
+    assert_eq!(f.ends, 1, "{f:?}");
+    // A completed group is never complete as a gang: it is listed (as the full run lists it).
+    let mut done = spec();
+    done.groups[1].phase = JobPhase::Completed;
+    let f = run(done, &later);
+    assert!(f.job("ml/b").is_some(), "{f:?}");
+}
