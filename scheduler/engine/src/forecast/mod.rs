@@ -227,14 +227,13 @@ fn nothing_waits(spec: &ClusterSpec, ends: &HashMap<String, End>) -> bool {
     }
     let complete = |g: &GroupSpec| {
         let on_nodes = bound.get(&(&*g.namespace, &*g.name)).copied().unwrap_or(0);
-        g.phase != JobPhase::Completed && on_nodes >= g.min_member.max(1)
+        gang_complete(g.phase, g.min_member, on_nodes)
     };
     if !spec.groups.iter().all(complete) {
         return false;
     }
     let due = |p: &PodSpec| {
-        let holds = p.node.is_some() && matches!(p.phase, PodPhase::Pending | PodPhase::Running);
-        holds
+        holds_node(p)
             && match ends.get(&format!("{}/{}", p.namespace, p.name)) {
                 Some(&End::At { ms, .. }) => ms <= spec.now_ms,
                 Some(&End::After { ms, .. }) => {
@@ -244,4 +243,15 @@ fn nothing_waits(spec: &ClusterSpec, ends: &HashMap<String, End>) -> bool {
             }
     };
     ends.is_empty() || !spec.pods.iter().any(due)
+}
+
+/// Whether a gang has started: not completed, and at least `minMember` (one at least) of its
+/// pods on a node.
+fn gang_complete(phase: JobPhase, min_member: i64, on_nodes: i64) -> bool {
+    phase != JobPhase::Completed && on_nodes >= min_member.max(1)
+}
+
+/// Whether a pod holds its node's capacity until it ends (what an [`End`] applies to).
+fn holds_node(p: &PodSpec) -> bool {
+    p.node.is_some() && matches!(p.phase, PodPhase::Pending | PodPhase::Running)
 }

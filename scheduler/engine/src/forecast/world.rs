@@ -100,9 +100,7 @@ impl World {
                     *world.bound.entry(group.clone()).or_default() += 1;
                 }
             }
-            let holds =
-                p.node.is_some() && matches!(p.phase, PodPhase::Pending | PodPhase::Running);
-            if holds {
+            if holds_node(&p) {
                 match ends.get(&key) {
                     // An end already past (a deadline not yet enforced) is taken as now.
                     Some(&End::At { ms, method }) => {
@@ -147,7 +145,7 @@ impl World {
             return false;
         };
         let bound = self.bound.get(group).copied().unwrap_or(0);
-        g.phase != JobPhase::Completed && bound as i64 >= g.min_member.max(1)
+        gang_complete(g.phase, g.min_member, bound as i64)
     }
 
     /// Takes the pod's spec out of the builder, changes it with `change` and hands it back:
