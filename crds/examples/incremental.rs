@@ -225,9 +225,18 @@ fn forecast_input(objects: &[(String, Object)], options: &ConvertOptions) {
         "the objects as (String, Object), as the cycle made them before: {strings_ms:.1} ms CPU"
     );
     let converted = inc.converted().expect("updated");
-    best("the spec from the kept conversions", &mut || {
-        drop(converted.kept_spec(options).expect("kept"));
-    });
+    best(
+        "the spec from the kept conversions, pods shared",
+        &mut || {
+            drop(converted.kept_shared_spec(options).expect("kept"));
+        },
+    );
+    best(
+        "the spec from the kept conversions, pods copied",
+        &mut || {
+            drop(converted.kept_spec(options).expect("kept"));
+        },
+    );
     let listed = converted.objects();
     best("the spec converted anew", &mut || {
         drop(usable_spec(&listed, options).expect("converts"));

@@ -164,7 +164,7 @@ pub fn cluster_spec_with_warnings(
             spec.add(origin, object, one, &mut warnings);
         }
     }
-    let spec = spec.finish(&context, options, &mut warnings)?;
+    let spec = spec.finish(&context, options, &mut warnings)?.into_spec();
     Ok((spec, warnings))
 }
 
@@ -173,6 +173,8 @@ pub fn cluster_spec_with_warnings(
 /// (`crate::incremental::ConvertedObjects`), so both assemble alike.
 pub(crate) struct Assembly {
     spec: ClusterSpec,
+    /// The pods, as converted (shared with the conversions that keep them).
+    pods: Vec<Arc<PodSpec>>,
     /// The gangs of LeaderWorkerSet pods, made once every pod has joined.
     lws: owners::LwsGroups,
 }
@@ -184,6 +186,7 @@ impl Assembly {
                 now_ms,
                 ..ClusterSpec::default()
             },
+            pods: Vec::new(),
             lws: owners::LwsGroups::default(),
         }
     }
@@ -196,7 +199,10 @@ impl Assembly {
         warnings: &mut Vec<String>,
     ) {
         self.lws.join(origin, object, &mut one, warnings);
-        one.add_to(&mut self.spec);
+        match one {
+            Converted::Pod(p) => self.pods.push(p),
+            one => one.add_to(&mut self.spec),
+        }
     }
 
     /// The spec, with the groups of the pods' gangs and the DRA the context read.
@@ -205,12 +211,41 @@ impl Assembly {
         context: &Context,
         options: &ConvertOptions,
         warnings: &mut Vec<String>,
-    ) -> Result<ClusterSpec, ConvertError> {
+    ) -> Result<SharedSpec, ConvertError> {
         let mut spec = self.spec;
         spec.groups
             .extend(self.lws.groups(context, options, warnings)?);
         spec.dra = context.dra.spec();
-        Ok(spec)
+        Ok(SharedSpec {
+            spec,
+            pods: self.pods,
+        })
+    }
+}
+
+/// A [`ClusterSpec`] whose pods are still the conversions' own: `spec.pods` is empty and
+/// `pods` holds them in the order `spec.pods` would. What a reader that only reads the pods
+/// (the daemon's forecast) takes without copying each one.
+pub struct SharedSpec {
+    pub spec: ClusterSpec,
+    pub pods: Vec<Arc<PodSpec>>,
+}
+
+impl From<ClusterSpec> for SharedSpec {
+    fn from(mut spec: ClusterSpec) -> Self {
+        let pods = std::mem::take(&mut spec.pods)
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        SharedSpec { spec, pods }
+    }
+}
+
+impl SharedSpec {
+    /// The spec with its pods in it (each copied only where a conversion still holds it).
+    pub fn into_spec(self) -> ClusterSpec {
+        let pods = self.pods.into_iter().map(Arc::unwrap_or_clone).collect();
+        ClusterSpec { pods, ..self.spec }
     }
 }
 
@@ -236,7 +271,8 @@ pub(crate) struct Context {
 #[derive(Clone)]
 pub(crate) enum Converted {
     Node(NodeSpec),
-    Pod(Box<PodSpec>),
+    /// Shared with the snapshot builder that is told of it (one copy of each pod).
+    Pod(Arc<PodSpec>),
     Group(GroupSpec),
     /// A queue and the usage its status records (see `usage.rs`).
     Queue(QueueSpec, Option<QueueUsage>),
@@ -247,7 +283,7 @@ impl Converted {
     pub(crate) fn add_to(self, spec: &mut ClusterSpec) {
         match self {
             Converted::Node(n) => spec.nodes.push(n),
-            Converted::Pod(p) => spec.pods.push(*p),
+            Converted::Pod(p) => spec.pods.push(Arc::unwrap_or_clone(p)),
             Converted::Group(g) => spec.groups.push(g),
             Converted::Queue(q, usage) => {
                 spec.queues.push(q);
@@ -320,7 +356,7 @@ impl Context {
                 self.dra.add_to_node(&mut spec, &options.tiers);
                 Converted::Node(spec)
             }
-            Object::Pod(p) => Converted::Pod(Box::new(pod::pod(&cx, p, self, options, warnings)?)),
+            Object::Pod(p) => Converted::Pod(Arc::new(pod::pod(&cx, p, self, options, warnings)?)),
             Object::PodGroup(g) => Converted::Group(group(&cx, g, self, warnings)?),
             Object::Queue(q) => {
                 let spec = queue(&cx, q)?;

@@ -5,10 +5,11 @@
 //! estimate). An annotation that does not read is reported and taken as absent. Shared by the
 //! daemon's forecast task and `basalt-sim plan --explain`.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use basalt_engine::forecast::{End, History, Method};
-use basalt_engine::ClusterSpec;
+use basalt_engine::{ClusterSpec, GroupSpec, PodSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -152,6 +153,16 @@ pub fn ends(
     spec: &ClusterSpec,
     learned: &Learned,
 ) -> (HashMap<String, End>, Vec<BadRuntime>) {
+    ends_of(objects, &spec.groups, &spec.pods, learned)
+}
+
+/// [`ends`] of a spec's `groups` and `pods` (owned or shared).
+pub fn ends_of(
+    objects: &[(String, Object)],
+    groups: &[GroupSpec],
+    pods_of_spec: &[impl Borrow<PodSpec>],
+    learned: &Learned,
+) -> (HashMap<String, End>, Vec<BadRuntime>) {
     let mut bad = Vec::new();
     let mut read = |kind: &'static str, meta: &ObjectMeta| -> Option<i64> {
         let text = meta.annotations.as_ref()?.get(EXPECTED_RUNTIME)?;
@@ -182,11 +193,11 @@ pub fn ends(
             _ => {}
         }
     }
-    let queues: HashMap<(&str, &str), Option<&str>> = (spec.groups.iter())
+    let queues: HashMap<(&str, &str), Option<&str>> = (groups.iter())
         .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
         .collect();
     let mut ends = HashMap::new();
-    for p in &spec.pods {
+    for p in pods_of_spec.iter().map(Borrow::borrow) {
         let pod = pods.get(&(p.namespace.as_str(), p.name.as_str()));
         let group = p.group.as_deref().map(|g| (p.namespace.as_str(), g));
         let stated = pod

@@ -28,7 +28,7 @@ use thiserror::Error;
 
 pub use convert::{
     build_snapshot, build_snapshot_with_warnings, cluster_spec, cluster_spec_with_warnings,
-    device_ask, ConvertError, ConvertOptions,
+    device_ask, ConvertError, ConvertOptions, SharedSpec,
 };
 pub use incremental::{Change, IncrementalSnapshot, Origin};
 pub use quantity::QuantityError;

@@ -3,10 +3,11 @@
 //! and whose backlog waits for them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use basalt_engine::forecast::{self, End, Limits, Method};
-use basalt_engine::{JobPhase, PodPhase};
+use basalt_engine::{JobPhase, PodPhase, PodSpec};
 use basalt_plugins::Config;
 use serde::Serialize;
 
@@ -91,11 +92,17 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Fo
     let ends = ends(&spec);
     let (mut cpu_ms, mut wall_ms) = (f64::INFINITY, f64::INFINITY);
     let mut last = None;
+    // The pods shared with the run, as the daemon's kept conversions are: it copies only the
+    // pods it moves.
+    let pods: Vec<Arc<PodSpec>> = std::mem::take(&mut spec.pods)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
     for _ in 0..runs.max(1) {
-        let spec = spec.clone();
+        let (spec, pods) = (spec.clone(), pods.clone());
         let framework = |names: &_| basalt_plugins::framework(config, names);
         let (cpu, wall) = (thread_cpu_ns(), Instant::now());
-        let f = forecast::forecast(spec, framework, &ends, Limits::default())?;
+        let f = forecast::forecast_shared(spec, pods, framework, &ends, Limits::default())?;
         wall_ms = wall_ms.min(wall.elapsed().as_secs_f64() * 1e3);
         if let (Some(after), Some(before)) = (thread_cpu_ns(), cpu) {
             cpu_ms = cpu_ms.min((after - before) as f64 / 1e6);

@@ -209,6 +209,8 @@ impl LwsGroups {
                 warnings.push(cx.warning(field, format!("{message}; a group of one instead")));
             }
             Some(Ok((group, gang))) => {
+                // Unshared: the conversion was just made.
+                let p = Arc::make_mut(p);
                 let key = (p.namespace.clone(), group.clone());
                 let entry = self.groups.entry(key).or_insert_with(|| LwsGroup {
                     gang,

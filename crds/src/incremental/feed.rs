@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use basalt_engine::{
     GroupSpec, NamespaceSpec, NodeSpec, PodSpec, QueueSpec, QueueUsage, SnapshotBuilder,
@@ -99,7 +100,7 @@ impl<T: Hash + Eq> Told<T> {
 #[derive(Default)]
 pub(super) struct Wanted<'a> {
     pub(super) nodes: Vec<(&'a NodeSpec, Option<Identity>)>,
-    pub(super) pods: Vec<(&'a PodSpec, Identity, Form)>,
+    pub(super) pods: Vec<(&'a Arc<PodSpec>, Identity, Form)>,
     pub(super) groups: Vec<(&'a GroupSpec, GroupTag)>,
     pub(super) queues: Vec<&'a QueueSpec>,
     /// What the queues' statuses say they used.
@@ -196,8 +197,9 @@ impl Feed<'_> {
             if !context_changed && fed.pods.see(&(*id, form), generation) {
                 continue;
             }
-            let mut spec = (*p).clone();
+            let mut spec = Arc::clone(p);
             if form == Form::Unowned {
+                let spec = Arc::make_mut(&mut spec);
                 spec.ours = false;
                 spec.group = None;
             }
@@ -284,7 +286,7 @@ impl<'a> Wanted<'a> {
     /// fate.
     pub(super) fn judge(&mut self, errors: &mut Vec<ConvertError>) -> Vec<Fate> {
         let groups: Vec<&GroupSpec> = self.groups.iter().map(|(g, _)| *g).collect();
-        let pods: Vec<&PodSpec> = self.pods.iter().map(|(p, _, _)| *p).collect();
+        let pods: Vec<&PodSpec> = self.pods.iter().map(|(p, _, _)| &***p).collect();
         let nodes: HashSet<&str> = self.nodes.iter().map(|(n, _)| n.name.as_str()).collect();
         let Judged {
             queues,

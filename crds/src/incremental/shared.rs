@@ -10,7 +10,7 @@ use basalt_engine::ClusterSpec;
 
 use super::store::{Conversion, Origin, Store};
 use super::{informs, Objects};
-use crate::convert::{Assembly, Context, ConvertError, ConvertOptions};
+use crate::convert::{Assembly, Context, ConvertError, ConvertOptions, SharedSpec};
 use crate::read::Object;
 
 /// The objects of an update, in order, each with its conversion (see the module documentation).
@@ -78,6 +78,16 @@ impl ConvertedObjects {
     /// `options` are not those they were converted under (at any instant); then
     /// [`usable_spec`] converts anew.
     pub fn kept_spec(&self, options: &ConvertOptions) -> Option<UsableSpec> {
+        let (spec, usable) = self.kept_shared_spec(options)?;
+        Some((spec.into_spec(), usable))
+    }
+
+    /// [`ConvertedObjects::kept_spec`] with the pods left shared with the kept conversions
+    /// (none copied).
+    pub fn kept_shared_spec(
+        &self,
+        options: &ConvertOptions,
+    ) -> Option<(SharedSpec, Vec<(String, Object)>)> {
         let timeless = ConvertOptions {
             now_ms: 0,
             ..options.clone()

@@ -187,6 +187,9 @@ pub struct Session<'a> {
     guaranteed: bool,
     /// Bound tasks per node when the session opened: the candidates for eviction.
     node_tasks: Vec<TaskId>,
+    /// Beside `node_tasks`, each one's job and shape: what the loops over every running task
+    /// (the explanations' holder tables) read, 8 bytes a task instead of its record.
+    node_task_kinds: Vec<(JobId, ShapeId)>,
     /// Where each node's part of `node_tasks` starts (and, one further, ends).
     node_task_start: Vec<u32>,
     /// Per leaf queue: the nodes its bound tasks were on when the session opened.

@@ -11,12 +11,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use basalt_crds::incremental::{usable_spec, ConvertedObjects};
-use basalt_crds::{ConvertOptions, Object, PodGroupForecast};
+use basalt_crds::{ConvertOptions, Object, PodGroupForecast, SharedSpec};
 use basalt_engine::forecast::Limits;
-use basalt_engine::{ClusterSpec, PodPhase};
+use basalt_engine::{GroupSpec, PodPhase, PodSpec};
 use basalt_plugins::Config;
 
-use super::{ends, published, BadRuntime, Learned};
+use super::{ends_of, published, BadRuntime, Learned};
 
 /// What the forecast runs on: a cycle's objects, as that cycle converted them.
 pub struct Input {
@@ -136,39 +136,40 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     let clock = Clock::start();
     // The cycle's conversions, else (an object the context is read from does not convert)
     // every object converted again.
-    let kept = input.objects.kept_spec(&input.options);
+    let kept = input.objects.kept_shared_spec(&input.options);
     let reused = kept.is_some();
     let usable = match kept {
         Some(usable) => usable,
         None => match usable_spec(&input.objects.objects(), &input.options) {
-            Ok(usable) => usable,
+            Ok((spec, objects)) => (SharedSpec::from(spec), objects),
             Err(e) => {
                 tracing::warn!(error = %e, "the forecast cannot convert the cluster");
                 return Results::default();
             }
         },
     };
-    let (spec, objects) = usable;
+    // The pods stay shared with the cycle's conversions: the run copies only those it moves.
+    let (SharedSpec { spec, pods }, objects) = usable;
     let converted = clock.lap();
     let objects: &[(String, Object)] = &objects;
-    let queue_of = finished_pod_queues(&spec);
-    let pods: Vec<&k8s_openapi::api::core::v1::Pod> = (objects.iter())
+    let queue_of = finished_pod_queues(&spec.groups, &pods);
+    let raw: Vec<&k8s_openapi::api::core::v1::Pod> = (objects.iter())
         .filter_map(|(_, o)| match o {
             Object::Pod(p) => Some(&**p),
             _ => None,
         })
         .collect();
-    learned.learn(&pods, |p| {
+    learned.learn(&raw, |p| {
         let ns = p.metadata.namespace.as_deref().unwrap_or("default");
         let name = p.metadata.name.as_deref().unwrap_or_default();
         let queue = queue_of.get(&(ns, name)).copied().flatten();
         queue.map(str::to_string)
     });
-    let (ends, bad) = ends(objects, &spec, learned);
+    let (ends, bad) = ends_of(objects, &spec.groups, &pods, learned);
     let read_ends = clock.lap();
     let config = input.config;
     let framework = |names: &_| basalt_plugins::framework(&config, names);
-    let forecast = basalt_engine::forecast::forecast(spec, framework, &ends, limits);
+    let forecast = basalt_engine::forecast::forecast_shared(spec, pods, framework, &ends, limits);
     let engine = clock.lap();
     match forecast {
         Ok(forecast) => {
@@ -204,11 +205,14 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
 
 /// Per finished pod (by namespace and name) its queue: its own, else its group's. Only the
 /// finished ones teach run times ([`Learned::learn`]).
-fn finished_pod_queues(spec: &ClusterSpec) -> HashMap<(&str, &str), Option<&str>> {
-    let groups: HashMap<(&str, &str), Option<&str>> = (spec.groups.iter())
+fn finished_pod_queues<'s>(
+    groups: &'s [GroupSpec],
+    pods: &'s [Arc<PodSpec>],
+) -> HashMap<(&'s str, &'s str), Option<&'s str>> {
+    let groups: HashMap<(&str, &str), Option<&str>> = (groups.iter())
         .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
         .collect();
-    (spec.pods.iter())
+    (pods.iter())
         .filter(|p| p.phase == PodPhase::Succeeded)
         .map(|p| {
             let group = (p.group.as_deref()).and_then(|g| groups.get(&(p.namespace.as_str(), g)));

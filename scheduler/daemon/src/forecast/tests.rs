@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use basalt_crds::ends::{parse_go_duration, EXPECTED_RUNTIME};
+use basalt_crds::ends::{ends, parse_go_duration, EXPECTED_RUNTIME};
 use basalt_crds::Object;
 use basalt_engine::forecast::{forecast, End, Limits};
 use basalt_engine::{ClusterSpec, GroupSpec, NodeSpec, PodPhase, PodSpec};

@@ -17,6 +17,7 @@ use world::World;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -133,8 +134,21 @@ pub fn forecast(
     ends: &HashMap<String, End>,
     limits: Limits,
 ) -> Result<Forecast, SnapshotError> {
+    forecast_shared(spec, Vec::new(), framework, ends, limits)
+}
+
+/// [`forecast`] of `spec` with `shared` among its pods: specs its caller keeps too (a daemon's
+/// kept conversions), read in place and copied only when the run changes them.
+pub fn forecast_shared(
+    mut spec: ClusterSpec,
+    mut shared: Vec<Arc<PodSpec>>,
+    framework: impl FnOnce(&ResourceNames) -> Framework,
+    ends: &HashMap<String, End>,
+    limits: Limits,
+) -> Result<Forecast, SnapshotError> {
     let now = spec.now_ms;
-    if nothing_waits(&spec, ends) {
+    shared.extend(std::mem::take(&mut spec.pods).into_iter().map(Arc::new));
+    if nothing_waits(now, &shared, &spec.groups, ends) {
         // What the run below would find, without copying every spec into its world.
         return Ok(Forecast {
             now_ms: now,
@@ -143,7 +157,7 @@ pub fn forecast(
     }
     let period = limits.period_ms.max(1);
     let queues = spec.queues;
-    let mut world = World::new(spec.nodes, spec.pods, spec.groups, ends, now)?;
+    let mut world = World::new(spec.nodes, shared, spec.groups, ends, now)?;
     world.builder.set_namespaces(spec.namespaces);
     world.builder.set_dra(spec.dra);
     world.end_until(now);
@@ -218,9 +232,14 @@ fn quiet(mut fw: Framework) -> Framework {
 /// running pod's end due at `now` (it could take a member away). Then the forecast is empty:
 /// no cycle runs and no end applies. The common case of a daemon with nothing pending, where
 /// building the world is most of a run's cost.
-fn nothing_waits(spec: &ClusterSpec, ends: &HashMap<String, End>) -> bool {
+fn nothing_waits(
+    now: i64,
+    pods: &[Arc<PodSpec>],
+    groups: &[GroupSpec],
+    ends: &HashMap<String, End>,
+) -> bool {
     let mut bound: HashMap<(&str, &str), i64> = HashMap::new();
-    for p in &spec.pods {
+    for p in pods {
         if let (Some(group), Some(_)) = (&p.group, &p.node) {
             *bound.entry((&p.namespace, group)).or_default() += 1;
         }
@@ -229,20 +248,20 @@ fn nothing_waits(spec: &ClusterSpec, ends: &HashMap<String, End>) -> bool {
         let on_nodes = bound.get(&(&*g.namespace, &*g.name)).copied().unwrap_or(0);
         gang_complete(g.phase, g.min_member, on_nodes)
     };
-    if !spec.groups.iter().all(complete) {
+    if !groups.iter().all(complete) {
         return false;
     }
     let due = |p: &PodSpec| {
         holds_node(p)
             && match ends.get(&format!("{}/{}", p.namespace, p.name)) {
-                Some(&End::At { ms, .. }) => ms <= spec.now_ms,
+                Some(&End::At { ms, .. }) => ms <= now,
                 Some(&End::After { ms, .. }) => {
-                    (p.started_ms).is_some_and(|s| s.saturating_add(ms) <= spec.now_ms)
+                    (p.started_ms).is_some_and(|s| s.saturating_add(ms) <= now)
                 }
                 None => false,
             }
     };
-    ends.is_empty() || !spec.pods.iter().any(due)
+    ends.is_empty() || !pods.iter().any(|p| due(p))
 }
 
 /// Whether a gang has started: not completed, and at least `minMember` (one at least) of its

@@ -53,7 +53,7 @@ pub(super) struct GroupAt {
 impl World {
     pub(super) fn new(
         nodes: Vec<crate::NodeSpec>,
-        pods: Vec<PodSpec>,
+        pods: Vec<Arc<PodSpec>>,
         groups: Vec<GroupSpec>,
         ends: &HashMap<String, End>,
         now: i64,
@@ -149,7 +149,7 @@ impl World {
     }
 
     /// Takes the pod's spec out of the builder, changes it with `change` and hands it back:
-    /// the builder sees one changed pod, and nothing is copied. Marks it bound or not.
+    /// the builder sees one changed pod. Marks it bound or not.
     pub(super) fn change_pod(&mut self, key: &str, bound: bool, change: impl FnOnce(&mut PodSpec)) {
         let Some(at) = self.pods.get_mut(key) else {
             return;
@@ -165,7 +165,8 @@ impl World {
             }
         }
         if let Some(mut spec) = self.builder.remove_pod(&at.namespace, &at.name) {
-            change(&mut spec);
+            // A spec shared with the caller is copied here, once, when the run first changes it.
+            change(Arc::make_mut(&mut spec));
             self.builder.set_pod(spec);
         }
     }
@@ -374,7 +375,7 @@ mod tests {
             ..Default::default()
         };
         let g = GroupSpec::new("ml", "g", 2);
-        let pods = vec![pod("a", Some("n")), pod("b", None)];
+        let pods = vec![pod("a", Some("n")).into(), pod("b", None).into()];
         let mut world = World::new(vec![node], pods, vec![g], &HashMap::new(), 0).expect("valid");
         assert!(!world.started("ml/g"), "one of two bound");
         let plan = Plan {

@@ -97,10 +97,12 @@ impl<'a> Session<'a> {
             node_task_start[i + 1] += node_task_start[i];
         }
         let mut node_tasks = vec![TaskId(0); node_task_start[n] as usize];
+        let mut node_task_kinds = vec![(JobId(0), ShapeId(0)); node_tasks.len()];
         let mut next = node_task_start.clone();
         for (t, status) in snapshot.tasks.iter().zip(&status) {
             if let TaskStatus::Bound(node) = status {
-                node_tasks[next[node.index()] as usize] = t.id;
+                let at = next[node.index()] as usize;
+                (node_tasks[at], node_task_kinds[at]) = (t.id, (t.job, t.shape));
                 next[node.index()] += 1;
             }
         }
@@ -176,6 +178,7 @@ impl<'a> Session<'a> {
             queue_capacity: Resources::zero(dims),
             guaranteed: snapshot.queues.iter().any(|q| !q.guarantee.is_empty()),
             node_tasks,
+            node_task_kinds,
             node_task_start,
             queue_nodes,
             reserved_for: vec![None; n],

@@ -113,6 +113,12 @@ impl<'a> Session<'a> {
         &self.node_tasks[start[i] as usize..start[i + 1] as usize]
     }
 
+    /// The job and shape of each of [`Session::node_tasks`], in the same order.
+    pub(crate) fn node_task_kinds(&self, node: NodeId) -> &[(JobId, ShapeId)] {
+        let (i, start) = (node.index(), &self.node_task_start);
+        &self.node_task_kinds[start[i] as usize..start[i + 1] as usize]
+    }
+
     /// Nodes where the queue's jobs had bound pods when the session opened, in name order.
     pub fn queue_nodes(&self, queue: QueueId) -> &[NodeId] {
         &self.queue_nodes[queue.index()]

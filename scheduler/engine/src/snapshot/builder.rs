@@ -30,8 +30,8 @@ pub struct SnapshotBuilder {
     /// The versions of the nodes' specs and labels (see [`Lineage`]).
     pub(super) nodes_version: Version,
     pub(super) labels_version: Version,
-    pub(super) pods: BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
-    pub(super) groups: BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
+    pub(super) pods: ConvertedMap<Arc<PodSpec>, PodFacts>,
+    pub(super) groups: ConvertedMap<GroupSpec, GroupFacts>,
     pub(super) held: HeldCounts,
     /// The names the kept facts were converted under.
     pub(super) facts_names: Option<ResourceNames>,
@@ -211,8 +211,10 @@ impl SnapshotBuilder {
         (self.pods.len(), self.groups.len())
     }
 
-    /// Adds a pod, or replaces the one of the same namespace and name.
-    pub fn set_pod(&mut self, pod: PodSpec) {
+    /// Adds a pod, or replaces the one of the same namespace and name. The spec may be shared
+    /// (an `Arc` its converter keeps too): the builder only reads it, so one copy serves both.
+    pub fn set_pod(&mut self, pod: impl Into<Arc<PodSpec>>) {
+        let pod = pod.into();
         let key = (pod.namespace.clone(), pod.name.clone());
         self.changed |= upsert(&mut self.pods, &mut self.held, key, pod);
     }
@@ -220,11 +222,11 @@ impl SnapshotBuilder {
     /// The pod of this namespace and name, as last told.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodSpec> {
         let key = (namespace.to_string(), name.to_string());
-        self.pods.get(&key).map(|c| &c.spec)
+        self.pods.get(&key).map(|c| &*c.spec)
     }
 
     /// Removes a pod; returns it if it was there.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<PodSpec> {
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodSpec>> {
         let old = take(&mut self.pods, &mut self.held, namespace, name);
         self.changed |= old.is_some();
         old

@@ -11,7 +11,12 @@ pub(super) struct Converted<S, F> {
     pub(super) facts: Option<F>,
 }
 
-impl Converted<PodSpec, PodFacts> {
+/// Specs by (namespace, name), each boxed: a B-tree keeps its values in its nodes, and a
+/// node of eleven pod specs with their facts is tens of kilobytes, half of it empty after
+/// a split; boxed, a node is small and each spec takes what it needs.
+pub(super) type ConvertedMap<S, F> = BTreeMap<(String, String), Box<Converted<S, F>>>;
+
+impl Converted<Arc<PodSpec>, PodFacts> {
     /// The pod with its facts, converted under `names` unless kept.
     pub(super) fn convert(
         &mut self,
@@ -21,7 +26,7 @@ impl Converted<PodSpec, PodFacts> {
     ) -> (&PodSpec, &PodFacts) {
         let facts =
             (self.facts).get_or_insert_with(|| PodFacts::of(names, &self.spec, node_id, metas));
-        (&self.spec, facts)
+        (&*self.spec, facts)
     }
 }
 
@@ -46,6 +51,28 @@ pub(super) trait Held: PartialEq {
     fn member_name(&self) -> Option<&str>;
     /// The pod's name, for a pinned pod.
     fn pinned_name(&self) -> Option<&str>;
+}
+
+/// A spec shared with whoever else holds it (the pods: see [`SnapshotBuilder::set_pod`]).
+impl<T: Held> Held for Arc<T> {
+    fn resource_list(&self) -> Option<&ResourceList> {
+        (**self).resource_list()
+    }
+    fn uses_default_queue(&self) -> bool {
+        (**self).uses_default_queue()
+    }
+    fn namespace(&self) -> &str {
+        (**self).namespace()
+    }
+    fn job_name(&self) -> Option<&str> {
+        (**self).job_name()
+    }
+    fn member_name(&self) -> Option<&str> {
+        (**self).member_name()
+    }
+    fn pinned_name(&self) -> Option<&str> {
+        (**self).pinned_name()
+    }
 }
 
 impl Held for PodSpec {
@@ -176,7 +203,7 @@ impl HeldCounts {
 /// Puts `spec` under `key` (to be converted again) unless an equal spec is there, keeping the
 /// counts in step; whether it changed anything.
 pub(super) fn upsert<S: Held, F>(
-    map: &mut BTreeMap<(String, String), Converted<S, F>>,
+    map: &mut ConvertedMap<S, F>,
     counts: &mut HeldCounts,
     key: (String, String),
     spec: S,
@@ -189,18 +216,18 @@ pub(super) fn upsert<S: Held, F>(
         counts.count(&old.spec, false);
     }
     counts.count(&spec, true);
-    map.insert(key, Converted { spec, facts: None });
+    map.insert(key, Box::new(Converted { spec, facts: None }));
     true
 }
 
 /// Takes the spec under (`namespace`, `name`) out, keeping the counts in step.
 pub(super) fn take<S: Held, F>(
-    map: &mut BTreeMap<(String, String), Converted<S, F>>,
+    map: &mut ConvertedMap<S, F>,
     counts: &mut HeldCounts,
     namespace: &str,
     name: &str,
 ) -> Option<S> {
-    let old = map.remove(&(namespace.to_string(), name.to_string()))?;
+    let old = *map.remove(&(namespace.to_string(), name.to_string()))?;
     counts.count(&old.spec, false);
     Some(old.spec)
 }

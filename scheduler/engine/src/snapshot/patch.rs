@@ -234,8 +234,8 @@ fn patch_usage(
 /// The builder's specs a patch reads.
 struct Specs<'b> {
     held: &'b HeldCounts,
-    pods: &'b BTreeMap<(String, String), Converted<PodSpec, PodFacts>>,
-    groups: &'b BTreeMap<(String, String), Converted<GroupSpec, GroupFacts>>,
+    pods: &'b ConvertedMap<Arc<PodSpec>, PodFacts>,
+    groups: &'b ConvertedMap<GroupSpec, GroupFacts>,
 }
 
 /// The changed pinned pods as they are now, by key.

@@ -451,25 +451,25 @@ impl Session<'_> {
                 f.set(id, v.max(0));
             }
             free.add(&f);
-            let bound = (self.node_tasks(node).iter().copied())
-                .filter(|&t| self.status[t.index()] == TaskStatus::Bound(node));
-            let here_placed = placed.on.get(&node).into_iter().flatten().copied();
+            // Jobs and shapes from the session's compact list and small tables, not the
+            // tasks' records: this loop's cost is reading them.
+            let bound = (self.node_tasks(node).iter().zip(self.node_task_kinds(node)))
+                .filter(|(t, _)| self.status[t.index()] == TaskStatus::Bound(node))
+                .map(|(_, &kind)| kind);
+            let here_placed = (placed.on.get(&node).into_iter().flatten())
+                .map(|&t| (snap.task(t).job, snap.task(t).shape));
             let start = on.len();
-            for task in bound.chain(here_placed) {
-                let t = snap.task(task);
-                if index[t.job.index()] == NONE {
-                    index[t.job.index()] = jobs.len() as u32;
+            for (job, shape) in bound.chain(here_placed) {
+                if index[job.index()] == NONE {
+                    index[job.index()] = jobs.len() as u32;
                     jobs.push(Holder {
-                        job: t.job,
+                        job,
                         holds: Resources::zero(dims),
                     });
                 }
-                let i = index[t.job.index()];
-                // The shape's request is the task's, read from a small table rather than
-                // the task's record (this loop's cost is reading records).
-                jobs[i as usize]
-                    .holds
-                    .add(&snap.shapes[t.shape.0 as usize].1);
+                let i = index[job.index()];
+                // The shape's request is the task's.
+                jobs[i as usize].holds.add(&snap.shapes[shape.0 as usize].1);
                 if !on[start..].contains(&i) {
                     on.push(i);
                 }
