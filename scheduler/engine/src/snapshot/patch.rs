@@ -212,16 +212,14 @@ fn patch_usage(
         queue_pinned[new.queue.index()].add(&new.request);
         pinned_uses.insert(key.clone(), new);
     }
-    // A shared node's GPU mask is of the devices no pod can join, not of those held.
     let mut device_use = std::mem::take(&mut last.device_use);
     shared.apply(&mut device_use);
     for &n in &usage.changed {
-        let node = &last.nodes[n.index()];
-        if node.sharing.shares() {
-            let base = node.device_base as usize;
-            let slice = &device_use[base..base + node.gpus.len()];
-            usage.gpus[n.index()] = devices::closed_devices(node, slice);
-        }
+        devices::close_shared(
+            &last.nodes[n.index()],
+            &device_use,
+            &mut usage.gpus[n.index()],
+        );
     }
     PatchedUsage {
         usage,
@@ -324,12 +322,9 @@ impl<'b> Changes<'b> {
         // claims are the same in any pod order). Shared devices are charged below.
         let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
             let n = &last.nodes[node.index()];
-            let want = devices_wanted(n, &facts.request);
-            if n.sharing.shares() {
-                return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
-            }
             let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-            let (mask, as_named) = claim_gpus(used, n.gpus.len(), &spec.gpu_ids, want);
+            let shared = devices::node_usage(n, &last.device_use);
+            let (mask, as_named) = claim_devices(n, used, shared, spec, facts);
             as_named.then_some(mask)
         };
         for key in &held.changed_pinned {
@@ -374,15 +369,9 @@ impl<'b> Changes<'b> {
                     Some(n) => claim(n, spec, facts)?,
                     None => 0,
                 };
-                let (rules, shape) = self.shapes.of(&spec.rules, &facts.request);
-                job.members.push(Member {
-                    spec,
-                    facts,
-                    node,
-                    gpus,
-                    rules,
-                    shape,
-                });
+                // Nodes with MIG slices are never patched: no member holds a slice.
+                let member = Member::new((spec, facts), node, (gpus, 0), &mut self.shapes);
+                job.members.push(member);
             }
             self.fresh.push(job);
         }
