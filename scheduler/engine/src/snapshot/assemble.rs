@@ -198,7 +198,7 @@ pub(super) fn assemble(
     let device_kinds = device_kinds(&built_nodes);
     let dims = names.len();
     let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
-    let used_total = sum(&held.node_used, dims);
+    let used_total = sum(&held.nodes.used, dims);
     let (rules, shapes) = placed.shapes.into_parts();
     Ok(Assembled {
         snapshot: Snapshot {
@@ -212,8 +212,8 @@ pub(super) fn assemble(
             shapes,
             allocatable_total,
             used_total,
-            node_used: held.node_used,
-            node_gpus_used: held.node_gpus_used,
+            node_used: held.nodes.used,
+            node_gpus_used: held.nodes.gpus,
             device_use: held.device_use,
             slice_used: held.slice_used,
             share_names,
@@ -414,81 +414,6 @@ fn draft_jobs<'s>(
         }
     }
     Ok((drafts, pod_drafts))
-}
-
-/// What the bound pods hold on their nodes, pod after pod, in a full build.
-struct Holdings {
-    node_used: Vec<Resources>,
-    node_gpus_used: Vec<u64>,
-    device_use: Vec<DeviceUse>,
-    slice_used: Vec<u64>,
-    /// Every bound pod holds the GPUs it names so far (see [`claim_devices`]).
-    claims_as_named: bool,
-}
-
-impl Holdings {
-    /// Nothing held on `nodes` (their GPUs in MIG mode aside), in `recycled` buffers when they
-    /// fit; `devices` devices shared.
-    fn new(
-        nodes: &[Node],
-        recycled: Option<(Vec<Resources>, Vec<u64>)>,
-        dims: usize,
-        devices: usize,
-    ) -> Self {
-        // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
-        let zero = Resources::zero(dims);
-        let (node_used, mut node_gpus_used) = match recycled {
-            Some((mut used, mut gpus)) if used.len() == nodes.len() => {
-                used.fill(zero.clone());
-                gpus.fill(0);
-                (used, gpus)
-            }
-            _ => (vec![zero; nodes.len()], vec![0u64; nodes.len()]),
-        };
-        // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
-        let mig = nodes
-            .iter()
-            .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
-        let slice_used = vec![0u64; if mig { nodes.len() } else { 0 }];
-        if mig {
-            for n in nodes {
-                node_gpus_used[n.id.index()] = n.mig_gpus();
-            }
-        }
-        Holdings {
-            node_used,
-            node_gpus_used,
-            device_use: vec![DeviceUse::default(); devices],
-            slice_used,
-            claims_as_named: true,
-        }
-    }
-
-    /// Charges bound pod `p` to its node `n`: its request, its devices (whole or shared) and
-    /// its MIG slices; the GPUs and slices it holds.
-    fn hold(&mut self, n: &Node, p: &PodSpec, facts: &PodFacts) -> (u64, u64) {
-        let (i, request) = (n.id.index(), &facts.request);
-        self.node_used[i].add(request);
-        let mut slices = 0;
-        if !n.slices.is_empty() {
-            let used = &mut self.slice_used[i];
-            slices = crate::devices::pick_slices(&n.slices, *used, request);
-            *used |= slices;
-        }
-        let usage = devices::node_usage_mut(n, &mut self.device_use);
-        let (gpus, as_named) = claim_devices(n, &mut self.node_gpus_used[i], usage, p, facts);
-        if n.sharing.shares() {
-            devices::charge_claim(n, usage, &p.held_devices, gpus, facts.share);
-        }
-        self.claims_as_named &= as_named;
-        (gpus, slices)
-    }
-
-    fn close_shared(&mut self, nodes: &[Node]) {
-        for n in nodes {
-            devices::close_shared(n, &self.device_use, &mut self.node_gpus_used[n.id.index()]);
-        }
-    }
 }
 
 /// The sum of resource vectors of `dims` dimensions.
