@@ -285,7 +285,7 @@ impl<'s> Placed<'s> {
         };
         if let Some(queue) = &p.pinned_queue {
             let used = PinnedUse::of(lookup, queue, facts, node, claim.0)?;
-            self.queue_pinned[used.queue.index()].add(&used.request);
+            used.charge_queue(&mut self.queue_pinned, true);
             self.pinned.push((pod_index, used));
             return Ok(());
         }

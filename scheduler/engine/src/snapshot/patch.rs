@@ -201,12 +201,12 @@ fn patch_usage(
     for key in changed_pinned {
         if let Some(old) = pinned_uses.remove(key) {
             usage.charge(&old.holding(), false);
-            queue_pinned[old.queue.index()].take_back(&old.request);
+            old.charge_queue(&mut queue_pinned, false);
         }
     }
     for (key, new) in pinned {
         usage.charge(&new.holding(), true);
-        queue_pinned[new.queue.index()].add(&new.request);
+        new.charge_queue(&mut queue_pinned, true);
         pinned_uses.insert(key.clone(), new);
     }
     let mut device_use = std::mem::take(&mut last.device_use);

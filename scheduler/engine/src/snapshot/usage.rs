@@ -34,6 +34,15 @@ impl Task {
 }
 
 impl PinnedUse {
+    /// Puts what the pod holds for its queue on `queue_pinned` (`add`) or takes it off.
+    pub(super) fn charge_queue(&self, queue_pinned: &mut [Resources], add: bool) {
+        let used = &mut queue_pinned[self.queue.index()];
+        match add {
+            true => used.add(&self.request),
+            false => used.take_back(&self.request),
+        }
+    }
+
     pub(super) fn holding(&self) -> Holding<'_> {
         Holding {
             node: self.node,
