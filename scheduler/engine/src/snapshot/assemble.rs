@@ -379,34 +379,14 @@ fn draft_jobs<'s>(
                 "duplicate pod".into(),
             ));
         }
-        match &p.group {
-            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
-                drafts[d].key() == JobKey(&p.namespace, g)
-            }) {
-                Some(&(_, d)) => pod_drafts.push(d),
-                None => {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.labels/annotations (pod group)",
-                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
-                    ));
-                }
-            },
+        // Its job's key: its group's, or its own (only groups are drafted before a pod
+        // without one, pods being named apart).
+        let key = JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name));
+        let found = job_keys.find(facts.job_hash, |&(_, d)| drafts[d].key() == key);
+        check_member(p, facts, found.is_some())?;
+        match found {
+            Some(&(_, d)) => pod_drafts.push(d),
             None => {
-                let key = JobKey(&p.namespace, &p.name);
-                let same = |&(_, d): &(u64, usize)| drafts[d].key() == key;
-                if job_keys.find(facts.job_hash, same).is_some() {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.name",
-                        format!(
-                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
-                            facts.key
-                        ),
-                    ));
-                }
                 job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
                 pod_drafts.push(drafts.len());
                 drafts.push(JobDraft::of_pod(p, facts));

@@ -338,17 +338,15 @@ impl<'b> Changes<'b> {
                 let c = specs.pods.get(&(ns.clone(), pod.clone()))?;
                 pods.push((&c.spec, c.facts.as_ref()?));
             }
-            let draft = match (specs.groups.get(&key), pods.as_slice()) {
-                (Some(g), _) => {
-                    // A pod without a group named like the group is an error.
-                    if pods.iter().any(|(p, _)| p.group.is_none()) {
-                        return None;
-                    }
-                    JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?
-                }
+            let group = specs.groups.get(&key);
+            for (p, facts) in &pods {
+                check_member(p, facts, group.is_some()).ok()?;
+            }
+            let draft = match (group, pods.as_slice()) {
+                (Some(g), _) => JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?,
                 (None, []) => continue,
-                (None, &[(p, facts)]) if p.group.is_none() => JobDraft::of_pod(p, facts),
-                // Pods that name a group that does not exist.
+                // Without a group, its one member is the pod of its name.
+                (None, &[(p, facts)]) => JobDraft::of_pod(p, facts),
                 (None, _) => return None,
             };
             let mut job = Fresh {
