@@ -148,7 +148,7 @@ pub(super) struct Assembled {
     pub(super) snapshot: Snapshot,
     /// The last snapshot's task vector, emptied, to fill next time.
     pub(super) spare_tasks: Vec<Task>,
-    /// Every bound pod holds the GPUs it names (see [`claim_gpus`] and `devices::named_shared`).
+    /// Every bound pod holds the GPUs it names (see [`claim_devices`]).
     pub(super) claims_as_named: bool,
     /// What each pinned pod holds, by its index in the pods.
     pub(super) pinned: Vec<(usize, PinnedUse)>,
@@ -182,69 +182,14 @@ pub(super) fn assemble(
     for (pos, &d) in order.iter().enumerate() {
         job_index[d] = JobId(pos as u32);
     }
-    // Tasks and node usage.
-    let mut shapes = ShapeTable::default();
     let mut held = Holdings::new(&built_nodes, recycled, names.len(), device_count);
-    let (mut last_tasks, mut tasks, mut jobs, mut job_tasks) =
-        buffers.emptied(pods.len(), order.len());
-    let mut task_labels: Vec<&BTreeMap<String, String>> = Vec::with_capacity(pods.len());
-    let mut foreign = Vec::new();
-    let mut queue_pinned = vec![Resources::zero(names.len()); queues.len()];
-    let mut pinned = Vec::new();
-    for (pod_index, &(p, facts)) in pods.iter().enumerate() {
-        let node = bound_node(p, facts)?;
-        let (gpus, slices) = match node {
-            Some(n) => held.hold(&built_nodes[n.index()], p, facts),
-            None => (0, 0),
-        };
-        if let Some(queue) = &p.pinned_queue {
-            let used = PinnedUse::of(&lookup, queue, facts, node, gpus)?;
-            queue_pinned[used.queue.index()].add(&used.request);
-            pinned.push((pod_index, used));
-            continue;
-        }
-        if !p.ours {
-            if let Some(node) = node {
-                foreign.push(ForeignPod {
-                    node,
-                    meta: facts.meta.clone(),
-                    constraints: p.constraints.clone(),
-                });
-            }
-            continue;
-        }
-        let job = job_index[pod_drafts[tasks.len()]];
-        let (rules, shape) = shapes.of(&p.rules, &facts.request);
-        let id = TaskId(tasks.len() as u32);
-        let name = match last_tasks.get_mut(facts.slot.get() as usize) {
-            Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
-                std::mem::replace(&mut t.name, TAKEN.clone())
-            }
-            _ => facts.key.clone(),
-        };
-        facts.slot.set(id.0);
-        job_tasks[job.index()].push(id);
-        task_labels.push(&p.labels);
-        let refs = TaskRefs {
-            id,
-            name,
-            job,
-            rules,
-            shape,
-            node,
-            gpus,
-            slices,
-        };
-        tasks.push(new_task(p, facts, refs));
+    let mut placed = Placed::new(buffers, pods.len(), order.len(), queues.len(), names.len());
+    for (pod_index, &pod) in pods.iter().enumerate() {
+        // Per pod of ours, in order, its job (see `draft_jobs`).
+        let job = |member: usize| job_index[pod_drafts[member]];
+        placed.place(pod_index, pod, job, (&built_nodes, &mut held), &lookup)?;
     }
-    jobs.reserve(order.len());
-    for (pos, &d) in order.iter().enumerate() {
-        let draft = &drafts[d];
-        let queue = draft.queue(&lookup)?;
-        let task_ids = std::mem::take(&mut job_tasks[pos]);
-        let labels = |t: TaskId| task_labels[t.index()];
-        jobs.push(draft.build(JobId(pos as u32), queue, task_ids, &mut tasks, labels));
-    }
+    let jobs = placed.jobs(&drafts, &order, &lookup)?;
     held.close_shared(&built_nodes);
     let largest_shared_device_mib = (built_nodes.iter().filter(|n| n.sharing.shares()))
         .flat_map(|n| n.gpus.iter().map(|g| g.memory_mib.unwrap_or(0)))
@@ -253,39 +198,141 @@ pub(super) fn assemble(
     let device_kinds = device_kinds(&built_nodes);
     let dims = names.len();
     let allocatable_total = sum(built_nodes.iter().map(|n| &n.allocatable), dims);
-    let used_total = sum(&held.node_used, dims);
-    let (rules, shapes) = shapes.into_parts();
+    let used_total = sum(&held.nodes.used, dims);
+    let (rules, shapes) = placed.shapes.into_parts();
     Ok(Assembled {
         snapshot: Snapshot {
             now_ms,
             resources: names,
             nodes: built_nodes,
-            tasks,
+            tasks: placed.tasks,
             jobs,
             queues,
             rules,
             shapes,
             allocatable_total,
             used_total,
-            node_used: held.node_used,
-            node_gpus_used: held.node_gpus_used,
+            node_used: held.nodes.used,
+            node_gpus_used: held.nodes.gpus,
             device_use: held.device_use,
             slice_used: held.slice_used,
             share_names,
             device_kinds,
             largest_shared_device_mib,
-            queue_pinned,
-            foreign_pods: foreign.len(),
-            foreign: Arc::new(foreign),
+            queue_pinned: placed.queue_pinned,
+            foreign_pods: placed.foreign.len(),
+            foreign: Arc::new(placed.foreign),
             namespaces: Arc::default(),
             dra: Arc::default(),
             usage: Arc::default(),
             lineage,
         },
-        spare_tasks: last_tasks,
+        spare_tasks: placed.last_tasks,
         claims_as_named: held.claims_as_named,
-        pinned,
+        pinned: placed.pinned,
     })
+}
+
+/// The pods of a full build, placed one after another: the tasks of ours (with their labels
+/// and per job its members), the pods of other schedulers, what pinned pods hold.
+struct Placed<'s> {
+    shapes: ShapeTable,
+    /// The last snapshot's tasks, to take names from (see [`Buffers`]).
+    last_tasks: Vec<Task>,
+    tasks: Vec<Task>,
+    task_labels: Vec<&'s BTreeMap<String, String>>,
+    /// An earlier snapshot's job vector, emptied.
+    jobs: Vec<Job>,
+    job_tasks: Vec<Vec<TaskId>>,
+    foreign: Vec<ForeignPod>,
+    queue_pinned: Vec<Resources>,
+    pinned: Vec<(usize, PinnedUse)>,
+}
+
+impl<'s> Placed<'s> {
+    /// Nothing placed yet, in `buffers`, for `pods` pods, `jobs` jobs and `queues` queues of
+    /// `dims` resources.
+    fn new(buffers: Buffers, pods: usize, jobs: usize, queues: usize, dims: usize) -> Self {
+        let (last_tasks, tasks, old_jobs, job_tasks) = buffers.emptied(pods, jobs);
+        Placed {
+            shapes: ShapeTable::default(),
+            last_tasks,
+            tasks,
+            task_labels: Vec::with_capacity(pods),
+            jobs: old_jobs,
+            job_tasks,
+            foreign: Vec::new(),
+            queue_pinned: vec![Resources::zero(dims); queues],
+            pinned: Vec::new(),
+        }
+    }
+
+    /// Places pod `pod_index` on its node, if bound, charging what it holds there to `held`:
+    /// as a pinned pod, a pod of another scheduler or a task of its job (`job` gives the job of
+    /// the n-th pod of ours).
+    fn place(
+        &mut self,
+        pod_index: usize,
+        (p, facts): (&'s PodSpec, &'s PodFacts),
+        job: impl Fn(usize) -> JobId,
+        (nodes, held): (&[Node], &mut Holdings),
+        lookup: &QueueLookup,
+    ) -> Result<(), SnapshotError> {
+        let node = bound_node(p, facts)?;
+        let claim = match node {
+            Some(n) => held.hold(&nodes[n.index()], p, facts),
+            None => (0, 0),
+        };
+        if let Some(queue) = &p.pinned_queue {
+            let used = PinnedUse::of(lookup, queue, facts, node, claim.0)?;
+            used.charge_queue(&mut self.queue_pinned, true);
+            self.pinned.push((pod_index, used));
+            return Ok(());
+        }
+        if !p.ours {
+            if let Some(node) = node {
+                self.foreign.push(ForeignPod {
+                    node,
+                    meta: facts.meta.clone(),
+                    constraints: p.constraints.clone(),
+                });
+            }
+            return Ok(());
+        }
+        let id = TaskId(self.tasks.len() as u32);
+        let job = job(id.index());
+        let member = Member::new((p, facts), node, claim, &mut self.shapes);
+        let name = match self.last_tasks.get_mut(facts.slot.get() as usize) {
+            Some(t) if Arc::ptr_eq(&t.name, &facts.key) => {
+                std::mem::replace(&mut t.name, TAKEN.clone())
+            }
+            _ => facts.key.clone(),
+        };
+        self.job_tasks[job.index()].push(id);
+        self.task_labels.push(&p.labels);
+        self.tasks.push(member.task(id, job, name));
+        Ok(())
+    }
+
+    /// The jobs of `drafts`, in `order` (their ids), with their members.
+    fn jobs(
+        &mut self,
+        drafts: &[JobDraft],
+        order: &[usize],
+        lookup: &QueueLookup,
+    ) -> Result<Vec<Job>, SnapshotError> {
+        let mut jobs = std::mem::take(&mut self.jobs);
+        jobs.reserve(order.len());
+        for (pos, &d) in order.iter().enumerate() {
+            let draft = &drafts[d];
+            let queue = draft.queue(lookup)?;
+            let task_ids = std::mem::take(&mut self.job_tasks[pos]);
+            let labels = |t: TaskId| self.task_labels[t.index()];
+            let id = JobId(pos as u32);
+            jobs.push(draft.build(id, queue, task_ids, &mut self.tasks, labels));
+        }
+        Ok(jobs)
+    }
 }
 
 /// The jobs of `groups` and of the pods of ours without one, checked (a group's spec,
@@ -332,34 +379,14 @@ fn draft_jobs<'s>(
                 "duplicate pod".into(),
             ));
         }
-        match &p.group {
-            Some(g) => match job_keys.find(facts.job_hash, |&(_, d)| {
-                drafts[d].key() == JobKey(&p.namespace, g)
-            }) {
-                Some(&(_, d)) => pod_drafts.push(d),
-                None => {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.labels/annotations (pod group)",
-                        format!("names PodGroup {}/{g}, which does not exist", p.namespace),
-                    ));
-                }
-            },
+        // Its job's key: its group's, or its own (only groups are drafted before a pod
+        // without one, pods being named apart).
+        let key = JobKey(&p.namespace, p.group.as_deref().unwrap_or(&p.name));
+        let found = job_keys.find(facts.job_hash, |&(_, d)| drafts[d].key() == key);
+        check_member(p, facts, found.is_some())?;
+        match found {
+            Some(&(_, d)) => pod_drafts.push(d),
             None => {
-                let key = JobKey(&p.namespace, &p.name);
-                let same = |&(_, d): &(u64, usize)| drafts[d].key() == key;
-                if job_keys.find(facts.job_hash, same).is_some() {
-                    return Err(err(
-                        "Pod",
-                        &facts.key,
-                        "metadata.name",
-                        format!(
-                            "has no PodGroup but a PodGroup named {} exists; name the group explicitly",
-                            facts.key
-                        ),
-                    ));
-                }
                 job_keys.insert_unique(facts.job_hash, (facts.job_hash, drafts.len()), |e| e.0);
                 pod_drafts.push(drafts.len());
                 drafts.push(JobDraft::of_pod(p, facts));
@@ -367,87 +394,6 @@ fn draft_jobs<'s>(
         }
     }
     Ok((drafts, pod_drafts))
-}
-
-/// What the bound pods hold on their nodes, pod after pod, in a full build.
-struct Holdings {
-    node_used: Vec<Resources>,
-    node_gpus_used: Vec<u64>,
-    device_use: Vec<DeviceUse>,
-    slice_used: Vec<u64>,
-    /// Every bound pod holds the GPUs it names so far (see [`claim_gpus`]).
-    claims_as_named: bool,
-}
-
-impl Holdings {
-    /// Nothing held on `nodes` (their GPUs in MIG mode aside), in `recycled` buffers when they
-    /// fit; `devices` devices shared.
-    fn new(
-        nodes: &[Node],
-        recycled: Option<(Vec<Resources>, Vec<u64>)>,
-        dims: usize,
-        devices: usize,
-    ) -> Self {
-        // Usage buffers of an earlier snapshot with the same nodes and names, zeroed in place.
-        let zero = Resources::zero(dims);
-        let (node_used, mut node_gpus_used) = match recycled {
-            Some((mut used, mut gpus)) if used.len() == nodes.len() => {
-                used.fill(zero.clone());
-                gpus.fill(0);
-                (used, gpus)
-            }
-            _ => (vec![zero; nodes.len()], vec![0u64; nodes.len()]),
-        };
-        // GPUs in MIG mode are never free whole devices; their slices are tracked beside.
-        let mig = nodes
-            .iter()
-            .any(|n| !n.slices.is_empty() || n.mig_gpus() != 0);
-        let slice_used = vec![0u64; if mig { nodes.len() } else { 0 }];
-        if mig {
-            for n in nodes {
-                node_gpus_used[n.id.index()] = n.mig_gpus();
-            }
-        }
-        Holdings {
-            node_used,
-            node_gpus_used,
-            device_use: vec![DeviceUse::default(); devices],
-            slice_used,
-            claims_as_named: true,
-        }
-    }
-
-    /// Charges bound pod `p` to its node `n`: its request, its devices (whole or shared) and
-    /// its MIG slices; the GPUs and slices it holds.
-    fn hold(&mut self, n: &Node, p: &PodSpec, facts: &PodFacts) -> (u64, u64) {
-        let (i, request) = (n.id.index(), &facts.request);
-        self.node_used[i].add(request);
-        let mut slices = 0;
-        if !n.slices.is_empty() {
-            let used = &mut self.slice_used[i];
-            slices = crate::devices::pick_slices(&n.slices, *used, request);
-            *used |= slices;
-        }
-        let want = devices_wanted(n, request);
-        let (gpus, as_named) = if n.sharing.shares() {
-            let base = n.device_base as usize;
-            let usage = &mut self.device_use[base..base + n.gpus.len()];
-            devices::claim_shared(n, usage, &p.held_devices, &p.gpu_ids, want, facts.share)
-        } else {
-            claim_gpus(&mut self.node_gpus_used[i], n.gpus.len(), &p.gpu_ids, want)
-        };
-        self.claims_as_named &= as_named;
-        (gpus, slices)
-    }
-
-    /// A shared node's GPU mask is of the devices no pod can join, not of those held.
-    fn close_shared(&mut self, nodes: &[Node]) {
-        for n in nodes.iter().filter(|n| n.sharing.shares()) {
-            let base = n.device_base as usize;
-            let usage = &self.device_use[base..base + n.gpus.len()];
-            self.node_gpus_used[n.id.index()] = devices::closed_devices(n, usage);
-        }
-    }
 }
 
 /// The sum of resource vectors of `dims` dimensions.

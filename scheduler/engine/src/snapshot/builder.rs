@@ -37,8 +37,7 @@ pub struct SnapshotBuilder {
     pub(super) facts_names: Option<ResourceNames>,
     /// The task vector of the snapshot before last (see [`Buffers`]).
     pub(super) spare_tasks: Vec<Task>,
-    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_gpus`] and
-    /// `devices::named_shared`).
+    /// Every bound pod of the last snapshot holds the GPUs it names (see [`claim_devices`]).
     pub(super) claims_as_named: bool,
     /// Snapshots built by patching the last one (see [`SnapshotBuilder::patched`]).
     pub(super) patched: u64,

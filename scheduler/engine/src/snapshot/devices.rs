@@ -202,12 +202,11 @@ pub(super) fn named_shared(
     (mask.count_ones() as usize == want.min(gpus.len())).then_some(mask)
 }
 
-/// Charges a bound pod's share on a shared node and returns the devices it holds
-/// ([`named_shared`], else the first devices with room) and whether it named them. A bound pod
-/// is where it is: its usage counts even past a device's capacity.
-pub(super) fn claim_shared(
+/// The devices a bound pod holds on a shared node ([`named_shared`], else the first devices
+/// with room for its share beside `usage`) and whether it named them.
+pub(super) fn pick_shared(
     node: &Node,
-    usage: &mut [DeviceUse],
+    usage: &[DeviceUse],
     held: &[HeldDevice],
     named: &[u32],
     want: usize,
@@ -228,11 +227,46 @@ pub(super) fn claim_shared(
         }
         mask
     });
-    match held_differs(held) {
-        true => charge_held(gpus, usage, held, true),
-        false => charge_shares(gpus, usage, mask, ask, true),
-    }
     (mask, named.is_some())
+}
+
+/// Charges what a bound pod holds of the devices `mask` of a shared node on their `usage`:
+/// card by card as HAMi records it when its devices hold different amounts, else one share of
+/// each. A bound pod is where it is: its usage counts even past a device's capacity.
+pub(super) fn charge_claim(
+    node: &Node,
+    usage: &mut [DeviceUse],
+    held: &[HeldDevice],
+    mask: u64,
+    share: Option<ShareAsk>,
+) {
+    match held_differs(held) {
+        true => charge_held(&node.gpus, usage, held, true),
+        false => charge_shares(&node.gpus, usage, mask, ask_on(node.sharing, share), true),
+    }
+}
+
+/// The usage of `node`'s devices in the flat table `usage` (none unless it shares them).
+pub(super) fn node_usage<'u>(node: &Node, usage: &'u [DeviceUse]) -> &'u [DeviceUse] {
+    match node.sharing.shares() {
+        true => &usage[node.device_base as usize..][..node.gpus.len()],
+        false => &[],
+    }
+}
+
+pub(super) fn node_usage_mut<'u>(node: &Node, usage: &'u mut [DeviceUse]) -> &'u mut [DeviceUse] {
+    match node.sharing.shares() {
+        true => &mut usage[node.device_base as usize..][..node.gpus.len()],
+        false => &mut [],
+    }
+}
+
+/// A shared node's GPU mask is of the devices no pod can join, not of those held: `gpus_used`
+/// of `node` set so from `usage` (left as it is on a node that does not share).
+pub(super) fn close_shared(node: &Node, usage: &[DeviceUse], gpus_used: &mut u64) {
+    if node.sharing.shares() {
+        *gpus_used = closed_devices(node, node_usage(node, usage));
+    }
 }
 
 /// Puts one share on (or takes it off) each device of `mask`.

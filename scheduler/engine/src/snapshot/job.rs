@@ -126,83 +126,108 @@ pub(super) struct PinnedUse {
     pub(super) held_differs: bool,
 }
 
-/// What a task is given beside its pod's spec.
-pub(super) struct TaskRefs {
-    pub(super) id: TaskId,
-    pub(super) name: Arc<str>,
-    pub(super) job: JobId,
-    pub(super) rules: RulesId,
-    pub(super) shape: ShapeId,
+/// A pod of ours as a member of its job: where it is bound and what it holds there, its rules
+/// and shape. A full build and a patch both make its task here ([`Member::task`]).
+pub(super) struct Member<'b> {
+    pub(super) spec: &'b PodSpec,
+    pub(super) facts: &'b PodFacts,
     pub(super) node: Option<NodeId>,
+    /// The devices and MIG slices it holds on `node`.
     pub(super) gpus: u64,
     pub(super) slices: u64,
+    pub(super) rules: RulesId,
+    pub(super) shape: ShapeId,
 }
 
-pub(super) fn new_task(p: &PodSpec, facts: &PodFacts, refs: TaskRefs) -> Task {
-    let TaskRefs {
-        id,
-        name,
-        job,
-        rules,
-        shape,
-        node,
-        gpus,
-        slices,
-    } = refs;
-    let state = match (p.phase, node) {
-        (PodPhase::Succeeded, _) => TaskState::Succeeded,
-        (PodPhase::Failed, _) => TaskState::Failed,
-        (_, Some(n)) => TaskState::Bound(n),
-        (_, None) => TaskState::Pending,
-    };
-    // Only a pending pod is held: a bound one cannot have gates (the API server refuses the
-    // binding and forbids adding gates later), and one bound with claims counts as usual.
-    let hold = match state {
-        TaskState::Pending if !p.scheduling_gates.is_empty() => {
-            Some(Hold::Gated(p.scheduling_gates.clone()))
+impl<'b> Member<'b> {
+    /// Pod `spec` bound to `node` (if any) holding `gpus` and `slices` there, its rules and
+    /// shape numbered in `shapes`.
+    pub(super) fn new(
+        (spec, facts): (&'b PodSpec, &'b PodFacts),
+        node: Option<NodeId>,
+        (gpus, slices): (u64, u64),
+        shapes: &mut ShapeTable,
+    ) -> Self {
+        let (rules, shape) = shapes.of(&spec.rules, &facts.request);
+        Member {
+            spec,
+            facts,
+            node,
+            gpus,
+            slices,
+            rules,
+            shape,
         }
-        TaskState::Pending if !p.waits.is_empty() => Some(held_for(&p.waits)),
-        _ => None,
-    };
-    Task {
-        id,
-        name,
-        job,
-        role: p.role.clone(),
-        request: facts.request.clone(),
-        rules,
-        shape,
-        priority: p.priority,
-        state,
-        gpus,
-        slices,
-        share: facts.share,
-        containers: match state {
-            TaskState::Pending => facts.containers.clone(),
-            _ => None,
-        },
-        held: match state {
-            TaskState::Bound(_) if devices::held_differs(&p.held_devices) => {
-                Some(p.held_devices.as_slice().into())
+    }
+
+    /// Its task, `id` of `job`, named `name` (its pod's key, or the same name taken from the
+    /// last snapshot's task); its pod's facts remember the task's place (see [`Buffers`]).
+    pub(super) fn task(&self, id: TaskId, job: JobId, name: Arc<str>) -> Task {
+        let Member {
+            spec: p,
+            facts,
+            node,
+            gpus,
+            slices,
+            rules,
+            shape,
+        } = *self;
+        facts.slot.set(id.0);
+        let state = match (p.phase, node) {
+            (PodPhase::Succeeded, _) => TaskState::Succeeded,
+            (PodPhase::Failed, _) => TaskState::Failed,
+            (_, Some(n)) => TaskState::Bound(n),
+            (_, None) => TaskState::Pending,
+        };
+        // Only a pending pod is held: a bound one cannot have gates (the API server refuses the
+        // binding and forbids adding gates later), and one bound with claims counts as usual.
+        let hold = match state {
+            TaskState::Pending if !p.scheduling_gates.is_empty() => {
+                Some(Hold::Gated(p.scheduling_gates.clone()))
             }
+            TaskState::Pending if !p.waits.is_empty() => Some(held_for(&p.waits)),
             _ => None,
-        },
-        // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
-        nominated: match node {
-            None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,
-            _ => None,
-        },
-        non_preemptable: p.non_preemptable,
-        preemption_never: p.preemption_never,
-        created_ms: p.created_ms,
-        started_ms: p.started_ms,
-        active_deadline_s: p.active_deadline_s,
-        rank: p.rank,
-        claims: p.claims.iter().map(|c| Arc::from(c.as_str())).collect(),
-        sub_group: None,
-        hold,
-        constraints: p.constraints.clone(),
-        meta: facts.meta.clone(),
+        };
+        Task {
+            id,
+            name,
+            job,
+            role: p.role.clone(),
+            request: facts.request.clone(),
+            rules,
+            shape,
+            priority: p.priority,
+            state,
+            gpus,
+            slices,
+            share: facts.share,
+            containers: match state {
+                TaskState::Pending => facts.containers.clone(),
+                _ => None,
+            },
+            held: match state {
+                TaskState::Bound(_) if devices::held_differs(&p.held_devices) => {
+                    Some(p.held_devices.as_slice().into())
+                }
+                _ => None,
+            },
+            // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
+            nominated: match node {
+                None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,
+                _ => None,
+            },
+            non_preemptable: p.non_preemptable,
+            preemption_never: p.preemption_never,
+            created_ms: p.created_ms,
+            started_ms: p.started_ms,
+            active_deadline_s: p.active_deadline_s,
+            rank: p.rank,
+            claims: p.claims.iter().map(|c| Arc::from(c.as_str())).collect(),
+            sub_group: None,
+            hold,
+            constraints: p.constraints.clone(),
+            meta: facts.meta.clone(),
+        }
     }
 }
 

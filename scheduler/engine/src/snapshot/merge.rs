@@ -3,16 +3,6 @@
 
 use super::*;
 
-/// A pod of a job that changed, checked.
-pub(super) struct Member<'b> {
-    pub(super) spec: &'b PodSpec,
-    pub(super) facts: &'b PodFacts,
-    pub(super) node: Option<NodeId>,
-    pub(super) gpus: u64,
-    pub(super) rules: RulesId,
-    pub(super) shape: ShapeId,
-}
-
 /// A job that changed, as it is now, checked.
 pub(super) struct Fresh<'b> {
     pub(super) draft: JobDraft<'b>,
@@ -118,21 +108,9 @@ pub(super) fn merge_tasks<'f, 'b>(
     let mut add_member = |tasks: &mut Vec<Task>, k: usize| {
         let (f, m) = members[k];
         let id = TaskId(tasks.len() as u32);
-        m.facts.slot.set(id.0);
         fresh_tasks[f].push(id);
         fresh_member.push((id, k));
-        let refs = TaskRefs {
-            id,
-            name: m.facts.key.clone(),
-            job: ids.fresh_ids[f],
-            rules: m.rules,
-            shape: m.shape,
-            node: m.node,
-            gpus: m.gpus,
-            // Nodes with MIG slices are never patched.
-            slices: 0,
-        };
-        tasks.push(new_task(m.spec, m.facts, refs));
+        tasks.push(m.task(id, ids.fresh_ids[f], m.facts.key.clone()));
     };
     let mut next_member = 0;
     for (old, mut t) in (kept_tasks..).zip(spare.drain(..)) {

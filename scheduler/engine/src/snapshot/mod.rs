@@ -29,6 +29,7 @@ mod node;
 mod patch;
 mod queues;
 mod spec;
+mod usage;
 mod validate;
 
 /// Kept here too, where readers name it with the other specs.
@@ -45,6 +46,7 @@ use meta::MetaInterner;
 use node::*;
 use queues::*;
 pub use spec::*;
+use usage::*;
 use validate::*;
 
 /// Kubelet's default pod limit, used when a node does not state its own.

@@ -117,7 +117,25 @@ pub(super) fn named_gpus(used: u64, count: usize, named: &[u32], want: usize) ->
     valid.then_some(mask)
 }
 
+/// The devices bound pod `p` holds on its node `n`, and whether they are the ones it names
+/// (then its claim is the same in any pod order): whole devices claimed on `used`, the node's
+/// mask; shared ones picked beside `shared`, the node's devices' usage, and charged apart
+/// (`devices::charge_claim`). A full build and a patch both claim here.
+pub(super) fn claim_devices(
+    n: &Node,
+    used: &mut u64,
+    shared: &[DeviceUse],
+    p: &PodSpec,
+    facts: &PodFacts,
+) -> (u64, bool) {
+    let want = devices_wanted(n, &facts.request);
+    match n.sharing.shares() {
+        true => devices::pick_shared(n, shared, &p.held_devices, &p.gpu_ids, want, facts.share),
+        false => claim_gpus(used, n.gpus.len(), &p.gpu_ids, want),
+    }
+}
+
 /// How many of `n`'s devices a request asks for.
-pub(super) fn devices_wanted(n: &Node, request: &Resources) -> usize {
+fn devices_wanted(n: &Node, request: &Resources) -> usize {
     request.get(n.device_kind).max(0) as usize
 }

@@ -17,28 +17,22 @@ use super::*;
 /// Beyond this share of the jobs changed, assembling anew is as quick.
 const MAX_CHANGED_SHARE: usize = 4;
 
-/// Node usage being patched, with the nodes it changed on.
+/// Node usage being patched, with its total and the nodes it changed on.
 struct Usage {
-    used: Vec<Resources>,
+    nodes: NodeUsage,
     total: Resources,
-    gpus: Vec<u64>,
     changed: Vec<NodeId>,
 }
 
 impl Usage {
-    /// Puts `request` and `gpus` on `node` (`add`) or takes them off.
-    fn charge(&mut self, node: NodeId, request: &Resources, gpus: u64, add: bool) {
-        let i = node.index();
-        if add {
-            self.used[i].add(request);
-            self.total.add(request);
-            self.gpus[i] |= gpus;
-        } else {
-            self.used[i].take_back(request);
-            self.total.take_back(request);
-            self.gpus[i] &= !gpus;
+    /// Puts what `h` holds on its node (`add`) or takes it off.
+    fn charge(&mut self, h: &Holding, add: bool) {
+        self.nodes.charge(h, add);
+        match add {
+            true => self.total.add(h.request),
+            false => self.total.take_back(h.request),
         }
-        self.changed.push(node);
+        self.changed.push(h.node);
     }
 }
 
@@ -145,8 +139,8 @@ pub(super) fn patch(
         queues: queues.to_vec(),
         rules,
         shapes,
-        node_used: usage.used,
-        node_gpus_used: usage.gpus,
+        node_used: usage.nodes.used,
+        node_gpus_used: usage.nodes.gpus,
         device_use,
         slice_used: Vec::new(),
         queue_pinned,
@@ -179,9 +173,11 @@ fn patch_usage(
     pinned_uses: &mut HashMap<(String, String), PinnedUse>,
 ) -> PatchedUsage {
     let mut usage = Usage {
-        used: std::mem::take(&mut last.node_used),
+        nodes: NodeUsage {
+            used: std::mem::take(&mut last.node_used),
+            gpus: std::mem::take(&mut last.node_gpus_used),
+        },
         total: std::mem::take(&mut last.used_total),
-        gpus: std::mem::take(&mut last.node_gpus_used),
         changed: Vec::new(),
     };
     // Node usage: what the gone jobs and pinned pods held given back, what the fresh take.
@@ -189,39 +185,38 @@ fn patch_usage(
     for &j in gone {
         for &t in &old_jobs[j.index()].tasks {
             dropped[t.index()] = true;
-            let t = &old_tasks[t.index()];
-            if let TaskState::Bound(n) = t.state {
-                usage.charge(n, &t.request, t.gpus, false);
+            if let Some(h) = old_tasks[t.index()].holding() {
+                usage.charge(&h, false);
             }
         }
     }
-    for m in fresh.iter().flat_map(|f| &f.members) {
-        if let Some(n) = m.node {
-            usage.charge(n, &m.facts.request, m.gpus, true);
-        }
+    for h in fresh
+        .iter()
+        .flat_map(|f| &f.members)
+        .filter_map(Member::holding)
+    {
+        usage.charge(&h, true);
     }
     let mut queue_pinned = std::mem::take(&mut last.queue_pinned);
     for key in changed_pinned {
         if let Some(old) = pinned_uses.remove(key) {
-            usage.charge(old.node, &old.request, old.gpus, false);
-            queue_pinned[old.queue.index()].take_back(&old.request);
+            usage.charge(&old.holding(), false);
+            old.charge_queue(&mut queue_pinned, false);
         }
     }
     for (key, new) in pinned {
-        usage.charge(new.node, &new.request, new.gpus, true);
-        queue_pinned[new.queue.index()].add(&new.request);
+        usage.charge(&new.holding(), true);
+        new.charge_queue(&mut queue_pinned, true);
         pinned_uses.insert(key.clone(), new);
     }
-    // A shared node's GPU mask is of the devices no pod can join, not of those held.
     let mut device_use = std::mem::take(&mut last.device_use);
     shared.apply(&mut device_use);
     for &n in &usage.changed {
-        let node = &last.nodes[n.index()];
-        if node.sharing.shares() {
-            let base = node.device_base as usize;
-            let slice = &device_use[base..base + node.gpus.len()];
-            usage.gpus[n.index()] = devices::closed_devices(node, slice);
-        }
+        devices::close_shared(
+            &last.nodes[n.index()],
+            &device_use,
+            &mut usage.nodes.gpus[n.index()],
+        );
     }
     PatchedUsage {
         usage,
@@ -266,45 +261,41 @@ impl<'b> Changes<'b> {
         let held = specs.held;
         // GPUs in use on the nodes the changed jobs touch, without the old versions' claims.
         let mut gpus_used: Map<NodeId, u64> = Map::default();
-        let mut changes = Changes {
-            gone: Vec::new(),
-            pinned: Vec::new(),
-            fresh: Vec::new(),
-            shapes: ShapeTable::with(last.rules.clone(), last.shapes.clone()),
-            shared: devices::SharedDelta::default(),
+        let mut shared = devices::SharedDelta::default();
+        let mut give_back = |h: Holding| {
+            // Charged device by device: the patch does not follow.
+            if h.held_differs {
+                return None;
+            }
+            let used = (gpus_used.entry(h.node)).or_insert(last.node_gpus_used[h.node.index()]);
+            *used &= !h.gpus;
+            shared.charge(&last.nodes[h.node.index()], h.gpus, h.share, false);
+            Some(())
         };
+        let mut gone = Vec::new();
         for (ns, job) in &held.changed_jobs {
             let name = format!("{ns}/{job}");
             if let Ok(pos) = last.jobs.binary_search_by(|j| (*j.name).cmp(name.as_str())) {
-                changes.gone.push(JobId(pos as u32));
+                gone.push(JobId(pos as u32));
                 for &t in &last.jobs[pos].tasks {
-                    let t = &last.tasks[t.index()];
-                    if let TaskState::Bound(node) = t.state {
-                        // Charged device by device: the patch does not follow.
-                        if t.held.is_some() {
-                            return None;
-                        }
-                        let used =
-                            (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-                        *used &= !t.gpus;
-                        let n = &last.nodes[node.index()];
-                        changes.shared.charge(n, t.gpus, t.share, false);
+                    if let Some(h) = last.tasks[t.index()].holding() {
+                        give_back(h)?;
                     }
                 }
             }
         }
         for key in &held.changed_pinned {
             if let Some(old) = pinned_uses.get(key) {
-                if old.held_differs {
-                    return None;
-                }
-                let used =
-                    (gpus_used.entry(old.node)).or_insert(last.node_gpus_used[old.node.index()]);
-                *used &= !old.gpus;
-                let n = &last.nodes[old.node.index()];
-                changes.shared.charge(n, old.gpus, old.share, false);
+                give_back(old.holding())?;
             }
         }
+        let mut changes = Changes {
+            gone,
+            pinned: Vec::new(),
+            fresh: Vec::new(),
+            shapes: ShapeTable::with(last.rules.clone(), last.shapes.clone()),
+            shared,
+        };
         changes.fresh_versions(specs, last, queues, gpus_used)?;
         changes.gone.sort_unstable();
         changes.stays_exact(last).then_some(changes)
@@ -324,12 +315,9 @@ impl<'b> Changes<'b> {
         // claims are the same in any pod order). Shared devices are charged below.
         let mut claim = |node: NodeId, spec: &PodSpec, facts: &PodFacts| {
             let n = &last.nodes[node.index()];
-            let want = devices_wanted(n, &facts.request);
-            if n.sharing.shares() {
-                return devices::named_shared(&n.gpus, &spec.held_devices, &spec.gpu_ids, want);
-            }
             let used = (gpus_used.entry(node)).or_insert(last.node_gpus_used[node.index()]);
-            let (mask, as_named) = claim_gpus(used, n.gpus.len(), &spec.gpu_ids, want);
+            let shared = devices::node_usage(n, &last.device_use);
+            let (mask, as_named) = claim_devices(n, used, shared, spec, facts);
             as_named.then_some(mask)
         };
         for key in &held.changed_pinned {
@@ -350,17 +338,15 @@ impl<'b> Changes<'b> {
                 let c = specs.pods.get(&(ns.clone(), pod.clone()))?;
                 pods.push((&c.spec, c.facts.as_ref()?));
             }
-            let draft = match (specs.groups.get(&key), pods.as_slice()) {
-                (Some(g), _) => {
-                    // A pod without a group named like the group is an error.
-                    if pods.iter().any(|(p, _)| p.group.is_none()) {
-                        return None;
-                    }
-                    JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?
-                }
+            let group = specs.groups.get(&key);
+            for (p, facts) in &pods {
+                check_member(p, facts, group.is_some()).ok()?;
+            }
+            let draft = match (group, pods.as_slice()) {
+                (Some(g), _) => JobDraft::of_group(&g.spec, g.facts.as_ref()?).ok()?,
                 (None, []) => continue,
-                (None, &[(p, facts)]) if p.group.is_none() => JobDraft::of_pod(p, facts),
-                // Pods that name a group that does not exist.
+                // Without a group, its one member is the pod of its name.
+                (None, &[(p, facts)]) => JobDraft::of_pod(p, facts),
                 (None, _) => return None,
             };
             let mut job = Fresh {
@@ -374,15 +360,9 @@ impl<'b> Changes<'b> {
                     Some(n) => claim(n, spec, facts)?,
                     None => 0,
                 };
-                let (rules, shape) = self.shapes.of(&spec.rules, &facts.request);
-                job.members.push(Member {
-                    spec,
-                    facts,
-                    node,
-                    gpus,
-                    rules,
-                    shape,
-                });
+                // Nodes with MIG slices are never patched: no member holds a slice.
+                let member = Member::new((spec, facts), node, (gpus, 0), &mut self.shapes);
+                job.members.push(member);
             }
             self.fresh.push(job);
         }
@@ -396,26 +376,17 @@ impl<'b> Changes<'b> {
     fn stays_exact(&mut self, last: &Snapshot) -> bool {
         // Usage is patched by adding and taking back requests, exact only while no sum
         // saturates: past that, the snapshot is assembled anew.
-        let added = (self.fresh.iter().flat_map(|f| &f.members))
-            .filter(|m| m.node.is_some())
-            .map(|m| &m.facts.request)
-            .chain(self.pinned.iter().map(|(_, p)| &p.request));
-        if !sums_stay_exact(&last.used_total, added) {
+        let members = (self.fresh.iter().flat_map(|f| &f.members)).filter_map(Member::holding);
+        let pinned = self.pinned.iter().map(|(_, p)| p.holding());
+        let taken: Vec<Holding> = members.chain(pinned).collect();
+        if !sums_stay_exact(&last.used_total, taken.iter().map(|h| h.request)) {
             return false;
         }
-        for m in self.fresh.iter().flat_map(|f| &f.members) {
-            if let Some(n) = m.node {
-                if m.facts.held_differs {
-                    return false;
-                }
-                (self.shared).charge(&last.nodes[n.index()], m.gpus, m.facts.share, true);
-            }
-        }
-        for (_, new) in &self.pinned {
-            if new.held_differs {
+        for h in &taken {
+            if h.held_differs {
                 return false;
             }
-            (self.shared).charge(&last.nodes[new.node.index()], new.gpus, new.share, true);
+            (self.shared).charge(&last.nodes[h.node.index()], h.gpus, h.share, true);
         }
         self.shared.exact(&last.device_use)
     }
