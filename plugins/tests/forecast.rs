@@ -2,8 +2,9 @@
 //! when the running jobs ahead of it end, and says how that is known.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use basalt_engine::forecast::{forecast, End, Forecast, Limits, Method};
+use basalt_engine::forecast::{forecast, forecast_shared, End, Forecast, Limits, Method};
 use basalt_engine::{ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, ResourceList};
 use basalt_plugins::Config;
 
@@ -249,4 +250,33 @@ fn with_every_gang_complete_the_forecast_is_empty_unless_an_end_due_now_takes_a_
     done.groups[1].phase = JobPhase::Completed;
     let f = run(done, &later);
     assert!(f.job("ml/b").is_some(), "{f:?}");
+}
+
+/// Pods handed over shared (a daemon's kept conversions) give the same forecast as owned ones,
+/// and the run leaves the caller's specs as they were: it binds, evicts and ends its own
+/// copies of the pods it moves.
+#[test]
+fn shared_pods_give_the_same_forecast_and_stay_as_they_were() {
+    let mut spec = cluster(
+        &[("a", &["n0"]), ("b", &["n1"])],
+        &[("big", 2), ("small", 1)],
+    );
+    let ends = HashMap::from([
+        ("ml/a-0".to_string(), at(12 * HOUR, Method::Exact)),
+        ("ml/b-0".to_string(), at(11 * HOUR, Method::Exact)),
+    ]);
+    let owned = run(spec.clone(), &ends);
+    let pods: Vec<Arc<PodSpec>> = std::mem::take(&mut spec.pods)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let before: Vec<PodSpec> = pods.iter().map(|p| (**p).clone()).collect();
+    let config = Config::default();
+    let make = |names: &_| basalt_plugins::framework(&config, names);
+    let shared = forecast_shared(spec, pods.clone(), make, &ends, Limits::default())
+        .expect("the cluster is valid");
+    assert_eq!(shared, owned);
+    assert!(owned.jobs.iter().any(|j| j.start_ms.is_some()), "{owned:?}");
+    let after: Vec<PodSpec> = pods.iter().map(|p| (**p).clone()).collect();
+    assert_eq!(after, before, "the caller's pods are untouched");
 }
