@@ -161,7 +161,7 @@ pub fn forecast_shared(
     world.builder.set_namespaces(spec.namespaces);
     world.builder.set_dra(spec.dra);
     world.end_until(now);
-    let mut waiting: BTreeMap<String, Option<(i64, Method)>> = (world.groups.keys())
+    let mut waiting: BTreeMap<world::Key, Option<(i64, Method)>> = (world.groups.keys())
         .filter(|g| !world.started(g))
         .map(|g| (g.clone(), None))
         .collect();
@@ -205,7 +205,7 @@ pub fn forecast_shared(
     }
     let jobs = (waiting.into_iter())
         .map(|(job, start)| JobForecast {
-            job,
+            job: job.to_string(),
             start_ms: start.map(|(t, _)| t),
             method: start.map_or(Method::Unknown, |(_, m)| m),
         })

@@ -3,27 +3,30 @@
 
 use super::*;
 
+/// A pod's or group's `namespace/name`, made once and shared by every table that names it.
+pub(super) type Key = Arc<str>;
+
 /// The cluster as the forecast moves it: the builder holds every spec (told of each change),
 /// the world what it reads of them and the pending ends.
 pub(super) struct World {
     pub(super) builder: SnapshotBuilder,
     /// Per pod by `namespace/name`: where the builder holds it, its group, whether it is bound.
-    pub(super) pods: HashMap<String, PodAt>,
+    pub(super) pods: HashMap<Key, PodAt>,
     /// Per group by `namespace/name`: what its start depends on.
-    pub(super) groups: BTreeMap<String, GroupAt>,
+    pub(super) groups: BTreeMap<Key, GroupAt>,
     /// Per group its pods' keys.
-    pub(super) members: HashMap<String, Vec<String>>,
+    pub(super) members: HashMap<Key, Vec<Key>>,
     /// Per group how many of its pods hold a node (what [`World::started`] counts).
-    pub(super) bound: HashMap<String, u32>,
+    pub(super) bound: HashMap<Key, u32>,
     /// Known ends of running pods: (instant, pod, the pod's epoch when pushed, method).
-    pub(super) heap: BinaryHeap<Reverse<(i64, String, u32, Method)>>,
+    pub(super) heap: BinaryHeap<Reverse<(i64, Key, u32, Method)>>,
     /// Per pod, how often it was evicted: an end pushed before is void.
-    pub(super) epochs: HashMap<String, u32>,
+    pub(super) epochs: HashMap<Key, u32>,
     /// Running pods whose end nobody knows.
-    pub(super) unknown: HashSet<String>,
+    pub(super) unknown: HashSet<Key>,
     /// Per pod running at the start with an end at an instant, its run time from its start:
     /// evicted and started again, it runs that long again (its deadline restarts too).
-    pub(super) runs: HashMap<String, i64>,
+    pub(super) runs: HashMap<Key, i64>,
     /// How each node shares its devices (what a binding's devices mean).
     pub(super) sharing: HashMap<String, Sharing>,
     /// The worst method of the ends applied so far.
@@ -34,12 +37,24 @@ pub(super) struct World {
 /// What the forecast reads of a pod; its spec is the builder's alone (one copy of 100,000
 /// pods, not two).
 pub(super) struct PodAt {
-    pub(super) namespace: String,
-    pub(super) name: String,
+    /// Its `namespace/name` (the same as the world's key).
+    key: Key,
+    /// Where the namespace ends in `key`.
+    slash: usize,
     /// Its group's `namespace/name`.
-    pub(super) group: Option<String>,
+    pub(super) group: Option<Key>,
     /// It holds a node.
     pub(super) bound: bool,
+}
+
+impl PodAt {
+    fn namespace(&self) -> &str {
+        &self.key[..self.slash]
+    }
+
+    fn name(&self) -> &str {
+        &self.key[self.slash + 1..]
+    }
 }
 
 /// What the forecast reads of a PodGroup; its spec is the builder's alone.
@@ -82,14 +97,25 @@ impl World {
                 min_member: g.min_member,
                 phase: g.phase,
             };
-            world
-                .groups
-                .insert(format!("{}/{}", g.namespace, g.name), at);
+            let key: Key = format!("{}/{}", g.namespace, g.name).into();
+            world.groups.insert(key, at);
             world.builder.set_group(g);
         }
+        let mut group_key = String::new();
         for p in pods {
-            let key = format!("{}/{}", p.namespace, p.name);
-            let group = (p.group.as_ref()).map(|g| format!("{}/{g}", p.namespace));
+            let key: Key = format!("{}/{}", p.namespace, p.name).into();
+            // The group's shared key, found by its name (a pod's group that has no PodGroup
+            // gets a key of its own).
+            let group = (p.group.as_ref()).map(|g| {
+                group_key.clear();
+                group_key.push_str(&p.namespace);
+                group_key.push('/');
+                group_key.push_str(g);
+                match world.groups.get_key_value(group_key.as_str()) {
+                    Some((k, _)) => k.clone(),
+                    None => Key::from(group_key.as_str()),
+                }
+            });
             if let Some(group) = &group {
                 world
                     .members
@@ -101,7 +127,7 @@ impl World {
                 }
             }
             if holds_node(&p) {
-                match ends.get(&key) {
+                match ends.get(&*key) {
                     // An end already past (a deadline not yet enforced) is taken as now.
                     Some(&End::At { ms, method }) => {
                         if let Some(started) = p.started_ms {
@@ -122,8 +148,8 @@ impl World {
                 }
             }
             let at = PodAt {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
+                key: key.clone(),
+                slash: p.namespace.len(),
                 group,
                 bound: p.node.is_some(),
             };
@@ -133,10 +159,9 @@ impl World {
         Ok(world)
     }
 
-    pub(super) fn push_end(&mut self, pod: &str, at: i64, method: Method) {
+    pub(super) fn push_end(&mut self, pod: &Key, at: i64, method: Method) {
         let epoch = self.epochs.get(pod).copied().unwrap_or(0);
-        self.heap
-            .push(Reverse((at, pod.to_string(), epoch, method)));
+        self.heap.push(Reverse((at, pod.clone(), epoch, method)));
     }
 
     /// Whether a group's gang is complete: at least `minMember` of its pods hold a node.
@@ -164,7 +189,7 @@ impl World {
                 }
             }
         }
-        if let Some(mut spec) = self.builder.remove_pod(&at.namespace, &at.name) {
+        if let Some(mut spec) = self.builder.remove_pod(at.namespace(), at.name()) {
             // A spec shared with the caller is copied here, once, when the run first changes it.
             change(Arc::make_mut(&mut spec));
             self.builder.set_pod(spec);
@@ -191,10 +216,13 @@ impl World {
         let mut changed = false;
         let mut touched = Vec::new();
         for e in &plan.evictions {
-            let group = (self.pods.get(&e.pod)).and_then(|p| p.group.clone());
+            let Some((key, pod)) = self.pods.get_key_value(e.pod.as_str()) else {
+                continue;
+            };
+            let group = pod.group.clone();
             let keys = match &group {
                 Some(g) => self.members.get(g).cloned().unwrap_or_default(),
-                None => vec![e.pod.clone()],
+                None => vec![key.clone()],
             };
             for key in keys {
                 changed |= self.unbind(&key);
@@ -208,19 +236,22 @@ impl World {
             .iter()
             .filter(|n| n.reason == NominationReason::Evictions)
         {
-            let Some(p) = self.pods.get(&n.pod).filter(|p| !p.bound) else {
+            let Some(p) = self.pods.get(n.pod.as_str()).filter(|p| !p.bound) else {
                 continue;
             };
-            let spec = self.builder.pod(&p.namespace, &p.name);
+            let spec = self.builder.pod(p.namespace(), p.name());
             if spec.is_some_and(|s| s.nominated_node.as_deref() != Some(n.node.as_str())) {
-                self.change_pod(&n.pod, false, |p| p.nominated_node = Some(n.node.clone()));
+                self.change_pod(n.pod.as_str(), false, |p| {
+                    p.nominated_node = Some(n.node.clone())
+                });
                 changed = true;
             }
         }
         for b in &plan.bindings {
-            let Some(p) = self.pods.get(&b.pod).filter(|p| !p.bound) else {
+            let Some(p) = self.pods.get(b.pod.as_str()).filter(|p| !p.bound) else {
                 continue;
             };
+            let key = p.key.clone();
             if let Some(g) = &p.group {
                 touched.push(g.clone());
             }
@@ -229,7 +260,7 @@ impl World {
                 .get(&b.node)
                 .is_some_and(|s| *s != Sharing::Exclusive);
             let named = !b.devices.is_empty() && b.devices.iter().all(|d| d.uuid.is_some());
-            self.change_pod(&b.pod, true, |p| {
+            self.change_pod(&key, true, |p| {
                 p.node = Some(b.node.clone());
                 p.phase = PodPhase::Running;
                 p.gpu_ids = b.gpus.clone();
@@ -245,20 +276,20 @@ impl World {
                         .collect();
                 }
             });
-            match ends.get(&b.pod) {
+            match ends.get(&*key) {
                 Some(&End::After { ms, method }) => {
-                    self.push_end(&b.pod, t.saturating_add(ms), method)
+                    self.push_end(&key, t.saturating_add(ms), method)
                 }
                 // Started again after an eviction: its whole run time again, when known.
                 Some(&End::At { ms, method }) => {
-                    let at = match self.runs.get(&b.pod) {
+                    let at = match self.runs.get(&key) {
                         Some(&run) => t.saturating_add(run),
                         None => ms.max(t),
                     };
-                    self.push_end(&b.pod, at, method)
+                    self.push_end(&key, at, method)
                 }
                 None => {
-                    self.unknown.insert(b.pod.clone());
+                    self.unknown.insert(key);
                 }
             }
             changed = true;
@@ -279,7 +310,7 @@ impl World {
     }
 
     /// Takes a pod off its node (evicted): it waits again, and its pending end is void.
-    pub(super) fn unbind(&mut self, key: &str) -> bool {
+    pub(super) fn unbind(&mut self, key: &Key) -> bool {
         if !self.pods.get(key).is_some_and(|p| p.bound) {
             return false;
         }
@@ -291,7 +322,7 @@ impl World {
             p.nominated_node = None;
             p.started_ms = None;
         });
-        *self.epochs.entry(key.to_string()).or_default() += 1;
+        *self.epochs.entry(key.clone()).or_default() += 1;
         self.unknown.remove(key);
         true
     }
@@ -324,7 +355,7 @@ impl World {
                 continue;
             }
             let gone = self.pods.remove(&pod).expect("current pods exist");
-            self.builder.remove_pod(&gone.namespace, &gone.name);
+            self.builder.remove_pod(gone.namespace(), gone.name());
             self.applied = self.applied.max(method);
             self.ends_applied += 1;
             let Some(group) = gone.group else {
@@ -393,7 +424,7 @@ mod tests {
         assert!(world.started("ml/g"), "both bound");
         let phase = world.builder.group("ml", "g").map(|g| g.phase);
         assert_eq!(phase, Some(JobPhase::Running));
-        assert!(world.unbind("ml/a"));
+        assert!(world.unbind(&Key::from("ml/a")));
         assert_eq!(
             world.builder.pod("ml", "a").and_then(|a| a.node.clone()),
             None

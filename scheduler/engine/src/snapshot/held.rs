@@ -2,6 +2,8 @@
 //! go: the resource names they state, who uses the default queue, each job's members and
 //! what changed since the last snapshot.
 
+use std::collections::btree_map::Entry;
+
 use super::*;
 
 /// A spec and, once converted under the builder's current resource names, its facts.
@@ -208,15 +210,21 @@ pub(super) fn upsert<S: Held, F>(
     key: (String, String),
     spec: S,
 ) -> bool {
-    if map.get(&key).is_some_and(|c| c.spec == spec) {
-        return false;
+    let fresh = |spec| Box::new(Converted { spec, facts: None });
+    // One search of the map per spec told (a daemon's first sync tells 100,000).
+    match map.entry(key) {
+        Entry::Occupied(held) if held.get().spec == spec => return false,
+        Entry::Occupied(mut held) => {
+            // The old spec leaves before the new one comes (both may name the same job).
+            counts.count(&held.get().spec, false);
+            counts.count(&spec, true);
+            held.insert(fresh(spec));
+        }
+        Entry::Vacant(place) => {
+            counts.count(&spec, true);
+            place.insert(fresh(spec));
+        }
     }
-    // The old spec leaves before the new one comes (both may name the same job).
-    if let Some(old) = map.remove(&key) {
-        counts.count(&old.spec, false);
-    }
-    counts.count(&spec, true);
-    map.insert(key, Box::new(Converted { spec, facts: None }));
     true
 }
 
