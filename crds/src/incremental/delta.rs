@@ -3,7 +3,7 @@
 //!
 //! It applies when what the whole walk would find differs from the last update's only in the
 //! changed objects, and these convert and refer cleanly: the context, the nodes and the queues
-//! are the same; every changed pod and PodGroup converts, before and after, without an error or
+//! are the same (a Queue whose status alone changed only moves its usage record); every changed pod and PodGroup converts, before and after, without an error or
 //! a warning; every changed pod's references hold (its node exists, its PodGroup is kept) and
 //! every changed PodGroup's queue does; and no unchanged pod names a PodGroup that comes or
 //! goes. Then the errors and warnings are the last update's, and the builder needs only the
@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use basalt_engine::{GroupSpec, PodPhase, PodSpec, QueueUsage, DEFAULT_QUEUE};
+use basalt_engine::{GroupSpec, PodPhase, PodSpec, QueueSpec, QueueUsage, DEFAULT_QUEUE};
 
 use super::feed::{Fed, Form, GroupTag, Wanted};
 use super::store::{identity, Conversion, Identity, Replaced, Store};
@@ -117,10 +117,11 @@ fn keeps_pod(p: &PodSpec, node: impl Fn(&str) -> bool, kept: impl Fn(&str, &str)
     group_of(p).is_none_or(|g| kept(&p.namespace, g))
 }
 
-/// One changed object: its kind, its conversion before (with its identity) and after.
+/// One changed object: its conversion before and after, each with the object's identity
+/// (pods' and PodGroups'; a Queue has none).
 struct Step<'a> {
-    old: Option<(&'a Converted, Identity)>,
-    new: Option<(&'a Converted, Identity)>,
+    old: Option<(&'a Converted, Option<Identity>)>,
+    new: Option<(&'a Converted, Option<Identity>)>,
 }
 
 /// A clean conversion: no error, no warning. `Some(None)`: one that gives nothing.
@@ -156,7 +157,7 @@ pub(super) fn apply(
                 }
             }
             Some(Converted::Group(g)) if !refs.kept(&g.namespace, &g.name) => return None,
-            Some(Converted::Group(_)) | None => {}
+            Some(Converted::Group(_) | Converted::Queue(..)) | None => {}
             Some(_) => return None,
         }
         match step.new.map(|(c, _)| c) {
@@ -166,10 +167,11 @@ pub(super) fn apply(
                 }
                 flips.insert((g.namespace.as_str(), g.name.as_str()), true);
             }
-            Some(Converted::Pod(_)) | None => {}
+            Some(Converted::Pod(_) | Converted::Queue(..)) | None => {}
             Some(_) => return None,
         }
     }
+    let usage = queues_usage(&steps, &refs.usage)?;
     for step in &steps {
         if let Some((Converted::Group(g), _)) = step.old {
             (flips.entry((g.namespace.as_str(), g.name.as_str()))).or_insert(false);
@@ -197,8 +199,11 @@ pub(super) fn apply(
     // Everything told before must be held by the builder as told.
     for step in &steps {
         let told = match step.old {
-            Some((Converted::Pod(_), id)) => fed.pods.by.contains_key(&(id, Form::Converted)),
-            Some((Converted::Group(_), id)) => fed.groups.by.contains_key(&GroupTag::Shared(id)),
+            Some((Converted::Pod(_), Some(id))) => fed.pods.by.contains_key(&(id, Form::Converted)),
+            Some((Converted::Group(_), Some(id))) => {
+                fed.groups.by.contains_key(&GroupTag::Shared(id))
+            }
+            Some((Converted::Pod(_) | Converted::Group(_), None)) => false,
             _ => true,
         };
         if !told {
@@ -216,8 +221,46 @@ pub(super) fn apply(
             false => names.remove(&name),
         };
     }
+    if let Some(usage) = usage {
+        refs.usage = usage;
+    }
     fed.builder.set_usage(refs.usage.clone());
     Some(())
+}
+
+/// A Queue's spec and the usage its status records.
+fn queue(c: Option<(&Converted, Option<Identity>)>) -> Option<(&QueueSpec, &Option<QueueUsage>)> {
+    match c? {
+        (Converted::Queue(q, u), _) => Some((q, u)),
+        _ => None,
+    }
+}
+
+/// The queues' usage after the steps' Queues changed, `None` (no delta) when one changed more
+/// than the usage its status records, or when its record's place in `usage` is not certain;
+/// `Some(None)` when no record changed.
+fn queues_usage(steps: &[Step], usage: &[QueueUsage]) -> Option<Option<Vec<QueueUsage>>> {
+    let mut changed: Option<Vec<QueueUsage>> = None;
+    for step in steps {
+        let (was, now) = match (queue(step.old), queue(step.new)) {
+            (Some(was), Some(now)) if was.0 == now.0 => (was.1, now.1),
+            (None, None) => continue,
+            _ => return None,
+        };
+        let (Some(was), Some(now)) = (was, now) else {
+            match was == now {
+                true => continue,
+                false => return None,
+            }
+        };
+        let list = changed.get_or_insert_with(|| usage.to_vec());
+        let mut at = (list.iter().enumerate()).filter(|(_, u)| *u == was);
+        let (Some((i, _)), None) = (at.next(), at.next()) else {
+            return None;
+        };
+        list[i] = now.clone();
+    }
+    Some(changed)
 }
 
 /// The changed objects with their clean conversions; `None` when one is not clean, is of a
@@ -227,7 +270,10 @@ fn steps<'a>(replaced: &'a [Replaced], store: &'a Store) -> Option<Vec<Step<'a>>
     let mut steps = Vec::with_capacity(replaced.len());
     for r in replaced {
         let object = r.new.as_ref().or(r.old.as_ref())?;
-        if !matches!(object, Object::Pod(_) | Object::PodGroup(_)) {
+        if !matches!(
+            object,
+            Object::Pod(_) | Object::PodGroup(_) | Object::Queue(_)
+        ) {
             return None;
         }
         let key = object.key();
@@ -245,17 +291,7 @@ fn steps<'a>(replaced: &'a [Replaced], store: &'a Store) -> Option<Vec<Step<'a>>
         if !seen.insert((object.kind(), key)) {
             return None;
         }
-        let id = |(c, id): (&'a Converted, Option<_>)| Some((c, id?));
-        steps.push(Step {
-            old: match old {
-                Some(o) => Some(id(o)?),
-                None => None,
-            },
-            new: match new {
-                Some(n) => Some(id(n)?),
-                None => None,
-            },
-        });
+        steps.push(Step { old, new });
     }
     Some(steps)
 }
@@ -264,7 +300,7 @@ fn steps<'a>(replaced: &'a [Replaced], store: &'a Store) -> Option<Vec<Step<'a>>
 fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
     for step in steps {
         match step.old {
-            Some((Converted::Pod(p), id)) => {
+            Some((Converted::Pod(p), Some(id))) => {
                 if let Some(((ns, name), _)) = fed.pods.by.remove(&(id, Form::Converted)) {
                     fed.builder.remove_pod(&ns, &name);
                 }
@@ -272,7 +308,7 @@ fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
                     count(&mut refs.named, &p.namespace, g, -1);
                 }
             }
-            Some((Converted::Group(_), id)) => {
+            Some((Converted::Group(_), Some(id))) => {
                 if let Some(((ns, name), _)) = fed.groups.by.remove(&GroupTag::Shared(id)) {
                     fed.builder.remove_group(&ns, &name);
                 }
@@ -282,7 +318,7 @@ fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
     }
     for step in steps {
         match step.new {
-            Some((Converted::Pod(p), id)) => {
+            Some((Converted::Pod(p), Some(id))) => {
                 let key = (p.namespace.clone(), p.name.clone());
                 fed.builder.set_pod((**p).clone());
                 fed.pods.tell((id, Form::Converted), key, generation, false);
@@ -290,7 +326,7 @@ fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
                     count(&mut refs.named, &p.namespace, g, 1);
                 }
             }
-            Some((Converted::Group(g), id)) => {
+            Some((Converted::Group(g), Some(id))) => {
                 let key = (g.namespace.clone(), g.name.clone());
                 fed.builder.set_group(g.clone());
                 fed.groups
@@ -322,9 +358,17 @@ mod tests {
     }
 
     fn queue(name: &str, parent: Option<&str>) -> Object {
+        queue_using(name, parent, None)
+    }
+
+    /// A queue whose status records `gpus` used.
+    fn queue_using(name: &str, parent: Option<&str>, gpus: Option<u32>) -> Object {
         let parent = parent.map_or(String::new(), |p| format!(", parent: {p}"));
+        let status = gpus.map_or(String::new(), |n| {
+            format!("status: {{usage: {{takenAt: \"2026-01-01T00:00:00Z\", resources: {{nvidia.com/gpu: \"{n}\"}}}}}}\n")
+        });
         object(&format!(
-            "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{weight: 1{parent}}}\n"
+            "apiVersion: scheduling.basalt.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{weight: 1{parent}}}\n{status}"
         ))
     }
 
@@ -402,6 +446,18 @@ mod tests {
             Change::Removed("Pod", "ml/b0".into()),
         ];
         check(&mut inc, gone, true, "a gang gone");
+        // A queue's status: its usage recorded, then changed; its spec changed is no delta.
+        let used = |gpus| vec![set(&queue_using("q1", None, gpus))];
+        check(&mut inc, used(Some(2)), false, "usage recorded");
+        check(&mut inc, used(Some(5)), true, "usage changed");
+        let weight = vec![set(&queue_using("q1", Some("q0"), Some(5)))];
+        check(&mut inc, weight, false, "a queue's spec changed");
+        check(
+            &mut inc,
+            vec![set(&queue("q1", None))],
+            false,
+            "back, no usage",
+        );
         // Not cleanly: a group removed under its pods, a group naming a queue that does not
         // exist, the group that pods were lost for, a pod on a node that does not exist, a
         // queue changed. Each takes the whole walk, and deltas follow again.

@@ -321,7 +321,7 @@ fn collect(
     // (Basalt's win, then Volcano's).
     let sigs = stores.scheduler_plugins.current();
     // Basalt's groups: those the change log names, while nothing else they are read against
-    // changed (`kept_groups.rs`); else every one.
+    // changed (`kept_groups.rs`: the queues' names, not their status); else every one.
     let peers = (volcano.iter()).any(|v| {
         let k = &v.kinds;
         (k.queues.iter()).any(|s| !s.state().is_empty())
@@ -331,7 +331,7 @@ fn collect(
     let by_change = !whole
         && !peers
         && s.kept_groups.current()
-        && changes.of("queues").is_none()
+        && view.same_queues(&s.view)
         && changes.of("namespaces").is_none()
         && !matches!(podgroups, Some(Changed::Everything));
     if !by_change {

@@ -106,6 +106,12 @@ impl View {
         self.queues.insert(name, QueueEntry { status, origin });
     }
 
+    /// Whether `other` holds Queues of the same names.
+    pub fn same_queues(&self, other: &View) -> bool {
+        self.queues.len() == other.queues.len()
+            && (self.queues.keys()).all(|q| other.queues.contains_key(q))
+    }
+
     /// Takes the PodGroups of `last`, a view of the same queues and namespaces.
     pub fn keep_groups(&mut self, last: View) {
         self.groups = last.groups;
