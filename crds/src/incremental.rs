@@ -17,18 +17,22 @@
 //! - The engine's [`SnapshotBuilder`] is told only of the nodes, pods and PodGroups that
 //!   changed, so it patches its last snapshot and the session's node state carries over.
 //!
-//! Still one walk of every kept object per update that changes anything: collecting what the
-//! snapshot wants, the reference checks and the comparison with what the builder was told.
+//! - An update that changed only pods and PodGroups, cleanly (each converts without an error
+//!   or a warning, its references hold, no unchanged pod names a PodGroup that comes or goes),
+//!   is told to the builder from the changed objects alone (`delta.rs`): the errors and
+//!   warnings are the last update's. Any other update walks every kept object once: collecting
+//!   what the snapshot wants, the reference checks and the comparison with what the builder
+//!   was told.
 //!
 //! Whatever it does not do incrementally falls back to the whole build, which is exact by
 //! definition: a node added or removed (a new builder), and anything the engine refuses (the
 //! tolerant build's rounds leave such objects out).
 
+mod delta;
 mod feed;
 mod shared;
 mod store;
 
-use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use basalt_engine::{QueueUsage, Snapshot};
@@ -36,6 +40,7 @@ use basalt_engine::{QueueUsage, Snapshot};
 use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
 use crate::tolerant::{self, live_node};
+use delta::References;
 use feed::{Fed, Feed, Form, Wanted};
 pub use shared::{usable_spec, ConvertedObjects, UsableSpec};
 use store::{identity, Identity, Replaced, Store};
@@ -66,6 +71,13 @@ pub struct IncrementalSnapshot {
     /// The objects of the last update with their conversions, made when first asked for and
     /// shared: a reader off the scheduling path (the forecast) takes them without a copy.
     listed: OnceLock<Arc<ConvertedObjects>>,
+    /// What the changes since the last update replaced (`None`: not known, every object was
+    /// given), and what the last whole walk's reference checks decided: an update that changed
+    /// only pods and PodGroups is told from these (`delta.rs`).
+    replaced: Option<Vec<Replaced>>,
+    references: Option<References>,
+    /// Updates told from the changes alone (for tests).
+    deltas: u64,
 }
 
 /// What an update found besides its snapshot, as [`crate::TolerantSnapshot`] has them.
@@ -109,6 +121,7 @@ impl IncrementalSnapshot {
             return self.unchanged(options.now_ms);
         }
         self.store.replace_all(objects);
+        self.replaced = None;
         let context_changed = !self.same_informers();
         self.run(context_changed, options)
     }
@@ -125,42 +138,55 @@ impl IncrementalSnapshot {
     ) -> Update {
         self.same_options(options);
         let changes: Vec<Change> = changes.into_iter().collect();
-        // A relist: what was kept of the kind and not set again is gone.
-        let mut relisted: HashMap<&'static str, HashSet<String>> = (changes.iter())
+        // A relist: what was kept of the kind and not set again is gone. The slots set are
+        // noted (no key made per object), and looked into only when the kind keeps more.
+        let mut relisted: HashMap<&'static str, Vec<usize>> = (changes.iter())
             .filter_map(|c| match c {
-                Change::Everything(kind) => Some((*kind, HashSet::new())),
+                Change::Everything(kind) => Some((*kind, Vec::new())),
                 _ => None,
             })
             .collect();
         let mut context_changed = self.context.is_none();
         let mut changed = false;
+        let mut log = self.replaced.take();
         let mut note = |this: &Self, r: Option<Replaced>| {
             if let Some(r) = r {
                 changed = true;
                 context_changed |= this.informs(&r);
+                if let Some(log) = &mut log {
+                    log.push(r);
+                }
             }
         };
         for change in changes {
             let replaced = match change {
                 Change::Set(origin, object) => {
-                    if let Some(keys) = relisted.get_mut(object.kind()) {
-                        keys.insert(object.key());
+                    let kind = object.kind();
+                    let (slot, replaced) = self.store.set(origin, object);
+                    if let Some(slots) = relisted.get_mut(kind) {
+                        slots.push(slot);
                     }
-                    self.store.set(origin, object)
+                    replaced
                 }
                 Change::Removed(kind, key) => self.store.remove(kind, &key),
                 Change::Everything(_) => None,
             };
             note(self, replaced);
         }
-        for (kind, listed) in relisted {
-            for key in self.store.keys_of(kind) {
-                if !listed.contains(&key) {
-                    let replaced = self.store.remove(kind, &key);
-                    note(self, replaced);
-                }
+        for (kind, mut listed) in relisted {
+            // A slot set and then removed (or taken by another object) lists nothing.
+            listed.retain(|&slot| self.store.holds(kind, slot));
+            listed.sort_unstable();
+            listed.dedup();
+            if self.store.len_of(kind) == listed.len() {
+                continue;
+            }
+            for key in self.store.keys_besides(kind, &listed) {
+                let replaced = self.store.remove(kind, &key);
+                note(self, replaced);
             }
         }
+        self.replaced = log;
         if !changed && self.last.is_some() {
             return self.unchanged(options.now_ms);
         }
@@ -275,21 +301,52 @@ impl IncrementalSnapshot {
     fn run(&mut self, context_changed: bool, options: &ConvertOptions) -> Update {
         self.generation += 1;
         self.listed = OnceLock::new();
+        let replaced = self.replaced.replace(Vec::new());
         self.store.compact();
         if context_changed {
             self.read_context();
         }
-        let update = match self.incremental(context_changed, options) {
+        let delta = replaced.filter(|_| !context_changed);
+        let update = match delta.and_then(|r| self.delta(&r, options)) {
             Some(update) => update,
-            None => self.whole(options),
+            None => match self.incremental(context_changed, options) {
+                Some(update) => update,
+                None => self.whole(options),
+            },
         };
         self.last = Some(update.clone());
         update
     }
 
+    /// The update told from what `replaced` names alone (`delta.rs`); `None` when it does not
+    /// apply and the whole walk must run.
+    fn delta(&mut self, replaced: &[Replaced], options: &ConvertOptions) -> Option<Update> {
+        if self.fallback.is_some() || self.store.has_workloads() || self.store.has_duplicates() {
+            return None;
+        }
+        let last = self.last.clone()?;
+        let kept = self.context.as_ref()?;
+        let (fed, references) = (self.fed.as_mut()?, self.references.as_mut()?);
+        self.store.convert(&kept.context, options);
+        delta::apply(replaced, &self.store, fed, references, self.generation)?;
+        fed.builder.build(options.now_ms, &fed.queues).ok()?;
+        self.deltas += 1;
+        Some(Update {
+            unchanged: false,
+            ..last
+        })
+    }
+
+    /// How many updates were told from the changes alone.
+    #[cfg(test)]
+    pub(crate) fn deltas(&self) -> u64 {
+        self.deltas
+    }
+
     /// The whole tolerant build; the builder starts afresh next time.
     fn whole(&mut self, options: &ConvertOptions) -> Update {
         self.fed = None;
+        self.references = None;
         let objects: Vec<(String, Object)> = (self.store.entries())
             .map(|e| (e.origin.to_string(), e.object.clone()))
             .collect();
@@ -357,6 +414,7 @@ impl IncrementalSnapshot {
             generation,
         };
         fed.into(&mut self.fed)?;
+        self.references = Some(References::of(&wanted));
         // Errors made here name their object's origin, as conversion errors do.
         for e in errors.iter_mut().filter(|e| e.origin.is_none()) {
             e.origin = self.store.origin(&e.kind, &e.object).map(str::to_string);

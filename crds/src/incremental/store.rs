@@ -58,6 +58,8 @@ pub(super) struct Store {
 /// What a change did, for deciding whether the context must be read again.
 pub(super) struct Replaced {
     pub(super) old: Option<Object>,
+    /// The old object's conversion, if it was converted.
+    pub(super) old_converted: Option<Arc<Conversion>>,
     pub(super) new: Option<Object>,
 }
 
@@ -77,6 +79,16 @@ impl Store {
         self.index.get(kind)?.get(key).copied()
     }
 
+    /// The entry of the object of `kind` and `key`.
+    pub(super) fn get(&self, kind: &str, key: &str) -> Option<&Entry> {
+        self.slots[self.slot(kind, key)?].as_ref()
+    }
+
+    /// Whether two kept objects share a kind and key (only [`Store::replace_all`] keeps both).
+    pub(super) fn has_duplicates(&self) -> bool {
+        self.slots.len() - self.free.len() != self.len
+    }
+
     /// Whether a workload object is kept (then every pod informs the context).
     pub(super) fn has_workloads(&self) -> bool {
         self.workloads > 0
@@ -89,31 +101,36 @@ impl Store {
     }
 
     /// Puts `object` in place of the kept one of its kind and key (at the same place) or
-    /// last; `None` when it is the very object kept, from the same origin.
-    pub(super) fn set(&mut self, origin: Origin, object: Object) -> Option<Replaced> {
+    /// last; returns its slot, and `None` when it is the very object kept, from the same
+    /// origin.
+    pub(super) fn set(&mut self, origin: Origin, object: Object) -> (usize, Option<Replaced>) {
         let key = object.key();
         if let Some(slot) = self.slot(object.kind(), &key) {
             let entry = self.slots[slot].as_mut().expect("indexed");
             if entry.origin == origin && same_object(&entry.object, &object) {
-                return None;
+                return (slot, None);
             }
             let old = std::mem::replace(&mut entry.object, object.clone());
             entry.origin = origin;
-            entry.converted = None;
+            let old_converted = entry.converted.take();
             entry.foreign = None;
             self.unconverted.push(slot);
             self.count(&old, -1);
             self.count(&object, 1);
-            return Some(Replaced {
+            let replaced = Replaced {
                 old: Some(old),
+                old_converted,
                 new: Some(object),
-            });
+            };
+            return (slot, Some(replaced));
         }
-        self.push(origin, object.clone(), key);
-        Some(Replaced {
+        let slot = self.push(origin, object.clone(), key);
+        let replaced = Replaced {
             old: None,
+            old_converted: None,
             new: Some(object),
-        })
+        };
+        (slot, Some(replaced))
     }
 
     /// Removes the object of `kind` and `key`, if kept.
@@ -125,15 +142,31 @@ impl Store {
         self.count(&entry.object, -1);
         Some(Replaced {
             old: Some(entry.object),
+            old_converted: entry.converted,
             new: None,
         })
     }
 
-    /// The keys of the objects of `kind` kept.
-    pub(super) fn keys_of(&self, kind: &str) -> Vec<String> {
+    /// The keys of the objects of `kind` kept in slots other than `slots` (sorted).
+    pub(super) fn keys_besides(&self, kind: &str, slots: &[usize]) -> Vec<String> {
         (self.index.get(kind).into_iter())
-            .flat_map(|keys| keys.keys().cloned())
+            .flat_map(|keys| keys.iter())
+            .filter(|(_, slot)| slots.binary_search(slot).is_err())
+            .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// Whether `slot` holds the object kept for its kind and key, of `kind`.
+    pub(super) fn holds(&self, kind: &str, slot: usize) -> bool {
+        let Some(e) = self.slots.get(slot).and_then(Option::as_ref) else {
+            return false;
+        };
+        e.object.kind() == kind && self.slot(kind, &e.key) == Some(slot)
+    }
+
+    /// How many keys of `kind` are kept.
+    pub(super) fn len_of(&self, kind: &str) -> usize {
+        self.index.get(kind).map_or(0, |keys| keys.len())
     }
 
     /// Exactly `objects`, in their order, each keeping its conversion when it is the very

@@ -14,7 +14,9 @@ use kube::runtime::reflector::ObjectRef;
 use crate::apply::auto_groups::awaits_group;
 use crate::changes::{Changed, Changes, Key};
 use crate::held_pods::HeldPods;
+use crate::kept_groups::Read;
 use crate::keys::{group_key, key_of, pod_key};
+use crate::lenient::Lenient;
 use crate::overfull::Overfull;
 use crate::ownership::Ownership;
 use crate::scheduler::Scheduler;
@@ -203,7 +205,6 @@ fn collect(
             "Queue",
             "HyperNode",
             "NodeTopology",
-            "PodGroup",
         ]
         .map(Change::Everything),
     );
@@ -316,24 +317,59 @@ fn collect(
             Err(e) => unreadable.push(e),
         }
     }
-    let mut group_keys = HashSet::new();
-    for g in stores.pod_groups.state() {
-        let key = key_of(&g.metadata);
-        // An undecodable group still owns its name: its pods wait for it, not for a peer's
-        // group of the same name.
-        group_keys.insert(key.clone());
-        match g.typed(SOURCE) {
-            Ok(typed) if waits_for_its_queue(typed, &view, now, deadlines) => {}
-            Ok(typed) => {
-                objects.push(Change::Set(src(), Object::PodGroup(typed.clone())));
-                view.add_group(key, typed.clone(), Origin::Basalt);
-            }
-            Err(e) => unreadable.push(e),
-        }
-    }
     // Volcano's groups, then scheduler-plugins', each where no group before it has the name
     // (Basalt's win, then Volcano's).
     let sigs = stores.scheduler_plugins.current();
+    // Basalt's groups: those the change log names, while nothing else they are read against
+    // changed (`kept_groups.rs`: the queues' names, not their status); else every one.
+    let peers = (volcano.iter()).any(|v| {
+        let k = &v.kinds;
+        (k.queues.iter()).any(|s| !s.state().is_empty())
+            || (k.pod_groups.iter()).any(|s| !s.state().is_empty())
+    }) || (sigs.iter()).any(|s| !s.kinds.pod_groups.state().is_empty());
+    let podgroups = changes.of("podgroups");
+    let by_change = !whole
+        && !peers
+        && s.kept_groups.current()
+        && view.same_queues(&s.view)
+        && changes.of("namespaces").is_none()
+        && !matches!(podgroups, Some(Changed::Everything));
+    if !by_change {
+        objects.push(Change::Everything("PodGroup"));
+    }
+    let mut read =
+        |s: &mut Scheduler, view: &mut View, key: String, g: Option<&Lenient<PodGroup>>| {
+            let waits = |g: &PodGroup| waits_for_its_queue(g, view, now, deadlines);
+            match s.kept_groups.read(key.clone(), g, waits) {
+                Read::Goes(g) => {
+                    objects.push(Change::Set(src(), Object::PodGroup(g.clone())));
+                    view.add_group(key, g, Origin::Basalt);
+                }
+                Read::Out => objects.push(Change::Removed("PodGroup", key)),
+            }
+        };
+    if by_change {
+        view.keep_groups(std::mem::take(&mut s.view));
+        for (ns, name) in podgroups.into_iter().flat_map(|c| match c {
+            Changed::Objects(keys) => keys.iter(),
+            Changed::Everything => unreachable!("read whole"),
+        }) {
+            let key = format!("{}/{name}", ns.as_deref().unwrap_or("default"));
+            view.remove_group(&key);
+            let at = ObjectRef::new(name);
+            let g = stores.pod_groups.get(&match ns {
+                Some(ns) => at.within(ns),
+                None => at,
+            });
+            read(s, &mut view, key, g.as_deref());
+        }
+    } else {
+        s.kept_groups.restart(!peers);
+        for g in stores.pod_groups.state() {
+            read(s, &mut view, key_of(&g.metadata), Some(&*g));
+        }
+    }
+    unreadable.extend(s.kept_groups.unreadable().cloned());
     let mut add_peer = |key: String,
                         origin: Origin,
                         convert: &dyn Fn()
@@ -371,15 +407,7 @@ fn collect(
         tracing::warn!(object = %c, "{kind}s of two APIs share this name; Basalt's is used, then Volcano's, and the other ignored");
     }
     s.view = view;
-    collect_pods(
-        s,
-        stores,
-        changes,
-        whole,
-        &group_keys,
-        deadlines,
-        &mut objects,
-    );
+    collect_pods(s, stores, changes, whole, deadlines, &mut objects);
     (objects, unreadable, warnings)
 }
 
@@ -391,14 +419,13 @@ fn collect_pods(
     stores: &Stores,
     changes: &Changes,
     whole: bool,
-    group_keys: &HashSet<String>,
     deadlines: &mut Deadlines,
     objects: &mut Vec<Change>,
 ) {
     let now = jiff::Timestamp::now();
     // Pods this scheduler bound (`assumed_pods.rs`) and pods on their way into a group
     // (`grouping.rs`) are seen as they must be, not as the store has them.
-    let mut grouping = s.grouping.walk(group_keys);
+    let mut grouping = s.grouping.walk(s.kept_groups.keys());
     // Nothing assumed, held or being joined to a group: every pod goes in as the cache has it
     // (no key is made for each of them).
     let bridging = !(s.assumed.is_empty() && grouping.is_idle());

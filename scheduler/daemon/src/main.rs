@@ -21,6 +21,7 @@ mod grouping;
 mod held_pods;
 mod http;
 mod kept_framework;
+mod kept_groups;
 mod keys;
 mod leader;
 mod lenient;

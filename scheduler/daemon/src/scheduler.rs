@@ -17,6 +17,7 @@ use crate::assumed_claims::AssumedClaims;
 use crate::assumed_pods::AssumedPods;
 use crate::grouping::Grouping;
 use crate::held_pods::HeldPods;
+use crate::kept_groups::KeptGroups;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::overfull::Overfull;
@@ -63,6 +64,8 @@ pub struct Scheduler {
     pub ownership: Ownership,
     /// The pods without a node, kept from the change log.
     pub unbound: UnboundPods,
+    /// Basalt's PodGroups as the last cycle collected them (`kept_groups.rs`).
+    pub kept_groups: KeptGroups,
     /// This snapshot's nodes over capacity, and the binds of this cycle's plan that wait for
     /// them (`overfull.rs`).
     pub overfull: Overfull,
@@ -155,6 +158,7 @@ impl Scheduler {
             held: HeldPods::default(),
             ownership: Ownership::default(),
             unbound: UnboundPods::default(),
+            kept_groups: KeptGroups::default(),
             overfull: Overfull::default(),
             held_binds: BTreeMap::new(),
             snapshots: basalt_crds::IncrementalSnapshot::new(),

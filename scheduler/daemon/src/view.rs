@@ -106,6 +106,21 @@ impl View {
         self.queues.insert(name, QueueEntry { status, origin });
     }
 
+    /// Whether `other` holds Queues of the same names.
+    pub fn same_queues(&self, other: &View) -> bool {
+        self.queues.len() == other.queues.len()
+            && (self.queues.keys()).all(|q| other.queues.contains_key(q))
+    }
+
+    /// Takes the PodGroups of `last`, a view of the same queues and namespaces.
+    pub fn keep_groups(&mut self, last: View) {
+        self.groups = last.groups;
+    }
+
+    pub fn remove_group(&mut self, key: &str) {
+        self.groups.remove(key);
+    }
+
     /// Adds (or replaces) the PodGroup `key` (`ns/name`), going to [`Self::queue_of`] it.
     pub fn add_group(&mut self, key: String, group: Arc<PodGroup>, origin: Origin) {
         let queue = self.queue_of(&group);
