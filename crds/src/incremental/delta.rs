@@ -10,6 +10,7 @@
 //! changed pods and PodGroups. Otherwise the whole walk runs (`super::IncrementalSnapshot`).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use basalt_engine::{GroupSpec, PodPhase, PodSpec, QueueSpec, QueueUsage, DEFAULT_QUEUE};
 
@@ -320,7 +321,7 @@ fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
         match step.new {
             Some((Converted::Pod(p), Some(id))) => {
                 let key = (p.namespace.clone(), p.name.clone());
-                fed.builder.set_pod((**p).clone());
+                fed.builder.set_pod(Arc::clone(p));
                 fed.pods.tell((id, Form::Converted), key, generation, false);
                 if let Some(g) = group_of(p) {
                     count(&mut refs.named, &p.namespace, g, 1);
