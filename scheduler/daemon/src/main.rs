@@ -126,10 +126,9 @@ struct Args {
     max_cycle_gap: Option<Duration>,
     /// How often each waiting gang's start is forecast (`status.forecast`), off the scheduling
     /// path on the last cycle's objects and conversions; 0 (the default) turns the forecast
-    /// off. A run is bounded in work (nodes plus pods per forward cycle), but at 10,000 nodes
-    /// and 130,000 pods it costs about 1.05 s of CPU (the engine's part about 0.7 s, the spec
-    /// assembled from the cycle's conversions and the pods' ends about 0.33 s more;
-    /// `docs/live-scheduler.md`), over issue 33's 1 s, so it is opt-in (e.g. `30s`).
+    /// off. A run is bounded in work (nodes plus pods per forward cycle): at 10,000 nodes and
+    /// 130,000 pods about 0.85 s of CPU with a backlog waiting for ends, 1.4 s when its first
+    /// cycle places a whole backlog (`docs/live-scheduler.md`), so it is opt-in (e.g. `30s`).
     #[arg(long, default_value = "0", value_parser = parse_interval)]
     forecast_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
