@@ -32,7 +32,7 @@ pub use constraints::*;
 pub use framework::*;
 pub use model::*;
 pub use plan::*;
-pub use refusal::{DeviceShort, JobRefusal, Refusal};
+pub use refusal::{DeviceShort, JobRefusal, NoNode, Refusal};
 pub use resources::*;
 pub use session::*;
 pub use share::Share;

@@ -5,6 +5,7 @@
 //! nodes are available: 60 insufficient nvidia.com/gpu, 2 didn't match node selector.").
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::dra::ClaimRefusal;
 use crate::model::{NodeId, QueueId, RulesId};
@@ -241,6 +242,30 @@ impl Refusal {
             // Victims of the queue (capability) or of other queues (guarantees) give back.
             | Refusal::OverCapability { .. }
             | Refusal::Guaranteed { .. } => true,
+        }
+    }
+}
+
+/// Why no node takes a pod: the nodes counted per refusal, or nothing counted where nobody
+/// will read the reason ([`crate::Framework::explain_failures`] off). Kept as the session
+/// found it and worded only when the plan is written ([`NoNode::describe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoNode {
+    /// Nodes per refusal, of the snapshot's nodes. Shared: the session keeps one per shape
+    /// and hands it to every member that fails alike.
+    Counted(Arc<BTreeMap<Refusal, usize>>),
+    /// Not counted: [`crate::framework::NO_NODE_FITS`].
+    Uncounted,
+}
+
+impl NoNode {
+    /// The reason as kube-scheduler words it ("0/3 nodes are available: 2 insufficient
+    /// nvidia.com/gpu, 1 didn't match node selector."); ids are resolved in `snapshot`, the
+    /// one the nodes were counted in.
+    pub fn describe(&self, snapshot: &Snapshot) -> String {
+        match self {
+            NoNode::Counted(counts) => nodes_available(snapshot, counts),
+            NoNode::Uncounted => crate::framework::NO_NODE_FITS.into(),
         }
     }
 }

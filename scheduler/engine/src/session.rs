@@ -218,15 +218,15 @@ pub struct Session<'a> {
     /// capacity is given back, so they still have none, and the search passes them at a
     /// bit's cost.
     room_misses: Map<ShapeId, (u64, Vec<u64>)>,
-    /// The reason message per failed shape, computed only when asked for.
-    explanations: Map<(ShapeId, ReservedNodes), (u64, String)>,
-    /// While set, [`Session::why_no_node`] gives [`crate::framework::NO_NODE_FITS`] for a task
+    /// Why no node takes each failed shape, counted only when asked for.
+    explanations: Map<(ShapeId, ReservedNodes), (u64, crate::refusal::NoNode)>,
+    /// While set, [`Session::why_no_node`] gives [`crate::NoNode::Uncounted`] for a task
     /// with inter-pod rules (whose reason is a scan of its own) without scanning: the caller
     /// will not report it (see [`Session::set_quiet`]).
     quiet: bool,
     /// The same for tasks with inter-pod rules, per gang and shape, valid while nothing is
     /// committed.
-    gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, String)>,
+    gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, crate::refusal::NoNode)>,
     /// Per shape, the scan its explanations start from (see `explain.rs`).
     scans: Map<ShapeId, explain::Scan>,
     committed: Vec<Op>,

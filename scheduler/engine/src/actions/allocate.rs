@@ -37,8 +37,8 @@ enum Extent {
 /// each in two rounds: first every job's minimum, then every ready job's extra members (see
 /// [`Extent`]). Sibling queues are served in the framework's queue order (`QueueOrder`, down
 /// the tree; the default plugin's is priority, then lowest dominant share); jobs inside a
-/// queue by the configured job order. Each job is tried in its own statement, committed only when the job is ready (its
-/// minimum is met) and discarded otherwise.
+/// queue by the configured job order. Each job is tried in its own statement, committed only
+/// when the job is ready (its minimum is met) and discarded otherwise.
 pub fn allocate(session: &mut Session) {
     super::note_timed_out(session);
     let jobs = schedulable_jobs(session);

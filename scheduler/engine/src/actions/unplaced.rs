@@ -4,7 +4,7 @@
 use crate::conditions::{unschedulable, INVALID_TOPOLOGY, NOT_ENOUGH_RESOURCES};
 use crate::model::{JobId, NodeId};
 use crate::plan::Condition;
-use crate::refusal::Refusal;
+use crate::refusal::{NoNode, Refusal};
 use crate::snapshot::Snapshot;
 
 /// Why one member (or one sub-group) found no place.
@@ -14,9 +14,8 @@ pub enum MemberFailure {
     Queue(Refusal),
     /// Its queue is at its deserved share (`allocate`'s first pass serves queues up to it).
     AtDeservedShare,
-    /// No node takes it: the session's account of the nodes' refusals
-    /// ([`crate::Session::why_no_node`], worded by the explanations).
-    NoNode(String),
+    /// No node takes it: the nodes' refusals, as [`crate::Session::why_no_node`] counted them.
+    NoNode(NoNode),
     /// No NVLink island of `node` has `want` free GPUs for a sub-group pinned to it.
     NoIsland { node: NodeId, want: u32 },
     /// A sub-group (by index in the job's `sub_groups`) of `pods` pods and `gpus` GPUs fits in
@@ -91,7 +90,7 @@ impl MemberFailure {
         match self {
             MemberFailure::Queue(refusal) => refusal.describe(snapshot),
             MemberFailure::AtDeservedShare => "its queue is at its deserved share".into(),
-            MemberFailure::NoNode(why) => why.clone(),
+            MemberFailure::NoNode(why) => why.describe(snapshot),
             MemberFailure::NoIsland { node, want } => format!(
                 "no NVLink island of node {} has {want} free GPUs",
                 snapshot.node(*node).name
@@ -262,6 +261,15 @@ mod tests {
             extras.condition(&snap, job).message,
             "its queue is at its deserved share"
         );
+        // No node: the nodes counted per refusal, worded as kube-scheduler words them.
+        let counts = [(Refusal::NodeSelector, 1)].into_iter().collect();
+        let no_node = MemberFailure::NoNode(NoNode::Counted(std::sync::Arc::new(counts)));
+        assert_eq!(
+            GangFailure::Extras(no_node).condition(&snap, job).message,
+            "0/1 nodes are available: 1 didn't match node selector."
+        );
+        let uncounted = GangFailure::Extras(MemberFailure::NoNode(NoNode::Uncounted));
+        assert_eq!(uncounted.condition(&snap, job).message, "no node fits");
         let invalid = GangFailure::InvalidTopology(TierError::Unknown {
             field: "spec.topology".into(),
             which: "required",

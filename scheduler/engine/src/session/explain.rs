@@ -13,10 +13,11 @@
 //! refusals that word alike (the same taint on two nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::{ReservedNodes, Session};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
-use crate::refusal::{nodes_available, Refusal};
+use crate::refusal::{NoNode, Refusal};
 use crate::resources::{ResourceId, Resources};
 
 /// A node refused by a static filter (its class in [`Scan::class`]); other classes are the
@@ -136,7 +137,7 @@ impl Session<'_> {
         scan
     }
 
-    /// The aggregated reason no node takes the task, most frequent reasons first.
+    /// Why no node takes the task: every node counted under the refusal it gives.
     pub(super) fn explain(
         &mut self,
         task: TaskId,
@@ -144,9 +145,9 @@ impl Session<'_> {
         rules: RulesId,
         request: &Resources,
         access: ReservedNodes,
-    ) -> String {
+    ) -> NoNode {
         let (counts, _) = self.count_refusals(task, shape, rules, request, access);
-        nodes_available(self.snapshot, &counts)
+        NoNode::Counted(Arc::new(counts))
     }
 
     /// Nodes per refusal for the task, and the nodes that could take it now.

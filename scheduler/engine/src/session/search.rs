@@ -9,6 +9,7 @@ use super::score::Candidate;
 use super::{domains, ReservedNodes, Session, Statics};
 use crate::interpod::{Check, Guard, NO_DOMAIN};
 use crate::model::{NodeId, RulesId, ShapeId, TaskId};
+use crate::refusal::NoNode;
 use crate::resources::Resources;
 
 /// Per bucket (capacity class, free GPUs) with room for `want_gpus`, its first usable node, as
@@ -458,12 +459,13 @@ impl Session<'_> {
         }
     }
 
-    /// Why no node takes the task now: "0/3 nodes are available: 2 insufficient
-    /// nvidia.com/gpu, 1 didn't match node selector." Computed once per shape until capacity
-    /// changes; a full scan, so only asked for when a reason must reach the user.
-    pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> String {
+    /// Why no node takes the task now: the nodes counted per refusal, worded when the plan is
+    /// written ("0/3 nodes are available: 2 insufficient nvidia.com/gpu, 1 didn't match node
+    /// selector."). Counted once per shape until capacity changes; a full scan, so only asked
+    /// for when a reason must reach the user.
+    pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> NoNode {
         if !self.fw.explain_failures || self.quiet {
-            return crate::framework::NO_NODE_FITS.into();
+            return NoNode::Uncounted;
         }
         let t = self.snapshot.task(task);
         let (shape, rules) = (t.shape, t.rules);
@@ -476,25 +478,24 @@ impl Session<'_> {
         if self.pods.guard(self.snapshot, task) != Guard::Free {
             let epoch = self.committed.len() as u64;
             let key = (t.job, shape, access);
-            if let Some((at, message)) = self.gang_explanations.get(&key) {
+            if let Some((at, why)) = self.gang_explanations.get(&key) {
                 if *at == epoch {
-                    return message.clone();
+                    return why.clone();
                 }
             }
             let request = &self.snapshot.shapes[shape.0 as usize].1;
-            let message = self.explain(task, shape, rules, request, access);
-            (self.gang_explanations).insert(key, (epoch, message.clone()));
-            return message;
+            let why = self.explain(task, shape, rules, request, access);
+            (self.gang_explanations).insert(key, (epoch, why.clone()));
+            return why;
         }
-        if let Some((epoch, message)) = self.explanations.get(&(shape, access)) {
+        if let Some((epoch, why)) = self.explanations.get(&(shape, access)) {
             if *epoch == self.released {
-                return message.clone();
+                return why.clone();
             }
         }
         let request = &self.snapshot.shapes[shape.0 as usize].1;
-        let message = self.explain(task, shape, rules, request, access);
-        self.explanations
-            .insert((shape, access), (self.released, message.clone()));
-        message
+        let why = self.explain(task, shape, rules, request, access);
+        (self.explanations).insert((shape, access), (self.released, why.clone()));
+        why
     }
 }
