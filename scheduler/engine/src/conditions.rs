@@ -7,6 +7,8 @@ use crate::plan::Condition;
 use crate::snapshot::Snapshot;
 
 pub const UNSCHEDULABLE: &str = "Unschedulable";
+/// Why a member was not placed when the framework does not explain failures.
+pub const NO_NODE_FITS: &str = "no node fits";
 pub const NOT_ENOUGH_RESOURCES: &str = "NotEnoughResources";
 /// A gang that can never start as the cluster and its quota stand (see
 /// [`crate::plan::NeverFits`]).

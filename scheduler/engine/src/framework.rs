@@ -243,8 +243,9 @@ pub const KEY_UNITS_PER_POINT: i128 = 10_000;
 /// Jobs at the head of each queue explained in full (see [`Framework::explain_detail`]).
 pub const DEFAULT_EXPLAIN_DETAIL: u32 = 3;
 
-/// The reason a member was not placed when [`Framework::explain_failures`] is off.
-pub const NO_NODE_FITS: &str = "no node fits";
+/// The reason a member was not placed when [`Framework::explain_failures`] is off (worded in
+/// `conditions`, below the refusals that use it).
+pub use crate::conditions::NO_NODE_FITS;
 
 impl Framework {
     /// A framework with the given actions and node order and no other plugins.

@@ -254,7 +254,7 @@ pub enum NoNode {
     /// Nodes per refusal, of the snapshot's nodes. Shared: the session keeps one per shape
     /// and hands it to every member that fails alike.
     Counted(Arc<BTreeMap<Refusal, usize>>),
-    /// Not counted: [`crate::framework::NO_NODE_FITS`].
+    /// Not counted: [`crate::conditions::NO_NODE_FITS`].
     Uncounted,
 }
 
@@ -265,7 +265,7 @@ impl NoNode {
     pub fn describe(&self, snapshot: &Snapshot) -> String {
         match self {
             NoNode::Counted(counts) => nodes_available(snapshot, counts),
-            NoNode::Uncounted => crate::framework::NO_NODE_FITS.into(),
+            NoNode::Uncounted => crate::conditions::NO_NODE_FITS.into(),
         }
     }
 }
