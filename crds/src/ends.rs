@@ -15,6 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::Object;
 
+/// foldhash: the maps here are made and read once per pod of the cluster each run.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// A stated run time, on a pod or its PodGroup (a Go duration: `90m`, `1h30m`, `2.5h`).
 pub const EXPECTED_RUNTIME: &str = "scheduling.basalt.dev/expected-runtime";
 
@@ -95,33 +98,38 @@ impl Learned {
     /// Records each succeeded pod's run time (start to its last container's finish) once.
     pub fn learn(&mut self, pods: &[&Pod], queue_of: impl Fn(&Pod) -> Option<String>) {
         for p in pods {
-            let Some(status) = &p.status else { continue };
-            if status.phase.as_deref() != Some("Succeeded") {
-                continue;
-            }
-            let Some(uid) = p.metadata.uid.clone() else {
-                continue;
-            };
-            let finished = (status.container_statuses.iter().flatten())
-                .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
-                .map(|t| t.0.as_millisecond())
-                .max();
-            let started = status.start_time.as_ref().map(|t| t.0.as_millisecond());
-            let (Some(start), Some(end)) = (started, finished) else {
-                continue;
-            };
-            if !self.seen.insert(uid.clone()) {
-                continue;
-            }
-            self.order.push_back(uid);
-            if self.order.len() > Self::SEEN {
-                if let Some(old) = self.order.pop_front() {
-                    self.seen.remove(&old);
-                }
-            }
-            let key = history_key(queue_of(p).as_deref(), &p.metadata);
-            self.history.record(&key, end - start);
+            self.learn_pod(p, queue_of(p).as_deref());
         }
+    }
+
+    /// Records `p`'s run time once, when it succeeded, under its `queue`.
+    pub fn learn_pod(&mut self, p: &Pod, queue: Option<&str>) {
+        let Some(status) = &p.status else { return };
+        if status.phase.as_deref() != Some("Succeeded") {
+            return;
+        }
+        let Some(uid) = p.metadata.uid.clone() else {
+            return;
+        };
+        let finished = (status.container_statuses.iter().flatten())
+            .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+            .map(|t| t.0.as_millisecond())
+            .max();
+        let started = status.start_time.as_ref().map(|t| t.0.as_millisecond());
+        let (Some(start), Some(end)) = (started, finished) else {
+            return;
+        };
+        if !self.seen.insert(uid.clone()) {
+            return;
+        }
+        self.order.push_back(uid);
+        if self.order.len() > Self::SEEN {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        let key = history_key(queue, &p.metadata);
+        self.history.record(&key, end - start);
     }
 
     pub fn estimate(&self, queue: Option<&str>, meta: &ObjectMeta) -> Option<i64> {
@@ -156,11 +164,36 @@ pub fn ends(
     ends_of(objects, &spec.groups, &spec.pods, learned)
 }
 
-/// [`ends`] of a spec's `groups` and `pods` (owned or shared).
+/// [`ends`] of a spec's `groups` and `pods` (owned or shared), each pod's object found among
+/// `objects` by its name.
 pub fn ends_of(
     objects: &[(String, Object)],
     groups: &[GroupSpec],
     pods_of_spec: &[impl Borrow<PodSpec>],
+    learned: &Learned,
+) -> (HashMap<String, End>, Vec<BadRuntime>) {
+    let raw: FastMap<(&str, &str), &Pod> = (objects.iter())
+        .filter_map(|(_, o)| match o {
+            Object::Pod(p) => Some((object_key(&p.metadata), &**p)),
+            _ => None,
+        })
+        .collect();
+    let pods = (pods_of_spec.iter().map(Borrow::borrow)).map(|p| {
+        (
+            p,
+            raw.get(&(p.namespace.as_str(), p.name.as_str())).copied(),
+        )
+    });
+    ends_paired(objects, groups, pods, learned)
+}
+
+/// [`ends_of`] with each pod given beside the object it was converted from, when known
+/// (`SharedSpec::sources`): no pod is looked up by name. `objects` are read for their
+/// PodGroups' annotations.
+pub fn ends_paired<'p>(
+    objects: &[(String, Object)],
+    groups: &[GroupSpec],
+    pods: impl IntoIterator<Item = (&'p PodSpec, Option<&'p Pod>)>,
     learned: &Learned,
 ) -> (HashMap<String, End>, Vec<BadRuntime>) {
     let mut bad = Vec::new();
@@ -180,38 +213,30 @@ pub fn ends_of(
         }
     };
     // Keyed by borrowed (namespace, name): a `String` is made only for a pod with an end.
-    let mut group_runtime = HashMap::new();
-    let mut pods = HashMap::new();
-    for (_, o) in objects {
-        match o {
-            Object::PodGroup(g) => {
-                group_runtime.insert(object_key(&g.metadata), read("PodGroup", &g.metadata));
-            }
-            Object::Pod(p) => {
-                pods.insert(object_key(&p.metadata), &**p);
-            }
-            _ => {}
-        }
-    }
-    let queues: HashMap<(&str, &str), Option<&str>> = (groups.iter())
+    let group_runtime: FastMap<(&str, &str), Option<i64>> = (objects.iter())
+        .filter_map(|(_, o)| match o {
+            Object::PodGroup(g) => Some((object_key(&g.metadata), read("PodGroup", &g.metadata))),
+            _ => None,
+        })
+        .collect();
+    let queues: FastMap<(&str, &str), Option<&str>> = (groups.iter())
         .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
         .collect();
     let mut ends = HashMap::new();
-    for p in pods_of_spec.iter().map(Borrow::borrow) {
-        let pod = pods.get(&(p.namespace.as_str(), p.name.as_str()));
+    for (p, pod) in pods {
         let group = p.group.as_deref().map(|g| (p.namespace.as_str(), g));
         let stated = pod
             .and_then(|pod| read("Pod", &pod.metadata))
             .or_else(|| group_runtime.get(&group?).copied().flatten());
-        let queue = p
-            .queue
-            .as_deref()
-            .or_else(|| queues.get(&group?).copied().flatten());
         let run = match (p.active_deadline_s, stated) {
             (Some(s), _) => Some((s.saturating_mul(1000), Method::Exact)),
             (None, Some(ms)) => Some((ms, Method::Exact)),
             (None, None) => pod
-                .and_then(|pod| learned.estimate(queue, &pod.metadata))
+                .and_then(|pod| {
+                    let queue =
+                        (p.queue.as_deref()).or_else(|| queues.get(&group?).copied().flatten());
+                    learned.estimate(queue, &pod.metadata)
+                })
                 .map(|ms| (ms, Method::Estimate)),
         };
         let Some((ms, method)) = run else { continue };

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use basalt_engine::forecast::{forecast, forecast_shared, End, Forecast, Limits, Method};
-use basalt_engine::{ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec, ResourceList};
+use basalt_engine::{schedule, ClusterSpec, GroupSpec, JobPhase, NodeSpec, PodPhase, PodSpec};
+use basalt_engine::{Plan, ResourceList, Snapshot, Warm};
 use basalt_plugins::Config;
 
 const GPU: &str = "nvidia.com/gpu";
@@ -273,10 +274,47 @@ fn shared_pods_give_the_same_forecast_and_stay_as_they_were() {
     let before: Vec<PodSpec> = pods.iter().map(|p| (**p).clone()).collect();
     let config = Config::default();
     let make = |names: &_| basalt_plugins::framework(&config, names);
-    let shared = forecast_shared(spec, pods.clone(), make, &ends, Limits::default())
+    let shared = forecast_shared(spec, pods.clone(), None, make, &ends, Limits::default())
         .expect("the cluster is valid");
     assert_eq!(shared, owned);
     assert!(owned.jobs.iter().any(|j| j.start_ms.is_some()), "{owned:?}");
     let after: Vec<PodSpec> = pods.iter().map(|p| (**p).clone()).collect();
     assert_eq!(after, before, "the caller's pods are untouched");
+}
+
+/// The plan the scheduler made on the same cluster (the daemon's cycle) stands for the
+/// forecast's first cycle: the same forecast as deciding it again. Another plan given (one
+/// that places nothing) is what the forecast goes on from.
+#[test]
+fn the_cycles_own_plan_is_the_first_cycle() {
+    // n1 is free: `small` starts now; `big` needs both nodes, free when `a` ends at 12:00.
+    let spec = cluster(&[("a", &["n0"])], &[("small", 1), ("big", 2)]);
+    let ends = HashMap::from([("ml/a-0".to_string(), at(12 * HOUR, Method::Exact))]);
+    let config = Config::default();
+    let make = |names: &_| basalt_plugins::framework(&config, names);
+    let decided = {
+        let snapshot = Snapshot::build(spec.clone()).expect("valid");
+        schedule(&snapshot, &make(&snapshot.resources), &mut Warm::default())
+    };
+    assert_eq!(decided.bindings.len(), 1, "{decided:?}");
+    let given = |plan: &Plan| {
+        forecast_shared(
+            spec.clone(),
+            Vec::new(),
+            Some(plan),
+            make,
+            &ends,
+            Limits::default(),
+        )
+        .expect("valid")
+    };
+    let deciding = run(spec.clone(), &ends);
+    assert_eq!(
+        deciding.job("ml/small").and_then(|j| j.start_ms),
+        Some(10 * HOUR)
+    );
+    assert_eq!(given(&decided), deciding);
+    let nothing = given(&Plan::default());
+    let small = nothing.job("ml/small").and_then(|j| j.start_ms);
+    assert!(small > Some(10 * HOUR), "{nothing:?}");
 }

@@ -15,6 +15,8 @@ pub(crate) struct Assembly {
     spec: ClusterSpec,
     /// The pods, as converted (shared with the conversions that keep them).
     pods: Vec<Arc<PodSpec>>,
+    /// Beside `pods`, the object each one was converted from.
+    sources: Vec<Object>,
     /// The gangs of LeaderWorkerSet pods, made once every pod has joined.
     lws: owners::LwsGroups,
 }
@@ -27,6 +29,7 @@ impl Assembly {
                 ..ClusterSpec::default()
             },
             pods: Vec::new(),
+            sources: Vec::new(),
             lws: owners::LwsGroups::default(),
         }
     }
@@ -40,7 +43,10 @@ impl Assembly {
     ) {
         self.lws.join(origin, object, &mut one, warnings);
         match one {
-            Converted::Pod(p) => self.pods.push(p),
+            Converted::Pod(p) => {
+                self.pods.push(p);
+                self.sources.push(object.clone());
+            }
             one => one.add_to(&mut self.spec),
         }
     }
@@ -59,6 +65,7 @@ impl Assembly {
         Ok(SharedSpec {
             spec,
             pods: self.pods,
+            sources: self.sources,
         })
     }
 }
@@ -69,6 +76,9 @@ impl Assembly {
 pub struct SharedSpec {
     pub spec: ClusterSpec,
     pub pods: Vec<Arc<PodSpec>>,
+    /// Beside `pods`, the object each was converted from (what a reader of their annotations
+    /// pairs them with, by place instead of by name); empty when not assembled from objects.
+    pub sources: Vec<Object>,
 }
 
 impl From<ClusterSpec> for SharedSpec {
@@ -77,7 +87,11 @@ impl From<ClusterSpec> for SharedSpec {
             .into_iter()
             .map(Arc::new)
             .collect();
-        SharedSpec { spec, pods }
+        SharedSpec {
+            spec,
+            pods,
+            sources: Vec::new(),
+        }
     }
 }
 

@@ -62,18 +62,6 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     // nothing did (`basalt_crds::incremental`).
     let update = s.snapshots.update_changes(objects, &options);
     let t_update = started.elapsed();
-    // The forecast task shares the objects the snapshot was updated from and their
-    // conversions: nothing is copied nor converted again.
-    if let Some(forecaster) = &s.forecaster {
-        forecaster.offer(|| {
-            Some(crate::forecast::Input {
-                objects: s.snapshots.converted()?,
-                options: options.clone(),
-                config: s.config.clone(),
-            })
-        });
-    }
-    let t_offer = started.elapsed();
     let reused = update.unchanged && unreadable.is_empty();
     let names = &s.config.scheduler_names;
     // Read from the pods alone, and from those that changed where the log names them.
@@ -122,11 +110,16 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     let t_build = started.elapsed();
     let (fw, warm) = s.framework.get(&s.config, &snapshot.resources);
     let metrics = &s.metrics;
-    let plan = basalt_engine::schedule_each(snapshot, fw, warm, |action, run| {
-        let t = Instant::now();
-        run();
-        metrics.action_ran(action.name(), t.elapsed().as_secs_f64());
-    });
+    let plan = Arc::new(basalt_engine::schedule_each(
+        snapshot,
+        fw,
+        warm,
+        |action, run| {
+            let t = Instant::now();
+            run();
+            metrics.action_ran(action.name(), t.elapsed().as_secs_f64());
+        },
+    ));
     s.usage.remember(&plan);
     let topology = warm.topology(snapshot, &s.config.topology.tiers, false);
     s.metrics.observe_plan(snapshot, &plan, topology.as_deref());
@@ -134,6 +127,20 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
     s.report_overfull();
     let t_schedule = started.elapsed();
     let backoff = s.apply(&plan, stores).await;
+    let t_apply = started.elapsed();
+    // The forecast task shares the objects the snapshot was updated from, their conversions
+    // and this cycle's plan (its own first cycle): nothing is copied, converted or decided
+    // again. After the binds, which never wait for the list it makes.
+    if let Some(forecaster) = &s.forecaster {
+        forecaster.offer(|| {
+            Some(crate::forecast::Input {
+                objects: s.snapshots.converted()?,
+                options: options.clone(),
+                config: s.config.clone(),
+                plan: plan.clone(),
+            })
+        });
+    }
     s.report_bad_runtimes();
     let total = started.elapsed();
     s.metrics.cycle_ended(total.as_secs_f64(), unix_now());
@@ -143,11 +150,11 @@ pub async fn run_cycle(s: &mut Scheduler, stores: &Stores) -> Outcome {
         collect_ms = ms(t_collect - t_auto),
         build_ms = ms(t_build - t_collect),
         snapshot_update_ms = ms(t_update - t_collect),
-        forecast_offer_ms = ms(t_offer - t_update),
-        build_rest_ms = ms(t_build - t_offer),
+        build_rest_ms = ms(t_build - t_update),
         reused,
         schedule_ms = ms(t_schedule - t_build),
-        apply_ms = ms(total - t_schedule),
+        apply_ms = ms(t_apply - t_schedule),
+        forecast_offer_ms = ms(total - t_apply),
         binds = plan.bindings.len(),
         "cycle"
     );

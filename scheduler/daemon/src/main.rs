@@ -125,11 +125,11 @@ struct Args {
     #[arg(long, value_parser = parse_duration)]
     max_cycle_gap: Option<Duration>,
     /// How often each waiting gang's start is forecast (`status.forecast`), off the scheduling
-    /// path on the last cycle's objects and conversions; 0 (the default) turns the forecast
-    /// off. A run is bounded in work (nodes plus pods per forward cycle): at 10,000 nodes and
-    /// 130,000 pods about 0.85 s of CPU with a backlog waiting for ends, 1.4 s when its first
-    /// cycle places a whole backlog (`docs/live-scheduler.md`), so it is opt-in (e.g. `30s`).
-    #[arg(long, default_value = "0", value_parser = parse_interval)]
+    /// path on the last cycle's objects, conversions and plan, on a thread of its own at the
+    /// lowest CPU priority; 0 turns the forecast off. A run is bounded in work (nodes plus
+    /// pods per forward cycle): at 10,000 nodes and 130,000 pods under 1 s of CPU
+    /// (`docs/live-scheduler.md`).
+    #[arg(long, default_value = "30s", value_parser = parse_interval)]
     forecast_interval: Duration,
     /// Log lines on stderr: `text` for people, `json` (one object a line) for log collectors.
     #[arg(long, value_enum, default_value = "text")]

@@ -13,16 +13,19 @@ use std::time::Duration;
 use basalt_crds::incremental::{usable_spec, ConvertedObjects};
 use basalt_crds::{ConvertOptions, Object, PodGroupForecast, SharedSpec};
 use basalt_engine::forecast::Limits;
-use basalt_engine::{GroupSpec, PodPhase, PodSpec};
+use basalt_engine::{GroupSpec, Plan, PodPhase, PodSpec};
 use basalt_plugins::Config;
 
-use super::{ends_of, published, BadRuntime, Learned};
+use super::{ends_paired, published, BadRuntime, Learned};
+use k8s_openapi::api::core::v1::Pod;
 
-/// What the forecast runs on: a cycle's objects, as that cycle converted them.
+/// What the forecast runs on: a cycle's objects, as that cycle converted them, and the plan
+/// it made (the forecast's first cycle).
 pub struct Input {
     pub objects: Arc<ConvertedObjects>,
     pub options: ConvertOptions,
     pub config: Config,
+    pub plan: Arc<Plan>,
 }
 
 /// The last forecast: each waiting gang's status by `namespace/name`, and the annotations
@@ -149,27 +152,35 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
         },
     };
     // The pods stay shared with the cycle's conversions: the run copies only those it moves.
-    let (SharedSpec { spec, pods }, objects) = usable;
+    let (shared, objects) = usable;
+    let SharedSpec {
+        spec,
+        pods,
+        sources,
+    } = shared;
     let converted = clock.lap();
     let objects: &[(String, Object)] = &objects;
-    let queue_of = finished_pod_queues(&spec.groups, &pods);
-    let raw: Vec<&k8s_openapi::api::core::v1::Pod> = (objects.iter())
-        .filter_map(|(_, o)| match o {
-            Object::Pod(p) => Some(&**p),
-            _ => None,
-        })
-        .collect();
-    learned.learn(&raw, |p| {
-        let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-        let name = p.metadata.name.as_deref().unwrap_or_default();
-        let queue = queue_of.get(&(ns, name)).copied().flatten();
-        queue.map(str::to_string)
-    });
-    let (ends, bad) = ends_of(objects, &spec.groups, &pods, learned);
+    // Each pod beside the object it was converted from, paired by place where the spec says
+    // (the kept conversions), else by name: its annotations, owner and status are read there.
+    let by_name;
+    let raw: Vec<Option<&Pod>> = match sources.len() == pods.len() {
+        true => sources.iter().map(pod_of).collect(),
+        false => {
+            by_name = pods_by_name(objects);
+            let key = |p: &PodSpec| (p.namespace.clone(), p.name.clone());
+            pods.iter().map(|p| by_name.get(&key(p)).copied()).collect()
+        }
+    };
+    learn_finished(learned, &spec.groups, &pods, &raw);
+    let paired = pods.iter().map(|p| &**p).zip(raw.iter().copied());
+    let (ends, bad) = ends_paired(objects, &spec.groups, paired, learned);
     let read_ends = clock.lap();
     let config = input.config;
     let framework = |names: &_| basalt_plugins::framework(&config, names);
-    let forecast = basalt_engine::forecast::forecast_shared(spec, pods, framework, &ends, limits);
+    // The cycle's plan is the run's first cycle only when the spec is the one it decided on.
+    let decided = reused.then_some(&*input.plan);
+    let forecast =
+        basalt_engine::forecast::forecast_shared(spec, pods, decided, framework, &ends, limits);
     let engine = clock.lap();
     match forecast {
         Ok(forecast) => {
@@ -203,21 +214,48 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     }
 }
 
-/// Per finished pod (by namespace and name) its queue: its own, else its group's. Only the
-/// finished ones teach run times ([`Learned::learn`]).
-fn finished_pod_queues<'s>(
-    groups: &'s [GroupSpec],
-    pods: &'s [Arc<PodSpec>],
-) -> HashMap<(&'s str, &'s str), Option<&'s str>> {
-    let groups: HashMap<(&str, &str), Option<&str>> = (groups.iter())
-        .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
-        .collect();
-    (pods.iter())
-        .filter(|p| p.phase == PodPhase::Succeeded)
+/// Records the run time of each succeeded pod (read from its object) under its queue: its
+/// own, else its group's.
+fn learn_finished(
+    learned: &mut Learned,
+    groups: &[GroupSpec],
+    pods: &[Arc<PodSpec>],
+    raw: &[Option<&Pod>],
+) {
+    let mut queues: Option<HashMap<(&str, &str), Option<&str>>> = None;
+    for (p, pod) in pods.iter().zip(raw) {
+        let (PodPhase::Succeeded, Some(pod)) = (p.phase, pod) else {
+            continue;
+        };
+        let queues = queues.get_or_insert_with(|| {
+            (groups.iter())
+                .map(|g| ((g.namespace.as_str(), g.name.as_str()), g.queue.as_deref()))
+                .collect()
+        });
+        let group = (p.group.as_deref()).and_then(|g| queues.get(&(p.namespace.as_str(), g)));
+        let queue = p.queue.as_deref().or_else(|| group.copied().flatten());
+        learned.learn_pod(pod, queue);
+    }
+}
+
+fn pod_of(o: &Object) -> Option<&Pod> {
+    match o {
+        Object::Pod(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// The pods among `objects` by namespace and name (when the spec does not pair them).
+fn pods_by_name(objects: &[(String, Object)]) -> HashMap<(String, String), &Pod> {
+    (objects.iter())
+        .filter_map(|(_, o)| pod_of(o))
         .map(|p| {
-            let group = (p.group.as_deref()).and_then(|g| groups.get(&(p.namespace.as_str(), g)));
-            let queue = p.queue.as_deref().or_else(|| group.copied().flatten());
-            ((p.namespace.as_str(), p.name.as_str()), queue)
+            let ns = p
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            ((ns, p.metadata.name.clone().unwrap_or_default()), p)
         })
         .collect()
 }

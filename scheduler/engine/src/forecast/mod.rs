@@ -15,6 +15,7 @@ mod world;
 pub use history::History;
 use world::World;
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
@@ -134,14 +135,21 @@ pub fn forecast(
     ends: &HashMap<String, End>,
     limits: Limits,
 ) -> Result<Forecast, SnapshotError> {
-    forecast_shared(spec, Vec::new(), framework, ends, limits)
+    forecast_shared(spec, Vec::new(), None, framework, ends, limits)
 }
 
 /// [`forecast`] of `spec` with `shared` among its pods: specs its caller keeps too (a daemon's
 /// kept conversions), read in place and copied only when the run changes them.
+///
+/// `decided` is the plan a scheduler already made for this very cluster at `now_ms` with the
+/// framework `framework` makes (the daemon's cycle whose objects these are): the run takes it
+/// as its first cycle instead of deciding it again. The engine is pure and `Warm` only caches,
+/// so it is the plan the first cycle would make, and the forecast is the same; that cycle is
+/// most of a run whose first cycle places a backlog.
 pub fn forecast_shared(
     mut spec: ClusterSpec,
     mut shared: Vec<Arc<PodSpec>>,
+    mut decided: Option<&Plan>,
     framework: impl FnOnce(&ResourceNames) -> Framework,
     ends: &HashMap<String, End>,
     limits: Limits,
@@ -176,11 +184,17 @@ pub fn forecast_shared(
             break;
         }
         work = work.saturating_add(cost);
-        // The nodes never change here, so neither do the resource names.
-        if let Some(make) = framework.take() {
-            made = Some(quiet(make(&snapshot.resources)));
-        }
-        let plan = schedule(snapshot, made.as_ref().expect("made above"), &mut warm);
+        let plan = match decided.take() {
+            Some(plan) => Cow::Borrowed(plan),
+            None => {
+                // The nodes never change here, so neither do the resource names.
+                if let Some(make) = framework.take() {
+                    made = Some(quiet(make(&snapshot.resources)));
+                }
+                let made = made.as_ref().expect("made above");
+                Cow::Owned(schedule(snapshot, made, &mut warm))
+            }
+        };
         cycles += 1;
         // Starts depend on every end applied so far, and on running pods nobody can end.
         let method = match world.unknown.len() {

@@ -6,27 +6,32 @@ use super::*;
 /// A pod's or group's `namespace/name`, made once and shared by every table that names it.
 pub(super) type Key = Arc<str>;
 
+/// The world's tables by key, read per pod of every binding, eviction and end: foldhash (fixed,
+/// so nothing here depends on a seed) instead of SipHash.
+type Fast<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+type FastSet<K> = HashSet<K, foldhash::fast::FixedState>;
+
 /// The cluster as the forecast moves it: the builder holds every spec (told of each change),
 /// the world what it reads of them and the pending ends.
 pub(super) struct World {
     pub(super) builder: SnapshotBuilder,
     /// Per pod by `namespace/name`: where the builder holds it, its group, whether it is bound.
-    pub(super) pods: HashMap<Key, PodAt>,
+    pub(super) pods: Fast<Key, PodAt>,
     /// Per group by `namespace/name`: what its start depends on.
     pub(super) groups: BTreeMap<Key, GroupAt>,
     /// Per group its pods' keys.
-    pub(super) members: HashMap<Key, Vec<Key>>,
+    pub(super) members: Fast<Key, Vec<Key>>,
     /// Per group how many of its pods hold a node (what [`World::started`] counts).
-    pub(super) bound: HashMap<Key, u32>,
+    pub(super) bound: Fast<Key, u32>,
     /// Known ends of running pods: (instant, pod, the pod's epoch when pushed, method).
     pub(super) heap: BinaryHeap<Reverse<(i64, Key, u32, Method)>>,
     /// Per pod, how often it was evicted: an end pushed before is void.
-    pub(super) epochs: HashMap<Key, u32>,
+    pub(super) epochs: Fast<Key, u32>,
     /// Running pods whose end nobody knows.
-    pub(super) unknown: HashSet<Key>,
+    pub(super) unknown: FastSet<Key>,
     /// Per pod running at the start with an end at an instant, its run time from its start:
     /// evicted and started again, it runs that long again (its deadline restarts too).
-    pub(super) runs: HashMap<Key, i64>,
+    pub(super) runs: Fast<Key, i64>,
     /// How each node shares its devices (what a binding's devices mean).
     pub(super) sharing: HashMap<String, Sharing>,
     /// The worst method of the ends applied so far.
@@ -78,14 +83,14 @@ impl World {
             .collect();
         let mut world = World {
             builder: SnapshotBuilder::new(nodes)?,
-            pods: HashMap::with_capacity(pods.len()),
+            pods: Fast::with_capacity_and_hasher(pods.len(), Default::default()),
             groups: BTreeMap::new(),
-            members: HashMap::new(),
-            bound: HashMap::new(),
+            members: Default::default(),
+            bound: Default::default(),
             heap: BinaryHeap::new(),
-            epochs: HashMap::new(),
-            unknown: HashSet::new(),
-            runs: HashMap::new(),
+            epochs: Default::default(),
+            unknown: Default::default(),
+            runs: Default::default(),
             sharing,
             applied: Method::Exact,
             ends_applied: 0,

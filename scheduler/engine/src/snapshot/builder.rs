@@ -87,7 +87,7 @@ impl SnapshotBuilder {
             labels_version: Version::default(),
             pods: BTreeMap::new(),
             groups: BTreeMap::new(),
-            held: HeldCounts::default(),
+            held: HeldCounts::untracked(),
             facts_names: None,
             spare_tasks: Vec::new(),
             claims_as_named: false,

@@ -128,8 +128,9 @@ pub(super) struct HeldCounts {
     pub(super) names: BTreeMap<String, usize>,
     /// Jobs that go to the default queue: groups without a queue, pods of ours without a group.
     pub(super) default_queue_users: usize,
-    /// Per job (namespace, name): the names of its pods of ours.
-    pub(super) members: HashMap<(String, String), BTreeSet<String>>,
+    /// Per namespace and job: the names of its pods of ours (by namespace first, so that a
+    /// pod of a job already known is looked up without making its key).
+    pub(super) members: HashMap<String, HashMap<String, BTreeSet<String>>>,
     /// Some spec's namespace held a `/` (not a Kubernetes namespace): in a task's name
     /// `namespace/name` the parts are no longer told apart, so the builder stops patching.
     pub(super) slashed: bool,
@@ -147,6 +148,15 @@ pub(super) struct HeldCounts {
 pub(super) const MAX_TRACKED_CHANGES: usize = 1 << 16;
 
 impl HeldCounts {
+    /// The counts of a builder that has built nothing yet: its first snapshot is assembled
+    /// whole, so no change is tracked until then (a first sync tells 100,000 pods).
+    pub(super) fn untracked() -> HeldCounts {
+        HeldCounts {
+            untracked: true,
+            ..HeldCounts::default()
+        }
+    }
+
     fn count(&mut self, spec: &impl Held, add: bool) {
         count_names(&mut self.names, spec.resource_list(), add);
         let users = spec.uses_default_queue() as usize;
@@ -171,27 +181,30 @@ impl HeldCounts {
             self.untracked = true;
             return;
         };
-        let key = (spec.namespace().to_string(), job.to_string());
         if let Some(pod) = spec.member_name() {
-            match self.members.get_mut(&key) {
-                Some(members) if add => {
-                    members.insert(pod.to_string());
+            let namespace = spec.namespace();
+            if add && !self.members.contains_key(namespace) {
+                self.members.insert(namespace.to_string(), HashMap::new());
+            }
+            if let Some(jobs) = self.members.get_mut(namespace) {
+                count_member(jobs, job, pod, add);
+                if jobs.is_empty() {
+                    self.members.remove(namespace);
                 }
-                Some(members) => {
-                    members.remove(pod);
-                    if members.is_empty() {
-                        self.members.remove(&key);
-                    }
-                }
-                None if add => {
-                    self.members.insert(key.clone(), [pod.to_string()].into());
-                }
-                None => {}
             }
         }
         if !self.untracked {
+            let key = (spec.namespace().to_string(), job.to_string());
             self.changed_jobs.insert(key);
         }
+    }
+
+    /// The names of the pods of ours of `job` in `namespace`.
+    pub(super) fn members_of(&self, namespace: &str, job: &str) -> impl Iterator<Item = &String> {
+        (self.members.get(namespace))
+            .and_then(|jobs| jobs.get(job))
+            .into_iter()
+            .flatten()
     }
 
     /// The snapshot is built: from here on, changes count from it.
@@ -199,6 +212,25 @@ impl HeldCounts {
         self.changed_jobs.clear();
         self.changed_pinned.clear();
         self.untracked = false;
+    }
+}
+
+/// Adds `pod` to (or takes it from) `job`'s members, forgetting a job left without any.
+fn count_member(jobs: &mut HashMap<String, BTreeSet<String>>, job: &str, pod: &str, add: bool) {
+    match jobs.get_mut(job) {
+        Some(members) if add => {
+            members.insert(pod.to_string());
+        }
+        Some(members) => {
+            members.remove(pod);
+            if members.is_empty() {
+                jobs.remove(job);
+            }
+        }
+        None if add => {
+            jobs.insert(job.to_string(), [pod.to_string()].into());
+        }
+        None => {}
     }
 }
 

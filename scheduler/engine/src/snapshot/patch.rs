@@ -83,7 +83,7 @@ pub(super) fn patch(
         if let Some(c) = b.groups.get_mut(&key) {
             c.convert(names);
         }
-        for pod in held.members.get(&key).into_iter().flatten() {
+        for pod in held.members_of(ns, job) {
             let c = b.pods.get_mut(&(ns.clone(), pod.clone()))?;
             c.convert(names, &node_id, &mut b.metas);
         }
@@ -334,7 +334,7 @@ impl<'b> Changes<'b> {
         for (ns, job) in &held.changed_jobs {
             let key = (ns.clone(), job.clone());
             let mut pods = Vec::new();
-            for pod in held.members.get(&key).into_iter().flatten() {
+            for pod in held.members_of(ns, job) {
                 let c = specs.pods.get(&(ns.clone(), pod.clone()))?;
                 pods.push((&c.spec, c.facts.as_ref()?));
             }
