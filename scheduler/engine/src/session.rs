@@ -19,6 +19,7 @@ pub(crate) use carry::NodeState;
 
 mod able;
 mod carry;
+mod changes;
 mod classes;
 mod devices;
 mod domains;
@@ -209,9 +210,6 @@ pub struct Session<'a> {
     kept_statics: Map<PlacementRules, Statics>,
     /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
     released: u64,
-    /// Every node whose usage changed, in order, since the session opened: what a kept
-    /// explanation scan looks at again (see `explain.rs`).
-    touched: Vec<NodeId>,
     failures: Map<(ShapeId, ReservedNodes), u64>,
     /// Per shape, on clusters that share devices: the nodes without room for it (resources or
     /// devices; a bit per node) since `released` was the value kept. Usage only grows until
@@ -230,9 +228,8 @@ pub struct Session<'a> {
     /// Per shape, the scan its explanations start from (see `explain.rs`).
     scans: Map<ShapeId, explain::Scan>,
     committed: Vec<Op>,
-    /// Nodes whose usage this session changed (with repeats): those of its operations and of
-    /// its holds (noted when taken; releasing and restoring one changes no other node).
-    moved: Vec<NodeId>,
+    /// Every node whose usage changed, in order: the one change log (see `changes.rs`).
+    changes: changes::Changes,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
     /// Inter-pod affinity, spread and host ports: counts per domain (see [`crate::interpod`]).

@@ -183,14 +183,11 @@ impl Session<'_> {
         for (rules, s) in self.statics {
             statics.insert(snap.rules[rules.0 as usize].clone(), s);
         }
-        let mut moved = self.moved;
-        moved.sort_unstable();
-        moved.dedup();
         warm.keep_node_state(NodeState {
             nodes: snap.lineage.nodes.clone(),
             resources: names.clone(),
             generation: snap.lineage.generation,
-            moved,
+            moved: self.changes.into_nodes(),
             statics,
             used: self.used,
             gpus_used: self.gpus_used,

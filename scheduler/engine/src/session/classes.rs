@@ -93,7 +93,7 @@ impl StateClasses {
             place_in_occupied: Vec::new(),
             known: Map::default(),
             scratch: Vec::new(),
-            seen: session.touched.len(),
+            seen: session.changes.len(),
         };
         for n in &snap.nodes {
             classes.place(session, n.id);
@@ -103,10 +103,10 @@ impl StateClasses {
 
     /// Moves the nodes whose usage changed since the last look to their state now.
     pub(super) fn refresh(&mut self, session: &Session) {
-        for i in self.seen..session.touched.len() {
-            self.place(session, session.touched[i]);
+        for &node in session.changes.since(self.seen) {
+            self.place(session, node);
         }
-        self.seen = session.touched.len();
+        self.seen = session.changes.len();
     }
 
     fn place(&mut self, session: &Session, node: NodeId) {

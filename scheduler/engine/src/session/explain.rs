@@ -77,7 +77,7 @@ impl Session<'_> {
         let unworded = (totals.iter().flatten())
             .fold(0u64, |m, id| m | 1u64.checked_shl(id.0 as u32).unwrap_or(0));
         if let Some(mut scan) = self.scans.remove(&shape).filter(|_| maskable) {
-            for &node in &self.touched[scan.seen..] {
+            for &node in self.changes.since(scan.seen) {
                 if scan.class[node.index()] != REFUSED {
                     let alloc = &self.snapshot.nodes[node.index()].allocatable;
                     scan.set(
@@ -86,7 +86,7 @@ impl Session<'_> {
                     );
                 }
             }
-            scan.seen = self.touched.len();
+            scan.seen = self.changes.len();
             return scan;
         }
         let r = &self.snapshot.rules[rules.0 as usize];
@@ -95,7 +95,7 @@ impl Session<'_> {
             refused: BTreeMap::new(),
             short: vec![0; MASKABLE.max(self.snapshot.resources.len())],
             room: BTreeSet::new(),
-            seen: self.touched.len(),
+            seen: self.changes.len(),
         };
         // Nodes known to pass the static filters are not asked again (only failures are worded).
         let passes = self.statics.get(&rules).map(|s| &s.ok);

@@ -54,7 +54,7 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].take_back(request);
-            self.touched.push(node);
+            self.changes.note(node);
             self.cluster_used.take_back(request);
             self.index_insert(node);
         }
@@ -76,7 +76,7 @@ impl<'a> Session<'a> {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
             self.used[node.index()].add(request);
-            self.touched.push(node);
+            self.changes.note(node);
             self.cluster_used.add(request);
             self.index_insert(node);
         }
@@ -129,7 +129,7 @@ impl<'a> Session<'a> {
             }
             self.used[node.index()].add(&t.request);
             self.cluster_used.add(&t.request);
-            self.moved.push(node);
+            self.changes.note(node);
             self.holds.entry(t.job).or_default().push((t.id, node));
             nodes.push(node);
         }

@@ -62,8 +62,7 @@ impl<'a> Session<'a> {
         self.charges += 1;
         self.index_remove(node);
         let i = node.index();
-        self.moved.push(node);
-        self.touched.push(node);
+        self.changes.note(node);
         let free_before = self.free_gpus(node) as i64;
         if add {
             self.used[i].add(&t.request);
