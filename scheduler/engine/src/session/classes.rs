@@ -113,8 +113,14 @@ impl StateClasses {
         let i = node.index();
         let key = &mut self.scratch;
         key.clear();
-        key.extend([self.statics[i] as i64, session.gpus_used[i] as i64]);
-        key.extend(session.used[i].iter().flat_map(|(id, v)| [id.0 as i64, v]));
+        key.extend([self.statics[i] as i64, session.capacity.closed(node) as i64]);
+        key.extend(
+            session
+                .capacity
+                .used(node)
+                .iter()
+                .flat_map(|(id, v)| [id.0 as i64, v]),
+        );
         for u in session.usage(node) {
             key.extend([u.slots, u.memory_mib, u.cores].map(i64::from));
         }

@@ -72,13 +72,13 @@ impl<'a> Session<'a> {
         need: &ClaimNeed,
         node: NodeId,
     ) -> Result<Vec<Option<ClaimPick>>, ClaimRefusal> {
-        let used = &self.claims.used;
-        let shared = &self.claims.shared;
+        let claims = self.capacity.claims();
+        let (used, shared) = (&claims.used, &claims.shared);
         dra::search(
             &self.snapshot.dra,
             need,
             node.index(),
-            (&|d| !used.contains(d), &self.claims.counters),
+            (&|d| !used.contains(d), &claims.counters),
             &|key| shared.get(key).map(|(devices, _)| devices.as_slice()),
         )
     }
@@ -114,22 +114,27 @@ impl<'a> Session<'a> {
         };
         for (ask, pick) in need.claims.iter().zip(&picks) {
             if let Some(key) = shared_pending(ask) {
-                let entry = self.claims.shared.entry(key.to_string()).or_default();
+                let entry = self
+                    .capacity
+                    .claims_mut()
+                    .shared
+                    .entry(key.to_string())
+                    .or_default();
                 if let Some(p) = pick {
                     entry.0 = p.held().collect();
                 }
                 entry.1 += 1;
             }
             for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.hold(&self.snapshot.dra, d);
+                self.capacity.claims_mut().hold(&self.snapshot.dra, d);
             }
         }
-        self.claims.placed.insert(task, picks);
+        self.capacity.claims_mut().placed.insert(task, picks);
     }
 
     /// Gives back what [`Session::take_claims`] allocated for the task.
     pub(super) fn give_back_claims(&mut self, task: TaskId) {
-        let Some(picks) = self.claims.placed.remove(&task) else {
+        let Some(picks) = self.capacity.claims_mut().placed.remove(&task) else {
             return;
         };
         let need = self
@@ -137,20 +142,20 @@ impl<'a> Session<'a> {
             .expect("a task that took claims has some");
         for (ask, pick) in need.claims.iter().zip(&picks) {
             if let Some(key) = shared_pending(ask) {
-                if let Some(entry) = self.claims.shared.get_mut(key) {
+                if let Some(entry) = self.capacity.claims_mut().shared.get_mut(key) {
                     entry.1 = entry.1.saturating_sub(1);
                     if entry.1 == 0 {
                         let devices = std::mem::take(&mut entry.0);
-                        self.claims.shared.remove(key);
+                        self.capacity.claims_mut().shared.remove(key);
                         for d in devices {
-                            self.claims.release(&self.snapshot.dra, d);
+                            self.capacity.claims_mut().release(&self.snapshot.dra, d);
                         }
                     }
                 }
                 continue;
             }
             for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.release(&self.snapshot.dra, d);
+                self.capacity.claims_mut().release(&self.snapshot.dra, d);
             }
         }
     }
@@ -170,7 +175,7 @@ impl<'a> Session<'a> {
             else {
                 continue;
             };
-            let Some(picks) = self.claims.placed.get(task) else {
+            let Some(picks) = self.capacity.claims().placed.get(task) else {
                 continue;
             };
             let t = snap.task(*task);
