@@ -3,6 +3,7 @@
 //! (`holds.rs`) and opening the session (`carry.rs`) change it, through the methods here.
 
 use crate::devices::{DeviceUse, Take};
+use crate::dra::{ClaimNeed, ClaimPick, DraTable};
 use crate::hash::Map;
 use crate::model::{Node, NodeId, TaskId};
 use crate::resources::Resources;
@@ -120,8 +121,20 @@ impl Capacity {
         &self.claims
     }
 
-    pub(super) fn claims_mut(&mut self) -> &mut dra::Claims {
-        &mut self.claims
+    /// Holds the devices a task's placement picked for its claims.
+    pub(super) fn take_claims(
+        &mut self,
+        table: &DraTable,
+        need: &ClaimNeed,
+        task: TaskId,
+        picks: Vec<Option<ClaimPick>>,
+    ) {
+        self.claims.take(table, need, task, picks);
+    }
+
+    /// Gives back what [`Self::take_claims`] held for the task.
+    pub(super) fn give_back_claims(&mut self, table: &DraTable, need: &ClaimNeed, task: TaskId) {
+        self.claims.give_back(table, need, task);
     }
 
     /// Puts a request on a node (and the cluster).

@@ -45,6 +45,55 @@ impl Claims {
         self.used.remove(d);
         table.charge(&mut self.counters, d, -1);
     }
+
+    /// Holds the devices a task's placement picked for its claims (`need`).
+    pub(super) fn take(
+        &mut self,
+        table: &DraTable,
+        need: &ClaimNeed,
+        task: TaskId,
+        picks: Vec<Option<ClaimPick>>,
+    ) {
+        for (ask, pick) in need.claims.iter().zip(&picks) {
+            if let Some(key) = shared_pending(ask) {
+                let entry = self.shared.entry(key.to_string()).or_default();
+                if let Some(p) = pick {
+                    entry.0 = p.held().collect();
+                }
+                entry.1 += 1;
+            }
+            for d in pick.iter().flat_map(|p| p.held()) {
+                self.hold(table, d);
+            }
+        }
+        self.placed.insert(task, picks);
+    }
+
+    /// Gives back what [`Self::take`] held for the task: a shared claim's devices once its
+    /// last placed pod is undone.
+    pub(super) fn give_back(&mut self, table: &DraTable, need: &ClaimNeed, task: TaskId) {
+        let Some(picks) = self.placed.remove(&task) else {
+            return;
+        };
+        for (ask, pick) in need.claims.iter().zip(&picks) {
+            if let Some(key) = shared_pending(ask) {
+                if let Some(entry) = self.shared.get_mut(key) {
+                    entry.1 = entry.1.saturating_sub(1);
+                    if entry.1 == 0 {
+                        let devices = std::mem::take(&mut entry.0);
+                        self.shared.remove(key);
+                        for d in devices {
+                            self.release(table, d);
+                        }
+                    }
+                }
+                continue;
+            }
+            for d in pick.iter().flat_map(|p| p.held()) {
+                self.release(table, d);
+            }
+        }
+    }
 }
 
 impl<'a> Session<'a> {
@@ -112,52 +161,16 @@ impl<'a> Session<'a> {
                 return;
             }
         };
-        for (ask, pick) in need.claims.iter().zip(&picks) {
-            if let Some(key) = shared_pending(ask) {
-                let entry = self
-                    .capacity
-                    .claims_mut()
-                    .shared
-                    .entry(key.to_string())
-                    .or_default();
-                if let Some(p) = pick {
-                    entry.0 = p.held().collect();
-                }
-                entry.1 += 1;
-            }
-            for d in pick.iter().flat_map(|p| p.held()) {
-                self.capacity.claims_mut().hold(&self.snapshot.dra, d);
-            }
-        }
-        self.capacity.claims_mut().placed.insert(task, picks);
+        (self.capacity).take_claims(&self.snapshot.dra, need, task, picks);
     }
 
     /// Gives back what [`Session::take_claims`] allocated for the task.
     pub(super) fn give_back_claims(&mut self, task: TaskId) {
-        let Some(picks) = self.capacity.claims_mut().placed.remove(&task) else {
+        // A task without claims took none.
+        let Some(need) = self.claim_need(task) else {
             return;
         };
-        let need = self
-            .claim_need(task)
-            .expect("a task that took claims has some");
-        for (ask, pick) in need.claims.iter().zip(&picks) {
-            if let Some(key) = shared_pending(ask) {
-                if let Some(entry) = self.capacity.claims_mut().shared.get_mut(key) {
-                    entry.1 = entry.1.saturating_sub(1);
-                    if entry.1 == 0 {
-                        let devices = std::mem::take(&mut entry.0);
-                        self.capacity.claims_mut().shared.remove(key);
-                        for d in devices {
-                            self.capacity.claims_mut().release(&self.snapshot.dra, d);
-                        }
-                    }
-                }
-                continue;
-            }
-            for d in pick.iter().flat_map(|p| p.held()) {
-                self.capacity.claims_mut().release(&self.snapshot.dra, d);
-            }
-        }
+        (self.capacity).give_back_claims(&self.snapshot.dra, need, task);
     }
 
     /// The claims the committed placements allocated, in the order they were placed.
