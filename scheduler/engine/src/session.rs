@@ -18,7 +18,10 @@ use basalt_topology::{DomainId, TierId, Topology};
 pub(crate) use carry::NodeState;
 
 mod able;
+mod bound;
+mod capacity;
 mod carry;
+mod changes;
 mod classes;
 mod devices;
 mod domains;
@@ -26,16 +29,21 @@ mod dra;
 mod explain;
 mod free_index;
 mod holds;
+mod jobs;
 mod open;
 mod plan;
 mod prefer;
+mod queues;
 mod read;
+mod refusals;
 mod relayout;
+mod reservations;
 mod score;
 mod search;
 mod topo;
 mod transact;
 mod usage;
+mod wait_notes;
 mod waiting;
 
 pub use topo::TopoState;
@@ -92,15 +100,6 @@ pub struct MemberCounts {
     pub by_role: BTreeMap<String, u32>,
 }
 
-/// A job's members by their state in the snapshot.
-#[derive(Clone, Copy, Default)]
-struct StartCounts {
-    pending: u32,
-    bound: u32,
-    succeeded: u32,
-    failed: u32,
-}
-
 /// Feasibility of a set of placement rules over all nodes, computed once per session.
 struct Statics {
     ok: Vec<bool>,
@@ -127,112 +126,40 @@ struct FreeIndex {
     buckets: BTreeMap<(u32, u32), BTreeSet<(u64, NodeId)>>,
 }
 
+/// The cycle's working copy of a snapshot. Its state is in parts, each owning its fields and
+/// changed only through its own methods, so that who may change what is read off the part:
+/// `capacity` (nodes, devices, claims), `queues` (shares, admissions), `jobs` (task status,
+/// phases, members), `bound` (fixed at opening), `reservations` (reserved nodes,
+/// nominations, holds), `refusals` and `notes` (what explanations are counted and written
+/// from). One log, `changes`, records every node whose usage changed, for those who bring
+/// their state up to date from it. The rest is the node search's indexes and caches.
 pub struct Session<'a> {
     pub snapshot: &'a Snapshot,
     fw: &'a Framework,
     /// Where the session's node state comes from and goes back to (none: it starts afresh and
     /// keeps nothing).
     warm: Option<&'a mut Warm>,
-    used: Vec<Resources>,
-    /// The sum of `used`, kept up to date so admission never sums every node per job.
-    cluster_used: Resources,
-    gpus_used: Vec<u64>,
-    /// Per device of the nodes that share them (see [`Snapshot::device_use`]).
-    device_use: Vec<crate::devices::DeviceUse>,
-    /// Per node, the MIG slices taken (see [`Snapshot::slice_used`]).
-    slice_used: Vec<u64>,
-    /// The MIG slices each task placed by this cycle takes.
-    placed_slices: Map<TaskId, u64>,
-    /// What each container of a multi-container task placed this cycle takes (see
-    /// [`Self::container_takes`]), in container order.
-    placed_takes: Map<TaskId, Vec<crate::devices::Take>>,
-    /// DRA devices in use and the claims this cycle allocated.
-    claims: dra::Claims,
-    status: Vec<TaskStatus>,
-    phase: Vec<JobPhase>,
-    /// Per job: members holding capacity (bound, placed or pipelined).
-    holding: Vec<u32>,
-    /// Per job: members placed or pipelined by this cycle (and not undone).
-    placed: Vec<u32>,
-    /// Per job: how its members stood when the session opened (what [`Session::counts`] gives
-    /// for a job no committed operation touched).
-    start_counts: Vec<StartCounts>,
-    /// Per queue: the lowest priority of its jobs with members bound before this cycle (the
-    /// only possible preempt victims), `None` when none is bound.
-    lowest_bound_priority: Vec<Option<i32>>,
-    /// Jobs in phase Pending in the snapshot (the candidates for admission), by id.
-    unadmitted: Vec<JobId>,
-    /// Jobs with pending members when the session opened, by id: no other job gets one (a
-    /// placement undone gives back a member that was pending; an eviction makes it Evicted).
-    with_pending: Vec<JobId>,
-    conditions: Vec<Vec<JobCondition>>,
-    /// Per queue: what its subtree holds (bound before the cycle, placed or pipelined by it).
-    queue_allocated: Vec<Resources>,
-    /// Per queue: what its subtree's pending pods asked for when the session opened.
-    queue_pending: Vec<Resources>,
-    /// Per queue: its fair share (see [`crate::FairShare`]).
-    deserved: Vec<Resources>,
-    /// Per queue and resource (`queue × dims`): its usage brought to the snapshot's instant
-    /// (see [`crate::usage`]); empty without a usage half-life.
-    usage: Vec<f64>,
-    /// Per queue: the weight the fair share divides by, when the policy adjusted it by usage.
-    usage_weights: Option<crate::UsageWeights>,
-    /// minResources of admitted jobs that hold nothing yet, in all and per queue subtree.
-    inqueue_reserved: Resources,
-    queue_reserved: Vec<Resources>,
-    cluster_allocatable: Resources,
-    /// What the queues share (see [`Session::queue_capacity`]).
-    queue_capacity: Resources,
-    /// Whether some queue states a guarantee (else a guarantee check has nothing to do).
-    guaranteed: bool,
-    /// Bound tasks per node when the session opened: the candidates for eviction.
-    node_tasks: Vec<TaskId>,
-    /// Beside `node_tasks`, each one's job and shape: what the loops over every running task
-    /// (the explanations' holder tables) read, 8 bytes a task instead of its record.
-    node_task_kinds: Vec<(JobId, ShapeId)>,
-    /// Where each node's part of `node_tasks` starts (and, one further, ends).
-    node_task_start: Vec<u32>,
-    /// Per leaf queue: the nodes its bound tasks were on when the session opened.
-    queue_nodes: Vec<Vec<NodeId>>,
-    /// Per node: the starving job that reserved it.
-    reserved_for: Vec<Option<JobId>>,
-    /// Members of reserving jobs and the nodes kept for them.
-    reservations: Vec<(TaskId, NodeId)>,
-    /// Capacity held for nominated pending pods (freed by an earlier cycle's evictions), per job,
-    /// until the job's own turn releases it.
-    holds: Map<JobId, Vec<(TaskId, NodeId)>>,
-    released_holds: Map<JobId, Vec<(TaskId, NodeId)>>,
-    any_reserved: bool,
+    /// What the nodes hold (see `capacity.rs`).
+    capacity: capacity::Capacity,
+    /// What the queues hold, ask for and deserve (see `queues.rs`).
+    queues: queues::Queues,
+    /// Where each job and task stands (see `jobs.rs`).
+    jobs: jobs::Jobs,
+    /// What was bound when the session opened (see `bound.rs`).
+    bound: bound::Bound,
+    /// Failures the search remembers and their reasons (see `refusals.rs`).
+    refusals: refusals::Refusals,
+    /// What the explanations of waiting jobs are written from (see `wait_notes.rs`).
+    notes: wait_notes::WaitNotes,
+    /// Nodes reserved for starving gangs, nominations and holds (see `reservations.rs`).
+    reservations: reservations::Reservations,
     index: FreeIndex,
     statics: Map<RulesId, Statics>,
     /// The last session's static filter results, taken over by rules on first use.
     kept_statics: Map<PlacementRules, Statics>,
-    /// Bumped whenever capacity is given back; a shape that failed since the last bump fails again.
-    released: u64,
-    /// Every node whose usage changed, in order, since the session opened: what a kept
-    /// explanation scan looks at again (see `explain.rs`).
-    touched: Vec<NodeId>,
-    failures: Map<(ShapeId, ReservedNodes), u64>,
-    /// Per shape, on clusters that share devices: the nodes without room for it (resources or
-    /// devices; a bit per node) since `released` was the value kept. Usage only grows until
-    /// capacity is given back, so they still have none, and the search passes them at a
-    /// bit's cost.
-    room_misses: Map<ShapeId, (u64, Vec<u64>)>,
-    /// Why no node takes each failed shape, counted only when asked for.
-    explanations: Map<(ShapeId, ReservedNodes), (u64, crate::refusal::NoNode)>,
-    /// While set, [`Session::why_no_node`] gives [`crate::NoNode::Uncounted`] for a task
-    /// with inter-pod rules (whose reason is a scan of its own) without scanning: the caller
-    /// will not report it (see [`Session::set_quiet`]).
-    quiet: bool,
-    /// The same for tasks with inter-pod rules, per gang and shape, valid while nothing is
-    /// committed.
-    gang_explanations: Map<(JobId, ShapeId, ReservedNodes), (u64, crate::refusal::NoNode)>,
-    /// Per shape, the scan its explanations start from (see `explain.rs`).
-    scans: Map<ShapeId, explain::Scan>,
     committed: Vec<Op>,
-    /// Nodes whose usage this session changed (with repeats): those of its operations and of
-    /// its holds (noted when taken; releasing and restoring one changes no other node).
-    moved: Vec<NodeId>,
+    /// Every node whose usage changed, in order: the one change log (see `changes.rs`).
+    changes: changes::Changes,
     /// The topology graph and free GPUs per domain; `None` when no tier is configured.
     topo: Option<TopoState>,
     /// Inter-pod affinity, spread and host ports: counts per domain (see [`crate::interpod`]).
@@ -253,12 +180,4 @@ pub struct Session<'a> {
     scored_tasks: u32,
     /// The nodes grouped by state, once a second task is scored (see `classes.rs`).
     classes: Option<classes::StateClasses>,
-    /// Per job: its 1-based turn in the order `allocate` served jobs (0: not served).
-    served: Vec<u32>,
-    served_count: u32,
-    /// Per job: `allocate` could not place its minimum for room or quota; its condition is
-    /// worded from its explanation (see `waiting.rs`).
-    short: Vec<bool>,
-    /// Per job: why it waits, once the actions are done (see `waiting.rs`).
-    waiting: Vec<Option<Box<crate::plan::Explanation>>>,
 }

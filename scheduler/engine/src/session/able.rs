@@ -41,7 +41,11 @@ impl Session<'_> {
     }
 
     fn able_epoch(&self) -> (u64, u64, usize) {
-        (self.charges, self.released, self.reservations.len())
+        (
+            self.charges,
+            self.refusals.released(),
+            self.reservations.nominations().len(),
+        )
     }
 
     /// The nodes of domain `d` (its `nodes`) that can take the task now, in their order.

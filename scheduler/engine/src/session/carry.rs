@@ -59,13 +59,13 @@ impl Session<'_> {
     ) -> Option<(TopoState, Vec<(NodeId, u64)>)> {
         let snap = self.snapshot;
         let Some(state) = kept else {
-            self.used = snap.node_used.clone();
-            self.gpus_used = snap.node_gpus_used.clone();
+            (self.capacity).start(snap.node_used.clone(), snap.node_gpus_used.clone());
             self.hold_nominated(&mut Vec::new());
             self.index_all();
             return None;
         };
-        (self.used, self.gpus_used, self.index) = (state.used, state.gpus_used, state.index);
+        self.capacity.start(state.used, state.gpus_used);
+        self.index = state.index;
         self.kept_statics = state.statics;
         let mut stale = Vec::new();
         let mut gpus_moved = Vec::new();
@@ -80,22 +80,15 @@ impl Session<'_> {
             _ => (0..snap.nodes.len()).map(|i| NodeId(i as u32)).collect(),
         };
         for node in nodes {
-            let i = node.index();
-            let (used, gpus) = (&snap.node_used[i], snap.node_gpus_used[i]);
-            let was = std::mem::replace(&mut self.gpus_used[i], gpus);
+            let (was, usage_moved) = self.capacity.follow_snapshot(snap, node);
+            let gpus = snap.node_gpus_used[node.index()];
             if was != gpus {
                 gpus_moved.push((node, was));
             }
-            let usage_moved = self.used[i] != *used;
-            if usage_moved {
-                self.used[i].clone_from(used);
-            }
             // A shared node's level follows its devices, which its usage may not show.
-            let n = &snap.nodes[i];
-            let devices_moved = n.sharing.shares() && {
-                let range = n.device_base as usize..n.device_base as usize + n.gpus.len();
-                state.device_use.get(range.clone()) != self.device_use.get(range)
-            };
+            let n = &snap.nodes[node.index()];
+            let devices_moved =
+                n.sharing.shares() && self.capacity.shared_use_differs(&state.device_use, n);
             if usage_moved || was != gpus || devices_moved {
                 stale.push(node);
             }
@@ -119,7 +112,7 @@ impl Session<'_> {
         let order = self.fw.node_order();
         (self.snapshot.nodes.iter()).all(|n| {
             let i = n.id.index();
-            self.index.key[i].1 == order.key(&n.allocatable, &self.used[i])
+            self.index.key[i].1 == order.key(&n.allocatable, self.capacity.used(n.id))
         })
     }
 
@@ -138,7 +131,7 @@ impl Session<'_> {
                 for (node, was) in moved {
                     let count = snap.nodes[node.index()].gpus.len() as u32;
                     let free = |mask: u64| (count - mask.count_ones().min(count)) as i64;
-                    topo.change(node, free(self.gpus_used[node.index()]) - free(was));
+                    topo.change(node, free(self.capacity.closed(node)) - free(was));
                 }
                 return topo;
             }
@@ -183,18 +176,16 @@ impl Session<'_> {
         for (rules, s) in self.statics {
             statics.insert(snap.rules[rules.0 as usize].clone(), s);
         }
-        let mut moved = self.moved;
-        moved.sort_unstable();
-        moved.dedup();
+        let (used, gpus_used, device_use) = self.capacity.into_node_state();
         warm.keep_node_state(NodeState {
             nodes: snap.lineage.nodes.clone(),
             resources: names.clone(),
             generation: snap.lineage.generation,
-            moved,
+            moved: self.changes.into_nodes(),
             statics,
-            used: self.used,
-            gpus_used: self.gpus_used,
-            device_use: self.device_use,
+            used,
+            gpus_used,
+            device_use,
             index: self.index,
             topo: self.topo,
         });

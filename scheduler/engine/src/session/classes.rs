@@ -93,7 +93,7 @@ impl StateClasses {
             place_in_occupied: Vec::new(),
             known: Map::default(),
             scratch: Vec::new(),
-            seen: session.touched.len(),
+            seen: session.changes.len(),
         };
         for n in &snap.nodes {
             classes.place(session, n.id);
@@ -103,18 +103,24 @@ impl StateClasses {
 
     /// Moves the nodes whose usage changed since the last look to their state now.
     pub(super) fn refresh(&mut self, session: &Session) {
-        for i in self.seen..session.touched.len() {
-            self.place(session, session.touched[i]);
+        for &node in session.changes.since(self.seen) {
+            self.place(session, node);
         }
-        self.seen = session.touched.len();
+        self.seen = session.changes.len();
     }
 
     fn place(&mut self, session: &Session, node: NodeId) {
         let i = node.index();
         let key = &mut self.scratch;
         key.clear();
-        key.extend([self.statics[i] as i64, session.gpus_used[i] as i64]);
-        key.extend(session.used[i].iter().flat_map(|(id, v)| [id.0 as i64, v]));
+        key.extend([self.statics[i] as i64, session.capacity.closed(node) as i64]);
+        key.extend(
+            session
+                .capacity
+                .used(node)
+                .iter()
+                .flat_map(|(id, v)| [id.0 as i64, v]),
+        );
         for u in session.usage(node) {
             key.extend([u.slots, u.memory_mib, u.cores].map(i64::from));
         }

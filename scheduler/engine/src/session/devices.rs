@@ -82,7 +82,7 @@ impl<'a> Session<'a> {
         let level = match n.sharing {
             Sharing::Exclusive | Sharing::TimeSliced | Sharing::Mps => LEVELS * (free > 0) as u32,
             Sharing::Hami | Sharing::VolcanoVgpu => {
-                let closed = self.gpus_used[node.index()];
+                let closed = self.capacity.closed(node);
                 (n.gpus.iter().zip(self.usage(node)).enumerate())
                     .filter(|(p, _)| closed & (1 << p) == 0)
                     .map(|(_, (g, u))| {
@@ -144,9 +144,8 @@ impl<'a> Session<'a> {
     /// What is in use on each device of a node that shares them (empty for one that does not).
     pub(crate) fn usage(&self, node: NodeId) -> &[DeviceUse] {
         let n = self.snapshot.node(node);
-        let base = n.device_base as usize;
         match n.sharing.shares() {
-            true => &self.device_use[base..base + n.gpus.len()],
+            true => self.capacity.shared_use(n),
             false => &[],
         }
     }
@@ -168,7 +167,7 @@ impl<'a> Session<'a> {
         usage: &[DeviceUse],
     ) -> u64 {
         let n = self.snapshot.node(node);
-        let used = self.gpus_used[node.index()];
+        let used = self.capacity.closed(node);
         let filters = need.filters;
         let ask = ask_on(n.sharing, need.share);
         let mut open = 0u64;
@@ -317,7 +316,7 @@ impl<'a> Session<'a> {
         let totals = self.snapshot.share_names.totals();
         let request = &self.snapshot.task(task).request;
         let alloc = &self.snapshot.node(node).allocatable;
-        (request.short_on(&self.used[node.index()], alloc)).any(|id| totals.contains(&Some(id)))
+        (request.short_on(self.capacity.used(node), alloc)).any(|id| totals.contains(&Some(id)))
     }
 
     /// The devices a task takes on a node: among those it could take (inside `island` when
@@ -334,7 +333,7 @@ impl<'a> Session<'a> {
             // (Never without: the pod-level pick below is the fallback.)
             if let Some(takes) = takes {
                 let picked = takes.iter().fold(0u64, |m, t| m | 1 << t.position);
-                self.placed_takes.insert(task, takes);
+                self.capacity.keep_takes(task, takes);
                 return picked;
             }
         }
@@ -433,70 +432,12 @@ impl<'a> Session<'a> {
         self.open_devices(&self.device_need(task), node, None)
     }
 
-    /// Puts the task's share on (or takes it off) each shared device of `gpus`, or marks whole
-    /// devices used (or free); the node's free-device mask follows.
-    pub(super) fn charge_devices(&mut self, task: TaskId, node: NodeId, gpus: u64, add: bool) {
-        let i = node.index();
-        let n = self.snapshot.node(node);
-        if !n.slices.is_empty() {
-            let slices = self.slices_of(task);
-            match add {
-                true => self.slice_used[i] |= slices,
-                false => self.slice_used[i] &= !slices,
-            }
-        }
-        if !n.sharing.shares() {
-            match add {
-                true => self.gpus_used[i] |= gpus,
-                false => self.gpus_used[i] &= !gpus,
-            }
-            return;
-        }
-        let base = n.device_base as usize;
-        let usage = &mut self.device_use[base..base + n.gpus.len()];
-        if let Some(takes) = self.placed_takes.get(&task) {
-            for t in takes {
-                usage[t.position as usize].charge(t.memory_mib, t.cores, add);
-            }
-            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
-            return;
-        }
-        if let Some(held) = self.snapshot.task(task).held.as_deref() {
-            crate::snapshot::charge_held(&n.gpus, usage, held, add);
-            self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
-            return;
-        }
-        let ask = ask_on(n.sharing, self.snapshot.task(task).share);
-        crate::snapshot::charge_shares(&n.gpus, usage, gpus, ask, add);
-        self.gpus_used[i] = crate::snapshot::closed_devices(n, usage);
-    }
-
-    /// Chooses the MIG slices a task about to be placed on the node takes (see
-    /// [`crate::devices::pick_slices`]); [`Self::charge_devices`] takes them.
-    pub(super) fn take_slices(&mut self, task: TaskId, node: NodeId) {
-        let n = self.snapshot.node(node);
-        if n.slices.is_empty() {
-            return;
-        }
-        let request = &self.snapshot.task(task).request;
-        let slices = crate::devices::pick_slices(&n.slices, self.slice_used[node.index()], request);
-        if slices != 0 {
-            self.placed_slices.insert(task, slices);
-        }
-    }
-
-    /// The MIG slices a task holds: those this cycle chose, else those it held when bound.
-    fn slices_of(&self, task: TaskId) -> u64 {
-        let held = self.snapshot.task(task).slices;
-        self.placed_slices.get(&task).copied().unwrap_or(held)
-    }
-
     /// The devices of a binding, with what the task takes of each: its GPUs, then its MIG
     /// slices (each with its parent GPU's index and UUID).
     pub(super) fn bound_devices(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
         let mut devices = self.bound_gpus(task, node, gpus);
         let n = self.snapshot.node(node);
-        let slices = self.slices_of(task);
+        let slices = self.capacity.slices_of(self.snapshot, task);
         for (_, s) in (n.slices.iter().enumerate()).filter(|(p, _)| slices & (1 << p) != 0) {
             let parent = n.gpus.iter().find(|g| g.index == s.mig.gpu);
             devices.push(BoundDevice {
@@ -516,7 +457,7 @@ impl<'a> Session<'a> {
     fn bound_gpus(&self, task: TaskId, node: NodeId, gpus: u64) -> Vec<BoundDevice> {
         let n = self.snapshot.node(node);
         // Per container, in container order: the handoff lists each container's cards.
-        if let Some(takes) = self.placed_takes.get(&task) {
+        if let Some(takes) = self.capacity.takes(task) {
             return (takes.iter())
                 .map(|t| {
                     let g = &n.gpus[t.position as usize];

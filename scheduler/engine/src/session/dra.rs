@@ -45,6 +45,55 @@ impl Claims {
         self.used.remove(d);
         table.charge(&mut self.counters, d, -1);
     }
+
+    /// Holds the devices a task's placement picked for its claims (`need`).
+    pub(super) fn take(
+        &mut self,
+        table: &DraTable,
+        need: &ClaimNeed,
+        task: TaskId,
+        picks: Vec<Option<ClaimPick>>,
+    ) {
+        for (ask, pick) in need.claims.iter().zip(&picks) {
+            if let Some(key) = shared_pending(ask) {
+                let entry = self.shared.entry(key.to_string()).or_default();
+                if let Some(p) = pick {
+                    entry.0 = p.held().collect();
+                }
+                entry.1 += 1;
+            }
+            for d in pick.iter().flat_map(|p| p.held()) {
+                self.hold(table, d);
+            }
+        }
+        self.placed.insert(task, picks);
+    }
+
+    /// Gives back what [`Self::take`] held for the task: a shared claim's devices once its
+    /// last placed pod is undone.
+    pub(super) fn give_back(&mut self, table: &DraTable, need: &ClaimNeed, task: TaskId) {
+        let Some(picks) = self.placed.remove(&task) else {
+            return;
+        };
+        for (ask, pick) in need.claims.iter().zip(&picks) {
+            if let Some(key) = shared_pending(ask) {
+                if let Some(entry) = self.shared.get_mut(key) {
+                    entry.1 = entry.1.saturating_sub(1);
+                    if entry.1 == 0 {
+                        let devices = std::mem::take(&mut entry.0);
+                        self.shared.remove(key);
+                        for d in devices {
+                            self.release(table, d);
+                        }
+                    }
+                }
+                continue;
+            }
+            for d in pick.iter().flat_map(|p| p.held()) {
+                self.release(table, d);
+            }
+        }
+    }
 }
 
 impl<'a> Session<'a> {
@@ -72,13 +121,13 @@ impl<'a> Session<'a> {
         need: &ClaimNeed,
         node: NodeId,
     ) -> Result<Vec<Option<ClaimPick>>, ClaimRefusal> {
-        let used = &self.claims.used;
-        let shared = &self.claims.shared;
+        let claims = self.capacity.claims();
+        let (used, shared) = (&claims.used, &claims.shared);
         dra::search(
             &self.snapshot.dra,
             need,
             node.index(),
-            (&|d| !used.contains(d), &self.claims.counters),
+            (&|d| !used.contains(d), &claims.counters),
             &|key| shared.get(key).map(|(devices, _)| devices.as_slice()),
         )
     }
@@ -112,47 +161,16 @@ impl<'a> Session<'a> {
                 return;
             }
         };
-        for (ask, pick) in need.claims.iter().zip(&picks) {
-            if let Some(key) = shared_pending(ask) {
-                let entry = self.claims.shared.entry(key.to_string()).or_default();
-                if let Some(p) = pick {
-                    entry.0 = p.held().collect();
-                }
-                entry.1 += 1;
-            }
-            for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.hold(&self.snapshot.dra, d);
-            }
-        }
-        self.claims.placed.insert(task, picks);
+        (self.capacity).take_claims(&self.snapshot.dra, need, task, picks);
     }
 
     /// Gives back what [`Session::take_claims`] allocated for the task.
     pub(super) fn give_back_claims(&mut self, task: TaskId) {
-        let Some(picks) = self.claims.placed.remove(&task) else {
+        // A task without claims took none.
+        let Some(need) = self.claim_need(task) else {
             return;
         };
-        let need = self
-            .claim_need(task)
-            .expect("a task that took claims has some");
-        for (ask, pick) in need.claims.iter().zip(&picks) {
-            if let Some(key) = shared_pending(ask) {
-                if let Some(entry) = self.claims.shared.get_mut(key) {
-                    entry.1 = entry.1.saturating_sub(1);
-                    if entry.1 == 0 {
-                        let devices = std::mem::take(&mut entry.0);
-                        self.claims.shared.remove(key);
-                        for d in devices {
-                            self.claims.release(&self.snapshot.dra, d);
-                        }
-                    }
-                }
-                continue;
-            }
-            for d in pick.iter().flat_map(|p| p.held()) {
-                self.claims.release(&self.snapshot.dra, d);
-            }
-        }
+        (self.capacity).give_back_claims(&self.snapshot.dra, need, task);
     }
 
     /// The claims the committed placements allocated, in the order they were placed.
@@ -170,7 +188,7 @@ impl<'a> Session<'a> {
             else {
                 continue;
             };
-            let Some(picks) = self.claims.placed.get(task) else {
+            let Some(picks) = self.capacity.claims().placed.get(task) else {
                 continue;
             };
             let t = snap.task(*task);

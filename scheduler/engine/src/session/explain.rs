@@ -76,17 +76,17 @@ impl Session<'_> {
         let totals = self.snapshot.share_names.totals();
         let unworded = (totals.iter().flatten())
             .fold(0u64, |m, id| m | 1u64.checked_shl(id.0 as u32).unwrap_or(0));
-        if let Some(mut scan) = self.scans.remove(&shape).filter(|_| maskable) {
-            for &node in &self.touched[scan.seen..] {
+        if let Some(mut scan) = self.refusals.take_scan(shape).filter(|_| maskable) {
+            for &node in self.changes.since(scan.seen) {
                 if scan.class[node.index()] != REFUSED {
                     let alloc = &self.snapshot.nodes[node.index()].allocatable;
                     scan.set(
                         node,
-                        short_mask(request, &self.used[node.index()], alloc, unworded),
+                        short_mask(request, self.capacity.used(node), alloc, unworded),
                     );
                 }
             }
-            scan.seen = self.touched.len();
+            scan.seen = self.changes.len();
             return scan;
         }
         let r = &self.snapshot.rules[rules.0 as usize];
@@ -95,7 +95,7 @@ impl Session<'_> {
             refused: BTreeMap::new(),
             short: vec![0; MASKABLE.max(self.snapshot.resources.len())],
             room: BTreeSet::new(),
-            seen: self.touched.len(),
+            seen: self.changes.len(),
         };
         // Nodes known to pass the static filters are not asked again (only failures are worded).
         let passes = self.statics.get(&rules).map(|s| &s.ok);
@@ -121,7 +121,7 @@ impl Session<'_> {
                 continue;
             }
             let mut mask = 0;
-            for id in request.short_on(&self.used[i], &node.allocatable) {
+            for id in request.short_on(self.capacity.used(node.id), &node.allocatable) {
                 if totals.contains(&Some(id)) {
                     continue;
                 }
@@ -186,7 +186,7 @@ impl Session<'_> {
                 .or_default() += n;
         }
         drop(check);
-        self.scans.insert(shape, scan);
+        self.refusals.keep_scan(shape, scan);
         (counts, available)
     }
 }

@@ -28,7 +28,8 @@ impl<'a> Session<'a> {
             .map(|node| {
                 let i = node.id.index();
                 let free_gpus = self.bucket_devices(node.id);
-                let key = (self.fw.node_order()).key(&node.allocatable, &self.used[i]);
+                let key =
+                    (self.fw.node_order()).key(&node.allocatable, self.capacity.used(node.id));
                 ((self.index.class[i], free_gpus), (key, node.id))
             })
             .collect();
@@ -47,7 +48,7 @@ impl<'a> Session<'a> {
         let i = node.index();
         let snap_node = &self.snapshot.nodes[i];
         let free_gpus = self.bucket_devices(node);
-        let key = (self.fw.node_order()).key(&snap_node.allocatable, &self.used[i]);
+        let key = (self.fw.node_order()).key(&snap_node.allocatable, self.capacity.used(node));
         self.index.key[i] = (free_gpus, key);
         let bucket = (self.index.class[i], free_gpus);
         self.index

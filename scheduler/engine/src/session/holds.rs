@@ -6,99 +6,78 @@ use super::*;
 impl<'a> Session<'a> {
     /// Moves a job into the schedulable set, reserving its minResources until it holds members.
     pub fn admit(&mut self, job: JobId) {
-        if self.phase[job.index()] != JobPhase::Pending {
-            return;
+        if self.jobs.admit(job) {
+            self.reserve_admission(job, true);
         }
-        self.phase[job.index()] = JobPhase::Inqueue;
-        self.reserve_admission(job, true);
     }
 
     /// Adds (or gives back) an admitted job's minResources to the admission reservations.
     pub(super) fn reserve_admission(&mut self, job: JobId, add: bool) {
         let snap = self.snapshot;
-        if self.phase[job.index()] != JobPhase::Inqueue {
+        if self.jobs.phase(job) != JobPhase::Inqueue {
             return;
         }
         let Some(min) = &snap.job(job).min_resources else {
             return;
         };
-        for q in ancestors(snap, snap.job(job).queue) {
-            if add {
-                self.queue_reserved[q.index()].add(min);
-            } else {
-                self.queue_reserved[q.index()].take_back(min);
-            }
-        }
-        if add {
-            self.inqueue_reserved.add(min);
-        } else {
-            self.inqueue_reserved.take_back(min);
-        }
+        (self.queues).reserve(snap, snap.job(job).queue, min, add);
     }
 
     /// Notes `condition` for `job` (once), worded when the plan is written.
     pub fn add_condition(&mut self, job: JobId, condition: JobCondition) {
-        let list = &mut self.conditions[job.index()];
-        if !list.contains(&condition) {
-            list.push(condition);
-        }
+        self.jobs.add_condition(job, condition);
     }
 
     /// Gives the job back the capacity held for its nominated pods, so that they (or other
     /// members) can be placed; other jobs never see it.
     pub fn release_holds(&mut self, job: JobId) {
-        let Some(holds) = self.holds.remove(&job) else {
+        let Some(holds) = self.reservations.take_holds(job) else {
             return;
         };
         for &(task, node) in &holds {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
-            self.used[node.index()].take_back(request);
-            self.touched.push(node);
-            self.cluster_used.take_back(request);
+            self.capacity.give_back(node, request);
+            self.changes.note(node);
             self.index_insert(node);
         }
-        self.released += 1;
-        self.released_holds.insert(job, holds);
+        self.refusals.note_released();
+        self.reservations.keep_released(job, holds);
     }
 
     /// After a job's turn: its nominated pods still pending hold their nodes again, for the
     /// rest of the cycle.
     pub fn restore_holds(&mut self, job: JobId) {
-        let Some(holds) = self.released_holds.remove(&job) else {
+        let Some(holds) = self.reservations.take_released(job) else {
             return;
         };
         let keep: Vec<(TaskId, NodeId)> = holds
             .into_iter()
-            .filter(|&(t, _)| self.status[t.index()] == TaskStatus::Pending)
+            .filter(|&(t, _)| self.jobs.is_pending(t))
             .collect();
         for &(task, node) in &keep {
             self.index_remove(node);
             let request = &self.snapshot.task(task).request;
-            self.used[node.index()].add(request);
-            self.touched.push(node);
-            self.cluster_used.add(request);
+            self.capacity.take(node, request);
+            self.changes.note(node);
             self.index_insert(node);
         }
-        if !keep.is_empty() {
-            self.holds.insert(job, keep);
-        }
+        self.reservations.keep_holds(job, keep);
     }
 
     pub fn reserved_for(&self, node: NodeId) -> Option<JobId> {
-        self.reserved_for[node.index()]
+        self.reservations.reserved_for(node)
     }
 
     /// Keeps a node for a starving job: other work may use it only with `ReservedNodes::Use`.
     pub fn reserve_node(&mut self, node: NodeId, job: JobId) {
-        self.reserved_for[node.index()] = Some(job);
-        self.any_reserved = true;
+        self.reservations.reserve(node, job);
         // Cached failures assumed no reservations; they are stale now.
-        self.released += 1;
+        self.refusals.note_released();
     }
 
     pub fn has_reservations(&self) -> bool {
-        self.any_reserved
+        self.reservations.any()
     }
 
     /// Records that a member of a reserving job waits for this node; reported as a nomination
@@ -108,13 +87,12 @@ impl<'a> Session<'a> {
             self.snapshot.task(task).hold.is_none(),
             "a held task is nominated"
         );
-        self.reservations.push((task, node));
+        self.reservations.nominate(task, node);
     }
 
     /// Forgets the nominations of a job's reservation.
     pub fn drop_nominations(&mut self, job: JobId) {
-        let snap = self.snapshot;
-        self.reservations.retain(|&(t, _)| snap.task(t).job != job);
+        self.reservations.drop_nominations(self.snapshot, job);
     }
 
     /// Holds capacity for nominated pending pods (see `holds`), noting their nodes.
@@ -127,10 +105,9 @@ impl<'a> Session<'a> {
             if self.timed_out(t.job).is_some() {
                 continue;
             }
-            self.used[node.index()].add(&t.request);
-            self.cluster_used.add(&t.request);
-            self.moved.push(node);
-            self.holds.entry(t.job).or_default().push((t.id, node));
+            self.capacity.take(node, &t.request);
+            self.changes.note(node);
+            self.reservations.hold(t.job, t.id, node);
             nodes.push(node);
         }
     }

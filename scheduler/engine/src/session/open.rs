@@ -23,14 +23,10 @@ impl<'a> Session<'a> {
     ) -> Self {
         let n = snapshot.nodes.len();
         let dims = snapshot.resources.len();
-        let cluster_allocatable = snapshot.allocatable_total.clone();
-        let node_used_sum = snapshot.used_total.clone();
         let zeros = vec![Resources::zero(dims); snapshot.queues.len()];
         let mut queue_allocated = zeros.clone();
-        let mut queue_pending = zeros.clone();
-        let mut start_counts = vec![StartCounts::default(); snapshot.jobs.len()];
-        // Bound tasks per node, as one list cut at `node_task_start` (counted, then placed).
-        let mut node_task_start = vec![0u32; n + 1];
+        let mut queue_pending = zeros;
+        let mut start_counts = vec![jobs::StartCounts::default(); snapshot.jobs.len()];
         let mut status = Vec::with_capacity(snapshot.tasks.len());
         // Per task, its job's (leaf) queue: tasks mostly follow their job, so look it up once
         // per run of a job's tasks.
@@ -57,7 +53,6 @@ impl<'a> Session<'a> {
                 TaskState::Bound(node) => {
                     queue_allocated[queue.index()].add(&t.request);
                     counts.bound += 1;
-                    node_task_start[node.index() + 1] += 1;
                     TaskStatus::Bound(node)
                 }
                 TaskState::Succeeded => {
@@ -69,13 +64,6 @@ impl<'a> Session<'a> {
                     TaskStatus::Failed
                 }
             });
-        }
-        // Members holding capacity: the bound ones, to begin with.
-        let holding: Vec<u32> = start_counts.iter().map(|c| c.bound).collect();
-        let mut lowest_bound_priority: Vec<Option<i32>> = vec![None; snapshot.queues.len()];
-        for job in snapshot.jobs.iter().filter(|j| holding[j.id.index()] > 0) {
-            let lowest = &mut lowest_bound_priority[job.queue.index()];
-            *lowest = Some(lowest.map_or(job.priority, |p| p.min(job.priority)));
         }
         for (held, pinned) in queue_allocated.iter_mut().zip(&snapshot.queue_pinned) {
             held.add(pinned);
@@ -93,29 +81,6 @@ impl<'a> Session<'a> {
                 queue_allocated[a.index()].add(&own_allocated[q.id.index()]);
             }
         }
-        for i in 0..n {
-            node_task_start[i + 1] += node_task_start[i];
-        }
-        let mut node_tasks = vec![TaskId(0); node_task_start[n] as usize];
-        let mut node_task_kinds = vec![(JobId(0), ShapeId(0)); node_tasks.len()];
-        let mut next = node_task_start.clone();
-        for (t, status) in snapshot.tasks.iter().zip(&status) {
-            if let TaskStatus::Bound(node) = status {
-                let at = next[node.index()] as usize;
-                (node_tasks[at], node_task_kinds[at]) = (t.id, (t.job, t.shape));
-                next[node.index()] += 1;
-            }
-        }
-        let mut queue_nodes: Vec<Vec<NodeId>> = vec![Vec::new(); snapshot.queues.len()];
-        for node in 0..n {
-            let (from, to) = (node_task_start[node], node_task_start[node + 1]);
-            for &t in &node_tasks[from as usize..to as usize] {
-                let list = &mut queue_nodes[task_queue[t.index()].index()];
-                if list.last() != Some(&NodeId(node as u32)) {
-                    list.push(NodeId(node as u32));
-                }
-            }
-        }
         // One pass over the jobs for what the session keeps of them.
         let mut phase = Vec::with_capacity(snapshot.jobs.len());
         let (mut unadmitted, mut to_reserve) = (Vec::new(), Vec::new());
@@ -126,7 +91,7 @@ impl<'a> Session<'a> {
                 JobPhase::Pending => unadmitted.push(job.id),
                 // A gang backing off after its schedule timeout reserves nothing.
                 JobPhase::Inqueue
-                    if holding[job.id.index()] == 0
+                    if start_counts[job.id.index()].bound == 0
                         && fw.timed_out(job, false, snapshot.now_ms).is_none() =>
                 {
                     to_reserve.push(job.id)
@@ -135,10 +100,6 @@ impl<'a> Session<'a> {
             }
             constrained |= !job.topology.is_empty() || !job.sub_groups.is_empty();
         }
-        let with_pending = (start_counts.iter().enumerate())
-            .filter(|(_, c)| c.pending > 0)
-            .map(|(j, _)| JobId(j as u32))
-            .collect();
         let kept = warm
             .as_deref_mut()
             .and_then(|w| w.take_node_state(snapshot));
@@ -146,46 +107,20 @@ impl<'a> Session<'a> {
             Some(w) => w.topology(snapshot, &fw.tiers, constrained),
             None => snapshot.topology(&fw.tiers, constrained).map(Arc::new),
         };
+        let bound = bound::Bound::new(snapshot, &status, &task_queue, |j| {
+            start_counts[j.index()].bound
+        });
         let mut session = Session {
             snapshot,
             fw,
             warm,
-            used: Vec::new(),
-            cluster_used: Resources::zero(dims),
-            gpus_used: Vec::new(),
-            device_use: snapshot.device_use.clone(),
-            slice_used: snapshot.slice_used.clone(),
-            placed_slices: Map::default(),
-            placed_takes: Map::default(),
-            claims: dra::Claims::new(&snapshot.dra),
-            status,
-            phase,
-            unadmitted,
-            with_pending,
-            placed: vec![0; holding.len()],
-            start_counts,
-            lowest_bound_priority,
-            holding,
-            conditions: vec![Vec::new(); snapshot.jobs.len()],
-            queue_allocated,
-            queue_pending,
-            deserved: Vec::new(),
-            usage: Vec::new(),
-            usage_weights: None,
-            inqueue_reserved: Resources::zero(dims),
-            queue_reserved: zeros,
-            cluster_allocatable,
-            queue_capacity: Resources::zero(dims),
-            guaranteed: snapshot.queues.iter().any(|q| !q.guarantee.is_empty()),
-            node_tasks,
-            node_task_kinds,
-            node_task_start,
-            queue_nodes,
-            reserved_for: vec![None; n],
-            reservations: Vec::new(),
-            holds: Map::default(),
-            released_holds: Map::default(),
-            any_reserved: false,
+            capacity: capacity::Capacity::new(snapshot),
+            queues: queues::Queues::new(snapshot, queue_allocated, queue_pending, &ours_bound),
+            jobs: jobs::Jobs::new(status, start_counts, phase, unadmitted),
+            bound,
+            refusals: refusals::Refusals::default(),
+            notes: wait_notes::WaitNotes::new(snapshot.jobs.len()),
+            reservations: reservations::Reservations::new(n),
             index: FreeIndex {
                 class: Vec::new(),
                 key: Vec::new(),
@@ -193,16 +128,8 @@ impl<'a> Session<'a> {
             },
             statics: Map::default(),
             kept_statics: Map::default(),
-            released: 0,
-            touched: Vec::new(),
-            failures: Map::default(),
-            room_misses: Map::default(),
-            explanations: Map::default(),
-            gang_explanations: Map::default(),
-            scans: Map::default(),
-            quiet: false,
             committed: Vec::new(),
-            moved: Vec::new(),
+            changes: changes::Changes::default(),
             topo: None,
             pods: InterPod::new(snapshot),
             domain_index: domains::DomainIndex::default(),
@@ -213,33 +140,25 @@ impl<'a> Session<'a> {
             chooser: None,
             scored_tasks: 0,
             classes: None,
-            served: vec![0; snapshot.jobs.len()],
-            served_count: 0,
-            short: vec![false; snapshot.jobs.len()],
-            waiting: vec![None; snapshot.jobs.len()],
         };
         let kept_topo = session.start_nodes(kept);
         session.domain_index =
             domains::DomainIndex::new(session.pods.coarse_keys(snapshot.nodes.len()));
         session.topo = topology.map(|t| session.topo_state(t, kept_topo));
-        session.cluster_used.add(&node_used_sum);
+        session.capacity.count_in_cluster(&snapshot.used_total);
         for job in to_reserve {
             session.reserve_admission(job, true);
         }
-        session.queue_capacity = {
-            let mut foreign = node_used_sum;
-            foreign.take_back(&ours_bound);
-            let mut capacity = session.cluster_allocatable.clone();
-            capacity.sub(&foreign);
-            capacity
-        };
-        session.usage = session.usage_now();
-        session.usage_weights = (fw.fair_share.as_ref()).and_then(|p| p.weights(&session));
-        session.deserved = match &fw.fair_share {
+        let usage = session.usage_now();
+        session.queues.set_usage(usage);
+        let weights = (fw.fair_share.as_ref()).and_then(|p| p.weights(&session));
+        session.queues.set_weights(weights);
+        let deserved = match &fw.fair_share {
             Some(policy) => policy.deserved(&session),
             // Without a fair-share policy every queue may use the whole cluster.
-            None => vec![session.queue_capacity.clone(); snapshot.queues.len()],
+            None => vec![session.queue_capacity(); snapshot.queues.len()],
         };
+        session.queues.set_deserved(deserved);
         session.prepare_scoring();
         session
     }

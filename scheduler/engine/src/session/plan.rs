@@ -61,9 +61,8 @@ impl Session<'_> {
             }
         }
         plan.claim_allocations = self.claim_allocations();
-        for &(task, node) in &self.reservations {
-            if self.status[task.index()] == TaskStatus::Pending && !relayouts.tasks.contains(&task)
-            {
+        for &(task, node) in self.reservations.nominations() {
+            if self.jobs.is_pending(task) && !relayouts.tasks.contains(&task) {
                 plan.nominations.push(Nomination {
                     pod: snap.task(task).name.to_string(),
                     node: snap.node(node).name.clone(),
@@ -82,7 +81,7 @@ impl Session<'_> {
             let c = if touched[job.id.index()] {
                 self.counts(job.id)
             } else {
-                let s = self.start_counts[job.id.index()];
+                let s = self.jobs.start_counts(job.id);
                 MemberCounts {
                     running: s.bound,
                     succeeded: s.succeeded,
@@ -96,7 +95,7 @@ impl Session<'_> {
                 c.running + c.succeeded >= job.min_member
             } else {
                 let pipelined: Vec<TaskId> = (job.tasks.iter().copied())
-                    .filter(|t| matches!(self.status[t.index()], TaskStatus::Pipelined { .. }))
+                    .filter(|t| matches!(self.jobs.status(*t), TaskStatus::Pipelined { .. }))
                     .collect();
                 self.meets_minimums(job.id, &pipelined)
             };
@@ -108,7 +107,7 @@ impl Session<'_> {
                 }
             } else if c.running > 0 {
                 JobPhase::Unknown
-            } else if self.phase[job.id.index()] == JobPhase::Pending {
+            } else if self.jobs.phase(job.id) == JobPhase::Pending {
                 JobPhase::Pending
             } else {
                 JobPhase::Inqueue
@@ -120,7 +119,7 @@ impl Session<'_> {
             // Why members wait matters only while some do; warnings hold as long as the spec.
             let waiting = c.pending + c.pipelined > 0;
             let mut conditions: Vec<Condition> = Vec::new();
-            for c in &self.conditions[job.id.index()] {
+            for c in self.jobs.conditions(job.id) {
                 // Worded now; two reasons that word alike are one condition.
                 let c = c.condition(snap, job.id);
                 let kept = waiting || c.kind != crate::actions::UNSCHEDULABLE;
@@ -128,7 +127,7 @@ impl Session<'_> {
                     conditions.push(c);
                 }
             }
-            let explanation = self.waiting[job.id.index()].take().filter(|_| waiting);
+            let explanation = self.notes.take_waiting(job.id).filter(|_| waiting);
             let relayout = relayouts.jobs.get(&job.id).filter(|_| waiting);
             if let Some(message) = relayout {
                 // It waits for a GPU to be re-laid, not for capacity to free up.
@@ -138,7 +137,7 @@ impl Session<'_> {
                     reason: crate::framework::MIG_RELAYOUT.to_string(),
                     message: message.clone(),
                 });
-            } else if self.short[job.id.index()] && waiting {
+            } else if self.notes.is_short(job.id) && waiting {
                 let e = explanation.as_deref();
                 conditions.push(short_condition(job, &c, e, &mut summaries));
             }
@@ -162,7 +161,7 @@ impl Session<'_> {
                 parent: q.parent.map(|p| snap.queue(p).name.clone()),
                 deserved: names.quantities(deserved),
                 allocated: names.quantities(held),
-                demand: names.quantities(&self.queue_pending[q.id.index()]),
+                demand: names.quantities(self.queues.pending(q.id)),
                 share: Share::of_deserved(held, deserved).as_f64(),
                 undeserved: (Share::undeserved(held, deserved))
                     .map(|r| names.name(r).to_string())

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Session, TaskStatus};
+use super::Session;
 use crate::framework::RelayoutProposal;
 use crate::model::{JobId, NodeId, TaskId};
 use crate::plan::{MigLayout, MigPlacement};
@@ -23,7 +23,7 @@ impl Session<'_> {
     /// The MIG slices of a node taken now (bound pods and this cycle's placements).
     pub fn slices_used(&self, node: NodeId) -> u64 {
         // Empty when no node has slices.
-        self.slice_used.get(node.index()).copied().unwrap_or(0)
+        self.capacity.slices_used(node)
     }
 
     /// Whether GPU `position` of the node could be re-laid now: healthy, on an open node not
@@ -40,7 +40,7 @@ impl Session<'_> {
             !(n.slices.iter().enumerate())
                 .any(|(p, s)| s.mig.gpu == g.index && used & (1 << p) != 0)
         } else {
-            self.gpus_used[node.index()] & (1 << position) == 0
+            self.capacity.closed(node) & (1 << position) == 0
         };
         open && g.healthy && n.sharing == crate::devices::Sharing::Exclusive && idle
     }
@@ -95,9 +95,7 @@ impl Session<'_> {
         let Some(position) = n.gpus.iter().position(|g| g.index == p.gpu) else {
             return false;
         };
-        let pending = |t: &TaskId| {
-            t.index() < self.status.len() && self.status[t.index()] == TaskStatus::Pending
-        };
+        let pending = |t: &TaskId| self.jobs.is_pending(*t);
         self.gpu_relayable(p.node, position)
             && !seen_gpus.contains(&(p.node, p.gpu))
             && !p.layout.is_empty()

@@ -122,7 +122,7 @@ impl Session<'_> {
 
     pub fn fits(&self, node: NodeId, request: &Resources) -> bool {
         let alloc = &self.snapshot.nodes[node.index()].allocatable;
-        let used = &self.used[node.index()];
+        let used = self.capacity.used(node);
         request.fits_on(used, alloc)
     }
 
@@ -137,7 +137,7 @@ impl Session<'_> {
     }
 
     pub(crate) fn key_with(&self, node: NodeId, request: &Resources) -> u64 {
-        let mut after = self.used[node.index()].clone();
+        let mut after = self.capacity.used(node).clone();
         after.add(request);
         (self.fw.node_order()).key(&self.snapshot.nodes[node.index()].allocatable, &after)
     }
@@ -213,7 +213,7 @@ impl Session<'_> {
     }
 
     pub fn may_use(&self, node: NodeId, access: ReservedNodes) -> bool {
-        match (access, self.reserved_for[node.index()]) {
+        match (access, self.reservations.reserved_for(node)) {
             (_, None) | (ReservedNodes::Use, _) => true,
             // Work ahead of the reserving job in job order may still use its nodes.
             (ReservedNodes::Avoid(job), Some(owner)) => {
@@ -233,7 +233,7 @@ impl Session<'_> {
 
     /// Without reservations every access sees the same nodes: they share cache entries.
     pub(super) fn effective(&self, access: ReservedNodes) -> ReservedNodes {
-        if self.any_reserved {
+        if self.reservations.any() {
             access
         } else {
             ReservedNodes::Use
@@ -248,8 +248,9 @@ impl Session<'_> {
         // A task with inter-pod rules does not share its shape's failures (see `Guard`).
         let guard = self.pods.guard(snap, task);
         // Inter-pod rules only take nodes away: where the shape found none, neither does the task.
-        let failed = self.failures.get(&(shape, access)) == Some(&self.released)
-            || (guard == Guard::PerTask && self.pods.failed_at(task) == Some(self.released));
+        let released = self.refusals.released();
+        let failed = self.refusals.failed(shape, access)
+            || (guard == Guard::PerTask && self.pods.failed_at(task) == Some(released));
         if failed {
             return None;
         }
@@ -406,7 +407,7 @@ impl Session<'_> {
         }
         drop(check);
         if let Some(missed) = misses.into_inner() {
-            self.room_misses.insert(shape, (self.released, missed));
+            self.refusals.keep_room_misses(shape, missed);
         }
         if best.is_none() {
             self.note_no_node(task, shape, access, guard);
@@ -425,21 +426,14 @@ impl Session<'_> {
             return None;
         }
         let words = self.snapshot.nodes.len().div_ceil(64);
-        Some(match self.room_misses.remove(&shape) {
-            Some((at, missed)) if at == self.released => missed,
-            Some((_, mut missed)) => {
-                missed.fill(0);
-                missed
-            }
-            None => vec![0; words],
-        })
+        Some(self.refusals.take_room_misses(shape, words))
     }
 
     /// Whether reasons are wanted: an action that will not report why a pod found no node
     /// (allocate's first pass, and its gangs' minimums when the explanation words them)
     /// spares the scans. Decisions never depend on it.
     pub fn set_quiet(&mut self, quiet: bool) {
-        self.quiet = quiet;
+        self.refusals.set_quiet(quiet);
     }
 
     /// Caches that the task found no node, as its inter-pod rules allow (see `Guard`).
@@ -452,9 +446,9 @@ impl Session<'_> {
     ) {
         match guard {
             Guard::Free => {
-                self.failures.insert((shape, access), self.released);
+                self.refusals.note_failed(shape, access);
             }
-            Guard::PerTask => self.pods.note_failure(task, self.released),
+            Guard::PerTask => self.pods.note_failure(task, self.refusals.released()),
             Guard::Never => {}
         }
     }
@@ -464,7 +458,7 @@ impl Session<'_> {
     /// selector."). Counted once per shape until capacity changes; a full scan, so only asked
     /// for when a reason must reach the user.
     pub fn why_no_node(&mut self, task: TaskId, access: ReservedNodes) -> NoNode {
-        if !self.fw.explain_failures || self.quiet {
+        if !self.fw.explain_failures || self.refusals.quiet() {
             return NoNode::Uncounted;
         }
         let t = self.snapshot.task(task);
@@ -478,24 +472,20 @@ impl Session<'_> {
         if self.pods.guard(self.snapshot, task) != Guard::Free {
             let epoch = self.committed.len() as u64;
             let key = (t.job, shape, access);
-            if let Some((at, why)) = self.gang_explanations.get(&key) {
-                if *at == epoch {
-                    return why.clone();
-                }
+            if let Some(why) = self.refusals.gang_reason(key, epoch) {
+                return why.clone();
             }
             let request = &self.snapshot.shapes[shape.0 as usize].1;
             let why = self.explain(task, shape, rules, request, access);
-            (self.gang_explanations).insert(key, (epoch, why.clone()));
+            (self.refusals).keep_gang_reason(key, epoch, why.clone());
             return why;
         }
-        if let Some((epoch, why)) = self.explanations.get(&(shape, access)) {
-            if *epoch == self.released {
-                return why.clone();
-            }
+        if let Some(why) = self.refusals.reason(shape, access) {
+            return why.clone();
         }
         let request = &self.snapshot.shapes[shape.0 as usize].1;
         let why = self.explain(task, shape, rules, request, access);
-        (self.explanations).insert((shape, access), (self.released, why.clone()));
+        (self.refusals).keep_reason(shape, access, why.clone());
         why
     }
 }

@@ -61,35 +61,23 @@ impl<'a> Session<'a> {
         let t = snap.task(task);
         self.charges += 1;
         self.index_remove(node);
-        let i = node.index();
-        self.moved.push(node);
-        self.touched.push(node);
+        self.changes.note(node);
         let free_before = self.free_gpus(node) as i64;
         if add {
-            self.used[i].add(&t.request);
-            self.cluster_used.add(&t.request);
-            self.holding[t.job.index()] += 1;
+            self.capacity.take(node, &t.request);
         } else {
-            self.used[i].take_back(&t.request);
-            self.cluster_used.take_back(&t.request);
-            self.holding[t.job.index()] -= 1;
+            self.capacity.give_back(node, &t.request);
         }
-        self.charge_devices(task, node, gpus, add);
+        let holding = self.jobs.count_holding(t.job, add);
+        self.capacity.charge_devices(snap, task, node, gpus, add);
         let freed = self.free_gpus(node) as i64 - free_before;
         if let Some(topo) = &mut self.topo {
             topo.change(node, freed);
         }
         self.pods.charge(snap, task, node, add);
         self.index_insert(node);
-        for q in ancestors(snap, snap.job(t.job).queue) {
-            if add {
-                self.queue_allocated[q.index()].add(&t.request);
-            } else {
-                self.queue_allocated[q.index()].take_back(&t.request);
-            }
-        }
+        (self.queues).charge(snap, snap.job(t.job).queue, &t.request, add);
         // An admitted job's minResources stay reserved until it holds its first member.
-        let holding = self.holding[t.job.index()];
         if add && holding == 1 {
             self.reserve_admission(t.job, false);
         } else if !add && holding == 0 {
@@ -127,21 +115,20 @@ impl<'a> Session<'a> {
         pipelined: bool,
         island: Option<u32>,
     ) {
-        debug_assert_eq!(self.status[task.index()], TaskStatus::Pending);
         debug_assert!(
             self.snapshot.task(task).hold.is_none(),
             "a held task is placed"
         );
         let gpus = self.pick_devices(task, node, island);
-        self.take_slices(task, node);
+        self.capacity.take_slices(self.snapshot, task, node);
         self.take_claims(task, node);
         self.charge(task, node, gpus, true);
-        self.placed[self.snapshot.task(task).job.index()] += 1;
-        self.status[task.index()] = if pipelined {
+        let status = if pipelined {
             TaskStatus::Pipelined { node, gpus }
         } else {
             TaskStatus::Allocated { node, gpus }
         };
+        self.jobs.place(task, self.snapshot.task(task).job, status);
         stmt.ops.push(Op::Allocate {
             task,
             node,
@@ -152,13 +139,13 @@ impl<'a> Session<'a> {
 
     /// Evicts a bound task inside the statement; its capacity is free for the rest of the cycle.
     pub fn evict(&mut self, stmt: &mut Statement, task: TaskId, reason: &str, for_job: JobId) {
-        let TaskStatus::Bound(node) = self.status[task.index()] else {
+        let TaskStatus::Bound(node) = *self.jobs.status(task) else {
             return;
         };
         let gpus = self.snapshot.task(task).gpus;
         self.charge(task, node, gpus, false);
-        self.status[task.index()] = TaskStatus::Evicted(node);
-        self.released += 1;
+        self.jobs.evict(task, node);
+        self.refusals.note_released();
         stmt.ops.push(Op::Evict {
             task,
             node,
@@ -180,18 +167,16 @@ impl<'a> Session<'a> {
                     task, node, gpus, ..
                 } => {
                     self.charge(task, node, gpus, false);
-                    self.placed_slices.remove(&task);
-                    self.placed_takes.remove(&task);
+                    self.capacity.forget_takes(task);
                     self.give_back_claims(task);
-                    self.placed[self.snapshot.task(task).job.index()] -= 1;
-                    self.status[task.index()] = TaskStatus::Pending;
-                    self.released += 1;
+                    self.jobs.unplace(task, self.snapshot.task(task).job);
+                    self.refusals.note_released();
                 }
                 Op::Evict {
                     task, node, gpus, ..
                 } => {
                     self.charge(task, node, gpus, true);
-                    self.status[task.index()] = TaskStatus::Bound(node);
+                    self.jobs.unevict(task, node);
                 }
             }
         }

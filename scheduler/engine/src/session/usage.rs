@@ -55,15 +55,12 @@ impl Session<'_> {
 
     /// The queue's usage at the snapshot's instant, by resource id; empty without a half-life.
     pub fn queue_usage(&self, queue: QueueId) -> &[f64] {
-        let dims = self.snapshot.resources.len();
-        self.usage
-            .get(queue.index() * dims..(queue.index() + 1) * dims)
-            .unwrap_or(&[])
+        self.queues.usage(queue, self.snapshot.resources.len())
     }
 
     /// The weight the fair share divides by: the policy's, adjusted by usage, else the queue's.
     pub fn weight(&self, queue: QueueId) -> i64 {
-        match &self.usage_weights {
+        match self.queues.usage_weights() {
             Some(w) => w.weights[queue.index()],
             None => self.snapshot.queue(queue).weight as i64,
         }
@@ -71,14 +68,12 @@ impl Session<'_> {
 
     /// The weight adjusted by usage, when the policy adjusted it.
     pub fn usage_weight(&self, queue: QueueId) -> Option<i64> {
-        self.usage_weights
-            .as_ref()
-            .map(|w| w.weights[queue.index()])
+        (self.queues.usage_weights()).map(|w| w.weights[queue.index()])
     }
 
     /// The queue's adjusted weight over the sum of its siblings' (itself included).
     pub(super) fn usage_weight_part(&self, queue: QueueId) -> Option<f64> {
-        let weights = &self.usage_weights.as_ref()?.weights;
+        let weights = &self.queues.usage_weights()?.weights;
         let parent = self.snapshot.queue(queue).parent;
         let siblings: i64 = (self.snapshot.queues.iter())
             .filter(|s| s.parent == parent)
@@ -92,7 +87,7 @@ impl Session<'_> {
     /// the nearest with a larger; none when no sibling's differs (or usage is off). The queue
     /// order breaks equal shares by adjusted weight, and the fair share divides by it.
     pub(super) fn usage_effect(&self, queue: QueueId) -> Option<UsageEffect> {
-        let adjusted = self.usage_weights.as_ref()?;
+        let adjusted = self.queues.usage_weights()?;
         let snap = self.snapshot;
         let me = snap.queue(queue);
         let weight = |q: QueueId| adjusted.weights[q.index()];
@@ -125,7 +120,7 @@ impl Session<'_> {
     /// the queue holds once the plan is carried out (its binds and nominations in, its victims
     /// out: what the next record charges); none without a half-life.
     pub(super) fn usage_update(&self) -> Vec<QueueUsage> {
-        if self.usage.is_empty() {
+        if !self.queues.has_usage() {
             return Vec::new();
         }
         let snap = self.snapshot;

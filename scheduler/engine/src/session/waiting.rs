@@ -63,16 +63,13 @@ pub(super) fn fit_count(free: &Resources, request: &Resources, cap: u64) -> u64 
 impl Session<'_> {
     /// Notes that `allocate` serves the job (the first time only: its turn in cycle order).
     pub fn note_served(&mut self, job: JobId) {
-        if self.served[job.index()] == 0 {
-            self.served_count += 1;
-            self.served[job.index()] = self.served_count;
-        }
+        self.notes.note_served(job);
     }
 
     /// Notes that the job's minimum could not be placed for room or quota: its condition is
     /// worded from its explanation when the plan is written.
     pub fn note_short(&mut self, job: JobId) {
-        self.short[job.index()] = true;
+        self.notes.note_short(job);
     }
 
     /// Whether the plan words the job's resource condition from its explanation.
@@ -85,7 +82,7 @@ impl Session<'_> {
     pub fn explain_waiting(&mut self) {
         let snap = self.snapshot;
         let fw = self.fw;
-        let waiting: Vec<JobId> = (self.with_pending.clone().into_iter())
+        let waiting: Vec<JobId> = (self.jobs.with_pending().to_vec().into_iter())
             .filter(|&j| {
                 let c = self.counts(j);
                 c.pipelined > 0 || (c.pending > 0 && !fw.job_ready(self, j))
@@ -106,8 +103,8 @@ impl Session<'_> {
                     queue: snap.queue(queue).name.clone(),
                     in_queue: i as u32 + 1,
                     queue_length: length,
-                    in_cycle: Some(self.served[job.index()]).filter(|&s| s > 0),
-                    cycle_length: self.served_count,
+                    in_cycle: self.notes.turn(job),
+                    cycle_length: self.notes.served_count(),
                 };
                 let detail = position.in_queue <= fw.explain_detail
                     || fw.explain_jobs.iter().any(|n| *n == *snap.job(job).name);
@@ -126,7 +123,7 @@ impl Session<'_> {
                     }
                 }
                 if let Some(e) = explained {
-                    self.waiting[job.index()] = Some(Box::new(e));
+                    self.notes.set_waiting(job, e);
                 }
             }
         }
@@ -192,7 +189,7 @@ impl Session<'_> {
         let snap = self.snapshot;
         let j = snap.job(job);
         let members = crate::actions::placement_order(self, j);
-        let have = (self.holding(job)).saturating_add(self.start_counts[job.index()].succeeded);
+        let have = (self.holding(job)).saturating_add(self.jobs.start_counts(job).succeeded);
         let need = (j.min_member.saturating_sub(have) as usize).clamp(1, members.len().max(1));
         let needed = &members[..need.min(members.len())];
         let mut e = bare(have, j.min_member, position);
@@ -308,13 +305,13 @@ impl Session<'_> {
 
     /// The starving gangs whose reserved nodes the job may not use, and how many each holds.
     fn reserved_against(&self, kept: &mut Kept, job: JobId) -> Vec<Reservation> {
-        if !self.any_reserved {
+        if !self.reservations.any() {
             return Vec::new();
         }
         let owners = kept.reservations.get_or_insert_with(|| {
             let mut per: BTreeMap<JobId, u32> = BTreeMap::new();
-            for owner in self.reserved_for.iter().flatten() {
-                *per.entry(*owner).or_default() += 1;
+            for owner in self.reservations.owners() {
+                *per.entry(owner).or_default() += 1;
             }
             per.into_iter().collect()
         });

@@ -37,13 +37,13 @@ impl Session<'_> {
     pub(super) fn signature(&self, job: JobId) -> Option<Signature> {
         let snap = self.snapshot;
         let j = snap.job(job);
-        if self.any_reserved || !j.min_task_member.is_empty() {
+        if self.reservations.any() || !j.min_task_member.is_empty() {
             return None;
         }
         let mut shape = None;
         for &t in &j.tasks {
             let task = snap.task(t);
-            let alike = self.status[t.index()] == TaskStatus::Pending
+            let alike = *self.jobs.status(t) == TaskStatus::Pending
                 && task.hold.is_none()
                 && *shape.get_or_insert(task.shape) == task.shape
                 && self.pods.guard(snap, t) == Guard::Free;
@@ -51,7 +51,7 @@ impl Session<'_> {
                 return None;
             }
         }
-        let have = (self.holding(job)).saturating_add(self.start_counts[job.index()].succeeded);
+        let have = (self.holding(job)).saturating_add(self.jobs.start_counts(job).succeeded);
         let members = j.tasks.len() as u32;
         Some(Signature {
             queue: j.queue,

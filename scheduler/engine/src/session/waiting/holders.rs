@@ -410,7 +410,7 @@ impl Session<'_> {
     ) -> impl Iterator<Item = (NodeId, TaskId)> + 's {
         let placed = &holdings.placed_at;
         (self.snapshot.job(holder.job).tasks.iter()).filter_map(move |&t| {
-            let node = match self.status[t.index()] {
+            let node = match *self.jobs.status(t) {
                 TaskStatus::Bound(node) => Some(node),
                 _ => placed.get(&t).copied(),
             }?;
@@ -454,7 +454,7 @@ impl Session<'_> {
             // Jobs and shapes from the session's compact list and small tables, not the
             // tasks' records: this loop's cost is reading them.
             let bound = (self.node_tasks(node).iter().zip(self.node_task_kinds(node)))
-                .filter(|(t, _)| self.status[t.index()] == TaskStatus::Bound(node))
+                .filter(|(t, _)| *self.jobs.status(**t) == TaskStatus::Bound(node))
                 .map(|(_, &kind)| kind);
             let here_placed = (placed.on.get(&node).into_iter().flatten())
                 .map(|&t| (snap.task(t).job, snap.task(t).shape));

@@ -41,7 +41,7 @@ impl Session<'_> {
             if ok {
                 room.allocatable.add(&node.allocatable);
                 for (id, v) in node.allocatable.iter() {
-                    let free = v.saturating_sub(self.used[node.id.index()].get(id)).max(0);
+                    let free = v.saturating_sub(self.capacity.used(node.id).get(id)).max(0);
                     room.free.set(id, room.free.get(id).saturating_add(free));
                 }
             }
@@ -93,7 +93,7 @@ impl Session<'_> {
         // The whole gang: what its members holding a node hold, and what the others ask.
         let mut whole = asked.clone();
         for &t in &j.tasks {
-            if self.status[t.index()].node().is_some() {
+            if self.jobs.status(t).node().is_some() {
                 whole.add(&snap.task(t).request);
             }
         }
