@@ -8,6 +8,9 @@
 //! cargo run --release -p basalt-crds --example incremental -- 10000 100000
 //! ```
 //!
+//! With a third argument `changes`: only the steps told what changed (for a profiler), the
+//! last of them every other pending pod bound (the cycle after a backlog's binds).
+//!
 //! With a third argument `forecast`: what the daemon's forecast spends on its input instead
 //! (thread CPU, best of 3): the shared list of conversions made on the cycle's thread, the
 //! spec assembled from it, against every object converted again, and the pods' ends.
@@ -74,6 +77,7 @@ fn queue(q: usize) -> Object {
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let forecast = raw.get(2).is_some_and(|a| a == "forecast");
+    let changes_only = raw.get(2).is_some_and(|a| a == "changes");
     let args: Vec<usize> = raw.iter().take(2).map(|a| a.parse().unwrap()).collect();
     let (nodes, pods) = (
         args.first().copied().unwrap_or(10_000),
@@ -111,6 +115,9 @@ fn main() {
         build_snapshot_tolerant(&objects, &options);
     });
     told_changes(&objects, nodes, pending, &options, &time);
+    if changes_only {
+        return;
+    }
     let mut inc = IncrementalSnapshot::new();
     let mut given = Some(objects.clone());
     time("first update", &mut || {
@@ -185,6 +192,21 @@ fn told_changes(
         .collect();
     given = Some(bound);
     time("changes: 1,000 pods bound", &mut || {
+        inc.update_changes(given.take().unwrap(), options);
+    });
+    // Then every other pending pod bound: the cycle after a backlog's binds.
+    let bound: Vec<Change> = (objects[n - pending..n - 1000].iter().enumerate())
+        .filter_map(|(k, (_, o))| {
+            let Object::Pod(p) = o else { return None };
+            let mut bound = (**p).clone();
+            bound.spec.as_mut()?.node_name = Some(format!("node-{:05}", k % nodes));
+            bound.status.as_mut()?.phase = Some("Running".into());
+            Some(set(&Object::Pod(Arc::new(bound))))
+        })
+        .collect();
+    let what = format!("changes: the other {} pending pods bound", bound.len());
+    given = Some(bound);
+    time(&what, &mut || {
         inc.update_changes(given.take().unwrap(), options);
     });
 }

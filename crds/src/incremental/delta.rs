@@ -277,14 +277,14 @@ fn steps<'a>(replaced: &'a [Replaced], store: &'a Store) -> Option<Vec<Step<'a>>
         ) {
             return None;
         }
-        let key = object.key();
+        let key = r.key.as_str();
         let old = match &r.old {
             Some(o) => clean(r.old_converted.as_deref()?)?.map(|c| (c, identity(o))),
             None => None,
         };
         let new = match &r.new {
             Some(o) => {
-                let entry = store.get(o.kind(), &key)?;
+                let entry = store.get(o.kind(), key)?;
                 clean(entry.converted.as_deref()?)?.map(|c| (c, identity(o)))
             }
             None => None,
@@ -297,12 +297,15 @@ fn steps<'a>(replaced: &'a [Replaced], store: &'a Store) -> Option<Vec<Step<'a>>
     Some(steps)
 }
 
-/// Tells the builder the steps: what was told of the old objects removed, the new set.
+/// Tells the builder the steps: what was told of the old objects removed, the new set. A pod
+/// set again (bound, its status changed) is replaced in place, not removed first.
 fn tell(steps: &[Step], fed: &mut Fed, refs: &mut References, generation: u64) {
     for step in steps {
         match step.old {
             Some((Converted::Pod(p), Some(id))) => {
-                if let Some(((ns, name), _)) = fed.pods.by.remove(&(id, Form::Converted)) {
+                let told = fed.pods.by.remove(&(id, Form::Converted));
+                let replaced = matches!(step.new, Some((Converted::Pod(_), _)));
+                if let (Some(((ns, name), _)), false) = (told, replaced) {
                     fed.builder.remove_pod(&ns, &name);
                 }
                 if let Some(g) = group_of(p) {
@@ -435,6 +438,12 @@ mod tests {
             .collect();
         bound.push(set(&group("g1", "q1", "Running")));
         check(&mut inc, bound, true, "the gang bound");
+        // Set again, one elsewhere: each replaced in place in the builder.
+        let again = vec![
+            set(&pod("b0", "g1", Some("n1"))),
+            set(&pod("b1", "g1", Some("n2"))),
+        ];
+        check(&mut inc, again, true, "the gang set again");
         // Moved to another queue; a pod deleted.
         let moved = vec![
             set(&group("g1", "q0", "Running")),

@@ -57,6 +57,8 @@ pub(super) struct Store {
 
 /// What a change did, for deciding whether the context must be read again.
 pub(super) struct Replaced {
+    /// The object's key (its kind is either object's).
+    pub(super) key: String,
     pub(super) old: Option<Object>,
     /// The old object's conversion, if it was converted.
     pub(super) old_converted: Option<Arc<Conversion>>,
@@ -118,14 +120,16 @@ impl Store {
             self.count(&old, -1);
             self.count(&object, 1);
             let replaced = Replaced {
+                key,
                 old: Some(old),
                 old_converted,
                 new: Some(object),
             };
             return (slot, Some(replaced));
         }
-        let slot = self.push(origin, object.clone(), key);
+        let slot = self.push(origin, object.clone(), key.clone());
         let replaced = Replaced {
+            key,
             old: None,
             old_converted: None,
             new: Some(object),
@@ -141,6 +145,7 @@ impl Store {
         self.free.push(slot);
         self.count(&entry.object, -1);
         Some(Replaced {
+            key: entry.key,
             old: Some(entry.object),
             old_converted: entry.converted,
             new: None,

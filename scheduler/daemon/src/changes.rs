@@ -1,6 +1,6 @@
 //! What the watches changed since a cycle last looked: per watched kind, the objects added,
 //! modified or deleted (namespace and name), or everything after a list. The watches mark it
-//! (`stores.rs`); a cycle takes it whole, so work that depends on one kind alone runs only
+//! as they put each event in their store (`reflect.rs`); a cycle takes it whole, so work that depends on one kind alone runs only
 //! when that kind changed, and can be told which objects did.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,25 +25,42 @@ pub struct ChangeLog(Mutex<BTreeMap<&'static str, Changed>>);
 #[derive(Debug, Default, PartialEq)]
 pub struct Changes(BTreeMap<&'static str, Changed>);
 
+/// What one watch event changed of its kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mark {
+    /// An object added, modified or deleted.
+    Object(Key),
+    /// The store now holds a new list: any object may have changed.
+    Everything,
+}
+
 impl ChangeLog {
     fn log(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Changed>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An object of `kind` was added, modified or deleted.
-    pub fn object(&self, kind: &'static str, key: Key) {
+    /// Puts a watch event in its store (`apply`) and logs what it changed (`mark`) in one
+    /// step, under the log's lock: a cycle takes the log before both or after both. Logged
+    /// after the store alone, a change the cycle already read was told again to the next one:
+    /// after a list (the cycle that waited for the store's readiness runs as soon as the list
+    /// is in), a second cycle over every object.
+    pub fn apply(&self, kind: &'static str, mark: Option<Mark>, apply: impl FnOnce()) {
         let mut log = self.log();
-        match log.entry(kind).or_insert(Changed::Objects(BTreeSet::new())) {
-            Changed::Everything => {}
-            Changed::Objects(keys) => {
-                keys.insert(key);
+        apply();
+        match mark {
+            Some(Mark::Everything) => {
+                log.insert(kind, Changed::Everything);
             }
+            Some(Mark::Object(key)) => {
+                match log.entry(kind).or_insert(Changed::Objects(BTreeSet::new())) {
+                    Changed::Everything => {}
+                    Changed::Objects(keys) => {
+                        keys.insert(key);
+                    }
+                }
+            }
+            None => {}
         }
-    }
-
-    /// `kind` is being listed (again).
-    pub fn everything(&self, kind: &'static str) {
-        self.log().insert(kind, Changed::Everything);
     }
 
     /// The changes since the last call; the log starts empty again.
@@ -65,6 +82,16 @@ mod tests {
 
     fn key(ns: &str, name: &str) -> Key {
         (Some(ns.into()), name.into())
+    }
+
+    impl ChangeLog {
+        fn object(&self, kind: &'static str, key: Key) {
+            self.apply(kind, Some(Mark::Object(key)), || {});
+        }
+
+        fn everything(&self, kind: &'static str) {
+            self.apply(kind, Some(Mark::Everything), || {});
+        }
     }
 
     #[test]

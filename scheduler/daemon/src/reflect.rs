@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::changes::ChangeLog;
+use crate::changes::{ChangeLog, Mark};
 
 /// A watch fails for this long without one good answer: its cache is stale.
 pub const STALE_AFTER: Duration = Duration::from_secs(60);
@@ -108,17 +108,17 @@ where
     // object's size.
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|o| o.meta_mut().managed_fields = None)
-        .reflect(writer);
+        .modify(|o| o.meta_mut().managed_fields = None);
     let task = tokio::spawn(async move {
+        let mut writer = writer;
         futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
+            if let Ok(event) = &item {
+                put(&mut writer, core.as_ref().map(|c| &*c.changes), what, event);
+            }
             if let Some(core) = &core {
                 match &item {
-                    Ok(event) => {
-                        core.health.answered(what);
-                        log_change(&core.changes, what, event);
-                    }
+                    Ok(_) => core.health.answered(what),
                     Err(_) => core.health.failed(what, Instant::now()),
                 }
             }
@@ -139,20 +139,34 @@ where
     (store, task)
 }
 
-/// Marks what a watch event changed: an object, or everything while a list comes in.
-fn log_change<K: Resource>(changes: &ChangeLog, what: &'static str, event: &watcher::Event<K>) {
+/// Puts a watch event in the store and, with `changes`, logs what it changed in the same step
+/// (`ChangeLog::apply`).
+fn put<K>(
+    writer: &mut Writer<K>,
+    changes: Option<&ChangeLog>,
+    what: &'static str,
+    event: &watcher::Event<K>,
+) where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    match changes {
+        Some(changes) => changes.apply(what, mark(event), || writer.apply_watcher_event(event)),
+        None => writer.apply_watcher_event(event),
+    }
+}
+
+/// What a watch event changes in the store: an object, or everything when a list's end puts
+/// the listed objects in (a list's start and pages go to the store's buffer, not the store).
+fn mark<K: Resource>(event: &watcher::Event<K>) -> Option<Mark> {
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             let meta = o.meta();
-            let key = (
-                meta.namespace.clone(),
-                meta.name.clone().unwrap_or_default(),
-            );
-            changes.object(what, key);
+            let name = meta.name.clone().unwrap_or_default();
+            Some(Mark::Object((meta.namespace.clone(), name)))
         }
-        watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {
-            changes.everything(what)
-        }
+        watcher::Event::InitDone => Some(Mark::Everything),
+        watcher::Event::Init | watcher::Event::InitApply(_) => None,
     }
 }
 
@@ -169,6 +183,46 @@ fn not_found(e: &watcher::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_is_logged_once_with_the_store_that_holds_it() {
+        use k8s_openapi::api::core::v1::Pod;
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+
+        use crate::changes::Changed;
+
+        let pod = |name: &str| {
+            let mut p = Pod::default();
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some("ml".into());
+            p
+        };
+        let (store, mut writer) = reflector::store::<Pod>();
+        let log = ChangeLog::default();
+        let key = |name: &str| (Some("ml".to_string()), name.to_string());
+        let objects = |names: &[&str]| {
+            let keys = names.iter().map(|n| key(n)).collect();
+            Some(Changed::Objects(keys))
+        };
+        // What a cycle taking the log after each event is told, and how many pods it reads.
+        let steps = [
+            (Init, None, 0),
+            (InitApply(pod("a")), None, 0),
+            (InitApply(pod("b")), None, 0),
+            (InitDone, Some(Changed::Everything), 2),
+            (Apply(pod("c")), objects(&["c"]), 3),
+            (Delete(pod("a")), objects(&["a"]), 2),
+            // A relist: nothing changes in the store until its end.
+            (Init, None, 2),
+            (InitApply(pod("b")), None, 2),
+            (InitDone, Some(Changed::Everything), 1),
+        ];
+        for (i, (event, told, held)) in steps.into_iter().enumerate() {
+            put(&mut writer, Some(&log), "pods", &event);
+            assert_eq!(log.take().of("pods"), told.as_ref(), "step {i}");
+            assert_eq!(store.state().len(), held, "step {i}");
+        }
+    }
 
     #[test]
     fn a_watch_is_stale_after_failing_a_minute_and_fresh_again_once_answered_or_quiet() {

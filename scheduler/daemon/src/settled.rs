@@ -18,6 +18,8 @@ struct Settled {
     group: Arc<PodGroup>,
     /// The forecasts it was compared with.
     forecasts: Option<Arc<Results>>,
+    /// Nothing to report of it either: not unschedulable, and what was said of it forgotten.
+    quiet: bool,
 }
 
 #[derive(Default)]
@@ -25,31 +27,35 @@ pub struct SettledGroups(HashMap<String, Settled>);
 
 impl SettledGroups {
     /// Whether `planned`'s status needs no comparison: it, the group's object and the
-    /// forecasts are those it was last found settled with.
+    /// forecasts are those it was last found settled with. `Some(true)`: quiet, nothing to
+    /// report of it either.
     pub fn holds(
         &self,
         planned: &PlannedGroup,
         group: &Arc<PodGroup>,
         forecasts: &Option<Arc<Results>>,
-    ) -> bool {
-        self.0.get(&*planned.name).is_some_and(|s| {
-            Arc::ptr_eq(&s.group, group)
-                && same_forecasts(&s.forecasts, forecasts)
-                && s.planned == *planned
-        })
+    ) -> Option<bool> {
+        let s = self.0.get(&*planned.name)?;
+        let holds = Arc::ptr_eq(&s.group, group)
+            && same_forecasts(&s.forecasts, forecasts)
+            && s.planned == *planned;
+        holds.then_some(s.quiet)
     }
 
-    /// The group's status says what `planned` does.
+    /// The group's status says what `planned` does; `quiet` when nothing is to be reported
+    /// of it while that holds.
     pub fn settle(
         &mut self,
         planned: &PlannedGroup,
         group: &Arc<PodGroup>,
         forecasts: &Option<Arc<Results>>,
+        quiet: bool,
     ) {
         let settled = Settled {
             planned: planned.clone(),
             group: group.clone(),
             forecasts: forecasts.clone(),
+            quiet,
         };
         self.0.insert(planned.name.to_string(), settled);
     }
@@ -59,8 +65,14 @@ impl SettledGroups {
         self.0.remove(name);
     }
 
-    /// Keeps the groups of `planned` alone.
-    pub fn retain<'a>(&mut self, planned: impl Iterator<Item = &'a str>) {
+    /// Keeps the groups of `planned` alone, once the others are as many: not every cycle, as
+    /// an entry stays right while its group is not planned (should it come back with the same
+    /// object and plan, its status still says what the plan says); they are dropped to free
+    /// the objects they hold.
+    pub fn prune<'a>(&mut self, planned: impl ExactSizeIterator<Item = &'a str>) {
+        if self.0.len() <= 2 * planned.len() + 64 {
+            return;
+        }
         let live: HashSet<&str> = planned.collect();
         self.0.retain(|name, _| live.contains(name.as_str()));
     }
@@ -113,20 +125,29 @@ mod tests {
         let mut settled = SettledGroups::default();
         let (g, none) = (group("g"), None);
         let p = planned("ml/g", 0);
-        assert!(!settled.holds(&p, &g, &none), "never compared");
-        settled.settle(&p, &g, &none);
-        assert!(settled.holds(&p, &g, &none));
-        assert!(
-            !settled.holds(&planned("ml/g", 2), &g, &none),
+        assert_eq!(settled.holds(&p, &g, &none), None, "never compared");
+        settled.settle(&p, &g, &none, true);
+        assert_eq!(settled.holds(&p, &g, &none), Some(true));
+        assert_eq!(
+            settled.holds(&planned("ml/g", 2), &g, &none),
+            None,
             "the plan moved"
         );
-        assert!(!settled.holds(&p, &group("g"), &none), "the object moved");
+        let moved = settled.holds(&p, &group("g"), &none);
+        assert_eq!(moved, None, "the object moved");
         settled.unsettle("ml/g");
-        assert!(!settled.holds(&p, &g, &none), "written since");
-        settled.settle(&p, &g, &none);
-        settled.settle(&planned("ml/h", 0), &group("h"), &none);
-        settled.retain(["ml/h"].into_iter());
-        assert_eq!(settled.len(), 1, "a group no longer planned is dropped");
-        assert!(!settled.holds(&p, &g, &none));
+        assert_eq!(settled.holds(&p, &g, &none), None, "written since");
+        settled.settle(&p, &g, &none, false);
+        assert_eq!(settled.holds(&p, &g, &none), Some(false), "not quiet");
+        settled.settle(&planned("ml/h", 0), &group("h"), &none, true);
+        settled.prune(["ml/h"].into_iter());
+        assert_eq!(settled.len(), 2, "kept while the others are few");
+        let many: Vec<String> = (0..100).map(|i| format!("ml/m{i}")).collect();
+        for name in &many {
+            settled.settle(&planned(name, 0), &group(name), &none, true);
+        }
+        settled.prune(["ml/h"].into_iter());
+        assert_eq!(settled.len(), 1, "the groups no longer planned dropped");
+        assert_eq!(settled.holds(&p, &g, &none), None);
     }
 }

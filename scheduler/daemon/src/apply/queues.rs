@@ -91,12 +91,20 @@ fn usage_patch(desired: Option<&QueueUsageStatus>, old: Option<&QueueUsageStatus
 impl Scheduler {
     /// Writes each planned queue's status where it changed (see the module docs).
     pub(super) async fn write_queues(&mut self, plan: &Plan) {
-        let mut counts: HashMap<String, (i32, i32, i32)> = HashMap::new();
+        // PodGroups by phase, per planned queue (by its place in the plan: no key made per
+        // group).
+        let place: HashMap<&str, usize> = (plan.queues.iter().enumerate())
+            .map(|(i, q)| (q.name.as_str(), i))
+            .collect();
+        let mut counts = vec![(0, 0, 0); plan.queues.len()];
         for planned in &plan.pod_groups {
             let Some(entry) = self.view.group(&planned.name) else {
                 continue;
             };
-            let c = counts.entry(entry.queue.clone()).or_default();
+            let Some(&i) = place.get(entry.queue.as_str()) else {
+                continue;
+            };
+            let c = &mut counts[i];
             match planned.phase {
                 basalt_engine::JobPhase::Running => c.0 += 1,
                 basalt_engine::JobPhase::Pending => c.1 += 1,
@@ -104,14 +112,13 @@ impl Scheduler {
                 _ => {}
             }
         }
-        for q in &plan.queues {
+        for (q, &(running, pending, inqueue)) in plan.queues.iter().zip(&counts) {
             let Some(current) = self.view.queue(&q.name) else {
                 if q.name == basalt_engine::DEFAULT_QUEUE {
                     self.make_default_queue().await;
                 }
                 continue;
             };
-            let (running, pending, inqueue) = counts.get(&q.name).copied().unwrap_or_default();
             let origin = current.origin;
             let mut desired = basalt_crds::QueueStatus {
                 state: match q.state {

@@ -46,7 +46,7 @@ impl Scheduler {
             .map(|g| &*g.name)
             .collect();
         let waiting = WaitingMembers::of(self.unbound.iter(), &told);
-        (self.settled_groups).retain(plan.pod_groups.iter().map(|g| &*g.name));
+        (self.settled_groups).prune(plan.pod_groups.iter().map(|g| &*g.name));
         let mut compared = 0;
         for planned in &plan.pod_groups {
             let (ns, name) = split_key(&planned.name);
@@ -58,13 +58,19 @@ impl Scheduler {
             };
             let failed = unbound.get(&*planned.name);
             let partly = (partial.iter()).find(|p| p.group == planned.name && !p.expired);
-            // Its status said what the plan says, and neither moved since: nothing to compare.
+            // Its status said what the plan says, and neither moved since: nothing to compare,
+            // and when quiet nothing to report (the cost of a group that did not move).
             let plain = failed.is_none() && partly.is_none();
-            if plain && self.settled_groups.holds(planned, &group, &forecasts) {
-                if !preempting.contains(&*planned.name) {
-                    self.report_unschedulable(planned, &group, origin, &waiting);
+            let preempts = preempting.contains(&*planned.name);
+            match plain.then(|| self.settled_groups.holds(planned, &group, &forecasts)) {
+                Some(Some(true)) => continue,
+                Some(Some(false)) => {
+                    if !preempts {
+                        self.report_unschedulable(planned, &group, origin, &waiting);
+                    }
+                    continue;
                 }
-                continue;
+                _ => {}
             }
             compared += 1;
             let mut desired = desired_status(planned, group.status.as_ref(), &now);
@@ -110,8 +116,10 @@ impl Scheduler {
                 );
             }
             let settled = same_status(&desired, &current);
+            // Quiet: the report below only forgets what was said of it.
+            let quiet = !preempts && unschedulable(planned).is_none();
             match settled && plain {
-                true => (self.settled_groups).settle(planned, &group, &forecasts),
+                true => (self.settled_groups).settle(planned, &group, &forecasts, quiet),
                 false => self.settled_groups.unsettle(&planned.name),
             }
             if !settled {
@@ -132,7 +140,7 @@ impl Scheduler {
                 let patch = Patch::Merge(json!({ "status": body }));
                 writes.push((&*planned.name, ns, name, origin, patch));
             }
-            if !preempting.contains(&*planned.name) {
+            if !preempts {
                 self.report_unschedulable(planned, &group, origin, &waiting);
             }
         }
