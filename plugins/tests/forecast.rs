@@ -318,3 +318,33 @@ fn the_cycles_own_plan_is_the_first_cycle() {
     let small = nothing.job("ml/small").and_then(|j| j.start_ms);
     assert!(small > Some(10 * HOUR), "{nothing:?}");
 }
+
+/// When the cycle's own plan starts every waiting gang, the forecast is what the run would
+/// give after that cycle (every gang at `now`, known as the running pods' ends are), with
+/// or without an end known for the gang running beside them.
+#[test]
+fn a_plan_that_starts_every_gang_is_the_whole_forecast() {
+    let spec = cluster(&[("a", &["n0"])], &[("small", 1)]);
+    let config = Config::default();
+    let make = |names: &_| basalt_plugins::framework(&config, names);
+    let decided = {
+        let snapshot = Snapshot::build(spec.clone()).expect("valid");
+        schedule(&snapshot, &make(&snapshot.resources), &mut Warm::default())
+    };
+    let known = HashMap::from([("ml/a-0".to_string(), at(12 * HOUR, Method::Exact))]);
+    for ends in [known, HashMap::new()] {
+        let given = forecast_shared(
+            spec.clone(),
+            Vec::new(),
+            Some(&decided),
+            make,
+            &ends,
+            Limits::default(),
+        )
+        .expect("valid");
+        let deciding = run(spec.clone(), &ends);
+        assert_eq!(given, deciding);
+        assert_eq!(deciding.jobs.len(), 1, "{deciding:?}");
+        assert_eq!(deciding.jobs[0].start_ms, Some(10 * HOUR));
+    }
+}

@@ -110,7 +110,9 @@ pub struct Forecast {
     pub cycles: u32,
     /// The pod ends it applied.
     pub ends: u32,
-    /// The work its cycles counted (see [`Limits::max_work`]).
+    /// The work its cycles counted (see [`Limits::max_work`]; a run whose decided first
+    /// cycle starts every waiting gang counts the spec's nodes and pods instead, building no
+    /// snapshot).
     pub work: u64,
 }
 
@@ -161,6 +163,19 @@ pub fn forecast_shared(
         return Ok(Forecast {
             now_ms: now,
             ..Forecast::default()
+        });
+    }
+    if let Some(jobs) =
+        decided.and_then(|plan| all_start_now(now, &shared, &spec.groups, ends, plan))
+    {
+        // Likewise: one cycle, the one decided.
+        let work = (spec.nodes.len() + shared.len()) as u64;
+        return Ok(Forecast {
+            now_ms: now,
+            jobs,
+            cycles: 1,
+            ends: 0,
+            work,
         });
     }
     let period = limits.period_ms.max(1);
@@ -252,19 +267,27 @@ fn nothing_waits(
     groups: &[GroupSpec],
     ends: &HashMap<String, End>,
 ) -> bool {
+    let bound = bound_members(pods);
+    let complete = |g: &GroupSpec| {
+        let on_nodes = bound.get(&(&*g.namespace, &*g.name)).copied().unwrap_or(0);
+        gang_complete(g.phase, g.min_member, on_nodes)
+    };
+    groups.iter().all(complete) && !an_end_is_due(now, pods, ends)
+}
+
+/// Per group (namespace, name) how many of its pods are on a node.
+fn bound_members(pods: &[Arc<PodSpec>]) -> HashMap<(&str, &str), i64> {
     let mut bound: HashMap<(&str, &str), i64> = HashMap::new();
     for p in pods {
         if let (Some(group), Some(_)) = (&p.group, &p.node) {
             *bound.entry((&p.namespace, group)).or_default() += 1;
         }
     }
-    let complete = |g: &GroupSpec| {
-        let on_nodes = bound.get(&(&*g.namespace, &*g.name)).copied().unwrap_or(0);
-        gang_complete(g.phase, g.min_member, on_nodes)
-    };
-    if !groups.iter().all(complete) {
-        return false;
-    }
+    bound
+}
+
+/// Whether a running pod's end is due at `now` (it could take a member away).
+fn an_end_is_due(now: i64, pods: &[Arc<PodSpec>], ends: &HashMap<String, End>) -> bool {
     let due = |p: &PodSpec| {
         holds_node(p)
             && match ends.get(&format!("{}/{}", p.namespace, p.name)) {
@@ -275,7 +298,70 @@ fn nothing_waits(
                 None => false,
             }
     };
-    ends.is_empty() || !pods.iter().any(|p| due(p))
+    !ends.is_empty() && pods.iter().any(|p| due(p))
+}
+
+/// The forecast's jobs when the `decided` first cycle completes every waiting gang, evicts
+/// nothing, ends no group and no end is due now: each starts at `now`, known as well as the
+/// ends of the pods on nodes are. What the run would find after that cycle, without building
+/// its world (the daemon's cycle that places a whole backlog); `None` otherwise.
+fn all_start_now(
+    now: i64,
+    pods: &[Arc<PodSpec>],
+    groups: &[GroupSpec],
+    ends: &HashMap<String, End>,
+    decided: &Plan,
+) -> Option<Vec<JobForecast>> {
+    let ending = |s: &crate::PodGroupStatus| s.phase == JobPhase::Completed;
+    if !decided.evictions.is_empty() || decided.pod_groups.iter().any(ending) {
+        return None;
+    }
+    let before = bound_members(pods);
+    let mut after = before.clone();
+    let by_name: HashMap<(&str, &str), &PodSpec> = (pods.iter())
+        .map(|p| ((p.namespace.as_str(), p.name.as_str()), &**p))
+        .collect();
+    let mut placed = HashSet::new();
+    for b in &decided.bindings {
+        let (namespace, name) = b.pod.split_once('/')?;
+        let p = by_name.get(&(namespace, name))?;
+        if let (Some(group), None, true) = (&p.group, &p.node, placed.insert((namespace, name))) {
+            *after.entry((&p.namespace, group)).or_default() += 1;
+        }
+    }
+    let mut jobs = Vec::new();
+    for g in groups {
+        let on_nodes = |counts: &HashMap<(&str, &str), i64>| {
+            let n = counts.get(&(g.namespace.as_str(), g.name.as_str()));
+            gang_complete(g.phase, g.min_member, n.copied().unwrap_or(0))
+        };
+        match (on_nodes(&before), on_nodes(&after)) {
+            (true, _) => {}
+            (false, true) => jobs.push(format!("{}/{}", g.namespace, g.name)),
+            (false, false) => return None,
+        }
+    }
+    if an_end_is_due(now, pods, ends) {
+        return None;
+    }
+    // As the world counts them: a running pod's end is known at an instant, or from its start.
+    let known = |p: &PodSpec| match ends.get(&format!("{}/{}", p.namespace, p.name)) {
+        Some(End::At { .. }) => true,
+        Some(End::After { .. }) => p.started_ms.is_some(),
+        None => false,
+    };
+    let method = match pods.iter().filter(|p| holds_node(p)).all(|p| known(p)) {
+        true => Method::Exact,
+        false => Method::Estimate,
+    };
+    jobs.sort();
+    jobs.dedup();
+    let start = |job| JobForecast {
+        job,
+        start_ms: Some(now),
+        method,
+    };
+    Some(jobs.into_iter().map(start).collect())
 }
 
 /// Whether a gang has started: not completed, and at least `minMember` (one at least) of its
