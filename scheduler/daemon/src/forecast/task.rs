@@ -1,6 +1,6 @@
-//! The forecast's background task: once per interval it asks the next cycle for its objects
-//! and their conversions (shared with the cycle's incremental snapshot, never copied nor
-//! converted again), runs the engine forward on them on a thread of its own at the lowest CPU
+//! The forecast's background task: once per interval it asks the next cycle for its objects,
+//! their conversions (shared with the cycle's incremental snapshot, never copied nor
+//! converted again) and its plan (the run's first cycle, not decided again), runs the engine forward on them on a thread of its own at the lowest CPU
 //! priority, and leaves the result where the status writer reads it. A cycle never waits for
 //! it, and it never wakes one: while the daemon is idle nothing changes, and the last forecast
 //! stands.
