@@ -181,29 +181,25 @@ fn told_changes(
         inc.update_changes(given.take().unwrap(), options);
     });
     let n = objects.len();
-    let bound: Vec<Change> = (objects[n - 1000..n].iter().enumerate())
-        .filter_map(|(k, (_, o))| {
-            let Object::Pod(p) = o else { return None };
-            let mut bound = (**p).clone();
-            bound.spec.as_mut()?.node_name = Some(format!("node-{:05}", k % nodes));
-            bound.status.as_mut()?.phase = Some("Running".into());
-            Some(set(&Object::Pod(Arc::new(bound))))
-        })
-        .collect();
+    // Each pod of `range` bound to a node, running.
+    let bind = |range: std::ops::Range<usize>| -> Vec<Change> {
+        (objects[range].iter().enumerate())
+            .filter_map(|(k, (_, o))| {
+                let Object::Pod(p) = o else { return None };
+                let mut bound = (**p).clone();
+                bound.spec.as_mut()?.node_name = Some(format!("node-{:05}", k % nodes));
+                bound.status.as_mut()?.phase = Some("Running".into());
+                Some(set(&Object::Pod(Arc::new(bound))))
+            })
+            .collect()
+    };
+    let bound = bind(n - 1000..n);
     given = Some(bound);
     time("changes: 1,000 pods bound", &mut || {
         inc.update_changes(given.take().unwrap(), options);
     });
     // Then every other pending pod bound: the cycle after a backlog's binds.
-    let bound: Vec<Change> = (objects[n - pending..n - 1000].iter().enumerate())
-        .filter_map(|(k, (_, o))| {
-            let Object::Pod(p) = o else { return None };
-            let mut bound = (**p).clone();
-            bound.spec.as_mut()?.node_name = Some(format!("node-{:05}", k % nodes));
-            bound.status.as_mut()?.phase = Some("Running".into());
-            Some(set(&Object::Pod(Arc::new(bound))))
-        })
-        .collect();
+    let bound = bind(n - pending..n - 1000);
     let what = format!("changes: the other {} pending pods bound", bound.len());
     given = Some(bound);
     time(&what, &mut || {

@@ -172,19 +172,23 @@ pub fn ends_of(
     pods_of_spec: &[impl Borrow<PodSpec>],
     learned: &Learned,
 ) -> (HashMap<String, End>, Vec<BadRuntime>) {
+    let pods = (pods_of_spec.iter().map(Borrow::borrow)).collect::<Vec<_>>();
+    let raw = objects_of(objects, &pods);
+    let pods = pods.into_iter().zip(raw);
+    ends_paired(objects, groups, pods, learned)
+}
+
+/// Per pod of `pods`, its object among `objects` (by namespace and name), when there.
+pub fn objects_of<'o>(objects: &'o [(String, Object)], pods: &[&PodSpec]) -> Vec<Option<&'o Pod>> {
     let raw: FastMap<(&str, &str), &Pod> = (objects.iter())
         .filter_map(|(_, o)| match o {
             Object::Pod(p) => Some((object_key(&p.metadata), &**p)),
             _ => None,
         })
         .collect();
-    let pods = (pods_of_spec.iter().map(Borrow::borrow)).map(|p| {
-        (
-            p,
-            raw.get(&(p.namespace.as_str(), p.name.as_str())).copied(),
-        )
-    });
-    ends_paired(objects, groups, pods, learned)
+    (pods.iter())
+        .map(|p| raw.get(&(p.namespace.as_str(), p.name.as_str())).copied())
+        .collect()
 }
 
 /// [`ends_of`] with each pod given beside the object it was converted from, when known

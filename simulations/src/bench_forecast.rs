@@ -96,21 +96,19 @@ pub fn run(setup: &Synthetic, config: &Config, runs: usize) -> anyhow::Result<Fo
     let ends = ends(&spec);
     let (mut cpu_ms, mut wall_ms) = (f64::INFINITY, f64::INFINITY);
     let mut last = None;
+    let framework = |names: &_| basalt_plugins::framework(config, names);
+    // The plan of the first cycle, as the daemon's cycle on these objects made it.
+    let decided = {
+        let snapshot = basalt_engine::Snapshot::build(spec.clone())?;
+        let fw = framework(&snapshot.resources);
+        basalt_engine::schedule(&snapshot, &fw, &mut basalt_engine::Warm::default())
+    };
     // The pods shared with the run, as the daemon's kept conversions are: it copies only the
     // pods it moves.
     let pods: Vec<Arc<PodSpec>> = std::mem::take(&mut spec.pods)
         .into_iter()
         .map(Arc::new)
         .collect();
-    let framework = |names: &_| basalt_plugins::framework(config, names);
-    // The plan of the first cycle, as the daemon's cycle on these objects made it.
-    let decided = {
-        let mut whole = spec.clone();
-        whole.pods = pods.iter().map(|p| (**p).clone()).collect();
-        let snapshot = basalt_engine::Snapshot::build(whole)?;
-        let fw = framework(&snapshot.resources);
-        basalt_engine::schedule(&snapshot, &fw, &mut basalt_engine::Warm::default())
-    };
     let mut given_plan_cpu_ms = f64::INFINITY;
     for _ in 0..runs.max(1) {
         for given in [None, Some(&decided)] {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use basalt_crds::PodGroupForecast;
 use basalt_engine::forecast::{Forecast, Method};
 
-pub use basalt_crds::ends::{ends_paired, BadRuntime, Learned};
+pub use basalt_crds::ends::{ends_paired, objects_of, BadRuntime, Learned};
 
 /// What each waiting gang's `status.forecast` is to say, by `namespace/name`.
 pub fn published(

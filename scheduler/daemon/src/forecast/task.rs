@@ -16,7 +16,7 @@ use basalt_engine::forecast::Limits;
 use basalt_engine::{GroupSpec, Plan, PodPhase, PodSpec};
 use basalt_plugins::Config;
 
-use super::{ends_paired, published, BadRuntime, Learned};
+use super::{ends_paired, objects_of, published, BadRuntime, Learned};
 use k8s_openapi::api::core::v1::Pod;
 
 /// What the forecast runs on: a cycle's objects, as that cycle converted them, and the plan
@@ -162,14 +162,9 @@ pub fn compute(input: Input, learned: &mut Learned, limits: Limits) -> Results {
     let objects: &[(String, Object)] = &objects;
     // Each pod beside the object it was converted from, paired by place where the spec says
     // (the kept conversions), else by name: its annotations, owner and status are read there.
-    let by_name;
     let raw: Vec<Option<&Pod>> = match sources.len() == pods.len() {
         true => sources.iter().map(pod_of).collect(),
-        false => {
-            by_name = pods_by_name(objects);
-            let key = |p: &PodSpec| (p.namespace.clone(), p.name.clone());
-            pods.iter().map(|p| by_name.get(&key(p)).copied()).collect()
-        }
+        false => objects_of(objects, &pods.iter().map(|p| &**p).collect::<Vec<_>>()),
     };
     learn_finished(learned, &spec.groups, &pods, &raw);
     let paired = pods.iter().map(|p| &**p).zip(raw.iter().copied());
@@ -243,21 +238,6 @@ fn pod_of(o: &Object) -> Option<&Pod> {
         Object::Pod(p) => Some(p),
         _ => None,
     }
-}
-
-/// The pods among `objects` by namespace and name (when the spec does not pair them).
-fn pods_by_name(objects: &[(String, Object)]) -> HashMap<(String, String), &Pod> {
-    (objects.iter())
-        .filter_map(|(_, o)| pod_of(o))
-        .map(|p| {
-            let ns = p
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into());
-            ((ns, p.metadata.name.clone().unwrap_or_default()), p)
-        })
-        .collect()
 }
 
 /// Wall and thread CPU time since a run started, for its debug line.

@@ -163,17 +163,9 @@ impl<'b> Member<'b> {
     /// Its task, `id` of `job`, named `name` (its pod's key, or the same name taken from the
     /// last snapshot's task); its pod's facts remember the task's place (see [`Buffers`]).
     pub(super) fn task(&self, id: TaskId, job: JobId, name: Arc<str>) -> Task {
-        let Member {
-            spec: p,
-            facts,
-            node,
-            gpus,
-            slices,
-            rules,
-            shape,
-        } = *self;
+        let (p, facts) = (self.spec, self.facts);
         facts.slot.set(id.0);
-        let state = match (p.phase, node) {
+        let state = match (p.phase, self.node) {
             (PodPhase::Succeeded, _) => TaskState::Succeeded,
             (PodPhase::Failed, _) => TaskState::Failed,
             (_, Some(n)) => TaskState::Bound(n),
@@ -194,12 +186,12 @@ impl<'b> Member<'b> {
             job,
             role: p.role.clone(),
             request: facts.request.clone(),
-            rules,
-            shape,
+            rules: self.rules,
+            shape: self.shape,
             priority: p.priority,
             state,
-            gpus,
-            slices,
+            gpus: self.gpus,
+            slices: self.slices,
             share: facts.share,
             containers: match state {
                 TaskState::Pending => facts.containers.clone(),
@@ -212,7 +204,7 @@ impl<'b> Member<'b> {
                 _ => None,
             },
             // A nomination to a node that is gone is simply dropped, and a held pod holds nothing.
-            nominated: match node {
+            nominated: match self.node {
                 None if p.phase == PodPhase::Pending && hold.is_none() => facts.nominated,
                 _ => None,
             },
