@@ -113,8 +113,7 @@ impl EventSink {
                     if !leadership.leading() {
                         return;
                     }
-                    let api: Api<Event> = Api::namespaced(client, &ns);
-                    if let Err(e) = api.create(&PostParams::default(), &event).await {
+                    if let Err(e) = create_event(&client, &ns, &event).await {
                         let reason = event.reason.as_deref().unwrap_or("");
                         tracing::warn!(reason, error = %classify(&e).1, "cannot write an Event");
                     }
@@ -137,6 +136,17 @@ impl EventSink {
             tracing::warn!(reason, "Event dropped: the Event queue is full");
         }
     }
+}
+
+/// Writes `event` into `ns`. The created Event the API server answers with is not decoded:
+/// nothing reads it, and decoding it cost as much as a bind's own reply.
+async fn create_event(client: &Client, ns: &str, event: &Event) -> kube::Result<()> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
+    let request = kube::core::Request::new(api.resource_url())
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    client.request_text(request).await.map(drop)
 }
 
 /// An API error's status code (none for a transport error) and how to say it.

@@ -68,6 +68,9 @@ pub(super) struct BindJob {
     /// The GPU ids annotation value (`0,1`), empty when none.
     pub(super) gpus: String,
     pub(super) uid: Option<String>,
+    /// The key of the PodGroup the pod names, read once from its object: binds are ordered
+    /// and failures counted by it.
+    pub(super) group: Option<String>,
     /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
     /// expects (`devices.rs`).
     pub(super) hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
@@ -80,13 +83,20 @@ pub(super) struct BindJob {
 impl Scheduler {
     /// The binds of gang members first, each gang's together, so gangs complete (and their
     /// Events follow) before pods of one; otherwise the plan's order.
-    fn gangs_first(&self, mut jobs: Vec<BindJob>, stores: &Stores) -> Vec<BindJob> {
-        let gang_of = |job: &BindJob| {
-            let key = group_key(&*stores.pod(&job.key)?)?;
-            let group = self.view.group(&key)?;
+    fn gangs_first(&self, mut jobs: Vec<BindJob>) -> Vec<BindJob> {
+        let order = self.gang_order(&jobs);
+        let mut slots: Vec<Option<BindJob>> = jobs.drain(..).map(Some).collect();
+        order.into_iter().filter_map(|i| slots[i].take()).collect()
+    }
+
+    /// The positions of `jobs` in bind order: gang members first, each gang's together.
+    fn gang_order<'j>(&self, jobs: &'j [BindJob]) -> Vec<usize> {
+        let gang_of = |job: &'j BindJob| {
+            let key = job.group.as_ref()?;
+            let group = self.view.group(key)?;
             (group.group.spec.min_member > 1).then_some(key)
         };
-        let mut keyed: Vec<(Option<String>, usize)> = jobs
+        let mut keyed: Vec<(Option<&String>, usize)> = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| (gang_of(j), i))
@@ -96,11 +106,7 @@ impl Scheduler {
                 .cmp(&(b.0.is_none(), &b.0))
                 .then(a.1.cmp(&b.1))
         });
-        let mut slots: Vec<Option<BindJob>> = jobs.drain(..).map(Some).collect();
-        keyed
-            .into_iter()
-            .filter_map(|(_, i)| slots[i].take())
-            .collect()
+        keyed.into_iter().map(|(_, i)| i).collect()
     }
 
     pub(super) async fn bind_all(&mut self, plan: &Plan, stores: &Stores) -> (bool, Unbound) {
@@ -113,6 +119,13 @@ impl Scheduler {
                 let (ns, name) = split_key(&b.pod);
                 let pod = stores.pods.get(&ObjectRef::new(name).within(ns));
                 let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+                let group = pod.as_deref().and_then(group_key);
+                if let Some(t) = pod
+                    .as_ref()
+                    .and_then(|p| p.metadata.creation_timestamp.as_ref())
+                {
+                    created_at.insert(b.pod.clone(), t.0);
+                }
                 let node = stores.nodes.get(&ObjectRef::new(&b.node));
                 let on_hami = node.as_ref().is_some_and(|n| devices::runs_hami(n));
                 let on_vgpu = node.as_ref().is_some_and(|n| devices::runs_vgpu(n));
@@ -124,13 +137,6 @@ impl Scheduler {
                     .then_some(pod)
                     .flatten()
                     .map(|p| (p, b.devices.clone()));
-                let created = stores
-                    .pods
-                    .get(&ObjectRef::new(name).within(ns))
-                    .and_then(|p| p.metadata.creation_timestamp.clone());
-                if let Some(t) = created {
-                    created_at.insert(b.pod.clone(), t.0);
-                }
                 let gpus = b
                     .gpus
                     .iter()
@@ -142,6 +148,7 @@ impl Scheduler {
                     node: b.node.clone(),
                     gpus,
                     uid,
+                    group,
                     hami,
                     annotations,
                     claims: Vec::new(),
@@ -153,7 +160,7 @@ impl Scheduler {
         // DRA ResourceClaims: what each pod's job reserves (and allocates) before its binding.
         let (jobs, refused) = self.prepare_resource_claims(jobs, plan, stores);
         results.extend(refused);
-        let jobs = self.gangs_first(jobs, stores);
+        let jobs = self.gangs_first(jobs);
         let writer = resource_claims::Writer {
             client: self.client.clone(),
             limiter: self.limiter.clone(),
@@ -198,11 +205,11 @@ impl Scheduler {
                 node,
                 gpus,
                 uid,
+                group,
                 ..
             } = job;
             let (ns, name) = split_key(&key);
             if !matches!(result, BindResult::Bound) {
-                let group = stores.pod(&key).as_deref().and_then(group_key);
                 if let Some(group) = group {
                     let why = match result {
                         BindResult::Wait(_) => WAITING_FOR_NODE_LOCK,

@@ -18,6 +18,9 @@
 //! - the daemon's resident memory (sampled from `/proc` every 100 ms: the peak seen, and the
 //!   kernel's own peak) and CPU time, and that of its forecast's thread.
 //!
+//! `scale floor NODES PODS ...` runs, in the daemon's place, a client that only binds the same
+//! pending pods and writes their Events (`floor.rs`): what the protocol costs any scheduler.
+//!
 //! `SCALE_DAEMON_ARGS` adds daemon flags (e.g. `--forecast-interval 30s`); `SCALE_LOG` is the
 //! daemon's `RUST_LOG`.
 //!
@@ -38,6 +41,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::{json, Value};
 
+mod floor;
+
+/// The daemon's allocator, so that the floor's client allocates as the daemon does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The argument that makes this process the floor's client (`floor.rs`).
+const FLOOR_CLIENT: &str = "__floor-client";
+
 struct Args {
     bin: String,
     nodes: usize,
@@ -51,7 +63,7 @@ struct Args {
 
 fn args() -> anyhow::Result<Args> {
     let raw: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: scale BASALT_SCHEDULER NODES PODS [--pending N] [--gang N] [--queues N] [--arrivals N] [--idle-secs S]";
+    let usage = "usage: scale BASALT_SCHEDULER|floor NODES PODS [--pending N] [--gang N] [--queues N] [--arrivals N] [--idle-secs S]";
     let (Some(bin), Some(nodes), Some(pods)) = (raw.first(), raw.get(1), raw.get(2)) else {
         anyhow::bail!(usage);
     };
@@ -381,6 +393,10 @@ impl Daemon {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let raw: Vec<String> = std::env::args().collect();
+    if raw.get(1).is_some_and(|a| a == FLOOR_CLIENT) {
+        return floor::client(raw.get(2).and_then(|n| n.parse().ok()).unwrap_or(1)).await;
+    }
     let a = args()?;
     let server = ApiServer::start(Config::default()).await?;
     let dir = tempfile::tempdir()?;
@@ -435,6 +451,14 @@ async fn main() -> anyhow::Result<()> {
             .port();
         Ok(format!("127.0.0.1:{port}"))
     };
+    if a.bin == "floor" {
+        let status = Command::new(std::env::current_exe()?)
+            .args([FLOOR_CLIENT, &a.nodes.to_string()])
+            .env("KUBECONFIG", &kubeconfig)
+            .status()?;
+        anyhow::ensure!(status.success(), "the floor client failed: {status}");
+        return Ok(());
+    }
     let (addr, metrics_addr) = (free_addr()?, free_addr()?);
     let child = Command::new(&a.bin)
         .args(["--listen", &addr, "--period", "1s"])
