@@ -68,6 +68,8 @@ pub(super) struct BindJob {
     /// The GPU ids annotation value (`0,1`), empty when none.
     pub(super) gpus: String,
     pub(super) uid: Option<String>,
+    /// The pod's object as the cycle saw it, looked up once for every step of its bind.
+    pub(super) pod: Option<Arc<Pod>>,
     /// The key of the PodGroup the pod names, read once from its object: binds are ordered
     /// and failures counted by it.
     pub(super) group: Option<String>,
@@ -134,7 +136,7 @@ impl Scheduler {
                     _ => BTreeMap::new(),
                 };
                 let hami = (on_hami && !b.devices.is_empty())
-                    .then_some(pod)
+                    .then(|| pod.clone())
                     .flatten()
                     .map(|p| (p, b.devices.clone()));
                 let gpus = b
@@ -148,6 +150,7 @@ impl Scheduler {
                     node: b.node.clone(),
                     gpus,
                     uid,
+                    pod,
                     group,
                     hami,
                     annotations,

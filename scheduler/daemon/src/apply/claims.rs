@@ -233,11 +233,10 @@ impl Scheduler {
         let mut decided = Decided::default();
         let static_volumes = stores.volumes.state();
         for job in &jobs {
-            let (ns, name) = split_key(&job.key);
-            let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
+            let Some(pod) = &job.pod else {
                 continue;
             };
-            match selections(&pod, &job.node, stores, &static_volumes, &mut decided) {
+            match selections(pod, &job.node, stores, &static_volumes, &mut decided) {
                 Ok(list) if !list.is_empty() => wanted.push((job.key.clone(), list)),
                 Ok(_) => {}
                 Err(m) => {

@@ -28,7 +28,6 @@ use k8s_openapi::api::resource::v1::{
     AllocationResult, ResourceClaim, ResourceClaimConsumerReference,
 };
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -328,8 +327,7 @@ impl Scheduler {
         let mut ready = Vec::new();
         let mut refused = Vec::new();
         for mut job in jobs {
-            let (ns, name) = split_key(&job.key);
-            let Some(pod) = stores.pods.get(&ObjectRef::new(name).within(ns)) else {
+            let Some(pod) = job.pod.clone() else {
                 ready.push(job);
                 continue;
             };
