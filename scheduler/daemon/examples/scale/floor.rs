@@ -63,10 +63,11 @@ pub async fn client(nodes: usize) -> anyhow::Result<()> {
         n / secs,
         cpu / n * 1e6
     );
-    let rss = crate::proc_field(std::process::id(), "status", "VmRSS:").unwrap_or(0);
+    let mib = |field| crate::proc_field(std::process::id(), "status", field).unwrap_or(0) / 1024;
     println!(
-        "floor: VmRSS {} MiB holding the pod and node stores",
-        rss / 1024
+        "floor: VmRSS {} MiB holding the pod and node stores (peak VmHWM {} MiB)",
+        mib("VmRSS:"),
+        mib("VmHWM:")
     );
     Ok(())
 }
