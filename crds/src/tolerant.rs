@@ -22,6 +22,7 @@ use basalt_engine::{
 };
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::convert::device_names::GPU_NAME;
 use crate::convert::{locate, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
 pub(crate) use queues::{reason as queue_reason, BadQueues};
@@ -213,6 +214,7 @@ impl Round {
         };
         let mut spec = ClusterSpec {
             now_ms: options.now_ms,
+            device_resource: GPU_NAME.to_string(),
             ..ClusterSpec::default()
         };
         for (origin, object) in objects {

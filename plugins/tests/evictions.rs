@@ -74,6 +74,7 @@ fn role_name(role: u8) -> Option<String> {
 /// Nodes of random size; queues q0..q2 of random weight; running gangs placed first-fit.
 fn cluster(nodes: &[(i64, i64, i64)], weights: &[u32], gs: &[G]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 10_000_000,
         nodes: (nodes.iter().enumerate())
             .map(|(i, &(cpu, mem, gpu))| NodeSpec {
@@ -456,6 +457,7 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
             ..QueueSpec::new(name)
         };
         let mut spec = ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             now_ms: 10_000_000,
             nodes: (0..4).map(node).collect(),
             queues: vec![

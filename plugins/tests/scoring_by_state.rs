@@ -129,6 +129,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                 pods.push(p);
             }
             ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 nodes,
                 pods,
                 ..Default::default()
@@ -253,6 +254,7 @@ fn alike_nodes_and_pods() -> ClusterSpec {
         })
         .collect();
     ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         ..Default::default()

@@ -10,6 +10,7 @@ use basalt_engine::{
 };
 
 use super::{HashMap, Identity};
+use crate::convert::device_names::GPU_NAME;
 use crate::convert::{Context, ConvertError, Converted};
 use crate::tolerant::{judge_references, BadQueues, Fate, Judged};
 
@@ -150,7 +151,7 @@ impl Feed<'_> {
                     .map(|(n, _)| cordon((*n).clone(), &wanted.cordoned))
                     .collect();
                 new = true;
-                let mut builder = SnapshotBuilder::new(nodes).ok()?;
+                let mut builder = SnapshotBuilder::new(GPU_NAME, nodes).ok()?;
                 builder.set_dra(context.dra.spec());
                 let nodes = (wanted.nodes.iter())
                     .map(|(n, id)| {

@@ -10,6 +10,7 @@ fn list(items: &[(&str, i64)]) -> ResourceList {
 
 fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
     ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 0,
         nodes: (0..nodes)
             .map(|i| NodeSpec {
