@@ -386,6 +386,7 @@ fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
         let snapshot = Snapshot::build(spec).unwrap();
         let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
         let session = basalt_engine::Session::new(&snapshot, &fw);
+        let session = session.view();
         let job = (snapshot.jobs.iter())
             .find(|j| j.name.ends_with("g1"))
             .unwrap()
@@ -512,6 +513,7 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
         let snapshot = Snapshot::build(spec).unwrap();
         let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
         let session = basalt_engine::Session::new(&snapshot, &fw);
+        let session = session.view();
         let waiting = (snapshot.jobs.iter())
             .find(|j| j.name.ends_with("j3"))
             .unwrap();

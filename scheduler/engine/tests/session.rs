@@ -185,7 +185,7 @@ impl QueueOrder for ReverseNames {
     fn name(&self) -> &str {
         "reverse-names"
     }
-    fn compare(&self, _: &Session, a: QueueId, b: QueueId) -> std::cmp::Ordering {
+    fn compare(&self, _: &SessionView, a: QueueId, b: QueueId) -> std::cmp::Ordering {
         b.cmp(&a)
     }
 }
@@ -212,7 +212,7 @@ impl JobReady for MinMember {
     fn name(&self) -> &str {
         "min-member"
     }
-    fn ready(&self, session: &Session, job: JobId) -> bool {
+    fn ready(&self, session: &SessionView, job: JobId) -> bool {
         let c = session.counts(job);
         c.running + c.pipelined + c.succeeded >= session.snapshot.job(job).min_member
     }
