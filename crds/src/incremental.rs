@@ -39,7 +39,7 @@ use basalt_engine::{QueueUsage, Snapshot};
 
 use crate::convert::{volumes, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
-use crate::tolerant::{self, live_node};
+use crate::tolerant;
 use delta::References;
 use feed::{Fed, Feed, Form, Wanted};
 pub use shared::{usable_spec, ConvertedObjects, UsableSpec};
@@ -381,26 +381,13 @@ impl IncrementalSnapshot {
                 Err(e) => e,
             };
             errors.push(e.clone());
-            match object {
-                Object::PodGroup(_) => {
-                    wanted.bad_groups.insert(entry.key.clone());
-                }
-                Object::Queue(_) => {
-                    let reason = tolerant::queue_reason(Some(e));
-                    wanted.bad_queues.insert(entry.key.clone(), reason);
-                }
-                Object::Pod(p) => {
-                    let Some(node) = live_node(p) else { continue };
-                    let foreign = entry.foreign.as_ref();
-                    warnings.extend(foreign.iter().flat_map(|f| f.warnings.iter().cloned()));
-                    match foreign.map(|f| &f.result) {
-                        Some(Ok(Some(c))) => wanted.add(c, id, Form::Foreign),
-                        _ => {
-                            wanted.cordoned.insert(node.to_string());
-                        }
-                    }
-                }
-                _ => {}
+            let as_foreign = || {
+                let foreign = entry.foreign.as_ref()?;
+                warnings.extend(foreign.warnings.iter().cloned());
+                foreign.result.as_ref().ok()?.as_ref()
+            };
+            if let Some(c) = (wanted.left_out).failed(object, &entry.key, Some(e), as_foreign) {
+                wanted.add(c, id, Form::Foreign);
             }
         }
         let fates = wanted.judge(&mut errors);

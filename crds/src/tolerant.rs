@@ -22,9 +22,10 @@ use basalt_engine::{
 };
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::convert::device_names::GPU_NAME;
 use crate::convert::{locate, Context, ConvertError, ConvertOptions};
 use crate::read::Object;
-pub(crate) use queues::{reason as queue_reason, BadQueues};
+use queues::{reason as queue_reason, BadQueues};
 
 mod queues;
 
@@ -53,9 +54,7 @@ pub fn build_snapshot_tolerant(
         let mut round = Round {
             warnings: warnings.clone(),
             errors: Vec::new(),
-            cordoned: HashSet::new(),
-            bad_groups: HashSet::new(),
-            bad_queues: BadQueues::new(),
+            left_out: LeftOut::default(),
         };
         let spec = round.convert_all(&context, objects, options, &refused);
         let e = match Snapshot::build(spec) {
@@ -191,12 +190,51 @@ fn refused_object(objects: &[(String, Object)], e: &ConvertError) -> Option<(Str
 struct Round {
     warnings: Vec<String>,
     errors: Vec<ConvertError>,
+    left_out: LeftOut,
+}
+
+/// What the objects that fail to convert leave behind for the others: the one bookkeeping of
+/// a failed object, for the whole build and the incremental one alike.
+#[derive(Default)]
+pub(crate) struct LeftOut {
     /// Nodes with a bound pod whose usage is unknown: no new pod goes there.
-    cordoned: HashSet<String>,
+    pub(crate) cordoned: HashSet<String>,
     /// PodGroups left out (`ns/name`): their pods say so.
-    bad_groups: HashSet<String>,
+    pub(crate) bad_groups: HashSet<String>,
     /// Queues left out: their children and PodGroups say so.
-    bad_queues: BadQueues,
+    pub(crate) bad_queues: BadQueues,
+}
+
+impl LeftOut {
+    /// Records `object` (keyed `key`), whose conversion failed with `e` (`None`: refused by
+    /// the engine in an earlier round). A live pod is kept as another scheduler's when
+    /// `foreign` reads it so, and that conversion is returned; otherwise its node is closed.
+    pub(crate) fn failed<C>(
+        &mut self,
+        object: &Object,
+        key: &str,
+        e: Option<&ConvertError>,
+        foreign: impl FnOnce() -> Option<C>,
+    ) -> Option<C> {
+        match object {
+            Object::PodGroup(_) => {
+                self.bad_groups.insert(key.to_string());
+            }
+            Object::Queue(_) => {
+                self.bad_queues.insert(key.to_string(), queue_reason(e));
+            }
+            Object::Pod(p) => {
+                let node = live_node(p)?;
+                let kept = foreign();
+                if kept.is_none() {
+                    self.cordoned.insert(node.to_string());
+                }
+                return kept;
+            }
+            _ => {}
+        }
+        None
+    }
 }
 
 impl Round {
@@ -207,12 +245,10 @@ impl Round {
         options: &ConvertOptions,
         refused: &HashMap<(String, String), u32>,
     ) -> ClusterSpec {
-        let foreign = ConvertOptions {
-            scheduler_names: Vec::new(),
-            ..options.clone()
-        };
+        let foreign = foreign_options(options);
         let mut spec = ClusterSpec {
             now_ms: options.now_ms,
+            device_resource: GPU_NAME.to_string(),
             ..ClusterSpec::default()
         };
         for (origin, object) in objects {
@@ -241,36 +277,24 @@ impl Round {
                 Ok(None) => continue,
                 Err(e) => e,
             };
-            if let Object::Queue(_) = object {
-                self.bad_queues
-                    .insert(object.key(), queue_reason(e.as_ref()));
-            }
+            // A live pod's request, as if another scheduler had bound it.
+            let warnings = &mut self.warnings;
+            let as_foreign = || {
+                (times < 2)
+                    .then(|| context.convert(origin, object, &foreign, warnings))
+                    .and_then(Result::ok)
+                    .flatten()
+            };
+            let kept = (self.left_out).failed(object, &object.key(), e.as_ref(), as_foreign);
             self.errors.extend(e);
-            match object {
-                Object::PodGroup(_) => {
-                    self.bad_groups.insert(object.key());
-                }
-                Object::Pod(p) => {
-                    let Some(node) = live_node(p) else { continue };
-                    // Its request, as if another scheduler had bound it.
-                    let kept = (times < 2)
-                        .then(|| context.convert(origin, object, &foreign, &mut self.warnings))
-                        .and_then(Result::ok)
-                        .flatten();
-                    match kept {
-                        Some(c) => c.add_to(&mut spec),
-                        None => {
-                            self.cordoned.insert(node.to_string());
-                        }
-                    }
-                }
-                _ => {}
+            if let Some(c) = kept {
+                c.add_to(&mut spec);
             }
         }
         spec.dra = context.dra.spec();
         self.check_references(&mut spec);
         for n in &mut spec.nodes {
-            if self.cordoned.contains(&n.name) {
+            if self.left_out.cordoned.contains(&n.name) {
                 n.unschedulable = true;
             }
         }
@@ -290,7 +314,7 @@ impl Round {
             &spec.groups.iter().collect::<Vec<_>>(),
             &spec.nodes.iter().map(|n| n.name.as_str()).collect(),
             &spec.pods.iter().collect::<Vec<_>>(),
-            (&mut self.bad_queues, &mut self.bad_groups),
+            &mut self.left_out,
             &mut self.errors,
         );
         let mut keep_queues = keep_queues.into_iter();
@@ -331,18 +355,18 @@ pub(crate) struct Judged {
 /// The reference checks over borrowed specs: whether each queue stays (its parent is the top
 /// or a queue that stays), each PodGroup stays (its queue stays and is a leaf) and each pod's
 /// [`Fate`] (its PodGroup exists among those that stay, a live pod's node exists). Each
-/// failure is an error; queues and PodGroups left out join `bad` (which holds, on entry, those
-/// whose conversion failed).
+/// failure is an error; queues and PodGroups left out join `left_out` (which holds, on entry,
+/// those whose conversion failed).
 pub(crate) fn judge_references(
     queues: &[&QueueSpec],
     groups: &[&GroupSpec],
     nodes: &HashSet<&str>,
     pods: &[&PodSpec],
-    bad: (&mut BadQueues, &mut HashSet<String>),
+    left_out: &mut LeftOut,
     errors: &mut Vec<ConvertError>,
 ) -> Judged {
     type Set<T> = HashSet<T, foldhash::fast::RandomState>;
-    let (bad_queues, bad_groups) = bad;
+    let (bad_queues, bad_groups) = (&mut left_out.bad_queues, &mut left_out.bad_groups);
     let keep_queues = queues::judge_queues(queues, bad_queues, errors);
     let kept_queues = || (queues.iter().zip(&keep_queues)).filter_map(|(q, &k)| k.then_some(q));
     let queue_names: Set<&str> = kept_queues().map(|q| q.name.as_str()).collect();
@@ -410,6 +434,14 @@ pub(crate) fn judge_references(
         queues: keep_queues,
         groups: keep_groups,
         fates,
+    }
+}
+
+/// The options a pod is read with as another scheduler's: none of its scheduler names is ours.
+pub(crate) fn foreign_options(options: &ConvertOptions) -> ConvertOptions {
+    ConvertOptions {
+        scheduler_names: Vec::new(),
+        ..options.clone()
     }
 }
 

@@ -3,7 +3,8 @@
 //! capability).
 
 use basalt_engine::{
-    Admit, GivenBack, JobId, JobRefusal, Refusal, ResourceId, Resources, Session, TaskAdmit, TaskId,
+    Admit, GivenBack, JobId, JobRefusal, Refusal, ResourceId, Resources, SessionView, TaskAdmit,
+    TaskId,
 };
 
 /// Factor as a fraction over 1000, so admission arithmetic stays in integers.
@@ -15,7 +16,7 @@ impl Admit for Overcommit {
     fn name(&self) -> &str {
         "overcommit"
     }
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
+    fn admit(&self, session: &SessionView, job: JobId) -> Result<(), JobRefusal> {
         let snap = session.snapshot;
         let Some(min) = &snap.job(job).min_resources else {
             return Ok(());
@@ -48,7 +49,7 @@ impl TaskAdmit for Guarantee {
     }
     fn admit(
         &self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         request: &Resources,
         given_back: GivenBack,
@@ -65,7 +66,7 @@ impl Admit for Capability {
     fn name(&self) -> &str {
         "capability"
     }
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
+    fn admit(&self, session: &SessionView, job: JobId) -> Result<(), JobRefusal> {
         let snap = session.snapshot;
         let j = snap.job(job);
         let Some(min) = &j.min_resources else {
@@ -86,7 +87,7 @@ impl TaskAdmit for Capability {
     }
     fn admit(
         &self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         request: &Resources,
         given_back: GivenBack,

@@ -7,7 +7,7 @@
 //! `hami.io/gpu-scheduler-policy` says.
 
 use basalt_engine::devices::DevicePolicy;
-use basalt_engine::{lowest_bits, DeviceChooser, DevicePick, NodeId, Session, TaskId};
+use basalt_engine::{lowest_bits, DeviceChooser, DevicePick, NodeId, SessionView, TaskId};
 
 pub struct KeepIslandsWhole;
 
@@ -16,7 +16,7 @@ impl DevicePick for KeepIslandsWhole {
         "keep-islands-whole"
     }
 
-    fn prepare<'s>(&'s self, _: &Session) -> Box<dyn DeviceChooser + 's> {
+    fn prepare<'s>(&'s self, _: &SessionView) -> Box<dyn DeviceChooser + 's> {
         Box::new(KeepIslandsWhole)
     }
 }
@@ -24,7 +24,7 @@ impl DevicePick for KeepIslandsWhole {
 impl DeviceChooser for KeepIslandsWhole {
     fn pick(
         &mut self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         node: NodeId,
         open: u64,

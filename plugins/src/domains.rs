@@ -8,7 +8,7 @@
 
 use std::cmp::Reverse;
 
-use basalt_engine::{DomainAsk, DomainPurpose, Domains, Session, TopoState};
+use basalt_engine::{DomainAsk, DomainPurpose, Domains, SessionView, TopoState};
 use basalt_topology::DomainId;
 
 pub struct BestFit;
@@ -20,7 +20,7 @@ impl Domains for BestFit {
 
     fn choose(
         &self,
-        session: &Session,
+        session: &SessionView,
         ask: &DomainAsk,
         candidates: &mut dyn Iterator<Item = DomainId>,
     ) -> Vec<DomainId> {

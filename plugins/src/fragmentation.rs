@@ -33,7 +33,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use basalt_engine::{DeviceChooser, DevicePick, NodeId, NodeScorer, Score, Session, TaskId, CPU};
+use basalt_engine::{
+    DeviceChooser, DevicePick, NodeId, NodeScorer, Score, SessionView, TaskId, CPU,
+};
 
 use crate::devicepick::KeepIslandsWhole;
 
@@ -194,7 +196,7 @@ pub struct NodeFree {
 }
 
 /// A pod as the measure reads it: (CPU milli, per-device share in milli, device count).
-pub fn task_shape(session: &Session, task: TaskId) -> (i64, u16, u32) {
+pub fn task_shape(session: &SessionView, task: TaskId) -> (i64, u16, u32) {
     let snap = session.snapshot;
     let t = snap.task(task);
     let count = snap.devices_asked(&t.request);
@@ -213,7 +215,7 @@ pub struct Models {
 }
 
 impl Models {
-    pub fn of(session: &Session) -> Self {
+    pub fn of(session: &SessionView) -> Self {
         let model = |n: &basalt_engine::Node| n.gpus.first().and_then(|g| g.model.clone());
         let mut names: Vec<String> = session.snapshot.nodes.iter().filter_map(model).collect();
         names.sort_unstable();
@@ -241,7 +243,7 @@ impl Models {
     }
 
     /// The models whose first node passes the static filters of the task's rules.
-    fn allowed(&self, session: &Session, task: TaskId) -> ModelSet {
+    fn allowed(&self, session: &SessionView, task: TaskId) -> ModelSet {
         let snap = session.snapshot;
         let rules = &snap.rules[snap.task(task).rules.0 as usize];
         let fw = session.framework();
@@ -259,7 +261,7 @@ impl Models {
     }
 
     /// What the node has free now.
-    pub fn node_free(&self, session: &Session, node: NodeId, out: &mut NodeFree) {
+    pub fn node_free(&self, session: &SessionView, node: NodeId, out: &mut NodeFree) {
         let n = session.snapshot.node(node);
         out.model = self.of_node(node);
         out.cpu = n.allocatable.get(CPU) - session.used(node).get(CPU);
@@ -335,7 +337,7 @@ pub struct GivenShape {
 }
 
 impl Workload {
-    fn shapes(&self, session: &Session, models: &Models) -> TypicalShapes {
+    fn shapes(&self, session: &SessionView, models: &Models) -> TypicalShapes {
         let mut counts: BTreeMap<Shape, u64> = BTreeMap::new();
         let coverage = match self {
             Workload::Given {
@@ -419,7 +421,7 @@ pub struct Measure {
 }
 
 impl Fragmentation {
-    fn measure(&self, session: &Session) -> Measure {
+    fn measure(&self, session: &SessionView) -> Measure {
         let models = Models::of(session);
         Measure {
             rule: self.rule,
@@ -439,7 +441,7 @@ impl Score for Fragmentation {
         }
     }
 
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>> {
         if self.shared_only && session.snapshot.device_use.is_empty() {
             return None;
         }
@@ -452,7 +454,7 @@ impl DevicePick for Fragmentation {
         Score::name(self)
     }
 
-    fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Box<dyn DeviceChooser + 's> {
         if self.shared_only && session.snapshot.device_use.is_empty() {
             return Box::new(KeepIslandsWhole);
         }
@@ -491,7 +493,7 @@ pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
 const TIE_BASE: i64 = 1 << 19;
 
 impl Measure {
-    fn read(&mut self, session: &Session, node: NodeId) -> f64 {
+    fn read(&mut self, session: &SessionView, node: NodeId) -> f64 {
         let mut free = std::mem::take(&mut self.free);
         self.models.node_free(session, node, &mut free);
         let before = self.shapes.fragmentation(free.model, free.cpu, &free.gpus);
@@ -507,7 +509,7 @@ impl Measure {
 }
 
 impl NodeScorer for Measure {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64 {
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, devices: u64) -> i64 {
         // A pod stating HAMi's node policy is placed by it (`hami_nodes`).
         if crate::hami_nodes::node_policy(session, task).is_some() {
             return 0;
@@ -539,7 +541,7 @@ impl NodeScorer for Measure {
 impl DeviceChooser for Measure {
     fn pick(
         &mut self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         node: NodeId,
         open: u64,

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 pub use basalt_engine::actions::NOT_ENOUGH_PODS;
-use basalt_engine::{Job, JobId, JobReady, JobRefusal, JobValid, Session, TaskId, TaskStatus};
+use basalt_engine::{Job, JobId, JobReady, JobRefusal, JobValid, SessionView, TaskId, TaskStatus};
 
 pub struct Gang;
 
@@ -57,7 +57,7 @@ impl JobValid for Gang {
     /// A gang with fewer live pods than its minimums can never start: report it, place nothing.
     /// Nor can one whose minimums need members Basalt may not place (gated, or claiming DRA
     /// resources): it waits whole, naming them, rather than start short.
-    fn validate(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
+    fn validate(&self, session: &SessionView, job: JobId) -> Result<(), JobRefusal> {
         let live = |t: TaskId| *session.task_status(t) != TaskStatus::Failed;
         if let Some(short) = shortfall(session, job, live) {
             return Err(short);
@@ -75,7 +75,11 @@ impl JobValid for Gang {
 
 /// What the job's members passing `counts` leave short of its minimums (`minMember`, each
 /// role's `minTaskMember`, `minSubGroups`), or `None` when they meet them all.
-fn shortfall(session: &Session, job: JobId, counts: impl Fn(TaskId) -> bool) -> Option<JobRefusal> {
+fn shortfall(
+    session: &SessionView,
+    job: JobId,
+    counts: impl Fn(TaskId) -> bool,
+) -> Option<JobRefusal> {
     let snap = session.snapshot;
     let j = snap.job(job);
     let roles = j.roles_gate() && !j.min_task_member.is_empty();
@@ -111,7 +115,7 @@ impl JobReady for Gang {
     fn name(&self) -> &str {
         "gang"
     }
-    fn ready(&self, session: &Session, job: JobId) -> bool {
+    fn ready(&self, session: &SessionView, job: JobId) -> bool {
         let j = session.snapshot.job(job);
         let c = session.counts(job);
         j.meets_minimums(c.running + c.pipelined + c.succeeded, |role| {
@@ -144,7 +148,7 @@ mod tests {
     fn refusal(snapshot: &Snapshot) -> Result<(), JobRefusal> {
         let fw = crate::framework(&Default::default(), &snapshot.resources);
         let session = Session::new(snapshot, &fw);
-        Gang.validate(&session, JobId(0))
+        Gang.validate(&session.view(), JobId(0))
     }
 
     fn gang(min: i64, pods: usize, pod: impl Fn(usize, &mut PodSpec)) -> Snapshot {

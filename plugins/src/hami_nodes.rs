@@ -9,7 +9,7 @@
 //! order is untouched there.
 
 use basalt_engine::devices::DevicePolicy;
-use basalt_engine::{NodeId, NodeScorer, Score, Session, TaskId};
+use basalt_engine::{NodeId, NodeScorer, Score, SessionView, TaskId};
 
 /// Each of HAMi's three ratios in millionths.
 const SCALE: u64 = 1_000_000;
@@ -17,7 +17,7 @@ const SCALE: u64 = 1_000_000;
 pub struct HamiNodePolicy;
 
 /// The node policy the task's pod states, if any.
-pub fn node_policy(session: &Session, task: TaskId) -> Option<DevicePolicy> {
+pub fn node_policy(session: &SessionView, task: TaskId) -> Option<DevicePolicy> {
     session.device_filters(task).and_then(|f| f.node_policy)
 }
 
@@ -26,7 +26,7 @@ impl Score for HamiNodePolicy {
         "hami-node-policy"
     }
 
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>> {
         let stated = (session.snapshot.rules.iter())
             .any(|r| r.devices.as_ref().is_some_and(|f| f.node_policy.is_some()));
         stated.then(|| Box::new(HamiNodePolicy) as Box<dyn NodeScorer>)
@@ -36,7 +36,7 @@ impl Score for HamiNodePolicy {
 /// HAMi's node score, in millionths of each ratio (0 to 3,000,000): slots, compute and memory
 /// in use over the node's cards' totals. Whole devices (a node that does not share them) count
 /// as all three taken or free.
-pub fn node_use(session: &Session, node: NodeId) -> u64 {
+pub fn node_use(session: &SessionView, node: NodeId) -> u64 {
     let n = session.snapshot.node(node);
     let ratio = |used: u64, total: u64| (used * SCALE).checked_div(total).unwrap_or(0);
     if !n.sharing.shares() {
@@ -55,7 +55,7 @@ pub fn node_use(session: &Session, node: NodeId) -> u64 {
 }
 
 impl NodeScorer for HamiNodePolicy {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, _: u64) -> i64 {
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, _: u64) -> i64 {
         match node_policy(session, task) {
             None => 0,
             Some(DevicePolicy::Binpack) => node_use(session, node) as i64,

@@ -126,7 +126,10 @@ mod tests {
 
     #[test]
     fn the_default_framework_names_each_plugin_by_its_extension_point() {
-        let fw = framework(&Config::default(), &ResourceNames::new([]));
+        let fw = framework(
+            &Config::default(),
+            &ResourceNames::new("nvidia.com/gpu", []),
+        );
         let plugins = fw.plugins();
         let at = |point: &str| -> Vec<&str> {
             (plugins.iter())

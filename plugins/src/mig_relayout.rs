@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use basalt_engine::devices::Sharing;
 use basalt_engine::{
-    MigRelayout, NodeId, RelayoutProposal, ResourceId, Resources, Session, Task, TaskId,
+    MigRelayout, NodeId, RelayoutProposal, ResourceId, Resources, SessionView, Task, TaskId,
     TaskStatus, GPU,
 };
 use basalt_mig::planner::{self, Wanted};
@@ -61,7 +61,7 @@ impl MigRelayout for DemandRelayout {
         "demand"
     }
 
-    fn propose(&self, s: &Session) -> Vec<RelayoutProposal> {
+    fn propose(&self, s: &SessionView) -> Vec<RelayoutProposal> {
         let asks = demand(s);
         if asks.is_empty() {
             return Vec::new();
@@ -150,7 +150,7 @@ fn fill(model: &'static GpuModel, wanted: &mut BTreeMap<String, u32>, demanded: 
 }
 
 /// Pending pods asking for MIG profiles, by priority (highest first), then age, then name.
-fn demand(s: &Session) -> Vec<Ask> {
+fn demand(s: &SessionView) -> Vec<Ask> {
     let snap = s.snapshot;
     let names = &snap.resources;
     let mig: Vec<(ResourceId, String)> = (names.ids())
@@ -187,7 +187,7 @@ fn demand(s: &Session) -> Vec<Ask> {
 
 /// Whether a node that takes the pod has free instances of every profile it asks for: then it
 /// waits for something else (its gang, its turn), not for a layout.
-fn served_by_free_instance(s: &Session, t: &Task, rest: &Resources) -> bool {
+fn served_by_free_instance(s: &SessionView, t: &Task, rest: &Resources) -> bool {
     (s.snapshot.nodes.iter()).any(|n| {
         let used = s.slices_used(n.id);
         let free = |kind: ResourceId| {
@@ -208,7 +208,7 @@ fn served_by_free_instance(s: &Session, t: &Task, rest: &Resources) -> bool {
 }
 
 /// Whether the node could take the pod once a GPU of it is re-laid.
-fn takes(s: &Session, node: NodeId, a: &Ask) -> bool {
+fn takes(s: &SessionView, node: NodeId, a: &Ask) -> bool {
     let t = s.snapshot.task(a.task);
     let n = s.snapshot.node(node);
     s.reserved_for(node).is_none()
@@ -226,7 +226,7 @@ struct Candidate {
 
 /// Re-layable GPUs of known models: in MIG mode first, then (with `include_whole`) whole ones on
 /// nodes no pending whole-GPU pod could use; each by node, then position.
-fn candidate_gpus(s: &Session, include_whole: bool) -> Vec<Candidate> {
+fn candidate_gpus(s: &SessionView, include_whole: bool) -> Vec<Candidate> {
     let snap = s.snapshot;
     let whole_gpu_pending: Vec<&Task> = (snap.tasks.iter())
         .filter(|t| *s.task_status(t.id) == TaskStatus::Pending)

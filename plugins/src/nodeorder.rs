@@ -74,7 +74,7 @@ mod tests {
     /// The 64-bit fast path gives the exact 128-bit quotient, and huge quantities still work.
     #[test]
     fn utilisation_is_exact_for_any_size() {
-        let names = ResourceNames::new(["example.com/huge"]);
+        let names = ResourceNames::new("nvidia.com/gpu", ["example.com/huge"]);
         let mut args = NodeOrderArgs::default();
         args.weights.insert("example.com/huge".into(), 7);
         let u = Utilisation::new(&args, &names);

@@ -68,6 +68,7 @@ mod tests {
     /// (first by rank and name) and e-1 of 1000; with `busy`, a lower-priority job holds the node.
     fn cluster(busy: bool) -> Snapshot {
         let mut spec = ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             nodes: vec![NodeSpec {
                 name: "n".into(),
                 allocatable: BTreeMap::from([("cpu".into(), 64_000), ("nvidia.com/gpu".into(), 4)]),

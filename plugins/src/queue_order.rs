@@ -6,7 +6,7 @@
 
 use std::cmp::Ordering;
 
-use basalt_engine::{QueueId, QueueOrder, Session};
+use basalt_engine::{QueueId, QueueOrder, SessionView};
 
 pub struct PriorityThenShare;
 
@@ -15,7 +15,7 @@ impl QueueOrder for PriorityThenShare {
         "priority-then-share"
     }
 
-    fn compare(&self, session: &Session, a: QueueId, b: QueueId) -> Ordering {
+    fn compare(&self, session: &SessionView, a: QueueId, b: QueueId) -> Ordering {
         let priority = |q| session.snapshot.queue(q).priority;
         (priority(b).cmp(&priority(a)))
             .then_with(|| session.share(a).cmp(&session.share(b)))

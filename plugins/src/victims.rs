@@ -29,7 +29,8 @@
 use std::cmp::Reverse;
 
 use basalt_engine::{
-    Job, NodeId, QueueId, ResourceId, Session, Snapshot, TaskId, TaskStatus, VictimCost, VictimUnit,
+    Job, NodeId, QueueId, ResourceId, SessionView, Snapshot, TaskId, TaskStatus, VictimCost,
+    VictimUnit,
 };
 
 mod preempt;
@@ -42,7 +43,7 @@ pub use reclaim::OverShare;
 const MIN_USED_MILLI: u32 = 500;
 
 /// Whether `job` may evict at all: none of its members says `preemptionPolicy: Never`.
-fn evicts_for(session: &Session, job: &Job) -> bool {
+fn evicts_for(session: &SessionView, job: &Job) -> bool {
     let snap = session.snapshot;
     !job.tasks.iter().any(|&t| snap.task(t).preemption_never)
 }
@@ -75,7 +76,7 @@ fn victim_order(snap: &Snapshot, v: TaskId, by_queue: bool) -> (i32, i32, i32, R
 /// frees use at least `min_used_milli` / 1000 of what it frees in each of `resources`.
 fn worth_evicting(
     min_used_milli: u32,
-    session: &Session,
+    session: &SessionView,
     victims: &[TaskId],
     placed: &[TaskId],
     resources: &[ResourceId],
@@ -108,7 +109,7 @@ fn worth_evicting(
 /// it loses (the victims' run times summed, in milliseconds). Asked with the victims holding
 /// their nodes, for every node a search looks at: each job and queue is summed once, at its
 /// first victim, and nothing is allocated.
-fn cost(session: &Session, preemptor: QueueId, victims: &[TaskId]) -> VictimCost {
+fn cost(session: &SessionView, preemptor: QueueId, victims: &[TaskId]) -> VictimCost {
     let snap = session.snapshot;
     let queue_of = |v: TaskId| snap.job(snap.task(v).job).queue;
     let mut top = (i32::MIN, i32::MIN);

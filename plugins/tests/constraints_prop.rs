@@ -568,6 +568,7 @@ fn cluster(case: &Case) -> ClusterSpec {
             .collect(),
         dra: Default::default(),
         usage: Default::default(),
+        device_resource: Default::default(),
     }
 }
 

@@ -84,6 +84,7 @@ fn bound(mut p: PodSpec, node: &str, held: &[(&str, u32, u32)]) -> PodSpec {
 
 fn plan(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>) -> Plan {
     let snap = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         ..Default::default()
@@ -141,6 +142,7 @@ fn room_a_discarded_gang_gives_back_is_seen_by_the_next_pod_of_its_shape() {
         ..GroupSpec::new("ns", "g", 2)
     };
     let snap = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![hami("n1", 2)],
         pods: vec![running, gang(0), gang(1), pod("single", &share)],
         groups: vec![group],
@@ -411,6 +413,7 @@ fn sharing_cluster() -> impl Strategy<Value = ClusterSpec> {
                 })
                 .collect();
             ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 nodes,
                 pods,
                 groups,
@@ -542,7 +545,7 @@ proptest! {
     #[test]
     fn a_kept_index_of_shared_nodes_decides_as_a_fresh_one(spec in sharing_cluster(), done in 0..6usize) {
         let config = Config::default();
-        let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
+        let mut builder = basalt_engine::SnapshotBuilder::new(&spec.device_resource, spec.nodes.clone()).unwrap();
         let mut pods: BTreeMap<String, PodSpec> = (spec.pods.iter())
             .map(|p| (p.name.clone(), p.clone()))
             .collect();
@@ -559,6 +562,7 @@ proptest! {
             let plan = basalt_engine::schedule(snapshot, fw, warm);
             let fresh = schedule(
                 &Snapshot::build(ClusterSpec {
+                    device_resource: "nvidia.com/gpu".into(),
                     now_ms: cycle * 1000,
                     nodes: spec.nodes.clone(),
                     pods: pods.values().cloned().collect(),

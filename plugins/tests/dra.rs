@@ -116,6 +116,7 @@ fn a_claim_takes_free_matching_devices_on_the_pods_node() {
         )],
     };
     let p = plan(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![node("n0"), node("n1")],
         pods: vec![pod("p", "p", Some((need, vec!["ns/p-g".into()])))],
         groups: vec![GroupSpec::new("ns", "p", 1)],
@@ -156,6 +157,7 @@ fn a_shared_claim_is_allocated_once_and_its_pods_follow_it() {
         })
         .collect();
     let p = plan(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![node("n0"), node("n1"), node("n2")],
         pods,
         groups: vec![GroupSpec::new("ns", "p0", 1), GroupSpec::new("ns", "p1", 1)],
@@ -194,6 +196,7 @@ fn a_search_past_its_step_bound_gives_up_with_a_reason() {
         claims: vec![pending("g", requests, vec![distinct])],
     };
     let p = plan(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![node("n0")],
         pods: vec![pod("p", "p", Some((need, vec!["ns/p-g".into()])))],
         groups: vec![GroupSpec::new("ns", "p", 1)],
@@ -264,6 +267,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                 }
             }
             ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 nodes: (0..nodes).map(|i| node(&format!("n{i}"))).collect(),
                 pods,
                 groups,

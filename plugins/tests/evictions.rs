@@ -74,6 +74,7 @@ fn role_name(role: u8) -> Option<String> {
 /// Nodes of random size; queues q0..q2 of random weight; running gangs placed first-fit.
 fn cluster(nodes: &[(i64, i64, i64)], weights: &[u32], gs: &[G]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 10_000_000,
         nodes: (nodes.iter().enumerate())
             .map(|(i, &(cpu, mem, gpu))| NodeSpec {
@@ -385,6 +386,7 @@ fn preempt_looks_for_victims_only_above_the_lowest_running_priority() {
         let snapshot = Snapshot::build(spec).unwrap();
         let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
         let session = basalt_engine::Session::new(&snapshot, &fw);
+        let session = session.view();
         let job = (snapshot.jobs.iter())
             .find(|j| j.name.ends_with("g1"))
             .unwrap()
@@ -456,6 +458,7 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
             ..QueueSpec::new(name)
         };
         let mut spec = ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             now_ms: 10_000_000,
             nodes: (0..4).map(node).collect(),
             queues: vec![
@@ -510,6 +513,7 @@ fn reclaim_searches_only_queues_whose_ancestors_are_above_their_share() {
         let snapshot = Snapshot::build(spec).unwrap();
         let fw = basalt_plugins::framework(&Config::default(), &snapshot.resources);
         let session = basalt_engine::Session::new(&snapshot, &fw);
+        let session = session.view();
         let waiting = (snapshot.jobs.iter())
             .find(|j| j.name.ends_with("j3"))
             .unwrap();

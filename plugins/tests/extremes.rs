@@ -119,6 +119,7 @@ fn build(
 ) -> ClusterSpec {
     let names = ["cpu", "memory", "nvidia.com/gpu", EXTRA];
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 1_000_000,
         nodes: (nodes.iter().enumerate())
             .map(|(i, &(mut a, gpus))| {
@@ -325,6 +326,7 @@ fn a_pod_asking_for_everything_is_not_placed_and_the_rest_are() {
         ..Default::default()
     };
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: (0..2).map(node).collect(),
         ..Default::default()
     };
@@ -358,6 +360,7 @@ fn a_pod_asking_for_everything_is_not_placed_and_the_rest_are() {
 #[test]
 fn a_min_member_beyond_u32_is_never_met() {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![NodeSpec {
             name: "n0".into(),
             allocatable: list([8_000, 32 << 30, 0, 0]),
@@ -401,6 +404,7 @@ fn a_min_member_beyond_u32_is_never_met() {
 #[test]
 fn a_queue_holding_what_it_deserves_none_of_reports_a_finite_share() {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![NodeSpec {
             name: "n0".into(),
             allocatable: list([8_000, 32 << 30, 4, 0]),

@@ -20,6 +20,7 @@ fn gpus(n: i64) -> ResourceList {
 /// (name, pods) of 8-GPU pods wait.
 fn cluster(running: &[(&str, &[&str])], waiting: &[(&str, usize)]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 10 * HOUR,
         nodes: (0..2)
             .map(|i| NodeSpec {

@@ -75,6 +75,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                 })
                 .collect();
             let mut spec = ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 nodes,
                 ..Default::default()
             };

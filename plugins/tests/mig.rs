@@ -90,6 +90,7 @@ fn a_gang_of_slice_pods_starts_whole_or_not_at_all() {
         })
         .collect();
     let p = plan(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![n.clone()],
         pods,
         groups: vec![group("g", 3)],
@@ -104,6 +105,7 @@ fn a_gang_of_slice_pods_starts_whole_or_not_at_all() {
         })
         .collect();
     let p = plan(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![n],
         pods,
         groups: vec![group("g", 2)],
@@ -174,7 +176,12 @@ proptest! {
             }
         }
         let bound_before = pods.iter().filter(|p| p.node.is_some()).count();
-        let spec = ClusterSpec { nodes: nodes.clone(), pods: pods.clone(), ..Default::default() };
+        let spec = ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
+            nodes: nodes.clone(),
+            pods: pods.clone(),
+            ..Default::default()
+        };
         let snap = basalt_engine::Snapshot::build(spec.clone()).unwrap();
         let held: usize = snap.tasks.iter().map(|t| t.slices.count_ones() as usize).sum();
         let asked: i64 = (pods.iter().filter(|p| p.node.is_some()))

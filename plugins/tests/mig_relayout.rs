@@ -109,6 +109,7 @@ fn by_default_only_gpus_in_mig_mode_are_re_laid() {
 
 fn plan(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>, config: &Config) -> Plan {
     let spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         ..Default::default()

@@ -81,6 +81,7 @@ fn cases() -> impl Strategy<Value = Case> {
 /// left out), and the pods' names in order.
 fn cluster(case: &Case) -> (ClusterSpec, BTreeMap<String, (usize, Shape)>) {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 100_000_000,
         nodes: (case.nodes.iter().enumerate())
             .map(|(i, &n)| NodeSpec {

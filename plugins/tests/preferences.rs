@@ -100,6 +100,7 @@ fn bound(spec: ClusterSpec, config: &Config) -> BTreeMap<String, String> {
 
 fn where_one_goes(nodes: Vec<NodeSpec>, pods: Vec<PodSpec>, config: &Config) -> Option<String> {
     let spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         ..Default::default()
@@ -271,6 +272,7 @@ fn topology_gangs_honour_preferences() {
         });
     }
     let spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         groups: vec![GroupSpec {

@@ -101,6 +101,7 @@ fn leaves(qs: &[Q]) -> Vec<usize> {
 
 fn cluster(nodes: usize, qs: &[Q], gs: &[G]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 10_000_000,
         nodes: (0..nodes)
             .map(|i| NodeSpec {
@@ -385,7 +386,7 @@ proptest! {
             }
         }
         let config = Config::default();
-        let mut builder = basalt_engine::SnapshotBuilder::new(spec.nodes.clone()).unwrap();
+        let mut builder = basalt_engine::SnapshotBuilder::new(&spec.device_resource, spec.nodes.clone()).unwrap();
         let mut pods: BTreeMap<String, PodSpec> = spec.pods.iter()
             .map(|p| (format!("{}/{}", p.namespace, p.name), p.clone())).collect();
         let mut groups: BTreeMap<String, GroupSpec> = spec.groups.iter()
@@ -403,6 +404,7 @@ proptest! {
             let plan = basalt_engine::schedule(snapshot, fw, warm);
             // A snapshot of its own, scheduled from scratch.
             let fresh = schedule(&Snapshot::build(ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 now_ms: snapshot.now_ms,
                 nodes: spec.nodes.clone(),
                 pods: pods.values().cloned().collect(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
     ClusterSpec, Gpu, NodeId, NodeScorer, NodeSpec, PodPhase, PodSpec, ResourceList, Score,
-    Session, Snapshot, TaskId, Warm,
+    SessionView, Snapshot, TaskId, Warm,
 };
 use basalt_plugins::fragmentation::{Fragmentation, Rule, Workload};
 use basalt_plugins::{framework, Config};
@@ -30,14 +30,14 @@ impl Score for PerNode {
     fn name(&self) -> &str {
         "per-node"
     }
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>> {
         let inner = self.0.prepare(session)?;
         Some(Box::new(PerNodeScorer(inner)))
     }
 }
 
 impl NodeScorer for PerNodeScorer<'_> {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64 {
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, devices: u64) -> i64 {
         self.0.score(session, task, node, devices)
     }
 }
@@ -129,6 +129,7 @@ fn cluster() -> impl Strategy<Value = ClusterSpec> {
                 pods.push(p);
             }
             ClusterSpec {
+                device_resource: "nvidia.com/gpu".into(),
                 nodes,
                 pods,
                 ..Default::default()
@@ -190,7 +191,7 @@ impl Score for Counted {
     fn name(&self) -> &str {
         "counted"
     }
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>> {
         Some(Box::new(CountedScorer {
             inner: self.inner.prepare(session)?,
             by_shape: self.by_shape,
@@ -200,7 +201,7 @@ impl Score for Counted {
 }
 
 impl NodeScorer for CountedScorer<'_> {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64 {
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, devices: u64) -> i64 {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.score(session, task, node, devices)
     }
@@ -253,6 +254,7 @@ fn alike_nodes_and_pods() -> ClusterSpec {
         })
         .collect();
     ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes,
         pods,
         ..Default::default()

@@ -45,6 +45,7 @@ fn subs() -> impl Strategy<Value = Vec<Sub>> {
 
 fn spec(ns: &[Node], subs: &[Sub]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 1_000_000,
         ..Default::default()
     };

@@ -78,6 +78,7 @@ fn gangs() -> impl Strategy<Value = Vec<G>> {
 
 fn spec(ns: &[N], gs: &[G]) -> ClusterSpec {
     let mut spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 1_000_000,
         ..Default::default()
     };

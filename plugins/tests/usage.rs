@@ -81,6 +81,7 @@ fn config(half_life: &str) -> Config {
 fn cluster(gangs: Vec<(GroupSpec, Vec<PodSpec>)>, usage: Vec<QueueUsage>) -> Snapshot {
     let (groups, pods): (Vec<_>, Vec<_>) = gangs.into_iter().unzip();
     Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: NOW,
         nodes: nodes(),
         pods: pods.into_iter().flatten().collect(),
@@ -192,6 +193,7 @@ fn usage_follows_what_is_held_and_sums_up_the_tree() {
         ..QueueSpec::new(name)
     };
     let snap = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: NOW,
         nodes: nodes(),
         pods,
@@ -232,6 +234,7 @@ fn what_was_held_between_cycles_is_charged() {
     };
     let t0 = NOW - 60 * MINUTE;
     let at_t0 = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: t0,
         nodes: nodes(),
         pods,
@@ -331,6 +334,7 @@ fn run_alternating(config: &Config, job_minutes: i64) -> (String, Vec<i64>) {
             pods.extend(members);
         }
         let snap = Snapshot::build(ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             now_ms: now,
             nodes: nodes(),
             pods,

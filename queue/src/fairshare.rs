@@ -415,6 +415,7 @@ mod tests {
             ..Default::default()
         };
         let spec = ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             nodes: vec![node("n0", MAX), node("n1", MAX / 2 + 1)],
             queues: vec![a, b, c, d],
             ..Default::default()

@@ -10,8 +10,8 @@ pub mod usage;
 pub use usage::UsageWeighting;
 
 use basalt_engine::{
-    ancestors, FairShare, GivenBack, QueueId, Refusal, ResourceId, Resources, Session, Snapshot,
-    PODS,
+    ancestors, FairShare, GivenBack, QueueId, Refusal, ResourceId, Resources, SessionView,
+    Snapshot, PODS,
 };
 
 /// A capability that `extra` more work in a queue would break.
@@ -50,7 +50,7 @@ impl From<CapabilityExceeded> for Refusal {
 /// capped, and only those in which the queue grows: a move that gives a queue back at least as
 /// much as it adds never breaks its capability.
 pub fn check_capability(
-    session: &Session,
+    session: &SessionView,
     queue: QueueId,
     extra: &Resources,
     with_reservations: bool,
@@ -93,7 +93,7 @@ pub fn check_capability(
 /// (`given_back`) are judged gone: what they held is free, and their own queues' guarantees
 /// that much less met, exactly as the same check sees the cluster once they are evicted.
 pub fn check_guarantees(
-    session: &Session,
+    session: &SessionView,
     queue: QueueId,
     extra: &Resources,
     given_back: GivenBack,
@@ -144,11 +144,11 @@ impl FairShare for WaterFilling {
     fn name(&self) -> &str {
         "water-filling"
     }
-    fn weights(&self, session: &Session) -> Option<basalt_engine::UsageWeights> {
+    fn weights(&self, session: &SessionView) -> Option<basalt_engine::UsageWeights> {
         (self.usage.as_ref()).map(|u| u.weights(session))
     }
 
-    fn deserved(&self, session: &Session) -> Vec<Resources> {
+    fn deserved(&self, session: &SessionView) -> Vec<Resources> {
         let snap = session.snapshot;
         let has_children: Vec<bool> = {
             let mut v = vec![false; snap.queues.len()];
@@ -190,7 +190,7 @@ mod tests {
     use super::*;
     use basalt_engine::{
         Action, ClusterSpec, Framework, GroupSpec, JobPhase, LeastAllocated, NodeSpec, PodPhase,
-        PodSpec, QueueSpec, ResourceList,
+        PodSpec, QueueSpec, ResourceList, Session,
     };
 
     fn cpu(n: i64) -> ResourceList {
@@ -276,6 +276,7 @@ mod tests {
         let snap = cluster(None);
         let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
         let session = Session::new(&snap, &fw);
+        let session = session.view();
         let (a, org) = (queue(&snap, "a"), queue(&snap, "org"));
         let two = snap.resources.resources(&cpu(2));
         let refused = check_capability(&session, a, &two, false, GivenBack::NONE).unwrap_err();
@@ -301,6 +302,7 @@ mod tests {
         let snap = cluster(Some(12));
         let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
         let session = Session::new(&snap, &fw);
+        let session = session.view();
         let a = queue(&snap, "a");
         let two = snap.resources.resources(&cpu(2));
         let refused = check_guarantees(&session, a, &two, GivenBack::NONE);

@@ -15,7 +15,7 @@
 //! adjusted weights are whole numbers (`adjusted · 2^20`, at least 1, so a queue that used much
 //! still takes what nobody else wants: the water-filling stays work-conserving).
 
-use basalt_engine::{QueueId, Session, UsageWeights};
+use basalt_engine::{QueueId, SessionView, UsageWeights};
 
 /// The scale of adjusted weights: `2^20` per unit of the siblings' total.
 pub const WEIGHT_SCALE: f64 = (1u64 << 20) as f64;
@@ -32,7 +32,7 @@ pub struct UsageWeighting {
 impl UsageWeighting {
     /// Every queue's weight adjusted by its usage among its siblings, and the part of the
     /// cluster each used (both indexed by `QueueId`).
-    pub fn weights(&self, session: &Session) -> UsageWeights {
+    pub fn weights(&self, session: &SessionView) -> UsageWeights {
         let snap = session.snapshot;
         let capacity = session.queue_capacity();
         let weighed: Vec<(basalt_engine::ResourceId, f64, f64)> = (self.resource_weights.iter())

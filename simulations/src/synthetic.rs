@@ -126,6 +126,7 @@ impl Synthetic {
             now_ms: NOW_MS,
             nodes,
             queues,
+            device_resource: basalt_crds::convert::device_names::GPU_NAME.to_string(),
             ..Default::default()
         };
         // Running gangs first, packed onto nodes in order; then the pending backlog.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use basalt_engine::{ClusterSpec, PodSpec};
 
+use super::device_names::GPU_NAME;
 use super::{owners, Context, ConvertError, ConvertOptions, Converted};
 use crate::read::Object;
 
@@ -26,6 +27,7 @@ impl Assembly {
         Assembly {
             spec: ClusterSpec {
                 now_ms,
+                device_resource: GPU_NAME.to_string(),
                 ..ClusterSpec::default()
             },
             pods: Vec::new(),

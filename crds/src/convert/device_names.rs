@@ -7,8 +7,9 @@ use std::sync::{Arc, LazyLock};
 
 use basalt_engine::devices::{ShareResources, ShareVocabulary};
 
-/// Whole NVIDIA GPUs: the device resource of a node that names no other.
-pub use basalt_engine::GPU_NAME;
+/// Whole NVIDIA GPUs: the device resource of a node that names no other
+/// (`ClusterSpec::device_resource`).
+pub const GPU_NAME: &str = "nvidia.com/gpu";
 
 /// NVIDIA's plugin's name for shared replicas under `renameByDefault`.
 pub const SHARED_GPU_NAME: &str = "nvidia.com/gpu.shared";

@@ -53,7 +53,9 @@ impl References {
         let leaf_queues: HashSet<String> = (wanted.queues.iter())
             .map(|q| q.name.clone())
             .chain([DEFAULT_QUEUE.to_string()])
-            .filter(|q| !parents.contains(q.as_str()) && !wanted.bad_queues.contains_key(q))
+            .filter(|q| {
+                !parents.contains(q.as_str()) && !wanted.left_out.bad_queues.contains_key(q)
+            })
             .collect();
         References {
             kept_groups,

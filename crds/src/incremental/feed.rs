@@ -10,8 +10,9 @@ use basalt_engine::{
 };
 
 use super::{HashMap, Identity};
+use crate::convert::device_names::GPU_NAME;
 use crate::convert::{Context, ConvertError, Converted};
-use crate::tolerant::{judge_references, BadQueues, Fate, Judged};
+use crate::tolerant::{judge_references, Fate, Judged, LeftOut};
 
 /// How a pod goes to the builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,9 +107,7 @@ pub(super) struct Wanted<'a> {
     /// What the queues' statuses say they used.
     pub(super) usage: Vec<QueueUsage>,
     pub(super) namespaces: Vec<&'a NamespaceSpec>,
-    pub(super) cordoned: HashSet<String>,
-    pub(super) bad_groups: HashSet<String>,
-    pub(super) bad_queues: BadQueues,
+    pub(super) left_out: LeftOut,
 }
 
 /// One update's telling of the builder.
@@ -147,14 +146,14 @@ impl Feed<'_> {
             }
             _ => {
                 let nodes = (wanted.nodes.iter())
-                    .map(|(n, _)| cordon((*n).clone(), &wanted.cordoned))
+                    .map(|(n, _)| cordon((*n).clone(), &wanted.left_out.cordoned))
                     .collect();
                 new = true;
-                let mut builder = SnapshotBuilder::new(nodes).ok()?;
+                let mut builder = SnapshotBuilder::new(GPU_NAME, nodes).ok()?;
                 builder.set_dra(context.dra.spec());
                 let nodes = (wanted.nodes.iter())
                     .map(|(n, id)| {
-                        let cordoned = wanted.cordoned.contains(&n.name);
+                        let cordoned = wanted.left_out.cordoned.contains(&n.name);
                         (
                             n.name.clone(),
                             (id.unwrap_or_default(), cordoned, generation),
@@ -172,12 +171,12 @@ impl Feed<'_> {
             }
         };
         for (n, id) in &wanted.nodes {
-            let cordoned = wanted.cordoned.contains(&n.name);
+            let cordoned = wanted.left_out.cordoned.contains(&n.name);
             let id = id.unwrap_or_default();
             let told = fed.nodes.get_mut(n.name.as_str()).expect("the same nodes");
             // A new context may convert the same object differently.
             if context_changed || (told.0, told.1) != (id, cordoned) {
-                let spec = cordon((*n).clone(), &wanted.cordoned);
+                let spec = cordon((*n).clone(), &wanted.left_out.cordoned);
                 let held =
                     (fed.builder.node_id(&spec.name)).map(|i| &fed.builder.nodes()[i.index()]);
                 if held != Some(&spec) {
@@ -297,7 +296,7 @@ impl<'a> Wanted<'a> {
             &groups,
             &nodes,
             &pods,
-            (&mut self.bad_queues, &mut self.bad_groups),
+            &mut self.left_out,
             errors,
         );
         let mut queues = queues.into_iter();

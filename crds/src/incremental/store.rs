@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::HashMap;
 use crate::convert::{Context, ConvertError, ConvertOptions, Converted};
 use crate::read::Object;
-use crate::tolerant::live_node;
+use crate::tolerant::{foreign_options, live_node};
 
 /// Where an object came from, for the messages naming it: usually a constant, so a caller
 /// handing 100,000 objects over allocates nothing for it.
@@ -216,10 +216,7 @@ impl Store {
             let converted = Conversion::of(context, &e.origin, &e.object, options);
             e.foreign = match (&e.object, &converted.result) {
                 (Object::Pod(p), Err(_)) if live_node(p).is_some() => {
-                    let foreign = ConvertOptions {
-                        scheduler_names: Vec::new(),
-                        ..options.clone()
-                    };
+                    let foreign = foreign_options(options);
                     Some(Conversion::of(context, &e.origin, &e.object, &foreign))
                 }
                 _ => None,

@@ -247,6 +247,7 @@ fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
         ..pod("busy", list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]))
     };
     let spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![node("a"), node("b")],
         pods: vec![busy, pod("cpu-only", list(&[("cpu", 2000)]))],
         ..Default::default()

@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 
 use basalt_engine::{
-    JobId, QueueId, ResourceId, Resources, Session, TaskId, VictimCost, VictimUnit, Victims,
+    JobId, QueueId, ResourceId, Resources, SessionView, TaskId, VictimCost, VictimUnit, Victims,
 };
 
 use super::{cost, evicts_for, takes_unit, victim_order, worth_evicting};
@@ -29,7 +29,7 @@ impl Victims for LowerPriority {
         "lower-priority"
     }
 
-    fn may_evict_for(&self, session: &Session, job: JobId) -> bool {
+    fn may_evict_for(&self, session: &SessionView, job: JobId) -> bool {
         let job = session.snapshot.job(job);
         // Victims are of strictly lower priority: none runs, no search (exact, and it spares a
         // failed search over every node for each waiting job of a busy queue).
@@ -39,33 +39,33 @@ impl Victims for LowerPriority {
                 .is_some_and(|p| p < job.priority)
     }
 
-    fn queues(&self, session: &Session, job: JobId, _: &Resources) -> Vec<QueueId> {
+    fn queues(&self, session: &SessionView, job: JobId, _: &Resources) -> Vec<QueueId> {
         vec![session.snapshot.job(job).queue]
     }
 
     /// The preemptor's queue ends holding what it held: nothing to keep it from.
-    fn may_keep(&self, _: &Session, _: JobId, _: &Resources, _: &[ResourceId]) -> bool {
+    fn may_keep(&self, _: &SessionView, _: JobId, _: &Resources, _: &[ResourceId]) -> bool {
         true
     }
 
-    fn may_take(&self, session: &Session, job: JobId, unit: &VictimUnit) -> bool {
+    fn may_take(&self, session: &SessionView, job: JobId, unit: &VictimUnit) -> bool {
         let snap = session.snapshot;
         takes_unit(snap, unit)
             && snap.job(snap.task(unit.tasks[0]).job).priority < snap.job(job).priority
     }
 
-    fn compare_victims(&self, session: &Session, a: TaskId, b: TaskId) -> Ordering {
+    fn compare_victims(&self, session: &SessionView, a: TaskId, b: TaskId) -> Ordering {
         let key = |v| victim_order(session.snapshot, v, false);
         key(a).cmp(&key(b))
     }
 
-    fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost {
+    fn cost(&self, session: &SessionView, job: JobId, victims: &[TaskId]) -> VictimCost {
         cost(session, session.snapshot.job(job).queue, victims)
     }
 
     fn worth_evicting(
         &self,
-        session: &Session,
+        session: &SessionView,
         _: JobId,
         victims: &[TaskId],
         placed: &[TaskId],

@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 
 use basalt_engine::snapshot::ancestors;
 use basalt_engine::{
-    JobId, QueueId, ResourceId, Resources, Session, Snapshot, TaskId, VictimCost, VictimUnit,
+    JobId, QueueId, ResourceId, Resources, SessionView, Snapshot, TaskId, VictimCost, VictimUnit,
     Victims,
 };
 
@@ -48,7 +48,7 @@ impl Victims for OverShare {
         "over-share"
     }
 
-    fn may_evict_for(&self, session: &Session, job: JobId) -> bool {
+    fn may_evict_for(&self, session: &SessionView, job: JobId) -> bool {
         let snap = session.snapshot;
         let job = snap.job(job);
         if !evicts_for(session, job) {
@@ -62,7 +62,7 @@ impl Victims for OverShare {
         })
     }
 
-    fn queues(&self, session: &Session, job: JobId, request: &Resources) -> Vec<QueueId> {
+    fn queues(&self, session: &SessionView, job: JobId, request: &Resources) -> Vec<QueueId> {
         let snap = session.snapshot;
         let own = snap.job(job).queue;
         // Reclaimable queues holding more than they deserve in something the member asks, under
@@ -86,7 +86,7 @@ impl Victims for OverShare {
 
     fn may_keep(
         &self,
-        session: &Session,
+        session: &SessionView,
         job: JobId,
         more: &Resources,
         resources: &[ResourceId],
@@ -96,7 +96,7 @@ impl Victims for OverShare {
         (resources.iter()).all(|&r| allocated.get(r).saturating_add(more.get(r)) <= deserved.get(r))
     }
 
-    fn may_take(&self, session: &Session, job: JobId, unit: &VictimUnit) -> bool {
+    fn may_take(&self, session: &SessionView, job: JobId, unit: &VictimUnit) -> bool {
         let snap = session.snapshot;
         if !takes_unit(snap, unit) {
             return false;
@@ -106,18 +106,18 @@ impl Victims for OverShare {
             && queues_give(session, snap.job(job).queue, victim.queue, unit)
     }
 
-    fn compare_victims(&self, session: &Session, a: TaskId, b: TaskId) -> Ordering {
+    fn compare_victims(&self, session: &SessionView, a: TaskId, b: TaskId) -> Ordering {
         let key = |v| victim_order(session.snapshot, v, true);
         key(a).cmp(&key(b))
     }
 
-    fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost {
+    fn cost(&self, session: &SessionView, job: JobId, victims: &[TaskId]) -> VictimCost {
         cost(session, session.snapshot.job(job).queue, victims)
     }
 
     fn worth_evicting(
         &self,
-        session: &Session,
+        session: &SessionView,
         _: JobId,
         victims: &[TaskId],
         placed: &[TaskId],
@@ -134,7 +134,12 @@ impl Victims for OverShare {
 /// resource the member lacks and the unit frees. Pods are indivisible, so a queue over by less
 /// than one pod still gives one up; the reclaimer, which never ends above its own share in
 /// those resources, is then no victim for the queue it took from (no ping-pong).
-fn queues_give(session: &Session, preemptor: QueueId, queue: QueueId, unit: &VictimUnit) -> bool {
+fn queues_give(
+    session: &SessionView,
+    preemptor: QueueId,
+    queue: QueueId,
+    unit: &VictimUnit,
+) -> bool {
     let snap = session.snapshot;
     let request = unit.request;
     reclaimed_from(snap, queue, preemptor).all(|q| {
@@ -158,7 +163,7 @@ fn queues_give(session: &Session, preemptor: QueueId, queue: QueueId, unit: &Vic
 /// Whether the queue may give anything up to a reclaim at all: it is reclaimable and above its
 /// deserved share in some resource. Every unit [`queues_give`] lets go needs this of each queue
 /// the reclaim crosses (what earlier units take only lowers what a queue holds).
-fn may_give(session: &Session, queue: QueueId) -> bool {
+fn may_give(session: &SessionView, queue: QueueId) -> bool {
     let deserved = session.deserved(queue);
     session.snapshot.queue(queue).reclaimable
         && (session.queue_allocated(queue).iter()).any(|(r, held)| held > deserved.get(r))

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use crate::model::{Job, JobId, Node, NodeId, PlacementRules, QueueId, Task, TaskId};
 use crate::refusal::{JobRefusal, Refusal};
 use crate::resources::Resources;
-use crate::session::Session;
+use crate::session::{Session, SessionView};
 
 mod domains;
 mod placement;
@@ -40,21 +40,21 @@ pub trait TaskOrder: Send + Sync {
 /// a no is a [`JobRefusal`], worded only when the plan is written.
 pub trait JobValid: Send + Sync {
     fn name(&self) -> &str;
-    fn validate(&self, session: &Session, job: JobId) -> Result<(), JobRefusal>;
+    fn validate(&self, session: &SessionView, job: JobId) -> Result<(), JobRefusal>;
 }
 
 /// Whether the members a job holds (bound, running, succeeded or placed in the open statement)
 /// are enough to let it start.
 pub trait JobReady: Send + Sync {
     fn name(&self) -> &str;
-    fn ready(&self, session: &Session, job: JobId) -> bool;
+    fn ready(&self, session: &SessionView, job: JobId) -> bool;
 }
 
 /// Admission of a pending job into the schedulable set (the `enqueue` action); a no is a
 /// [`JobRefusal`], worded only when the plan is written.
 pub trait Admit: Send + Sync {
     fn name(&self) -> &str;
-    fn admit(&self, session: &Session, job: JobId) -> Result<(), JobRefusal>;
+    fn admit(&self, session: &SessionView, job: JobId) -> Result<(), JobRefusal>;
 }
 
 /// A per-task check on the job's side of a placement (e.g. its queue's capability), evaluated
@@ -66,7 +66,7 @@ pub trait TaskAdmit: Send + Sync {
     fn name(&self) -> &str;
     fn admit(
         &self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         request: &Resources,
         given_back: GivenBack,
@@ -97,7 +97,7 @@ pub const DEFAULT_GANG_BACKOFF_MS: i64 = 60_000;
 /// engine keeps siblings sorted and asks again only about queues whose allocation changed.
 pub trait QueueOrder: Send + Sync {
     fn name(&self) -> &str;
-    fn compare(&self, session: &Session, a: QueueId, b: QueueId) -> Ordering;
+    fn compare(&self, session: &SessionView, a: QueueId, b: QueueId) -> Ordering;
 }
 
 /// The engine's neutral queue order: by name (plugins configure the scheduler's own, by
@@ -108,7 +108,7 @@ impl QueueOrder for QueuesByName {
     fn name(&self) -> &str {
         "by-name"
     }
-    fn compare(&self, _: &Session, _: QueueId, _: QueueId) -> Ordering {
+    fn compare(&self, _: &SessionView, _: QueueId, _: QueueId) -> Ordering {
         Ordering::Equal
     }
 }
@@ -116,13 +116,13 @@ impl QueueOrder for QueuesByName {
 /// Computes every queue's deserved share when a session opens.
 pub trait FairShare: Send + Sync {
     fn name(&self) -> &str;
-    fn deserved(&self, session: &Session) -> Vec<Resources>;
+    fn deserved(&self, session: &SessionView) -> Vec<Resources>;
 
     /// The weights capacity beyond guarantees and entitlements is divided by, per queue, when
-    /// the policy adjusts them by what queues used ([`Session::queue_usage`]); asked once, before
-    /// [`FairShare::deserved`], whose [`Session::weight`] they become, with the part of the
+    /// the policy adjusts them by what queues used ([`SessionView::queue_usage`]); asked once, before
+    /// [`FairShare::deserved`], whose [`SessionView::weight`] they become, with the part of the
     /// cluster each queue used (the plan's effect reports it). `None`: the queues' own weights.
-    fn weights(&self, _session: &Session) -> Option<crate::UsageWeights> {
+    fn weights(&self, _session: &SessionView) -> Option<crate::UsageWeights> {
         None
     }
 }
@@ -366,16 +366,18 @@ impl Framework {
     pub fn validate_job(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
         self.job_valid
             .iter()
-            .try_for_each(|p| p.validate(session, job))
+            .try_for_each(|p| p.validate(&session.view(), job))
     }
 
     /// With no readiness plugin every placed member is enough (no gang semantics).
     pub fn job_ready(&self, session: &Session, job: JobId) -> bool {
-        self.job_ready.iter().all(|p| p.ready(session, job))
+        self.job_ready.iter().all(|p| p.ready(&session.view(), job))
     }
 
     pub fn admit_job(&self, session: &Session, job: JobId) -> Result<(), JobRefusal> {
-        self.admit.iter().try_for_each(|p| p.admit(session, job))
+        self.admit
+            .iter()
+            .try_for_each(|p| p.admit(&session.view(), job))
     }
 
     pub fn admit_task(
@@ -397,7 +399,7 @@ impl Framework {
     ) -> Result<(), Refusal> {
         self.task_admit
             .iter()
-            .try_for_each(|p| p.admit(session, task, request, given_back))
+            .try_for_each(|p| p.admit(&session.view(), task, request, given_back))
     }
 
     pub fn filter_node(&self, rules: &PlacementRules, node: &Node) -> Result<(), Refusal> {

@@ -262,12 +262,13 @@ pub struct Node {
     pub taints: Vec<Taint>,
     pub unschedulable: bool,
     pub allocatable: Resources,
-    /// The node's physical GPUs by index. Unshared, their number equals the `nvidia.com/gpu`
+    /// The node's physical GPUs by index. Unshared, their number equals its device resource's
     /// allocatable; shared, that allocatable counts their slots.
     pub gpus: Vec<Gpu>,
     /// How the GPUs are shared between pods.
     pub sharing: crate::devices::Sharing,
-    /// The resource its devices are advertised as (`nvidia.com/gpu` unless the node says).
+    /// The resource its devices are advertised as (the cluster's whole-device resource,
+    /// [`crate::resources::GPU`], unless the node says).
     pub device_kind: crate::resources::ResourceId,
     /// Where the node's devices start in [`crate::Snapshot::device_use`] (shared nodes only).
     pub device_base: u32,

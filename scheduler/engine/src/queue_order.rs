@@ -87,5 +87,5 @@ impl<'f> ServiceOrder<'f> {
 
 /// The policy's order, ties by name (queue ids are in name order): a total order.
 fn first(policy: &dyn QueueOrder, session: &Session, a: QueueId, b: QueueId) -> Ordering {
-    policy.compare(session, a, b).then(a.cmp(&b))
+    policy.compare(&session.view(), a, b).then(a.cmp(&b))
 }

@@ -1,7 +1,7 @@
 //! Interned resource names and integer resource vectors.
 //!
 //! Every quantity is an integer in the resource's base unit: milli-CPU for `cpu`, bytes for
-//! `memory`, and plain counts for `pods`, `nvidia.com/gpu` and every other extended resource.
+//! `memory`, and plain counts for `pods`, whole devices and every other extended resource.
 //! No floats take part in capacity accounting.
 
 use std::collections::BTreeMap;
@@ -17,28 +17,30 @@ pub const CPU: ResourceId = ResourceId(0);
 pub const MEMORY: ResourceId = ResourceId(1);
 /// Pod slots (every task requests one).
 pub const PODS: ResourceId = ResourceId(2);
-/// Whole NVIDIA GPUs (`nvidia.com/gpu`), accounted per device as well.
+/// Whole devices of a node that names no other device resource (`NodeSpec::device_resource`),
+/// accounted per device as well. Their name is data the reader gives (`ClusterSpec::device_resource`).
 pub const GPU: ResourceId = ResourceId(3);
 
 pub const CPU_NAME: &str = "cpu";
 pub const MEMORY_NAME: &str = "memory";
 pub const PODS_NAME: &str = "pods";
-pub const GPU_NAME: &str = "nvidia.com/gpu";
 
 /// A list of resources by name, as Kubernetes writes them (already converted to base units).
 pub type ResourceList = BTreeMap<String, i64>;
 
-/// The resource names known to a snapshot. The four well-known names come first with fixed ids;
-/// the others follow in sorted order so that ids do not depend on input order.
+/// The resource names known to a snapshot. The four well-known ones come first with fixed ids
+/// (the whole devices' named by the caller); the others follow in sorted order so that ids do
+/// not depend on input order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceNames {
     names: Vec<String>,
 }
 
 impl ResourceNames {
-    /// A table holding the well-known names and `extra` (sorted, de-duplicated).
-    pub fn new<'a>(extra: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut names: Vec<String> = [CPU_NAME, MEMORY_NAME, PODS_NAME, GPU_NAME]
+    /// A table holding the well-known names, `devices` as [`GPU`]'s, and `extra` (sorted,
+    /// de-duplicated).
+    pub fn new<'a>(devices: &str, extra: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut names: Vec<String> = [CPU_NAME, MEMORY_NAME, PODS_NAME, devices]
             .iter()
             .map(|s| s.to_string())
             .collect();
@@ -405,8 +407,8 @@ mod tests {
 
     #[test]
     fn ids_do_not_depend_on_input_order() {
-        let a = ResourceNames::new(["b.io/x", "a.io/y", "cpu"]);
-        let b = ResourceNames::new(["a.io/y", "b.io/x"]);
+        let a = ResourceNames::new("nvidia.com/gpu", ["b.io/x", "a.io/y", "cpu"]);
+        let b = ResourceNames::new("nvidia.com/gpu", ["a.io/y", "b.io/x"]);
         assert_eq!(a, b);
         assert_eq!(a.id("cpu"), Some(CPU));
         assert_eq!(a.id("nvidia.com/gpu"), Some(GPU));

@@ -43,12 +43,14 @@ mod search;
 mod topo;
 mod transact;
 mod usage;
+mod view;
 mod wait_notes;
 mod waiting;
 
 pub use topo::TopoState;
 use transact::Op;
 pub use transact::Statement;
+pub use view::SessionView;
 
 /// Where a task stands inside the session.
 #[derive(Clone, Debug, PartialEq, Eq)]

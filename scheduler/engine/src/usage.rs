@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn advance_charges_what_the_record_held() {
-        let gpu = "nvidia.com/gpu".to_string();
+        let gpu = "example.com/gpu".to_string();
         let mut record = QueueUsage {
             queue: "a".into(),
             at_ms: 0,

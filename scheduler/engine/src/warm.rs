@@ -119,7 +119,7 @@ mod tests {
     #[test]
     fn node_state_is_handed_on_within_a_node_version() {
         let fw = Framework::new(vec![Action::Allocate], Box::new(LeastAllocated));
-        let mut b = SnapshotBuilder::new(vec![node("n0", 8000), node("n1", 8000)]).unwrap();
+        let mut b = SnapshotBuilder::new("", vec![node("n0", 8000), node("n1", 8000)]).unwrap();
         let mut warm = Warm::default();
         schedule(b.build(0, &[]).unwrap(), &fw, &mut warm);
         assert!(warm.take_node_state(b.build(1, &[]).unwrap()).is_some());

@@ -111,7 +111,7 @@ impl JobReady for Gang {
     fn name(&self) -> &str {
         "gang"
     }
-    fn ready(&self, session: &Session, job: JobId) -> bool {
+    fn ready(&self, session: &SessionView, job: JobId) -> bool {
         session.holding(job) >= session.snapshot.job(job).min_member
     }
 }

@@ -10,6 +10,7 @@ fn list(items: &[(&str, i64)]) -> ResourceList {
 
 fn spec(nodes: usize, gpus: i64, pods: usize) -> ClusterSpec {
     ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 0,
         nodes: (0..nodes)
             .map(|i| NodeSpec {
@@ -184,7 +185,7 @@ impl QueueOrder for ReverseNames {
     fn name(&self) -> &str {
         "reverse-names"
     }
-    fn compare(&self, _: &Session, a: QueueId, b: QueueId) -> std::cmp::Ordering {
+    fn compare(&self, _: &SessionView, a: QueueId, b: QueueId) -> std::cmp::Ordering {
         b.cmp(&a)
     }
 }
@@ -211,7 +212,7 @@ impl JobReady for MinMember {
     fn name(&self) -> &str {
         "min-member"
     }
-    fn ready(&self, session: &Session, job: JobId) -> bool {
+    fn ready(&self, session: &SessionView, job: JobId) -> bool {
         let c = session.counts(job);
         c.running + c.pipelined + c.succeeded >= session.snapshot.job(job).min_member
     }

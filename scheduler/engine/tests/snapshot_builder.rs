@@ -107,6 +107,7 @@ fn workload(c: usize) -> (Vec<PodSpec>, Vec<GroupSpec>) {
 
 fn full(now: i64, nodes: &[NodeSpec], pods: &[PodSpec], groups: &[GroupSpec]) -> String {
     let s = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: now,
         nodes: nodes.to_vec(),
         pods: pods.to_vec(),
@@ -150,7 +151,7 @@ fn sync<'b>(
 #[test]
 fn same_snapshot_as_a_full_build_every_cycle() {
     let mut specs = nodes();
-    let mut b = SnapshotBuilder::new(specs.clone()).expect("valid nodes");
+    let mut b = SnapshotBuilder::new("nvidia.com/gpu", specs.clone()).expect("valid nodes");
     assert_eq!(b.nodes()[0].name, "n0");
     assert_eq!(b.node_id("n4"), Some(NodeId(4)));
     for c in 0..6 {
@@ -185,10 +186,11 @@ fn same_snapshot_as_a_full_build_every_cycle() {
 
 #[test]
 fn errors_match_a_full_build() {
-    let mut b = SnapshotBuilder::new(nodes()).unwrap();
+    let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes()).unwrap();
     let (mut pods, groups) = workload(1);
     pods[0].node = Some("gone".into());
     let want = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         now_ms: 0,
         nodes: nodes(),
         pods: pods.clone(),
@@ -206,7 +208,7 @@ fn errors_match_a_full_build() {
 
     let mut dup = nodes();
     dup.push(dup[0].clone());
-    let e = SnapshotBuilder::new(dup).unwrap_err();
+    let e = SnapshotBuilder::new("nvidia.com/gpu", dup).unwrap_err();
     assert_eq!((e.kind, e.field), ("Node", "metadata.name"));
 
     let e = b
@@ -242,7 +244,7 @@ fn topology_follows_label_changes() {
             .name
             .clone()
     };
-    let mut b = SnapshotBuilder::new(nodes()).unwrap();
+    let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes()).unwrap();
     let (pods, groups) = workload(0);
     let first = sync(&mut b, 0, &pods, &groups).unwrap();
     assert_eq!(rack_of(first, "n2"), "r0");
@@ -564,6 +566,7 @@ mod patched {
         groups: &BTreeMap<(String, String), GroupSpec>,
     ) -> Result<(), TestCaseError> {
         let want = Snapshot::build(ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             now_ms: now,
             nodes: b.nodes().to_vec(),
             pods: pods.values().cloned().collect(),
@@ -604,7 +607,7 @@ mod patched {
         batches: &[Vec<Change>],
         shared: bool,
     ) -> Result<(), TestCaseError> {
-        let mut b = SnapshotBuilder::new(nodes).unwrap();
+        let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes).unwrap();
         let mut pods = BTreeMap::new();
         let mut groups = BTreeMap::new();
         // Every group exists at first, so that most states are valid.
@@ -740,7 +743,7 @@ mod patched {
     /// bound to shares of HAMi nodes and leave, as in the FGD experiment.
     #[test]
     fn a_builder_patches_shared_devices_named_by_their_holders() {
-        let mut b = SnapshotBuilder::new(shared_nodes()).unwrap();
+        let mut b = SnapshotBuilder::new("nvidia.com/gpu", shared_nodes()).unwrap();
         let mut pods = BTreeMap::new();
         let groups = BTreeMap::new();
         for c in 0..40u32 {
@@ -774,7 +777,7 @@ mod patched {
     /// replay-like run (jobs arrive, bind, finish).
     #[test]
     fn a_builder_patches_when_few_jobs_change() {
-        let mut b = SnapshotBuilder::new(nodes()).unwrap();
+        let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes()).unwrap();
         let mut pods = BTreeMap::new();
         let mut groups = BTreeMap::new();
         for c in 0..40usize {
@@ -810,7 +813,7 @@ mod patched {
     /// full build's usage (the builder assembles anew instead of patching past `i64::MAX`).
     #[test]
     fn saturated_usage_is_assembled_anew_not_patched() {
-        let mut b = SnapshotBuilder::new(nodes()).unwrap();
+        let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes()).unwrap();
         let mut pods = BTreeMap::new();
         let mut groups = BTreeMap::new();
         let mut patched = Vec::new();
@@ -858,7 +861,7 @@ fn constraints_and_namespaces_match_a_full_build() {
         name: "ns".into(),
         labels: [("team".to_string(), "t".to_string())].into(),
     }];
-    let mut b = SnapshotBuilder::new(nodes()).unwrap();
+    let mut b = SnapshotBuilder::new("nvidia.com/gpu", nodes()).unwrap();
     b.set_namespaces(namespaces.clone());
     let (mut pods, mut groups) = workload(1);
     for p in &mut pods {
@@ -878,6 +881,7 @@ fn constraints_and_namespaces_match_a_full_build() {
         }
         let got = format!("{:?}", sync(&mut b, cycle, &pods, &groups).unwrap());
         let want = Snapshot::build(ClusterSpec {
+            device_resource: "nvidia.com/gpu".into(),
             now_ms: cycle,
             nodes: nodes(),
             pods: pods.clone(),

@@ -1,12 +1,10 @@
 //! The engine knows no vendor: what a pod asks of devices reaches it typed
 //! (`devices::DeviceAsk`, read by `crds`), and the names of what nodes offer arrive as data
-//! from `crds` (`convert/device_names.rs`): a node's device resource, its vendors' share
-//! names (`NodeSpec::shares`), a MIG slice's resource (`MigSlice::resource`). What is left of
-//! vendors' resource names in its non-test sources is listed here, file by file: only the
-//! well-known whole-device slot's name (`resources::GPU_NAME`, id 3, which every snapshot's
-//! table holds whether or not a reader names it; issue 39 item 2). A new reading of a vendor's
-//! name fails this test; so does one removed without lowering its count, so the list stays
-//! true.
+//! from `crds` (`convert/device_names.rs`): the cluster's whole-device resource
+//! (`ClusterSpec::device_resource`), a node's own (`NodeSpec::device_resource`), its vendors'
+//! share names (`NodeSpec::shares`), a MIG slice's resource (`MigSlice::resource`). No line of
+//! its non-test sources names a vendor's resource; this test fails on the first that does
+//! (issue 39 item 2).
 
 // A test of the sources reads them; `clippy.toml` keeps the engine itself off the file system.
 #![allow(clippy::disallowed_methods)]
@@ -37,9 +35,6 @@ const VENDOR_MARKS: [&str; 19] = [
     "DEFAULT_DEVICE_RESOURCES",
 ];
 
-/// Lines of non-test code still naming a vendor's resources, by file under `src/`.
-const LEFT: [(&str, usize); 1] = [("resources.rs", 2)];
-
 fn scan(dir: &Path, root: &Path, found: &mut BTreeMap<String, usize>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
     entries.sort_by_key(|e| e.path());
@@ -69,14 +64,14 @@ fn scan(dir: &Path, root: &Path, found: &mut BTreeMap<String, usize>) {
 }
 
 #[test]
-fn vendor_names_only_where_still_listed() {
+fn no_vendor_names_in_the_engine() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut found = BTreeMap::new();
     scan(&root, &root, &mut found);
-    let left: BTreeMap<String, usize> = LEFT.iter().map(|&(f, n)| (f.to_string(), n)).collect();
     assert_eq!(
-        found, left,
-        "lines of engine code naming a vendor's resources (left: found, right: listed); \
-         vendor names are read at the edge (`crds`) into typed asks"
+        found,
+        BTreeMap::new(),
+        "lines of engine code naming a vendor's resources, by file; vendor names are read at \
+         the edge (`crds`) and handed in as data"
     );
 }

@@ -19,8 +19,11 @@ fn node(name: &str, gpus: i64) -> NodeSpec {
 
 /// A builder of `gpus`-GPU nodes holding a gang of two pods of 4 GPUs each.
 fn builder(nodes: usize, gpus: i64) -> SnapshotBuilder {
-    let mut b =
-        SnapshotBuilder::new((0..nodes).map(|i| node(&format!("n{i}"), gpus)).collect()).unwrap();
+    let mut b = SnapshotBuilder::new(
+        "nvidia.com/gpu",
+        (0..nodes).map(|i| node(&format!("n{i}"), gpus)).collect(),
+    )
+    .unwrap();
     b.set_group(GroupSpec {
         namespace: "ns".into(),
         name: "g".into(),

@@ -8,7 +8,7 @@
 //! feasible nodes is a uniformly random one.
 
 use basalt_engine::{
-    lowest_bits, DeviceChooser, DevicePick, NodeId, NodeScorer, Score, Session, TaskId,
+    lowest_bits, DeviceChooser, DevicePick, NodeId, NodeScorer, Score, SessionView, TaskId,
 };
 use basalt_plugins::fragmentation::{task_shape, tightest_each, Models, NodeFree, FULL};
 
@@ -47,7 +47,7 @@ impl Score for Baseline {
         self.policy.name()
     }
 
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>> {
         Some(Box::new(self.prepared(session)))
     }
 }
@@ -57,13 +57,13 @@ impl DevicePick for Baseline {
         self.policy.name()
     }
 
-    fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's> {
+    fn prepare<'s>(&'s self, session: &SessionView) -> Box<dyn DeviceChooser + 's> {
         Box::new(self.prepared(session))
     }
 }
 
 impl Baseline {
-    fn prepared(&self, session: &Session) -> Prepared {
+    fn prepared(&self, session: &SessionView) -> Prepared {
         let snap = session.snapshot;
         let mut classes = Vec::new();
         if self.policy == Policy::Clustering {
@@ -95,7 +95,7 @@ impl Baseline {
 }
 
 impl NodeScorer for Prepared {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, _: u64) -> i64 {
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, _: u64) -> i64 {
         if self.policy == Policy::Random {
             return (draw(self.seed, self.arrival, node.0 as u64, 0) >> 1) as i64;
         }
@@ -126,7 +126,7 @@ impl DeviceChooser for Prepared {
     /// one of those with room). Several shared GPUs: the tightest, one after another.
     fn pick(
         &mut self,
-        session: &Session,
+        session: &SessionView,
         task: TaskId,
         node: NodeId,
         open: u64,

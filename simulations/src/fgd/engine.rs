@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use basalt_crds::convert::device_names::{
-    share_vocabulary, GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME,
+    share_vocabulary, GPU_CORES_NAME, GPU_MEMORY_PERCENT_NAME, GPU_NAME,
 };
 use basalt_engine::devices::{HeldDevice, Sharing};
 use basalt_engine::{
@@ -216,7 +216,7 @@ impl Experiment {
         seed: u64,
     ) -> Result<(Trajectory, Vec<Placement>), FgdError> {
         let cluster = |e: basalt_engine::SnapshotError| FgdError::Cluster(e.to_string());
-        let mut builder = SnapshotBuilder::new(self.engine_nodes()).map_err(cluster)?;
+        let mut builder = SnapshotBuilder::new(GPU_NAME, self.engine_nodes()).map_err(cluster)?;
         let mut fw: Option<Framework> = None;
         // What each cycle hands the next (one builder, one framework).
         let mut warm = basalt_engine::Warm::default();

@@ -210,7 +210,7 @@ impl Default for BasaltScore {
 
 impl BasaltScore {
     pub fn new() -> Self {
-        let names = ResourceNames::new([]);
+        let names = ResourceNames::new(basalt_crds::convert::device_names::GPU_NAME, []);
         let config = basalt_plugins::Config::default();
         BasaltScore {
             utilisation: Utilisation::new(&config.node_order, &names),

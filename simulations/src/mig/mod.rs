@@ -246,6 +246,7 @@ pub fn replay(
             let spec = ClusterSpec {
                 nodes,
                 pods: specs,
+                device_resource: basalt_crds::convert::device_names::GPU_NAME.to_string(),
                 ..Default::default()
             };
             let snap = Snapshot::build(spec).expect("the simulated cluster is valid");

@@ -121,7 +121,7 @@ fn may_evict_for(session: &Session, job: &Job, mode: EvictionKind) -> bool {
         EvictionKind::Preempt => !session.queue_nodes(job.queue).is_empty(),
         EvictionKind::Reclaim => true,
     };
-    in_scope && (session.framework().victims(mode)).may_evict_for(session, job.id)
+    in_scope && (session.framework().victims(mode)).may_evict_for(&session.view(), job.id)
 }
 
 /// Makes room for the job. A gang with a required topology tier picks the domain first: each
@@ -142,7 +142,7 @@ fn make_room(session: &mut Session, job: &Job, mode: EvictionKind, failed: &mut 
         if let Some(stmt) = attempt(session, job, mode, &mut local, Some(&nodes)) {
             let taken: Vec<TaskId> = stmt.evictions().collect();
             session.discard(stmt);
-            let cost = victims.cost(session, job.id, &taken);
+            let cost = victims.cost(&session.view(), job.id, &taken);
             if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                 best = Some((cost, nodes));
             }

@@ -305,7 +305,7 @@ fn choose_domains(
     ask: &DomainAsk,
     candidates: &mut dyn Iterator<Item = DomainId>,
 ) -> Vec<DomainId> {
-    let mut chosen = (session.framework().domains).choose(session, ask, candidates);
+    let mut chosen = (session.framework().domains).choose(&session.view(), ask, candidates);
     chosen.truncate(ask.limit);
     chosen
 }

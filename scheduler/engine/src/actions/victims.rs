@@ -64,7 +64,7 @@ pub fn best_victims(
 ) -> Option<NodeVictims> {
     let snap = session.snapshot;
     let policy = session.framework().victims(mode);
-    let mut queues = policy.queues(session, job.id, goal.request);
+    let mut queues = policy.queues(&session.view(), job.id, goal.request);
     queues.retain(|&q| in_scope(mode, job.queue, q));
     let mut nodes: Vec<NodeId> = queues
         .iter()
@@ -151,7 +151,7 @@ fn victims_on(
         };
         let units = search.drop_unneeded(units);
         let victims: Vec<TaskId> = units.iter().flatten().copied().collect();
-        let cost = policy.cost(session, job.id, &victims);
+        let cost = policy.cost(&session.view(), job.id, &victims);
         if best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
             best = Some((cost, victims, units));
         }
@@ -226,7 +226,7 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
         // Only the resources short here count: those that are idle (CPU beside the GPUs it
         // lacks) are no victims' doing.
         let policy = session.framework().victims(mode);
-        if !policy.may_keep(session, job.id, goal.request, &search.short) {
+        if !policy.may_keep(&session.view(), job.id, goal.request, &search.short) {
             return None;
         }
         Some(search)
@@ -288,7 +288,8 @@ impl<'s, 'a> NodeSearch<'s, 'a> {
             alone
         });
         let policy = session.framework().victims(self.mode);
-        candidates.sort_by(|&a, &b| (policy.compare_victims(session, a, b)).then(a.cmp(&b)));
+        candidates
+            .sort_by(|&a, &b| (policy.compare_victims(&session.view(), a, b)).then(a.cmp(&b)));
         (candidates, spare)
     }
 
@@ -512,7 +513,9 @@ fn unit_of(
         taken: &tally.from_queue,
     };
     let policy = session.framework().victims(mode);
-    policy.may_take(session, job.id, &unit).then_some(tasks)
+    policy
+        .may_take(&session.view(), job.id, &unit)
+        .then_some(tasks)
 }
 
 /// Adds `request` to the entries of `job`'s queue and every ancestor of it.

@@ -180,7 +180,14 @@ pub fn forecast_shared(
     }
     let period = limits.period_ms.max(1);
     let queues = spec.queues;
-    let mut world = World::new(spec.nodes, shared, spec.groups, ends, now)?;
+    let mut world = World::new(
+        &spec.device_resource,
+        spec.nodes,
+        shared,
+        spec.groups,
+        ends,
+        now,
+    )?;
     world.builder.set_namespaces(spec.namespaces);
     world.builder.set_dra(spec.dra);
     world.end_until(now);

@@ -72,6 +72,7 @@ pub(super) struct GroupAt {
 
 impl World {
     pub(super) fn new(
+        device_resource: &str,
         nodes: Vec<crate::NodeSpec>,
         pods: Vec<Arc<PodSpec>>,
         groups: Vec<GroupSpec>,
@@ -82,7 +83,7 @@ impl World {
             .map(|n| (n.name.clone(), n.sharing))
             .collect();
         let mut world = World {
-            builder: SnapshotBuilder::new(nodes)?,
+            builder: SnapshotBuilder::new(device_resource, nodes)?,
             pods: Fast::with_capacity_and_hasher(pods.len(), Default::default()),
             groups: BTreeMap::new(),
             members: Default::default(),
@@ -412,7 +413,8 @@ mod tests {
         };
         let g = GroupSpec::new("ml", "g", 2);
         let pods = vec![pod("a", Some("n")).into(), pod("b", None).into()];
-        let mut world = World::new(vec![node], pods, vec![g], &HashMap::new(), 0).expect("valid");
+        let mut world =
+            World::new("", vec![node], pods, vec![g], &HashMap::new(), 0).expect("valid");
         assert!(!world.started("ml/g"), "one of two bound");
         let plan = Plan {
             bindings: vec![crate::Binding {

@@ -3,7 +3,7 @@
 use basalt_topology::{DomainId, TierId};
 
 use crate::model::JobId;
-use crate::session::Session;
+use crate::session::SessionView;
 
 /// What the engine asks topology domains for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub trait Domains: Send + Sync {
     /// few, another rule may read them all.
     fn choose(
         &self,
-        session: &Session,
+        session: &SessionView,
         ask: &DomainAsk,
         candidates: &mut dyn Iterator<Item = DomainId>,
     ) -> Vec<DomainId>;
@@ -59,7 +59,7 @@ impl Domains for FirstListed {
     }
     fn choose(
         &self,
-        _: &Session,
+        _: &SessionView,
         ask: &DomainAsk,
         candidates: &mut dyn Iterator<Item = DomainId>,
     ) -> Vec<DomainId> {

@@ -4,7 +4,7 @@
 use crate::model::{Node, NodeId, PlacementRules, TaskId};
 use crate::refusal::Refusal;
 use crate::resources::Resources;
-use crate::session::Session;
+use crate::session::SessionView;
 
 /// A static node filter: its answer may depend only on the pod's placement rules and the node's
 /// labels, taints and schedulability, never on free capacity. That is what lets a session
@@ -36,12 +36,12 @@ pub trait Score: Send + Sync {
     fn name(&self) -> &str;
     /// Called once when a session opens, to precompute what scoring needs (e.g. the typical
     /// pod shapes of the workload), or `None` to stay out of this session.
-    fn prepare<'s>(&'s self, session: &Session) -> Option<Box<dyn NodeScorer + 's>>;
+    fn prepare<'s>(&'s self, session: &SessionView) -> Option<Box<dyn NodeScorer + 's>>;
 }
 
 /// A [`Score`] prepared for one session.
 pub trait NodeScorer {
-    fn score(&mut self, session: &Session, task: TaskId, node: NodeId, devices: u64) -> i64;
+    fn score(&mut self, session: &SessionView, task: TaskId, node: NodeId, devices: u64) -> i64;
     /// Whether the score reads the node only through its state: allocatable, devices (not
     /// their UUIDs), usage and device usage; never its name, labels or id. When every scorer
     /// and the device chooser say so, the search scores one node per state (nodes of a
@@ -64,7 +64,7 @@ pub trait NodeScorer {
 /// NVLink island the topology chose); the policy picks among them.
 pub trait DevicePick: Send + Sync {
     fn name(&self) -> &str;
-    fn prepare<'s>(&'s self, session: &Session) -> Box<dyn DeviceChooser + 's>;
+    fn prepare<'s>(&'s self, session: &SessionView) -> Box<dyn DeviceChooser + 's>;
 }
 
 /// A [`DevicePick`] prepared for one session.
@@ -72,8 +72,14 @@ pub trait DeviceChooser {
     /// `count` devices out of `open` (a mask of device positions with at least `count` bits
     /// set), as a mask. Must be a function of its arguments and the session: the search asks
     /// once per node it scores and placing asks again.
-    fn pick(&mut self, session: &Session, task: TaskId, node: NodeId, open: u64, count: u32)
-        -> u64;
+    fn pick(
+        &mut self,
+        session: &SessionView,
+        task: TaskId,
+        node: NodeId,
+        open: u64,
+        count: u32,
+    ) -> u64;
     /// Whether the choice reads the node only through its state (see [`NodeScorer::by_state`]).
     fn by_state(&self) -> bool {
         false
@@ -93,13 +99,13 @@ impl DevicePick for LowestOpen {
     fn name(&self) -> &str {
         "lowest-open"
     }
-    fn prepare<'s>(&'s self, _: &Session) -> Box<dyn DeviceChooser + 's> {
+    fn prepare<'s>(&'s self, _: &SessionView) -> Box<dyn DeviceChooser + 's> {
         Box::new(LowestOpen)
     }
 }
 
 impl DeviceChooser for LowestOpen {
-    fn pick(&mut self, _: &Session, _: TaskId, _: NodeId, open: u64, count: u32) -> u64 {
+    fn pick(&mut self, _: &SessionView, _: TaskId, _: NodeId, open: u64, count: u32) -> u64 {
         lowest_bits(open, count)
     }
     fn by_state(&self) -> bool {

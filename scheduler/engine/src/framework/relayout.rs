@@ -2,7 +2,7 @@
 //! demand a cycle could not place.
 
 use crate::model::{NodeId, TaskId};
-use crate::session::Session;
+use crate::session::SessionView;
 
 /// Proposes new MIG layouts for idle GPUs when pending pods ask for MIG profiles (NVIDIA's
 /// mixed strategy, `nvidia.com/mig-<profile>`) that no free instance serves. Asked once per
@@ -24,7 +24,7 @@ use crate::session::Session;
 /// like the rest of the engine: a function of the session.
 pub trait MigRelayout: Send + Sync {
     fn name(&self) -> &str;
-    fn propose(&self, session: &Session) -> Vec<RelayoutProposal>;
+    fn propose(&self, session: &SessionView) -> Vec<RelayoutProposal>;
 }
 
 /// One GPU to re-lay, and the pending pods that wait for it.

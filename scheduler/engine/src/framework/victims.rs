@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use crate::model::{JobId, QueueId, TaskId};
 use crate::resources::{ResourceId, Resources};
-use crate::session::Session;
+use crate::session::SessionView;
 
 /// Which eviction action asks: `reclaim` takes back what other queues borrowed, `preempt`
 /// displaces pods of the starving gang's own queue. The action defines that scope; its
@@ -34,31 +34,31 @@ pub enum EvictionKind {
 pub trait Victims: Send + Sync {
     fn name(&self) -> &str;
     /// Whether `job` may evict at all: a cheap check before any search.
-    fn may_evict_for(&self, session: &Session, job: JobId) -> bool;
+    fn may_evict_for(&self, session: &SessionView, job: JobId) -> bool;
     /// The queues whose pods may make room for a member of `job` asking `request`: the engine
     /// searches only the nodes that held their pods when the session opened.
-    fn queues(&self, session: &Session, job: JobId, request: &Resources) -> Vec<QueueId>;
+    fn queues(&self, session: &SessionView, job: JobId, request: &Resources) -> Vec<QueueId>;
     /// Whether `job`'s queue may end up holding `more` than it holds now, counted in the
     /// `resources` victims are taken for (e.g. a reclaimer above its deserved share would have
     /// its gain taken back). Asked on each node before its victims are searched (`more`: the
     /// member's request) and once the whole gang is placed (`more`: nothing).
     fn may_keep(
         &self,
-        session: &Session,
+        session: &SessionView,
         job: JobId,
         more: &Resources,
         resources: &[ResourceId],
     ) -> bool;
     /// Whether `unit` may be evicted for `job`, all of it.
-    fn may_take(&self, session: &Session, job: JobId, unit: &VictimUnit) -> bool;
+    fn may_take(&self, session: &SessionView, job: JobId, unit: &VictimUnit) -> bool;
     /// The order victims are taken in on one node: `Less`, `a` first; `Equal` defers to the
     /// task order (name).
-    fn compare_victims(&self, session: &Session, a: TaskId, b: TaskId) -> Ordering;
+    fn compare_victims(&self, session: &SessionView, a: TaskId, b: TaskId) -> Ordering;
     /// What a set of victims for `job` costs: of two sets (on two nodes, from two first
     /// victims, or in two topology domains) the engine takes the lower cost, the one found first
     /// on a tie. Asked while the victims still hold their nodes: a set holding every member a
     /// job still holds stops it.
-    fn cost(&self, session: &Session, job: JobId, victims: &[TaskId]) -> VictimCost;
+    fn cost(&self, session: &SessionView, job: JobId, victims: &[TaskId]) -> VictimCost;
     /// Whether a simulated eviction is worth committing: `victims` (evicted in the session now)
     /// for `placed`, the members of `job` it places, counted in the `resources` the victims were
     /// taken for. Asked once the gang's placement is simulated, before it is committed; on a
@@ -66,7 +66,7 @@ pub trait Victims: Send + Sync {
     /// placed too (they take it next, in the same plan).
     fn worth_evicting(
         &self,
-        session: &Session,
+        session: &SessionView,
         job: JobId,
         victims: &[TaskId],
         placed: &[TaskId],
@@ -109,27 +109,27 @@ impl Victims for NoVictims {
     fn name(&self) -> &str {
         "none"
     }
-    fn may_evict_for(&self, _: &Session, _: JobId) -> bool {
+    fn may_evict_for(&self, _: &SessionView, _: JobId) -> bool {
         false
     }
-    fn queues(&self, _: &Session, _: JobId, _: &Resources) -> Vec<QueueId> {
+    fn queues(&self, _: &SessionView, _: JobId, _: &Resources) -> Vec<QueueId> {
         Vec::new()
     }
-    fn may_keep(&self, _: &Session, _: JobId, _: &Resources, _: &[ResourceId]) -> bool {
+    fn may_keep(&self, _: &SessionView, _: JobId, _: &Resources, _: &[ResourceId]) -> bool {
         true
     }
-    fn may_take(&self, _: &Session, _: JobId, _: &VictimUnit) -> bool {
+    fn may_take(&self, _: &SessionView, _: JobId, _: &VictimUnit) -> bool {
         false
     }
-    fn compare_victims(&self, _: &Session, _: TaskId, _: TaskId) -> Ordering {
+    fn compare_victims(&self, _: &SessionView, _: TaskId, _: TaskId) -> Ordering {
         Ordering::Equal
     }
-    fn cost(&self, _: &Session, _: JobId, _: &[TaskId]) -> VictimCost {
+    fn cost(&self, _: &SessionView, _: JobId, _: &[TaskId]) -> VictimCost {
         VictimCost::default()
     }
     fn worth_evicting(
         &self,
-        _: &Session,
+        _: &SessionView,
         _: JobId,
         _: &[TaskId],
         _: &[TaskId],

@@ -532,11 +532,11 @@ mod tests {
             available,
             refused: vec![NodeRefusal {
                 count: short,
-                reason: "insufficient nvidia.com/gpu".into(),
+                reason: "insufficient example.com/gpu".into(),
             }],
         };
         let needs: Arc<[ResourceNeed]> = Arc::from([ResourceNeed {
-            name: "nvidia.com/gpu".into(),
+            name: "example.com/gpu".into(),
             asked: "8".into(),
             free: "2".into(),
             allocatable: "32".into(),

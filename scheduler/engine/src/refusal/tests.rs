@@ -26,6 +26,7 @@ fn snapshot() -> Snapshot {
         ..Default::default()
     };
     Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![node("n0"), node("n1")],
         queues: vec![QueueSpec::new("research")],
         ..Default::default()
@@ -264,6 +265,7 @@ fn closed_devices_are_worded_with_their_node_s_reason_and_merge_when_alike() {
         ..Default::default()
     };
     let snap = Snapshot::build(ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
         nodes: vec![
             closed("a", "register: devices 0 and 1 are both GPU-x"),
             closed("b", "register: devices 0 and 1 are both GPU-x"),

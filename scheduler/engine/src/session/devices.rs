@@ -343,7 +343,7 @@ impl<'a> Session<'a> {
             "a task is placed without its devices"
         );
         let mut chooser = self.chooser.take().expect("device choices do not nest");
-        let picked = chooser.pick(self, task, node, open, count);
+        let picked = chooser.pick(&self.view(), task, node, open, count);
         self.chooser = Some(chooser);
         debug_assert!(
             picked & !open == 0 && picked.count_ones() == count,

@@ -151,10 +151,10 @@ impl<'a> Session<'a> {
         }
         let usage = session.usage_now();
         session.queues.set_usage(usage);
-        let weights = (fw.fair_share.as_ref()).and_then(|p| p.weights(&session));
+        let weights = (fw.fair_share.as_ref()).and_then(|p| p.weights(&session.view()));
         session.queues.set_weights(weights);
         let deserved = match &fw.fair_share {
-            Some(policy) => policy.deserved(&session),
+            Some(policy) => policy.deserved(&session.view()),
             // Without a fair-share policy every queue may use the whole cluster.
             None => vec![session.queue_capacity(); snapshot.queues.len()],
         };

@@ -53,7 +53,7 @@ impl Session<'_> {
             return out;
         };
         let mut seen_gpus = Vec::new();
-        for p in policy.propose(self) {
+        for p in policy.propose(&self.view()) {
             if !self.honours_contract(&p, &seen_gpus, &out.tasks) {
                 continue;
             }

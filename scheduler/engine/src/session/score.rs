@@ -23,9 +23,11 @@ impl Session<'_> {
     /// Prepares the framework's scorers and device choice for this session.
     pub(super) fn prepare_scoring(&mut self) {
         let fw = self.fw;
-        let scorers = (fw.scores.iter()).filter_map(|s| s.prepare(self)).collect();
+        let scorers = (fw.scores.iter())
+            .filter_map(|s| s.prepare(&self.view()))
+            .collect();
         self.scorers = scorers;
-        self.chooser = Some(fw.device_pick.prepare(self));
+        self.chooser = Some(fw.device_pick.prepare(&self.view()));
     }
 
     /// Whether some scorer looks at pods this session (the search then scores every
@@ -102,10 +104,10 @@ fn score_on(
         }
         want => {
             let open = session.open_devices_with(need, node, None, session.usage(node));
-            chooser.pick(session, task, node, open, want)
+            chooser.pick(&session.view(), task, node, open, want)
         }
     };
     (scorers.iter_mut()).fold(0i64, |sum, s| {
-        sum.saturating_add(s.score(session, task, node, devices))
+        sum.saturating_add(s.score(&session.view(), task, node, devices))
     })
 }

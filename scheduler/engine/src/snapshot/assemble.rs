@@ -13,6 +13,7 @@ impl Snapshot {
             namespaces,
             dra,
             usage,
+            device_resource,
         } = spec;
         let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -26,7 +27,7 @@ impl Snapshot {
                 .iter()
                 .flat_map(|n| n.allocatable.keys().map(String::as_str)),
         );
-        let names = ResourceNames::new(all);
+        let names = ResourceNames::new(&device_resource, all);
         let needs_default = needs_default_queue(groups.iter().copied(), pods.iter().copied());
         let queues = build_queues(&names, &mut queues, needs_default)?;
 

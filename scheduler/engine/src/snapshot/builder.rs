@@ -11,12 +11,14 @@ use super::*;
 /// every cycle.
 ///
 /// `builder.build(now, queues)` equals
-/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues  usage: Default::default(), })` with `nodes`,
-/// `pods` and `groups` the builder's current specs, field by field, errors included (node
+/// `Snapshot::build(ClusterSpec { now_ms: now, nodes, pods, groups, queues, device_resource, .. })`
+/// with `nodes`, `pods` and `groups` the builder's current specs, field by field, errors included (node
 /// errors are reported by [`SnapshotBuilder::new`] and [`SnapshotBuilder::update_node`]
 /// instead; pods and groups are keyed by namespace and name, so a duplicate replaces).
 #[derive(Debug)]
 pub struct SnapshotBuilder {
+    /// The cluster's whole-device resource (see [`ClusterSpec::device_resource`]).
+    pub(super) device_resource: String,
     /// Sorted by name; index = node id.
     pub(super) specs: Vec<NodeSpec>,
     pub(super) ids: HashMap<String, NodeId>,
@@ -60,8 +62,9 @@ pub struct SnapshotBuilder {
 }
 
 impl SnapshotBuilder {
-    /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors).
-    pub fn new(nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
+    /// Validates and interns `nodes` (any order; duplicate names and too many GPUs are errors),
+    /// whole devices advertised as `device_resource` (see [`ClusterSpec::device_resource`]).
+    pub fn new(device_resource: &str, nodes: Vec<NodeSpec>) -> Result<Self, SnapshotError> {
         let mut nodes: Vec<NodeSpec> = nodes.into_iter().map(devices::with_share_totals).collect();
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let mut ids = HashMap::with_capacity(nodes.len());
@@ -74,9 +77,10 @@ impl SnapshotBuilder {
                 *node_names.entry(k.clone()).or_default() += 1;
             }
         }
-        let names = ResourceNames::new(node_names.keys().map(String::as_str));
+        let names = ResourceNames::new(device_resource, node_names.keys().map(String::as_str));
         let built = build_nodes(&names, &nodes)?;
         Ok(SnapshotBuilder {
+            device_resource: device_resource.to_string(),
             specs: nodes,
             ids,
             node_names,
@@ -151,7 +155,10 @@ impl SnapshotBuilder {
         };
         // Validate before changing anything.
         build_node(
-            &ResourceNames::new(spec.allocatable.keys().map(String::as_str)),
+            &ResourceNames::new(
+                &self.device_resource,
+                spec.allocatable.keys().map(String::as_str),
+            ),
             id,
             &spec,
         )?;
@@ -289,7 +296,7 @@ impl SnapshotBuilder {
                 all.extend(list.keys().map(String::as_str));
             }
         }
-        let names = ResourceNames::new(all);
+        let names = ResourceNames::new(&self.device_resource, all);
         let built_queues = build_queues(&names, &mut queues, self.held.default_queue_users > 0)?;
         if self.facts_names.as_ref() != Some(&names) {
             self.pods.values_mut().for_each(|c| c.facts = None);

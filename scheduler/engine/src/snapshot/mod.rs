@@ -99,7 +99,8 @@ pub struct Snapshot {
     pub slice_used: Vec<u64>,
     /// HAMi's request names in `resources`.
     pub share_names: crate::devices::ShareNames,
-    /// The resources devices are advertised as, on any node (`nvidia.com/gpu` always first).
+    /// The resources devices are advertised as, on any node (the cluster's whole-device
+    /// resource, [`crate::resources::GPU`], always first).
     pub device_kinds: Vec<crate::resources::ResourceId>,
     /// The memory of the largest device of the nodes that share them (0 when none does).
     pub largest_shared_device_mib: u64,
@@ -204,7 +205,7 @@ impl Snapshot {
     }
 
     /// The devices a request asks for: its count of the device resource it names
-    /// (`nvidia.com/gpu`, or another kind some node advertises its devices as).
+    /// (the cluster's whole-device resource, or another kind some node advertises its devices as).
     pub fn devices_asked(&self, request: &Resources) -> u32 {
         match self.device_kinds.as_slice() {
             [kind] => request.count(*kind),

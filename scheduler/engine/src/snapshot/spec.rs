@@ -20,8 +20,9 @@ pub struct NodeSpec {
     pub gpus: Option<Vec<Gpu>>,
     /// How the GPUs are shared (see [`crate::devices::Sharing`]).
     pub sharing: crate::devices::Sharing,
-    /// The resource its devices are advertised as, when not the well-known whole-device one
-    /// ([`crate::resources::GPU`]): another vendor's, or a sharing plugin's, as its reader names it.
+    /// The resource its devices are advertised as, when not the cluster's whole-device one
+    /// ([`ClusterSpec::device_resource`]): another vendor's, or a sharing plugin's, as its
+    /// reader names it.
     pub device_resource: Option<String>,
     /// The vendors' share resources (see [`crate::devices::ShareVocabulary`]): a node that
     /// shares its devices with memory and compute needs them. Its reader gives every node the
@@ -231,4 +232,8 @@ pub struct ClusterSpec {
     /// What each queue used, as of the instant each was taken (see [`crate::usage`]); read
     /// only when the framework has a usage half-life.
     pub usage: Vec<crate::QueueUsage>,
+    /// The resource whole devices are advertised as on a node that names no other
+    /// ([`NodeSpec::device_resource`]), interned as [`crate::resources::GPU`]: a vendor's name,
+    /// given by the reader (`crds`: NVIDIA's).
+    pub device_resource: String,
 }

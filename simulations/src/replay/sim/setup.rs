@@ -175,7 +175,7 @@ impl<'a> Simulator<'a> {
             .collect();
         let nq = workload.queues.len();
         let builder = || {
-            SnapshotBuilder::new(nodes.clone())
+            SnapshotBuilder::new(basalt_crds::convert::device_names::GPU_NAME, nodes.clone())
                 .map_err(|e| anyhow::anyhow!("{}: {e}", cluster.source))
         };
         let quick = fold.then(builder).transpose()?;

@@ -41,6 +41,7 @@ impl Simulator<'_> {
             namespaces: Vec::new(),
             dra: self.dra.as_ref().map(|d| d.spec()).unwrap_or_default(),
             usage: self.usage.clone(),
+            device_resource: basalt_crds::convert::device_names::GPU_NAME.to_string(),
         }
     }
 

@@ -99,7 +99,7 @@ pub(super) fn settle(
     session.discard(stmt);
     // Costs are compared with the victims holding their nodes.
     let policy = session.framework().victims(mode);
-    units.sort_by_cached_key(|u| std::cmp::Reverse(policy.cost(session, job.id, u)));
+    units.sort_by_cached_key(|u| std::cmp::Reverse(policy.cost(&session.view(), job.id, u)));
     for unit in units.iter().take(DROP_TRIES) {
         let rest: Vec<TaskId> = (kept.iter().copied())
             .filter(|v| !unit.contains(v))
@@ -220,18 +220,20 @@ pub(super) fn acceptable(
     let nothing_more = Resources::zero(session.snapshot.resources.len());
     let (victims, reclaimed) = (sim.victims(), &sim.reclaimed);
     if !fw.job_ready(session, job.id)
-        || !(fw.victims(mode)).may_keep(session, job.id, &nothing_more, reclaimed)
+        || !(fw.victims(mode)).may_keep(&session.view(), job.id, &nothing_more, reclaimed)
     {
         return false;
     }
     let mut placed = sim.placed();
     let policy = fw.victims(mode);
-    if policy.worth_evicting(session, job.id, &victims, &placed, reclaimed) || victims.is_empty() {
+    if policy.worth_evicting(&session.view(), job.id, &victims, &placed, reclaimed)
+        || victims.is_empty()
+    {
         return true;
     }
     let mut more = session.statement();
     placed.extend(pipeline_where_room(session, job, within, &mut more));
-    let worth = policy.worth_evicting(session, job.id, &victims, &placed, reclaimed);
+    let worth = policy.worth_evicting(&session.view(), job.id, &victims, &placed, reclaimed);
     session.discard(more);
     worth
 }
