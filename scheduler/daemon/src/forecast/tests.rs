@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use basalt_crds::convert::device_names::GPU_NAME;
 use basalt_crds::ends::{ends, parse_go_duration, EXPECTED_RUNTIME};
 use basalt_crds::Object;
 use basalt_engine::forecast::{forecast, End, Limits};
@@ -56,7 +57,7 @@ fn pod(name: &str, group: &str, gpus: i64, node: Option<&str>, started: Option<i
         name: name.into(),
         ours: true,
         group: Some(group.into()),
-        request: [("nvidia.com/gpu".to_string(), gpus)].into(),
+        request: [(GPU_NAME.to_string(), gpus)].into(),
         phase: match node {
             Some(_) => PodPhase::Running,
             None => PodPhase::Pending,
@@ -79,11 +80,12 @@ fn group(name: &str) -> GroupSpec {
 fn cluster(now: i64) -> ClusterSpec {
     let node = NodeSpec {
         name: "n1".into(),
-        allocatable: [("nvidia.com/gpu".to_string(), 8), ("pods".to_string(), 110)].into(),
+        allocatable: [(GPU_NAME.to_string(), 8), ("pods".to_string(), 110)].into(),
         ..Default::default()
     };
     ClusterSpec {
         now_ms: now,
+        device_resource: GPU_NAME.into(),
         nodes: vec![node],
         pods: vec![
             pod("running-0", "running", 8, Some("n1"), Some(0)),
