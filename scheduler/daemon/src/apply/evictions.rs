@@ -31,9 +31,10 @@ impl Scheduler {
         self.refused_evictions.expire();
         let mut done: Vec<(&Eviction, Option<String>)> = Vec::new();
         for ev in &plan.evictions {
-            let uid = self.uid_of(&ev.pod, stores);
-            // Its group, read before the pod goes from the store.
-            let group = stores.pod(&ev.pod).as_deref().and_then(group_key);
+            // Its uid and group, read once and before the pod goes from the store.
+            let pod = stores.pod(&ev.pod);
+            let uid = pod.as_ref().and_then(|p| p.metadata.uid.clone());
+            let group = pod.as_deref().and_then(group_key);
             let why = format!(
                 "Preempted by {} on node {} ({})",
                 ev.for_group, ev.node, ev.reason
