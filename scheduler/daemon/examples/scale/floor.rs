@@ -34,7 +34,10 @@ pub async fn client(nodes: usize) -> anyhow::Result<()> {
     let nodes_store = watch(client.clone(), |_: &Node| {});
     pods.wait_until_ready().await?;
     nodes_store.wait_until_ready().await?;
-    let (t0, cpu0) = (Instant::now(), crate::cpu_seconds(std::process::id()));
+    let (t0, cpu0) = (
+        Instant::now(),
+        crate::procfs::cpu_seconds(std::process::id()),
+    );
     let seen0 = bound_seen.load(Ordering::Relaxed);
     let pending: Vec<Arc<Pod>> = (pods.state().into_iter())
         .filter(|p| (p.spec.as_ref()).is_some_and(|s| s.node_name.is_none()))
@@ -53,7 +56,7 @@ pub async fn client(nodes: usize) -> anyhow::Result<()> {
     }
     let (secs, cpu) = (
         t0.elapsed().as_secs_f64(),
-        crate::cpu_seconds(std::process::id()) - cpu0,
+        crate::procfs::cpu_seconds(std::process::id()) - cpu0,
     );
     let n = pending.len().max(1) as f64;
     println!(
@@ -63,7 +66,8 @@ pub async fn client(nodes: usize) -> anyhow::Result<()> {
         n / secs,
         cpu / n * 1e6
     );
-    let mib = |field| crate::proc_field(std::process::id(), "status", field).unwrap_or(0) / 1024;
+    let mib =
+        |field| crate::procfs::proc_field(std::process::id(), "status", field).unwrap_or(0) / 1024;
     println!(
         "floor: VmRSS {} MiB holding the pod and node stores (peak VmHWM {} MiB)",
         mib("VmRSS:"),
