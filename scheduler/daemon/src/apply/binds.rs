@@ -73,9 +73,9 @@ pub(super) struct BindJob {
     /// The key of the PodGroup the pod names, read once from its object: binds are ordered
     /// and failures counted by it.
     pub(super) group: Option<String>,
-    /// On a node that runs HAMi's device plugin: the pod and its devices, handed off as HAMi
+    /// On a node that runs HAMi's device plugin: the pod's devices, handed off as HAMi
     /// expects (`devices.rs`).
-    pub(super) hami: Option<(Arc<Pod>, Vec<basalt_engine::plan::BoundDevice>)>,
+    pub(super) hami: Option<Vec<basalt_engine::plan::BoundDevice>>,
     /// Annotations the Binding carries besides the GPU ids (Volcano vGPU's).
     pub(super) annotations: BTreeMap<String, String>,
     /// DRA ResourceClaims reserved for the pod (and allocated) before its binding.
@@ -135,10 +135,8 @@ impl Scheduler {
                     (Some(p), true) => devices::vgpu_annotations(&b.node, p, &b.devices),
                     _ => BTreeMap::new(),
                 };
-                let hami = (on_hami && !b.devices.is_empty())
-                    .then(|| pod.clone())
-                    .flatten()
-                    .map(|p| (p, b.devices.clone()));
+                let hami =
+                    (on_hami && !b.devices.is_empty() && pod.is_some()).then(|| b.devices.clone());
                 let gpus = b
                     .gpus
                     .iter()
@@ -288,7 +286,7 @@ async fn bind_job(
 
 /// Binds a pod, with HAMi's handoff around the binding on a node that runs HAMi's plugin.
 async fn bind_with_handoff(client: &Client, job: &BindJob) -> BindResult {
-    let Some((pod, devices)) = &job.hami else {
+    let (Some(pod), Some(devices)) = (&job.pod, &job.hami) else {
         return bind(client, job).await;
     };
     if let Err(refused) = devices::prepare(client, &job.key, &job.node, pod, devices).await {
