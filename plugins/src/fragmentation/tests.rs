@@ -197,22 +197,98 @@ fn cpu_only_tie_by_hand() {
     assert!((0..TIE_SCALE).contains(&cpu_only_tie(&[1000; 8])));
 }
 
-/// Two HAMi nodes of 2 GPUs and 32 CPUs: `a`'s GPUs are taken whole by a bound pod, `b` is
-/// idle and first in the ranking. A CPU-only pod grows fragmentation by nothing on either,
-/// so the ranking used to take `b`; key (b) sends it to `a`, the node left with the fewest
-/// idle GPUs (none), where its CPU strands no GPU.
 #[test]
-fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
-    use basalt_engine::devices::{HeldDevice, Sharing};
-    use basalt_engine::{ClusterSpec, Gpu, NodeSpec, PodPhase, PodSpec, ResourceList, Snapshot};
-    let list = |items: &[(&str, i64)]| -> ResourceList {
-        items.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+fn balance_off_by_hand() {
+    // 14 cores a GPU: two idle GPUs want 28 cores; each core off either way counts one.
+    assert_eq!(balance_off(28_000, &[1000, 1000], 14.0), 0);
+    assert_eq!(balance_off(30_000, &[1000, 1000], 14.0), 2);
+    assert_eq!(balance_off(26_000, &[1000, 1000], 14.0), 2);
+    // Idle shares count as parts of a GPU: half a GPU wants 7 cores.
+    assert_eq!(balance_off(7_000, &[500, 0], 14.0), 0);
+    // No idle GPU: every free core is off.
+    assert_eq!(balance_off(5_000, &[0, 0], 14.0), 5);
+    assert_eq!(balance_off(0, &[1000; 8], f64::NAN), 0);
+}
+
+#[test]
+fn device_tie_by_hand() {
+    // The model first: a node no typical pod needs beats any balance elsewhere.
+    assert!(device_tie(0, 100) > device_tie(1, 0));
+    // Then the balance: fewer cores off is higher.
+    assert!(device_tie(10, 3) > device_tie(10, 4));
+    // Within a step whatever the inputs, and above the CPU-only tie's floor of none.
+    for (r, off) in [(0, 0), (1000, 511), (-5, -5), (5000, i64::MAX)] {
+        assert!((0..TIE_SCALE / 2 + 1).contains(&device_tie(r, off)));
+    }
+    assert_eq!(device_tie(1000, 600), device_tie(1000, 511));
+}
+
+#[test]
+fn reserved_for_counts_the_shapes_that_name_models() {
+    let t4_only = Shape {
+        models: ModelSet(0b01),
+        ..shape(4000, 1000, 1)
     };
-    let node = |name: &str| NodeSpec {
+    let either = Shape {
+        models: ModelSet(0b11),
+        ..shape(4000, 500, 1)
+    };
+    let shapes = TypicalShapes::new(vec![(t4_only, 1), (either, 1), (shape(4000, 1000, 1), 2)]);
+    assert_eq!(shapes.reserved_for(T4), 500);
+    assert_eq!(shapes.reserved_for(V100), 250);
+    assert_eq!(shapes.reserved_for(None), 0);
+}
+
+#[test]
+fn cpu_per_gpu_weighs_every_shape() {
+    let shapes = TypicalShapes::new(vec![
+        (shape(4000, 500, 1), 1),
+        (shape(12_000, 1000, 1), 1),
+        (shape(8000, 0, 0), 2),
+    ]);
+    // CPU: (4 + 12 + 2 × 8) / 4 = 8 cores; GPU: (0.5 + 1) / 4 = 0.375.
+    assert!((shapes.cpu_per_gpu() - 8000.0 / 375.0).abs() < 1e-9);
+    assert_eq!(
+        TypicalShapes::new(vec![(shape(8000, 0, 0), 1)]).cpu_per_gpu(),
+        0.0
+    );
+}
+
+/// The framework's plan for `pods` on `nodes`, the ranking preferring the nodes in `rank`
+/// order (lower first): (pod, node) per binding.
+fn plan(
+    nodes: Vec<basalt_engine::NodeSpec>,
+    pods: Vec<basalt_engine::PodSpec>,
+    rank: Vec<u32>,
+) -> Vec<(String, String)> {
+    use basalt_engine::{ClusterSpec, Snapshot};
+    let spec = ClusterSpec {
+        device_resource: "nvidia.com/gpu".into(),
+        nodes,
+        pods,
+        ..Default::default()
+    };
+    let snap = Snapshot::build(spec).unwrap();
+    let mut fw = crate::framework(&crate::Config::default(), &snap.resources);
+    fw.node_rank = Some(rank.into());
+    let plan = basalt_engine::schedule(&snap, &fw, &mut basalt_engine::Warm::default());
+    (plan.bindings.iter())
+        .map(|b| (b.pod.clone(), b.node.clone()))
+        .collect()
+}
+
+fn list(items: &[(&str, i64)]) -> basalt_engine::ResourceList {
+    items.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+}
+
+/// A HAMi node of `gpus` devices (100 slots each) and `cpu` milli-CPU.
+fn hami_node(name: &str, cpu: i64, gpus: u32) -> basalt_engine::NodeSpec {
+    use basalt_engine::{devices::Sharing, Gpu};
+    basalt_engine::NodeSpec {
         name: name.into(),
-        allocatable: list(&[("cpu", 32_000), ("nvidia.com/gpu", 200)]),
+        allocatable: list(&[("cpu", cpu), ("nvidia.com/gpu", 100 * gpus as i64)]),
         gpus: Some(
-            (0..2)
+            (0..gpus)
                 .map(|d| Gpu {
                     uuid: Some(format!("{name}-{d}")),
                     memory_mib: Some(1000),
@@ -224,8 +300,12 @@ fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
         sharing: Sharing::Hami,
         shares: Some(basalt_crds::convert::device_names::share_vocabulary()),
         ..Default::default()
-    };
-    let pod = |name: &str, request: ResourceList| PodSpec {
+    }
+}
+
+/// A pending pod of ours asking `request`.
+fn pending(name: &str, request: basalt_engine::ResourceList) -> basalt_engine::PodSpec {
+    basalt_engine::PodSpec {
         namespace: "ns".into(),
         name: name.into(),
         ours: true,
@@ -233,31 +313,62 @@ fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
         request,
         created_ms: 1,
         ..Default::default()
-    };
-    let busy = PodSpec {
-        phase: PodPhase::Running,
-        node: Some("a".into()),
-        held_devices: (0..2)
+    }
+}
+
+/// `pod` running on `node`, holding the whole of its devices `0..gpus`.
+fn running_on(pod: basalt_engine::PodSpec, node: &str, gpus: u32) -> basalt_engine::PodSpec {
+    use basalt_engine::devices::HeldDevice;
+    basalt_engine::PodSpec {
+        phase: basalt_engine::PodPhase::Running,
+        node: Some(node.into()),
+        held_devices: (0..gpus)
             .map(|d| HeldDevice {
-                uuid: format!("a-{d}"),
+                uuid: format!("{node}-{d}"),
                 memory_mib: 1000,
                 cores: 100,
             })
             .collect(),
-        ..pod("busy", list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]))
-    };
-    let spec = ClusterSpec {
-        device_resource: "nvidia.com/gpu".into(),
-        nodes: vec![node("a"), node("b")],
-        pods: vec![busy, pod("cpu-only", list(&[("cpu", 2000)]))],
-        ..Default::default()
-    };
-    let snap = Snapshot::build(spec).unwrap();
-    let mut fw = crate::framework(&crate::Config::default(), &snap.resources);
-    fw.node_rank = Some(vec![1, 0].into());
-    let plan = basalt_engine::schedule(&snap, &fw, &mut basalt_engine::Warm::default());
-    let placed: Vec<(&str, &str)> = (plan.bindings.iter())
-        .map(|b| (b.pod.as_str(), b.node.as_str()))
-        .collect();
-    assert_eq!(placed, [("ns/cpu-only", "a")]);
+        ..pod
+    }
+}
+
+/// Two HAMi nodes of 2 GPUs and 32 CPUs: `a`'s GPUs are taken whole by a bound pod, `b` is
+/// idle and first in the ranking. A CPU-only pod grows fragmentation by nothing on either,
+/// so the ranking used to take `b`; key (b) sends it to `a`, the node left with the fewest
+/// idle GPUs (none), where its CPU strands no GPU.
+#[test]
+fn a_pod_without_devices_goes_where_no_gpu_is_idle() {
+    let busy = pending("busy", list(&[("cpu", 1000), ("nvidia.com/gpu", 2)]));
+    let placed = plan(
+        vec![hami_node("a", 32_000, 2), hami_node("b", 32_000, 2)],
+        vec![
+            running_on(busy, "a", 2),
+            pending("cpu-only", list(&[("cpu", 2000)])),
+        ],
+        vec![1, 0],
+    );
+    assert_eq!(placed, [("ns/cpu-only".to_string(), "a".to_string())]);
+}
+
+/// Every pod asks one whole GPU and 4 CPUs (the workload: 4 cores a GPU). Nodes `a` (32 CPUs)
+/// and `b` (8 CPUs) have 2 idle GPUs each, so the pod fits either with nothing fragmented and
+/// the ranking prefers `a`; the balance tie sends it to `b`, left with 4 cores for its idle
+/// GPU where `a` would keep 28. (`c`, full, only makes the devices shared.)
+#[test]
+fn a_pod_with_devices_goes_where_cpu_stays_in_proportion() {
+    let one = || list(&[("cpu", 4000), ("nvidia.com/gpu", 1)]);
+    let placed = plan(
+        vec![
+            hami_node("a", 32_000, 2),
+            hami_node("b", 8000, 2),
+            hami_node("c", 4000, 1),
+        ],
+        vec![
+            running_on(pending("busy", one()), "c", 1),
+            pending("new", one()),
+        ],
+        vec![0, 1, 2],
+    );
+    assert_eq!(placed, [("ns/new".to_string(), "b".to_string())]);
 }
