@@ -1,0 +1,62 @@
+//! The rules' node scores: the paper's sigmoid of the cut in fragmentation, Basalt's steps of
+//! its growth, and the keys that order nodes of equal steps (issue 38).
+
+use super::FULL;
+
+/// The paper's node score: ⌊100 · sigmoid((F_before − F_after) / 1000)⌋.
+pub fn fgd_score(f_before: f64, f_after: f64) -> i32 {
+    let s = 1.0 / (1.0 + (-(f_before - f_after) / 1000.0).exp());
+    ((100.0 * s).floor() as i32).clamp(0, 100)
+}
+
+/// Steps of Basalt's score, in micro-device: 40 milli-device, the resolution of the paper's
+/// score where fragmentation barely moves.
+const STEP: i64 = 40_000;
+
+/// Basalt's score: minus the growth of fragmentation in steps of `STEP` (rounded down), a
+/// whole number without the sigmoid's saturation, so a large cut still beats a smaller one;
+/// equal steps go to the framework's tie order.
+pub fn basalt_score(before: f64, after: f64) -> i64 {
+    let growth = ((after - before) * 1000.0).round() as i64;
+    -growth.div_euclid(STEP)
+}
+
+/// Room kept below each step of [`basalt_score`] for [`device_tie`] and [`cpu_only_tie`]:
+/// the node score is `steps × TIE_SCALE + tie`, so the tie orders nodes only within a step.
+pub const TIE_SCALE: i64 = 1 << 20;
+
+/// Among nodes of one step, where a pod without devices goes (higher first): the node left
+/// with the fewest idle whole GPUs (key (b) in docs/simulations.md). Such a pod takes only
+/// CPU; taken where few GPUs are idle it strands the fewest with the CPU it uses. The idle
+/// shares are summed and counted in whole GPUs, rounded down (two half-idle GPUs are one).
+/// Equal values go to the ranking.
+pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
+    let idle: i64 = idle_after.iter().map(|&g| g as i64).sum();
+    // Whole idle GPUs are at most a node's device count, far below the room of a step.
+    TIE_BASE - idle / FULL as i64
+}
+
+/// Among nodes of one step, where a pod with devices goes (higher first, issue 38): first the
+/// node whose model the fewest typical pods need (`reserved`, [`super::TypicalShapes::reserved_for`]:
+/// a pod that may run anywhere leaves the models some pods must have to them), then the node
+/// left with its free CPU nearest the workload's CPU per GPU times its idle share (`off`,
+/// [`balance_off`]). Equal values go to the ranking.
+pub fn device_tie(reserved: i64, off: i64) -> i64 {
+    // At most 1000 × 512 + 511: within `TIE_BASE`, so ties never reach a step; nodes over 511
+    // cores off tie on that part.
+    (1000 - reserved.clamp(0, 1000)) * 512 + 511 - off.clamp(0, 511)
+}
+
+/// How far, in whole cores, the node's free CPU is from `cpu_per_gpu` × its idle share. CPU
+/// short of that strands the node's GPUs behind spent CPU; CPU beyond it is what the GPUs'
+/// pods will not take; a node kept in the workload's proportion leaves room for the typical
+/// pod on both (openb default list: 4.45 % of GPUs unallocated at 100 % load instead of 4.77,
+/// docs/simulations.md).
+pub fn balance_off(cpu_after: i64, idle_after: &[u16], cpu_per_gpu: f64) -> i64 {
+    let idle: u64 = idle_after.iter().map(|&g| g as u64).sum();
+    // `as` saturates, and maps NaN to 0.
+    ((cpu_after as f64 - cpu_per_gpu * idle as f64).abs() / 1000.0) as i64
+}
+
+/// The tie of a node with no idle GPU; half of [`TIE_SCALE`], so ties never reach a step.
+const TIE_BASE: i64 = 1 << 19;
