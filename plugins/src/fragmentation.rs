@@ -13,10 +13,11 @@
 //!
 //! **The policies.** `fgd` scores a node ⌊100·sigmoid((F_before − F_after)/1000)⌋ and takes,
 //! for a pod sharing one device, the device with the best such score (lowest position on ties).
-//! `basalt` scores minus the growth of fragmentation in steps of 40 milli-device (the paper's
-//! resolution where fragmentation barely moves, without the sigmoid's saturation, which ties
-//! every large cut with every other), equal steps to the framework's tie order, and takes the
-//! device with the best such score (lowest position on ties). Equal steps are broken first:
+//! `basalt` scores minus the growth of fragmentation in steps of 20 milli-device (without the
+//! sigmoid's saturation, which ties every large cut with every other), and takes the device
+//! with the best such score (lowest position on ties). A pod with devices is also charged, as
+//! fragmentation, for the devices it takes of a model that pods bound to models need more of
+//! than the cluster has to spare ([`scarcity`], issue 38). Equal steps are broken first:
 //! a pod with devices goes to a model few typical pods need, then where the free CPU stays
 //! nearest the workload's CPU per GPU times the idle GPU ([`device_tie`]); a pod without
 //! devices, which takes CPU alone, where the fewest whole GPUs stay idle ([`cpu_only_tie`],
@@ -42,8 +43,13 @@ use basalt_engine::{
 
 use crate::devicepick::KeepIslandsWhole;
 
+mod models;
 mod rules;
-pub use rules::{balance_off, basalt_score, cpu_only_tie, device_tie, fgd_score, TIE_SCALE};
+pub use models::{Models, NodeFree};
+pub use rules::{
+    balance_off, basalt_score, cpu_only_tie, device_tie, fgd_score, scarcity, scarcity_cost,
+    TIE_SCALE,
+};
 
 /// A whole device, in milli.
 pub const FULL: u16 = 1000;
@@ -175,6 +181,22 @@ impl TypicalShapes {
         (w * 1000.0).round() as i64
     }
 
+    /// The share of the workload's device demand (Σ weight × count × share) from shapes that
+    /// name device models and allow `model`: what must run on nodes like this one.
+    pub fn bound_demand(&self, model: Option<u8>) -> f64 {
+        let demand = |s: &Shape| s.num_gpu as f64 * s.gpu_milli as f64;
+        let total: f64 = self.shapes().map(|(s, w)| w * demand(s)).sum();
+        let bound: f64 = (self.shapes())
+            .filter(|(s, _)| s.num_gpu > 0 && s.models != ModelSet::ANY && s.models.allows(model))
+            .map(|(s, w)| w * demand(s))
+            .sum();
+        if total > 0.0 {
+            bound / total
+        } else {
+            0.0
+        }
+    }
+
     /// The node's fragmentation in milli-device: Σ weight × [`shape_fragment`].
     pub fn fragmentation(&self, model: Option<u8>, cpu_free: i64, gpu_free: &[u16]) -> f64 {
         let idle: u64 = gpu_free.iter().map(|&f| f as u64).sum();
@@ -212,15 +234,6 @@ impl TypicalShapes {
     }
 }
 
-/// What a node has free, as the measure reads it.
-#[derive(Clone, Debug, Default)]
-pub struct NodeFree {
-    pub model: Option<u8>,
-    pub cpu: i64,
-    /// Free share of each device, in milli.
-    pub gpus: Vec<u16>,
-}
-
 /// A pod as the measure reads it: (CPU milli, per-device share in milli, device count).
 pub fn task_shape(session: &SessionView, task: TaskId) -> (i64, u16, u32) {
     let snap = session.snapshot;
@@ -232,79 +245,6 @@ pub fn task_shape(session: &SessionView, task: TaskId) -> (i64, u16, u32) {
         (_, None) => FULL,
     };
     (t.request.get(CPU), share.max((count > 0) as u16), count)
-}
-
-/// The session's device models (sorted, at most 63: the rest count as none) and each node's.
-pub struct Models {
-    names: Vec<String>,
-    of_node: Vec<Option<u8>>,
-}
-
-impl Models {
-    pub fn of(session: &SessionView) -> Self {
-        let model = |n: &basalt_engine::Node| n.gpus.first().and_then(|g| g.model.clone());
-        let mut names: Vec<String> = session.snapshot.nodes.iter().filter_map(model).collect();
-        names.sort_unstable();
-        names.dedup();
-        names.truncate(63);
-        let id = |m: Option<String>| m.and_then(|m| names.binary_search(&m).ok().map(|i| i as u8));
-        let of_node = session
-            .snapshot
-            .nodes
-            .iter()
-            .map(|n| id(model(n)))
-            .collect();
-        Models { names, of_node }
-    }
-
-    pub fn id(&self, name: &str) -> Option<u8> {
-        self.names
-            .binary_search_by(|m| m.as_str().cmp(name))
-            .ok()
-            .map(|i| i as u8)
-    }
-
-    pub fn of_node(&self, node: NodeId) -> Option<u8> {
-        self.of_node[node.index()]
-    }
-
-    /// The models whose first node passes the static filters of the task's rules.
-    fn allowed(&self, session: &SessionView, task: TaskId) -> ModelSet {
-        let snap = session.snapshot;
-        let rules = &snap.rules[snap.task(task).rules.0 as usize];
-        let fw = session.framework();
-        if snap.nodes.iter().all(|n| fw.filter_node(rules, n).is_ok()) {
-            return ModelSet::ANY;
-        }
-        let mut set = 0u64;
-        for m in 0..self.names.len() {
-            let first = self.of_node.iter().position(|&x| x == Some(m as u8));
-            if first.is_some_and(|i| fw.filter_node(rules, &snap.nodes[i]).is_ok()) {
-                set |= 1 << m;
-            }
-        }
-        ModelSet(set)
-    }
-
-    /// What the node has free now.
-    pub fn node_free(&self, session: &SessionView, node: NodeId, out: &mut NodeFree) {
-        let n = session.snapshot.node(node);
-        out.model = self.of_node(node);
-        out.cpu = n.allocatable.get(CPU) - session.used(node).get(CPU);
-        let closed = session.closed_devices(node);
-        let usage = session.device_use(node);
-        out.gpus.clear();
-        out.gpus.extend(n.gpus.iter().enumerate().map(|(p, g)| {
-            if closed & (1 << p) != 0 {
-                0
-            } else if let Some(u) = usage.get(p) {
-                let left = g.cores.saturating_sub(u.cores) as u64;
-                (left * FULL as u64 / g.cores.max(1) as u64) as u16
-            } else {
-                FULL
-            }
-        }));
-    }
 }
 
 /// Takes `share` of each device in `devices` (a whole device is left with nothing).
@@ -448,18 +388,22 @@ pub struct Measure {
     cpu_per_gpu: f64,
     /// [`TypicalShapes::reserved_for`] each model id, then for nodes of none.
     reserved: Vec<i64>,
+    /// [`scarcity`] of each model id, then of nodes of none.
+    scarcity: Vec<f64>,
 }
 
 impl Fragmentation {
     fn measure(&self, session: &SessionView) -> Measure {
         let models = Models::of(session);
         let shapes = self.workload.shapes(session, &models);
-        let reserved = (0..=models.names.len())
-            .map(|m| shapes.reserved_for((m < models.names.len()).then_some(m as u8)))
+        let reserved = models.all().map(|m| shapes.reserved_for(m)).collect();
+        let scarcity = (models.all())
+            .map(|m| scarcity(shapes.bound_demand(m), models.capacity_share(m)))
             .collect();
         Measure {
             rule: self.rule,
             reserved,
+            scarcity,
             cpu_per_gpu: shapes.cpu_per_gpu(),
             shapes,
             models,
@@ -530,10 +474,12 @@ impl NodeScorer for Measure {
                 basalt_score(before, after) * TIE_SCALE + tie
             }
             Rule::Basalt => {
-                let model = self.free.model.map_or(self.models.names.len(), usize::from);
+                let model = self.models.index(self.free.model);
                 let off = balance_off(self.free.cpu - cpu, &self.after, self.cpu_per_gpu);
                 let tie = device_tie(self.reserved[model], off);
-                basalt_score(before, after) * TIE_SCALE + tie
+                let taken = count as f64 * share as f64;
+                let charged = after + scarcity_cost(self.scarcity[model], taken);
+                basalt_score(before, charged) * TIE_SCALE + tie
             }
         }
     }

@@ -163,11 +163,11 @@ fn taking_devices_and_the_tightest_fit() {
 }
 
 #[test]
-fn basalt_score_counts_growth_in_steps_of_40_milli() {
-    // Growth 218.18 milli-device = 218,182 micro: ⌊218,182 / 40,000⌋ = 5 steps → −5.
-    assert_eq!(basalt_score(54.545_454, 272.727_273), -5);
-    // A cut of 100 milli: ⌊−100,000 / 40,000⌋ = −3 steps → 3; no change → 0.
-    assert_eq!(basalt_score(300.0, 200.0), 3);
+fn basalt_score_counts_growth_in_steps_of_20_milli() {
+    // Growth 218.18 milli-device = 218,182 micro: ⌊218,182 / 20,000⌋ = 10 steps → −10.
+    assert_eq!(basalt_score(54.545_454, 272.727_273), -10);
+    // A cut of 110 milli: ⌊−110,000 / 20,000⌋ = −6 steps → 6; no change → 0.
+    assert_eq!(basalt_score(300.0, 190.0), 6);
     assert_eq!(basalt_score(300.0, 300.0), 0);
     // Steps round down: a growth of 1 micro-device is still step 0, a cut of 1 is step −1.
     assert_eq!(basalt_score(0.0, 0.001), 0);
@@ -252,6 +252,44 @@ fn cpu_per_gpu_weighs_every_shape() {
         TypicalShapes::new(vec![(shape(8000, 0, 0), 1)]).cpu_per_gpu(),
         0.0
     );
+}
+
+#[test]
+fn scarcity_by_hand() {
+    // Bound pods ask 60 % of the demand of a model holding 25 % of the devices: 2.4 times its
+    // share, 1.9 beyond the half that leaves it plentiful.
+    assert!((scarcity(0.6, 0.25) - 1.9).abs() < 1e-9);
+    // At most half its share: plentiful; a model without devices is never scarce.
+    assert_eq!(scarcity(0.1, 0.25), 0.0);
+    assert_eq!(scarcity(0.125, 0.25), 0.0);
+    assert_eq!(scarcity(0.6, 0.0), 0.0);
+    // Half a milli-device charged per milli-device taken per unit: a whole device at 1.9.
+    assert!((scarcity_cost(1.9, 1000.0) - 950.0).abs() < 1e-9);
+    assert_eq!(scarcity_cost(0.0, 1000.0), 0.0);
+}
+
+#[test]
+fn bound_demand_counts_devices_of_the_shapes_that_name_models() {
+    let t4_only = Shape {
+        models: ModelSet(0b01),
+        ..shape(4000, 1000, 1)
+    };
+    let either_two_halves = Shape {
+        models: ModelSet(0b11),
+        ..shape(4000, 500, 2)
+    };
+    let shapes = TypicalShapes::new(vec![
+        (t4_only, 1),
+        (either_two_halves, 1),
+        (shape(4000, 1000, 1), 1),
+        (shape(8000, 0, 0), 1),
+    ]);
+    // Demand 1000 + 2 × 500 + 1000 (the CPU-only shape asks none): T4 has 2000 of 3000,
+    // V100 the 1000 of the shape allowing either.
+    assert!((shapes.bound_demand(T4) - 2.0 / 3.0).abs() < 1e-9);
+    assert!((shapes.bound_demand(V100) - 1.0 / 3.0).abs() < 1e-9);
+    assert_eq!(shapes.bound_demand(None), 0.0);
+    assert_eq!(TypicalShapes::default().bound_demand(T4), 0.0);
 }
 
 /// The framework's plan for `pods` on `nodes`, the ranking preferring the nodes in `rank`
@@ -371,4 +409,69 @@ fn a_pod_with_devices_goes_where_cpu_stays_in_proportion() {
         vec![0, 1, 2],
     );
     assert_eq!(placed, [("ns/new".to_string(), "b".to_string())]);
+}
+
+/// A HAMi node of `model` labelled as such.
+fn model_node(name: &str, model: &str, gpus: u32) -> basalt_engine::NodeSpec {
+    let mut node = hami_node(name, 64_000, gpus);
+    node.labels.insert(MODEL.into(), model.into());
+    for g in node.gpus.iter_mut().flatten() {
+        g.model = Some(model.into());
+    }
+    node
+}
+
+const MODEL: &str = "nvidia.com/gpu.product";
+
+/// A pod of one whole GPU and one CPU, bound to `model` when given, running on device `d` of
+/// `node` when given.
+fn one_gpu(name: &str, model: Option<&str>, on: Option<(&str, u32)>) -> basalt_engine::PodSpec {
+    use basalt_engine::{devices::HeldDevice, NodeSelectorTerm, SelectorOperator};
+    use basalt_engine::{RequiredNodeAffinity, SelectorRequirement};
+    let mut pod = pending(name, list(&[("cpu", 1000), ("nvidia.com/gpu", 1)]));
+    pod.rules.affinity = model.map(|m| RequiredNodeAffinity {
+        terms: vec![NodeSelectorTerm {
+            match_expressions: vec![SelectorRequirement {
+                key: MODEL.into(),
+                operator: SelectorOperator::In,
+                values: vec![m.into()],
+            }],
+            match_fields: Vec::new(),
+        }],
+    });
+    if let Some((node, d)) = on {
+        pod.phase = basalt_engine::PodPhase::Running;
+        pod.node = Some(node.into());
+        pod.held_devices = vec![HeldDevice {
+            uuid: format!("{node}-{d}"),
+            memory_mib: 1000,
+            cores: 100,
+        }];
+    }
+    pod
+}
+
+/// `v` (V100, 4 GPUs: a third of the cluster's) runs three V100-bound pods, one GPU idle; `g`
+/// (G2, 8 GPUs) runs four G2-bound pods and two that may run anywhere, two GPUs idle. The
+/// workload: 30 % bound to V100, 40 % to G2, 30 % anywhere. A new pod that may run anywhere cuts
+/// fragmentation more on `v` (its idle GPU is a fragment for the 40 % bound to G2: 400
+/// milli-device) than on `g` (300), the ranking prefers `v` too; but V100-bound pods ask 0.9
+/// of V100's share (scarcity 0.4, 200 milli charged) and G2-bound ones 0.6 of G2's (0.1, 50),
+/// so it goes to `g` and leaves `v`'s last GPU to the pods that can run nowhere else.
+#[test]
+fn a_pod_that_may_run_anywhere_leaves_a_scarce_model_to_the_pods_bound_to_it() {
+    let mut pods = Vec::new();
+    for d in 0..3 {
+        pods.push(one_gpu(&format!("v{d}"), Some("V100"), Some(("v", d))));
+    }
+    for d in 0..4 {
+        pods.push(one_gpu(&format!("g{d}"), Some("G2"), Some(("g", d))));
+    }
+    for d in 4..6 {
+        pods.push(one_gpu(&format!("any{d}"), None, Some(("g", d))));
+    }
+    pods.push(one_gpu("new", None, None));
+    let nodes = vec![model_node("v", "V100", 4), model_node("g", "G2", 8)];
+    let placed = plan(nodes, pods, vec![0, 1]);
+    assert_eq!(placed, [("ns/new".to_string(), "g".to_string())]);
 }
