@@ -1,5 +1,6 @@
 //! The rules' node scores: the paper's sigmoid of the cut in fragmentation, Basalt's steps of
-//! its growth, and the keys that order nodes of equal steps (issue 38).
+//! its growth, the charge for devices of a scarce model, and the keys that order nodes of
+//! equal steps (issue 38).
 
 use super::FULL;
 
