@@ -78,6 +78,14 @@ pub struct Shape {
     pub models: ModelSet,
 }
 
+impl Shape {
+    /// Whether pods of this shape ask devices, name device models, and allow `model`: the
+    /// workload that must run on nodes of that model.
+    pub fn bound_to(&self, model: Option<u8>) -> bool {
+        self.num_gpu > 0 && self.models != ModelSet::ANY && self.models.allows(model)
+    }
+}
+
 /// A node's fragment for one shape, in milli-device (the definition, written plainly;
 /// [`TypicalShapes::fragmentation`] is checked against it).
 pub fn shape_fragment(shape: &Shape, model: Option<u8>, cpu_free: i64, gpu_free: &[u16]) -> u64 {
@@ -175,7 +183,7 @@ impl TypicalShapes {
     /// much of the workload must have nodes like this one.
     pub fn reserved_for(&self, model: Option<u8>) -> i64 {
         let w: f64 = (self.shapes())
-            .filter(|(s, _)| s.num_gpu > 0 && s.models != ModelSet::ANY && s.models.allows(model))
+            .filter(|(s, _)| s.bound_to(model))
             .map(|(_, w)| w)
             .sum();
         (w * 1000.0).round() as i64
@@ -187,7 +195,7 @@ impl TypicalShapes {
         let demand = |s: &Shape| s.num_gpu as f64 * s.gpu_milli as f64;
         let total: f64 = self.shapes().map(|(s, w)| w * demand(s)).sum();
         let bound: f64 = (self.shapes())
-            .filter(|(s, _)| s.num_gpu > 0 && s.models != ModelSet::ANY && s.models.allows(model))
+            .filter(|(s, _)| s.bound_to(model))
             .map(|(s, w)| w * demand(s))
             .sum();
         if total > 0.0 {

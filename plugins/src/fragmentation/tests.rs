@@ -44,10 +44,7 @@ fn fragment_of_one_shape_by_hand() {
     // A 300 milli pod fits on GPU 2 exactly: nothing below 300 but the full GPU: 0.
     assert_eq!(shape_fragment(&shape(1000, 300, 1), T4, 8000, &gpus), 0);
     // Model not allowed: V100-only pod on a T4 node: all idle, 1900.
-    let v100_only = Shape {
-        models: ModelSet(0b10),
-        ..shape(1000, 500, 1)
-    };
+    let v100_only = named(0b10, shape(1000, 500, 1));
     assert_eq!(shape_fragment(&v100_only, T4, 8000, &gpus), 1900);
     assert_eq!(shape_fragment(&v100_only, V100, 8000, &gpus), 300);
     // A node with no model in the list: only pods without a model constraint run there.
@@ -223,16 +220,18 @@ fn device_tie_by_hand() {
     assert_eq!(device_tie(1000, 600), device_tie(1000, 511));
 }
 
+/// `shape` bound to the models of the bit set `models` (bit 0: T4, bit 1: V100).
+fn named(models: u64, shape: Shape) -> Shape {
+    Shape {
+        models: ModelSet(models),
+        ..shape
+    }
+}
+
 #[test]
 fn reserved_for_counts_the_shapes_that_name_models() {
-    let t4_only = Shape {
-        models: ModelSet(0b01),
-        ..shape(4000, 1000, 1)
-    };
-    let either = Shape {
-        models: ModelSet(0b11),
-        ..shape(4000, 500, 1)
-    };
+    let t4_only = named(0b01, shape(4000, 1000, 1));
+    let either = named(0b11, shape(4000, 500, 1));
     let shapes = TypicalShapes::new(vec![(t4_only, 1), (either, 1), (shape(4000, 1000, 1), 2)]);
     assert_eq!(shapes.reserved_for(T4), 500);
     assert_eq!(shapes.reserved_for(V100), 250);
@@ -270,14 +269,8 @@ fn scarcity_by_hand() {
 
 #[test]
 fn bound_demand_counts_devices_of_the_shapes_that_name_models() {
-    let t4_only = Shape {
-        models: ModelSet(0b01),
-        ..shape(4000, 1000, 1)
-    };
-    let either_two_halves = Shape {
-        models: ModelSet(0b11),
-        ..shape(4000, 500, 2)
-    };
+    let t4_only = named(0b01, shape(4000, 1000, 1));
+    let either_two_halves = named(0b11, shape(4000, 500, 2));
     let shapes = TypicalShapes::new(vec![
         (t4_only, 1),
         (either_two_halves, 1),
