@@ -17,11 +17,13 @@
 //! sigmoid's saturation, which ties every large cut with every other), and takes the device
 //! with the best such score (lowest position on ties). A pod with devices is also charged, as
 //! fragmentation, for the devices it takes of a model that pods bound to models need more of
-//! than the cluster has to spare ([`scarcity`], issue 38). Equal steps are broken first:
-//! a pod with devices goes to a model few typical pods need, then where the free CPU stays
-//! nearest the workload's CPU per GPU times the idle GPU ([`device_tie`]); a pod without
-//! devices, which takes CPU alone, where the fewest whole GPUs stay idle ([`cpu_only_tie`],
-//! key (b)); both issue 38. Remaining ties go to the framework's order. Measured on the openb
+//! than the cluster has to spare ([`scarcity`], issue 38), and for the growth of the idle
+//! share its node's free CPU can no longer feed at the CPU per GPU of the workload's pods
+//! with devices ([`stranded`], [`stranding_cost`]; a cut is a credit, except on a scarce
+//! model). Equal steps are broken first: a pod with devices goes to a model few typical pods
+//! need, then where the free CPU stays nearest the workload's CPU per GPU times the idle GPU
+//! ([`device_tie`]); a pod without devices, which takes CPU alone, where the fewest whole
+//! GPUs stay idle ([`cpu_only_tie`], key (b)); both issue 38. Remaining ties go to the framework's order. Measured on the openb
 //! lists (docs/simulations.md): the exact growth, or a packing order (fuller node first) or a
 //! spreading one breaking ties, all leave more GPUs unallocated than random ties; the CPU
 //! balance leaves fewer from 100 % load on, but refuses some 8-GPU pods from 85 %.
@@ -48,7 +50,7 @@ mod rules;
 pub use models::{Models, NodeFree};
 pub use rules::{
     balance_off, basalt_score, cpu_only_tie, device_tie, fgd_score, scarcity, scarcity_cost,
-    TIE_SCALE,
+    stranded, stranding_cost, TIE_SCALE,
 };
 
 /// A whole device, in milli.
@@ -167,8 +169,19 @@ impl TypicalShapes {
     /// Σ weight × count × share. Shapes without devices count their CPU (it is taken from the
     /// same nodes); 0 when no shape asks for a device.
     pub fn cpu_per_gpu(&self) -> f64 {
+        self.cpu_over_share(|_| true)
+    }
+
+    /// The CPU that the pods with devices take per device share, in milli-CPU per
+    /// milli-device: [`TypicalShapes::cpu_per_gpu`] over the shapes that ask devices alone,
+    /// what an idle device needs beside it to be used ([`stranded`]).
+    pub fn device_cpu_per_gpu(&self) -> f64 {
+        self.cpu_over_share(|s| s.num_gpu > 0)
+    }
+
+    fn cpu_over_share(&self, counted: impl Fn(&Shape) -> bool) -> f64 {
         let (mut cpu, mut gpu) = (0.0, 0.0);
-        for (s, w) in self.shapes() {
+        for (s, w) in self.shapes().filter(|(s, _)| counted(s)) {
             cpu += w * s.cpu_milli as f64;
             gpu += w * (s.num_gpu as f64 * s.gpu_milli as f64);
         }
@@ -394,6 +407,8 @@ pub struct Measure {
     after: Vec<u16>,
     /// [`TypicalShapes::cpu_per_gpu`] of `shapes`, for [`balance_off`].
     cpu_per_gpu: f64,
+    /// [`TypicalShapes::device_cpu_per_gpu`] of `shapes`, for [`stranded`].
+    device_cpu_per_gpu: f64,
     /// [`TypicalShapes::reserved_for`] each model id, then for nodes of none.
     reserved: Vec<i64>,
     /// [`scarcity`] of each model id, then of nodes of none.
@@ -413,6 +428,7 @@ impl Fragmentation {
             reserved,
             scarcity,
             cpu_per_gpu: shapes.cpu_per_gpu(),
+            device_cpu_per_gpu: shapes.device_cpu_per_gpu(),
             shapes,
             models,
             free: NodeFree::default(),
@@ -459,6 +475,12 @@ impl Measure {
         before
     }
 
+    /// [`stranded`] share of a node with `cpu` free and devices `gpus` free.
+    fn stranded(&self, cpu: i64, gpus: &[u16]) -> f64 {
+        let idle = gpus.iter().map(|&g| g as u64).sum();
+        stranded(cpu, idle, self.device_cpu_per_gpu)
+    }
+
     fn after(&mut self, cpu: i64, devices: u64, share: u16) -> f64 {
         self.after.clone_from(&self.free.gpus);
         take(&mut self.after, devices, share);
@@ -486,7 +508,13 @@ impl NodeScorer for Measure {
                 let off = balance_off(self.free.cpu - cpu, &self.after, self.cpu_per_gpu);
                 let tie = device_tie(self.reserved[model], off);
                 let taken = count as f64 * share as f64;
-                let charged = after + scarcity_cost(self.scarcity[model], taken);
+                let scarce = self.scarcity[model];
+                let stranding = stranding_cost(
+                    self.stranded(self.free.cpu, &self.free.gpus),
+                    self.stranded(self.free.cpu - cpu, &self.after),
+                    scarce > 0.0,
+                );
+                let charged = after + scarcity_cost(scarce, taken) + stranding;
                 basalt_score(before, charged) * TIE_SCALE + tie
             }
         }

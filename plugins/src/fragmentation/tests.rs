@@ -239,7 +239,7 @@ fn reserved_for_counts_the_shapes_that_name_models() {
 }
 
 #[test]
-fn cpu_per_gpu_weighs_every_shape() {
+fn cpu_per_gpu_weighs_every_shape_and_device_cpu_per_gpu_those_with_devices() {
     let shapes = TypicalShapes::new(vec![
         (shape(4000, 500, 1), 1),
         (shape(12_000, 1000, 1), 1),
@@ -247,10 +247,32 @@ fn cpu_per_gpu_weighs_every_shape() {
     ]);
     // CPU: (4 + 12 + 2 × 8) / 4 = 8 cores; GPU: (0.5 + 1) / 4 = 0.375.
     assert!((shapes.cpu_per_gpu() - 8000.0 / 375.0).abs() < 1e-9);
-    assert_eq!(
-        TypicalShapes::new(vec![(shape(8000, 0, 0), 1)]).cpu_per_gpu(),
-        0.0
-    );
+    // The shapes with devices alone: CPU (4 + 12) / 2 = 8 cores; GPU (0.5 + 1) / 2 = 0.75.
+    assert!((shapes.device_cpu_per_gpu() - 8000.0 / 750.0).abs() < 1e-9);
+    let cpu_only = TypicalShapes::new(vec![(shape(8000, 0, 0), 1)]);
+    assert_eq!(cpu_only.cpu_per_gpu(), 0.0);
+    assert_eq!(cpu_only.device_cpu_per_gpu(), 0.0);
+}
+
+#[test]
+fn stranded_by_hand() {
+    // 10 cores a GPU: 3 idle GPUs and 24 cores feed 2.4 of them.
+    assert!((stranded(24_000, 3000, 10.0) - 600.0).abs() < 1e-9);
+    // CPU enough for all, or to spare: nothing stranded; no CPU left: all of it.
+    assert_eq!(stranded(30_000, 3000, 10.0), 0.0);
+    assert_eq!(stranded(64_000, 3000, 10.0), 0.0);
+    assert_eq!(stranded(-1000, 3000, 10.0), 3000.0);
+    // No idle share, or a workload without devices: nothing to strand.
+    assert_eq!(stranded(0, 0, 10.0), 0.0);
+    assert_eq!(stranded(0, 3000, 0.0), 0.0);
+}
+
+#[test]
+fn stranding_cost_credits_a_cut_except_on_a_scarce_model() {
+    assert_eq!(stranding_cost(0.0, 600.0, false), 600.0);
+    assert_eq!(stranding_cost(1500.0, 700.0, false), -800.0);
+    assert_eq!(stranding_cost(0.0, 600.0, true), 600.0);
+    assert_eq!(stranding_cost(1500.0, 700.0, true), 0.0);
 }
 
 #[test]
@@ -399,6 +421,35 @@ fn a_pod_with_devices_goes_where_cpu_stays_in_proportion() {
             running_on(pending("busy", one()), "c", 1),
             pending("new", one()),
         ],
+        vec![0, 1, 2],
+    );
+    assert_eq!(placed, [("ns/new".to_string(), "b".to_string())]);
+}
+
+/// Three pods of one GPU and 8 CPUs run on `c`; the new one asks one GPU and 16 CPUs, so the
+/// pods with devices take 10 cores a GPU. Nodes `a` (40 CPUs) and `b` (96 CPUs) have 4 idle
+/// GPUs each and fit every typical pod after the new one, so fragmentation grows by nothing
+/// on either, and the ranking and the balance tie both prefer `a` (24 cores left for 3 idle
+/// GPUs, 6 from the proportion, against 50). But 24 cores feed 2.4 GPUs at 10 a GPU: `a`
+/// would strand 0.6 GPU that no pod could use; the charge sends the pod to `b`.
+#[test]
+fn a_pod_with_devices_leaves_cpu_for_the_idle_gpus_beside_it() {
+    let ask = |cpu| list(&[("cpu", cpu), ("nvidia.com/gpu", 1)]);
+    let mut pods: Vec<_> = (0..3)
+        .map(|i| running_on(pending(&format!("busy-{i}"), ask(8000)), "c", 1))
+        .collect();
+    for (i, p) in pods.iter_mut().enumerate() {
+        // Each busy pod holds its own device of `c`.
+        p.held_devices[0].uuid = format!("c-{i}");
+    }
+    pods.push(pending("new", ask(16_000)));
+    let placed = plan(
+        vec![
+            hami_node("a", 40_000, 4),
+            hami_node("b", 96_000, 4),
+            hami_node("c", 24_000, 3),
+        ],
+        pods,
         vec![0, 1, 2],
     );
     assert_eq!(placed, [("ns/new".to_string(), "b".to_string())]);
