@@ -10,10 +10,10 @@ pub fn fgd_score(f_before: f64, f_after: f64) -> i32 {
     ((100.0 * s).floor() as i32).clamp(0, 100)
 }
 
-/// Steps of Basalt's score, in micro-device: 20 milli-device. Measured with the ties below
-/// (docs/simulations.md, issue 38): openb default list 4.30 % unallocated at 100 % load, 4.45
-/// at 40 milli (the paper's resolution where fragmentation barely moves, kept before the ties
-/// existed), 4.65 at 10.
+/// Steps of Basalt's score, in micro-device: 20 milli-device. Measured with the ties below,
+/// before the stranding charge (docs/simulations.md, issue 38): openb default list 4.30 %
+/// unallocated at 100 % load, 4.45 at 40 milli (the paper's resolution where fragmentation
+/// barely moves, kept before the ties existed), 4.65 at 10.
 const STEP: i64 = 20_000;
 
 /// Basalt's score: minus the growth of fragmentation in steps of `STEP` (rounded down), a
