@@ -23,10 +23,11 @@
 //! model). Equal steps are broken first: a pod with devices goes to a model few typical pods
 //! need, then where the free CPU stays nearest the workload's CPU per GPU times the idle GPU
 //! ([`device_tie`]); a pod without devices, which takes CPU alone, where the fewest whole
-//! GPUs stay idle ([`cpu_only_tie`], key (b)); both issue 38. Remaining ties go to the framework's order. Measured on the openb
-//! lists (docs/simulations.md): the exact growth, or a packing order (fuller node first) or a
-//! spreading one breaking ties, all leave more GPUs unallocated than random ties; the CPU
-//! balance leaves fewer from 100 % load on, but refuses some 8-GPU pods from 85 %.
+//! GPUs stay idle ([`cpu_only_tie`], key (b)); both issue 38. Remaining ties go to the
+//! framework's order. Measured on the openb lists (docs/simulations.md): the exact growth, or
+//! a packing order (fuller node first) or a spreading one breaking ties, all leave more GPUs
+//! unallocated than random ties; the CPU balance leaves fewer from 100 % load on, but refuses
+//! some 8-GPU pods from 85 %.
 //!
 //! **In the engine.** Pods are tasks: CPU from their request, share from their HAMi compute
 //! share (`cores` percent × 10; a whole device is 1000), count from their device request. A

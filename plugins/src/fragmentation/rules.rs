@@ -40,10 +40,10 @@ pub fn cpu_only_tie(idle_after: &[u16]) -> i64 {
 }
 
 /// Among nodes of one step, where a pod with devices goes (higher first, issue 38): first the
-/// node whose model the fewest typical pods need (`reserved`, [`super::TypicalShapes::reserved_for`]:
-/// a pod that may run anywhere leaves the models some pods must have to them), then the node
-/// left with its free CPU nearest the workload's CPU per GPU times its idle share (`off`,
-/// [`balance_off`]). Equal values go to the ranking.
+/// node whose model the fewest typical pods need (`reserved`,
+/// [`super::TypicalShapes::reserved_for`]: a pod that may run anywhere leaves the models some
+/// pods must have to them), then the node left with its free CPU nearest the workload's CPU
+/// per GPU times its idle share (`off`, [`balance_off`]). Equal values go to the ranking.
 pub fn device_tie(reserved: i64, off: i64) -> i64 {
     // At most 1000 × 512 + 511: within `TIE_BASE`, so ties never reach a step; nodes over 511
     // cores off tie on that part.
