@@ -36,16 +36,17 @@ impl Models {
             .nodes
             .iter()
             .map(|n| id(model(n)))
-            .collect::<Vec<_>>();
-        let mut devices = vec![0u64; names.len() + 1];
-        for (n, m) in session.snapshot.nodes.iter().zip(&of_node) {
-            devices[m.map_or(names.len(), usize::from)] += n.gpus.len() as u64;
-        }
-        Models {
+            .collect();
+        let mut models = Models {
+            devices: vec![0; names.len() + 1],
             names,
             of_node,
-            devices,
+        };
+        for (n, i) in session.snapshot.nodes.iter().zip(0..) {
+            let m = models.index(models.of_node[i]);
+            models.devices[m] += n.gpus.len() as u64;
         }
+        models
     }
 
     /// Each model id, then none, as an `Option<u8>`.
